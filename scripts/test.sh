@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds, and runs every test (release build, then the
+# ASan+UBSan build of the same tests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+jobs=$(nproc)
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs"
+if [ "${MOEFLOW_SKIP_SANITIZE:-0}" != "1" ]; then
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOEFLOW_SANITIZE=ON >/dev/null
+  cmake --build build-asan -j"$jobs" --target moeflow_tests moeflow
+  ctest --test-dir build-asan --output-on-failure -j"$jobs"
+fi

@@ -1,0 +1,74 @@
+// Tokenizers described by GGUF metadata (tokenizer.ggml.*), as llama.cpp writes them:
+//   "gpt2"  : byte-level BPE (tokens are byte-to-unicode mapped strings, merges ranked
+//             by position in tokenizer.ggml.merges), pre-tokenised with the GPT-2 regex
+//             split (letters, digits, punctuation, whitespace runs, contractions).
+//   "llama" : SentencePiece-style BPE over scores (highest-score merge first), spaces
+//             as U+2581 with a leading one added, byte fallback tokens <0xNN> for bytes
+//             that have no piece.
+// Special (control) tokens written literally in the text are encoded as themselves.
+// Thread safety: a Tokenizer is immutable after construction.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace moeflow {
+namespace gguf { class GgufFile; }
+
+struct TokenizerData {
+  std::string model;                // "gpt2" or "llama"
+  std::string pre;                  // tokenizer.ggml.pre, informational
+  std::vector<std::string> tokens;  // tokenizer.ggml.tokens
+  std::vector<float> scores;        // tokenizer.ggml.scores (may be empty for gpt2)
+  std::vector<int32_t> types;       // tokenizer.ggml.token_type (1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte)
+  std::vector<std::string> merges;  // tokenizer.ggml.merges ("a b"), gpt2 only
+  int32_t bos = -1, eos = -1, unk = -1, pad = -1;
+  bool add_bos = false;             // tokenizer.ggml.add_bos_token (default: llama true, gpt2 false)
+};
+
+// Reads tokenizer.ggml.* keys; throws InputError naming the key on a missing or
+// malformed value (e.g. an eos id past the vocabulary).
+TokenizerData tokenizer_data_from_gguf(const gguf::GgufFile& f);
+
+class Tokenizer {
+ public:
+  explicit Tokenizer(TokenizerData data);
+  std::vector<int32_t> encode(const std::string& text, bool add_bos) const;
+  // The raw bytes this token stands for (byte-level mapping undone, U+2581 -> ' ',
+  // <0xNN> -> the byte). Control tokens give "" unless `show_special`.
+  std::string token_bytes(int32_t id, bool show_special = false) const;
+  std::string decode(const std::vector<int32_t>& ids) const;
+  int32_t bos() const { return d_.bos; }
+  int32_t eos() const { return d_.eos; }
+  bool add_bos_default() const { return d_.add_bos; }
+  size_t vocab_size() const { return d_.tokens.size(); }
+  bool is_end_of_generation(int32_t id) const;
+  const TokenizerData& data() const { return d_; }
+
+ private:
+  TokenizerData d_;
+  // implementation state (token -> id map, merge ranks, byte maps) lives here
+  std::unordered_map<std::string, int32_t> token_to_id_;
+  std::unordered_map<std::string, int32_t> merge_rank_;
+  std::vector<int32_t> special_ids_;  // control / user-defined tokens matched literally
+  std::vector<int32_t> byte_token_;    // llama: byte -> <0xNN> id (-1 if none)
+  std::vector<int32_t> gpt2_byte_to_cp_;  // gpt2: byte -> unicode code point
+  std::unordered_map<int32_t, uint8_t> gpt2_cp_to_byte_;
+  std::vector<int32_t> encode_gpt2(const std::string& text) const;
+  std::vector<int32_t> encode_llama(const std::string& text) const;
+};
+
+// Turns a stream of token ids into text without ever emitting half of a UTF-8
+// character: bytes of an incomplete sequence are held back until it completes.
+class StreamingDetokenizer {
+ public:
+  explicit StreamingDetokenizer(const Tokenizer& tok) : tok_(tok) {}
+  std::string push(int32_t id);  // returns the complete text that is now printable
+  std::string flush();           // whatever is left (invalid bytes become U+FFFD)
+ private:
+  const Tokenizer& tok_;
+  std::string pending_;
+};
+
+}  // namespace moeflow

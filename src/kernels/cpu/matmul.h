@@ -1,0 +1,29 @@
+// Weight-times-activation products for every weight dtype. Weights are row-major
+// [rows][cols] in the dtype's layout (each row row_bytes(dtype, cols) bytes), as
+// GGUF stores a ggml tensor with dims {cols, rows}. Activations are f32.
+//
+// Quantised weights are dequantised block by block in registers and multiplied with
+// f32 activations (no activation quantisation), so results match the reference run on
+// dequantised weights to f32 rounding. SIMD via Highway with runtime dispatch.
+#pragma once
+#include <cstdint>
+
+#include "kernels/cpu/thread_pool.h"
+#include "tensor/dtype.h"
+
+namespace moeflow::cpu {
+
+// y[r] = sum_c W[r][c] * x[c], r in [0, rows). pool may be null (single thread).
+void matvec(DType wt, const void* W, int64_t rows, int64_t cols, const float* x, float* y,
+            ThreadPool* pool);
+
+// Y[t][r] = sum_c W[r][c] * X[t][c] for t in [0, n_tok). X is [n_tok][cols],
+// Y is [n_tok][rows]. Blocked so each weight block is read once per group of tokens.
+void matmul(DType wt, const void* W, int64_t rows, int64_t cols, const float* X,
+            int64_t n_tok, float* Y, ThreadPool* pool);
+
+// Plain scalar reference (dequantise each row, then dot in double). Kept for tests.
+void matvec_reference(DType wt, const void* W, int64_t rows, int64_t cols, const float* x,
+                      float* y);
+
+}  // namespace moeflow::cpu

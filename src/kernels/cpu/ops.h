@@ -1,0 +1,19 @@
+// Element-wise and normalisation ops on f32 activations. Small, memory-bound,
+// single-threaded per call (the callers parallelise over tokens or heads).
+#pragma once
+#include <cstdint>
+
+namespace moeflow::cpu {
+
+// y = x / sqrt(mean(x^2) + eps) * w   (w may be null: no scale). y may alias x.
+void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps);
+// Numerically stable softmax in place.
+void softmax(float* x, int64_t n);
+// out[i] = silu(gate[i]) * up[i]. out may alias gate.
+void swiglu(const float* gate, const float* up, float* out, int64_t n);
+// Rotary embedding on one head vector of size head_dim (rot_dim <= head_dim dims rotated).
+// neox=false: pairs (2i, 2i+1) (llama/Mixtral); neox=true: pairs (i, i + rot_dim/2)
+// (Qwen, OLMoE). theta_i = pos * base^(-2i/rot_dim).
+void rope(float* head, int64_t head_dim, int64_t rot_dim, int64_t pos, float freq_base, bool neox);
+
+}  // namespace moeflow::cpu

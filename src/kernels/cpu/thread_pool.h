@@ -1,0 +1,40 @@
+// A persistent pool of worker threads. parallel_for splits [0, n) into contiguous
+// chunks, runs them on the workers and the calling thread, and returns when all are
+// done. Threads are created once (thread start costs more than a decode step's
+// mat-vec on a small model). Thread safety: one parallel_for at a time per pool.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace moeflow {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads);  // n_threads >= 1 (the caller counts as one)
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+  // fn(begin, end, thread_index); chunks are aligned to `grain` elements.
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
+                    int64_t grain = 1);
+
+ private:
+  void worker(int index);
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_start_, cv_done_;
+  const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;
+  int64_t job_n_ = 0, job_grain_ = 1;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace moeflow

@@ -1,0 +1,57 @@
+// Element types with the exact ggml/GGUF block layouts.
+//   F32  : 4-byte IEEE float.
+//   F16  : 2-byte IEEE half.
+//   BF16 : 2-byte bfloat16 (upper half of an f32).
+//   Q8_0 : blocks of 32: f16 scale d, int8 q[32];          x = d * q.      34 bytes
+//   Q4_0 : blocks of 32: f16 scale d, uint8 qs[16];        x = d * (nib - 8), element j
+//          in the low nibble of qs[j] for j < 16, element j+16 in the high nibble.  18 bytes
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace moeflow {
+
+// Values are the ggml type ids, so they round-trip through GGUF unchanged.
+enum class DType : uint32_t { F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8, BF16 = 30 };
+
+struct DTypeInfo {
+  const char* name;
+  int64_t block_size;  // elements per block (1 for float types)
+  int64_t type_size;   // bytes per block
+};
+
+// Returns false for ggml type ids moeflow does not support.
+bool dtype_from_ggml(uint32_t ggml_type, DType& out);
+const DTypeInfo& dtype_info(DType t);
+const char* dtype_name(DType t);
+// Parses "f32", "f16", "bf16", "q8_0", "q4_0"; returns false otherwise.
+bool dtype_from_name(const std::string& name, DType& out);
+bool dtype_is_quantized(DType t);
+// Bytes of a row of n elements. REQUIRES n % block_size == 0.
+size_t row_bytes(DType t, int64_t n);
+
+// Dequantise n elements (REQUIRES n % block_size == 0).
+void dequantize_row(DType t, const void* src, float* dst, int64_t n);
+// Quantise n elements the way ggml's reference quantiser does (round to nearest,
+// q8_0: d = amax/127; q4_0: d = max/-8 where max is the signed value of largest magnitude).
+void quantize_row(DType t, const float* src, void* dst, int64_t n);
+
+// Scalar conversions (round-to-nearest-even), the reference for the SIMD paths.
+uint16_t fp32_to_fp16(float f);
+float fp16_to_fp32(uint16_t h);
+uint16_t fp32_to_bf16(float f);
+inline float bf16_to_fp32(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+struct BlockQ8_0 { uint16_t d; int8_t qs[32]; };
+struct BlockQ4_0 { uint16_t d; uint8_t qs[16]; };
+static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ4_0) == 18);
+
+}  // namespace moeflow
