@@ -5,7 +5,14 @@
 //   "llama" : SentencePiece-style BPE over scores (highest-score merge first), spaces
 //             as U+2581 with a leading one added, byte fallback tokens <0xNN> for bytes
 //             that have no piece.
-// Special (control) tokens written literally in the text are encoded as themselves.
+// Special (control, type 3, and user-defined, type 4) tokens written literally in the
+// text are split out first (longest match) and encoded as themselves; the text between
+// them is encoded normally (for "llama", each such piece gets the space prefix when
+// it starts the text or follows a special token, as llama.cpp does).
+// decode() is the plain concatenation of token_bytes(): for "llama" the leading space
+// that the prefix added is kept (encode("hi") decodes to " hi"). The GPT-2 regex is
+// matched by hand with approximate Unicode classes (see tokenizer_bpe.cpp), and
+// tokenizer.ggml.pre is informational: every gpt2 vocabulary uses the GPT-2 split.
 // Thread safety: a Tokenizer is immutable after construction.
 #pragma once
 #include <cstdint>
@@ -25,11 +32,16 @@ struct TokenizerData {
   std::vector<std::string> merges;  // tokenizer.ggml.merges ("a b"), gpt2 only
   int32_t bos = -1, eos = -1, unk = -1, pad = -1;
   bool add_bos = false;             // tokenizer.ggml.add_bos_token (default: llama true, gpt2 false)
+  bool add_space_prefix = true;     // tokenizer.ggml.add_space_prefix, llama only (default true)
 };
 
 // Reads tokenizer.ggml.* keys; throws InputError naming the key on a missing or
 // malformed value (e.g. an eos id past the vocabulary).
 TokenizerData tokenizer_data_from_gguf(const gguf::GgufFile& f);
+
+// Checks the model name, array lengths and special ids; throws InputError naming the
+// tokenizer.ggml.* key at fault. The Tokenizer constructor calls it too.
+void validate_tokenizer_data(const TokenizerData& d);
 
 class Tokenizer {
  public:
@@ -50,13 +62,19 @@ class Tokenizer {
   TokenizerData d_;
   // implementation state (token -> id map, merge ranks, byte maps) lives here
   std::unordered_map<std::string, int32_t> token_to_id_;
-  std::unordered_map<std::string, int32_t> merge_rank_;
-  std::vector<int32_t> special_ids_;  // control / user-defined tokens matched literally
-  std::vector<int32_t> byte_token_;    // llama: byte -> <0xNN> id (-1 if none)
-  std::vector<int32_t> gpt2_byte_to_cp_;  // gpt2: byte -> unicode code point
+  std::unordered_map<std::string, int32_t> merge_rank_;   // gpt2: "left right" -> rank
+  // Control / user-defined tokens matched literally, bucketed by first byte and
+  // sorted longest first inside each bucket (so the longest match wins).
+  std::vector<std::vector<int32_t>> special_by_byte_;
+  std::vector<int32_t> byte_token_;        // llama: byte -> <0xNN> id (-1 if none)
+  std::vector<int32_t> gpt2_byte_to_cp_;   // gpt2: byte -> unicode code point
   std::unordered_map<int32_t, uint8_t> gpt2_cp_to_byte_;
-  std::vector<int32_t> encode_gpt2(const std::string& text) const;
-  std::vector<int32_t> encode_llama(const std::string& text) const;
+  std::vector<uint8_t> eog_;               // per id: ends generation
+  std::vector<std::string> bytes_;         // per id: token_bytes(id, false)
+  int32_t type_of(int32_t id) const;
+  void encode_fragment(const std::string& text, bool prev_special, std::vector<int32_t>& out) const;
+  void encode_gpt2(const std::string& text, std::vector<int32_t>& out) const;
+  void encode_llama(const std::string& text, std::vector<int32_t>& out) const;
 };
 
 // Turns a stream of token ids into text without ever emitting half of a UTF-8

@@ -3,8 +3,10 @@
 // done. Threads are created once (thread start costs more than a decode step's
 // mat-vec on a small model). Thread safety: one parallel_for at a time per pool.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -26,15 +28,21 @@ class ThreadPool {
 
  private:
   void worker(int index);
+  void run_chunk(int64_t n, int64_t grain, int parts, int index,
+                 const std::function<void(int64_t, int64_t, int)>& fn);
   int n_threads_;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_start_, cv_done_;
   const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;
   int64_t job_n_ = 0, job_grain_ = 1;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  int job_parts_ = 1;                        // chunks in the current job (<= n_threads_)
+  std::atomic<uint64_t> generation_{0};      // bumped once per parallel_for
+  std::atomic<int> pending_{0};              // worker chunks not yet finished
+  std::atomic<int> sleepers_{0};             // workers blocked on cv_start_
+  std::atomic<bool> caller_sleeping_{false}; // caller blocked on cv_done_
+  std::atomic<bool> stop_{false};
+  std::exception_ptr worker_error_;          // first exception thrown by a worker's chunk
 };
 
 }  // namespace moeflow

@@ -1,0 +1,51 @@
+#include <cstdio>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "model/synthetic_model.h"
+
+namespace moeflow::cli {
+
+int cmd_make_model(int argc, char** argv) {
+  Args a("make-model");
+  a.flag("-o,--out", "output GGUF path (required)");
+  a.flag("--arch", "mixtral | qwen3moe | olmoe", true, "mixtral");
+  a.flag("--dtype", "f32 | f16 | bf16 | q8_0 | q4_0 (big matrices)", true, "f32");
+  a.flag("--vocab", "vocabulary size", true, "300");
+  a.flag("--embd", "hidden size", true, "64");
+  a.flag("--layers", "number of blocks", true, "2");
+  a.flag("--heads", "attention heads", true, "4");
+  a.flag("--kv-heads", "key/value heads", true, "2");
+  a.flag("--head-dim", "head size", true, "16");
+  a.flag("--ff", "hidden size of one expert", true, "64");
+  a.flag("--experts", "experts per layer", true, "8");
+  a.flag("--top-k", "experts used per token", true, "2");
+  a.flag("--tied", "tie the output projection to the embeddings", false);
+  a.flag("--seed", "random seed", true, "1");
+  a.parse(argc, argv, 2);
+  if (!a.has("--out")) throw UsageError("moeflow make-model: --out is required\n" + a.help());
+  SyntheticModelSpec s;
+  const std::string arch = a.str("--arch");
+  if (arch == "mixtral") s.arch = Arch::Mixtral;
+  else if (arch == "qwen3moe") s.arch = Arch::Qwen3Moe;
+  else if (arch == "olmoe") s.arch = Arch::Olmoe;
+  else throw UsageError("moeflow make-model: --arch must be mixtral, qwen3moe or olmoe, got '" + arch + "'");
+  if (!dtype_from_name(a.str("--dtype"), s.dtype))
+    throw UsageError("moeflow make-model: --dtype must be f32, f16, bf16, q8_0 or q4_0, got '" + a.str("--dtype") + "'");
+  s.n_vocab = a.integer("--vocab", 257, 1 << 20);
+  s.n_embd = a.integer("--embd", 32, 1 << 16);
+  s.n_layer = a.integer("--layers", 1, 256);
+  s.n_head = a.integer("--heads", 1, 256);
+  s.n_head_kv = a.integer("--kv-heads", 1, 256);
+  s.head_dim = a.integer("--head-dim", 2, 1024);
+  s.n_ff_expert = a.integer("--ff", 32, 1 << 16);
+  s.n_expert = a.integer("--experts", 1, 1024);
+  s.n_expert_used = a.integer("--top-k", 1, s.n_expert);
+  s.tied_output = a.has("--tied");
+  s.seed = static_cast<uint64_t>(a.integer("--seed", 0, INT64_MAX));
+  write_synthetic_model(s, a.str("--out"));
+  std::printf("wrote %s\n", a.str("--out").c_str());
+  return 0;
+}
+
+}  // namespace moeflow::cli

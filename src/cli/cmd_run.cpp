@@ -1,0 +1,95 @@
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/model_flags.h"
+#include "engine/generator.h"
+#include "engine/logits_file.h"
+#include "engine/transformer.h"
+
+namespace moeflow::cli {
+
+int cmd_run(int argc, char** argv) {
+  Args a("run");
+  add_model_flags(a);
+  a.flag("-p,--prompt", "prompt text");
+  a.flag("--prompt-tokens", "comma-separated token ids fed instead of text");
+  a.flag("-n,--n-predict", "tokens to generate", true, "64");
+  a.flag("--temp", "sampling temperature (0: greedy)", true, "0.8");
+  a.flag("--top-k", "sample among the k most likely (0: all)", true, "40");
+  a.flag("--top-p", "nucleus sampling mass", true, "0.95");
+  a.flag("-s,--seed", "random seed", true, "42");
+  a.flag("--ignore-eos", "keep generating past end-of-text", false);
+  a.flag("--logits-out", "write the logits of every position to this file (format: tools/reference/README.md)");
+  a.flag("--json", "print one JSON object instead of streaming text", false);
+  a.parse(argc, argv, 2);
+  if (a.has("--prompt") && a.has("--prompt-tokens"))
+    throw UsageError("moeflow run: give either -p/--prompt or --prompt-tokens, not both");
+
+  LoadedModel lm = load_model_from_flags(a);
+  const Tokenizer& tok = *lm.tokenizer;
+  std::vector<int32_t> prompt;
+  if (a.has("--prompt-tokens")) {
+    prompt = parse_int_list("--prompt-tokens", a.str("--prompt-tokens"));
+  } else {
+    const std::string text = a.has("--prompt") ? a.str("--prompt") : std::string("Once upon a time");
+    prompt = tok.encode(text, tok.add_bos_default());
+  }
+  if (prompt.empty()) throw UsageError("moeflow run: the prompt encodes to no tokens");
+
+  GenerateOptions opt;
+  opt.n_predict = a.integer("--n-predict", 0, 1 << 20);
+  opt.sampler.temperature = static_cast<float>(a.number("--temp", 0.0, 100.0));
+  opt.sampler.top_k = static_cast<int32_t>(a.integer("--top-k", 0, 1 << 20));
+  opt.sampler.top_p = static_cast<float>(a.number("--top-p", 0.0, 1.0));
+  opt.sampler.seed = static_cast<uint64_t>(a.integer("--seed", 0, INT64_MAX));
+  opt.stop_at_eog = !a.has("--ignore-eos");
+  opt.record_logits = a.has("--logits-out");
+  opt.feed_last = opt.record_logits;
+  const bool json = a.has("--json");
+  const int64_t need = static_cast<int64_t>(prompt.size()) + opt.n_predict;
+  if (need > lm.n_ctx && !a.has("--ctx-size")) lm.n_ctx = need;
+
+  Transformer tf(*lm.model, lm.pool.get(), lm.n_ctx);
+  StreamingDetokenizer detok(tok);
+  std::string text;
+  if (!json && !a.has("--prompt-tokens")) {
+    std::fputs(tok.decode(prompt).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  GenerateResult r = generate(tf, prompt, opt, [&](int32_t id) { return tok.is_end_of_generation(id); },
+                              [&](int32_t id) {
+                                const std::string piece = detok.push(id);
+                                text += piece;
+                                if (!json) {
+                                  std::fputs(piece.c_str(), stdout);
+                                  std::fflush(stdout);
+                                }
+                              });
+  const std::string rest = detok.flush();
+  text += rest;
+  if (opt.record_logits) {
+    LogitsRecord rec{lm.model->config().n_vocab, r.fed_tokens, r.logits};
+    write_logits_file(a.str("--logits-out"), rec);
+  }
+  const double pp = r.prompt_seconds > 0 ? static_cast<double>(prompt.size()) / r.prompt_seconds : 0;
+  const double tg = r.gen_seconds > 0 && r.gen_evals > 0 ? static_cast<double>(r.gen_evals) / r.gen_seconds : 0;
+  if (json) {
+    nlohmann::json j;
+    j["model"] = lm.model->file().path();
+    j["prompt_tokens"] = prompt;
+    j["tokens"] = r.generated;
+    j["text"] = text;
+    j["timings"] = {{"prompt_seconds", r.prompt_seconds}, {"generation_seconds", r.gen_seconds},
+                    {"prompt_tokens_per_second", pp}, {"generation_tokens_per_second", tg}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::fputs(rest.c_str(), stdout);
+    std::printf("\n");
+    std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tokens/s | generation: %zu tokens, %.1f tokens/s\n", prompt.size(),
+                 pp, r.generated.size(), tg);
+  }
+  return 0;
+}
+
+}  // namespace moeflow::cli

@@ -1,0 +1,12 @@
+// Subcommands of the `moeflow` binary. Each returns the process exit code and throws
+// UsageError / InputError for bad flags and bad files (main prints them).
+#pragma once
+
+namespace moeflow::cli {
+
+int cmd_run(int argc, char** argv);
+int cmd_inspect(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+int cmd_make_model(int argc, char** argv);
+
+}  // namespace moeflow::cli

@@ -1,0 +1,49 @@
+// moeflow: MoE inference with experts that do not fit in fast memory.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "format/error.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: moeflow <command> [flags]\n"
+    "commands:\n"
+    "  run         generate text from a prompt (or token ids)\n"
+    "  inspect     print a model file's metadata, tensors, dense vs expert bytes\n"
+    "  bench       prompt and generation speed beside the machine's bandwidth and FLOP/s bounds\n"
+    "  make-model  write a random-weight model (test fixtures, benchmarks)\n"
+    "run 'moeflow <command> --help' for its flags\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace moeflow::cli;
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  try {
+    if (cmd == "run") return cmd_run(argc, argv);
+    if (cmd == "inspect") return cmd_inspect(argc, argv);
+    if (cmd == "bench") return cmd_bench(argc, argv);
+    if (cmd == "make-model") return cmd_make_model(argc, argv);
+    std::fprintf(stderr, "moeflow: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+    return 2;
+  } catch (const UsageError& e) {
+    const bool is_help = std::string(e.what()).rfind("usage:", 0) == 0;
+    std::fprintf(is_help ? stdout : stderr, "%s\n", e.what());
+    return is_help ? 0 : 2;
+  } catch (const moeflow::InputError& e) {
+    std::fprintf(stderr, "moeflow %s: error: %s\n", cmd.c_str(), e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moeflow %s: internal error: %s\n", cmd.c_str(), e.what());
+    return 3;
+  }
+}

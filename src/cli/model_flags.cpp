@@ -1,0 +1,76 @@
+#include "cli/model_flags.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "format/error.h"
+
+#ifndef MOEFLOW_SOURCE_DIR
+#define MOEFLOW_SOURCE_DIR "."
+#endif
+
+namespace moeflow::cli {
+
+void add_model_flags(Args& a) {
+  a.flag("-m,--model", "GGUF model file (default: the built-in model)");
+  a.flag("-t,--threads", "worker threads", true, std::to_string(std::max(1u, std::thread::hardware_concurrency())));
+  a.flag("-c,--ctx-size", "context size in tokens (0: the model's, at most 4096)", true, "0");
+}
+
+std::string default_model_path() {
+  const char* env = std::getenv("MOEFLOW_DEFAULT_MODEL");
+  if (env && *env) return env;
+  const std::filesystem::path p = std::filesystem::path(MOEFLOW_SOURCE_DIR) / "models" / "default.gguf";
+  return std::filesystem::exists(p) ? p.string() : "";
+}
+
+LoadedModel load_model_from_flags(const Args& a) {
+  LoadedModel m;
+  std::string path = a.str("--model");
+  if (path.empty()) {
+    path = default_model_path();
+    if (path.empty())
+      throw UsageError("no model given and no built-in default found: pass -m model.gguf "
+                       "(or set MOEFLOW_DEFAULT_MODEL)");
+  }
+  m.model = Model::load(path);
+  m.tokenizer = std::make_unique<Tokenizer>(tokenizer_data_from_gguf(m.model->file()));
+  if (static_cast<int64_t>(m.tokenizer->vocab_size()) != m.model->config().n_vocab)
+    throw InputError(path + ": tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
+                     " tokens but token_embd.weight has " + std::to_string(m.model->config().n_vocab) + " rows");
+  const int64_t threads = a.integer("--threads", 1, 256);
+  m.pool = std::make_unique<ThreadPool>(static_cast<int>(threads));
+  int64_t ctx = a.integer("--ctx-size", 0, 1 << 20);
+  if (ctx == 0) ctx = std::min<int64_t>(m.model->config().n_ctx_train, 4096);
+  m.n_ctx = ctx;
+  return m;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\r': o += "\\r"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          o += buf;
+        } else {
+          o += static_cast<char>(c);
+        }
+    }
+  }
+  return o;
+}
+
+}  // namespace moeflow::cli

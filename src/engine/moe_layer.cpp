@@ -1,0 +1,73 @@
+#include "engine/moe_layer.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+
+namespace moeflow {
+
+void route_tokens(const ModelConfig& c, const float* router_logits, int64_t n_tok, int64_t layer,
+                  LayerRouting& r) {
+  const int64_t E = c.n_expert, K = c.n_expert_used;
+  r.layer = layer;
+  r.n_tok = n_tok;
+  r.n_expert = E;
+  r.top_k = K;
+  r.probs.assign(router_logits, router_logits + n_tok * E);
+  r.experts.resize(static_cast<size_t>(n_tok * K));
+  r.weights.resize(static_cast<size_t>(n_tok * K));
+  std::vector<int32_t> order(static_cast<size_t>(E));
+  for (int64_t t = 0; t < n_tok; ++t) {
+    float* p = r.probs.data() + t * E;
+    cpu::softmax(p, E);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + K, order.end(),
+                      [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    double sum = 0;
+    for (int64_t k = 0; k < K; ++k) sum += p[order[k]];
+    for (int64_t k = 0; k < K; ++k) {
+      r.experts[t * K + k] = order[k];
+      r.weights[t * K + k] = c.norm_topk ? static_cast<float>(p[order[k]] / sum) : p[order[k]];
+    }
+  }
+}
+
+void moe_forward(const ModelConfig& c, const LayerWeights& w, const LayerRouting& r, const float* x_norm,
+                 float* out, ThreadPool* pool) {
+  const int64_t D = c.n_embd, F = c.n_ff_expert, K = r.top_k, T = r.n_tok;
+  // Group (token, slot) pairs by expert.
+  std::vector<std::vector<int64_t>> slots(static_cast<size_t>(c.n_expert));
+  for (int64_t i = 0; i < T * K; ++i) slots[r.experts[i]].push_back(i);
+
+  std::vector<float> per_slot(static_cast<size_t>(T * K * D));
+  std::vector<float> xe, gate, up, down;
+  for (int64_t e = 0; e < c.n_expert; ++e) {
+    const auto& s = slots[e];
+    if (s.empty()) continue;
+    const int64_t n = static_cast<int64_t>(s.size());
+    xe.resize(static_cast<size_t>(n * D));
+    for (int64_t j = 0; j < n; ++j) std::copy_n(x_norm + (s[j] / K) * D, D, xe.data() + j * D);
+    gate.resize(static_cast<size_t>(n * F));
+    up.resize(static_cast<size_t>(n * F));
+    down.resize(static_cast<size_t>(n * D));
+    const MatrixRef g = w.gate_exps.expert(e), u = w.up_exps.expert(e), d = w.down_exps.expert(e);
+    cpu::matmul(g.dtype, g.data, g.rows, g.cols, xe.data(), n, gate.data(), pool);
+    cpu::matmul(u.dtype, u.data, u.rows, u.cols, xe.data(), n, up.data(), pool);
+    cpu::swiglu(gate.data(), up.data(), gate.data(), n * F);
+    cpu::matmul(d.dtype, d.data, d.rows, d.cols, gate.data(), n, down.data(), pool);
+    for (int64_t j = 0; j < n; ++j) std::copy_n(down.data() + j * D, D, per_slot.data() + s[j] * D);
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    float* o = out + t * D;
+    std::fill(o, o + D, 0.0f);
+    for (int64_t k = 0; k < K; ++k) {
+      const float wk = r.weights[t * K + k];
+      const float* src = per_slot.data() + (t * K + k) * D;
+      for (int64_t i = 0; i < D; ++i) o[i] += wk * src[i];
+    }
+  }
+}
+
+}  // namespace moeflow

@@ -1,0 +1,115 @@
+#include "engine/transformer.h"
+
+#include <string>
+
+#include "format/error.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+
+namespace moeflow {
+
+namespace {
+
+void apply(const MatrixRef& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
+  if (n == 1) cpu::matvec(w.dtype, w.data, w.rows, w.cols, x, y, pool);
+  else cpu::matmul(w.dtype, w.data, w.rows, w.cols, x, n, y, pool);
+}
+
+void rmsnorm_rows(const float* x, const std::vector<float>& w, float* y, int64_t n, int64_t d, float eps) {
+  for (int64_t t = 0; t < n; ++t) cpu::rmsnorm(x + t * d, w.data(), y + t * d, d, eps);
+}
+
+}  // namespace
+
+Transformer::Transformer(const Model& model, ThreadPool* pool, int64_t n_ctx)
+    : model_(model), pool_(pool),
+      kv_(model.config().n_layer, n_ctx, model.config().n_head_kv * model.config().head_dim) {}
+
+void Transformer::eval(const int32_t* tokens, int64_t n, bool all_logits, std::vector<float>& logits) {
+  const ModelConfig& c = model_.config();
+  const ModelWeights& w = model_.weights();
+  if (n <= 0) throw InputError("eval: no tokens to evaluate");
+  if (pos_ + n > kv_.capacity())
+    throw InputError("context overflow: " + std::to_string(pos_ + n) + " positions needed, context size is " +
+                     std::to_string(kv_.capacity()) + " (raise --ctx-size)");
+  const int64_t D = c.n_embd;
+  std::vector<float> x(static_cast<size_t>(n * D));
+  const size_t emb_row = w.tok_embd.row_bytes();
+  for (int64_t t = 0; t < n; ++t) {
+    if (tokens[t] < 0 || tokens[t] >= c.n_vocab)
+      throw InputError("token id " + std::to_string(tokens[t]) + " at input position " + std::to_string(t) +
+                       " is outside the vocabulary [0, " + std::to_string(c.n_vocab) + ")");
+    dequantize_row(w.tok_embd.dtype, w.tok_embd.data + emb_row * static_cast<size_t>(tokens[t]), x.data() + t * D, D);
+  }
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    attention_block(l, n, x);
+    moe_block(l, n, x);
+  }
+  const int64_t first = all_logits ? 0 : n - 1;
+  const int64_t n_out = n - first;
+  xn_.resize(static_cast<size_t>(n_out * D));
+  rmsnorm_rows(x.data() + first * D, w.output_norm, xn_.data(), n_out, D, c.rms_eps);
+  logits.resize(static_cast<size_t>(n_out * c.n_vocab));
+  apply(w.output, xn_.data(), n_out, logits.data(), pool_);
+  pos_ += n;
+}
+
+void Transformer::attention_block(int64_t l, int64_t n, std::vector<float>& x) {
+  const ModelConfig& c = model_.config();
+  const LayerWeights& L = model_.weights().layers[static_cast<size_t>(l)];
+  const int64_t D = c.n_embd, hd = c.head_dim;
+  const int64_t q_dim = c.n_head * hd, kv_dim = c.n_head_kv * hd;
+  xn_.resize(static_cast<size_t>(n * D));
+  q_.resize(static_cast<size_t>(n * q_dim));
+  k_.resize(static_cast<size_t>(n * kv_dim));
+  v_.resize(static_cast<size_t>(n * kv_dim));
+  attn_.resize(static_cast<size_t>(n * q_dim));
+  proj_.resize(static_cast<size_t>(n * D));
+
+  rmsnorm_rows(x.data(), L.attn_norm, xn_.data(), n, D, c.rms_eps);
+  apply(L.wq, xn_.data(), n, q_.data(), pool_);
+  apply(L.wk, xn_.data(), n, k_.data(), pool_);
+  apply(L.wv, xn_.data(), n, v_.data(), pool_);
+
+  for (int64_t t = 0; t < n; ++t) {
+    float* qt = q_.data() + t * q_dim;
+    float* kt = k_.data() + t * kv_dim;
+    if (c.qk_norm == QkNorm::Full) {
+      cpu::rmsnorm(qt, L.q_norm.data(), qt, q_dim, c.rms_eps);
+      cpu::rmsnorm(kt, L.k_norm.data(), kt, kv_dim, c.rms_eps);
+    }
+    const int64_t p = pos_ + t;
+    for (int64_t h = 0; h < c.n_head; ++h) {
+      if (c.qk_norm == QkNorm::PerHead) cpu::rmsnorm(qt + h * hd, L.q_norm.data(), qt + h * hd, hd, c.rms_eps);
+      cpu::rope(qt + h * hd, hd, c.rot_dim, p, c.rope_base, c.rope_neox);
+    }
+    for (int64_t h = 0; h < c.n_head_kv; ++h) {
+      if (c.qk_norm == QkNorm::PerHead) cpu::rmsnorm(kt + h * hd, L.k_norm.data(), kt + h * hd, hd, c.rms_eps);
+      cpu::rope(kt + h * hd, hd, c.rot_dim, p, c.rope_base, c.rope_neox);
+    }
+    std::copy_n(kt, kv_dim, kv_.k(l, p));
+    std::copy_n(v_.data() + t * kv_dim, kv_dim, kv_.v(l, p));
+  }
+  cpu::AttentionShape shape{c.n_head, c.n_head_kv, hd, kv_dim};
+  cpu::attention(shape, q_.data(), n, pos_, kv_.k(l, 0), kv_.v(l, 0), attn_.data(), pool_);
+  apply(L.wo, attn_.data(), n, proj_.data(), pool_);
+  for (int64_t i = 0; i < n * D; ++i) x[i] += proj_[i];
+}
+
+void Transformer::moe_block(int64_t l, int64_t n, std::vector<float>& x) {
+  const ModelConfig& c = model_.config();
+  const LayerWeights& L = model_.weights().layers[static_cast<size_t>(l)];
+  const int64_t D = c.n_embd;
+  xn_.resize(static_cast<size_t>(n * D));
+  router_.resize(static_cast<size_t>(n * c.n_expert));
+  proj_.resize(static_cast<size_t>(n * D));
+  rmsnorm_rows(x.data(), L.ffn_norm, xn_.data(), n, D, c.rms_eps);
+  apply(L.gate_inp, xn_.data(), n, router_.data(), pool_);
+  route_tokens(c, router_.data(), n, l, routing_);
+  if (observer_) observer_(routing_);
+  moe_forward(c, L, routing_, xn_.data(), proj_.data(), pool_);
+  for (int64_t i = 0; i < n * D; ++i) x[i] += proj_[i];
+}
+
+}  // namespace moeflow

@@ -1,0 +1,47 @@
+// The forward pass of a MoE transformer over a KV cache: one call evaluates a block
+// of tokens (a prefill chunk or one decode step) at the next positions.
+//
+// Thread safety: one Transformer per sequence; eval calls are serial.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/kv_cache.h"
+#include "engine/moe_layer.h"
+#include "kernels/cpu/thread_pool.h"
+#include "model/model_weights.h"
+
+namespace moeflow {
+
+class Transformer {
+ public:
+  // REQUIRES: n_ctx >= 1. The KV cache is allocated for n_ctx positions.
+  Transformer(const Model& model, ThreadPool* pool, int64_t n_ctx);
+
+  // Evaluates `n` tokens at positions pos()..pos()+n-1. Writes the logits of the last
+  // token (all_logits=false) or of every token ([n][n_vocab]) into `logits`.
+  // Throws InputError if a token id is out of range or the context would overflow.
+  void eval(const int32_t* tokens, int64_t n, bool all_logits, std::vector<float>& logits);
+
+  int64_t pos() const { return pos_; }
+  int64_t n_ctx() const { return kv_.capacity(); }
+  void reset() { pos_ = 0; }
+  void set_routing_observer(RoutingObserver obs) { observer_ = std::move(obs); }
+  uint64_t kv_bytes() const { return kv_.bytes(); }
+  const Model& model() const { return model_; }
+
+ private:
+  void attention_block(int64_t layer, int64_t n, std::vector<float>& x);
+  void moe_block(int64_t layer, int64_t n, std::vector<float>& x);
+
+  const Model& model_;
+  ThreadPool* pool_;
+  KvCache kv_;
+  int64_t pos_ = 0;
+  RoutingObserver observer_;
+  // Scratch reused across calls (sized for the largest block seen).
+  std::vector<float> xn_, q_, k_, v_, attn_, proj_, router_;
+  LayerRouting routing_;
+};
+
+}  // namespace moeflow

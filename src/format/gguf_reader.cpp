@@ -1,0 +1,230 @@
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "format/gguf.h"
+
+namespace moeflow::gguf {
+
+namespace {
+
+constexpr uint64_t kMaxDims = 4;
+constexpr uint64_t kMaxElements = 1ull << 60;
+constexpr int kMaxArrayDepth = 2;
+
+// A cursor over the mapping that refuses to read past its end; every error names
+// the field being read and its absolute offset.
+class Cursor {
+ public:
+  Cursor(const std::string& path, const uint8_t* base, uint64_t size) : path_(path), base_(base), size_(size) {}
+  uint64_t pos() const { return pos_; }
+  uint64_t remaining() const { return size_ - pos_; }
+
+  [[noreturn]] void fail(const std::string& field, const std::string& why, uint64_t at) const {
+    throw InputError(path_ + ": " + field + ": " + why + " at offset " + std::to_string(at));
+  }
+  void need(uint64_t n, const std::string& field) const {
+    if (n > size_ - pos_)
+      fail(field, "file truncated (needs " + std::to_string(n) + " bytes, " + std::to_string(size_ - pos_) + " left)", pos_);
+  }
+  template <class T>
+  T read(const std::string& field) {
+    need(sizeof(T), field);
+    T v;
+    std::memcpy(&v, base_ + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  std::string read_string(const std::string& field) {
+    const uint64_t at = pos_;
+    const uint64_t n = read<uint64_t>(field + " (string length)");
+    if (n > remaining()) fail(field, "string length " + std::to_string(n) + " runs past the end of the file", at);
+    std::string s(reinterpret_cast<const char*>(base_ + pos_), n);
+    pos_ += n;
+    return s;
+  }
+
+ private:
+  const std::string& path_;
+  const uint8_t* base_;
+  uint64_t size_;
+  uint64_t pos_ = 0;
+};
+
+bool valid_type(uint32_t t) { return t <= 12; }
+
+Value read_value(Cursor& c, ValueType t, const std::string& field, int depth) {
+  Value v;
+  v.type = t;
+  switch (t) {
+    case ValueType::UINT8: v.u = c.read<uint8_t>(field); break;
+    case ValueType::INT8: v.i = c.read<int8_t>(field); break;
+    case ValueType::UINT16: v.u = c.read<uint16_t>(field); break;
+    case ValueType::INT16: v.i = c.read<int16_t>(field); break;
+    case ValueType::UINT32: v.u = c.read<uint32_t>(field); break;
+    case ValueType::INT32: v.i = c.read<int32_t>(field); break;
+    case ValueType::UINT64: v.u = c.read<uint64_t>(field); break;
+    case ValueType::INT64: v.i = c.read<int64_t>(field); break;
+    case ValueType::FLOAT32: v.f = c.read<float>(field); break;
+    case ValueType::FLOAT64: v.f = c.read<double>(field); break;
+    case ValueType::BOOL: {
+      const uint64_t at = c.pos();
+      const uint8_t b = c.read<uint8_t>(field);
+      if (b > 1) c.fail(field, "invalid bool byte " + std::to_string(b), at);
+      v.u = b;
+      break;
+    }
+    case ValueType::STRING: v.s = c.read_string(field); break;
+    case ValueType::ARRAY: {
+      const uint64_t at = c.pos();
+      if (depth >= kMaxArrayDepth) c.fail(field, "arrays nested too deeply", at);
+      const uint32_t et = c.read<uint32_t>(field + " (array element type)");
+      if (!valid_type(et)) c.fail(field, "unknown array element type " + std::to_string(et), at);
+      v.elem_type = static_cast<ValueType>(et);
+      const uint64_t n = c.read<uint64_t>(field + " (array length)");
+      // Every element takes at least one byte, so a count above the bytes left is corrupt.
+      if (n > c.remaining()) c.fail(field, "array length " + std::to_string(n) + " exceeds the bytes left in the file", at + 4);
+      v.array.reserve(n);
+      for (uint64_t k = 0; k < n; ++k)
+        v.array.push_back(read_value(c, v.elem_type, field + "[" + std::to_string(k) + "]", depth + 1));
+      break;
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+class Parser {
+ public:
+  static void parse(GgufFile& f) {
+    Cursor c(f.path_, f.base_, f.size_);
+    const uint32_t magic = c.read<uint32_t>("magic");
+    if (magic != 0x46554747u) c.fail("magic", "not a GGUF file (expected \"GGUF\")", 0);
+    f.version_ = c.read<uint32_t>("version");
+    if (f.version_ == 1) c.fail("version", "GGUF version 1 is not supported (re-convert the model with a current llama.cpp)", 4);
+    if (f.version_ != 2 && f.version_ != 3) c.fail("version", "unknown GGUF version " + std::to_string(f.version_), 4);
+    const uint64_t tensor_count = c.read<uint64_t>("tensor_count");
+    const uint64_t kv_count = c.read<uint64_t>("kv_count");
+    // A tensor info takes at least 8+4+8+4+8 bytes, a kv at least 8+4+1.
+    if (tensor_count > c.remaining() / 32) c.fail("tensor_count", "absurd tensor count " + std::to_string(tensor_count), 8);
+    if (kv_count > c.remaining() / 13) c.fail("kv_count", "absurd metadata count " + std::to_string(kv_count), 16);
+
+    for (uint64_t k = 0; k < kv_count; ++k) {
+      const uint64_t at = c.pos();
+      const std::string key = c.read_string("metadata key #" + std::to_string(k));
+      const std::string field = "metadata key '" + key + "'";
+      const uint64_t tat = c.pos();
+      const uint32_t t = c.read<uint32_t>(field + " (type)");
+      if (!valid_type(t)) c.fail(field, "unknown value type " + std::to_string(t), tat);
+      Value v = read_value(c, static_cast<ValueType>(t), field, 0);
+      if (f.kv_.count(key)) c.fail(field, "duplicate key", at);
+      f.kv_order_.push_back(key);
+      f.kv_.emplace(key, std::move(v));
+    }
+    if (const Value* a = f.find("general.alignment")) {
+      const int64_t al = a->type == ValueType::UINT32 || a->type == ValueType::UINT64 || a->type == ValueType::INT32
+                             ? a->as_int("general.alignment") : -1;
+      if (al <= 0 || (al & (al - 1)) != 0 || al > (1 << 20))
+        throw InputError(f.path_ + ": metadata key 'general.alignment' must be a power of two up to 1 MiB, got " + a->to_display());
+      f.alignment_ = static_cast<uint64_t>(al);
+    }
+
+    for (uint64_t k = 0; k < tensor_count; ++k) {
+      TensorInfo ti;
+      const uint64_t at = c.pos();
+      ti.name = c.read_string("tensor #" + std::to_string(k) + " name");
+      const std::string field = "tensor '" + ti.name + "'";
+      const uint64_t dat = c.pos();
+      const uint32_t nd = c.read<uint32_t>(field + " n_dims");
+      if (nd == 0 || nd > kMaxDims) c.fail(field + " n_dims", "must be 1.." + std::to_string(kMaxDims) + ", got " + std::to_string(nd), dat);
+      uint64_t n = 1;
+      for (uint32_t d = 0; d < nd; ++d) {
+        const uint64_t pos = c.pos();
+        const uint64_t v = c.read<uint64_t>(field + " dims[" + std::to_string(d) + "]");
+        if (v == 0 || v > kMaxElements || n > kMaxElements / v)
+          c.fail(field + " dims[" + std::to_string(d) + "]", "absurd dimension " + std::to_string(v), pos);
+        n *= v;
+        ti.dims.push_back(v);
+      }
+      const uint64_t tpos = c.pos();
+      const uint32_t gt = c.read<uint32_t>(field + " type");
+      if (!dtype_from_ggml(gt, ti.dtype))
+        c.fail(field + " type", "unsupported ggml type " + std::to_string(gt) + " (moeflow reads f32, f16, bf16, q8_0, q4_0)", tpos);
+      const DTypeInfo& info = dtype_info(ti.dtype);
+      if (ti.dims[0] % static_cast<uint64_t>(info.block_size) != 0)
+        c.fail(field + " dims[0]", std::to_string(ti.dims[0]) + " is not a multiple of the " + info.name + " block size", dat + 4);
+      ti.nbytes = n / static_cast<uint64_t>(info.block_size) * static_cast<uint64_t>(info.type_size);
+      const uint64_t opos = c.pos();
+      ti.offset = c.read<uint64_t>(field + " offset");
+      if (ti.offset % f.alignment_ != 0)
+        c.fail(field + " offset", "offset " + std::to_string(ti.offset) + " is not aligned to " + std::to_string(f.alignment_), opos);
+      if (f.tensor_index_.count(ti.name)) c.fail(field, "duplicate tensor name", at);
+      f.tensor_index_[ti.name] = f.tensors_.size();
+      ti.file_offset = opos;  // patched below once the data section is known
+      f.tensors_.push_back(std::move(ti));
+    }
+    const uint64_t data = (c.pos() + f.alignment_ - 1) / f.alignment_ * f.alignment_;
+    f.data_offset_ = data;
+    for (auto& ti : f.tensors_) {
+      const uint64_t info_at = ti.file_offset;
+      if (data > f.size_ || ti.offset > f.size_ - data || ti.nbytes > f.size_ - data - ti.offset)
+        c.fail("tensor '" + ti.name + "' offset",
+               "data [" + std::to_string(ti.offset) + ", +" + std::to_string(ti.nbytes) + ") runs past the end of the file (size " +
+                   std::to_string(f.size_) + ")",
+               info_at);
+      ti.file_offset = data + ti.offset;
+      ti.data = f.base_ + ti.file_offset;
+    }
+  }
+};
+
+std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
+  std::unique_ptr<GgufFile> f(new GgufFile());
+  f->path_ = path;
+  f->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f->fd_ < 0) throw InputError("cannot open model file '" + path + "': " + std::strerror(errno));
+  struct stat st {};
+  if (fstat(f->fd_, &st) != 0 || !S_ISREG(st.st_mode)) throw InputError("'" + path + "' is not a regular file");
+  f->size_ = static_cast<uint64_t>(st.st_size);
+  if (f->size_ < 24) throw InputError(path + ": file truncated: " + std::to_string(f->size_) + " bytes is smaller than a GGUF header at offset 0");
+  void* p = mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, f->fd_, 0);
+  if (p == MAP_FAILED) throw InputError("cannot map '" + path + "': " + std::strerror(errno));
+  f->base_ = static_cast<const uint8_t*>(p);
+  Parser::parse(*f);
+  return f;
+}
+
+GgufFile::~GgufFile() {
+  if (base_) munmap(const_cast<uint8_t*>(base_), size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+const Value& GgufFile::get(const std::string& key) const {
+  auto it = kv_.find(key);
+  if (it == kv_.end()) throw InputError("missing required key '" + key + "' in " + path_);
+  return it->second;
+}
+
+const Value* GgufFile::find(const std::string& key) const {
+  auto it = kv_.find(key);
+  return it == kv_.end() ? nullptr : &it->second;
+}
+
+const TensorInfo* GgufFile::find_tensor(const std::string& name) const {
+  auto it = tensor_index_.find(name);
+  return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+}
+
+const TensorInfo& GgufFile::tensor(const std::string& name) const {
+  const TensorInfo* t = find_tensor(name);
+  if (!t) throw InputError(path_ + ": missing required tensor '" + name + "'");
+  return *t;
+}
+
+}  // namespace moeflow::gguf

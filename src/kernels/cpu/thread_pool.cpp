@@ -1,0 +1,185 @@
+// Fork/join pool tuned for many small jobs (a decode step issues hundreds of
+// parallel_for calls per token).
+//
+// Publication: generation_ packs (sequence << 16) | parts into one atomic word, so a
+// worker learns in a single load whether the new job has a chunk for it. Only the
+// workers that own a chunk (index < parts) touch the job fields and count in
+// pending_; the caller does not rewrite those fields until pending_ drops to zero,
+// so an idle worker can never see a half-written job.
+//
+// Waiting: both sides spin (with a pause instruction) for a short time before
+// blocking on a condition variable; sleepers_/caller_sleeping_ tell the other side
+// whether a notify is needed, so the fast path takes no lock at all. The
+// store-then-load pairs are seq_cst, which rules out a lost wake-up (Dekker).
+#include "kernels/cpu/thread_pool.h"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define MOEFLOW_PAUSE() _mm_pause()
+#elif defined(__aarch64__)
+#define MOEFLOW_PAUSE() asm volatile("yield" ::: "memory")
+#else
+#define MOEFLOW_PAUSE() ((void)0)
+#endif
+
+namespace moeflow {
+
+namespace {
+
+constexpr uint64_t kPartsBits = 16;
+constexpr uint64_t kPartsMask = (uint64_t{1} << kPartsBits) - 1;
+constexpr int kMaxThreads = static_cast<int>(kPartsMask);
+
+using Clock = std::chrono::steady_clock;
+
+// How long a thread busy-waits before blocking. Long enough to bridge the serial
+// gaps between the parallel_for calls of one decode step, short enough that an idle
+// pool goes quiet almost at once.
+int64_t spin_ns(int n_threads) {
+  const unsigned hw = std::thread::hardware_concurrency();
+  // Oversubscribed: spinning steals the core from the thread we are waiting for.
+  if (hw != 0 && static_cast<unsigned>(n_threads) > hw) return 2'000;
+  return 200'000;
+}
+
+// Spin until pred() or the budget runs out; returns pred()'s final value.
+template <class Pred>
+bool spin_until(Pred pred, int64_t budget_ns) {
+  if (pred()) return true;
+  const auto t0 = Clock::now();
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      MOEFLOW_PAUSE();
+      if (pred()) return true;
+    }
+    const int64_t el =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+    if (el >= budget_ns) return pred();
+    if (budget_ns < 10'000) std::this_thread::yield();
+  }
+}
+
+struct Range {
+  int64_t begin, end;
+};
+
+// Chunk `index` of `parts`: the grain-sized blocks of [0, n) dealt out evenly.
+Range chunk_of(int64_t n, int64_t grain, int parts, int index) {
+  const int64_t blocks = (n + grain - 1) / grain;
+  const int64_t per = blocks / parts, extra = blocks % parts;
+  const int64_t b0 = index * per + std::min<int64_t>(index, extra);
+  const int64_t b1 = b0 + per + (index < extra ? 1 : 0);
+  return {std::min(n, b0 * grain), std::min(n, b1 * grain)};
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(std::clamp(n_threads, 1, kMaxThreads)) {
+  workers_.reserve(static_cast<size_t>(n_threads_ - 1));
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_.store(true);
+  }
+  cv_start_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::run_chunk(int64_t n, int64_t grain, int parts, int index,
+                           const std::function<void(int64_t, int64_t, int)>& fn) {
+  const Range c = chunk_of(n, grain, parts, index);
+  if (c.begin < c.end) fn(c.begin, c.end, index);
+}
+
+void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
+                              int64_t grain) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  const int64_t blocks = (n + grain - 1) / grain;
+  const int parts = static_cast<int>(std::min<int64_t>(n_threads_, blocks));
+  if (parts <= 1) {
+    fn(0, n, 0);
+    return;
+  }
+
+  job_ = &fn;
+  job_n_ = n;
+  job_grain_ = grain;
+  job_parts_ = parts;
+  worker_error_ = nullptr;
+  pending_.store(parts - 1, std::memory_order_relaxed);
+  const uint64_t seq = (generation_.load(std::memory_order_relaxed) >> kPartsBits) + 1;
+  generation_.store((seq << kPartsBits) | static_cast<uint64_t>(parts));  // seq_cst publish
+  if (sleepers_.load() > 0) {
+    { std::lock_guard<std::mutex> lk(mu_); }
+    cv_start_.notify_all();
+  }
+
+  std::exception_ptr mine;
+  try {
+    run_chunk(n, grain, parts, 0, fn);
+  } catch (...) {
+    mine = std::current_exception();
+  }
+
+  auto done = [this] { return pending_.load(std::memory_order_acquire) == 0; };
+  if (!spin_until(done, spin_ns(n_threads_))) {
+    std::unique_lock<std::mutex> lk(mu_);
+    caller_sleeping_.store(true);
+    cv_done_.wait(lk, [this] { return pending_.load() == 0; });
+    caller_sleeping_.store(false, std::memory_order_relaxed);
+  }
+  job_ = nullptr;
+  std::exception_ptr err = mine ? mine : worker_error_;
+  worker_error_ = nullptr;
+  if (err) std::rethrow_exception(err);
+}
+
+void ThreadPool::worker(int index) {
+  uint64_t seen = generation_.load();
+  const int64_t budget = spin_ns(n_threads_);
+  for (;;) {
+    uint64_t g = seen;
+    auto changed = [&] {
+      g = generation_.load(std::memory_order_acquire);
+      return g != seen || stop_.load(std::memory_order_relaxed);
+    };
+    if (!spin_until(changed, budget)) {
+      sleepers_.fetch_add(1);  // seq_cst: pairs with the caller's publish-then-check
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_start_.wait(lk, changed);
+      }
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    if (stop_.load()) return;
+    seen = g;
+    const int parts = static_cast<int>(g & kPartsMask);
+    if (index >= parts) continue;  // no chunk for us; the job fields are not ours to read
+
+    std::exception_ptr err;
+    try {
+      run_chunk(job_n_, job_grain_, parts, index, *job_);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    if (err) {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!worker_error_) worker_error_ = err;
+    }
+    if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
+      { std::lock_guard<std::mutex> lk(mu_); }
+      cv_done_.notify_one();
+    }
+  }
+}
+
+}  // namespace moeflow

@@ -1,0 +1,96 @@
+#include "model/model_config.h"
+
+#include <string>
+
+#include "format/error.h"
+#include "format/gguf.h"
+
+namespace moeflow {
+
+namespace {
+
+int64_t get_int(const gguf::GgufFile& f, const std::string& key) {
+  return f.get(key).as_int(key);
+}
+int64_t get_int_or(const gguf::GgufFile& f, const std::string& key, int64_t dflt) {
+  const gguf::Value* v = f.find(key);
+  return v ? v->as_int(key) : dflt;
+}
+double get_float_or(const gguf::GgufFile& f, const std::string& key, double dflt) {
+  const gguf::Value* v = f.find(key);
+  return v ? v->as_float(key) : dflt;
+}
+
+void require(bool ok, const gguf::GgufFile& f, const std::string& what) {
+  if (!ok) throw InputError(f.path() + ": " + what);
+}
+
+}  // namespace
+
+const char* arch_display_name(Arch a) {
+  switch (a) {
+    case Arch::Mixtral: return "mixtral";
+    case Arch::Qwen3Moe: return "qwen3moe";
+    case Arch::Olmoe: return "olmoe";
+  }
+  return "?";
+}
+
+ModelConfig read_model_config(const gguf::GgufFile& f) {
+  ModelConfig c;
+  const std::string arch = f.get("general.architecture").as_string("general.architecture");
+  c.arch_name = arch;
+  if (arch == "llama" || arch == "mixtral") {
+    c.arch = Arch::Mixtral;
+    c.rope_neox = false;
+    c.norm_topk = true;
+    c.qk_norm = QkNorm::None;
+  } else if (arch == "qwen3moe") {
+    c.arch = Arch::Qwen3Moe;
+    c.rope_neox = true;
+    c.norm_topk = true;  // Qwen3-MoE configs set norm_topk_prob = true
+    c.qk_norm = QkNorm::PerHead;
+  } else if (arch == "olmoe") {
+    c.arch = Arch::Olmoe;
+    c.rope_neox = true;
+    c.norm_topk = false;  // OLMoE uses the raw softmax probabilities of the top-k
+    c.qk_norm = QkNorm::Full;
+  } else {
+    throw InputError(f.path() + ": unsupported architecture '" + arch +
+                     "' (key general.architecture); supported: llama (Mixtral), qwen3moe, olmoe");
+  }
+  const std::string p = arch + ".";
+  c.n_embd = get_int(f, p + "embedding_length");
+  c.n_layer = get_int(f, p + "block_count");
+  c.n_head = get_int(f, p + "attention.head_count");
+  c.n_head_kv = get_int_or(f, p + "attention.head_count_kv", c.n_head);
+  c.n_ctx_train = get_int_or(f, p + "context_length", 4096);
+  c.rms_eps = static_cast<float>(get_float_or(f, p + "attention.layer_norm_rms_epsilon", 1e-5));
+  c.rope_base = static_cast<float>(get_float_or(f, p + "rope.freq_base", 10000.0));
+  c.n_expert = get_int_or(f, p + "expert_count", 0);
+  c.n_expert_used = get_int_or(f, p + "expert_used_count", 0);
+  require(c.n_expert >= 1, f, "key " + p + "expert_count is missing or 0: this is not a MoE model (moeflow runs MoE models)");
+  require(c.n_expert_used >= 1 && c.n_expert_used <= c.n_expert, f,
+          "key " + p + "expert_used_count = " + std::to_string(c.n_expert_used) +
+              " must be between 1 and expert_count = " + std::to_string(c.n_expert));
+  require(c.n_embd > 0 && c.n_embd <= (1 << 20), f, "key " + p + "embedding_length out of range");
+  require(c.n_layer > 0 && c.n_layer <= 1024, f, "key " + p + "block_count out of range");
+  require(c.n_head > 0 && c.n_head_kv > 0 && c.n_head % c.n_head_kv == 0, f,
+          "keys " + p + "attention.head_count (" + std::to_string(c.n_head) + ") must be a positive multiple of " +
+              p + "attention.head_count_kv (" + std::to_string(c.n_head_kv) + ")");
+  c.head_dim = get_int_or(f, p + "attention.key_length", c.n_embd / c.n_head);
+  const int64_t v_len = get_int_or(f, p + "attention.value_length", c.head_dim);
+  require(v_len == c.head_dim, f, "key " + p + "attention.value_length differs from key_length (unsupported)");
+  require(c.head_dim > 0 && c.head_dim % 2 == 0, f, "key " + p + "attention.key_length must be positive and even");
+  c.rot_dim = get_int_or(f, p + "rope.dimension_count", c.head_dim);
+  require(c.rot_dim > 0 && c.rot_dim <= c.head_dim && c.rot_dim % 2 == 0, f,
+          "key " + p + "rope.dimension_count must be even and at most the head size");
+  c.n_ff_expert = get_int_or(f, p + "expert_feed_forward_length", 0);
+  if (c.n_ff_expert == 0) c.n_ff_expert = get_int(f, p + "feed_forward_length");
+  require(c.n_ff_expert > 0, f, "expert feed-forward length must be positive");
+  // The vocabulary size comes from the embedding tensor (checked in model_weights).
+  c.n_vocab = 0;
+  return c;
+}
+
+}  // namespace moeflow

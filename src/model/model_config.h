@@ -1,0 +1,42 @@
+// Hyper-parameters of a MoE transformer, read from GGUF metadata under the keys
+// llama.cpp writes ("{arch}.block_count", ...), so files converted by llama.cpp
+// load unchanged.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace moeflow {
+namespace gguf { class GgufFile; }
+
+enum class Arch { Mixtral, Qwen3Moe, Olmoe };
+
+// How q and k are normalised before RoPE.
+enum class QkNorm { None, PerHead /* Qwen3: RMSNorm over head_dim */, Full /* OLMoE: over all heads */ };
+
+struct ModelConfig {
+  Arch arch = Arch::Mixtral;
+  std::string arch_name;       // general.architecture as in the file ("llama", ...)
+  int64_t n_vocab = 0;
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int64_t rot_dim = 0;         // dims rotated by RoPE (<= head_dim)
+  int64_t n_ff_expert = 0;     // hidden size of one expert
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;   // top-k
+  int64_t n_ctx_train = 0;
+  float rms_eps = 1e-5f;
+  float rope_base = 10000.0f;
+  bool rope_neox = false;      // pairs (i, i+d/2) instead of (2i, 2i+1)
+  bool norm_topk = true;       // renormalise the top-k router weights to sum to 1
+  QkNorm qk_norm = QkNorm::None;
+};
+
+// Throws InputError naming the key when a required one is missing, has the wrong
+// type or an impossible value (e.g. head_count not dividing, top-k > expert count).
+ModelConfig read_model_config(const gguf::GgufFile& f);
+const char* arch_display_name(Arch a);
+
+}  // namespace moeflow

@@ -1,0 +1,100 @@
+#include "model/model_weights.h"
+
+#include <string>
+
+#include "format/error.h"
+
+namespace moeflow {
+
+size_t MatrixRef::row_bytes() const { return moeflow::row_bytes(dtype, cols); }
+
+namespace {
+
+std::string dims_str(const std::vector<uint64_t>& d) {
+  std::string s = "{";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "}";
+}
+
+void check_dims(const gguf::GgufFile& f, const gguf::TensorInfo& t, std::vector<uint64_t> want) {
+  if (t.dims != want)
+    throw InputError(f.path() + ": tensor '" + t.name + "' has dims " + dims_str(t.dims) + ", expected " +
+                     dims_str(want) + " from the model's metadata");
+}
+
+MatrixRef matrix(const gguf::GgufFile& f, const std::string& name, int64_t cols, int64_t rows) {
+  const gguf::TensorInfo& t = f.tensor(name);
+  check_dims(f, t, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)});
+  return MatrixRef{t.dtype, t.data, rows, cols};
+}
+
+std::vector<float> vector_f32(const gguf::GgufFile& f, const std::string& name, int64_t n) {
+  const gguf::TensorInfo& t = f.tensor(name);
+  check_dims(f, t, {static_cast<uint64_t>(n)});
+  std::vector<float> v(static_cast<size_t>(n));
+  dequantize_row(t.dtype, t.data, v.data(), n);
+  return v;
+}
+
+StackedExperts experts(const gguf::GgufFile& f, const std::string& name, int64_t cols, int64_t rows,
+                       int64_t n_expert) {
+  const gguf::TensorInfo& t = f.tensor(name);
+  check_dims(f, t, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), static_cast<uint64_t>(n_expert)});
+  StackedExperts s;
+  s.first = MatrixRef{t.dtype, t.data, rows, cols};
+  s.n_expert = n_expert;
+  s.file_offset = t.file_offset;
+  return s;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::string& path) {
+  auto m = std::unique_ptr<Model>(new Model());
+  m->file_ = gguf::GgufFile::open(path);
+  const gguf::GgufFile& f = *m->file_;
+  ModelConfig& c = m->config_;
+  c = read_model_config(f);
+  ModelWeights& w = m->weights_;
+
+  const gguf::TensorInfo& emb = f.tensor("token_embd.weight");
+  if (emb.dims.size() != 2 || emb.dims[0] != static_cast<uint64_t>(c.n_embd))
+    throw InputError(f.path() + ": tensor 'token_embd.weight' has dims " + dims_str(emb.dims) +
+                     ", expected {" + std::to_string(c.n_embd) + ", n_vocab}");
+  c.n_vocab = static_cast<int64_t>(emb.dims[1]);
+  w.tok_embd = matrix(f, "token_embd.weight", c.n_embd, c.n_vocab);
+  w.output_norm = vector_f32(f, "output_norm.weight", c.n_embd);
+  w.output = f.find_tensor("output.weight") ? matrix(f, "output.weight", c.n_embd, c.n_vocab) : w.tok_embd;
+
+  const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    LayerWeights L;
+    L.attn_norm = vector_f32(f, b + "attn_norm.weight", c.n_embd);
+    L.wq = matrix(f, b + "attn_q.weight", c.n_embd, q_dim);
+    L.wk = matrix(f, b + "attn_k.weight", c.n_embd, kv_dim);
+    L.wv = matrix(f, b + "attn_v.weight", c.n_embd, kv_dim);
+    L.wo = matrix(f, b + "attn_output.weight", q_dim, c.n_embd);
+    if (c.qk_norm == QkNorm::PerHead) {
+      L.q_norm = vector_f32(f, b + "attn_q_norm.weight", c.head_dim);
+      L.k_norm = vector_f32(f, b + "attn_k_norm.weight", c.head_dim);
+    } else if (c.qk_norm == QkNorm::Full) {
+      L.q_norm = vector_f32(f, b + "attn_q_norm.weight", q_dim);
+      L.k_norm = vector_f32(f, b + "attn_k_norm.weight", kv_dim);
+    }
+    L.ffn_norm = vector_f32(f, b + "ffn_norm.weight", c.n_embd);
+    L.gate_inp = matrix(f, b + "ffn_gate_inp.weight", c.n_embd, c.n_expert);
+    L.gate_exps = experts(f, b + "ffn_gate_exps.weight", c.n_embd, c.n_ff_expert, c.n_expert);
+    L.up_exps = experts(f, b + "ffn_up_exps.weight", c.n_embd, c.n_ff_expert, c.n_expert);
+    L.down_exps = experts(f, b + "ffn_down_exps.weight", c.n_ff_expert, c.n_embd, c.n_expert);
+    w.expert_bytes += (L.gate_exps.first.bytes() + L.up_exps.first.bytes() + L.down_exps.first.bytes()) *
+                      static_cast<uint64_t>(c.n_expert);
+    w.layers.push_back(std::move(L));
+  }
+  uint64_t total = 0;
+  for (const auto& t : f.tensors()) total += t.nbytes;
+  w.dense_bytes = total - w.expert_bytes;
+  return m;
+}
+
+}  // namespace moeflow

@@ -1,0 +1,66 @@
+// Binds the tensors of a GGUF file to the blocks of a MoE transformer, checking each
+// tensor's shape against the config. Weights stay in the file's mapping and dtype;
+// only the small norm vectors are copied out as f32.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "format/gguf.h"
+#include "model/model_config.h"
+#include "tensor/dtype.h"
+
+namespace moeflow {
+
+// A matrix [rows][cols] in `dtype`, applied as y = W x (ggml dims {cols, rows}).
+struct MatrixRef {
+  DType dtype = DType::F32;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  size_t row_bytes() const;
+  size_t bytes() const { return row_bytes() * static_cast<size_t>(rows); }
+};
+
+// The stacked weights of all experts of one projection (ggml dims {cols, rows, n_expert}).
+struct StackedExperts {
+  MatrixRef first;  // expert 0; expert e starts at first.data + e * first.bytes()
+  int64_t n_expert = 0;
+  uint64_t file_offset = 0;  // absolute offset of expert 0 in the model file
+  MatrixRef expert(int64_t e) const {
+    MatrixRef m = first;
+    m.data = first.data + static_cast<size_t>(e) * first.bytes();
+    return m;
+  }
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm, ffn_norm, q_norm, k_norm;  // q/k norms empty when unused
+  MatrixRef wq, wk, wv, wo;
+  MatrixRef gate_inp;  // router: [n_expert][n_embd]
+  StackedExperts gate_exps, up_exps, down_exps;
+};
+
+struct ModelWeights {
+  MatrixRef tok_embd;  // [n_vocab][n_embd]
+  std::vector<float> output_norm;
+  MatrixRef output;    // [n_vocab][n_embd]; equals tok_embd when tied
+  std::vector<LayerWeights> layers;
+  uint64_t dense_bytes = 0, expert_bytes = 0;
+};
+
+class Model {
+ public:
+  // Opens, validates and binds; throws InputError naming the file and tensor.
+  static std::unique_ptr<Model> load(const std::string& path);
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  const gguf::GgufFile& file() const { return *file_; }
+
+ private:
+  std::unique_ptr<gguf::GgufFile> file_;
+  ModelConfig config_;
+  ModelWeights weights_;
+};
+
+}  // namespace moeflow

@@ -1,0 +1,160 @@
+#include "model/synthetic_model.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "format/error.h"
+#include "format/gguf.h"
+
+namespace moeflow {
+
+namespace {
+
+using gguf::Value;
+using gguf::ValueType;
+
+std::vector<uint8_t> encode(DType t, const std::vector<float>& v, int64_t row) {
+  std::vector<uint8_t> out(row_bytes(t, row) * (v.size() / static_cast<size_t>(row)));
+  const size_t rb = row_bytes(t, row);
+  for (size_t r = 0; r < v.size() / static_cast<size_t>(row); ++r)
+    quantize_row(t, v.data() + r * static_cast<size_t>(row), out.data() + r * rb, row);
+  return out;
+}
+
+// GPT-2's byte-to-unicode table, so the fixture's vocabulary is a real byte-level one.
+std::string byte_token(int b) {
+  int cp;
+  if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) {
+    cp = b;
+  } else {
+    int n = 0;
+    for (int x = 0; x < b; ++x)
+      if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) ++n;
+    cp = 256 + n;
+  }
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+}  // namespace
+
+void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path) {
+  const int64_t blk = dtype_info(s.dtype).block_size;
+  if (s.n_embd % blk || s.n_ff_expert % blk || (s.n_head * s.head_dim) % blk)
+    throw InputError("synthetic model: embedding, expert and attention sizes must be multiples of " +
+                     std::to_string(blk) + " for dtype " + dtype_name(s.dtype));
+  if (s.n_vocab < 257) throw InputError("synthetic model: n_vocab must be at least 257");
+  std::mt19937_64 rng(s.seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto random = [&](int64_t n, float scale) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = normal(rng) * scale;
+    return v;
+  };
+  auto norm_weight = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = 1.0f + 0.1f * normal(rng);
+    return v;
+  };
+
+  const char* arch = s.arch == Arch::Mixtral ? "llama" : s.arch == Arch::Qwen3Moe ? "qwen3moe" : "olmoe";
+  const std::string p = std::string(arch) + ".";
+  gguf::GgufWriter w;
+  w.set("general.architecture", Value::make_string(arch));
+  w.set("general.name", Value::make_string(std::string("moeflow synthetic ") + arch_display_name(s.arch)));
+  w.set(p + "context_length", Value::make_u32(static_cast<uint32_t>(s.n_ctx)));
+  w.set(p + "embedding_length", Value::make_u32(static_cast<uint32_t>(s.n_embd)));
+  w.set(p + "block_count", Value::make_u32(static_cast<uint32_t>(s.n_layer)));
+  w.set(p + "feed_forward_length", Value::make_u32(static_cast<uint32_t>(s.n_ff_expert)));
+  if (s.arch == Arch::Qwen3Moe)
+    w.set(p + "expert_feed_forward_length", Value::make_u32(static_cast<uint32_t>(s.n_ff_expert)));
+  w.set(p + "attention.head_count", Value::make_u32(static_cast<uint32_t>(s.n_head)));
+  w.set(p + "attention.head_count_kv", Value::make_u32(static_cast<uint32_t>(s.n_head_kv)));
+  w.set(p + "attention.key_length", Value::make_u32(static_cast<uint32_t>(s.head_dim)));
+  w.set(p + "attention.value_length", Value::make_u32(static_cast<uint32_t>(s.head_dim)));
+  w.set(p + "attention.layer_norm_rms_epsilon", Value::make_f32(1e-5f));
+  w.set(p + "rope.freq_base", Value::make_f32(10000.0f));
+  w.set(p + "rope.dimension_count", Value::make_u32(static_cast<uint32_t>(s.head_dim)));
+  w.set(p + "expert_count", Value::make_u32(static_cast<uint32_t>(s.n_expert)));
+  w.set(p + "expert_used_count", Value::make_u32(static_cast<uint32_t>(s.n_expert_used)));
+
+  // Byte-level BPE vocabulary: 256 byte tokens, one end-of-text token, then merges of
+  // frequent English pairs until n_vocab is reached.
+  std::vector<Value> tokens, types, merges;
+  for (int b = 0; b < 256; ++b) {
+    tokens.push_back(Value::make_string(byte_token(b)));
+    types.push_back(Value::make_i32(1));
+  }
+  tokens.push_back(Value::make_string("<|endoftext|>"));
+  types.push_back(Value::make_i32(3));
+  const char* pairs[] = {"t h", "h e", "i n", "e r", "a n", "o n", "r e", "e n", "a t", "o r", "e s", "i s",
+                         "i t", "a r", "o u", "e d", "a l", "t o", "s t", "n d"};
+  const std::string space = byte_token(' ');
+  std::vector<std::string> merge_strs;
+  for (const char* pr : pairs) merge_strs.push_back(pr);
+  for (char ch = 'a'; ch <= 'z'; ++ch) merge_strs.push_back(space + " " + std::string(1, ch));
+  for (size_t i = 0; static_cast<int64_t>(tokens.size()) < s.n_vocab; ++i) {
+    if (i < merge_strs.size()) {
+      const std::string& m = merge_strs[i];
+      const size_t sp = m.find(' ', m[0] == ' ' ? 1 : 0);
+      tokens.push_back(Value::make_string(m.substr(0, sp) + m.substr(sp + 1)));
+      merges.push_back(Value::make_string(m));
+    } else {
+      tokens.push_back(Value::make_string("<|unused_" + std::to_string(i) + "|>"));
+      types.push_back(Value::make_i32(5));
+      continue;
+    }
+    types.push_back(Value::make_i32(1));
+  }
+  w.set("tokenizer.ggml.model", Value::make_string("gpt2"));
+  w.set("tokenizer.ggml.pre", Value::make_string("default"));
+  w.set("tokenizer.ggml.tokens", Value::make_array(ValueType::STRING, tokens));
+  w.set("tokenizer.ggml.token_type", Value::make_array(ValueType::INT32, types));
+  w.set("tokenizer.ggml.merges", Value::make_array(ValueType::STRING, merges));
+  w.set("tokenizer.ggml.bos_token_id", Value::make_u32(256));
+  w.set("tokenizer.ggml.eos_token_id", Value::make_u32(256));
+  w.set("tokenizer.ggml.add_bos_token", Value::make_bool(false));
+
+  const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+  const int64_t D = s.n_embd, q_dim = s.n_head * s.head_dim, kv_dim = s.n_head_kv * s.head_dim;
+  const int64_t F = s.n_ff_expert, E = s.n_expert;
+  auto add = [&](const std::string& name, std::vector<uint64_t> dims, DType t, const std::vector<float>& v) {
+    w.add_tensor(name, dims, t, encode(t, v, static_cast<int64_t>(dims[0])));
+  };
+  // Scales keep activations O(1) through the layers so logits are not saturated.
+  add("token_embd.weight", {u(D), u(s.n_vocab)}, s.dtype, random(s.n_vocab * D, 1.0f));
+  for (int64_t l = 0; l < s.n_layer; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    const float in_scale = 1.0f / std::sqrt(static_cast<float>(D));
+    add(b + "attn_norm.weight", {u(D)}, DType::F32, norm_weight(D));
+    add(b + "attn_q.weight", {u(D), u(q_dim)}, s.dtype, random(q_dim * D, in_scale));
+    add(b + "attn_k.weight", {u(D), u(kv_dim)}, s.dtype, random(kv_dim * D, in_scale));
+    add(b + "attn_v.weight", {u(D), u(kv_dim)}, s.dtype, random(kv_dim * D, in_scale));
+    add(b + "attn_output.weight", {u(q_dim), u(D)}, s.dtype, random(D * q_dim, 1.0f / std::sqrt(static_cast<float>(q_dim))));
+    if (s.arch == Arch::Qwen3Moe) {
+      add(b + "attn_q_norm.weight", {u(s.head_dim)}, DType::F32, norm_weight(s.head_dim));
+      add(b + "attn_k_norm.weight", {u(s.head_dim)}, DType::F32, norm_weight(s.head_dim));
+    } else if (s.arch == Arch::Olmoe) {
+      add(b + "attn_q_norm.weight", {u(q_dim)}, DType::F32, norm_weight(q_dim));
+      add(b + "attn_k_norm.weight", {u(kv_dim)}, DType::F32, norm_weight(kv_dim));
+    }
+    add(b + "ffn_norm.weight", {u(D)}, DType::F32, norm_weight(D));
+    add(b + "ffn_gate_inp.weight", {u(D), u(E)}, DType::F32, random(E * D, 2.0f * in_scale));
+    add(b + "ffn_gate_exps.weight", {u(D), u(F), u(E)}, s.dtype, random(E * F * D, in_scale));
+    add(b + "ffn_up_exps.weight", {u(D), u(F), u(E)}, s.dtype, random(E * F * D, in_scale));
+    add(b + "ffn_down_exps.weight", {u(F), u(D), u(E)}, s.dtype, random(E * D * F, 1.0f / std::sqrt(static_cast<float>(F))));
+  }
+  add("output_norm.weight", {u(D)}, DType::F32, norm_weight(D));
+  if (!s.tied_output) add("output.weight", {u(D), u(s.n_vocab)}, s.dtype, random(s.n_vocab * D, 1.0f / std::sqrt(static_cast<float>(D))));
+  w.write(path);
+}
+
+}  // namespace moeflow

@@ -1,0 +1,34 @@
+// Writes small random-weight MoE models with our GGUF writer, in the exact tensor
+// names and metadata keys llama.cpp uses. They are the test fixtures (and the seed
+// for benchmarks of a given size): deterministic for a given spec and seed.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "model/model_config.h"
+#include "tensor/dtype.h"
+
+namespace moeflow {
+
+struct SyntheticModelSpec {
+  Arch arch = Arch::Mixtral;
+  DType dtype = DType::F32;   // of the big matrices; norms and the router stay f32
+  int64_t n_vocab = 300;       // >= 257: 256 byte tokens + <|endoftext|> + merges
+  int64_t n_embd = 64;
+  int64_t n_layer = 2;
+  int64_t n_head = 4;
+  int64_t n_head_kv = 2;
+  int64_t head_dim = 16;
+  int64_t n_ff_expert = 64;
+  int64_t n_expert = 8;
+  int64_t n_expert_used = 2;
+  int64_t n_ctx = 512;
+  bool tied_output = false;
+  uint64_t seed = 1;
+};
+
+// Throws InputError if the spec is inconsistent (e.g. dims not a multiple of 32 for
+// a quantised dtype).
+void write_synthetic_model(const SyntheticModelSpec& spec, const std::string& path);
+
+}  // namespace moeflow

@@ -1,0 +1,239 @@
+#include "tensor/dtype.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace moeflow {
+
+namespace {
+
+constexpr DTypeInfo kF32{"f32", 1, 4};
+constexpr DTypeInfo kF16{"f16", 1, 2};
+constexpr DTypeInfo kBF16{"bf16", 1, 2};
+constexpr DTypeInfo kQ8_0{"q8_0", 32, 34};
+constexpr DTypeInfo kQ4_0{"q4_0", 32, 18};
+
+inline uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float bits_f32(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+void check_blocks(DType t, int64_t n) {
+  const DTypeInfo& info = dtype_info(t);
+  if (n < 0 || n % info.block_size != 0) {
+    throw std::invalid_argument(std::string("moeflow: element count ") + std::to_string(n) +
+                                " is not a multiple of the " + info.name + " block size " +
+                                std::to_string(info.block_size));
+  }
+}
+
+}  // namespace
+
+bool dtype_from_ggml(uint32_t ggml_type, DType& out) {
+  switch (ggml_type) {
+    case 0: out = DType::F32; return true;
+    case 1: out = DType::F16; return true;
+    case 2: out = DType::Q4_0; return true;
+    case 8: out = DType::Q8_0; return true;
+    case 30: out = DType::BF16; return true;
+    default: return false;
+  }
+}
+
+const DTypeInfo& dtype_info(DType t) {
+  switch (t) {
+    case DType::F32: return kF32;
+    case DType::F16: return kF16;
+    case DType::BF16: return kBF16;
+    case DType::Q8_0: return kQ8_0;
+    case DType::Q4_0: return kQ4_0;
+  }
+  throw std::invalid_argument("moeflow: unknown dtype " +
+                              std::to_string(static_cast<uint32_t>(t)));
+}
+
+const char* dtype_name(DType t) { return dtype_info(t).name; }
+
+bool dtype_from_name(const std::string& name, DType& out) {
+  static const DType all[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
+  for (DType t : all) {
+    if (name == dtype_info(t).name) {
+      out = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool dtype_is_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0; }
+
+size_t row_bytes(DType t, int64_t n) {
+  check_blocks(t, n);
+  const DTypeInfo& info = dtype_info(t);
+  return static_cast<size_t>(n / info.block_size) * static_cast<size_t>(info.type_size);
+}
+
+// ---------------------------------------------------------------------------------
+// Scalar conversions.
+
+uint16_t fp32_to_fp16(float f) {
+  const uint32_t x = f32_bits(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t a = x & 0x7fffffffu;
+  if (a >= 0x7f800000u) {  // inf or nan
+    if (a == 0x7f800000u) return sign | 0x7c00u;
+    // NaN: keep the top payload bits, force quiet so it stays a NaN.
+    return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+  }
+  if (a >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 rounds to inf
+  if (a < 0x38800000u) {                        // below 2^-14: half subnormal or zero
+    if (a <= 0x33000000u) return sign;          // <= 2^-25 rounds (to even) to zero
+    const uint32_t e = a >> 23;                 // 102..112
+    const uint32_t mant = (a & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126u - e;            // 14..24
+    uint32_t r = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1u);
+    const uint32_t half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (r & 1u))) ++r;
+    return static_cast<uint16_t>(sign | r);
+  }
+  // Normal half: rebias exponent (127 -> 15), round the 13 dropped bits to even.
+  uint32_t h = ((a - 0x38000000u) >> 13);
+  const uint32_t rem = a & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // carry may bump exponent
+  return static_cast<uint16_t>(sign | h);
+}
+
+float fp16_to_fp32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t mant = h & 0x3ffu;
+  if (exp == 0) {
+    if (mant == 0) return bits_f32(sign);
+    const float v = static_cast<float>(mant) * 5.9604644775390625e-08f;  // 2^-24, exact
+    return sign ? -v : v;
+  }
+  if (exp == 31) return bits_f32(sign | 0x7f800000u | (mant << 13));
+  return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+uint16_t fp32_to_bf16(float f) {
+  const uint32_t x = f32_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) {
+    return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN, sign and payload top kept
+  }
+  const uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>((x + rounding) >> 16);
+}
+
+// ---------------------------------------------------------------------------------
+// Row conversion.
+
+void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
+  check_blocks(t, n);
+  switch (t) {
+    case DType::F32:
+      if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      return;
+    case DType::F16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(s[i]);
+      return;
+    }
+    case DType::BF16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(s[i]);
+      return;
+    }
+    case DType::Q8_0: {
+      const BlockQ8_0* b = static_cast<const BlockQ8_0*>(src);
+      for (int64_t i = 0; i < n / 32; ++i) {
+        const float d = fp16_to_fp32(b[i].d);
+        for (int j = 0; j < 32; ++j) dst[i * 32 + j] = d * static_cast<float>(b[i].qs[j]);
+      }
+      return;
+    }
+    case DType::Q4_0: {
+      const BlockQ4_0* b = static_cast<const BlockQ4_0*>(src);
+      for (int64_t i = 0; i < n / 32; ++i) {
+        const float d = fp16_to_fp32(b[i].d);
+        for (int j = 0; j < 16; ++j) {
+          const int lo = (b[i].qs[j] & 0x0f) - 8;
+          const int hi = (b[i].qs[j] >> 4) - 8;
+          dst[i * 32 + j] = d * static_cast<float>(lo);
+          dst[i * 32 + j + 16] = d * static_cast<float>(hi);
+        }
+      }
+      return;
+    }
+  }
+  throw std::invalid_argument("moeflow: dequantize_row: unknown dtype");
+}
+
+void quantize_row(DType t, const float* src, void* dst, int64_t n) {
+  check_blocks(t, n);
+  switch (t) {
+    case DType::F32:
+      if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      return;
+    case DType::F16: {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = fp32_to_fp16(src[i]);
+      return;
+    }
+    case DType::BF16: {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = fp32_to_bf16(src[i]);
+      return;
+    }
+    case DType::Q8_0: {
+      BlockQ8_0* y = static_cast<BlockQ8_0*>(dst);
+      for (int64_t i = 0; i < n / 32; ++i) {
+        const float* x = src + i * 32;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = fp32_to_fp16(d);
+        for (int j = 0; j < 32; ++j) {
+          y[i].qs[j] = static_cast<int8_t>(std::roundf(x[j] * id));
+        }
+      }
+      return;
+    }
+    case DType::Q4_0: {
+      BlockQ4_0* y = static_cast<BlockQ4_0*>(dst);
+      for (int64_t i = 0; i < n / 32; ++i) {
+        const float* x = src + i * 32;
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < 32; ++j) {
+          const float v = x[j];
+          if (amax < std::fabs(v)) {
+            amax = std::fabs(v);
+            max = v;
+          }
+        }
+        const float d = max / -8.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[i].d = fp32_to_fp16(d);
+        for (int j = 0; j < 16; ++j) {
+          const int xi0 = std::min(15, static_cast<int>(static_cast<int8_t>(x[j] * id + 8.5f)));
+          const int xi1 =
+              std::min(15, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 8.5f)));
+          y[i].qs[j] = static_cast<uint8_t>(xi0 | (xi1 << 4));
+        }
+      }
+      return;
+    }
+  }
+  throw std::invalid_argument("moeflow: quantize_row: unknown dtype");
+}
+
+}  // namespace moeflow
