@@ -6,6 +6,8 @@
 
 #include "cli/commands.h"
 #include "cli/model_flags.h"
+#include "cli/offload_flags.h"
+#include "experts/file_transport.h"
 #include "engine/transformer.h"
 #include "kernels/cpu/roofline.h"
 
@@ -43,6 +45,43 @@ double matrix_flops_per_token(const Model& m) {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+// One policy's run: the best repetition of prefill and of generation, and the cache
+// counters of that generation (deltas, so prefill does not blur them).
+struct PolicyRun {
+  std::string policy;
+  double pp_seconds = 1e30, tg_seconds = 1e30;
+  CacheCounters tg;  // during the best generation repetition
+  bool offloaded = false;
+};
+
+CacheCounters minus(const CacheCounters& a, const CacheCounters& b) {
+  CacheCounters d = a;
+  d.hits -= b.hits;
+  d.misses -= b.misses;
+  d.prefetch_hits -= b.prefetch_hits;
+  d.late_prefetches -= b.late_prefetches;
+  d.prefetches_issued -= b.prefetches_issued;
+  d.prefetches_dropped -= b.prefetches_dropped;
+  d.prefetches_cancelled -= b.prefetches_cancelled;
+  d.wasted_prefetches -= b.wasted_prefetches;
+  d.demand_loads -= b.demand_loads;
+  d.evictions -= b.evictions;
+  d.bytes_read -= b.bytes_read;
+  d.stall_seconds -= b.stall_seconds;
+  return d;
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= s.size()) {
+    const size_t e = std::min(s.find(',', b), s.size());
+    if (e > b) out.push_back(s.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -52,6 +91,7 @@ int cmd_bench(int argc, char** argv) {
   a.flag("-n,--n-gen", "tokens for the generation test", true, "32");
   a.flag("-r,--repetitions", "repetitions (the best is reported)", true, "3");
   a.flag("--json", "print one JSON object", false);
+  add_offload_flags(a);
   a.parse(argc, argv, 2);
   LoadedModel lm = load_model_from_flags(a);
   const Model& m = *lm.model;
@@ -59,8 +99,6 @@ int cmd_bench(int argc, char** argv) {
   const int64_t n_prompt = a.integer("--n-prompt", 1, 1 << 16);
   const int64_t n_gen = a.integer("--n-gen", 1, 1 << 16);
   const int64_t reps = a.integer("--repetitions", 1, 100);
-  Transformer tf(m, lm.pool.get(), n_prompt + n_gen + 1);
-
   // Deterministic pseudo-random prompt: routing then spreads over many experts, as
   // real text does.
   std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
@@ -69,21 +107,51 @@ int cmd_bench(int argc, char** argv) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
     t = static_cast<int32_t>((s >> 33) % static_cast<uint64_t>(c.n_vocab));
   }
+  // --policy may name several (comma-separated): each runs in this same process, so
+  // their speeds compare as ratios; "all" (no offloading) always runs first.
+  std::vector<std::string> policies = split_commas(a.str("--policy"));
+  policies.erase(std::remove(policies.begin(), policies.end(), "all"), policies.end());
+  policies.insert(policies.begin(), "all");
+  if (policies.size() == 1 && a.has("--expert-budget"))
+    throw UsageError("moeflow bench: --expert-budget needs --policy with at least one policy other than all");
+  std::vector<PolicyRun> runs;
   std::vector<float> logits;
-  double best_pp = 1e30, best_tg = 1e30;
-  for (int64_t r = 0; r < reps; ++r) {
-    tf.reset();
-    double t0 = now();
-    tf.eval(prompt.data(), n_prompt, false, logits);
-    best_pp = std::min(best_pp, now() - t0);
-    t0 = now();
-    int32_t tok = prompt.back();
-    for (int64_t i = 0; i < n_gen; ++i) {
-      tf.eval(&tok, 1, false, logits);
-      tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  uint64_t budget = 0;
+  bool direct_io = false;
+  for (const std::string& pol : policies) {
+    Offload off = pol == "all" ? Offload{} : make_offload(a, m, pol);
+    Transformer tf(m, lm.pool.get(), n_prompt + n_gen + 1);
+    PolicyRun run;
+    run.policy = pol;
+    run.offloaded = off.active();
+    if (off.active()) {
+      tf.set_expert_source(off.source.get());
+      budget = off.cache->budget_bytes();
+      direct_io = off.transport->direct_io();
     }
-    best_tg = std::min(best_tg, now() - t0);
+    for (int64_t r = 0; r < reps; ++r) {
+      tf.reset();
+      if (off.active()) off.source->begin_request(RequestInfo{r, prompt, {}, ""});
+      double t0 = now();
+      tf.eval(prompt.data(), n_prompt, false, logits);
+      run.pp_seconds = std::min(run.pp_seconds, now() - t0);
+      const CacheCounters before = off.active() ? off.cache->counters() : CacheCounters{};
+      t0 = now();
+      int32_t tok = prompt.back();
+      for (int64_t i = 0; i < n_gen; ++i) {
+        tf.eval(&tok, 1, false, logits);
+        tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      }
+      const double dt = now() - t0;
+      if (dt < run.tg_seconds) {
+        run.tg_seconds = dt;
+        if (off.active()) run.tg = minus(off.cache->counters(), before);
+      }
+      if (off.active()) off.source->end_request();
+    }
+    runs.push_back(run);
   }
+  const double best_pp = runs[0].pp_seconds, best_tg = runs[0].tg_seconds;
   const double pp_tps = static_cast<double>(n_prompt) / best_pp;
   const double tg_tps = static_cast<double>(n_gen) / best_tg;
 
@@ -98,6 +166,36 @@ int cmd_bench(int argc, char** argv) {
   const double pp_flops = matrix_flops_per_token(m) * static_cast<double>(n_prompt) + attn;
   const double pp_gflops = pp_flops / best_pp / 1e9;
   const double tg_gbs = bytes_tok * tg_tps / 1e9;
+
+  // The bound for a budget: the storage's O_DIRECT read bandwidth against the bytes
+  // each generated token actually missed (perfect overlap with compute: the smaller
+  // of this and the memory-bandwidth bound).
+  double disk_bw = 0;
+  if (runs.size() > 1) {
+    const ExpertStore store(m);
+    const uint64_t chunk = store.geometry().bytes.empty() ? (1u << 20) : store.geometry().bytes[0];
+    disk_bw = measure_file_read_bandwidth(m.file().path(), static_cast<int>(a.integer("--io-threads", 1, 64)), chunk,
+                                          256ull << 20);
+  }
+  auto policy_json = [&](const PolicyRun& r) {
+    const double tps = static_cast<double>(n_gen) / r.tg_seconds;
+    nlohmann::json j = {{"policy", r.policy},
+                        {"pp_tokens_per_second", static_cast<double>(n_prompt) / r.pp_seconds},
+                        {"tg_tokens_per_second", tps},
+                        {"tg_ratio_to_all", tps / tg_tps}};
+    if (r.offloaded) {
+      const double bpt = static_cast<double>(r.tg.bytes_read) / static_cast<double>(n_gen);
+      const double io_bound = bpt > 0 ? disk_bw / bpt : INFINITY;
+      j["hit_rate"] = r.tg.hit_rate();
+      j["prefetch_hit_rate"] = r.tg.prefetch_hit_rate();
+      j["bytes_read_per_token"] = bpt;
+      j["stall_fraction"] = r.tg.stall_seconds / r.tg_seconds;
+      j["io_bound_tokens_per_second"] = bpt > 0 ? io_bound : -1.0;
+      j["bound_tokens_per_second"] = std::min(io_bound, tg_bound);
+      j["fraction_of_bound"] = tps / std::min(io_bound, tg_bound);
+    }
+    return j;
+  };
 
   if (a.has("--json")) {
     nlohmann::json j = {{"model", m.file().path()},
@@ -114,6 +212,14 @@ int cmd_bench(int argc, char** argv) {
                         {"pp_gflops", pp_gflops},
                         {"peak_gflops", peak_gflops},
                         {"pp_fraction_of_peak", pp_gflops / peak_gflops}};
+    if (runs.size() > 1) {
+      j["expert_budget_bytes"] = budget;
+      j["expert_bytes_total"] = m.weights().expert_bytes;
+      j["disk_read_gbs"] = disk_bw / 1e9;
+      j["direct_io"] = direct_io;
+      j["policies"] = nlohmann::json::array();
+      for (const PolicyRun& r : runs) j["policies"].push_back(policy_json(r));
+    }
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -127,6 +233,27 @@ int cmd_bench(int argc, char** argv) {
   std::printf("| tg%-6lld | %8.1f | %7.2f GB/s      | %7.1f tok/s (%.2f GB/s triad) | %6.1f%% |\n", static_cast<long long>(n_gen),
               tg_tps, tg_gbs, tg_bound, bw_gbs, 100.0 * tg_tps / tg_bound);
   std::printf("weights read per generated token: %.2f MiB\n", bytes_tok / (1 << 20));
+  if (runs.size() > 1) {
+    std::printf("\nexpert budget %.1f MiB of %.1f MiB; storage reads %.2f GB/s%s\n", static_cast<double>(budget) / 1048576.0,
+                static_cast<double>(m.weights().expert_bytes) / 1048576.0, disk_bw / 1e9,
+                direct_io ? " (O_DIRECT)" : " (buffered; page cache dropped after reads)");
+    std::printf("| policy     | tg tok/s | vs all | hit rate | prefetch hit | MiB read/tok | stalled | bound tok/s | of bound |\n");
+    std::printf("|------------|----------|--------|----------|--------------|--------------|---------|-------------|----------|\n");
+    for (const PolicyRun& r : runs) {
+      const nlohmann::json j = policy_json(r);
+      if (!r.offloaded) {
+        std::printf("| %-10s | %8.1f | %5.2fx | %7s  | %12s | %12s | %7s | %11.1f | %7.1f%% |\n", r.policy.c_str(),
+                    j["tg_tokens_per_second"].get<double>(), 1.0, "100%", "-", "0", "0%", tg_bound,
+                    100.0 * tg_tps / tg_bound);
+        continue;
+      }
+      std::printf("| %-10s | %8.1f | %5.2fx | %7.1f%% | %11.1f%% | %12.2f | %6.1f%% | %11.1f | %7.1f%% |\n",
+                  r.policy.c_str(), j["tg_tokens_per_second"].get<double>(), j["tg_ratio_to_all"].get<double>(),
+                  100.0 * j["hit_rate"].get<double>(), 100.0 * j["prefetch_hit_rate"].get<double>(),
+                  j["bytes_read_per_token"].get<double>() / 1048576.0, 100.0 * j["stall_fraction"].get<double>(),
+                  j["bound_tokens_per_second"].get<double>(), 100.0 * j["fraction_of_bound"].get<double>());
+    }
+  }
   return 0;
 }
 

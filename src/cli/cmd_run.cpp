@@ -3,6 +3,9 @@
 
 #include "cli/commands.h"
 #include "cli/model_flags.h"
+#include "cli/offload_flags.h"
+#include "cli/process_memory.h"
+#include "engine/trace_recorder.h"
 #include "engine/generator.h"
 #include "engine/logits_file.h"
 #include "engine/transformer.h"
@@ -22,6 +25,9 @@ int cmd_run(int argc, char** argv) {
   a.flag("--ignore-eos", "keep generating past end-of-text", false);
   a.flag("--logits-out", "write the logits of every position to this file (format: tools/reference/README.md)");
   a.flag("--json", "print one JSON object instead of streaming text", false);
+  a.flag("--trace", "record every layer's routing to this .jsonl file (DESIGN.md interchange format)");
+  a.flag("--task", "task label written into the trace and given to task-aware policies");
+  add_offload_flags(a);
   a.parse(argc, argv, 2);
   if (a.has("--prompt") && a.has("--prompt-tokens"))
     throw UsageError("moeflow run: give either -p/--prompt or --prompt-tokens, not both");
@@ -51,6 +57,20 @@ int cmd_run(int argc, char** argv) {
   if (need > lm.n_ctx && !a.has("--ctx-size")) lm.n_ctx = need;
 
   Transformer tf(*lm.model, lm.pool.get(), lm.n_ctx);
+  Offload off = make_offload(a, *lm.model);
+  const std::string task = a.str("--task");
+  if (off.active()) {
+    if (off.lossy)
+      std::fprintf(stderr, "note: --on-miss reroute is lossy: tokens whose expert is not resident use another one\n");
+    tf.set_expert_source(off.source.get());
+    off.source->begin_request(RequestInfo{0, prompt, prompt_embedding(*lm.model, prompt), task});
+  }
+  std::unique_ptr<TraceRecorder> trace;
+  if (a.has("--trace")) {
+    trace = std::make_unique<TraceRecorder>(a.str("--trace"), model_name(*lm.model));
+    trace->begin_request(0, task);
+    tf.add_listener(trace.get());
+  }
   StreamingDetokenizer detok(tok);
   std::string text;
   if (!json && !a.has("--prompt-tokens")) {
@@ -66,6 +86,7 @@ int cmd_run(int argc, char** argv) {
                                   std::fflush(stdout);
                                 }
                               });
+  if (off.active()) off.source->end_request();
   const std::string rest = detok.flush();
   text += rest;
   if (opt.record_logits) {
@@ -82,12 +103,18 @@ int cmd_run(int argc, char** argv) {
     j["text"] = text;
     j["timings"] = {{"prompt_seconds", r.prompt_seconds}, {"generation_seconds", r.gen_seconds},
                     {"prompt_tokens_per_second", pp}, {"generation_tokens_per_second", tg}};
+    j["cache"] = off.counters_json();
+    j["memory"] = {{"peak_rss_bytes", peak_rss_bytes()},
+                   {"dense_bytes", lm.model->weights().dense_bytes},
+                   {"expert_bytes", lm.model->weights().expert_bytes},
+                   {"kv_bytes", tf.kv_bytes()}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::fputs(rest.c_str(), stdout);
     std::printf("\n");
     std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tokens/s | generation: %zu tokens, %.1f tokens/s\n", prompt.size(),
                  pp, r.generated.size(), tg);
+    if (off.active()) std::fprintf(stderr, "%s\n", off.summary().c_str());
   }
   return 0;
 }

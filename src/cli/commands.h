@@ -8,5 +8,8 @@ int cmd_run(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_make_model(int argc, char** argv);
+int cmd_perplexity(int argc, char** argv);
+int cmd_quantize(int argc, char** argv);
+int cmd_trace(int argc, char** argv);
 
 }  // namespace moeflow::cli

@@ -17,6 +17,9 @@ const char* kUsage =
     "  inspect     print a model file's metadata, tensors, dense vs expert bytes\n"
     "  bench       prompt and generation speed beside the machine's bandwidth and FLOP/s bounds\n"
     "  make-model  write a random-weight model (test fixtures, benchmarks)\n"
+    "  perplexity  perplexity of a model on a text file\n"
+    "  quantize    rewrite a model's weights as q8_0, q4_0, f16, bf16 or f32\n"
+    "  trace       routing-trace tools: trace stats FILE\n"
     "run 'moeflow <command> --help' for its flags\n";
 
 }  // namespace
@@ -33,6 +36,9 @@ int main(int argc, char** argv) {
     if (cmd == "inspect") return cmd_inspect(argc, argv);
     if (cmd == "bench") return cmd_bench(argc, argv);
     if (cmd == "make-model") return cmd_make_model(argc, argv);
+    if (cmd == "perplexity") return cmd_perplexity(argc, argv);
+    if (cmd == "quantize") return cmd_quantize(argc, argv);
+    if (cmd == "trace") return cmd_trace(argc, argv);
     std::fprintf(stderr, "moeflow: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const UsageError& e) {

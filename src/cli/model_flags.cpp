@@ -73,4 +73,13 @@ std::string json_escape(const std::string& s) {
   return o;
 }
 
+std::string model_name(const Model& model) {
+  if (const gguf::Value* v = model.file().find("general.name"); v && v->type == gguf::ValueType::STRING && !v->s.empty())
+    return v->s;
+  std::string p = model.file().path();
+  if (const size_t slash = p.find_last_of('/'); slash != std::string::npos) p = p.substr(slash + 1);
+  if (const size_t dot = p.rfind('.'); dot != std::string::npos && dot > 0) p = p.substr(0, dot);
+  return p;
+}
+
 }  // namespace moeflow::cli

@@ -30,4 +30,7 @@ std::string default_model_path();
 
 std::string json_escape(const std::string& s);
 
+// general.name from the file, else the file name without directory and extension.
+std::string model_name(const Model& model);
+
 }  // namespace moeflow::cli

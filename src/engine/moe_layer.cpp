@@ -25,17 +25,24 @@ void route_tokens(const ModelConfig& c, const float* router_logits, int64_t n_to
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + K, order.end(),
                       [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    double sum = 0;
-    for (int64_t k = 0; k < K; ++k) sum += p[order[k]];
-    for (int64_t k = 0; k < K; ++k) {
-      r.experts[t * K + k] = order[k];
-      r.weights[t * K + k] = c.norm_topk ? static_cast<float>(p[order[k]] / sum) : p[order[k]];
-    }
+    for (int64_t k = 0; k < K; ++k) r.experts[t * K + k] = order[k];
+    reweight_token(c, r, t);
+  }
+}
+
+void reweight_token(const ModelConfig& c, LayerRouting& r, int64_t t) {
+  const int64_t K = r.top_k, E = r.n_expert;
+  const float* p = r.probs.data() + t * E;
+  double sum = 0;
+  for (int64_t k = 0; k < K; ++k) sum += p[r.experts[t * K + k]];
+  for (int64_t k = 0; k < K; ++k) {
+    const float pk = p[r.experts[t * K + k]];
+    r.weights[t * K + k] = c.norm_topk ? static_cast<float>(pk / sum) : pk;
   }
 }
 
 void moe_forward(const ModelConfig& c, const LayerWeights& w, const LayerRouting& r, const float* x_norm,
-                 float* out, ThreadPool* pool) {
+                 float* out, ThreadPool* pool, ExpertSource* source) {
   const int64_t D = c.n_embd, F = c.n_ff_expert, K = r.top_k, T = r.n_tok;
   // Group (token, slot) pairs by expert.
   std::vector<std::vector<int64_t>> slots(static_cast<size_t>(c.n_expert));
@@ -43,21 +50,28 @@ void moe_forward(const ModelConfig& c, const LayerWeights& w, const LayerRouting
 
   std::vector<float> per_slot(static_cast<size_t>(T * K * D));
   std::vector<float> xe, gate, up, down;
-  for (int64_t e = 0; e < c.n_expert; ++e) {
-    const auto& s = slots[e];
-    if (s.empty()) continue;
+  auto compute = [&](int32_t e, const ExpertMatrices& m) {
+    const auto& s = slots[static_cast<size_t>(e)];
     const int64_t n = static_cast<int64_t>(s.size());
     xe.resize(static_cast<size_t>(n * D));
     for (int64_t j = 0; j < n; ++j) std::copy_n(x_norm + (s[j] / K) * D, D, xe.data() + j * D);
     gate.resize(static_cast<size_t>(n * F));
     up.resize(static_cast<size_t>(n * F));
     down.resize(static_cast<size_t>(n * D));
-    const MatrixRef g = w.gate_exps.expert(e), u = w.up_exps.expert(e), d = w.down_exps.expert(e);
+    const MatrixRef &g = m.gate, &u = m.up, &d = m.down;
     cpu::matmul(g.dtype, g.data, g.rows, g.cols, xe.data(), n, gate.data(), pool);
     cpu::matmul(u.dtype, u.data, u.rows, u.cols, xe.data(), n, up.data(), pool);
     cpu::swiglu(gate.data(), up.data(), gate.data(), n * F);
     cpu::matmul(d.dtype, d.data, d.rows, d.cols, gate.data(), n, down.data(), pool);
     for (int64_t j = 0; j < n; ++j) std::copy_n(down.data() + j * D, D, per_slot.data() + s[j] * D);
+  };
+  std::vector<int32_t> needed;
+  for (int32_t e = 0; e < static_cast<int32_t>(c.n_expert); ++e)
+    if (!slots[static_cast<size_t>(e)].empty()) needed.push_back(e);
+  if (source) {
+    source->run_experts(static_cast<int32_t>(r.layer), needed, compute);
+  } else {
+    for (int32_t e : needed) compute(e, {w.gate_exps.expert(e), w.up_exps.expert(e), w.down_exps.expert(e)});
   }
   for (int64_t t = 0; t < T; ++t) {
     float* o = out + t * D;

@@ -6,32 +6,26 @@
 // (because some had to be loaded first) gives bit-identical results.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <vector>
 
+#include "engine/expert_source.h"
+#include "experts/expert_key.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/model_weights.h"
 
 namespace moeflow {
-
-// Router output of one layer for a batch of tokens.
-struct LayerRouting {
-  int64_t layer = 0;
-  int64_t n_tok = 0, n_expert = 0, top_k = 0;
-  std::vector<int32_t> experts;   // [n_tok][top_k], best first
-  std::vector<float> weights;     // [n_tok][top_k], as applied (renormalised or not)
-  std::vector<float> probs;       // [n_tok][n_expert], full softmax of the router
-};
-
-// Called after each layer's routing (trace recorder, policies). May be empty.
-using RoutingObserver = std::function<void(const LayerRouting&)>;
 
 // Softmax over the router logits, top-k with ties to the lower id, optional renormalisation.
 void route_tokens(const ModelConfig& c, const float* router_logits, int64_t n_tok, int64_t layer,
                   LayerRouting& out);
 
 // x_norm: [n_tok][n_embd] normalised input. out: [n_tok][n_embd], overwritten.
+// Experts come from `source`, or from the mapped weights `w` when it is null.
 void moe_forward(const ModelConfig& c, const LayerWeights& w, const LayerRouting& routing,
-                 const float* x_norm, float* out, ThreadPool* pool);
+                 const float* x_norm, float* out, ThreadPool* pool, ExpertSource* source = nullptr);
+
+// Recomputes a token's top-k weights from the full probabilities for the experts it
+// now uses (after rerouting), renormalised or not as the model defines.
+void reweight_token(const ModelConfig& c, LayerRouting& r, int64_t token);
 
 }  // namespace moeflow

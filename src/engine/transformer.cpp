@@ -42,10 +42,14 @@ void Transformer::eval(const int32_t* tokens, int64_t n, bool all_logits, std::v
                        " is outside the vocabulary [0, " + std::to_string(c.n_vocab) + ")");
     dequantize_row(w.tok_embd.dtype, w.tok_embd.data + emb_row * static_cast<size_t>(tokens[t]), x.data() + t * D, D);
   }
+  for (ForwardListener* li : listeners_) li->begin_iteration(tokens, n, pos_);
+  if (source_) source_->begin_iteration(tokens, n, pos_);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     attention_block(l, n, x);
     moe_block(l, n, x);
   }
+  for (ForwardListener* li : listeners_) li->end_iteration();
+  if (source_) source_->end_iteration();
   const int64_t first = all_logits ? 0 : n - 1;
   const int64_t n_out = n - first;
   xn_.resize(static_cast<size_t>(n_out * D));
@@ -107,8 +111,12 @@ void Transformer::moe_block(int64_t l, int64_t n, std::vector<float>& x) {
   rmsnorm_rows(x.data(), L.ffn_norm, xn_.data(), n, D, c.rms_eps);
   apply(L.gate_inp, xn_.data(), n, router_.data(), pool_);
   route_tokens(c, router_.data(), n, l, routing_);
-  if (observer_) observer_(routing_);
-  moe_forward(c, L, routing_, xn_.data(), proj_.data(), pool_);
+  for (ForwardListener* li : listeners_) li->routed(routing_);
+  if (source_) {
+    source_->routed(routing_);
+    source_->prepare_layer(routing_);
+  }
+  moe_forward(c, L, routing_, xn_.data(), proj_.data(), pool_, source_);
   for (int64_t i = 0; i < n * D; ++i) x[i] += proj_[i];
 }
 

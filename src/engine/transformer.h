@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/expert_source.h"
 #include "engine/kv_cache.h"
 #include "engine/moe_layer.h"
 #include "kernels/cpu/thread_pool.h"
@@ -26,7 +27,10 @@ class Transformer {
   int64_t pos() const { return pos_; }
   int64_t n_ctx() const { return kv_.capacity(); }
   void reset() { pos_ = 0; }
-  void set_routing_observer(RoutingObserver obs) { observer_ = std::move(obs); }
+  // Listeners see every eval call and layer routing (not owned; must outlive evals).
+  void add_listener(ForwardListener* l) { listeners_.push_back(l); }
+  // Where experts come from (not owned; null: the mapped weights).
+  void set_expert_source(ExpertSource* s) { source_ = s; }
   uint64_t kv_bytes() const { return kv_.bytes(); }
   const Model& model() const { return model_; }
 
@@ -38,7 +42,8 @@ class Transformer {
   ThreadPool* pool_;
   KvCache kv_;
   int64_t pos_ = 0;
-  RoutingObserver observer_;
+  std::vector<ForwardListener*> listeners_;
+  ExpertSource* source_ = nullptr;
   // Scratch reused across calls (sized for the largest block seen).
   std::vector<float> xn_, q_, k_, v_, attn_, proj_, router_;
   LayerRouting routing_;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -58,6 +59,24 @@ class Cursor {
 
 bool valid_type(uint32_t t) { return t <= 12; }
 
+// Smallest number of bytes one value of type t can occupy in the file.
+uint64_t min_encoded_size(ValueType t) {
+  switch (t) {
+    case ValueType::UINT8: case ValueType::INT8: case ValueType::BOOL: return 1;
+    case ValueType::UINT16: case ValueType::INT16: return 2;
+    case ValueType::UINT32: case ValueType::INT32: case ValueType::FLOAT32: return 4;
+    case ValueType::UINT64: case ValueType::INT64: case ValueType::FLOAT64: return 8;
+    case ValueType::STRING: return 8;   // u64 length
+    case ValueType::ARRAY: return 12;   // u32 element type + u64 count
+  }
+  return 1;
+}
+
+bool is_integer(ValueType t) {
+  return t == ValueType::UINT8 || t == ValueType::INT8 || t == ValueType::UINT16 || t == ValueType::INT16 ||
+         t == ValueType::UINT32 || t == ValueType::INT32 || t == ValueType::UINT64 || t == ValueType::INT64;
+}
+
 Value read_value(Cursor& c, ValueType t, const std::string& field, int depth) {
   Value v;
   v.type = t;
@@ -87,8 +106,11 @@ Value read_value(Cursor& c, ValueType t, const std::string& field, int depth) {
       if (!valid_type(et)) c.fail(field, "unknown array element type " + std::to_string(et), at);
       v.elem_type = static_cast<ValueType>(et);
       const uint64_t n = c.read<uint64_t>(field + " (array length)");
-      // Every element takes at least one byte, so a count above the bytes left is corrupt.
-      if (n > c.remaining()) c.fail(field, "array length " + std::to_string(n) + " exceeds the bytes left in the file", at + 4);
+      // Each element has a fixed minimum encoded size, so a count whose minimum
+      // footprint exceeds the bytes left is corrupt; checking before reserve() keeps a
+      // hostile count from allocating unbounded memory.
+      if (n > c.remaining() / min_encoded_size(v.elem_type))
+        c.fail(field, "array length " + std::to_string(n) + " exceeds the bytes left in the file", at + 4);
       v.array.reserve(n);
       for (uint64_t k = 0; k < n; ++k)
         v.array.push_back(read_value(c, v.elem_type, field + "[" + std::to_string(k) + "]", depth + 1));
@@ -111,9 +133,21 @@ class Parser {
     if (f.version_ != 2 && f.version_ != 3) c.fail("version", "unknown GGUF version " + std::to_string(f.version_), 4);
     const uint64_t tensor_count = c.read<uint64_t>("tensor_count");
     const uint64_t kv_count = c.read<uint64_t>("kv_count");
-    // A tensor info takes at least 8+4+8+4+8 bytes, a kv at least 8+4+1.
-    if (tensor_count > c.remaining() / 32) c.fail("tensor_count", "absurd tensor count " + std::to_string(tensor_count), 8);
-    if (kv_count > c.remaining() / 13) c.fail("kv_count", "absurd metadata count " + std::to_string(kv_count), 16);
+    // A tensor info takes at least 8+4+8+4+8 bytes, a kv at least 8+4+1; rejecting
+    // counts that cannot fit stops a corrupt count from driving a huge loop.
+    const uint64_t left = c.remaining();
+    const auto cannot_fit = [&](const char* what, uint64_t count, uint64_t min_each) {
+      return std::string(what) + " " + std::to_string(count) + " needs at least " + std::to_string(min_each) +
+             " bytes each but only " + std::to_string(left) + " bytes follow (corrupt count or truncated file)";
+    };
+    if (tensor_count > left / 32) c.fail("tensor_count", cannot_fit("tensor_count", tensor_count, 32), 8);
+    if (kv_count > left / 13) c.fail("kv_count", cannot_fit("kv_count", kv_count, 13), 16);
+    if (tensor_count * 32 + kv_count * 13 > left)  // each term <= left, so no overflow
+      c.fail("kv_count", "tensor_count " + std::to_string(tensor_count) + " and kv_count " + std::to_string(kv_count) +
+                             " cannot fit in the " + std::to_string(left) + " bytes that follow (corrupt count or truncated file)",
+             16);
+
+    uint64_t align_at = 0;  // offset of the general.alignment value, for its error message
 
     for (uint64_t k = 0; k < kv_count; ++k) {
       const uint64_t at = c.pos();
@@ -122,16 +156,22 @@ class Parser {
       const uint64_t tat = c.pos();
       const uint32_t t = c.read<uint32_t>(field + " (type)");
       if (!valid_type(t)) c.fail(field, "unknown value type " + std::to_string(t), tat);
+      if (key == "general.alignment") align_at = c.pos();
       Value v = read_value(c, static_cast<ValueType>(t), field, 0);
       if (f.kv_.count(key)) c.fail(field, "duplicate key", at);
       f.kv_order_.push_back(key);
       f.kv_.emplace(key, std::move(v));
     }
     if (const Value* a = f.find("general.alignment")) {
-      const int64_t al = a->type == ValueType::UINT32 || a->type == ValueType::UINT64 || a->type == ValueType::INT32
+      // Only integer types make sense; as_int would also accept bool, so check first.
+      const int64_t al = is_integer(a->type) && !(a->type == ValueType::UINT64 && a->u > INT64_MAX)
                              ? a->as_int("general.alignment") : -1;
+      // Capped at 1 MiB: a larger alignment is certainly corruption, and the cap keeps
+      // the data-offset arithmetic far from overflow.
       if (al <= 0 || (al & (al - 1)) != 0 || al > (1 << 20))
-        throw InputError(f.path_ + ": metadata key 'general.alignment' must be a power of two up to 1 MiB, got " + a->to_display());
+        c.fail("metadata key 'general.alignment'",
+               "must be a nonzero power of two up to 1 MiB, got " + a->to_display() + " (" + value_type_name(a->type) + ")",
+               align_at);
       f.alignment_ = static_cast<uint64_t>(al);
     }
 
@@ -192,7 +232,9 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   struct stat st {};
   if (fstat(f->fd_, &st) != 0 || !S_ISREG(st.st_mode)) throw InputError("'" + path + "' is not a regular file");
   f->size_ = static_cast<uint64_t>(st.st_size);
-  if (f->size_ < 24) throw InputError(path + ": file truncated: " + std::to_string(f->size_) + " bytes is smaller than a GGUF header at offset 0");
+  // mmap rejects length 0; every shorter-than-header file goes through the cursor so
+  // the message names the first field that is cut off.
+  if (f->size_ == 0) throw InputError(path + ": magic: file truncated (empty file) at offset 0");
   void* p = mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, f->fd_, 0);
   if (p == MAP_FAILED) throw InputError("cannot map '" + path + "': " + std::strerror(errno));
   f->base_ = static_cast<const uint8_t*>(p);

@@ -1,3 +1,5 @@
+#include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "format/gguf.h"
@@ -90,12 +92,18 @@ std::string Value::to_display(size_t max_items) const {
     }
     case ValueType::BOOL: return u ? "true" : "false";
     case ValueType::FLOAT32:
-    case ValueType::FLOAT64: return std::to_string(f);
+    case ValueType::FLOAT64: {
+      // %g with the type's round-trip precision: std::to_string would print 1e-5 as
+      // "0.000010" and hide small epsilons entirely.
+      char buf[40];
+      std::snprintf(buf, sizeof buf, type == ValueType::FLOAT32 ? "%.7g" : "%.15g", f);
+      return buf;
+    }
     case ValueType::ARRAY: {
       std::string out = "[";
       for (size_t k = 0; k < array.size() && k < max_items; ++k) out += (k ? ", " : "") + array[k].to_display(max_items);
-      if (array.size() > max_items) out += ", ...";
-      return out + "] (" + std::to_string(array.size()) + " " + value_type_name(elem_type) + ")";
+      if (array.size() > max_items) out += max_items ? ", ..." : "...";
+      return out + " (" + std::to_string(array.size()) + " items)]";
     }
     default: return is_signed(type) ? std::to_string(i) : std::to_string(u);
   }

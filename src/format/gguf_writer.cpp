@@ -14,8 +14,11 @@ class Out {
   explicit Out(std::vector<uint8_t>& b) : b_(b) {}
   template <class T>
   void put(T v) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&v);
-    b_.insert(b_.end(), p, p + sizeof(T));
+    // resize + memcpy rather than insert(ptr range): GCC 12 misreads the latter as an
+    // overflow (-Wstringop-overflow) once inlined.
+    const size_t at = b_.size();
+    b_.resize(at + sizeof(T));
+    std::memcpy(b_.data() + at, &v, sizeof(T));
   }
   void str(const std::string& s) {
     put<uint64_t>(s.size());
@@ -62,32 +65,54 @@ void GgufWriter::set(const std::string& key, Value v) {
 }
 
 void GgufWriter::add_tensor(const std::string& name, std::vector<uint64_t> dims, DType dtype, std::vector<uint8_t> bytes) {
+  // Check the shape before calling row_bytes, whose precondition is a whole number of
+  // blocks; a bad shape here would otherwise produce a file the reader rejects later.
+  const std::string what = "GgufWriter: tensor '" + name + "'";
+  if (dims.empty() || dims.size() > 4) throw InputError(what + " must have 1..4 dims, got " + std::to_string(dims.size()));
   uint64_t rows = 1;
-  for (size_t i = 1; i < dims.size(); ++i) rows *= dims[i];
-  const uint64_t want = dims.empty() ? 0 : row_bytes(dtype, static_cast<int64_t>(dims[0])) * rows;
-  if (dims.empty() || bytes.size() != want)
-    throw InputError("GgufWriter: tensor '" + name + "' has " + std::to_string(bytes.size()) + " bytes, its dims and dtype need " +
-                     std::to_string(want));
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == 0 || dims[i] > (1ull << 60) || (i > 0 && rows > (1ull << 60) / dims[i]))
+      throw InputError(what + " dims[" + std::to_string(i) + "] = " + std::to_string(dims[i]) + " is zero or too large");
+    if (i > 0) rows *= dims[i];
+  }
+  const DTypeInfo& info = dtype_info(dtype);
+  if (dims[0] % static_cast<uint64_t>(info.block_size) != 0)
+    throw InputError(what + " dims[0] = " + std::to_string(dims[0]) + " is not a multiple of the " + info.name + " block size");
+  const uint64_t want = row_bytes(dtype, static_cast<int64_t>(dims[0])) * rows;
+  if (bytes.size() != want)
+    throw InputError(what + " has " + std::to_string(bytes.size()) + " bytes, its dims and dtype need " + std::to_string(want));
   tensors_.push_back(Pending{name, std::move(dims), dtype, std::move(bytes)});
 }
 
 void GgufWriter::write(const std::string& path) const {
+  // An explicit general.alignment key wins over the constructor argument, so the
+  // offsets written always agree with what the reader will use.
+  uint64_t alignment = alignment_;
+  bool has_align = false;
+  for (const auto& [k, v] : kv_)
+    if (k == "general.alignment") {
+      has_align = true;
+      alignment = v.as_int(k) < 0 ? 0 : static_cast<uint64_t>(v.as_int(k));
+    }
+  // Same rule as the reader, so the writer never produces a file it cannot read back.
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > (1u << 20))
+    throw InputError("GgufWriter: alignment " + std::to_string(alignment) + " is not a nonzero power of two up to 1 MiB");
+
   std::vector<uint8_t> head;
   Out o(head);
   o.put<uint32_t>(0x46554747u);
   o.put<uint32_t>(3);
   o.put<uint64_t>(tensors_.size());
-  const bool has_align = std::any_of(kv_.begin(), kv_.end(), [](const auto& kv) { return kv.first == "general.alignment"; });
-  o.put<uint64_t>(kv_.size() + (has_align || alignment_ == 32 ? 0 : 1));
+  o.put<uint64_t>(kv_.size() + (has_align || alignment == 32 ? 0 : 1));
   for (const auto& [k, v] : kv_) {
     o.str(k);
     o.put<uint32_t>(static_cast<uint32_t>(v.type));
     o.value(v);
   }
-  if (!has_align && alignment_ != 32) {
+  if (!has_align && alignment != 32) {
     o.str("general.alignment");
     o.put<uint32_t>(static_cast<uint32_t>(ValueType::UINT32));
-    o.put<uint32_t>(static_cast<uint32_t>(alignment_));
+    o.put<uint32_t>(static_cast<uint32_t>(alignment));
   }
   uint64_t off = 0;
   for (const auto& t : tensors_) {
@@ -96,9 +121,9 @@ void GgufWriter::write(const std::string& path) const {
     for (uint64_t d : t.dims) o.put<uint64_t>(d);
     o.put<uint32_t>(static_cast<uint32_t>(t.dtype));
     o.put<uint64_t>(off);
-    off += (t.bytes.size() + alignment_ - 1) / alignment_ * alignment_;
+    off += (t.bytes.size() + alignment - 1) / alignment * alignment;
   }
-  o.pad(alignment_);
+  o.pad(alignment);
   const std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
@@ -107,16 +132,24 @@ void GgufWriter::write(const std::string& path) const {
     static const char zeros[64] = {};
     for (const auto& t : tensors_) {
       f.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
-      uint64_t padn = (alignment_ - t.bytes.size() % alignment_) % alignment_;
+      uint64_t padn = (alignment - t.bytes.size() % alignment) % alignment;
       while (padn) {
         const uint64_t k = std::min<uint64_t>(padn, sizeof zeros);
         f.write(zeros, static_cast<std::streamsize>(k));
         padn -= k;
       }
     }
-    if (!f) throw InputError("write to '" + tmp + "' failed");
+    f.flush();
+    if (!f) {
+      f.close();
+      std::remove(tmp.c_str());  // never leave a half-written file behind
+      throw InputError("write to '" + tmp + "' failed");
+    }
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw InputError("cannot rename '" + tmp + "' to '" + path + "'");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw InputError("cannot rename '" + tmp + "' to '" + path + "'");
+  }
 }
 
 }  // namespace moeflow::gguf

@@ -49,8 +49,11 @@ inline float bf16_to_fp32(uint16_t h) {
   return f;
 }
 
-struct BlockQ8_0 { uint16_t d; int8_t qs[32]; };
-struct BlockQ4_0 { uint16_t d; uint8_t qs[16]; };
+// Packed (alignment 1): a block may sit at any byte address (rows of a tensor are
+// only 2-byte aligned, and callers may hand in sub-ranges of a buffer).
+struct __attribute__((packed)) BlockQ8_0 { uint16_t d; int8_t qs[32]; };
+struct __attribute__((packed)) BlockQ4_0 { uint16_t d; uint8_t qs[16]; };
+static_assert(alignof(BlockQ8_0) == 1 && alignof(BlockQ4_0) == 1);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_0) == 18);
 

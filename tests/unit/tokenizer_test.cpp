@@ -348,7 +348,9 @@ TEST(StreamingDetokenizer, HoldsBackSplitEmoji) {
       const unsigned char first = static_cast<unsigned char>(piece[0]);
       EXPECT_FALSE(first >= 0x80 && first < 0xC0) << "starts mid-character";
     }
-    if (piece.find('\xF0') != std::string::npos) EXPECT_NE(piece.find(emoji), std::string::npos);
+    if (piece.find('\xF0') != std::string::npos) {
+      EXPECT_NE(piece.find(emoji), std::string::npos);
+    }
     all += piece;
   }
   all += sd.flush();

@@ -1,12 +1,15 @@
 // Mat-vec and mat-mat for every weight dtype, compiled once per SIMD target by
 // Highway's foreach_target and picked at run time (AVX2, AVX-512, ...).
 //
-// Strategy: a weight row (or a tile of kRowTile rows) is dequantised into an f32
-// buffer that stays in L1, then multiplied with the activations using explicit
-// Highway vectors. The dequantisation loops are plain C++ compiled with each
-// target's instruction set enabled, so the compiler vectorises them per target.
-// Decode (matvec) is bound by reading the weights once; prefill (matmul) reuses each
-// dequantised tile across kTokTile tokens held in registers.
+// matvec (decode; bound by reading the weights once): several rows at a time, each
+// weight block converted to f32 in registers and FMA'd with the shared x vectors. For
+// the quantised types the block is first dotted with x unscaled, then scaled once:
+// acc += d * sum_j q_j x_j.
+//
+// matmul (prefill): a tile of kRows rows x kKc columns is dequantised into a
+// per-thread f32 scratch once, then multiplied with every token, kToks tokens at a
+// time; the kRows x kToks accumulators live in registers, so each weight vector loaded
+// from the scratch feeds kToks FMAs and each activation vector feeds kRows FMAs.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/matmul.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -14,72 +17,175 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+
+#ifndef MOEFLOW_MATMUL_ONCE
+#define MOEFLOW_MATMUL_ONCE
+namespace moeflow::cpu::detail {
+
+// Branch-free f16 -> f32 (exact for every input, including subnormals, inf, nan).
+inline float half_to_float(uint16_t h) {
+  const uint32_t o = static_cast<uint32_t>(h & 0x7fffu) << 13;
+  float f;
+  std::memcpy(&f, &o, 4);
+  f *= 5.192296858534827628530496e+33f;  // 2^112 rebias (also normalises subnormals)
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((h & 0x7c00u) == 0x7c00u) u = o | 0x7f800000u;
+  u |= static_cast<uint32_t>(h & 0x8000u) << 16;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// All 65536 halves as floats (256 KiB): a block scale costs one broadcast load. The
+// scales of a model sit in a narrow range, so only a few lines of it stay hot.
+inline const float* f16_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t h = 0; h < 65536; ++h) t[h] = half_to_float(static_cast<uint16_t>(h));
+    return t;
+  }();
+  return table.data();
+}
+
+inline float load_scalar(DType wt, const uint8_t* row, int64_t c) {
+  switch (wt) {
+    case DType::F32: {
+      float f;
+      std::memcpy(&f, row + 4 * c, 4);
+      return f;
+    }
+    case DType::F16: {
+      uint16_t h;
+      std::memcpy(&h, row + 2 * c, 2);
+      return half_to_float(h);
+    }
+    case DType::BF16: {
+      uint16_t h;
+      std::memcpy(&h, row + 2 * c, 2);
+      return bf16_to_fp32(h);
+    }
+    default:
+      return 0.0f;  // quantised rows are whole blocks, never a scalar tail
+  }
+}
+
+}  // namespace moeflow::cpu::detail
+#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace moeflow::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-constexpr int64_t kRowTile = 4;
-constexpr int64_t kTokTile = 4;
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
 
-inline float fp16_bits_to_f32(uint16_t h) {
-  // Same result as moeflow::fp16_to_fp32 for every finite input; the scales of
-  // quantised blocks are finite, and f16 tensors go through the same path.
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t e = (h >> 10) & 0x1F, m = h & 0x3FF;
-  if (e == 0 || e == 31) return fp16_to_fp32(h);
-  const uint32_t x = sign | ((e + 112) << 23) | (m << 13);
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// 32 vector registers: 4x6 accumulators + 6 x + 1 w. (8x3 and 3x8 measured at half
+// the speed on Zen 4: more concurrent row/token streams than L1 handles well.)
+constexpr int kRows = 4;
+constexpr int kToks = 6;
+#else
+// 16 vector registers: 4x3 accumulators + 3 x + 1 w (the w operand can come from
+// memory). Measured on Zen 4 forced to AVX2: 4x3 66% of peak, 3x3 55%, 4x2 44%.
+constexpr int kRows = 4;
+constexpr int kToks = 3;
+#endif
+// Columns per dequantised tile (multiple of 32). 4 rows x 4096 f32 = 64 KiB lives in
+// L2 and is reused by every token; results for later tiles are added into Y.
+constexpr int64_t kKc = 4096;
+// Scratch row stride: padded so the tile's rows do not share L1 sets (4 KiB aliasing).
+constexpr int64_t kWs = kKc + 16;
+// matvec: rows decoded per pass. Quantised rows are short (34 or 18 bytes per 32
+// weights), so 8 of them in flight keep more memory streams busy; float rows use 4
+// rows x 2 accumulators.
+constexpr int kMvRowsQ = 8;
+constexpr int kMvRowsF = 4;
+
+HWY_INLINE float Sum(DF d, VF v) { return hn::GetLane(hn::SumOfLanes(d, v)); }
+
+// ---------------------------------------------------------------------------------
+// Block decoders: 32 elements of a quantised block as f32 vectors, without the scale.
+
+// Lanes [j, j+N) of a q8_0 block.
+HWY_INLINE VF Q8Lanes(DF df, const int8_t* qs) {
+  const hn::Rebind<int8_t, DF> d8;
+  const hn::RebindToSigned<DF> di;
+  return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, qs)));
 }
 
-// Dequantise one row of `cols` elements into dst (vectorised per target).
-void DequantRow(DType wt, const uint8_t* src, float* HWY_RESTRICT dst, int64_t cols) {
+// Nibbles of qs[j..j+N): lo -> elements j.., hi -> elements 16+j.., both minus 8.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// 16 lanes: one permute maps a nibble straight to the float nibble - 8.
+HWY_INLINE void Q4Lanes(DF df, const uint8_t* qs, VF& lo, VF& hi) {
+  const hn::Rebind<uint8_t, DF> d8;
+  const hn::RebindToSigned<DF> di;
+  HWY_ALIGN static constexpr float kVals[16] = {-8, -7, -6, -5, -4, -3, -2, -1,
+                                                0,  1,  2,  3,  4,  5,  6,  7};
+  const VF table = hn::Load(df, kVals);
+  const auto v = hn::PromoteTo(di, hn::LoadU(d8, qs));
+  lo = hn::TableLookupLanes(table, hn::IndicesFromVec(df, hn::And(v, hn::Set(di, 0x0f))));
+  hi = hn::TableLookupLanes(table, hn::IndicesFromVec(df, hn::ShiftRight<4>(v)));
+}
+#else
+HWY_INLINE void Q4Lanes(DF df, const uint8_t* qs, VF& lo, VF& hi) {
+  const hn::Rebind<uint8_t, DF> d8;
+  const hn::RebindToSigned<DF> di;
+  const auto v = hn::PromoteTo(di, hn::LoadU(d8, qs));
+  const auto k8 = hn::Set(di, 8);
+  lo = hn::ConvertTo(df, hn::Sub(hn::And(v, hn::Set(di, 0x0f)), k8));
+  hi = hn::ConvertTo(df, hn::Sub(hn::ShiftRight<4>(v), k8));
+}
+#endif
+
+// Dequantise columns [c0, c0+n) of one row into dst (c0, n multiples of 32 for the
+// quantised types).
+void DequantSpan(DType wt, const uint8_t* row, int64_t c0, int64_t n, float* HWY_RESTRICT dst) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const float* HWY_RESTRICT f16t = detail::f16_table();
   switch (wt) {
     case DType::F32:
-      std::memcpy(dst, src, static_cast<size_t>(cols) * 4);
+      std::memcpy(dst, row + 4 * c0, static_cast<size_t>(n) * 4);
       return;
     case DType::F16: {
-      const auto* s = reinterpret_cast<const uint16_t*>(src);
-      const hn::ScalableTag<float> df;
-      const hn::Rebind<hwy::float16_t, decltype(df)> dh;
-      const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+      const hn::Rebind<hwy::float16_t, DF> dh;
+      const auto* s = reinterpret_cast<const hwy::float16_t*>(row) + c0;
       int64_t i = 0;
-      for (; i + N <= cols; i += N)
-        hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(s + i))), df, dst + i);
-      for (; i < cols; ++i) dst[i] = fp16_to_fp32(s[i]);
+      for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, s + i)), df, dst + i);
+      for (; i < n; ++i) dst[i] = detail::load_scalar(wt, row, c0 + i);
       return;
     }
     case DType::BF16: {
-      const auto* s = reinterpret_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < cols; ++i) {
-        const uint32_t u = static_cast<uint32_t>(s[i]) << 16;
-        std::memcpy(dst + i, &u, 4);
-      }
+      const hn::Rebind<hwy::bfloat16_t, DF> db;
+      const auto* s = reinterpret_cast<const hwy::bfloat16_t*>(row) + c0;
+      int64_t i = 0;
+      for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(db, s + i)), df, dst + i);
+      for (; i < n; ++i) dst[i] = detail::load_scalar(wt, row, c0 + i);
       return;
     }
     case DType::Q8_0: {
-      const auto* b = reinterpret_cast<const BlockQ8_0*>(src);
-      for (int64_t k = 0; k < cols / 32; ++k) {
-        const float d = fp16_bits_to_f32(b[k].d);
-        float* o = dst + k * 32;
-        for (int j = 0; j < 32; ++j) o[j] = d * static_cast<float>(b[k].qs[j]);
+      const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + c0 / 32;
+      for (int64_t k = 0; k < n / 32; ++k) {
+        const VF d = hn::Set(df, f16t[b[k].d]);
+        for (int64_t j = 0; j < 32; j += N)
+          hn::StoreU(hn::Mul(d, Q8Lanes(df, b[k].qs + j)), df, dst + 32 * k + j);
       }
       return;
     }
     case DType::Q4_0: {
-      const auto* b = reinterpret_cast<const BlockQ4_0*>(src);
-      for (int64_t k = 0; k < cols / 32; ++k) {
-        const float d = fp16_bits_to_f32(b[k].d);
-        float* o = dst + k * 32;
-        for (int j = 0; j < 16; ++j) {
-          o[j] = d * static_cast<float>(static_cast<int>(b[k].qs[j] & 0x0F) - 8);
-          o[j + 16] = d * static_cast<float>(static_cast<int>(b[k].qs[j] >> 4) - 8);
+      const auto* b = reinterpret_cast<const BlockQ4_0*>(row) + c0 / 32;
+      for (int64_t k = 0; k < n / 32; ++k) {
+        const VF d = hn::Set(df, f16t[b[k].d]);
+        for (int64_t j = 0; j < 16; j += N) {
+          VF lo, hi;
+          Q4Lanes(df, b[k].qs + j, lo, hi);
+          hn::StoreU(hn::Mul(d, lo), df, dst + 32 * k + j);
+          hn::StoreU(hn::Mul(d, hi), df, dst + 32 * k + 16 + j);
         }
       }
       return;
@@ -87,92 +193,227 @@ void DequantRow(DType wt, const uint8_t* src, float* HWY_RESTRICT dst, int64_t c
   }
 }
 
-// Highway 1.0 (Debian 12) has SumOfLanes, not ReduceSum.
-template <class D, class V>
-HWY_INLINE float Sum(D d, V v) { return hn::GetLane(hn::SumOfLanes(d, v)); }
+// ---------------------------------------------------------------------------------
+// matvec kernels: R rows, weights decoded in registers.
 
-float Dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t n) {
-  const hn::ScalableTag<float> d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  auto s0 = hn::Zero(d), s1 = hn::Zero(d), s2 = hn::Zero(d), s3 = hn::Zero(d);
-  int64_t i = 0;
-  for (; i + 4 * N <= n; i += 4 * N) {
-    s0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), s0);
-    s1 = hn::MulAdd(hn::LoadU(d, a + i + N), hn::LoadU(d, b + i + N), s1);
-    s2 = hn::MulAdd(hn::LoadU(d, a + i + 2 * N), hn::LoadU(d, b + i + 2 * N), s2);
-    s3 = hn::MulAdd(hn::LoadU(d, a + i + 3 * N), hn::LoadU(d, b + i + 3 * N), s3);
-  }
-  for (; i + N <= n; i += N) s0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), s0);
-  float sum = Sum(d, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3)));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-void MatvecRows(DType wt, const uint8_t* W, int64_t r0, int64_t r1, int64_t cols, const float* x, float* y) {
-  const size_t rb = row_bytes(wt, cols);
-  if (wt == DType::F32) {
-    for (int64_t r = r0; r < r1; ++r) y[r] = Dot(reinterpret_cast<const float*>(W + rb * r), x, cols);
-    return;
-  }
-  std::vector<float> buf(static_cast<size_t>(cols));
-  for (int64_t r = r0; r < r1; ++r) {
-    DequantRow(wt, W + rb * static_cast<size_t>(r), buf.data(), cols);
-    y[r] = Dot(buf.data(), x, cols);
+// Float weight types (f32/f16/bf16).
+template <DType WT>
+HWY_INLINE VF LoadFloatW(DF df, const uint8_t* row, int64_t c) {
+  if constexpr (WT == DType::F32) {
+    return hn::LoadU(df, reinterpret_cast<const float*>(row) + c);
+  } else if constexpr (WT == DType::F16) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + c));
+  } else {
+    const hn::Rebind<hwy::bfloat16_t, DF> db;
+    return hn::PromoteTo(df, hn::LoadU(db, reinterpret_cast<const hwy::bfloat16_t*>(row) + c));
   }
 }
 
-// Y[t][r] for rows [r0, r1) and all tokens: kRowTile rows x kTokTile tokens per inner
-// kernel, 16 independent accumulators.
-void MatmulRows(DType wt, const uint8_t* W, int64_t r0, int64_t r1, int64_t cols, const float* X,
-                int64_t n_tok, float* Y, int64_t y_stride) {
-  const hn::ScalableTag<float> d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+template <DType WT, int R>
+HWY_INLINE void MvFloatRows(const uint8_t* const* rows, int64_t cols,
+                            const float* HWY_RESTRICT x, float* out) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  VF acc0[R], acc1[R];
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(df);
+  int64_t c = 0;
+  for (; c + 2 * N <= cols; c += 2 * N) {
+    const VF x0 = hn::LoadU(df, x + c), x1 = hn::LoadU(df, x + c + N);
+    for (int r = 0; r < R; ++r) {
+      acc0[r] = hn::MulAdd(LoadFloatW<WT>(df, rows[r], c), x0, acc0[r]);
+      acc1[r] = hn::MulAdd(LoadFloatW<WT>(df, rows[r], c + N), x1, acc1[r]);
+    }
+  }
+  for (; c + N <= cols; c += N) {
+    const VF x0 = hn::LoadU(df, x + c);
+    for (int r = 0; r < R; ++r) acc0[r] = hn::MulAdd(LoadFloatW<WT>(df, rows[r], c), x0, acc0[r]);
+  }
+  for (int r = 0; r < R; ++r) {
+    float s = Sum(df, hn::Add(acc0[r], acc1[r]));
+    for (int64_t k = c; k < cols; ++k) s += detail::load_scalar(WT, rows[r], k) * x[k];
+    out[r] = s;
+  }
+}
+
+template <int R>
+HWY_INLINE void MvQ8Rows(const uint8_t* const* rows, int64_t cols, const float* HWY_RESTRICT x,
+                         float* out) {
+  const DF df;
+  const float* HWY_RESTRICT f16t = detail::f16_table();
+  constexpr int64_t N = static_cast<int64_t>(hn::MaxLanes(DF()));
+  constexpr int64_t V = (32 + N - 1) / N;  // vectors per block
+  static_assert(32 % N == 0, "block must be a whole number of vectors");
+  VF acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df);
+  const BlockQ8_0* b[R];
+  for (int r = 0; r < R; ++r) b[r] = reinterpret_cast<const BlockQ8_0*>(rows[r]);
+  const int64_t nb = cols / 32;
+  for (int64_t k = 0; k < nb; ++k) {
+    VF xv[V];
+    for (int64_t j = 0; j < V; ++j) xv[j] = hn::LoadU(df, x + 32 * k + j * N);
+    for (int r = 0; r < R; ++r) {
+      const BlockQ8_0& blk = b[r][k];
+      VF s = hn::Mul(Q8Lanes(df, blk.qs), xv[0]);
+      for (int64_t j = 1; j < V; ++j) s = hn::MulAdd(Q8Lanes(df, blk.qs + j * N), xv[j], s);
+      acc[r] = hn::MulAdd(hn::Set(df, f16t[blk.d]), s, acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = Sum(df, acc[r]);
+}
+
+template <int R>
+HWY_INLINE void MvQ4Rows(const uint8_t* const* rows, int64_t cols, const float* HWY_RESTRICT x,
+                         float* out) {
+  const DF df;
+  const float* HWY_RESTRICT f16t = detail::f16_table();
+  constexpr int64_t N = static_cast<int64_t>(hn::MaxLanes(DF()));
+  constexpr int64_t V = (16 + N - 1) / N;  // vectors per half block
+  static_assert(16 % N == 0 || N == 32, "unsupported vector length");
+  VF acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df);
+  const BlockQ4_0* b[R];
+  for (int r = 0; r < R; ++r) b[r] = reinterpret_cast<const BlockQ4_0*>(rows[r]);
+  const int64_t nb = cols / 32;
+  for (int64_t k = 0; k < nb; ++k) {
+    VF xlo[V], xhi[V];
+    for (int64_t j = 0; j < V; ++j) {
+      xlo[j] = hn::LoadU(df, x + 32 * k + j * N);
+      xhi[j] = hn::LoadU(df, x + 32 * k + 16 + j * N);
+    }
+    for (int r = 0; r < R; ++r) {
+      const BlockQ4_0& blk = b[r][k];
+      VF lo, hi;
+      Q4Lanes(df, blk.qs, lo, hi);
+      VF s = hn::MulAdd(hi, xhi[0], hn::Mul(lo, xlo[0]));
+      for (int64_t j = 1; j < V; ++j) {
+        Q4Lanes(df, blk.qs + j * N, lo, hi);
+        s = hn::MulAdd(lo, xlo[j], s);
+        s = hn::MulAdd(hi, xhi[j], s);
+      }
+      acc[r] = hn::MulAdd(hn::Set(df, f16t[blk.d]), s, acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = Sum(df, acc[r]);
+}
+
+template <int R>
+HWY_INLINE void MvRows(DType wt, const uint8_t* const* rows, int64_t cols, const float* x,
+                       float* out) {
+  switch (wt) {
+    case DType::Q8_0: MvQ8Rows<R>(rows, cols, x, out); return;
+    case DType::Q4_0: MvQ4Rows<R>(rows, cols, x, out); return;
+    case DType::F32: MvFloatRows<DType::F32, R>(rows, cols, x, out); return;
+    case DType::F16: MvFloatRows<DType::F16, R>(rows, cols, x, out); return;
+    case DType::BF16: MvFloatRows<DType::BF16, R>(rows, cols, x, out); return;
+  }
+}
+
+template <int R>
+void MatvecRowsR(DType wt, const uint8_t* W, size_t rb, int64_t r0, int64_t r1, int64_t cols,
+                 const float* x, float* y) {
+  int64_t r = r0;
+  const uint8_t* rows[R];
+  for (; r + R <= r1; r += R) {
+    for (int i = 0; i < R; ++i) rows[i] = W + rb * static_cast<size_t>(r + i);
+    MvRows<R>(wt, rows, cols, x, y + r);
+  }
+  for (; r < r1; ++r) {
+    rows[0] = W + rb * static_cast<size_t>(r);
+    MvRows<1>(wt, rows, cols, x, y + r);
+  }
+}
+
+void MatvecRows(DType wt, const uint8_t* W, int64_t r0, int64_t r1, int64_t cols,
+                const float* x, float* y) {
   const size_t rb = row_bytes(wt, cols);
-  std::vector<float> tile(static_cast<size_t>(kRowTile * cols));
-  for (int64_t r = r0; r < r1; r += kRowTile) {
-    const int64_t nr = std::min(kRowTile, r1 - r);
-    for (int64_t i = 0; i < nr; ++i) DequantRow(wt, W + rb * static_cast<size_t>(r + i), tile.data() + i * cols, cols);
-    int64_t t = 0;
-    if (nr == kRowTile && cols % N == 0) {
-      const float* w0 = tile.data();
-      const float* w1 = w0 + cols;
-      const float* w2 = w1 + cols;
-      const float* w3 = w2 + cols;
-      for (; t + kTokTile <= n_tok; t += kTokTile) {
-        const float* x0 = X + t * cols;
-        const float* x1 = x0 + cols;
-        const float* x2 = x1 + cols;
-        const float* x3 = x2 + cols;
-        auto a00 = hn::Zero(d), a01 = hn::Zero(d), a02 = hn::Zero(d), a03 = hn::Zero(d);
-        auto a10 = hn::Zero(d), a11 = hn::Zero(d), a12 = hn::Zero(d), a13 = hn::Zero(d);
-        auto a20 = hn::Zero(d), a21 = hn::Zero(d), a22 = hn::Zero(d), a23 = hn::Zero(d);
-        auto a30 = hn::Zero(d), a31 = hn::Zero(d), a32 = hn::Zero(d), a33 = hn::Zero(d);
-        for (int64_t c = 0; c < cols; c += N) {
-          const auto v0 = hn::LoadU(d, x0 + c), v1 = hn::LoadU(d, x1 + c);
-          const auto v2 = hn::LoadU(d, x2 + c), v3 = hn::LoadU(d, x3 + c);
-          auto w = hn::LoadU(d, w0 + c);
-          a00 = hn::MulAdd(w, v0, a00); a01 = hn::MulAdd(w, v1, a01); a02 = hn::MulAdd(w, v2, a02); a03 = hn::MulAdd(w, v3, a03);
-          w = hn::LoadU(d, w1 + c);
-          a10 = hn::MulAdd(w, v0, a10); a11 = hn::MulAdd(w, v1, a11); a12 = hn::MulAdd(w, v2, a12); a13 = hn::MulAdd(w, v3, a13);
-          w = hn::LoadU(d, w2 + c);
-          a20 = hn::MulAdd(w, v0, a20); a21 = hn::MulAdd(w, v1, a21); a22 = hn::MulAdd(w, v2, a22); a23 = hn::MulAdd(w, v3, a23);
-          w = hn::LoadU(d, w3 + c);
-          a30 = hn::MulAdd(w, v0, a30); a31 = hn::MulAdd(w, v1, a31); a32 = hn::MulAdd(w, v2, a32); a33 = hn::MulAdd(w, v3, a33);
-        }
-        float* y0 = Y + t * y_stride + r;
-        float* y1 = y0 + y_stride;
-        float* y2 = y1 + y_stride;
-        float* y3 = y2 + y_stride;
-        y0[0] = Sum(d, a00); y1[0] = Sum(d, a01); y2[0] = Sum(d, a02); y3[0] = Sum(d, a03);
-        y0[1] = Sum(d, a10); y1[1] = Sum(d, a11); y2[1] = Sum(d, a12); y3[1] = Sum(d, a13);
-        y0[2] = Sum(d, a20); y1[2] = Sum(d, a21); y2[2] = Sum(d, a22); y3[2] = Sum(d, a23);
-        y0[3] = Sum(d, a30); y1[3] = Sum(d, a31); y2[3] = Sum(d, a32); y3[3] = Sum(d, a33);
+  if (dtype_is_quantized(wt)) {
+    MatvecRowsR<kMvRowsQ>(wt, W, rb, r0, r1, cols, x, y);
+  } else {
+    MatvecRowsR<kMvRowsF>(wt, W, rb, r0, r1, cols, x, y);
+  }
+}
+
+// matmul micro-kernel: R rows (f32, row stride ws) x T tokens (row stride xs) over kc
+// columns. Writes (or adds, when `add`) the R x T results to y[t * ys + r].
+template <int R, int T>
+HWY_NOINLINE void TileKernel(const float* HWY_RESTRICT w, int64_t ws,
+                             const float* HWY_RESTRICT x, int64_t xs, int64_t kc,
+                             float* HWY_RESTRICT y, int64_t ys, bool add) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  VF acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = hn::Zero(df);
+  int64_t k = 0;
+  for (; k + N <= kc; k += N) {
+    VF xv[T];
+    for (int t = 0; t < T; ++t) xv[t] = hn::LoadU(df, x + t * xs + k);
+    for (int r = 0; r < R; ++r) {
+      const VF wv = hn::LoadU(df, w + r * ws + k);
+      for (int t = 0; t < T; ++t) acc[r][t] = hn::MulAdd(wv, xv[t], acc[r][t]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) {
+      float s = Sum(df, acc[r][t]);
+      for (int64_t j = k; j < kc; ++j) s += w[r * ws + j] * x[t * xs + j];
+      float& o = y[t * ys + r];
+      o = add ? o + s : s;
+    }
+  }
+}
+
+// The last n_tok % kToks tokens: one kernel call with T = rest.
+template <int R, int T>
+HWY_INLINE void TileRest(int64_t rest, const float* w, int64_t ws, const float* x, int64_t xs,
+                         int64_t kc, float* y, int64_t ys, bool add) {
+  if constexpr (T >= 1) {
+    if (rest == T) {
+      TileKernel<R, T>(w, ws, x, xs, kc, y, ys, add);
+    } else {
+      TileRest<R, T - 1>(rest, w, ws, x, xs, kc, y, ys, add);
+    }
+  }
+}
+
+template <int R>
+HWY_INLINE void TileTokens(const float* w, int64_t ws, const float* x, int64_t xs, int64_t kc,
+                           int64_t n_tok, float* y, int64_t ys, bool add) {
+  int64_t t = 0;
+  for (; t + kToks <= n_tok; t += kToks)
+    TileKernel<R, kToks>(w, ws, x + t * xs, xs, kc, y + t * ys, ys, add);
+  if (t < n_tok) TileRest<R, kToks - 1>(n_tok - t, w, ws, x + t * xs, xs, kc, y + t * ys, ys, add);
+}
+
+void MatmulRows(DType wt, const uint8_t* W, int64_t r0, int64_t r1, int64_t cols,
+                const float* X, int64_t n_tok, float* Y, int64_t ldy) {
+  const size_t rb = row_bytes(wt, cols);
+  // Every dtype (f32 too: a contiguous, padded tile beats striding through W) goes
+  // through the per-thread scratch tile.
+  thread_local std::vector<float> scratch;
+  if (scratch.size() < static_cast<size_t>(kRows * kWs)) {
+    scratch.resize(static_cast<size_t>(kRows * kWs));
+  }
+  float* tile = scratch.data();
+  for (int64_t r = r0; r < r1; r += kRows) {
+    const int64_t nr = std::min<int64_t>(kRows, r1 - r);
+    for (int64_t c0 = 0; c0 < cols; c0 += kKc) {
+      const int64_t kc = std::min<int64_t>(kKc, cols - c0);
+      for (int64_t i = 0; i < nr; ++i)
+        DequantSpan(wt, W + rb * static_cast<size_t>(r + i), c0, kc, tile + i * kWs);
+      const bool add = c0 > 0;
+      if (nr == kRows) {
+        TileTokens<kRows>(tile, kWs, X + c0, cols, kc, n_tok, Y + r, ldy, add);
+      } else {
+        for (int64_t i = 0; i < nr; ++i)
+          TileTokens<1>(tile + i * kWs, kWs, X + c0, cols, kc, n_tok, Y + r + i, ldy, add);
       }
     }
-    for (; t < n_tok; ++t)
-      for (int64_t i = 0; i < nr; ++i) Y[t * y_stride + r + i] = Dot(tile.data() + i * cols, X + t * cols, cols);
   }
 }
+
+int64_t RowTile() { return kRows; }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace moeflow::cpu
@@ -183,33 +424,63 @@ namespace moeflow::cpu {
 
 HWY_EXPORT(MatvecRows);
 HWY_EXPORT(MatmulRows);
+HWY_EXPORT(RowTile);
 
-void matvec(DType wt, const void* W, int64_t rows, int64_t cols, const float* x, float* y, ThreadPool* pool) {
-  const auto* w = static_cast<const uint8_t*>(W);
-  auto job = [&](int64_t r0, int64_t r1, int) { HWY_DYNAMIC_DISPATCH(MatvecRows)(wt, w, r0, r1, cols, x, y); };
-  // Below ~16K weights per thread the fork/join costs more than it saves.
-  if (pool && rows * cols >= (1 << 14)) pool->parallel_for(rows, job, 4);
-  else job(0, rows, 0);
+namespace {
+// Below this many multiply-adds the fork/join costs more than it saves.
+constexpr int64_t kMinParallelWork = int64_t{1} << 15;
+
+void check_shape(DType wt, int64_t rows, int64_t cols) {
+  if (rows < 0 || cols < 0) throw std::invalid_argument("moeflow: negative matrix shape");
+  (void)row_bytes(wt, cols);  // throws if cols is not a whole number of blocks
 }
+}  // namespace
 
-void matmul(DType wt, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tok, float* Y,
+void matvec(DType wt, const void* W, int64_t rows, int64_t cols, const float* x, float* y,
             ThreadPool* pool) {
+  check_shape(wt, rows, cols);
+  if (rows == 0) return;
   const auto* w = static_cast<const uint8_t*>(W);
-  auto job = [&](int64_t r0, int64_t r1, int) {
-    HWY_DYNAMIC_DISPATCH(MatmulRows)(wt, w, r0, r1, cols, X, n_tok, Y, rows);
-  };
-  if (pool && rows * cols * n_tok >= (1 << 14)) pool->parallel_for(rows, job, 4);
-  else job(0, rows, 0);
+  auto fn = HWY_DYNAMIC_DISPATCH(MatvecRows);
+  auto job = [&](int64_t r0, int64_t r1, int) { fn(wt, w, r0, r1, cols, x, y); };
+  if (pool && pool->size() > 1 && rows * cols >= kMinParallelWork) {
+    pool->parallel_for(rows, job, 8);
+  } else {
+    job(0, rows, 0);
+  }
 }
 
-void matvec_reference(DType wt, const void* W, int64_t rows, int64_t cols, const float* x, float* y) {
+void matmul(DType wt, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tok,
+            float* Y, ThreadPool* pool) {
+  check_shape(wt, rows, cols);
+  if (rows == 0 || n_tok <= 0) return;
+  if (n_tok == 1) {
+    matvec(wt, W, rows, cols, X, Y, pool);
+    return;
+  }
+  if (cols == 0) {
+    std::fill(Y, Y + rows * n_tok, 0.0f);
+    return;
+  }
+  const auto* w = static_cast<const uint8_t*>(W);
+  auto fn = HWY_DYNAMIC_DISPATCH(MatmulRows);
+  auto job = [&](int64_t r0, int64_t r1, int) { fn(wt, w, r0, r1, cols, X, n_tok, Y, rows); };
+  if (pool && pool->size() > 1 && rows * cols * n_tok >= kMinParallelWork) {
+    pool->parallel_for(rows, job, HWY_DYNAMIC_DISPATCH(RowTile)());
+  } else {
+    job(0, rows, 0);
+  }
+}
+
+void matvec_reference(DType wt, const void* W, int64_t rows, int64_t cols, const float* x,
+                      float* y) {
   const auto* w = static_cast<const uint8_t*>(W);
   const size_t rb = row_bytes(wt, cols);
   std::vector<float> buf(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
     dequantize_row(wt, w + rb * static_cast<size_t>(r), buf.data(), cols);
     double s = 0;
-    for (int64_t c = 0; c < cols; ++c) s += static_cast<double>(buf[c]) * x[c];
+    for (int64_t c = 0; c < cols; ++c) s += static_cast<double>(buf[c]) * static_cast<double>(x[c]);
     y[r] = static_cast<float>(s);
   }
 }

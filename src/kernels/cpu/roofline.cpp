@@ -4,8 +4,8 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <vector>
 
 #include "kernels/cpu/roofline.h"
@@ -15,19 +15,32 @@ namespace moeflow::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Returns the FLOPs performed; 8 independent accumulators hide the FMA latency.
-double FmaLoop(int64_t iters, float seed, float* sink) {
-  const hn::ScalableTag<float> d;
-  auto a0 = hn::Set(d, seed), a1 = hn::Set(d, seed + 1), a2 = hn::Set(d, seed + 2), a3 = hn::Set(d, seed + 3);
-  auto a4 = hn::Set(d, seed + 4), a5 = hn::Set(d, seed + 5), a6 = hn::Set(d, seed + 6), a7 = hn::Set(d, seed + 7);
-  const auto m = hn::Set(d, 0.999999f), c = hn::Set(d, 1e-7f);
-  for (int64_t i = 0; i < iters; ++i) {
-    a0 = hn::MulAdd(a0, m, c); a1 = hn::MulAdd(a1, m, c); a2 = hn::MulAdd(a2, m, c); a3 = hn::MulAdd(a3, m, c);
-    a4 = hn::MulAdd(a4, m, c); a5 = hn::MulAdd(a5, m, c); a6 = hn::MulAdd(a6, m, c); a7 = hn::MulAdd(a7, m, c);
+void Triad(float* HWY_RESTRICT a, const float* HWY_RESTRICT b, const float* HWY_RESTRICT c,
+           float s, int64_t begin, int64_t end) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto vs = hn::Set(df, s);
+  int64_t i = begin;
+  for (; i + N <= end; i += N)
+    hn::StoreU(hn::MulAdd(vs, hn::LoadU(df, c + i), hn::LoadU(df, b + i)), df, a + i);
+  for (; i < end; ++i) a[i] = b[i] + s * c[i];
+}
+
+// Runs `iters` rounds of 12 independent vector FMAs; returns the lanes per vector.
+int64_t FmaLoop(int64_t iters, float* sink) {
+  const hn::ScalableTag<float> df;
+  constexpr int kAcc = 12;
+  hn::Vec<decltype(df)> acc[kAcc];
+  for (int i = 0; i < kAcc; ++i) acc[i] = hn::Set(df, 1.0f + 1e-3f * static_cast<float>(i));
+  const auto m = hn::Set(df, 0.999999f);
+  const auto a = hn::Set(df, 1e-7f);
+  for (int64_t it = 0; it < iters; ++it) {
+    for (int i = 0; i < kAcc; ++i) acc[i] = hn::MulAdd(acc[i], m, a);
   }
-  const auto s = hn::Add(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), hn::Add(hn::Add(a4, a5), hn::Add(a6, a7)));
+  auto s = acc[0];
+  for (int i = 1; i < kAcc; ++i) s = hn::Add(s, acc[i]);
   *sink = hn::GetLane(s);
-  return 2.0 * 8.0 * static_cast<double>(hn::Lanes(d)) * static_cast<double>(iters);
+  return static_cast<int64_t>(hn::Lanes(df)) * kAcc;
 }
 
 }  // namespace HWY_NAMESPACE
@@ -37,53 +50,70 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace moeflow::cpu {
 
+HWY_EXPORT(Triad);
 HWY_EXPORT(FmaLoop);
 
 namespace {
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+void run_parallel(ThreadPool* pool, int64_t n, int64_t grain,
+                  const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (pool) pool->parallel_for(n, fn, grain);
+  else fn(0, n, 0);
+}
 }  // namespace
 
 double measure_triad_bandwidth_gbs(ThreadPool* pool, size_t bytes_per_array) {
-  const size_t n = bytes_per_array / sizeof(float);
-  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
-  const float s = 3.0f;
-  auto triad = [&](int64_t i0, int64_t i1, int) {
-    for (int64_t i = i0; i < i1; ++i) a[i] = b[i] + s * c[i];
-  };
-  // First touch from the pool, so pages land where the threads run.
-  if (pool) pool->parallel_for(static_cast<int64_t>(n), triad, 1024);
+  const int64_t n = std::max<int64_t>(1024, static_cast<int64_t>(bytes_per_array / sizeof(float)));
+  std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n)), c(static_cast<size_t>(n));
+  const auto triad = HWY_DYNAMIC_DISPATCH(Triad);
+  // First touch from the threads that will stream the arrays.
+  run_parallel(pool, n, 4096, [&](int64_t i0, int64_t i1, int) {
+    std::fill(a.begin() + i0, a.begin() + i1, 0.0f);
+    std::fill(b.begin() + i0, b.begin() + i1, 1.0f);
+    std::fill(c.begin() + i0, c.begin() + i1, 2.0f);
+  });
   double best = 1e30;
-  for (int rep = 0; rep < 5; ++rep) {
-    const double t0 = now();
-    if (pool) pool->parallel_for(static_cast<int64_t>(n), triad, 1024);
-    else triad(0, static_cast<int64_t>(n), 0);
-    best = std::min(best, now() - t0);
+  const double bytes = 3.0 * static_cast<double>(n) * sizeof(float);
+  // Enough repetitions for ~0.3 s of work but at least 5.
+  int reps = 5;
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto t0 = Clock::now();
+    run_parallel(pool, n, 4096, [&](int64_t i0, int64_t i1, int) {
+      triad(a.data(), b.data(), c.data(), 0.5f, i0, i1);
+    });
+    const double dt = seconds_since(t0);
+    best = std::min(best, dt);
+    if (rep == 0 && reps < 50) reps = std::clamp(static_cast<int>(0.3 / std::max(dt, 1e-6)), 5, 50);
   }
-  return 3.0 * static_cast<double>(n * sizeof(float)) / best / 1e9;
+  volatile float keep = a[static_cast<size_t>(n / 2)];
+  (void)keep;
+  return bytes / best / 1e9;
 }
 
 double measure_peak_fma_gflops(ThreadPool* pool) {
+  const auto loop = HWY_DYNAMIC_DISPATCH(FmaLoop);
   const int threads = pool ? pool->size() : 1;
-  const int64_t iters = 20'000'000;
   std::vector<float> sink(static_cast<size_t>(threads) * 16);
-  std::vector<double> flops(static_cast<size_t>(threads));
-  double best = 1e30, total = 0;
+  float warm = 0.0f;
+  loop(1 << 16, &warm);
+  const int64_t iters = int64_t{1} << 22;
+  double best = 1e30;
+  int64_t lanes_per_iter = 0;
   for (int rep = 0; rep < 3; ++rep) {
-    const double t0 = now();
-    auto run = [&](int64_t b, int64_t e, int) {
-      for (int64_t t = b; t < e; ++t)
-        flops[t] = HWY_DYNAMIC_DISPATCH(FmaLoop)(iters, 1.0f + static_cast<float>(t), &sink[static_cast<size_t>(t) * 16]);
-    };
-    if (pool) pool->parallel_for(threads, run, 1);
-    else run(0, 1, 0);
-    const double dt = now() - t0;
-    if (dt < best) {
-      best = dt;
-      total = 0;
-      for (double f : flops) total += f;
-    }
+    const auto t0 = Clock::now();
+    run_parallel(pool, threads, 1, [&](int64_t i0, int64_t i1, int) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t l = loop(iters, &sink[static_cast<size_t>(i) * 16]);
+        if (i == 0) lanes_per_iter = l;
+      }
+    });
+    best = std::min(best, seconds_since(t0));
   }
-  return total / best / 1e9;
+  const double flops = 2.0 * static_cast<double>(lanes_per_iter) * static_cast<double>(iters) * threads;
+  return flops / best / 1e9;
 }
 
 }  // namespace moeflow::cpu

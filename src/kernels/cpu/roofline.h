@@ -1,5 +1,4 @@
-// Measures the two bounds every speed figure is printed beside: the memory bandwidth
-// this machine delivers (STREAM triad) and its peak f32 FMA rate.
+// Tiny machine benchmarks for roofline reporting (CLI `bench` and tests).
 #pragma once
 #include <cstddef>
 
@@ -7,11 +6,13 @@
 
 namespace moeflow::cpu {
 
-// STREAM triad a[i] = b[i] + s * c[i] over three arrays of `bytes_per_array`, split
-// over the pool; best of several runs; counts 3 * bytes_per_array moved per run.
+// STREAM triad a[i] = b[i] + s * c[i] over three float arrays of `bytes_per_array`
+// bytes each, split over the pool (null: one thread). Best of several repetitions.
+// Counts 3 * bytes_per_array per pass (read b, read c, write a); returns GB/s (1e9).
 double measure_triad_bandwidth_gbs(ThreadPool* pool, size_t bytes_per_array);
 
-// A tight loop of independent vector FMAs on every thread; 2 FLOPs per lane per FMA.
+// Peak f32 FMA throughput: a tight loop of independent Highway-vector FMAs on every
+// thread of the pool (null: one thread). Returns GFLOP/s, 2 flops per FMA lane.
 double measure_peak_fma_gflops(ThreadPool* pool);
 
 }  // namespace moeflow::cpu

@@ -40,7 +40,8 @@ using Clock = std::chrono::steady_clock;
 // gaps between the parallel_for calls of one decode step, short enough that an idle
 // pool goes quiet almost at once.
 int64_t spin_ns(int n_threads) {
-  const unsigned hw = std::thread::hardware_concurrency();
+  // hardware_concurrency() reads /sys on glibc: far too slow to ask per call.
+  static const unsigned hw = std::thread::hardware_concurrency();
   // Oversubscribed: spinning steals the core from the thread we are waiting for.
   if (hw != 0 && static_cast<unsigned>(n_threads) > hw) return 2'000;
   return 200'000;
@@ -59,7 +60,9 @@ bool spin_until(Pred pred, int64_t budget_ns) {
     const int64_t el =
         std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
     if (el >= budget_ns) return pred();
-    if (budget_ns < 10'000) std::this_thread::yield();
+    // Past the first few microseconds, let a runnable thread (maybe the one we wait
+    // for, when cores are shared) have the core; yield is cheap when none is waiting.
+    if (el >= 4'000) std::this_thread::yield();
   }
 }
 
@@ -144,7 +147,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
 }
 
 void ThreadPool::worker(int index) {
-  uint64_t seen = generation_.load();
+  uint64_t seen = 0;  // the value before any job (a late-starting worker must not skip one)
   const int64_t budget = spin_ns(n_threads_);
   for (;;) {
     uint64_t g = seen;

@@ -1,0 +1,128 @@
+// moeflow perplexity: exp(mean negative log-likelihood) of a text file under a model.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/model_flags.h"
+#include "cli/perplexity.h"
+#include "engine/transformer.h"
+#include "format/error.h"
+
+namespace moeflow::cli {
+
+PerplexityResult compute_perplexity(
+    const Model& model, ThreadPool* pool, const std::vector<int32_t>& tokens, int64_t n_ctx, int32_t bos,
+    int64_t max_windows,
+    const std::function<void(int64_t, int64_t, const PerplexityWindow&, const PerplexityResult&)>& on_window) {
+  if (n_ctx < 2) throw InputError("perplexity: the context size must be at least 2 tokens");
+  const int64_t V = model.config().n_vocab;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const bool with_bos = bos >= 0;
+  const int64_t step = with_bos ? n_ctx - 1 : n_ctx;  // text tokens per window
+  // A window with bos scores all its text tokens; without, all but the first.
+  const int64_t min_text = with_bos ? 1 : 2;
+  int64_t n_windows = 0;
+  for (int64_t s = 0; s < n; s += step)
+    if (std::min(step, n - s) >= min_text) ++n_windows;
+  if (max_windows > 0) n_windows = std::min(n_windows, max_windows);
+  if (n_windows == 0)
+    throw InputError("perplexity: the text has " + std::to_string(n) + " tokens, too few to score");
+
+  PerplexityResult res;
+  res.n_ctx = n_ctx;
+  Transformer tf(model, pool, n_ctx);
+  std::vector<int32_t> win;
+  std::vector<float> logits;
+  for (int64_t w = 0, s = 0; w < n_windows; s += step) {
+    const int64_t len = std::min(step, n - s);
+    if (len < min_text) continue;
+    win.clear();
+    if (with_bos) win.push_back(bos);
+    win.insert(win.end(), tokens.begin() + s, tokens.begin() + s + len);
+    tf.reset();
+    tf.eval(win.data(), static_cast<int64_t>(win.size()), true, logits);
+    PerplexityWindow pw;
+    for (size_t i = 0; i + 1 < win.size(); ++i) {  // logits row i predicts win[i+1]
+      const float* row = logits.data() + static_cast<int64_t>(i) * V;
+      double mx = row[0];
+      for (int64_t v = 1; v < V; ++v) mx = std::max(mx, static_cast<double>(row[v]));
+      double sum = 0;
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
+      pw.nll += mx + std::log(sum) - static_cast<double>(row[win[i + 1]]);
+      ++pw.scored;
+    }
+    res.nll += pw.nll;
+    res.n_scored += pw.scored;
+    res.windows.push_back(pw);
+    ++w;
+    if (on_window) on_window(w - 1, n_windows, pw, res);
+  }
+  return res;
+}
+
+int cmd_perplexity(int argc, char** argv) {
+  Args a("perplexity");
+  add_model_flags(a);
+  a.flag("-f,--file",
+         "UTF-8 text file to score (required). It is cut into consecutive, non-overlapping windows of\n"
+         "                          --ctx-size tokens: BOS + ctx-1 text tokens, every text token scored (the\n"
+         "                          first from BOS alone; not llama.cpp's second-half rule); the last window may\n"
+         "                          be shorter; each window starts from an empty cache");
+  a.flag("--chunks", "score at most this many windows (0: all)", true, "0");
+  a.flag("--json", "print one JSON object instead of text", false);
+  a.flag("-q,--quiet", "no per-window progress on stderr", false);
+  a.parse(argc, argv, 2);
+  if (!a.positionals().empty()) throw UsageError("moeflow perplexity: unexpected argument '" + a.positionals()[0] + "'");
+  if (!a.has("--file")) throw UsageError("moeflow perplexity: -f/--file is required\n" + a.help());
+  const int64_t max_windows = a.integer("--chunks", 0, INT64_MAX);
+
+  const std::string path = a.str("--file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError("cannot open '" + path + "' for reading");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw InputError("error reading '" + path + "'");
+  const std::string text = ss.str();
+  if (text.empty()) throw InputError("'" + path + "' is empty: nothing to score");
+
+  LoadedModel lm = load_model_from_flags(a);
+  if (lm.n_ctx < 2) throw UsageError("moeflow perplexity: --ctx-size must be at least 2");
+  const std::vector<int32_t> tokens = lm.tokenizer->encode(text, false);
+  const int32_t bos = lm.tokenizer->bos();
+  const bool json = a.has("--json"), quiet = a.has("--quiet");
+  if (!quiet)
+    std::fprintf(stderr, "%s: %zu bytes, %zu tokens; windows of %lld tokens (%s)\n", path.c_str(), text.size(),
+                 tokens.size(), static_cast<long long>(lm.n_ctx),
+                 bos >= 0 ? "BOS + text, every text token scored" : "no BOS: all but the first token scored");
+  PerplexityResult r = compute_perplexity(
+      *lm.model, lm.pool.get(), tokens, lm.n_ctx, bos, max_windows,
+      [&](int64_t i, int64_t nw, const PerplexityWindow& w, const PerplexityResult& run) {
+        if (quiet) return;
+        std::fprintf(stderr, "[%lld/%lld] window ppl %.3f, running ppl %.4f over %lld tokens\n",
+                     static_cast<long long>(i + 1), static_cast<long long>(nw), std::exp(w.nll / w.scored),
+                     run.perplexity(), static_cast<long long>(run.n_scored));
+      });
+  if (json) {
+    nlohmann::json j;
+    j["model"] = lm.model->file().path();
+    j["file"] = path;
+    j["ctx_size"] = r.n_ctx;
+    j["windows"] = r.windows.size();
+    j["tokens_in_file"] = tokens.size();
+    j["tokens_scored"] = r.n_scored;
+    j["mean_nll"] = r.nll / static_cast<double>(r.n_scored);
+    j["perplexity"] = r.perplexity();
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("perplexity: %.4f over %lld tokens (%zu windows of at most %lld, mean NLL %.4f nats)\n",
+                r.perplexity(), static_cast<long long>(r.n_scored), r.windows.size(),
+                static_cast<long long>(r.n_ctx), r.nll / static_cast<double>(r.n_scored));
+  }
+  return 0;
+}
+
+}  // namespace moeflow::cli

@@ -1,0 +1,105 @@
+// moeflow quantize: rewrite a GGUF model's weight tensors in another element type.
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/args.h"
+#include "cli/perplexity.h"
+#include "format/error.h"
+#include "format/gguf.h"
+
+namespace moeflow::cli {
+namespace {
+
+// llama.cpp's general.file_type (enum llama_ftype) for a file whose weights are `t`.
+uint32_t ftype_of(DType t) {
+  switch (t) {
+    case DType::F32: return 0;
+    case DType::F16: return 1;
+    case DType::Q4_0: return 2;
+    case DType::Q8_0: return 7;
+    case DType::BF16: return 32;
+  }
+  return 0;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+QuantizeStats quantize_model(const std::string& in, const std::string& out, DType type,
+                             const std::function<void(const std::string&)>& log) {
+  std::error_code ec;
+  if (std::filesystem::exists(out, ec) && std::filesystem::equivalent(in, out, ec))
+    throw InputError("quantize: input and output are the same file '" + out + "'");
+  auto f = gguf::GgufFile::open(in);
+  gguf::GgufWriter w(f->alignment());
+  for (const std::string& k : f->metadata_order()) {
+    if (k == "general.alignment") continue;  // the writer sets it from its own alignment
+    w.set(k, f->metadata().at(k));
+  }
+  if (f->alignment() != 32) w.set("general.alignment", gguf::Value::make_u32(static_cast<uint32_t>(f->alignment())));
+  w.set("general.file_type", gguf::Value::make_u32(ftype_of(type)));
+  QuantizeStats st;
+  const int64_t block = dtype_info(type).block_size;
+  std::vector<float> row;
+  for (const gguf::TensorInfo& t : f->tensors()) {
+    ++st.n_tensors;
+    st.bytes_in += t.nbytes;
+    const int64_t cols = static_cast<int64_t>(t.dims.empty() ? 1 : t.dims[0]);
+    const bool convert = t.dims.size() >= 2 && !ends_with(t.name, "ffn_gate_inp.weight") && cols % block == 0 &&
+                         t.dtype != type;
+    if (!convert) {
+      w.add_tensor(t.name, t.dims, t.dtype, std::vector<uint8_t>(t.data, t.data + t.nbytes));
+      st.bytes_out += t.nbytes;
+      if (log) {
+        const char* why = t.dims.size() < 2 ? "1-D" : ends_with(t.name, "ffn_gate_inp.weight") ? "router"
+                          : t.dtype == type ? "already" : "row length not a multiple of the block";
+        log(t.name + ": kept " + dtype_name(t.dtype) + " (" + why + ")");
+      }
+      continue;
+    }
+    const int64_t rows = static_cast<int64_t>(t.n_elements()) / cols;
+    const size_t in_row = row_bytes(t.dtype, cols), out_row = row_bytes(type, cols);
+    std::vector<uint8_t> bytes(out_row * static_cast<size_t>(rows));
+    row.resize(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(t.dtype, t.data + in_row * static_cast<size_t>(r), row.data(), cols);
+      quantize_row(type, row.data(), bytes.data() + out_row * static_cast<size_t>(r), cols);
+    }
+    st.bytes_out += bytes.size();
+    ++st.n_converted;
+    if (log) log(t.name + ": " + dtype_name(t.dtype) + " -> " + dtype_name(type));
+    w.add_tensor(t.name, t.dims, type, std::move(bytes));
+  }
+  w.write(out);
+  return st;
+}
+
+int cmd_quantize(int argc, char** argv) {
+  Args a("quantize");
+  a.flag("-i,--input", "GGUF model to read (required)");
+  a.flag("-o,--output", "GGUF model to write (required; not the input)");
+  a.flag("--type", "element type of the weight matrices: q8_0, q4_0, f16, bf16 or f32 (required)");
+  a.flag("-v,--verbose", "print what happens to every tensor", false);
+  a.parse(argc, argv, 2);
+  if (!a.has("--input") || !a.has("--output") || !a.has("--type"))
+    throw UsageError("moeflow quantize: -i/--input, -o/--output and --type are required\n" + a.help());
+  DType type;
+  if (!dtype_from_name(a.str("--type"), type))
+    throw UsageError("moeflow quantize: --type: unknown type '" + a.str("--type") +
+                     "' (expected q8_0, q4_0, f16, bf16 or f32)");
+  const bool verbose = a.has("--verbose");
+  const QuantizeStats st = quantize_model(a.str("--input"), a.str("--output"), type, [&](const std::string& m) {
+    if (verbose) std::fprintf(stderr, "%s\n", m.c_str());
+  });
+  std::printf("wrote %s: %lld of %lld tensors as %s, %.2f MiB -> %.2f MiB\n", a.str("--output").c_str(),
+              static_cast<long long>(st.n_converted), static_cast<long long>(st.n_tensors), dtype_name(type),
+              st.bytes_in / 1048576.0, st.bytes_out / 1048576.0);
+  return 0;
+}
+
+}  // namespace moeflow::cli

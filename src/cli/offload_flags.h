@@ -1,0 +1,47 @@
+// Flags that put a run under an expert budget (run, bench, perplexity):
+//   --expert-budget SIZE|N%   fast-tier bytes for experts (default: no offloading)
+//   --policy NAME             all (no offloading), lru, lfu, on-demand, next-layer, ...
+//   --on-miss load|reroute    lossless fetch, or eMoE rerouting (lossy)
+//   --io-threads N            expert readers
+//   --policy-state FILE       learned policy state to start from
+// and the objects they build, attached to a Transformer.
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/args.h"
+#include "engine/offloaded_experts.h"
+#include "engine/transformer.h"
+#include "experts/expert_cache.h"
+#include "experts/expert_store.h"
+#include "experts/file_transport.h"
+#include "policy/expert_policy.h"
+
+namespace moeflow::cli {
+
+void add_offload_flags(Args& a);
+
+struct Offload {
+  std::unique_ptr<ExpertStore> store;
+  std::unique_ptr<FileTransport> transport;
+  std::unique_ptr<ExpertPolicy> policy;
+  std::unique_ptr<ExpertCache> cache;
+  std::unique_ptr<OffloadedExperts> source;
+  std::string policy_name = "all";
+  bool lossy = false;
+
+  bool active() const { return source != nullptr; }
+  // Counters as the `cache` JSON object of run/bench.
+  nlohmann::json counters_json() const;
+  // One line for humans (stderr).
+  std::string summary() const;
+};
+
+// Null Offload (inactive) when neither --expert-budget nor a policy other than "all"
+// is given. Throws UsageError / InputError for bad values.
+Offload make_offload(const Args& a, const Model& model);
+// Same, with the policy named here instead of by --policy.
+Offload make_offload(const Args& a, const Model& model, const std::string& policy);
+
+}  // namespace moeflow::cli

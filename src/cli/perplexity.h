@@ -1,0 +1,54 @@
+// Perplexity of a model over a token stream (`moeflow perplexity`) and GGUF
+// requantisation (`moeflow quantize`), as library functions so tests can call them.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/thread_pool.h"
+#include "model/model_weights.h"
+#include "tensor/dtype.h"
+
+namespace moeflow::cli {
+
+struct PerplexityWindow {
+  int64_t scored = 0;    // tokens scored in this window
+  double nll = 0;        // their summed negative log-likelihood (nats)
+};
+
+struct PerplexityResult {
+  int64_t n_ctx = 0;
+  int64_t n_scored = 0;  // tokens scored in all
+  double nll = 0;        // summed NLL (nats)
+  double perplexity() const { return n_scored ? std::exp(nll / static_cast<double>(n_scored)) : 0.0; }
+  std::vector<PerplexityWindow> windows;
+};
+
+// Splits `tokens` (the text, without BOS) into consecutive, non-overlapping windows.
+// With bos >= 0 each window is [bos] + the next n_ctx-1 text tokens and every text
+// token is scored (the first one from BOS alone); with bos < 0 a window is n_ctx text
+// tokens and all but its first are scored. The last window may be shorter. Every
+// window starts from an empty KV cache. `max_windows` > 0 stops after that many.
+// `on_window(i, n_windows, window, running)` is called after each window.
+// REQUIRES n_ctx >= 2. Throws InputError if there is nothing to score.
+PerplexityResult compute_perplexity(
+    const Model& model, ThreadPool* pool, const std::vector<int32_t>& tokens, int64_t n_ctx, int32_t bos,
+    int64_t max_windows = 0,
+    const std::function<void(int64_t, int64_t, const PerplexityWindow&, const PerplexityResult&)>& on_window = {});
+
+struct QuantizeStats {
+  int64_t n_tensors = 0, n_converted = 0;
+  uint64_t bytes_in = 0, bytes_out = 0;
+};
+
+// Rewrites every weight tensor of 2+ dimensions of `in` as `type` and writes `out`
+// with all metadata copied (general.file_type updated). Kept as they are: 1-D
+// tensors (norms), router weights (ffn_gate_inp, as llama.cpp does), and tensors
+// whose row length is not a multiple of the target block size. Throws InputError on
+// a bad input file or when in and out are the same file.
+QuantizeStats quantize_model(const std::string& in, const std::string& out, DType type,
+                             const std::function<void(const std::string&)>& log = {});
+
+}  // namespace moeflow::cli

@@ -1,0 +1,103 @@
+#include "engine/offloaded_experts.h"
+
+#include <algorithm>
+
+#include "engine/moe_layer.h"
+#include "experts/layer_protocol.h"
+#include "format/error.h"
+
+namespace moeflow {
+
+OnMiss parse_on_miss(const std::string& s) {
+  if (s == "load") return OnMiss::Load;
+  if (s == "reroute") return OnMiss::Reroute;
+  throw InputError("--on-miss '" + s + "': expected load (lossless) or reroute (lossy)");
+}
+
+std::vector<float> prompt_embedding(const Model& model, const std::vector<int32_t>& tokens) {
+  const MatrixRef& emb = model.weights().tok_embd;
+  const int64_t D = emb.cols;
+  std::vector<float> sum(static_cast<size_t>(D), 0.0f), row(static_cast<size_t>(D));
+  int64_t n = 0;
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= emb.rows) continue;
+    dequantize_row(emb.dtype, emb.data + emb.row_bytes() * static_cast<size_t>(t), row.data(), D);
+    for (int64_t i = 0; i < D; ++i) sum[static_cast<size_t>(i)] += row[static_cast<size_t>(i)];
+    ++n;
+  }
+  if (n > 0)
+    for (float& v : sum) v /= static_cast<float>(n);
+  return sum;
+}
+
+OffloadedExperts::OffloadedExperts(const ModelConfig& config, const ExpertStore& store, ExpertCache& cache,
+                                   OnMiss on_miss)
+    : config_(config), store_(store), cache_(cache), policy_(cache.policy()), on_miss_(on_miss) {}
+
+void OffloadedExperts::begin_request(const RequestInfo& info) {
+  if (in_request_) end_request();
+  in_request_ = true;
+  iter_ = 0;
+  policy_.begin_request(info);
+}
+
+void OffloadedExperts::end_request() {
+  if (!in_request_) return;
+  in_request_ = false;
+  policy_.end_request();
+}
+
+void OffloadedExperts::begin_iteration(const int32_t* tokens, int64_t n, int64_t pos) {
+  if (!in_request_) begin_request(RequestInfo{0, std::vector<int32_t>(tokens, tokens + n), {}, {}});
+  // A block of several tokens, or the first position, is prompt processing.
+  const Phase phase = (n > 1 || pos == 0) ? Phase::Prefill : Phase::Decode;
+  policy_.begin_iteration(phase, iter_);
+}
+
+void OffloadedExperts::end_iteration() {
+  policy_.end_iteration();
+  ++iter_;
+}
+
+void OffloadedExperts::routed(const LayerRouting& r) { policy_.routed(r); }
+
+void OffloadedExperts::reroute(LayerRouting& r) {
+  const std::vector<int32_t> res = cache_.resident_experts(static_cast<int32_t>(r.layer));
+  const int64_t K = r.top_k, E = r.n_expert;
+  if (static_cast<int64_t>(res.size()) < K) return;  // too few resident: tokens load their own
+  for (int64_t t = 0; t < r.n_tok; ++t) {
+    int32_t* ids = r.experts.data() + t * K;
+    bool changed = false;
+    for (int64_t k = 0; k < K; ++k) {
+      if (std::binary_search(res.begin(), res.end(), ids[k])) continue;
+      // Best-ranked resident expert this token does not use yet.
+      const float* p = r.probs.data() + t * E;
+      int32_t best = -1;
+      for (int32_t x : res) {
+        if (std::find(ids, ids + K, x) != ids + K) continue;
+        if (best < 0 || p[x] > p[best]) best = x;
+      }
+      ids[k] = best;
+      changed = true;
+      ++rerouted_;
+    }
+    if (changed) {
+      // Keep the slots best first, then recompute the weights from the probabilities.
+      const float* p = r.probs.data() + t * E;
+      std::stable_sort(ids, ids + K, [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+      reweight_token(config_, r, t);
+    }
+  }
+}
+
+void OffloadedExperts::prepare_layer(LayerRouting& r) {
+  cache_.poll();
+  if (on_miss_ == OnMiss::Reroute) reroute(r);
+}
+
+void OffloadedExperts::run_experts(int32_t layer, const std::vector<int32_t>& needed, const ExpertCompute& compute) {
+  run_layer_experts(cache_, layer, needed,
+                    [&](int32_t e, const uint8_t* buf) { compute(e, store_.matrices({layer, e}, buf)); });
+}
+
+}  // namespace moeflow

@@ -1,0 +1,61 @@
+// The engine's side of expert offloading: an ExpertSource that serves experts from an
+// ExpertCache, tells the policy what happens, issues its prefetches, and handles
+// misses as the run asks:
+//   load     fetch the missing expert, then compute (lossless)
+//   reroute  eMoE: a token whose expert is not resident uses its best-ranked resident
+//            expert instead (lossy; the weights are recomputed from the router's
+//            probabilities); only when fewer than top-k experts of the layer are
+//            resident does a token still load its own.
+// Within a layer, experts are fetched and computed in the order of
+// experts/layer_protocol.h: resident ones compute while missing ones load.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/expert_source.h"
+#include "experts/expert_cache.h"
+#include "experts/expert_store.h"
+#include "model/model_config.h"
+#include "model/model_weights.h"
+#include "policy/expert_policy.h"
+
+namespace moeflow {
+
+enum class OnMiss { Load, Reroute };
+// "load" or "reroute"; throws InputError otherwise.
+OnMiss parse_on_miss(const std::string& s);
+
+// Mean of the model's input embeddings of `tokens` (fMoE's semantic prompt key).
+std::vector<float> prompt_embedding(const Model& model, const std::vector<int32_t>& tokens);
+
+class OffloadedExperts final : public ExpertSource {
+ public:
+  OffloadedExperts(const ModelConfig& config, const ExpertStore& store, ExpertCache& cache, OnMiss on_miss);
+
+  void begin_request(const RequestInfo& info);
+  void end_request();
+
+  void begin_iteration(const int32_t* tokens, int64_t n, int64_t pos) override;
+  void routed(const LayerRouting& r) override;
+  void prepare_layer(LayerRouting& r) override;
+  void run_experts(int32_t layer, const std::vector<int32_t>& needed, const ExpertCompute& compute) override;
+  void end_iteration() override;
+
+  uint64_t rerouted_slots() const { return rerouted_; }
+  uint64_t iterations() const { return iter_; }
+
+ private:
+  void reroute(LayerRouting& r);
+
+  const ModelConfig& config_;
+  const ExpertStore& store_;
+  ExpertCache& cache_;
+  ExpertPolicy& policy_;
+  OnMiss on_miss_;
+  bool in_request_ = false;
+  int64_t iter_ = 0;
+  uint64_t rerouted_ = 0;
+};
+
+}  // namespace moeflow

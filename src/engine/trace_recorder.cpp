@@ -1,0 +1,69 @@
+#include "engine/trace_recorder.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include "format/error.h"
+
+namespace moeflow {
+
+namespace {
+float round5(float v) { return static_cast<float>(std::round(static_cast<double>(v) * 1e5) / 1e5); }
+}  // namespace
+
+TraceRecorder::TraceRecorder(const std::string& path, std::string model_name) : path_(path) {
+  f_ = std::fopen(path.c_str(), "w");
+  if (!f_) throw InputError(path + ": cannot create trace file: " + std::strerror(errno));
+  rec_.model = std::move(model_name);
+  rec_.source = "moeflow";
+  rec_.has_weights = true;
+  rec_.has_probs = true;
+}
+
+TraceRecorder::~TraceRecorder() {
+  if (f_) std::fclose(f_);
+}
+
+void TraceRecorder::begin_request(int64_t request, const std::string& task) {
+  rec_.request = request;
+  rec_.task = task;
+  iter_ = 0;
+}
+
+void TraceRecorder::begin_iteration(const int32_t* tokens, int64_t n, int64_t pos) {
+  rec_.iter = iter_;
+  rec_.prefill = n > 1 || pos == 0;
+  rec_.tokens.assign(tokens, tokens + n);
+}
+
+void TraceRecorder::routed(const LayerRouting& r) {
+  const int64_t K = r.top_k, E = r.n_expert;
+  rec_.layer = static_cast<int32_t>(r.layer);
+  rec_.num_experts = static_cast<int32_t>(E);
+  rec_.top_k = static_cast<int32_t>(K);
+  rec_.experts.assign(static_cast<size_t>(r.n_tok), {});
+  rec_.weights.assign(static_cast<size_t>(r.n_tok), {});
+  rec_.probs.assign(static_cast<size_t>(r.n_tok), {});
+  for (int64_t t = 0; t < r.n_tok; ++t) {
+    auto& ids = rec_.experts[static_cast<size_t>(t)];
+    auto& w = rec_.weights[static_cast<size_t>(t)];
+    auto& p = rec_.probs[static_cast<size_t>(t)];
+    ids.assign(r.experts.begin() + t * K, r.experts.begin() + (t + 1) * K);
+    for (int64_t k = 0; k < K; ++k) w.push_back(round5(r.weights[static_cast<size_t>(t * K + k)]));
+    if (!r.probs.empty())
+      for (int64_t e = 0; e < E; ++e) p.push_back(round5(r.probs[static_cast<size_t>(t * E + e)]));
+  }
+  rec_.has_probs = !r.probs.empty();
+  const std::string line = format_trace_line(rec_) + "\n";
+  if (std::fwrite(line.data(), 1, line.size(), f_) != line.size())
+    throw InputError(path_ + ": write failed: " + std::strerror(errno));
+  ++lines_;
+}
+
+void TraceRecorder::end_iteration() {
+  ++iter_;
+  std::fflush(f_);
+}
+
+}  // namespace moeflow

@@ -1,0 +1,317 @@
+#include "experts/expert_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <stdexcept>
+#include <sys/mman.h>
+
+#include "format/error.h"
+
+namespace moeflow {
+
+namespace {
+
+// Expert buffers come straight from mmap and go back with munmap: malloc would keep
+// freed chunks in its heap (its mmap threshold grows with every large free), and the
+// process would hold more than the budget after churn. Pages are 4 KiB aligned, as
+// O_DIRECT needs.
+uint8_t* map_buffer(uint64_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return static_cast<uint8_t*>(p);
+}
+
+void unmap_buffer(uint8_t*& p, uint64_t bytes) {
+  if (p) ::munmap(p, bytes);
+  p = nullptr;
+}
+
+std::string mib(uint64_t b) {
+  char s[64];
+  std::snprintf(s, sizeof s, "%.2f MiB", static_cast<double>(b) / (1024.0 * 1024.0));
+  return s;
+}
+}  // namespace
+
+ExpertCache::ExpertCache(const ExpertGeometry& geometry, uint64_t budget_bytes, Transport& transport,
+                         ExpertPolicy& policy)
+    : geometry_(geometry), budget_(budget_bytes), transport_(transport), policy_(policy),
+      entries_(geometry.bytes.size()) {
+  const uint64_t min = geometry.min_budget();
+  if (budget_bytes < min)
+    throw InputError("expert budget " + mib(budget_bytes) + " is below the minimum of " + mib(min) +
+                     " (the " + std::to_string(geometry.top_k) +
+                     " largest experts of one layer must fit at once); raise --expert-budget");
+}
+
+ExpertCache::~ExpertCache() {
+  // Copies in flight write into our buffers: cancel the queued ones and wait for the
+  // rest before freeing anything.
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    Entry& e = entries_[i];
+    if (e.state == State::InFlight && transport_.cancel(key_of(i))) {
+      e.state = State::Absent;
+      --in_flight_;
+    }
+  }
+  try {
+    while (in_flight_ > 0) wait_for_any();
+  } catch (...) {
+    // A failed read still ended; nothing more will write into the buffers.
+  }
+  for (size_t i = 0; i < entries_.size(); ++i) unmap_buffer(entries_[i].buf, geometry_.bytes_of(key_of(i)));
+}
+
+ExpertKey ExpertCache::key_of(size_t i) const {
+  return {static_cast<int32_t>(i / static_cast<size_t>(geometry_.n_expert)),
+          static_cast<int32_t>(i % static_cast<size_t>(geometry_.n_expert))};
+}
+
+void ExpertCache::begin_layer(int32_t layer, const std::vector<int32_t>& needed) {
+  layer_now_ = layer;
+  ++epoch_;
+  for (int32_t x : needed) at({layer, x}).protect_epoch = epoch_;
+  poll();
+}
+
+void ExpertCache::poll() {
+  done_.clear();
+  transport_.collect(done_, false);
+  take(done_);
+}
+
+void ExpertCache::take(const std::vector<ExpertKey>& done) {
+  for (const ExpertKey& k : done) {
+    Entry& e = at(k);
+    if (e.state != State::InFlight) continue;  // cancelled copies never report
+    e.state = State::Resident;
+    e.loaded_at = tick_;
+    e.last_use = tick_;
+    --in_flight_;
+    counters_.bytes_read += geometry_.bytes_of(k);
+  }
+}
+
+void ExpertCache::wait_for_any() {
+  const double t0 = transport_.now();
+  done_.clear();
+  transport_.collect(done_, true);
+  counters_.stall_seconds += transport_.now() - t0;
+  take(done_);
+}
+
+void ExpertCache::evict(size_t i) {
+  Entry& e = entries_[i];
+  if (e.prefetched) ++counters_.wasted_prefetches;
+  unmap_buffer(e.buf, geometry_.bytes_of(key_of(i)));
+  e.state = State::Absent;
+  e.prefetched = false;
+  used_ -= geometry_.bytes_of(key_of(i));
+  ++counters_.evictions;
+}
+
+bool ExpertCache::make_room(uint64_t bytes, const ExpertKey& incoming, bool demand) {
+  while (budget_ - used_ < bytes) {
+    // Candidates: resident and unpinned; a prefetch spares the experts of the layer
+    // computing now and the prefetches of this same plan; a demand spares them only
+    // while there is anything else.
+    candidates_.clear();
+    candidate_index_.clear();
+    for (int pass = 0; pass < 2 && candidates_.empty(); ++pass) {
+      if (pass == 1 && !demand) break;
+      for (size_t i = 0; i < entries_.size(); ++i) {
+        const Entry& e = entries_[i];
+        if (e.state != State::Resident || e.pins > 0) continue;
+        if (pass == 0 && (e.protect_epoch == epoch_ || (e.prefetched && e.prefetch_epoch == epoch_))) continue;
+        candidates_.push_back({key_of(i), e.last_use, e.loaded_at, e.uses, e.prefetched});
+        candidate_index_.push_back(i);
+      }
+    }
+    if (!candidates_.empty()) {
+      const CacheView view{&candidates_, tick_, layer_now_};
+      const size_t pick = policy_.victim(view, incoming);
+      if (pick >= candidates_.size()) throw std::logic_error("policy " + policy_.name() + " chose no valid victim");
+      evict(candidate_index_[pick]);
+      continue;
+    }
+    if (!demand) return false;
+    // Cancel the lowest-priority prefetch that has not started.
+    size_t cancel = entries_.size();
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      const Entry& e = entries_[i];
+      if (e.state == State::InFlight && !e.demand && (cancel == entries_.size() || e.priority < entries_[cancel].priority))
+        cancel = i;
+    }
+    if (cancel < entries_.size() && transport_.cancel(key_of(cancel))) {
+      Entry& e = entries_[cancel];
+      unmap_buffer(e.buf, geometry_.bytes_of(key_of(cancel)));
+      e.state = State::Absent;
+      e.prefetched = false;
+      used_ -= geometry_.bytes_of(key_of(cancel));
+      --in_flight_;
+      ++counters_.prefetches_cancelled;
+      continue;
+    }
+    if (in_flight_ == 0)
+      throw std::logic_error("expert cache: no room for " + std::to_string(bytes) + " bytes and nothing to evict");
+    wait_for_any();
+  }
+  return true;
+}
+
+void ExpertCache::start_copy(const ExpertKey& key, double priority, bool demand) {
+  Entry& e = at(key);
+  const uint64_t bytes = geometry_.bytes_of(key);
+  if (transport_.needs_buffers()) e.buf = map_buffer(bytes);
+  e.state = State::InFlight;
+  e.priority = priority;
+  e.demand = demand;
+  e.prefetched = !demand;
+  e.prefetch_epoch = epoch_;
+  used_ += bytes;
+  counters_.peak_bytes = std::max(counters_.peak_bytes, used_);
+  ++in_flight_;
+  if (demand) ++counters_.demand_loads;
+  else ++counters_.prefetches_issued;
+  transport_.submit(key, e.buf, priority);
+}
+
+void ExpertCache::prefetch(const ExpertKey& key, double priority) {
+  Entry& e = at(key);
+  if (e.state == State::Resident) return;
+  if (e.state == State::InFlight) {
+    if (!e.demand && priority > e.priority) {
+      e.priority = priority;
+      transport_.reprioritize(key, priority);
+    }
+    return;
+  }
+  if (!make_room(geometry_.bytes_of(key), key, false)) {
+    ++counters_.prefetches_dropped;
+    return;
+  }
+  start_copy(key, priority, false);
+}
+
+void ExpertCache::count_access(Entry& e, bool hit) {
+  if (e.counted) {
+    e.counted = false;
+  } else if (hit) {
+    ++counters_.hits;
+    if (e.prefetched) ++counters_.prefetch_hits;
+  } else {
+    ++counters_.misses;
+    if (e.state == State::InFlight && e.prefetched) ++counters_.late_prefetches;
+  }
+  e.prefetched = false;
+  ++e.uses;
+  e.last_use = ++tick_;
+}
+
+const uint8_t* ExpertCache::try_acquire(const ExpertKey& key) {
+  if (in_flight_ > 0) poll();
+  Entry& e = at(key);
+  if (e.state != State::Resident) return nullptr;
+  count_access(e, true);
+  ++e.pins;
+  return e.buf ? e.buf : reinterpret_cast<const uint8_t*>(&e);  // non-null even when simulated
+}
+
+void ExpertCache::request(const ExpertKey& key) {
+  if (in_flight_ > 0) poll();
+  Entry& e = at(key);
+  if (e.state == State::Resident || e.counted) return;
+  ++counters_.misses;
+  if (e.state == State::InFlight) {
+    if (e.prefetched) ++counters_.late_prefetches;
+    e.prefetched = false;
+    e.demand = true;
+    e.priority = kDemandPriority;
+    transport_.reprioritize(key, kDemandPriority);
+  } else {
+    make_room(geometry_.bytes_of(key), key, true);
+    start_copy(key, kDemandPriority, true);
+  }
+  e.counted = true;
+}
+
+const uint8_t* ExpertCache::acquire(const ExpertKey& key) {
+  if (in_flight_ > 0) poll();
+  Entry& e = at(key);
+  if (e.state != State::Resident) {
+    if (!e.counted) request(key);  // counts the miss, starts or promotes the copy
+    while (e.state != State::Resident) {
+      if (e.state == State::Absent) {  // arrived, then evicted for another demand
+        make_room(geometry_.bytes_of(key), key, true);
+        start_copy(key, kDemandPriority, true);
+      } else {
+        wait_for_any();
+      }
+    }
+  }
+  count_access(e, true);  // a no-op count when request() counted the miss
+  ++e.pins;
+  return e.buf ? e.buf : reinterpret_cast<const uint8_t*>(&e);  // non-null even when simulated
+}
+
+void ExpertCache::release(const ExpertKey& key) {
+  Entry& e = at(key);
+  if (e.pins <= 0) throw std::logic_error("expert cache: release of an expert that is not pinned");
+  --e.pins;
+}
+
+bool ExpertCache::room_for_demand(const ExpertKey& key) const {
+  uint64_t room = budget_ - used_;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
+    const bool evictable = e.state == State::Resident && e.pins == 0 && e.protect_epoch != epoch_;
+    const bool cancellable = e.state == State::InFlight && !e.demand;
+    if (evictable || cancellable) room += geometry_.bytes_of(key_of(i));
+  }
+  return room >= geometry_.bytes_of(key);
+}
+
+bool ExpertCache::resident(const ExpertKey& key) const { return at(key).state == State::Resident; }
+
+std::vector<int32_t> ExpertCache::resident_experts(int32_t layer) const {
+  std::vector<int32_t> out;
+  for (int32_t x = 0; x < geometry_.n_expert; ++x)
+    if (resident({layer, x})) out.push_back(x);
+  return out;
+}
+
+uint64_t parse_budget(const std::string& text, uint64_t total_bytes) {
+  const std::string where = "--expert-budget '" + text + "'";
+  if (text.empty()) throw InputError(where + ": empty");
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (...) {
+    throw InputError(where + ": expected a size like 512MiB, 2GiB or 25%");
+  }
+  if (!std::isfinite(v) || v < 0) throw InputError(where + ": must be a non-negative size");
+  const std::string unit = text.substr(used);
+  double bytes = 0;
+  if (unit == "%") {
+    if (v > 100) throw InputError(where + ": a percentage must be at most 100%");
+    bytes = v / 100.0 * static_cast<double>(total_bytes);
+  } else {
+    static const std::pair<const char*, double> units[] = {
+        {"", 1}, {"B", 1}, {"K", 1024.0}, {"KiB", 1024.0}, {"KB", 1e3}, {"M", 1048576.0}, {"MiB", 1048576.0},
+        {"MB", 1e6}, {"G", 1073741824.0}, {"GiB", 1073741824.0}, {"GB", 1e9}, {"T", 1099511627776.0},
+        {"TiB", 1099511627776.0}, {"TB", 1e12}};
+    bool found = false;
+    for (const auto& [name, mult] : units)
+      if (unit == name) {
+        bytes = v * mult;
+        found = true;
+      }
+    if (!found) throw InputError(where + ": unknown unit '" + unit + "' (use B, KiB, MiB, GiB, KB, MB, GB or %)");
+  }
+  if (bytes > 1.8e19) throw InputError(where + ": too large");
+  return static_cast<uint64_t>(bytes);
+}
+
+}  // namespace moeflow

@@ -1,0 +1,137 @@
+// Fast-tier residency of experts under a byte budget (DESIGN.md, "Units and names").
+//
+// Entries are absent, in flight (queued or being copied by the Transport) or resident.
+// Resident entries are pinned while an expert computes and can only be evicted when
+// unpinned. Space is reserved when a copy is submitted, so bytes in flight count
+// against the budget and the budget is never exceeded, not even transiently.
+//
+// Demand loads outrank every prefetch: a demand for an expert whose prefetch is still
+// queued promotes it, and when a demand needs room and nothing resident can go, queued
+// prefetches are cancelled before the cache waits for copies in flight.
+//
+// Only one thread uses a cache (the engine's or the simulator's); the Transport may
+// use its own threads behind it.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "experts/expert_key.h"
+#include "experts/transport.h"
+#include "policy/expert_policy.h"
+
+namespace moeflow {
+
+struct CacheCounters {
+  uint64_t hits = 0;                  // acquires that found the expert resident
+  uint64_t misses = 0;                // acquires that had to wait for it
+  uint64_t prefetch_hits = 0;         // hits on an expert fetched ahead and not used before
+  uint64_t late_prefetches = 0;       // misses on an expert whose prefetch was still in flight
+  uint64_t prefetches_issued = 0;
+  uint64_t prefetches_dropped = 0;    // not issued: no room without evicting protected experts
+  uint64_t prefetches_cancelled = 0;  // dequeued before their copy started
+  uint64_t wasted_prefetches = 0;     // fetched ahead and evicted unused
+  uint64_t demand_loads = 0;
+  uint64_t evictions = 0;
+  uint64_t bytes_read = 0;            // bytes copied into the fast tier
+  uint64_t peak_bytes = 0;            // most bytes reserved at once (resident + in flight)
+  double stall_seconds = 0;           // time spent waiting for copies
+
+  double hit_rate() const { return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0; }
+  double prefetch_hit_rate() const {
+    return prefetches_issued ? static_cast<double>(prefetch_hits) / static_cast<double>(prefetches_issued) : 0;
+  }
+};
+
+// Priority of a demand load: above every prefetch a policy can ask for.
+constexpr double kDemandPriority = 1e300;
+
+class ExpertCache {
+ public:
+  // Throws InputError if budget_bytes is below geometry.min_budget().
+  ExpertCache(const ExpertGeometry& geometry, uint64_t budget_bytes, Transport& transport, ExpertPolicy& policy);
+  ~ExpertCache();
+  ExpertCache(const ExpertCache&) = delete;
+  ExpertCache& operator=(const ExpertCache&) = delete;
+
+  // Starts a layer: its needed experts become protected (a prefetch never evicts
+  // them) and the policy's view of "now" moves to this layer.
+  void begin_layer(int32_t layer, const std::vector<int32_t>& needed);
+
+  // Fetch ahead. Ignored if the expert is resident or in flight (the priority of a
+  // queued copy is updated), or if there is no room without evicting a pinned,
+  // protected or just-prefetched expert.
+  void prefetch(const ExpertKey& key, double priority);
+  // If resident: pins it, counts a hit, returns its buffer (non-null). Otherwise
+  // returns null and counts nothing.
+  const uint8_t* try_acquire(const ExpertKey& key);
+  // Demand: counts a miss and starts loading now if not resident (promoting a queued
+  // prefetch); a later acquire() of the key does not count again.
+  void request(const ExpertKey& key);
+  // Pins and returns the expert's buffer, waiting for its copy if needed (a non-null
+  // placeholder with a simulated transport). Counts a hit or a miss unless request() already did.
+  const uint8_t* acquire(const ExpertKey& key);
+  void release(const ExpertKey& key);
+
+  // Whether a demand for `key` could start without evicting another expert of the
+  // layer computing now (free bytes, evictable experts, or cancellable prefetches).
+  bool room_for_demand(const ExpertKey& key) const;
+  bool resident(const ExpertKey& key) const;
+  // Resident experts of a layer (for rerouting), ascending ids.
+  std::vector<int32_t> resident_experts(int32_t layer) const;
+  // Takes in every finished copy without waiting.
+  void poll();
+
+  const CacheCounters& counters() const { return counters_; }
+  uint64_t budget_bytes() const { return budget_; }
+  uint64_t used_bytes() const { return used_; }
+  const ExpertGeometry& geometry() const { return geometry_; }
+  ExpertPolicy& policy() { return policy_; }
+  Transport& transport() { return transport_; }
+
+ private:
+  enum class State : uint8_t { Absent, InFlight, Resident };
+  struct Entry {
+    State state = State::Absent;
+    int32_t pins = 0;
+    bool prefetched = false;   // the current copy was a prefetch not yet used
+    bool demand = false;       // a demand is waiting for the in-flight copy
+    bool counted = false;      // request() counted this access already
+    uint64_t last_use = 0, loaded_at = 0, uses = 0;
+    uint64_t protect_epoch = 0, prefetch_epoch = 0;
+    double priority = 0;
+    uint8_t* buf = nullptr;
+  };
+
+  Entry& at(const ExpertKey& k) { return entries_[static_cast<size_t>(geometry_.index(k))]; }
+  const Entry& at(const ExpertKey& k) const { return entries_[static_cast<size_t>(geometry_.index(k))]; }
+  ExpertKey key_of(size_t i) const;
+  // Frees room for `bytes`. A demand may evict protected experts, cancel queued
+  // prefetches and wait; a prefetch may not (returns false instead).
+  bool make_room(uint64_t bytes, const ExpertKey& incoming, bool demand);
+  void start_copy(const ExpertKey& key, double priority, bool demand);
+  void evict(size_t index);
+  void take(const std::vector<ExpertKey>& done);
+  void wait_for_any();
+  void count_access(Entry& e, bool hit);
+
+  const ExpertGeometry& geometry_;
+  uint64_t budget_;
+  Transport& transport_;
+  ExpertPolicy& policy_;
+  std::vector<Entry> entries_;
+  uint64_t used_ = 0;
+  uint64_t tick_ = 0, epoch_ = 1;  // entries start at epoch 0: never protected
+  int32_t layer_now_ = 0;
+  size_t in_flight_ = 0;
+  CacheCounters counters_;
+  std::vector<CacheEntryView> candidates_;
+  std::vector<size_t> candidate_index_;
+  std::vector<ExpertKey> done_;
+};
+
+// Parses "512MiB", "2GiB", "1.5GB", "123456" (bytes) or "25%" (of `total_bytes`).
+// Throws InputError naming the bad text.
+uint64_t parse_budget(const std::string& text, uint64_t total_bytes);
+
+}  // namespace moeflow

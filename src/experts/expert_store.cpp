@@ -1,0 +1,63 @@
+#include "experts/expert_store.h"
+
+namespace moeflow {
+
+namespace {
+uint64_t align_down(uint64_t x) { return x & ~(kDirectIoAlign - 1); }
+uint64_t align_up(uint64_t x) { return (x + kDirectIoAlign - 1) & ~(kDirectIoAlign - 1); }
+}  // namespace
+
+ExpertStore::ExpertStore(const Model& model) : model_(model), path_(model.file().path()) {
+  const ModelConfig& c = model.config();
+  geometry_.n_layer = static_cast<int32_t>(c.n_layer);
+  geometry_.n_expert = static_cast<int32_t>(c.n_expert);
+  geometry_.top_k = static_cast<int32_t>(c.n_expert_used);
+  const size_t n = static_cast<size_t>(c.n_layer * c.n_expert);
+  geometry_.bytes.resize(n);
+  parts_.resize(n);
+  for (int32_t l = 0; l < geometry_.n_layer; ++l) {
+    const LayerWeights& L = model.weights().layers[static_cast<size_t>(l)];
+    const StackedExperts* stacks[3] = {&L.gate_exps, &L.up_exps, &L.down_exps};
+    for (int32_t e = 0; e < geometry_.n_expert; ++e) {
+      const ExpertKey key{l, e};
+      auto& ps = parts_[static_cast<size_t>(geometry_.index(key))];
+      uint64_t at = 0;
+      for (int p = 0; p < 3; ++p) {
+        const StackedExperts& s = *stacks[p];
+        ExpertPart& part = ps[static_cast<size_t>(p)];
+        part.shape = s.first;
+        part.shape.data = nullptr;
+        part.bytes = s.first.bytes();
+        part.file_offset = s.file_offset + static_cast<uint64_t>(e) * part.bytes;
+        part.span_begin = align_down(part.file_offset);
+        part.span_end = align_up(part.file_offset + part.bytes);
+        part.buffer_offset = at;
+        at += part.span_end - part.span_begin;
+        total_file_bytes_ += part.bytes;
+      }
+      geometry_.bytes[static_cast<size_t>(geometry_.index(key))] = at;
+    }
+  }
+}
+
+uint64_t ExpertStore::file_bytes(const ExpertKey& k) const {
+  uint64_t s = 0;
+  for (const ExpertPart& p : parts(k)) s += p.bytes;
+  return s;
+}
+
+ExpertMatrices ExpertStore::matrices(const ExpertKey& k, const uint8_t* buf) const {
+  const auto& ps = parts(k);
+  ExpertMatrices m{ps[0].shape, ps[1].shape, ps[2].shape};
+  m.gate.data = buf + ps[0].data_offset();
+  m.up.data = buf + ps[1].data_offset();
+  m.down.data = buf + ps[2].data_offset();
+  return m;
+}
+
+ExpertMatrices ExpertStore::mapped(const ExpertKey& k) const {
+  const LayerWeights& L = model_.weights().layers[static_cast<size_t>(k.layer)];
+  return {L.gate_exps.expert(k.expert), L.up_exps.expert(k.expert), L.down_exps.expert(k.expert)};
+}
+
+}  // namespace moeflow

@@ -1,0 +1,177 @@
+#include "experts/file_transport.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <sys/stat.h>
+
+#include "format/error.h"
+
+namespace moeflow {
+
+namespace {
+
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct FreeDeleter {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+
+}  // namespace
+
+FileTransport::FileTransport(const ExpertStore& store, int n_threads, bool try_direct) : store_(store) {
+  fd_buffered_ = ::open(store.path().c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_buffered_ < 0)
+    throw InputError(store.path() + ": cannot open for expert reads: " + std::strerror(errno));
+#ifdef O_DIRECT
+  if (try_direct) fd_direct_ = ::open(store.path().c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+#endif
+  direct_ = fd_direct_ >= 0;
+  if (n_threads < 1) n_threads = 1;
+  for (int i = 0; i < n_threads; ++i) threads_.emplace_back([this] { worker(); });
+}
+
+FileTransport::~FileTransport() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& t : threads_) t.join();
+  if (fd_direct_ >= 0) ::close(fd_direct_);
+  if (fd_buffered_ >= 0) ::close(fd_buffered_);
+}
+
+void FileTransport::submit(const ExpertKey& key, uint8_t* dst, double priority) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push(key, dst, priority);
+  }
+  work_cv_.notify_one();
+}
+
+void FileTransport::reprioritize(const ExpertKey& key, double priority) {
+  std::lock_guard<std::mutex> lock(mu_);
+  queue_.set_priority(key, priority);
+}
+
+bool FileTransport::cancel(const ExpertKey& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.remove(key);
+}
+
+void FileTransport::collect(std::vector<ExpertKey>& done, bool block) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (block) done_cv_.wait(lock, [this] { return !done_.empty() || error_ || (queue_.empty() && running_ == 0); });
+  if (error_) std::rethrow_exception(error_);
+  done.insert(done.end(), done_.begin(), done_.end());
+  done_.clear();
+}
+
+double FileTransport::now() { return steady_seconds(); }
+
+uint64_t FileTransport::bytes_moved() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_moved_;
+}
+
+void FileTransport::worker() {
+  for (;;) {
+    TransferJob job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      job = *queue_.pop();
+      ++running_;
+    }
+    std::exception_ptr err;
+    try {
+      read_expert(job);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --running_;
+      if (err && !error_) error_ = err;
+      done_.push_back(job.key);
+      for (const ExpertPart& p : store_.parts(job.key)) bytes_moved_ += p.span_end - p.span_begin;
+    }
+    done_cv_.notify_all();
+  }
+}
+
+void FileTransport::read_expert(const TransferJob& job) {
+  for (const ExpertPart& p : store_.parts(job.key)) read_span(job.dst + p.buffer_offset, p.span_begin, p.span_end - p.span_begin);
+}
+
+void FileTransport::read_span(uint8_t* dst, uint64_t offset, uint64_t len) {
+  uint64_t done = 0;
+  bool direct = direct_;
+  while (done < len) {
+    const int fd = direct ? fd_direct_ : fd_buffered_;
+    const ssize_t r = ::pread(fd, dst + done, len - done, static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      // Some file systems accept O_DIRECT at open but refuse the read: go buffered.
+      if (direct && errno == EINVAL) {
+        direct = false;
+        continue;
+      }
+      throw InputError(store_.path() + ": read of " + std::to_string(len) + " bytes at offset " +
+                       std::to_string(offset) + " failed: " + std::strerror(errno));
+    }
+    if (r == 0) {
+      // The aligned span may run past the end of the file; the expert's bytes do not
+      // (the reader validated every tensor range), so the tail is padding.
+      std::memset(dst + done, 0, len - done);
+      break;
+    }
+    done += static_cast<uint64_t>(r);
+  }
+  if (!direct) ::posix_fadvise(fd_buffered_, static_cast<off_t>(offset), static_cast<off_t>(len), POSIX_FADV_DONTNEED);
+}
+
+double measure_file_read_bandwidth(const std::string& path, int n_threads, uint64_t chunk_bytes, uint64_t max_bytes) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw InputError(path + ": cannot stat: " + std::strerror(errno));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  chunk_bytes = (chunk_bytes + kDirectIoAlign - 1) & ~(kDirectIoAlign - 1);
+  const uint64_t n_chunks = std::max<uint64_t>(1, std::min(max_bytes, size) / chunk_bytes);
+  const uint64_t stride = std::max<uint64_t>(chunk_bytes, (size / n_chunks) & ~(kDirectIoAlign - 1));
+  int fd = -1;
+#ifdef O_DIRECT
+  fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+#endif
+  const bool direct = fd >= 0;
+  if (!direct) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw InputError(path + ": cannot open: " + std::strerror(errno));
+  if (!direct) ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  std::atomic<uint64_t> next{0}, total{0};
+  const double t0 = steady_seconds();
+  std::vector<std::thread> ts;
+  for (int i = 0; i < std::max(1, n_threads); ++i)
+    ts.emplace_back([&] {
+      std::unique_ptr<uint8_t, FreeDeleter> buf(static_cast<uint8_t*>(std::aligned_alloc(kDirectIoAlign, chunk_bytes)));
+      for (uint64_t c; (c = next.fetch_add(1)) < n_chunks;) {
+        const ssize_t r = ::pread(fd, buf.get(), chunk_bytes, static_cast<off_t>(c * stride));
+        if (r > 0) total += static_cast<uint64_t>(r);
+      }
+    });
+  for (auto& t : ts) t.join();
+  const double dt = steady_seconds() - t0;
+  if (!direct) ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  return dt > 0 ? static_cast<double>(total.load()) / dt : 0;
+}
+
+}  // namespace moeflow

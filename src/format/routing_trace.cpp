@@ -1,0 +1,164 @@
+#include "format/routing_trace.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "format/error.h"
+
+namespace moeflow {
+
+namespace {
+
+using nlohmann::json;
+
+const json& field(const json& j, const char* name, const std::string& where) {
+  auto it = j.find(name);
+  if (it == j.end()) throw InputError(where + ": missing field \"" + name + "\"");
+  return *it;
+}
+
+int64_t int_field(const json& j, const char* name, const std::string& where, int64_t lo, int64_t hi) {
+  const json& v = field(j, name, where);
+  if (!v.is_number_integer()) throw InputError(where + ": field \"" + name + "\" must be an integer");
+  const int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi)
+    throw InputError(where + ": field \"" + name + "\" = " + std::to_string(x) + " is outside [" + std::to_string(lo) +
+                     ", " + std::to_string(hi) + "]");
+  return x;
+}
+
+std::string opt_string(const json& j, const char* name, const std::string& where) {
+  auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return {};
+  if (!it->is_string()) throw InputError(where + ": field \"" + name + "\" must be a string");
+  return it->get<std::string>();
+}
+
+// A [[...] | null, ...] matrix; rows may be null (kept empty). Returns false if the
+// whole field is null or absent.
+template <class T, class Check>
+bool rows_field(const json& j, const char* name, const std::string& where, std::vector<std::vector<T>>& out,
+                Check check) {
+  auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return false;
+  if (!it->is_array()) throw InputError(where + ": field \"" + name + "\" must be an array of rows or null");
+  out.resize(it->size());
+  for (size_t t = 0; t < it->size(); ++t) {
+    const json& row = (*it)[t];
+    if (row.is_null()) continue;
+    if (!row.is_array())
+      throw InputError(where + ": " + name + "[" + std::to_string(t) + "] must be an array or null");
+    out[t].reserve(row.size());
+    for (size_t k = 0; k < row.size(); ++k) {
+      const json& v = row[k];
+      if (!v.is_number())
+        throw InputError(where + ": " + name + "[" + std::to_string(t) + "][" + std::to_string(k) + "] is not a number");
+      out[t].push_back(v.get<T>());
+      check(out[t].back(), t, k);
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+TraceRecord parse_trace_line(const std::string& line, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const json::parse_error& e) {
+    throw InputError(where + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object()) throw InputError(where + ": expected a JSON object");
+  TraceRecord r;
+  r.model = opt_string(j, "model", where);
+  r.source = opt_string(j, "source", where);
+  r.task = opt_string(j, "task", where);
+  r.request = int_field(j, "request", where, 0, INT64_MAX);
+  r.iter = int_field(j, "iter", where, 0, INT64_MAX);
+  r.layer = static_cast<int32_t>(int_field(j, "layer", where, 0, 1 << 16));
+  r.num_experts = static_cast<int32_t>(int_field(j, "num_experts", where, 1, 1 << 16));
+  r.top_k = static_cast<int32_t>(int_field(j, "top_k", where, 1, r.num_experts));
+  const std::string phase = opt_string(j, "phase", where);
+  if (phase == "prefill") r.prefill = true;
+  else if (phase != "decode") throw InputError(where + ": field \"phase\" must be \"prefill\" or \"decode\"");
+
+  const int32_t E = r.num_experts;
+  if (!rows_field<int32_t>(j, "experts", where, r.experts, [&](int32_t v, size_t t, size_t k) {
+        if (v < 0 || v >= E)
+          throw InputError(where + ": experts[" + std::to_string(t) + "][" + std::to_string(k) + "] = " +
+                           std::to_string(v) + " is not an expert id in [0, " + std::to_string(E) + ")");
+      }))
+    throw InputError(where + ": field \"experts\" is missing or null");
+  for (size_t t = 0; t < r.experts.size(); ++t)
+    if (!r.experts[t].empty() && static_cast<int32_t>(r.experts[t].size()) != r.top_k)
+      throw InputError(where + ": experts[" + std::to_string(t) + "] has " + std::to_string(r.experts[t].size()) +
+                       " ids, top_k is " + std::to_string(r.top_k));
+  auto finite = [&](float v, size_t t, size_t k) {
+    if (!(v == v)) throw InputError(where + ": a weight or probability at [" + std::to_string(t) + "][" +
+                                    std::to_string(k) + "] is NaN");
+  };
+  r.has_weights = rows_field<float>(j, "weights", where, r.weights, finite);
+  if (r.has_weights && r.weights.size() != r.experts.size())
+    throw InputError(where + ": \"weights\" has " + std::to_string(r.weights.size()) + " rows, \"experts\" has " +
+                     std::to_string(r.experts.size()));
+  r.has_probs = rows_field<float>(j, "probs", where, r.probs, finite);
+  if (r.has_probs) {
+    if (r.probs.size() != r.experts.size()) throw InputError(where + ": \"probs\" and \"experts\" differ in rows");
+    for (size_t t = 0; t < r.probs.size(); ++t)
+      if (!r.probs[t].empty() && static_cast<int32_t>(r.probs[t].size()) != E)
+        throw InputError(where + ": probs[" + std::to_string(t) + "] has " + std::to_string(r.probs[t].size()) +
+                         " entries, num_experts is " + std::to_string(E));
+  }
+  if (auto it = j.find("tokens"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) throw InputError(where + ": field \"tokens\" must be an array");
+    for (const json& v : *it) {
+      if (!v.is_number_integer()) throw InputError(where + ": \"tokens\" holds a non-integer");
+      r.tokens.push_back(v.get<int32_t>());
+    }
+  }
+  return r;
+}
+
+std::string format_trace_line(const TraceRecord& r) {
+  json j;
+  j["model"] = r.model;
+  j["source"] = r.source;
+  j["request"] = r.request;
+  j["iter"] = r.iter;
+  j["phase"] = r.prefill ? "prefill" : "decode";
+  j["layer"] = r.layer;
+  j["num_experts"] = r.num_experts;
+  j["top_k"] = r.top_k;
+  auto rows = [](const auto& m) {
+    json a = json::array();
+    for (const auto& row : m) a.push_back(row.empty() ? json(nullptr) : json(row));
+    return a;
+  };
+  j["experts"] = rows(r.experts);
+  j["weights"] = r.has_weights ? rows(r.weights) : json(nullptr);
+  j["probs"] = r.has_probs ? rows(r.probs) : json(nullptr);
+  if (!r.tokens.empty()) j["tokens"] = r.tokens;
+  if (!r.task.empty()) j["task"] = r.task;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void read_trace_file(const std::string& path, const std::function<void(const TraceRecord&)>& fn) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path + ": cannot open trace file");
+  std::string line;
+  int64_t n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    fn(parse_trace_line(line, path + ":" + std::to_string(n)));
+  }
+}
+
+std::vector<TraceRecord> read_trace_file(const std::string& path) {
+  std::vector<TraceRecord> out;
+  read_trace_file(path, [&](const TraceRecord& r) { out.push_back(r); });
+  return out;
+}
+
+}  // namespace moeflow

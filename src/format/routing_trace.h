@@ -1,0 +1,45 @@
+// Routing traces in the interchange format of DESIGN.md ("Traces"): JSON Lines, one
+// object per (request, iteration, layer):
+//   {"model","source","request","iter","phase":"prefill|decode","layer","num_experts",
+//    "top_k","experts":[[ids per token]],"weights":[[...]]|null,"probs":[[...]]|null,
+//    "tokens":[ids]?, "task":"..."?}
+// Readers must accept what real recorders produce: a per-token row of experts or
+// weights may be null (that (token, layer) record was dropped: kept as an empty row,
+// never invented), a request may lack iteration 0, probs may be null.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace moeflow {
+
+struct TraceRecord {
+  std::string model, source, task;
+  int64_t request = 0;
+  int64_t iter = 0;
+  bool prefill = false;
+  int32_t layer = 0;
+  int32_t num_experts = 0;
+  int32_t top_k = 0;
+  // Per token: top_k ids best first, or empty when the recorder dropped the row.
+  std::vector<std::vector<int32_t>> experts;
+  // Per token: the weights of those ids, or empty (dropped row, or no weights at all).
+  std::vector<std::vector<float>> weights;
+  // Per token: the full gate distribution, or empty (most traces have none).
+  std::vector<std::vector<float>> probs;
+  std::vector<int32_t> tokens;  // token ids of the iteration, when recorded
+  bool has_weights = false, has_probs = false;
+};
+
+// Parses one line; `where` (file:line) prefixes every error. Throws InputError naming
+// the field that is missing, mistyped or out of range.
+TraceRecord parse_trace_line(const std::string& line, const std::string& where);
+std::string format_trace_line(const TraceRecord& r);
+
+// Calls `fn` for each record of a .jsonl file in order (blank lines skipped).
+void read_trace_file(const std::string& path, const std::function<void(const TraceRecord&)>& fn);
+std::vector<TraceRecord> read_trace_file(const std::string& path);
+
+}  // namespace moeflow

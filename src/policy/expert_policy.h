@@ -1,0 +1,76 @@
+// The policy interface shared by the engine and the simulator (DESIGN.md, "The policy
+// interface"). A policy sees events in execution order and answers two questions:
+// which experts to fetch ahead (plan_prefetch) and which resident expert to give up
+// when space is needed (victim). The cache tracks the bookkeeping every policy needs
+// (last use, use counts, whether a prefetch was used) and passes it in the CacheView,
+// so simple policies hold no state of their own.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "experts/expert_key.h"
+
+namespace moeflow {
+
+struct RequestInfo {
+  int64_t id = 0;
+  std::vector<int32_t> prompt;          // token ids
+  std::vector<float> prompt_embedding;  // mean input embedding of the prompt (may be empty)
+  std::string task;                     // task label, when known (traces, eMoE keywords)
+};
+
+struct PrefetchRequest {
+  ExpertKey key;
+  double priority = 0;  // higher is fetched first; demand loads outrank every prefetch
+};
+using PrefetchPlan = std::vector<PrefetchRequest>;
+
+// One resident, unpinned expert the cache could evict.
+struct CacheEntryView {
+  ExpertKey key;
+  uint64_t last_use = 0;     // tick of the last acquire (or of its arrival if never used)
+  uint64_t loaded_at = 0;    // tick it became resident
+  uint64_t uses = 0;         // acquires since the start of the run (survives eviction)
+  bool prefetched_unused = false;
+};
+
+struct CacheView {
+  const std::vector<CacheEntryView>* candidates = nullptr;  // never empty when victim() is called
+  uint64_t tick = 0;   // the cache's logical clock (one tick per acquire)
+  int32_t layer_now = 0;
+};
+
+class ExpertPolicy {
+ public:
+  virtual ~ExpertPolicy() = default;
+  virtual std::string name() const = 0;
+  // Prefetch requests this policy makes (false: the cache never asks plan_prefetch).
+  virtual bool prefetches() const { return false; }
+
+  virtual void begin_request(const RequestInfo&) {}
+  virtual void begin_iteration(Phase, int64_t /*iter*/) {}
+  // Router output of one layer (before any rerouting).
+  virtual void routed(const LayerRouting&) {}
+  // Experts to fetch ahead, planned once the routing of `layer_now` is known.
+  virtual void plan_prefetch(int32_t /*layer_now*/, PrefetchPlan&) {}
+  // Index into view.candidates of the expert to evict to make room for `incoming`.
+  virtual size_t victim(const CacheView& view, const ExpertKey& incoming) = 0;
+  virtual void end_iteration() {}
+  virtual void end_request() {}
+  // The simulator's learning requests are over (e.g. train a predictor on what was
+  // observed); the engine calls it never.
+  virtual void finish_learning() {}
+  // Learned state that survives restarts (no-op for stateless policies).
+  virtual void save(std::ostream&) const {}
+  virtual void load(std::istream&) {}
+};
+
+// The baseline policies: "lru", "lfu", "on-demand" (no prefetch, FIFO eviction),
+// "next-layer" (prefetch for layer l+1 the ids layer l chose; LRU eviction).
+// Returns null for an unknown name.
+std::unique_ptr<ExpertPolicy> make_baseline_policy(const std::string& name, const ExpertGeometry& g);
+
+}  // namespace moeflow

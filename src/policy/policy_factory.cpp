@@ -1,0 +1,54 @@
+#include "policy/policy_factory.h"
+
+#include <fstream>
+
+#include "format/error.h"
+
+namespace moeflow {
+
+namespace {
+
+using Maker = std::unique_ptr<ExpertPolicy> (*)(const ExpertGeometry&, const PolicyOptions&);
+
+std::unique_ptr<ExpertPolicy> baseline(const char* name, const ExpertGeometry& g) { return make_baseline_policy(name, g); }
+
+struct Registered {
+  const char* name;
+  Maker make;
+};
+
+// Every policy the engine and the simulator can run, one line each. (`belady` needs
+// the future and is built by the simulator itself.)
+const Registered kPolicies[] = {
+    {"lru", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("lru", g); }},
+    {"lfu", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("lfu", g); }},
+    {"on-demand", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("on-demand", g); }},
+    {"next-layer", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("next-layer", g); }},
+};
+
+}  // namespace
+
+std::vector<std::string> policy_names() {
+  std::vector<std::string> out;
+  for (const Registered& r : kPolicies) out.emplace_back(r.name);
+  return out;
+}
+
+std::unique_ptr<ExpertPolicy> make_policy(const std::string& name, const ExpertGeometry& g, const PolicyOptions& opt) {
+  std::unique_ptr<ExpertPolicy> p;
+  for (const Registered& r : kPolicies)
+    if (name == r.name) p = r.make(g, opt);
+  if (!p) {
+    std::string known;
+    for (const std::string& n : policy_names()) known += (known.empty() ? "" : ", ") + n;
+    throw InputError("unknown policy '" + name + "' (known: all, " + known + ")");
+  }
+  if (!opt.state_path.empty()) {
+    std::ifstream in(opt.state_path, std::ios::binary);
+    if (!in) throw InputError(opt.state_path + ": cannot open policy state");
+    p->load(in);
+  }
+  return p;
+}
+
+}  // namespace moeflow

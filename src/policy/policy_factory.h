@@ -1,0 +1,22 @@
+// Builds a policy by its --policy name. "all" is not a policy but the absence of
+// offloading (everything mapped); callers handle it before asking here.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "policy/expert_policy.h"
+
+namespace moeflow {
+
+struct PolicyOptions {
+  std::string state_path;  // learned state to load (predictor, EAM collection), may be empty
+};
+
+// Throws InputError listing the known names when `name` is unknown.
+std::unique_ptr<ExpertPolicy> make_policy(const std::string& name, const ExpertGeometry& g,
+                                          const PolicyOptions& opt = {});
+// Names accepted by make_policy, for help texts.
+std::vector<std::string> policy_names();
+
+}  // namespace moeflow

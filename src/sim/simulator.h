@@ -1,0 +1,60 @@
+// The trace-driven simulator (DESIGN.md, "Simulator cost model"): replays a routing
+// trace through the same ExpertCache, policy and layer protocol as the engine, on a
+// SimulatedTransport's virtual clock. Per layer: dense compute advances the clock
+// (prefetches in flight progress meanwhile), the router output from the trace goes to
+// the policy, then experts are fetched and computed in the layer protocol's order;
+// a miss stalls until its copy lands.
+//
+// Requests run back to back on one cache. The first `warmup_requests` requests (the
+// "learn" part) train learned policies and warm the cache without being scored; of
+// the rest, the phases in `score` are counted.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "experts/expert_cache.h"
+#include "policy/expert_policy.h"
+#include "sim/profiles.h"
+#include "sim/trace.h"
+
+namespace moeflow {
+
+struct SimOptions {
+  std::string policy = "lru";
+  double cache_fraction = 0.25;   // of all expert bytes (used when cache_bytes == 0)
+  uint64_t cache_bytes = 0;
+  size_t warmup_requests = 0;     // leading requests replayed unscored (learning)
+  bool score_prefill = false;     // count prefill accesses in the hit rate too
+  bool reroute = false;           // eMoE: misses use a resident expert instead (lossy)
+  std::string policy_state;       // learned state to load before the run
+};
+
+struct SimResult {
+  std::string policy;
+  double cache_fraction = 0;
+  uint64_t cache_bytes = 0;
+  CacheCounters counters;         // scored part only
+  double hit_rate = 0;            // scored accesses that found their expert resident
+  double prefetch_accuracy = 0;   // prefetches used / prefetches issued (scored part)
+  double stall_seconds = 0;
+  double ttft_seconds = 0;        // mean over scored requests with a prefill
+  double tpot_seconds = 0;        // mean decode iteration time, scored requests
+  double total_seconds = 0;
+  uint64_t bytes_moved = 0;
+  uint64_t peak_bytes = 0;
+  uint64_t rerouted_slots = 0;
+  int64_t scored_requests = 0, scored_decode_tokens = 0;
+  std::vector<std::string> notes;  // e.g. "no gate probabilities: top-k weights used"
+};
+
+// Geometry of the simulated model: the trace's shape with the profile's expert size.
+ExpertGeometry sim_geometry(const Trace& trace, const ModelProfile& model);
+
+// Runs one policy. `policy` may be prepared by the caller (null: built from
+// opt.policy; "belady" is built from the trace's future).
+SimResult simulate(const Trace& trace, const ModelProfile& model, const HardwareProfile& hw, const SimOptions& opt,
+                   std::unique_ptr<ExpertPolicy> policy = nullptr);
+
+}  // namespace moeflow

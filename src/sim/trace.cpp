@@ -1,0 +1,66 @@
+#include "sim/trace.h"
+
+#include <algorithm>
+#include <map>
+
+#include "format/error.h"
+
+namespace moeflow {
+
+int64_t TraceIteration::n_tokens() const {
+  size_t n = 0;
+  for (const TraceRecord& r : layers) n = std::max(n, r.experts.size());
+  return static_cast<int64_t>(n);
+}
+
+Trace group_trace(const std::vector<TraceRecord>& records, const std::string& path) {
+  Trace t;
+  t.path = path;
+  std::map<int64_t, size_t> req_index;                    // request id -> position
+  std::vector<std::map<int64_t, TraceIteration>> iters;  // per request, by iter
+  for (const TraceRecord& r : records) {
+    const std::string where = path + ": record of request " + std::to_string(r.request) + ", iter " +
+                              std::to_string(r.iter) + ", layer " + std::to_string(r.layer);
+    if (t.n_expert == 0) {
+      t.n_expert = r.num_experts;
+      t.top_k = r.top_k;
+      t.model = r.model;
+    } else if (r.num_experts != t.n_expert || r.top_k != t.top_k) {
+      throw InputError(where + ": num_experts/top_k " + std::to_string(r.num_experts) + "/" + std::to_string(r.top_k) +
+                       " differ from the first record's " + std::to_string(t.n_expert) + "/" + std::to_string(t.top_k));
+    }
+    t.n_layer = std::max(t.n_layer, r.layer + 1);
+    t.has_weights |= r.has_weights;
+    t.has_probs |= r.has_probs;
+    auto [it, fresh] = req_index.emplace(r.request, t.requests.size());
+    if (fresh) {
+      t.requests.push_back({r.request, r.task, {}});
+      iters.emplace_back();
+    }
+    TraceIteration& ti = iters[it->second][r.iter];
+    ti.iter = r.iter;
+    ti.prefill = r.prefill;
+    if (ti.tokens.empty()) ti.tokens = r.tokens;
+    if (static_cast<int32_t>(ti.layers.size()) <= r.layer) ti.layers.resize(static_cast<size_t>(r.layer) + 1);
+    ti.layers[static_cast<size_t>(r.layer)] = r;
+    ++t.n_records;
+    for (const auto& row : r.experts) t.dropped_rows += row.empty() ? 1 : 0;
+  }
+  for (size_t i = 0; i < t.requests.size(); ++i)
+    for (auto& [k, ti] : iters[i]) {
+      ti.layers.resize(static_cast<size_t>(t.n_layer));
+      t.requests[i].iterations.push_back(std::move(ti));
+    }
+  return t;
+}
+
+Trace load_trace(const std::string& path) { return group_trace(read_trace_file(path), path); }
+
+Trace slice_requests(const Trace& t, size_t begin, size_t end) {
+  Trace s = t;
+  s.requests.assign(t.requests.begin() + static_cast<int64_t>(std::min(begin, t.requests.size())),
+                    t.requests.begin() + static_cast<int64_t>(std::min(end, t.requests.size())));
+  return s;
+}
+
+}  // namespace moeflow

@@ -1,0 +1,145 @@
+#include "sim/trace_stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace moeflow {
+
+namespace {
+
+using Matrix = std::vector<std::vector<double>>;
+
+Matrix zeros(int32_t rows, int32_t cols) {
+  return Matrix(static_cast<size_t>(rows), std::vector<double>(static_cast<size_t>(cols), 0.0));
+}
+
+void normalize_rows(Matrix& m) {
+  for (auto& row : m) {
+    double s = 0;
+    for (double v : row) s += v;
+    if (s > 0)
+      for (double& v : row) v /= s;
+  }
+}
+
+}  // namespace
+
+TraceStats compute_trace_stats(const Trace& t) {
+  TraceStats s;
+  s.n_layer = t.n_layer;
+  s.n_expert = t.n_expert;
+  s.top_k = t.top_k;
+  s.requests = static_cast<int64_t>(t.requests.size());
+  s.dropped_rows = t.dropped_rows;
+  const int32_t L = t.n_layer, E = t.n_expert;
+  Matrix pop = zeros(L, E);
+  // affinity[l][i][j]: expert i at layer l followed by j at layer l+1 (same token).
+  std::vector<Matrix> affinity(static_cast<size_t>(std::max(L - 1, 0)), zeros(E, E));
+  double overlap_sum = 0;
+  int64_t overlap_n = 0;
+
+  for (const TraceRequest& rq : t.requests) {
+    TraceStats::WorkingSet ws;
+    ws.request = rq.id;
+    ws.task = rq.task;
+    std::set<int64_t> seen_prefill, seen_decode;
+    Matrix* task_pop = nullptr;
+    if (!rq.task.empty()) {
+      auto [it, fresh] = s.task_popularity.emplace(rq.task, Matrix{});
+      if (fresh) it->second = zeros(L, E);
+      task_pop = &it->second;
+    }
+    const TraceIteration* prev_decode = nullptr;
+    for (const TraceIteration& it : rq.iterations) {
+      ++s.iterations;
+      const int64_t n_tok = it.n_tokens();
+      s.routed_tokens += n_tok;
+      (it.prefill ? ws.prefill_tokens : ws.decode_tokens) += n_tok;
+      auto& seen = it.prefill ? seen_prefill : seen_decode;
+      for (int32_t l = 0; l < L; ++l) {
+        const TraceRecord& r = it.layers[static_cast<size_t>(l)];
+        for (size_t tok = 0; tok < r.experts.size(); ++tok) {
+          for (int32_t e : r.experts[tok]) {
+            pop[static_cast<size_t>(l)][static_cast<size_t>(e)] += 1;
+            if (task_pop) (*task_pop)[static_cast<size_t>(l)][static_cast<size_t>(e)] += 1;
+            seen.insert(static_cast<int64_t>(l) * E + e);
+          }
+          if (l + 1 < L) {
+            const TraceRecord& next = it.layers[static_cast<size_t>(l) + 1];
+            if (tok < next.experts.size())
+              for (int32_t i : r.experts[tok])
+                for (int32_t j : next.experts[tok])
+                  affinity[static_cast<size_t>(l)][static_cast<size_t>(i)][static_cast<size_t>(j)] += 1;
+          }
+        }
+      }
+      if (!it.prefill) {
+        if (prev_decode && it.n_tokens() == 1 && prev_decode->n_tokens() == 1) {
+          for (int32_t l = 0; l < L; ++l) {
+            const auto& a = prev_decode->layers[static_cast<size_t>(l)].experts;
+            const auto& b = it.layers[static_cast<size_t>(l)].experts;
+            if (a.empty() || b.empty() || a[0].empty() || b[0].empty()) continue;
+            int common = 0;
+            for (int32_t x : b[0]) common += std::count(a[0].begin(), a[0].end(), x) > 0 ? 1 : 0;
+            overlap_sum += static_cast<double>(common) / static_cast<double>(t.top_k);
+            ++overlap_n;
+          }
+        }
+        prev_decode = &it;
+      }
+    }
+    const double all = static_cast<double>(L) * E;
+    ws.prefill_fraction = static_cast<double>(seen_prefill.size()) / all;
+    ws.decode_fraction = static_cast<double>(seen_decode.size()) / all;
+    s.working_sets.push_back(ws);
+  }
+
+  normalize_rows(pop);
+  s.popularity = pop;
+  for (const auto& row : pop) {
+    double top = 0, h = 0;
+    for (double p : row) {
+      top = std::max(top, p);
+      if (p > 0) h -= p * std::log(p);
+    }
+    s.top_share.push_back(top);
+    s.normalized_entropy.push_back(E > 1 ? h / std::log(static_cast<double>(E)) : 0);
+  }
+  for (auto& [task, m] : s.task_popularity) {
+    normalize_rows(m);
+    double tv = 0;
+    for (int32_t l = 0; l < L; ++l) {
+      double d = 0;
+      for (int32_t e = 0; e < E; ++e) d += std::abs(m[static_cast<size_t>(l)][static_cast<size_t>(e)] - pop[static_cast<size_t>(l)][static_cast<size_t>(e)]);
+      tv += d / 2;
+    }
+    s.task_divergence[task] = L ? tv / L : 0;
+  }
+
+  // Affinity: for each token and layer, does the strongest successor of its experts
+  // land in the next layer's top-k? (In-sample: the counts include the token itself.)
+  int64_t hit = 0, n = 0;
+  std::vector<double> score(static_cast<size_t>(E));
+  for (const TraceRequest& rq : t.requests)
+    for (const TraceIteration& it : rq.iterations)
+      for (int32_t l = 0; l + 1 < L; ++l) {
+        const auto& cur = it.layers[static_cast<size_t>(l)].experts;
+        const auto& next = it.layers[static_cast<size_t>(l) + 1].experts;
+        for (size_t tok = 0; tok < cur.size() && tok < next.size(); ++tok) {
+          if (cur[tok].empty() || next[tok].empty()) continue;
+          std::fill(score.begin(), score.end(), 0.0);
+          for (int32_t i : cur[tok])
+            for (int32_t j = 0; j < E; ++j) score[static_cast<size_t>(j)] += affinity[static_cast<size_t>(l)][static_cast<size_t>(i)][static_cast<size_t>(j)];
+          const int32_t best = static_cast<int32_t>(std::max_element(score.begin(), score.end()) - score.begin());
+          hit += std::count(next[tok].begin(), next[tok].end(), best) > 0 ? 1 : 0;
+          ++n;
+        }
+      }
+  s.affinity_top1_hit = n ? static_cast<double>(hit) / static_cast<double>(n) : 0;
+  s.affinity_chance = E ? static_cast<double>(t.top_k) / E : 0;
+  s.temporal_overlap = overlap_n ? overlap_sum / static_cast<double>(overlap_n) : 0;
+  return s;
+}
+
+}  // namespace moeflow

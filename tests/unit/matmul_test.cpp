@@ -1,0 +1,288 @@
+#include "kernels/cpu/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cpu/roofline.h"
+#include "kernels/cpu/thread_pool.h"
+#include "tensor/dtype.h"
+
+namespace moeflow::cpu {
+namespace {
+
+const DType kAllTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
+
+struct Weights {
+  std::vector<uint8_t> bytes;
+};
+
+Weights make_weights(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  Weights w;
+  const size_t rb = row_bytes(t, cols);
+  w.bytes.resize(rb * static_cast<size_t>(rows) + 1);  // +1: W need not be aligned
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (auto& v : row) v = uni(rng);
+    quantize_row(t, row.data(), w.bytes.data() + rb * static_cast<size_t>(r), cols);
+  }
+  return w;
+}
+
+std::vector<float> random_vec(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = uni(rng);
+  return v;
+}
+
+double rel_err(const std::vector<float>& y, const std::vector<float>& ref) {
+  double se = 0, sr = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double e = static_cast<double>(y[i]) - ref[i];
+    se += e * e;
+    sr += static_cast<double>(ref[i]) * ref[i];
+  }
+  if (sr == 0) return std::sqrt(se);
+  return std::sqrt(se / sr);
+}
+
+// ---------------------------------------------------------------------------------
+// Thread pool.
+
+TEST(ThreadPool, CoversRangeOnceAlignedToGrain) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(pool.size(), threads);
+    for (int64_t n : {0, 1, 2, 3, 7, 64, 1000, 100003}) {
+      for (int64_t grain : {1, 4, 32}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        std::atomic<int> chunks{0};
+        std::atomic<bool> bad{false};
+        pool.parallel_for(
+            n,
+            [&](int64_t b, int64_t e, int tid) {
+              if (tid < 0 || tid >= threads || b >= e || b % grain != 0 || e > n) bad = true;
+              if (e != n && e % grain != 0) bad = true;
+              ++chunks;
+              for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+            },
+            grain);
+        EXPECT_FALSE(bad) << threads << " " << n << " " << grain;
+        EXPECT_LE(chunks.load(), threads);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1);
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, Sums) {
+  ThreadPool pool(3);
+  const int64_t n = 1 << 20;
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
+  for (int rep = 0; rep < 20; ++rep) {
+    std::vector<int64_t> partial(3, 0);
+    pool.parallel_for(n, [&](int64_t b, int64_t e, int tid) {
+      int64_t s = 0;
+      for (int64_t i = b; i < e; ++i) s += v[static_cast<size_t>(i)];
+      partial[static_cast<size_t>(tid)] += s;
+    });
+    EXPECT_EQ(partial[0] + partial[1] + partial[2], n * (n - 1) / 2);
+  }
+}
+
+TEST(ThreadPool, ExceptionsPropagate) {
+  ThreadPool pool(3);
+  for (int rep = 0; rep < 50; ++rep) {
+    // Thrown by a worker's chunk.
+    EXPECT_THROW(pool.parallel_for(300,
+                                   [&](int64_t b, int64_t, int) {
+                                     if (b >= 100) throw std::runtime_error("worker");
+                                   }),
+                 std::runtime_error);
+    // Thrown by the caller's chunk 0 while workers still run.
+    std::atomic<int> done{0};
+    EXPECT_THROW(pool.parallel_for(300,
+                                   [&](int64_t b, int64_t, int) {
+                                     if (b == 0) throw std::logic_error("caller");
+                                     std::this_thread::sleep_for(std::chrono::microseconds(50));
+                                     ++done;
+                                   }),
+                 std::logic_error);
+    EXPECT_EQ(done.load(), 2);  // parallel_for waited for the workers
+    // Every chunk throws: exactly one exception comes out.
+    EXPECT_THROW(pool.parallel_for(3, [](int64_t, int64_t, int) { throw 42; }), int);
+    // The pool still works afterwards.
+    std::atomic<int64_t> s{0};
+    pool.parallel_for(1000, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) s += i;
+    });
+    EXPECT_EQ(s.load(), 999 * 1000 / 2);
+  }
+}
+
+TEST(ThreadPool, ManyTinyCalls) {
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    std::atomic<int64_t> total{0};
+    const int calls = 20000;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int c = 0; c < calls; ++c) {
+      pool.parallel_for(threads * 4, [&](int64_t b, int64_t e, int) { total += e - b; }, 1);
+    }
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(total.load(), int64_t{calls} * threads * 4);
+    std::printf("  pool(%d): %.2f us per parallel_for (%u hw threads)\n", threads, us / calls,
+                std::thread::hardware_concurrency());
+    // Sleep past the spin window so the next calls must wake the workers from the cv.
+    for (int c = 0; c < 5; ++c) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      pool.parallel_for(threads, [&](int64_t b, int64_t e, int) { total += e - b; }, 1);
+    }
+    EXPECT_EQ(total.load(), int64_t{calls} * threads * 4 + 5 * threads);
+  }
+}
+
+TEST(ThreadPool, SmallRangesUseFewerChunks) {
+  ThreadPool pool(3);
+  std::atomic<int> calls{0};
+  pool.parallel_for(1, [&](int64_t b, int64_t e, int tid) {
+    EXPECT_EQ(b, 0);
+    EXPECT_EQ(e, 1);
+    EXPECT_EQ(tid, 0);
+    ++calls;
+  });
+  EXPECT_EQ(calls.load(), 1);
+  // Alternate tiny and full jobs so idle workers see generations with no chunk.
+  for (int rep = 0; rep < 2000; ++rep) {
+    std::atomic<int64_t> s{0};
+    const int64_t n = rep % 3 + 1;
+    pool.parallel_for(n, [&](int64_t b, int64_t e, int) { s += e - b; });
+    ASSERT_EQ(s.load(), n);
+  }
+}
+
+// ---------------------------------------------------------------------------------
+// matvec / matmul against the scalar reference.
+
+struct Shape {
+  int64_t rows, cols;
+};
+
+std::vector<int64_t> cols_for(DType t) {
+  if (dtype_is_quantized(t)) return {32, 96, 1024, 4096};
+  return {32, 40, 96, 1000, 4096};  // float types may have a tail that is not a vector
+}
+
+TEST(Matmul, MatvecMatchesReference) {
+  std::mt19937 rng(42);
+  ThreadPool pool3(3);
+  ThreadPool pool1(1);
+  for (DType t : kAllTypes) {
+    double worst = 0;
+    for (int64_t rows : {37, 1, 130, 4}) {
+      for (int64_t cols : cols_for(t)) {
+        const Weights w = make_weights(t, rows, cols, rng);
+        const std::vector<float> x = random_vec(static_cast<size_t>(cols), rng);
+        std::vector<float> ref(static_cast<size_t>(rows));
+        matvec_reference(t, w.bytes.data(), rows, cols, x.data(), ref.data());
+        for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool1, &pool3}) {
+          std::vector<float> y(static_cast<size_t>(rows), NAN);
+          matvec(t, w.bytes.data(), rows, cols, x.data(), y.data(), pool);
+          const double e = rel_err(y, ref);
+          worst = std::max(worst, e);
+          EXPECT_LT(e, 1e-5) << dtype_name(t) << " rows " << rows << " cols " << cols;
+        }
+        // Unaligned weight pointer.
+        std::vector<uint8_t> shifted(w.bytes.size());
+        std::memcpy(shifted.data() + 1, w.bytes.data(), w.bytes.size() - 1);
+        std::vector<float> y(static_cast<size_t>(rows));
+        matvec(t, shifted.data() + 1, rows, cols, x.data(), y.data(), &pool3);
+        EXPECT_LT(rel_err(y, ref), 1e-5) << dtype_name(t) << " unaligned";
+      }
+    }
+    std::printf("  matvec %-5s worst relative error vs reference: %.3e\n", dtype_name(t), worst);
+  }
+}
+
+TEST(Matmul, MatmulMatchesReference) {
+  std::mt19937 rng(43);
+  ThreadPool pool3(3);
+  ThreadPool pool1(1);
+  for (DType t : kAllTypes) {
+    double worst = 0;
+    for (int64_t rows : {37, 1, 130, 8}) {
+      for (int64_t cols : cols_for(t)) {
+        const Weights w = make_weights(t, rows, cols, rng);
+        for (int64_t n_tok : {1, 2, 3, 17, 64}) {
+          if (cols * rows * n_tok > 130 * 1024 * 64) continue;  // keep the test quick
+          const std::vector<float> X =
+              random_vec(static_cast<size_t>(cols * n_tok), rng);
+          std::vector<float> ref(static_cast<size_t>(rows * n_tok));
+          for (int64_t tk = 0; tk < n_tok; ++tk)
+            matvec_reference(t, w.bytes.data(), rows, cols, X.data() + tk * cols,
+                             ref.data() + tk * rows);
+          for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool1, &pool3}) {
+            std::vector<float> Y(static_cast<size_t>(rows * n_tok), NAN);
+            matmul(t, w.bytes.data(), rows, cols, X.data(), n_tok, Y.data(), pool);
+            const double e = rel_err(Y, ref);
+            worst = std::max(worst, e);
+            EXPECT_LT(e, 1e-5) << dtype_name(t) << " rows " << rows << " cols " << cols
+                               << " n_tok " << n_tok;
+          }
+        }
+      }
+    }
+    std::printf("  matmul %-5s worst relative error vs reference: %.3e\n", dtype_name(t), worst);
+  }
+}
+
+TEST(Matmul, LargeColsManyTokens) {
+  // cols > 4096 with 64 tokens: several column tiles (kKc = 4096) accumulate into Y.
+  std::mt19937 rng(44);
+  ThreadPool pool(2);
+  for (DType t : kAllTypes) {
+    const int64_t rows = 19, cols = 8192 + 96, n_tok = 64;
+    const Weights w = make_weights(t, rows, cols, rng);
+    const std::vector<float> X = random_vec(static_cast<size_t>(cols * n_tok), rng);
+    std::vector<float> ref(static_cast<size_t>(rows * n_tok)), Y(ref.size());
+    for (int64_t tk = 0; tk < n_tok; ++tk)
+      matvec_reference(t, w.bytes.data(), rows, cols, X.data() + tk * cols, ref.data() + tk * rows);
+    matmul(t, w.bytes.data(), rows, cols, X.data(), n_tok, Y.data(), &pool);
+    const double e = rel_err(Y, ref);
+    std::printf("  matmul %-5s 19x8288 x 64 tokens: relative error %.3e\n", dtype_name(t), e);
+    EXPECT_LT(e, 1e-5);
+  }
+}
+
+TEST(Matmul, RejectsPartialBlocks) {
+  std::vector<uint8_t> w(1024);
+  std::vector<float> x(64), y(4);
+  EXPECT_THROW(matvec(DType::Q8_0, w.data(), 1, 48, x.data(), y.data(), nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(matmul(DType::Q4_0, w.data(), 1, 40, x.data(), 1, y.data(), nullptr),
+               std::invalid_argument);
+}
+
+TEST(Roofline, SmokeTest) {
+  ThreadPool pool(2);
+  const double gbs = measure_triad_bandwidth_gbs(&pool, 4 << 20);
+  const double gflops = measure_peak_fma_gflops(&pool);
+  std::printf("  triad (4 MiB arrays, 2 threads): %.1f GB/s, peak FMA: %.1f GFLOP/s\n", gbs,
+              gflops);
+  EXPECT_GT(gbs, 0.1);
+  EXPECT_GT(gflops, 0.1);
+}
+
+}  // namespace
+}  // namespace moeflow::cpu
