@@ -11,5 +11,7 @@ int cmd_make_model(int argc, char** argv);
 int cmd_perplexity(int argc, char** argv);
 int cmd_quantize(int argc, char** argv);
 int cmd_trace(int argc, char** argv);
+int cmd_simulate(int argc, char** argv);
+int cmd_train_predictor(int argc, char** argv);
 
 }  // namespace moeflow::cli

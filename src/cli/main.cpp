@@ -20,6 +20,7 @@ const char* kUsage =
     "  perplexity  perplexity of a model on a text file\n"
     "  quantize    rewrite a model's weights as q8_0, q4_0, f16, bf16 or f32\n"
     "  trace       routing-trace tools: trace stats FILE\n"
+    "  simulate    replay a routing trace through the expert cache and a policy (or --sweep)\n"
     "run 'moeflow <command> --help' for its flags\n";
 
 }  // namespace
@@ -39,6 +40,8 @@ int main(int argc, char** argv) {
     if (cmd == "perplexity") return cmd_perplexity(argc, argv);
     if (cmd == "quantize") return cmd_quantize(argc, argv);
     if (cmd == "trace") return cmd_trace(argc, argv);
+    if (cmd == "simulate") return cmd_simulate(argc, argv);
+    if (cmd == "train-predictor") return cmd_train_predictor(argc, argv);
     std::fprintf(stderr, "moeflow: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const UsageError& e) {

@@ -129,8 +129,9 @@ bool ExpertCache::make_room(uint64_t bytes, const ExpertKey& incoming, bool dema
       }
     }
     if (!candidates_.empty()) {
-      const CacheView view{&candidates_, tick_, layer_now_};
+      const CacheView view{&candidates_, tick_, layer_now_, !demand};
       const size_t pick = policy_.victim(view, incoming);
+      if (pick == ExpertPolicy::kDecline && !demand) return false;
       if (pick >= candidates_.size()) throw std::logic_error("policy " + policy_.name() + " chose no valid victim");
       evict(candidate_index_[pick]);
       continue;

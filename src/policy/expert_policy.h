@@ -41,6 +41,7 @@ struct CacheView {
   const std::vector<CacheEntryView>* candidates = nullptr;  // never empty when victim() is called
   uint64_t tick = 0;   // the cache's logical clock (one tick per acquire)
   int32_t layer_now = 0;
+  bool for_prefetch = false;  // room is being made for a prefetch, not a demand
 };
 
 class ExpertPolicy {
@@ -57,7 +58,10 @@ class ExpertPolicy {
   // Experts to fetch ahead, planned once the routing of `layer_now` is known.
   virtual void plan_prefetch(int32_t /*layer_now*/, PrefetchPlan&) {}
   // Index into view.candidates of the expert to evict to make room for `incoming`.
+  // For a prefetch (view.for_prefetch) a policy may decline with kDecline: the
+  // prefetch is dropped rather than evict something worth more.
   virtual size_t victim(const CacheView& view, const ExpertKey& incoming) = 0;
+  static constexpr size_t kDecline = static_cast<size_t>(-1);
   virtual void end_iteration() {}
   virtual void end_request() {}
   // The simulator's learning requests are over (e.g. train a predictor on what was

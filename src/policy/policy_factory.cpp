@@ -3,6 +3,10 @@
 #include <fstream>
 
 #include "format/error.h"
+#include "policy/duoserve.h"
+#include "policy/emoe.h"
+#include "policy/moe_infinity.h"
+#include "policy/fmoe.h"
 
 namespace moeflow {
 
@@ -24,6 +28,10 @@ const Registered kPolicies[] = {
     {"lfu", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("lfu", g); }},
     {"on-demand", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("on-demand", g); }},
     {"next-layer", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("next-layer", g); }},
+    {"duoserve", [](const ExpertGeometry& g, const PolicyOptions&) { return make_duoserve_policy(g); }},
+    {"moe-infinity", [](const ExpertGeometry& g, const PolicyOptions&) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<MoeInfinityPolicy>(g); }},
+    {"emoe", [](const ExpertGeometry& g, const PolicyOptions& o) { return make_emoe_policy(g, o.tasks_path, o.emoe_variant); }},
+    {"fmoe", [](const ExpertGeometry& g, const PolicyOptions& o) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<FmoePolicy>(g, FmoeOptions{.async = o.async_matching}); }},
 };
 
 }  // namespace

@@ -11,6 +11,9 @@ namespace moeflow {
 
 struct PolicyOptions {
   std::string state_path;  // learned state to load (predictor, EAM collection), may be empty
+  std::string tasks_path;    // emoe: task keyword profiles (empty: profiles/tasks.json if present)
+  std::string emoe_variant;  // emoe: "all-layer" (default) or "layer-by-layer"
+  bool async_matching = false;  // fmoe: match expert maps on a worker thread (engine only; the simulator stays deterministic)
 };
 
 // Throws InputError listing the known names when `name` is unknown.

@@ -50,6 +50,9 @@ ap.add_argument("--ckpt-every", type=int, default=50)
 ap.add_argument("--eval-every", type=int, default=200)
 ap.add_argument("--seed", type=int, default=1234)
 ap.add_argument("--threads", type=int, default=1)
+ap.add_argument("--resume", default="", help="continue from this checkpoint's weights (and optimizer state if saved), "
+                "at its step, under the schedule of --steps; the data stream is reseeded with seed + step")
+ap.add_argument("--rewarm", type=int, default=20, help="with --resume and no optimizer state: steps to ramp the lr back up")
 args = ap.parse_args()
 if not args.steps and not args.time_budget:
     sys.exit("give --steps or --time-budget")
@@ -70,6 +73,12 @@ else:
                  n_expert=args.experts, n_expert_used=args.top_k, n_ff=args.ff, n_ctx=args.ctx)
 model = MoEModel(cfg)
 model.init_weights(args.seed)
+start_step, resumed = 0, None
+if args.resume:
+    resumed = torch.load(args.resume, map_location="cpu")
+    model.load_state_dict(resumed["model"])
+    start_step = resumed["step"]
+    print(f"resumed from {args.resume} at step {start_step} (optimizer state: {'optim' in resumed})", flush=True)
 total, active = model.param_counts()
 print(f"config {json.dumps(cfg.__dict__)}\nparameters: {total:,} total, {active:,} active", flush=True)
 
@@ -78,7 +87,9 @@ no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
 opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.wd}, {"params": no_decay, "weight_decay": 0.0}],
                         lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
 
-gen = torch.Generator().manual_seed(args.seed)
+if resumed is not None and "optim" in resumed:
+    opt.load_state_dict(resumed["optim"])
+gen = torch.Generator().manual_seed(args.seed + start_step)
 
 
 def batch():
@@ -108,6 +119,12 @@ def evaluate(n_windows=4):
 
 
 def lr_at(step, total_steps):
+    if resumed is not None and "optim" not in resumed and step < start_step + args.rewarm:
+        return lr_sched(step, total_steps) * (step - start_step + 1) / args.rewarm
+    return lr_sched(step, total_steps)
+
+
+def lr_sched(step, total_steps):
     if step < args.warmup:
         return args.lr * (step + 1) / args.warmup
     p = (step - args.warmup) / max(1, total_steps - args.warmup)
@@ -116,7 +133,7 @@ def lr_at(step, total_steps):
 
 def save(step, total_steps, extra):
     tmp = os.path.join(args.out, "ckpt.pt.tmp")
-    torch.save({"cfg": cfg.__dict__, "model": model.state_dict(), "step": step, "total_steps": total_steps,
+    torch.save({"cfg": cfg.__dict__, "model": model.state_dict(), "optim": opt.state_dict(), "step": step, "total_steps": total_steps,
                 "args": vars(args), **extra}, tmp)
     os.replace(tmp, os.path.join(args.out, "ckpt.pt"))
 
@@ -126,12 +143,12 @@ total_steps = args.steps or 10**9
 t0 = time.time()
 t_timed = None
 ema = None
-for step in range(10**9):
+for step in range(start_step, 10**9):
     if step >= total_steps:
         break
-    if step == 2:
+    if step == start_step + 2:
         t_timed = time.time()
-    if args.time_budget and not args.steps and step == 10:
+    if args.time_budget and not args.steps and step == start_step + 10:
         per = (time.time() - t_timed) / 8
         total_steps = max(20, int((args.time_budget - (time.time() - t0)) / (per * 1.03)) + step)
         print(f"{per:.2f} s/step, {args.batch * args.ctx / per:.0f} tokens/s -> {total_steps} steps", flush=True)

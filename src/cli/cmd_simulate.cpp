@@ -1,0 +1,208 @@
+// `moeflow simulate`: replay a routing trace through the expert cache and a policy on
+// a virtual clock (src/sim/simulator.h), or sweep every policy over cache sizes.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "experts/expert_cache.h"
+#include "format/error.h"
+#include "policy/policy_factory.h"
+#include "sim/simulator.h"
+#include "sim/sweep_report.h"
+
+namespace moeflow::cli {
+
+namespace {
+
+// "a:b" (python-like, either side optional) over n items.
+std::pair<size_t, size_t> parse_range(const std::string& flag, const std::string& s, size_t n) {
+  const size_t colon = s.find(':');
+  auto num = [&](const std::string& x, size_t dflt) -> size_t {
+    if (x.empty()) return dflt;
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(x, &used);
+      if (used != x.size() || v < 0) throw std::invalid_argument(x);
+      return std::min(static_cast<size_t>(v), n);
+    } catch (...) {
+      throw UsageError(flag + " '" + s + "': expected a request range like 0:10, :5 or 3:");
+    }
+  };
+  if (colon == std::string::npos) {
+    const size_t i = num(s, 0);
+    return {i, std::min(i + 1, n)};
+  }
+  return {num(s.substr(0, colon), 0), num(s.substr(colon + 1), n)};
+}
+
+// The model profile that matches a trace, by its model name.
+std::string default_model_profile(const Trace& t) {
+  if (t.model.find("mixtral-8x7b") != std::string::npos) return "mixtral-8x7b";
+  if (t.model.find("flame-moe-290m") != std::string::npos) return "flame-moe-290m";
+  if (!t.model.empty() && std::filesystem::exists(profiles_dir() + "/models/" + t.model + ".json")) return t.model;
+  throw UsageError("no model profile known for the trace's model '" + t.model + "': give --model-profile NAME|FILE");
+}
+
+double parse_cache(const std::string& s, uint64_t total, uint64_t* bytes) {
+  *bytes = 0;
+  if (!s.empty() && s.back() == '%') return static_cast<double>(parse_budget(s, 1000000000000ull)) / 1e12;
+  *bytes = parse_budget(s, total);
+  return static_cast<double>(*bytes) / static_cast<double>(total);
+}
+
+nlohmann::json result_json(const SimResult& r) {
+  return {{"policy", r.policy},
+          {"cache_fraction", r.cache_fraction},
+          {"cache_bytes", r.cache_bytes},
+          {"hit_rate", r.hit_rate},
+          {"prefetch_accuracy", r.prefetch_accuracy},
+          {"stall_seconds", r.stall_seconds},
+          {"ttft_seconds", r.ttft_seconds},
+          {"tpot_seconds", r.tpot_seconds},
+          {"total_seconds", r.total_seconds},
+          {"bytes_moved", r.bytes_moved},
+          {"peak_bytes", r.peak_bytes},
+          {"hits", r.counters.hits},
+          {"misses", r.counters.misses},
+          {"prefetches_issued", r.counters.prefetches_issued},
+          {"prefetch_hits", r.counters.prefetch_hits},
+          {"wasted_prefetches", r.counters.wasted_prefetches},
+          {"rerouted_slots", r.rerouted_slots},
+          {"lossy", r.rerouted_slots > 0},
+          {"scored_requests", r.scored_requests},
+          {"scored_decode_tokens", r.scored_decode_tokens},
+          {"notes", r.notes}};
+}
+
+}  // namespace
+
+int cmd_simulate(int argc, char** argv) {
+  Args a("simulate");
+  a.flag("--trace", "routing trace (.jsonl, DESIGN.md interchange format)");
+  std::string names = "belady (bound), belady-min, belady-prefetch";
+  for (const std::string& n : policy_names()) names += ", " + n;
+  a.flag("--policy", "policy (or comma-separated list): " + names, true, "lru");
+  a.flag("--cache", "fast-tier size: share of all experts (25%) or bytes (40GiB)", true, "25%");
+  a.flag("--hw", "hardware profile name or .json file (profiles/hw: pcie4, pcie5, nvme)", true, "pcie4");
+  a.flag("--model-profile", "model profile name or .json file (profiles/models; default: from the trace)");
+  a.flag("--learn", "requests replayed first to learn and warm, unscored (range a:b)");
+  a.flag("--measure", "requests scored, replayed after --learn (range a:b; default: all others)");
+  a.flag("--learn-fraction", "learn on this leading share of the requests instead of --learn", true, "0");
+  a.flag("--score-prefill", "count prefill accesses in the hit rate (default: decode only)", false);
+  a.flag("--on-miss", "load (lossless) or reroute (eMoE, lossy)", true, "load");
+  a.flag("--policy-state", "learned policy state to load first");
+  a.flag("--sweep", "every policy over cache sizes 12.5/25/50/75% (Markdown, CSV and SVG)", false);
+  a.flag("--out-dir", "where --sweep writes sweep.md, sweep.csv, sweep.svg", true, ".");
+  a.flag("--json", "print one JSON object", false);
+  a.parse(argc, argv, 2);
+  if (!a.has("--trace")) throw UsageError("moeflow simulate: --trace FILE is required\n" + a.help());
+  if (a.str("--on-miss") != "load" && a.str("--on-miss") != "reroute")
+    throw UsageError("--on-miss '" + a.str("--on-miss") + "': expected load or reroute");
+
+  const Trace full = load_trace(a.str("--trace"));
+  if (full.requests.empty()) throw InputError(full.path + ": the trace holds no requests");
+  const ModelProfile model = load_model_profile(a.has("--model-profile") ? a.str("--model-profile") : default_model_profile(full));
+  const HardwareProfile hw = load_hardware_profile(a.str("--hw"));
+
+  // Reorder: learning requests first, then the measured ones.
+  const size_t n = full.requests.size();
+  std::pair<size_t, size_t> learn{0, 0}, measure{0, n};
+  const double lf = a.number("--learn-fraction", 0, 1);
+  if (a.has("--learn")) learn = parse_range("--learn", a.str("--learn"), n);
+  else if (lf > 0) learn = {0, static_cast<size_t>(std::floor(lf * static_cast<double>(n)))};
+  if (a.has("--measure")) measure = parse_range("--measure", a.str("--measure"), n);
+  else if (learn.second > learn.first) measure = learn.first == 0 ? std::make_pair(learn.second, n) : std::make_pair(size_t{0}, learn.first);
+  Trace trace = full;
+  trace.requests.clear();
+  for (size_t i = learn.first; i < learn.second; ++i) trace.requests.push_back(full.requests[i]);
+  for (size_t i = measure.first; i < measure.second; ++i)
+    if (i < learn.first || i >= learn.second) trace.requests.push_back(full.requests[i]);
+  SimOptions opt;
+  opt.warmup_requests = learn.second - learn.first;
+  if (opt.warmup_requests >= trace.requests.size()) throw UsageError("no requests left to measure after --learn");
+  opt.score_prefill = a.has("--score-prefill");
+  opt.reroute = a.str("--on-miss") == "reroute";
+  if (a.has("--policy-state")) opt.policy_state = a.str("--policy-state");
+  const ExpertGeometry g = sim_geometry(trace, model);
+
+  std::vector<std::string> policies;
+  if (a.has("--sweep")) {
+    policies = policy_names();
+    policies.push_back("belady");
+  } else {
+    std::string s = a.str("--policy");
+    for (size_t b = 0; b <= s.size();) {
+      const size_t e = std::min(s.find(',', b), s.size());
+      if (e > b) policies.push_back(s.substr(b, e - b));
+      b = e + 1;
+    }
+  }
+  std::vector<double> fractions;
+  uint64_t cache_bytes = 0;
+  if (a.has("--sweep")) fractions = {0.125, 0.25, 0.5, 0.75};
+  else fractions = {parse_cache(a.str("--cache"), g.total_bytes(), &cache_bytes)};
+
+  SweepTable table;
+  table.title = "hit rate vs cache size: " + trace.model + " (" + std::to_string(trace.requests.size() - opt.warmup_requests) +
+                " measured requests, " + hw.name + ")";
+  table.fractions = fractions;
+  table.policies = policies;
+  for (const std::string& p : policies) {
+    table.cell.emplace_back();
+    for (double f : fractions) {
+      SimOptions o = opt;
+      o.policy = p;
+      o.cache_fraction = f;
+      o.cache_bytes = cache_bytes;
+      table.cell.back().push_back(simulate(trace, model, hw, o));
+    }
+  }
+
+  if (a.has("--sweep")) {
+    const std::filesystem::path dir = a.str("--out-dir");
+    std::filesystem::create_directories(dir);
+    const std::pair<const char*, std::string> files[] = {
+        {"sweep.md", sweep_markdown(table)}, {"sweep.csv", sweep_csv(table)}, {"sweep.svg", sweep_svg(table)}};
+    for (const auto& [name, text] : files) {
+      std::ofstream f(dir / name);
+      if (!(f << text)) throw InputError((dir / name).string() + ": cannot write");
+    }
+  }
+  if (a.has("--json")) {
+    nlohmann::json j;
+    j["trace"] = trace.path;
+    j["model_profile"] = model.name;
+    j["hw"] = hw.name;
+    j["learn_requests"] = opt.warmup_requests;
+    j["measured_requests"] = trace.requests.size() - opt.warmup_requests;
+    if (table.cell.size() == 1 && fractions.size() == 1) {
+      j.update(result_json(table.cell[0][0]));
+    } else {
+      j["results"] = nlohmann::json::array();
+      for (const auto& row : table.cell)
+        for (const SimResult& r : row) j["results"].push_back(result_json(r));
+    }
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("trace %s: %s, %d layers x %d experts top-%d; learn %zu requests, measure %zu; %s, %s\n", trace.path.c_str(),
+              trace.model.c_str(), g.n_layer, g.n_expert, g.top_k, opt.warmup_requests,
+              trace.requests.size() - opt.warmup_requests, model.name.c_str(), hw.name.c_str());
+  for (const std::string& note : table.cell[0][0].notes) std::printf("note: %s\n", note.c_str());
+  std::printf("| policy       | cache  | hit rate | prefetch acc | stall s  | TTFT ms  | TPOT ms  | GB moved |\n");
+  std::printf("|--------------|--------|----------|--------------|----------|----------|----------|----------|\n");
+  for (size_t p = 0; p < policies.size(); ++p)
+    for (const SimResult& r : table.cell[p])
+      std::printf("| %-12s | %5.1f%% | %7.1f%% | %11.1f%% | %8.3f | %8.2f | %8.2f | %8.2f |%s\n", r.policy.c_str(),
+                  100 * r.cache_fraction, 100 * r.hit_rate, 100 * r.prefetch_accuracy, r.stall_seconds,
+                  1e3 * r.ttft_seconds, 1e3 * r.tpot_seconds, static_cast<double>(r.bytes_moved) / 1e9,
+                  r.rerouted_slots ? " lossy (rerouted)" : "");
+  if (a.has("--sweep")) std::printf("wrote sweep.md, sweep.csv, sweep.svg to %s\n", a.str("--out-dir").c_str());
+  return 0;
+}
+
+}  // namespace moeflow::cli

@@ -1,0 +1,106 @@
+// `moeflow train-predictor --trace T --out P`: DuoServe-MoE's preprocess stage
+// (duoserve-moe.txt §4): popularity and affinity from a trace, the ExpertMLP trained on
+// its activation paths, written as the duoserve policy's state (--policy-state P), and
+// the predictor's accuracy in the paper's Table 3 metrics on held-out requests.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "format/error.h"
+#include "policy/duoserve.h"
+
+namespace moeflow::cli {
+
+namespace {
+
+// "a:b", ":b", "a:" -> [a, b) clipped to n requests.
+std::pair<size_t, size_t> request_range(const std::string& flag, const std::string& s, size_t n) {
+  const size_t colon = s.find(':');
+  if (colon == std::string::npos) throw UsageError(flag + " '" + s + "': expected a request range like 0:10, :5 or 3:");
+  auto num = [&](const std::string& part, size_t dflt) -> size_t {
+    if (part.empty()) return dflt;
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(part, &used);
+      if (used != part.size() || v < 0) throw std::invalid_argument(part);
+      return static_cast<size_t>(v);
+    } catch (const std::exception&) {
+      throw UsageError(flag + " '" + s + "': expected a request range like 0:10, :5 or 3:");
+    }
+  };
+  const size_t a = std::min(num(s.substr(0, colon), 0), n), b = std::min(num(s.substr(colon + 1), n), n);
+  if (a >= b) throw UsageError(flag + " '" + s + "': the range holds no request of the " + std::to_string(n));
+  return {a, b};
+}
+
+void print_accuracy(const char* what, const PredictorAccuracy& a, int32_t k) {
+  std::printf("%s: %lld predictions (decode tokens x layers 1..L-1)\n", what, static_cast<long long>(a.samples));
+  std::printf("  all top-%d right (Table 3 \"Top-%d\"): %6.2f%%\n", k, k, 100.0 * a.all_rate());
+  std::printf("  at least one right (Table 3 \"at least one\"): %6.2f%%\n", 100.0 * a.one_rate());
+}
+
+}  // namespace
+
+int cmd_train_predictor(int argc, char** argv) {
+  Args a("train-predictor");
+  a.flag("--trace", "routing trace to learn from (.jsonl)");
+  a.flag("--requests", "requests of --trace to learn from, a:b (default: all)");
+  a.flag("--out", "policy state to write (load with --policy-state)");
+  a.flag("--epochs", "training epochs (paper §6.4: 15-20 for Mixtral-8x7B)", true, "15");
+  a.flag("--seed", "seed of initialisation, shuffling and dropout", true, "1");
+  a.flag("--widths", "hidden widths of the ExpertMLP (paper §4.2)", true, "2048,1024,512,256,128,64");
+  a.flag("--eval-trace", "trace to measure the accuracy on (default: --trace)");
+  a.flag("--eval-requests", "requests of the evaluation trace to measure on, a:b");
+  a.parse(argc, argv, 2);
+  if (!a.has("--trace") || !a.has("--out"))
+    throw UsageError("moeflow train-predictor: give --trace and --out\n" + a.help());
+
+  const Trace full = load_trace(a.str("--trace"));
+  auto [b0, b1] = a.has("--requests") ? request_range("--requests", a.str("--requests"), full.requests.size())
+                                      : std::pair<size_t, size_t>{0, full.requests.size()};
+  const Trace learn = slice_requests(full, b0, b1);
+
+  DuoserveOptions opt;
+  opt.epochs = static_cast<int32_t>(a.integer("--epochs", 0, 10000));
+  opt.mlp.seed = static_cast<uint64_t>(a.integer("--seed", 0, INT64_MAX));
+  opt.mlp.widths = parse_int_list("--widths", a.str("--widths"));
+  for (int32_t w : opt.mlp.widths)
+    if (w <= 0 || w > 65536) throw UsageError("--widths: each width must be in 1..65536");
+  DuoservePredictor pred(full.n_layer, full.n_expert, full.top_k, opt);
+  for (const ActivationPath& p : activation_paths(learn, true, true)) pred.observe(p);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const double loss = pred.train();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("%s: learned from requests %zu:%zu (%zu token paths), %d epochs, final BCE %.4f, %.1f s\n",
+              full.path.c_str(), b0, b1, pred.observed(), opt.epochs, loss, secs);
+  {
+    std::ofstream out(a.str("--out"), std::ios::binary);
+    pred.save(out);
+    if (!out) throw InputError(a.str("--out") + ": cannot write the policy state");
+  }
+  std::printf("wrote %s\n", a.str("--out").c_str());
+
+  Trace eval;
+  const char* label = "held-out";
+  if (a.has("--eval-trace")) {
+    eval = load_trace(a.str("--eval-trace"));
+    if (eval.n_layer != full.n_layer || eval.n_expert != full.n_expert || eval.top_k != full.top_k)
+      throw InputError(a.str("--eval-trace") + ": another model's shape than --trace");
+  } else if (a.has("--eval-requests")) {
+    eval = full;
+  } else {
+    eval = learn;
+    label = "in-sample (no --eval-requests or --eval-trace given)";
+  }
+  if (a.has("--eval-requests")) {
+    auto [e0, e1] = request_range("--eval-requests", a.str("--eval-requests"), eval.requests.size());
+    eval = slice_requests(eval, e0, e1);
+  }
+  print_accuracy(label, evaluate_predictor(pred, eval), full.top_k);
+  return 0;
+}
+
+}  // namespace moeflow::cli

@@ -1,0 +1,264 @@
+#include "policy/duoserve.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <istream>
+#include <numeric>
+#include <ostream>
+
+#include "format/error.h"
+
+namespace moeflow {
+
+namespace {
+
+constexpr char kMagic[8] = {'M', 'F', 'D', 'U', 'O', 'S', 'V', '1'};
+
+template <class T>
+void put(std::ostream& o, const T& v) {
+  o.write(reinterpret_cast<const char*>(&v), sizeof v);
+}
+template <class T>
+T get(std::istream& in, const std::string& what) {
+  T v{};
+  if (!in.read(reinterpret_cast<char*>(&v), sizeof v)) throw InputError(what + ": truncated DuoServe policy state");
+  return v;
+}
+
+}  // namespace
+
+DuoservePredictor::DuoservePredictor(int32_t n_layer, int32_t n_expert, int32_t top_k, DuoserveOptions opt)
+    : top_k_(top_k), opt_(std::move(opt)), stats_(n_layer, n_expert) {}
+
+void DuoservePredictor::observe(const ActivationPath& path) {
+  stats_.add(path);
+  if (paths_.size() < opt_.max_paths) paths_.push_back(path);
+}
+
+double DuoservePredictor::train() {
+  const int32_t nl = n_layer(), m = n_expert();
+  const int64_t d = state_size(nl, m);
+  std::vector<float> x, y;
+  int64_t n = 0;
+  for (const ActivationPath& p : paths_)
+    for (int32_t t = 1; t < nl && t < static_cast<int32_t>(p.size()); ++t) {
+      if (p[t - 1].empty() || p[t].empty()) continue;  // dropped rows: nothing to learn from
+      x.resize(static_cast<size_t>((n + 1) * d));
+      build_state(stats_, p, t, &x[static_cast<size_t>(n * d)]);
+      y.resize(static_cast<size_t>((n + 1) * m), 0.0f);
+      for (int32_t e : p[t])
+        if (e >= 0 && e < m) y[static_cast<size_t>(n * m + e)] = 1.0f;  // multi-label target (Eq. 6)
+      ++n;
+    }
+  if (n < 2) return 0;
+  mlp_ = ExpertMlp(static_cast<int32_t>(d), m, opt_.mlp);
+  const double loss = mlp_.fit(x, y, n, opt_.epochs);
+  trained_ = true;
+  return loss;
+}
+
+std::vector<float> DuoservePredictor::fallback_scores(const ActivationPath& path, int32_t target) const {
+  static const std::vector<int32_t> kNone;
+  const std::vector<int32_t>& prev = target >= 1 && target - 1 < static_cast<int32_t>(path.size()) ? path[target - 1] : kNone;
+  std::vector<float> s = stats_.affinity(target - 1, prev);
+  const std::vector<float> pop = stats_.popularity(target);
+  for (size_t j = 0; j < s.size(); ++j) s[j] += 1e-3f * pop[j];
+  return s;
+}
+
+std::vector<float> DuoservePredictor::scores(const ActivationPath& path, int32_t target) const {
+  if (!trained_) return fallback_scores(path, target);
+  std::vector<float> x(static_cast<size_t>(state_size(n_layer(), n_expert())));
+  build_state(stats_, path, target, x.data());
+  return mlp_.predict(x.data(), 1);
+}
+
+std::vector<int32_t> DuoservePredictor::top(const std::vector<float>& s) const {
+  std::vector<int32_t> ids(s.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  const size_t k = std::min(static_cast<size_t>(top_k_), ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+                    [&](int32_t a, int32_t b) { return s[a] != s[b] ? s[a] > s[b] : a < b; });
+  ids.resize(k);
+  return ids;
+}
+
+void DuoservePredictor::save(std::ostream& o) const {
+  o.write(kMagic, sizeof kMagic);
+  put<int32_t>(o, top_k_);
+  stats_.save(o);
+  put<uint8_t>(o, trained_ ? 1 : 0);
+  if (trained_) mlp_.save(o);
+}
+
+void DuoservePredictor::load(std::istream& in, const std::string& what) {
+  char magic[sizeof kMagic];
+  if (!in.read(magic, sizeof magic) || std::memcmp(magic, kMagic, sizeof magic) != 0)
+    throw InputError(what + ": not a DuoServe policy state (written by `moeflow train-predictor`)");
+  const int32_t k = get<int32_t>(in, what);
+  DuoserveStats s;
+  s.load(in, what);
+  if (k != top_k_ || s.n_layer() != n_layer() || s.n_expert() != n_expert())
+    throw InputError(what + ": DuoServe state is for " + std::to_string(s.n_layer()) + " layers x " +
+                     std::to_string(s.n_expert()) + " experts top-" + std::to_string(k) + ", the model has " +
+                     std::to_string(n_layer()) + " x " + std::to_string(n_expert()) + " top-" + std::to_string(top_k_));
+  const uint8_t trained = get<uint8_t>(in, what);
+  if (trained > 1) throw InputError(what + ": DuoServe state has a bad 'trained' flag");
+  ExpertMlp mlp;
+  if (trained) {
+    mlp.load(in, what);
+    if (mlp.n_in() != state_size(n_layer(), n_expert()) || mlp.n_out() != n_expert())
+      throw InputError(what + ": ExpertMLP shape does not match the model");
+  }
+  if (in.peek() != std::char_traits<char>::eof()) throw InputError(what + ": trailing bytes after the DuoServe state");
+  stats_ = std::move(s);
+  mlp_ = std::move(mlp);
+  trained_ = trained;
+  paths_.clear();
+}
+
+PredictorAccuracy evaluate_predictor(const DuoservePredictor& p, const Trace& t) {
+  PredictorAccuracy acc;
+  for (const ActivationPath& path : activation_paths(t, false, true))
+    for (int32_t l = 1; l < p.n_layer() && l < static_cast<int32_t>(path.size()); ++l) {
+      if (path[l - 1].empty() || path[l].empty()) continue;
+      const std::vector<int32_t> guess = p.top(p.scores(path, l));  // uses layers < l only
+      size_t right = 0;
+      for (int32_t e : path[l]) right += std::find(guess.begin(), guess.end(), e) != guess.end();
+      ++acc.samples;
+      acc.all_right += right == path[l].size();
+      acc.at_least_one += right > 0;
+    }
+  return acc;
+}
+
+namespace {
+
+class DuoservePolicy : public ExpertPolicy {
+ public:
+  DuoservePolicy(const ExpertGeometry& g, DuoserveOptions opt)
+      : n_layer_(g.n_layer), pred_(g.n_layer, g.n_expert, g.top_k, std::move(opt)) {}
+  std::string name() const override { return "duoserve"; }
+  bool prefetches() const override { return true; }
+
+  void begin_iteration(Phase phase, int64_t) override {
+    phase_ = phase;
+    rows_.assign(static_cast<size_t>(n_layer_), {});
+    n_tok_.assign(static_cast<size_t>(n_layer_), 0);
+  }
+  void routed(const LayerRouting& r) override {
+    if (r.layer < 0 || r.layer >= n_layer_ || rows_.empty()) return;
+    rows_[static_cast<size_t>(r.layer)] = r.experts;
+    n_tok_[static_cast<size_t>(r.layer)] = r.n_tok;
+    k_ = r.top_k;
+  }
+
+  void plan_prefetch(int32_t layer_now, PrefetchPlan& plan) override {
+    // Only layer l+1 is ever asked for: with layer l's own (demand) loads that keeps
+    // at most two layers in flight, the "two slots" of §5.1-5.2. Layer 0 gets no
+    // prefetch: its experts are fetched once its gate has chosen (§5.3, "In the first
+    // layer ...").
+    const int32_t next = layer_now + 1;
+    if (next >= n_layer_ || layer_now < 0 || rows_.empty()) return;
+    const int64_t n = n_tok_[static_cast<size_t>(layer_now)];
+    if (n <= 0) return;
+    if (phase_ == Phase::Decode && n == 1) {
+      // §5.3: predict the next layer's experts from this token's path so far and
+      // fetch them while this layer computes.
+      const ActivationPath path = token_path(0, next);
+      const std::vector<float> s = pred_.scores(path, next);
+      const std::vector<int32_t> guess = pred_.top(s);
+      for (size_t i = 0; i < guess.size(); ++i) plan.push_back({{next, guess[i]}, 2.0 - static_cast<double>(i) / guess.size()});
+      return;
+    }
+    plan_prefill(layer_now, n, plan);
+  }
+
+  size_t victim(const CacheView& v, const ExpertKey&) override {
+    // The paper's GPU cache holds exactly the k experts being used or fetched (§5.1),
+    // so the expert replaced is always the one used longest ago: LRU over a larger
+    // cache (prefetched-but-unused experts count as used on arrival, so the next
+    // layer's predictions are not the first to go).
+    const auto& c = *v.candidates;
+    size_t best = 0;
+    for (size_t i = 1; i < c.size(); ++i)
+      if (c[i].last_use != c[best].last_use ? c[i].last_use < c[best].last_use : c[i].key < c[best].key) best = i;
+    return best;
+  }
+
+  void end_iteration() override {
+    if (!learning_ || rows_.empty()) return;
+    int64_t n = 0;
+    for (int64_t t : n_tok_) n = std::max(n, t);
+    for (int64_t t = 0; t < n; ++t) pred_.observe(token_path(t, n_layer_));
+  }
+  void finish_learning() override {
+    learning_ = false;
+    pred_.train();
+  }
+  void save(std::ostream& out) const override { pred_.save(out); }
+  void load(std::istream& in) override {
+    pred_.load(in, "duoserve policy state");
+    learning_ = false;
+  }
+
+ private:
+  // Token t's experts at layers < upto (empty where it has no row).
+  ActivationPath token_path(int64_t t, int32_t upto) const {
+    ActivationPath p(static_cast<size_t>(n_layer_));
+    for (int32_t l = 0; l < upto; ++l)
+      if (t < n_tok_[static_cast<size_t>(l)]) {
+        const auto& row = rows_[static_cast<size_t>(l)];
+        p[static_cast<size_t>(l)].assign(row.begin() + t * k_, row.begin() + (t + 1) * k_);
+      }
+    return p;
+  }
+
+  // §5.2 streams every expert layer l+1 will use while layer l computes. Its routing is
+  // unknown yet, so the set is estimated from the popularity/affinity statistics over
+  // all of this block's tokens (the paper uses no predictor in prefill): token t uses
+  // expert j at l+1 with probability q_tj = min(1, k * a_t(j)) where a_t is the
+  // affinity row of t's experts at l; j is streamed when some token likely uses it
+  // (1 - prod_t (1 - q_tj) >= 1/2), at least the top k, most expected tokens first.
+  // A long prompt thus streams all of the layer's experts, as in the paper.
+  void plan_prefill(int32_t l, int64_t n, PrefetchPlan& plan) const {
+    const int32_t m = pred_.n_expert();
+    std::vector<double> expected(static_cast<size_t>(m), 0.0), log_unused(static_cast<size_t>(m), 0.0);
+    const auto& row = rows_[static_cast<size_t>(l)];
+    for (int64_t t = 0; t < n; ++t) {
+      ActivationPath p(static_cast<size_t>(n_layer_));
+      p[static_cast<size_t>(l)].assign(row.begin() + t * k_, row.begin() + (t + 1) * k_);
+      const std::vector<float> a = pred_.fallback_scores(p, l + 1);
+      for (int32_t j = 0; j < m; ++j) {
+        const double q = std::min(1.0, static_cast<double>(k_) * a[static_cast<size_t>(j)]);
+        expected[static_cast<size_t>(j)] += q;
+        log_unused[static_cast<size_t>(j)] += q >= 1.0 ? -1e9 : std::log1p(-q);
+      }
+    }
+    std::vector<int32_t> order(static_cast<size_t>(m));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return expected[a] > expected[b]; });
+    for (size_t i = 0; i < order.size(); ++i) {
+      const int32_t j = order[i];
+      if (static_cast<int64_t>(i) >= k_ && 1.0 - std::exp(log_unused[static_cast<size_t>(j)]) < 0.5) continue;
+      plan.push_back({{l + 1, j}, 1.0 + expected[static_cast<size_t>(j)] / static_cast<double>(n)});
+    }
+  }
+
+  int32_t n_layer_;
+  DuoservePredictor pred_;
+  Phase phase_ = Phase::Decode;
+  std::vector<std::vector<int32_t>> rows_;
+  std::vector<int64_t> n_tok_;
+  int64_t k_ = 1;
+  bool learning_ = true;  // until finish_learning() or a loaded state
+};
+
+}  // namespace
+
+std::unique_ptr<ExpertPolicy> make_duoserve_policy(const ExpertGeometry& g, DuoserveOptions opt) {
+  return std::make_unique<DuoservePolicy>(g, std::move(opt));
+}
+
+}  // namespace moeflow

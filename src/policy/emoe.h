@@ -1,0 +1,120 @@
+// eMoE's task-aware expert loading (emoe.txt §3.2-3.4): the expert predictor runs only
+// every p prompts (§3.3); it predicts each layer's routing frequency either for all
+// layers from the previous prompt (eMoE-A) or layer by layer from the layer before
+// (eMoE-L); the experts to hold are the top-L per layer by Eq. 2's expected tokens,
+// N_i = (ΣW_j + T·W_o)·s·f_i, with s the (task, layer) sensitivity. eMoE reroutes
+// misses (lossy); that is the engine's/simulator's --on-miss, not this policy's.
+//
+// Substitutes, where the paper relies on what a trace does not carry:
+// - the predictor is not a transformer (XLNet): eMoE-A reuses the last prompt of the
+//   same task type (the paper's Eq. 1 input), eMoE-L chains a first-order transition
+//   table P(expert at l | expert at l-1) counted from observed tokens;
+// - the sensitivity table comes from the task profiles ("insensitive_layers"); the
+//   paper profiles it offline by measuring accuracy under random routing, which
+//   needs the model and a labelled data set. Unlisted layers are sensitive (s = 1).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "policy/expert_policy.h"
+
+namespace moeflow {
+
+struct Trace;
+
+// One task type of §3.2.1: its keywords, and the layers insensitive to routing accuracy.
+struct TaskProfile {
+  std::string name;
+  std::vector<std::string> keywords;
+  std::vector<int32_t> insensitive_layers;
+};
+// Reads {"tasks":[{"name","keywords":[...],"insensitive_layers":[...]?}]}. Throws
+// InputError naming the file and field.
+std::vector<TaskProfile> load_task_profiles(const std::string& path);
+// profiles/tasks.json of the source tree (MOEFLOW_PROFILES overrides the folder).
+std::string default_task_profiles_path();
+// §3.2.1: the task whose keywords occur most often (case-insensitive); ties go to the
+// earlier profile; "" when no keyword occurs.
+std::string classify_task(const std::string& text, const std::vector<TaskProfile>& profiles);
+
+enum class EmoeVariant { AllLayer, LayerByLayer };  // eMoE-A, eMoE-L
+
+struct EmoeOptions {
+  EmoeVariant variant = EmoeVariant::AllLayer;
+  int32_t period = 40;  // p: prompts between predictor calls (§3.3; 40 keeps perplexity, Fig. 10)
+  int32_t top_l = 0;    // L experts held per layer; 0: every expert with expected tokens, and the cache drops what does not fit
+  std::vector<TaskProfile> tasks;
+  // Prompt text for keyword matching when RequestInfo.task is empty (the engine has a tokenizer; traces have labels).
+  std::function<std::string(const std::vector<int32_t>&)> detokenize;
+};
+
+class EmoePolicy : public ExpertPolicy {
+ public:
+  EmoePolicy(const ExpertGeometry& g, EmoeOptions opt = {});
+  std::string name() const override { return "emoe"; }
+  bool prefetches() const override { return true; }
+
+  void begin_request(const RequestInfo& info) override;
+  void begin_iteration(Phase phase, int64_t iter) override;
+  void routed(const LayerRouting& r) override;
+  void plan_prefetch(int32_t layer_now, PrefetchPlan& plan) override;
+  size_t victim(const CacheView& view, const ExpertKey& incoming) override;
+  void end_request() override;
+  void save(std::ostream& out) const override;
+  void load(std::istream& in) override;
+
+  // The current prediction: f_i, the predicted routing frequency (rows sum to 1), and
+  // N_i of Eq. 2; [n_layer * n_expert], empty before the first prediction.
+  const std::vector<double>& frequency() const { return freq_; }
+  const std::vector<double>& expected_tokens() const { return expected_; }
+  bool predicted_this_request() const { return predicted_now_; }
+  const std::string& task() const { return task_; }
+
+ private:
+  struct TaskStats {
+    std::vector<uint64_t> last;  // routing counts of the task's last prompt, [n_layer * n_expert]
+    uint64_t requests = 0, prompt_tokens = 0, generated = 0;
+  };
+  void predict(const RequestInfo& info);
+  double sensitivity(int32_t layer) const;
+  size_t at(int32_t layer, int32_t expert) const {
+    return static_cast<size_t>(layer) * static_cast<size_t>(n_expert_) + static_cast<size_t>(expert);
+  }
+
+  int32_t n_layer_, n_expert_;
+  EmoeOptions opt_;
+  // Learned state (saved).
+  std::map<std::string, TaskStats> stats_;
+  std::vector<uint64_t> last_any_;     // the previous prompt, whatever its task
+  std::vector<uint64_t> transitions_;  // [layer][from][to]: tokens routed to `from` at layer-1 and `to` at layer
+  int64_t since_prediction_ = 0;
+  std::vector<double> freq_, expected_;
+  // The running request.
+  std::string task_;
+  bool predicted_now_ = false, planned_ = false, decoding_ = false;
+  std::vector<uint64_t> cur_;
+  uint64_t cur_prompt_ = 0, cur_generated_ = 0;
+  LayerRouting prev_;  // the layer before, to pair tokens across layers
+};
+
+// eMoE's predictor accuracy (emoe.txt Table 2): `learn` is observed first; then for each
+// request of `measure` the prediction made for it (at the period's schedule) is compared
+// with its actual routing: a (token, layer) slot counts as right when its routed expert
+// is among the layer's top_k predicted experts. Unpredicted requests are counted apart.
+struct EmoeAccuracy {
+  int64_t slots = 0, right = 0;
+  int64_t requests = 0, predicted_requests = 0;
+  double accuracy() const { return slots ? static_cast<double>(right) / static_cast<double>(slots) : 0; }
+};
+EmoeAccuracy emoe_predictor_accuracy(const Trace& learn, const Trace& measure, EmoeVariant variant, int32_t period = 40);
+
+}  // namespace moeflow
+
+namespace moeflow {
+// For the policy table: task profiles from `tasks_path` (empty: profiles/tasks.json if
+// present), `variant` "all-layer" (default, also "") or "layer-by-layer".
+std::unique_ptr<ExpertPolicy> make_emoe_policy(const ExpertGeometry& g, const std::string& tasks_path, const std::string& variant);
+}  // namespace moeflow

@@ -1,0 +1,233 @@
+#include "policy/moe_infinity.h"
+
+#include <algorithm>
+#include <cmath>
+#include <istream>
+#include <numeric>
+#include <ostream>
+#include <string>
+
+#include "format/error.h"
+
+namespace moeflow {
+
+namespace {
+
+constexpr const char* kMagic = "moeflow-moe-infinity-eamc";
+constexpr double kEpsilon = 1e-6;  // Algorithm 1's ϵ: unpredicted experts still rank by layer
+
+template <class A, class B>
+double cosine(const std::vector<A>& a, const std::vector<B>& b) {
+  double dot = 0, na = 0, nb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    dot += static_cast<double>(a[i]) * static_cast<double>(b[i]);
+    na += static_cast<double>(a[i]) * static_cast<double>(a[i]);
+    nb += static_cast<double>(b[i]) * static_cast<double>(b[i]);
+  }
+  return na > 0 && nb > 0 ? dot / std::sqrt(na * nb) : 0;
+}
+
+bool all_zero(const std::vector<uint32_t>& v) {
+  return std::all_of(v.begin(), v.end(), [](uint32_t x) { return x == 0; });
+}
+
+// Similarity of two stored requests: both phases count equally, since a prompt has far
+// more tokens than its output and would otherwise decide alone.
+double entry_similarity(const MoeInfinityPolicy::Entry& a, const MoeInfinityPolicy::Entry& b) {
+  return (cosine(a.prefill, b.prefill) + cosine(a.decode, b.decode)) / 2;
+}
+
+}  // namespace
+
+MoeInfinityPolicy::MoeInfinityPolicy(const ExpertGeometry& g, MoeInfinityOptions opt)
+    : n_layer_(g.n_layer), n_expert_(g.n_expert), opt_(opt) {
+  opt_.capacity = std::max<size_t>(opt_.capacity, 1);
+  opt_.n_match = std::max<size_t>(opt_.n_match, 1);
+  const size_t n = static_cast<size_t>(n_layer_) * static_cast<size_t>(n_expert_);
+  ieam_.assign(n, 0);
+  ream_[0].assign(n, 0);
+  ream_[1].assign(n, 0);
+  agg_.assign(n, 0);
+  peam_.assign(n, 0);
+}
+
+void MoeInfinityPolicy::begin_request(const RequestInfo&) {
+  std::fill(ieam_.begin(), ieam_.end(), 0);
+  for (auto& r : ream_) std::fill(r.begin(), r.end(), 0);
+  phase_ = Phase::Prefill;
+  dirty_ = true;
+}
+
+void MoeInfinityPolicy::begin_iteration(Phase phase, int64_t) {
+  phase_ = phase;
+  std::fill(ieam_.begin(), ieam_.end(), 0);
+  dirty_ = true;
+}
+
+void MoeInfinityPolicy::routed(const LayerRouting& r) {
+  if (r.layer < 0 || r.layer >= n_layer_) return;
+  const size_t row = static_cast<size_t>(r.layer) * static_cast<size_t>(n_expert_);
+  // An EAM counts tokens per expert (§4.3); ids out of range (dropped rows) are skipped.
+  for (int32_t e : r.experts)
+    if (e >= 0 && e < n_expert_) ++ieam_[row + static_cast<size_t>(e)];
+  dirty_ = true;
+}
+
+void MoeInfinityPolicy::end_iteration() {
+  // "At the end of each iteration, the iteration-level EAM is added to an accumulated
+  // request-level EAM" (§4.3), per phase.
+  auto& r = ream_[phase_ == Phase::Prefill ? 0 : 1];
+  for (size_t i = 0; i < r.size(); ++i) r[i] += ieam_[i];
+  std::fill(ieam_.begin(), ieam_.end(), 0);
+  dirty_ = true;
+}
+
+void MoeInfinityPolicy::end_request() {
+  end_iteration();  // an iteration left open still belongs to the request
+  Entry e{ream_[0], ream_[1]};
+  if (!(all_zero(e.prefill) && all_zero(e.decode))) insert(std::move(e));
+  for (auto& r : ream_) std::fill(r.begin(), r.end(), 0);
+  dirty_ = true;
+}
+
+// App. B.1: when full, the entry most similar to the incoming one (shortest cosine
+// distance) is replaced, keeping the newest pattern and the collection's diversity.
+void MoeInfinityPolicy::insert(Entry e) {
+  if (eamc_.size() < opt_.capacity) {
+    eamc_.push_back(std::move(e));
+    return;
+  }
+  size_t best = 0;
+  double best_sim = -1;
+  for (size_t i = 0; i < eamc_.size(); ++i) {
+    const double s = entry_similarity(eamc_[i], e);
+    if (s > best_sim) best_sim = s, best = i;
+  }
+  eamc_[best] = std::move(e);
+}
+
+// PredictEAM (§4.5, Fig. 5 steps 1-2): the running phase's partial rEAM (accumulated
+// iterations plus this one) is matched against the same phase of every stored request;
+// the n_match closest are summed and each row normalised.
+void MoeInfinityPolicy::refresh() {
+  if (!dirty_) return;
+  dirty_ = false;
+  const int ph = phase_ == Phase::Prefill ? 0 : 1;
+  std::vector<uint32_t> query = ream_[ph];
+  for (size_t i = 0; i < query.size(); ++i) query[i] += ieam_[i];
+  int match_ph = ph;
+  if (all_zero(query) && ph == 1) query = ream_[0], match_ph = 0;  // decode not started: match on the prompt
+
+  std::vector<std::pair<double, size_t>> sims;
+  if (!all_zero(query))
+    for (size_t i = 0; i < eamc_.size(); ++i) {
+      const auto& stored = match_ph == 0 ? eamc_[i].prefill : eamc_[i].decode;
+      const double s = cosine(query, stored);
+      if (s > 0) sims.emplace_back(-s, i);  // ascending: most similar first, ties by age
+    }
+  std::sort(sims.begin(), sims.end());
+  std::fill(agg_.begin(), agg_.end(), 0);
+  if (sims.empty()) {
+    // Nothing matches (empty collection, first layer of a first request): the running
+    // request's own counts are the best guess of its reuse (§4.2, request-level reuse).
+    for (size_t i = 0; i < agg_.size(); ++i) agg_[i] = static_cast<double>(query[i]);
+  } else {
+    for (size_t m = 0; m < std::min(sims.size(), opt_.n_match); ++m) {
+      const Entry& e = eamc_[sims[m].second];
+      // The prediction is for the phase that runs: a stored request without that
+      // phase (traces may lack prefill) lends the other one.
+      const auto& src = ph == 0 ? (all_zero(e.prefill) ? e.decode : e.prefill) : (all_zero(e.decode) ? e.prefill : e.decode);
+      for (size_t i = 0; i < agg_.size(); ++i) agg_[i] += static_cast<double>(src[i]);
+    }
+  }
+  for (int32_t l = 0; l < n_layer_; ++l) {
+    const size_t row = static_cast<size_t>(l) * static_cast<size_t>(n_expert_);
+    const double sum = std::accumulate(agg_.begin() + static_cast<std::ptrdiff_t>(row),
+                                       agg_.begin() + static_cast<std::ptrdiff_t>(row + static_cast<size_t>(n_expert_)), 0.0);
+    for (int32_t e = 0; e < n_expert_; ++e) peam_[row + static_cast<size_t>(e)] = sum > 0 ? agg_[row + static_cast<size_t>(e)] / sum : 0;
+  }
+}
+
+// Fig. 5 step 3: future layer i gets weight 1 - (i - l)/L, so nearer layers come first.
+// Layers at or before l belong to the next iteration: their distance wraps (i + L - l).
+void MoeInfinityPolicy::plan_prefetch(int32_t layer_now, PrefetchPlan& plan) {
+  refresh();
+  for (int32_t d = 1; d < n_layer_; ++d) {
+    const int32_t layer = (layer_now + d) % n_layer_;
+    const double w = 1.0 - static_cast<double>(d) / static_cast<double>(n_layer_);
+    for (int32_t e = 0; e < n_expert_; ++e) {
+      const double p = peam_[static_cast<size_t>(layer) * static_cast<size_t>(n_expert_) + static_cast<size_t>(e)];
+      if (p > 0) plan.push_back({{layer, e}, p * w});
+    }
+  }
+}
+
+// Algorithm 1, lines 8-16: p = (peam[l][e] + ϵ)·(1 − l/L) / Σ_j peam[l][j], lowest p goes;
+// the (1 − l/L) factor keeps early layers, which prefetching serves worst (§4.6).
+// peam here is the matches' summed counts (agg_), which the division normalises.
+size_t MoeInfinityPolicy::victim(const CacheView& view, const ExpertKey&) {
+  refresh();
+  const auto& c = *view.candidates;
+  size_t best = 0;
+  double best_p = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    const ExpertKey& k = c[i].key;
+    double p = 0;
+    if (k.layer >= 0 && k.layer < n_layer_ && k.expert >= 0 && k.expert < n_expert_) {
+      const size_t row = static_cast<size_t>(k.layer) * static_cast<size_t>(n_expert_);
+      double ntoken = 0;
+      for (int32_t e = 0; e < n_expert_; ++e) ntoken += agg_[row + static_cast<size_t>(e)];
+      const double decay = 1.0 - static_cast<double>(k.layer) / static_cast<double>(n_layer_);
+      p = (agg_[row + static_cast<size_t>(k.expert)] + kEpsilon) * decay / (ntoken > 0 ? ntoken : 1.0);
+    }
+    // Ties (e.g. nothing predicted yet) fall back to LRU, then the lower key.
+    const bool better = i == 0 || p < best_p ||
+                        (p == best_p && (c[i].last_use != c[best].last_use ? c[i].last_use < c[best].last_use : k < c[best].key));
+    if (better) best = i, best_p = p;
+  }
+  return best;
+}
+
+// Text: a header line, then per entry one line of prefill counts and one of decode
+// counts. Integers only, so a save of a load is byte-identical.
+void MoeInfinityPolicy::save(std::ostream& out) const {
+  out << kMagic << " 1\n" << n_layer_ << ' ' << n_expert_ << ' ' << eamc_.size() << '\n';
+  for (const Entry& e : eamc_)
+    for (const auto* v : {&e.prefill, &e.decode}) {
+      for (size_t i = 0; i < v->size(); ++i) out << (i ? " " : "") << (*v)[i];
+      out << '\n';
+    }
+}
+
+void MoeInfinityPolicy::load(std::istream& in) {
+  const std::string what = "moe-infinity state: ";
+  std::string magic;
+  int version = 0;
+  int64_t n_layer = 0, n_expert = 0, count = -1;
+  if (!(in >> magic >> version) || magic != kMagic) throw InputError(what + "not an EAM collection (expected '" + kMagic + "')");
+  if (version != 1) throw InputError(what + "unsupported version " + std::to_string(version));
+  if (!(in >> n_layer >> n_expert >> count) || count < 0) throw InputError(what + "bad header");
+  if (n_layer != n_layer_ || n_expert != n_expert_)
+    throw InputError(what + "saved for " + std::to_string(n_layer) + " layers x " + std::to_string(n_expert) +
+                     " experts, the model has " + std::to_string(n_layer_) + " x " + std::to_string(n_expert_));
+  if (static_cast<uint64_t>(count) > opt_.capacity)
+    throw InputError(what + std::to_string(count) + " entries exceed the capacity " + std::to_string(opt_.capacity));
+  const size_t n = static_cast<size_t>(n_layer_) * static_cast<size_t>(n_expert_);
+  std::vector<Entry> eamc(static_cast<size_t>(count));
+  for (size_t k = 0; k < eamc.size(); ++k)
+    for (auto* v : {&eamc[k].prefill, &eamc[k].decode}) {
+      v->resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        int64_t x = -1;
+        if (!(in >> x) || x < 0 || x > UINT32_MAX)
+          throw InputError(what + "entry " + std::to_string(k) + ": bad or missing count " + std::to_string(i));
+        (*v)[i] = static_cast<uint32_t>(x);
+      }
+    }
+  std::string extra;
+  if (in >> extra) throw InputError(what + "unexpected data after " + std::to_string(count) + " entries");
+  eamc_ = std::move(eamc);
+  dirty_ = true;
+}
+
+}  // namespace moeflow

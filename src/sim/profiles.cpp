@@ -1,0 +1,88 @@
+#include "sim/profiles.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "format/error.h"
+
+namespace moeflow {
+
+namespace {
+
+using nlohmann::json;
+
+std::string resolve(const std::string& name_or_path, const char* kind) {
+  const bool json_file =
+      name_or_path.size() > 5 && name_or_path.compare(name_or_path.size() - 5, 5, ".json") == 0;
+  if (name_or_path.find('/') != std::string::npos || json_file)
+    return name_or_path;
+  return profiles_dir() + "/" + kind + "/" + name_or_path + ".json";
+}
+
+json read_json(const std::string& path, const char* kind) {
+  std::ifstream in(path);
+  if (!in) {
+    std::string known;
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+      if (e.path().extension() == ".json") known += (known.empty() ? "" : ", ") + e.path().stem().string();
+    throw InputError(std::string("cannot open ") + kind + " profile " + path +
+                     (known.empty() ? "" : " (known: " + known + ")"));
+  }
+  try {
+    json j = json::parse(in);
+    if (!j.is_object()) throw InputError(path + ": a profile must be a JSON object");
+    return j;
+  } catch (const json::parse_error& e) {
+    throw InputError(path + ": not valid JSON: " + e.what());
+  }
+}
+
+double number(const json& j, const char* key, const std::string& path, double lo, double hi) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) throw InputError(path + ": field \"" + key + "\" is missing or not a number");
+  const double v = it->get<double>();
+  if (!(v >= lo && v <= hi))
+    throw InputError(path + ": field \"" + key + "\" = " + std::to_string(v) + " is outside [" + std::to_string(lo) +
+                     ", " + std::to_string(hi) + "]");
+  return v;
+}
+
+}  // namespace
+
+std::string profiles_dir() {
+  if (const char* env = std::getenv("MOEFLOW_PROFILES"); env && *env) return env;
+  return MOEFLOW_SOURCE_DIR "/profiles";
+}
+
+HardwareProfile load_hardware_profile(const std::string& name_or_path) {
+  const std::string path = resolve(name_or_path, "hw");
+  const json j = read_json(path, "hardware");
+  HardwareProfile h;
+  h.name = j.value("name", name_or_path);
+  h.link.bandwidth_bytes_per_s = number(j, "bandwidth_gbs", path, 1e-6, 1e6) * 1e9;
+  h.link.latency_s = number(j, "latency_us", path, 0, 1e9) * 1e-6;
+  h.link.copy_engines = static_cast<int>(number(j, "copy_engines", path, 1, 64));
+  return h;
+}
+
+ModelProfile load_model_profile(const std::string& name_or_path) {
+  const std::string path = resolve(name_or_path, "models");
+  const json j = read_json(path, "model");
+  ModelProfile m;
+  m.name = j.value("name", name_or_path);
+  m.n_layer = static_cast<int32_t>(number(j, "n_layer", path, 1, 1 << 16));
+  m.n_expert = static_cast<int32_t>(number(j, "n_expert", path, 1, 1 << 16));
+  m.top_k = static_cast<int32_t>(number(j, "top_k", path, 1, m.n_expert));
+  m.expert_bytes = static_cast<uint64_t>(number(j, "expert_bytes", path, 1, 1e15));
+  m.dense_seconds_per_layer = number(j, "dense_seconds_per_layer", path, 0, 1e3);
+  m.dense_seconds_per_layer_token = number(j, "dense_seconds_per_layer_token", path, 0, 1e3);
+  m.expert_seconds = number(j, "expert_seconds", path, 0, 1e3);
+  m.expert_seconds_per_token = number(j, "expert_seconds_per_token", path, 0, 1e3);
+  return m;
+}
+
+}  // namespace moeflow

@@ -1,0 +1,223 @@
+#include "sim/simulator.h"
+
+#include <algorithm>
+#include <map>
+
+#include "experts/layer_protocol.h"
+#include "format/error.h"
+#include "policy/belady.h"
+#include "policy/policy_factory.h"
+
+namespace moeflow {
+
+namespace {
+
+// The router output of one traced layer as the engine would have produced it:
+// dropped rows are skipped, missing weights become uniform, probabilities stay empty
+// unless the trace has them.
+LayerRouting to_routing(const TraceRecord& r, int32_t layer, int32_t n_expert, int32_t top_k) {
+  LayerRouting out;
+  out.layer = layer;
+  out.n_expert = n_expert;
+  out.top_k = top_k;
+  bool all_probs = r.has_probs;
+  for (size_t t = 0; t < r.experts.size(); ++t) {
+    if (r.experts[t].empty()) continue;
+    out.experts.insert(out.experts.end(), r.experts[t].begin(), r.experts[t].end());
+    if (r.has_weights && t < r.weights.size() && r.weights[t].size() == r.experts[t].size())
+      out.weights.insert(out.weights.end(), r.weights[t].begin(), r.weights[t].end());
+    else
+      out.weights.insert(out.weights.end(), r.experts[t].size(), 1.0f / static_cast<float>(top_k));
+    if (all_probs && t < r.probs.size() && r.probs[t].size() == static_cast<size_t>(n_expert))
+      out.probs.insert(out.probs.end(), r.probs[t].begin(), r.probs[t].end());
+    else
+      all_probs = false;
+    ++out.n_tok;
+  }
+  if (!all_probs) out.probs.clear();
+  return out;
+}
+
+std::vector<int32_t> distinct(const std::vector<int32_t>& ids) {
+  std::vector<int32_t> d(ids);
+  std::sort(d.begin(), d.end());
+  d.erase(std::unique(d.begin(), d.end()), d.end());
+  return d;
+}
+
+// Every layer step of the replay, in order (what Belady needs to know).
+std::vector<LayerStep> replay_steps(const Trace& t) {
+  std::vector<LayerStep> steps;
+  for (const TraceRequest& rq : t.requests)
+    for (const TraceIteration& it : rq.iterations)
+      for (int32_t l = 0; l < t.n_layer; ++l) {
+        const LayerRouting r = to_routing(it.layers[static_cast<size_t>(l)], l, t.n_expert, t.top_k);
+        if (r.n_tok > 0) steps.push_back({l, distinct(r.experts)});
+      }
+  return steps;
+}
+
+void add(CacheCounters& into, const CacheCounters& a, const CacheCounters& b) {
+  into.hits += a.hits - b.hits;
+  into.misses += a.misses - b.misses;
+  into.prefetch_hits += a.prefetch_hits - b.prefetch_hits;
+  into.late_prefetches += a.late_prefetches - b.late_prefetches;
+  into.prefetches_issued += a.prefetches_issued - b.prefetches_issued;
+  into.prefetches_dropped += a.prefetches_dropped - b.prefetches_dropped;
+  into.prefetches_cancelled += a.prefetches_cancelled - b.prefetches_cancelled;
+  into.wasted_prefetches += a.wasted_prefetches - b.wasted_prefetches;
+  into.demand_loads += a.demand_loads - b.demand_loads;
+  into.evictions += a.evictions - b.evictions;
+  into.bytes_read += a.bytes_read - b.bytes_read;
+  into.stall_seconds += a.stall_seconds - b.stall_seconds;
+}
+
+}  // namespace
+
+ExpertGeometry sim_geometry(const Trace& trace, const ModelProfile& model) {
+  if (model.n_expert != trace.n_expert || model.top_k != trace.top_k)
+    throw InputError("model profile " + model.name + " has " + std::to_string(model.n_expert) + " experts top-" +
+                     std::to_string(model.top_k) + " but the trace " + trace.path + " has " +
+                     std::to_string(trace.n_expert) + " top-" + std::to_string(trace.top_k));
+  if (trace.n_layer > model.n_layer)
+    throw InputError("the trace " + trace.path + " has " + std::to_string(trace.n_layer) + " layers, the model profile " +
+                     model.name + " only " + std::to_string(model.n_layer));
+  return ExpertGeometry::uniform(trace.n_layer, trace.n_expert, trace.top_k, model.expert_bytes);
+}
+
+SimResult simulate(const Trace& trace, const ModelProfile& model, const HardwareProfile& hw, const SimOptions& opt,
+                   std::unique_ptr<ExpertPolicy> policy) {
+  const ExpertGeometry g = sim_geometry(trace, model);
+  if (opt.policy == "belady" && !policy) {
+    // The bound is the better of the two oracles: demand-only MIN, and MIN with
+    // conservative oracle prefetching (better when prefetches can land in time).
+    SimOptions o = opt;
+    o.policy = "belady-min";
+    SimResult a = simulate(trace, model, hw, o);
+    o.policy = "belady-prefetch";
+    SimResult b = simulate(trace, model, hw, o);
+    SimResult& best = b.hit_rate > a.hit_rate ? b : a;
+    best.notes.push_back("belady = the better of belady-min (" + std::to_string(100 * a.hit_rate).substr(0, 5) +
+                         "%) and belady-prefetch (" + std::to_string(100 * b.hit_rate).substr(0, 5) + "%)");
+    best.policy = "belady";
+    return best;
+  }
+  SimResult res;
+  res.policy = opt.policy;
+  const uint64_t total = g.total_bytes();
+  uint64_t budget = opt.cache_bytes ? opt.cache_bytes
+                                    : static_cast<uint64_t>(opt.cache_fraction * static_cast<double>(total) + 0.5);
+  budget = std::max(budget - budget % model.expert_bytes, g.min_budget());  // whole experts
+  res.cache_bytes = budget;
+  res.cache_fraction = static_cast<double>(budget) / static_cast<double>(total);
+  if (!policy) {
+    if (opt.policy == "belady-min" || opt.policy == "belady-prefetch") {
+      policy = std::make_unique<BeladyPolicy>(g, replay_steps(trace), static_cast<int64_t>(budget / model.expert_bytes),
+                                              opt.policy == "belady-prefetch");
+    } else {
+      PolicyOptions po;
+      po.state_path = opt.policy_state;
+      policy = make_policy(opt.policy, g, po);
+    }
+  }
+  if (!trace.has_probs) res.notes.push_back("no gate probabilities in the trace: policies saw top-k weights only");
+  if (trace.dropped_rows) res.notes.push_back(std::to_string(trace.dropped_rows) + " dropped (token, layer) rows skipped");
+
+  SimulatedTransport link(g, hw.link);
+  ExpertCache cache(g, budget, link, *policy);
+  std::vector<int64_t> popularity(g.bytes.size(), 0);  // for rerouting without probabilities
+  double ttft_sum = 0, tpot_sum = 0;
+  int64_t ttft_n = 0, tpot_n = 0;
+
+  for (size_t ri = 0; ri < trace.requests.size(); ++ri) {
+    const TraceRequest& rq = trace.requests[ri];
+    const bool scored_request = ri >= opt.warmup_requests;
+    if (ri == opt.warmup_requests && ri > 0) policy->finish_learning();
+    RequestInfo info;
+    info.id = rq.id;
+    info.task = rq.task;
+    if (!rq.iterations.empty() && rq.iterations[0].prefill) info.prompt = rq.iterations[0].tokens;
+    policy->begin_request(info);
+    const double t_request = link.now();
+    double prefill_end = -1;
+    for (const TraceIteration& it : rq.iterations) {
+      const Phase phase = it.prefill ? Phase::Prefill : Phase::Decode;
+      policy->begin_iteration(phase, it.iter);
+      const CacheCounters before = cache.counters();
+      const double t0 = link.now();
+      for (int32_t l = 0; l < trace.n_layer; ++l) {
+        const TraceRecord& rec = it.layers[static_cast<size_t>(l)];
+        LayerRouting r = to_routing(rec, l, g.n_expert, g.top_k);
+        link.advance(model.dense_seconds(std::max<int64_t>(it.n_tokens(), 1)));
+        if (r.n_tok == 0) continue;
+        policy->routed(r);
+        if (opt.reroute) {
+          // eMoE: a token whose expert is not resident takes the most popular resident
+          // expert of the layer it does not use yet (by probability when recorded).
+          std::vector<int32_t> res_ids = cache.resident_experts(l);
+          if (static_cast<int32_t>(res_ids.size()) >= g.top_k)
+            for (int64_t t = 0; t < r.n_tok; ++t) {
+              int32_t* ids = r.experts.data() + t * g.top_k;
+              for (int32_t k = 0; k < g.top_k; ++k) {
+                if (std::binary_search(res_ids.begin(), res_ids.end(), ids[k])) continue;
+                int32_t best = -1;
+                double best_score = -1;
+                for (int32_t x : res_ids) {
+                  if (std::find(ids, ids + g.top_k, x) != ids + g.top_k) continue;
+                  const double sc = r.probs.empty() ? static_cast<double>(popularity[static_cast<size_t>(g.index({l, x}))])
+                                                    : r.probs[static_cast<size_t>(t * g.n_expert + x)];
+                  if (sc > best_score) {
+                    best_score = sc;
+                    best = x;
+                  }
+                }
+                ids[k] = best;
+                if (scored_request) ++res.rerouted_slots;
+              }
+            }
+        }
+        std::map<int32_t, int64_t> tokens_of;
+        for (int32_t e : r.experts) {
+          ++tokens_of[e];
+          ++popularity[static_cast<size_t>(g.index({l, e}))];
+        }
+        std::vector<int32_t> needed;
+        for (const auto& [e, n] : tokens_of) needed.push_back(e);
+        run_layer_experts(cache, l, needed,
+                          [&](int32_t e, const uint8_t*) { link.advance(model.expert_compute_seconds(tokens_of[e])); });
+      }
+      policy->end_iteration();
+      const double dt = link.now() - t0;
+      if (!scored_request) continue;
+      if (it.prefill) {
+        prefill_end = link.now();
+        if (opt.score_prefill) add(res.counters, cache.counters(), before);
+      } else {
+        add(res.counters, cache.counters(), before);
+        tpot_sum += dt;
+        ++tpot_n;
+        res.scored_decode_tokens += 1;
+      }
+    }
+    policy->end_request();
+    if (scored_request) {
+      ++res.scored_requests;
+      if (prefill_end >= 0) {
+        ttft_sum += prefill_end - t_request;
+        ++ttft_n;
+      }
+    }
+  }
+  if (opt.warmup_requests >= trace.requests.size() && opt.warmup_requests > 0) policy->finish_learning();
+  res.hit_rate = res.counters.hit_rate();
+  res.prefetch_accuracy = res.counters.prefetch_hit_rate();
+  res.stall_seconds = res.counters.stall_seconds;
+  res.ttft_seconds = ttft_n ? ttft_sum / static_cast<double>(ttft_n) : 0;
+  res.tpot_seconds = tpot_n ? tpot_sum / static_cast<double>(tpot_n) : 0;
+  res.total_seconds = link.now();
+  res.bytes_moved = res.counters.bytes_read;
+  res.peak_bytes = cache.counters().peak_bytes;
+  return res;
+}
+
+}  // namespace moeflow

@@ -1,0 +1,281 @@
+// The fMoE policy (fmoe.txt §4) on hand-made routings: 4 layers of 4 experts, top-1,
+// prefetch distance 2, so every decision can be worked out by hand.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <limits>
+#include <sstream>
+#include <thread>
+
+#include "format/error.h"
+#include "policy/fmoe.h"
+#include "policy/policy_factory.h"
+
+namespace moeflow {
+namespace {
+
+const ExpertGeometry kGeo = ExpertGeometry::uniform(4, 4, 1, 100);
+const FmoeOptions kOpt{.distance = 2, .capacity = 8};
+
+LayerRouting full(int64_t layer, std::vector<float> p) {
+  LayerRouting r{layer, 1, static_cast<int64_t>(p.size()), 1, {0}, {}, p};
+  r.experts[0] = static_cast<int32_t>(std::max_element(p.begin(), p.end()) - p.begin());
+  return r;
+}
+
+// Layer l prefers expert l with probability 0.7.
+std::vector<float> peaked(int32_t at) {
+  std::vector<float> p(4, 0.1f);
+  p[static_cast<size_t>(at)] = 0.7f;
+  return p;
+}
+
+void one_iteration(FmoePolicy& f, const std::vector<std::vector<float>>& layers) {
+  f.begin_iteration(Phase::Decode, 0);
+  for (size_t l = 0; l < layers.size(); ++l) f.routed(full(static_cast<int64_t>(l), layers[l]));
+  f.end_iteration();
+}
+
+// The history every test starts from: one request with embedding (1, 0) whose only
+// iteration chose expert l at layer l.
+void learn(FmoePolicy& f) {
+  f.begin_request(RequestInfo{1, {}, {1, 0}, {}});
+  one_iteration(f, {peaked(0), peaked(1), peaked(2), peaked(3)});
+  f.end_request();
+  f.wait_idle();
+}
+
+using Plan = std::vector<std::tuple<int32_t, int32_t, double>>;
+Plan plan_at(FmoePolicy& f, int32_t layer) {
+  PrefetchPlan p;
+  f.plan_prefetch(layer, p);
+  Plan out;
+  for (const PrefetchRequest& r : p) out.emplace_back(r.key.layer, r.key.expert, r.priority);
+  return out;
+}
+
+void expect_plan(const Plan& got, const Plan& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(std::get<0>(got[i]), std::get<0>(want[i])) << i;
+    EXPECT_EQ(std::get<1>(got[i]), std::get<1>(want[i])) << i;
+    EXPECT_NEAR(std::get<2>(got[i]), std::get<2>(want[i]), 1e-6) << i;
+  }
+}
+
+TEST(Fmoe, ThresholdIsClippedOneMinusScore) {
+  EXPECT_DOUBLE_EQ(FmoePolicy::threshold(1.0), 0.0);
+  EXPECT_DOUBLE_EQ(FmoePolicy::threshold(0.25), 0.75);
+  EXPECT_DOUBLE_EQ(FmoePolicy::threshold(0.0), 1.0);
+  EXPECT_DOUBLE_EQ(FmoePolicy::threshold(-0.5), 1.0);
+}
+
+TEST(Fmoe, SelectionReachesDeltaWithAtLeastTopK) {
+  const float p[4] = {0.1f, 0.5f, 0.3f, 0.1f};
+  EXPECT_EQ(FmoePolicy::select(p, 4, 0.0, 1), (std::vector<int32_t>{1}));
+  EXPECT_EQ(FmoePolicy::select(p, 4, 0.0, 2), (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(FmoePolicy::select(p, 4, 0.75, 1), (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(FmoePolicy::select(p, 4, 0.85, 1), (std::vector<int32_t>{1, 2, 0}));
+  const float q[4] = {0.6f, 0.4f, 0.0f, 0.0f};
+  EXPECT_EQ(FmoePolicy::select(q, 4, 1.0, 1), (std::vector<int32_t>{0, 1})) << "zero-probability experts stay out";
+}
+
+TEST(Fmoe, PrefetchesTheMatchedMapStepByStep) {
+  FmoePolicy f(kGeo, kOpt);
+  EXPECT_TRUE(plan_at(f, 0).empty()) << "an empty store predicts nothing";
+  learn(f);
+  ASSERT_EQ(f.store().size(), 1u);
+  // Same embedding and trajectory: scores 1, δ = 0, top-1 per layer at p/(l − l_now).
+  // Layers < d follow the semantic match, the rest the trajectory; past the last layer
+  // the next iteration's first layers (semantic).
+  f.begin_request(RequestInfo{2, {}, {2, 0}, {}});
+  f.begin_iteration(Phase::Prefill, 0);
+  f.routed(full(0, peaked(0)));
+  expect_plan(plan_at(f, 0), {{1, 1, 0.7}, {2, 2, 0.35}});
+  f.routed(full(1, peaked(1)));
+  expect_plan(plan_at(f, 1), {{2, 2, 0.7}, {3, 3, 0.35}});
+  f.routed(full(2, peaked(2)));
+  expect_plan(plan_at(f, 2), {{3, 3, 0.7}, {0, 0, 0.35}});
+  f.routed(full(3, peaked(3)));
+  expect_plan(plan_at(f, 3), {{0, 0, 0.7}, {1, 1, 0.35}});
+}
+
+TEST(Fmoe, LowSimilarityWidensTheSelection) {
+  FmoePolicy f(kGeo, kOpt);
+  learn(f);
+  // Orthogonal embedding: semantic score 0, δ = 1: all of layer 1's experts.
+  // Trajectory (0,0,0,1) vs (.7,.1,.1,.1): score .1/√.52 ≈ .139, δ ≈ .861: experts
+  // 2 (.7), 0 (.8), 1 (.9) of layer 2.
+  f.begin_request(RequestInfo{2, {}, {0, 1}, {}});
+  f.begin_iteration(Phase::Prefill, 0);
+  f.routed(full(0, {0, 0, 0, 1}));
+  expect_plan(plan_at(f, 0), {{1, 1, 0.7}, {2, 2, 0.35}, {1, 0, 0.1}, {1, 2, 0.1}, {1, 3, 0.1}, {2, 0, 0.05}, {2, 1, 0.05}});
+}
+
+TEST(Fmoe, EvictsTheSmallestProbabilityTimesFrequency) {
+  FmoePolicy f(kGeo, kOpt);
+  learn(f);
+  f.begin_request(RequestInfo{2, {}, {1, 0}, {}});
+  f.begin_iteration(Phase::Decode, 1);
+  f.routed(full(0, peaked(0)));
+  // p: layers ahead from this iteration's prediction, layer 0 (passed) from the next's.
+  std::vector<CacheEntryView> c = {
+      {{1, 1}, 0, 0, 1, false},  // .7 · 1 = .7
+      {{1, 0}, 0, 0, 5, false},  // .1 · 5 = .5
+      {{2, 2}, 0, 0, 0, true},   // .7 · 0 = 0
+      {{3, 0}, 0, 0, 2, false},  // .1 · 2 = .2
+      {{0, 3}, 0, 0, 3, false},  // .1 · 3 = .3
+      {{2, 0}, 0, 0, 0, true},   // .1 · 0 = 0, smaller p than (2,2): first
+  };
+  std::vector<ExpertKey> order;
+  while (!c.empty()) {
+    const CacheView v{&c, 10, 0};
+    const size_t i = f.victim(v, {3, 3});
+    order.push_back(c[i].key);
+    c.erase(c.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  EXPECT_EQ(order, (std::vector<ExpertKey>{{2, 0}, {2, 2}, {3, 0}, {0, 3}, {1, 0}, {1, 1}}));
+}
+
+TEST(Fmoe, StoreReplacesTheMostRedundantMapWhenFull) {
+  ExpertMapStore s(2, 2, 2, 1);
+  const ExpertMap a{{1, 0}, {1, 0, 1, 0}}, b{{0, 1}, {0, 1, 0, 1}}, c{{1, 0}, {0.9f, 0.1f, 1, 0}};
+  EXPECT_DOUBLE_EQ(s.redundancy(a, a), 1.0);
+  EXPECT_DOUBLE_EQ(s.redundancy(a, b), 0.0);
+  EXPECT_GT(s.redundancy(c, a), s.redundancy(c, b));
+  EXPECT_EQ(s.add(a), 0u);
+  EXPECT_EQ(s.add(b), 1u);
+  EXPECT_EQ(s.add(c), 0u) << "c is nearly a: a goes";
+  EXPECT_EQ(s.at(0).probs, c.probs);
+  EXPECT_EQ(s.add(b), 1u) << "a copy of b replaces b";
+  EXPECT_EQ(s.size(), 2u);
+}
+
+TEST(Fmoe, MapsFromTopKWeightsWhenProbabilitiesAreMissing) {
+  const ExpertGeometry g = ExpertGeometry::uniform(1, 4, 2, 100);
+  FmoePolicy f(g, kOpt);
+  f.begin_request(RequestInfo{1, {5, 6, 7}, {}, {}});
+  f.begin_iteration(Phase::Prefill, 0);
+  f.routed(LayerRouting{0, 2, 4, 2, {1, 2, 1, 3}, {0.6f, 0.2f, 1.0f, 1.0f}, {}});
+  f.end_iteration();
+  f.begin_iteration(Phase::Decode, 1);
+  f.routed(LayerRouting{0, 1, 4, 2, {0, 3}, {}, {}});
+  f.end_iteration();
+  EXPECT_TRUE(f.used_sparse_fallback());
+  ASSERT_EQ(f.store().size(), 2u);
+  // Token 1: .75/.25 on experts 1/2; token 2: .5/.5 on 1/3; mean over the tokens.
+  const std::vector<float> want0 = {0, 0.625f, 0.125f, 0.25f}, want1 = {0.5f, 0, 0, 0.5f};
+  for (size_t j = 0; j < 4; ++j) {
+    EXPECT_FLOAT_EQ(f.store().at(0).probs[j], want0[j]);
+    EXPECT_FLOAT_EQ(f.store().at(1).probs[j], want1[j]);
+  }
+  // No prompt embedding: the hashed bag of prompt tokens stands in.
+  EXPECT_EQ(f.store().at(0).sem.size(), 256u);
+  EXPECT_FALSE(FmoePolicy(kGeo, kOpt).used_sparse_fallback());
+}
+
+std::string saved(const FmoePolicy& f) {
+  std::ostringstream out;
+  f.save(out);
+  return out.str();
+}
+
+TEST(Fmoe, SaveLoadRoundTripsBytesAndDecisions) {
+  FmoePolicy a(kGeo, kOpt);
+  learn(a);
+  a.begin_request(RequestInfo{3, {9, 9, 4}, {}, {}});
+  one_iteration(a, {peaked(3), peaked(2), peaked(1), peaked(0)});
+  const std::string s1 = saved(a);
+  FmoePolicy b(kGeo, kOpt);
+  std::istringstream in(s1);
+  b.load(in);
+  EXPECT_EQ(saved(b), s1);
+  for (FmoePolicy* f : {&a, &b}) f->begin_request(RequestInfo{4, {9, 4}, {}, {}});
+  for (FmoePolicy* f : {&a, &b}) f->begin_iteration(Phase::Prefill, 0);
+  for (int32_t l = 0; l < 4; ++l) {
+    for (FmoePolicy* f : {&a, &b}) f->routed(full(l, peaked((l + 1) % 4)));
+    const Plan pa = plan_at(a, l), pb = plan_at(b, l);
+    EXPECT_FALSE(pa.empty());
+    EXPECT_EQ(pa, pb) << "layer " << l;
+  }
+}
+
+void expect_rejected(const std::string& bytes, const std::string& says) {
+  FmoePolicy f(kGeo, kOpt);
+  std::istringstream in(bytes);
+  try {
+    f.load(in);
+    FAIL() << "accepted a bad state (" << says << ")";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+  }
+}
+
+TEST(Fmoe, BadStateIsRejected) {
+  FmoePolicy a(kGeo, kOpt);
+  learn(a);
+  const std::string good = saved(a);
+  expect_rejected("not a state file", "bad magic");
+  expect_rejected(good.substr(0, good.size() - 3), "truncated");
+  expect_rejected(good + "x", "trailing");
+  std::string nan = good;
+  const float q = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(nan.data() + nan.size() - sizeof q, &q, sizeof q);
+  expect_rejected(nan, "non-finite");
+  FmoePolicy other(ExpertGeometry::uniform(3, 4, 1, 100), kOpt);
+  std::istringstream in(good);
+  EXPECT_THROW(other.load(in), InputError);
+}
+
+TEST(Fmoe, AsyncMatchingNeverBlocksAndAgreesOnceDone) {
+  FmoePolicy sync(kGeo, kOpt);
+  FmoeOptions ao = kOpt;
+  ao.async = true;
+  FmoePolicy async(kGeo, ao);
+  learn(sync);
+  learn(async);
+  ASSERT_EQ(saved(sync), saved(async));
+
+  std::promise<void> gate;
+  std::shared_future<void> open = gate.get_future().share();
+  std::atomic<bool> entered{false};
+  async.set_matcher_hook([&entered, open] {
+    entered = true;
+    open.wait();
+  });
+  for (FmoePolicy* f : {&sync, &async}) {
+    f->begin_request(RequestInfo{2, {}, {1, 0}, {}});
+    f->begin_iteration(Phase::Prefill, 0);
+    f->routed(full(0, peaked(0)));
+  }
+  for (int i = 0; i < 500 && !entered; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(entered) << "the matcher never started";
+  // The matcher is stuck in a search: planning must still return, with nothing matched.
+  auto planned = std::async(std::launch::async, [&] { return plan_at(async, 0); });
+  const bool returned = planned.wait_for(std::chrono::seconds(2)) == std::future_status::ready;
+  gate.set_value();
+  ASSERT_TRUE(returned) << "plan_prefetch waited for the matcher";
+  EXPECT_TRUE(planned.get().empty());
+  async.wait_idle();
+  EXPECT_EQ(plan_at(async, 0), plan_at(sync, 0));
+  for (FmoePolicy* f : {&sync, &async}) f->routed(full(1, peaked(1)));
+  async.wait_idle();
+  EXPECT_EQ(plan_at(async, 1), plan_at(sync, 1));
+}
+
+TEST(Fmoe, FactoryBuildsSyncOrAsync) {
+  for (bool async : {false, true}) {
+    PolicyOptions o;
+    o.async_matching = async;
+    auto p = make_policy("fmoe", kGeo, o);
+    EXPECT_EQ(p->name(), "fmoe");
+    EXPECT_TRUE(p->prefetches());
+  }
+}
+
+}  // namespace
+}  // namespace moeflow

@@ -1,0 +1,170 @@
+// MoE-Infinity's decisions step by step on hand-made routings (moe-infinity.txt §4.5-4.7, App. B.1).
+#include "policy/moe_infinity.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "format/error.h"
+
+namespace moeflow {
+namespace {
+
+const ExpertGeometry kGeo = ExpertGeometry::uniform(3, 4, 1, 100);
+
+LayerRouting route(int64_t layer, std::vector<int32_t> ids) {
+  LayerRouting r;
+  r.layer = layer;
+  r.n_tok = static_cast<int64_t>(ids.size());
+  r.n_expert = 4;
+  r.top_k = 1;
+  r.experts = std::move(ids);
+  return r;
+}
+
+// One request: a prefill iteration with `pre` ids per layer, then one decode iteration.
+void run_request(MoeInfinityPolicy& p, const std::vector<std::vector<int32_t>>& pre, const std::vector<std::vector<int32_t>>& dec) {
+  p.begin_request(RequestInfo{});
+  p.begin_iteration(Phase::Prefill, 0);
+  for (size_t l = 0; l < pre.size(); ++l) p.routed(route(static_cast<int64_t>(l), pre[l]));
+  p.end_iteration();
+  if (!dec.empty()) {
+    p.begin_iteration(Phase::Decode, 1);
+    for (size_t l = 0; l < dec.size(); ++l) p.routed(route(static_cast<int64_t>(l), dec[l]));
+    p.end_iteration();
+  }
+  p.end_request();
+}
+
+std::string saved(const MoeInfinityPolicy& p) {
+  std::ostringstream s;
+  p.save(s);
+  return s.str();
+}
+
+TEST(MoeInfinity, RequestEamsAreTracedPerPhase) {
+  MoeInfinityPolicy p(kGeo);
+  run_request(p, {{0, 0}, {1, 1}, {2, 3}}, {{3}, {3}, {3}});
+  ASSERT_EQ(p.collection().size(), 1u);
+  const auto& e = p.collection()[0];
+  EXPECT_EQ(e.prefill, (std::vector<uint32_t>{2, 0, 0, 0, 0, 2, 0, 0, 0, 0, 1, 1}));
+  EXPECT_EQ(e.decode, (std::vector<uint32_t>{0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1}));
+}
+
+TEST(MoeInfinity, PrefetchesTheMatchedEamWeightedByLayerProximity) {
+  MoeInfinityPolicy p(kGeo);
+  run_request(p, {{0, 0}, {1, 1}, {2, 3}}, {});
+  p.begin_request(RequestInfo{});
+  p.begin_iteration(Phase::Prefill, 0);
+  p.routed(route(0, {0}));
+  PrefetchPlan plan;
+  p.plan_prefetch(0, plan);
+  // Layer 1 (distance 1): weight 1 - 1/3; layer 2 (distance 2): 1 - 2/3, likelihood 1/2 each.
+  ASSERT_EQ(plan.size(), 3u);
+  EXPECT_EQ(plan[0].key, (ExpertKey{1, 1}));
+  EXPECT_DOUBLE_EQ(plan[0].priority, 2.0 / 3.0);
+  EXPECT_EQ(plan[1].key, (ExpertKey{2, 2}));
+  EXPECT_DOUBLE_EQ(plan[1].priority, 0.5 / 3.0);
+  EXPECT_EQ(plan[2].key, (ExpertKey{2, 3}));
+  EXPECT_DOUBLE_EQ(plan[2].priority, 0.5 / 3.0);
+  // At the last layer the next iteration's layers wrap around: layer 0 is distance 1.
+  p.routed(route(1, {1}));
+  p.routed(route(2, {2}));
+  plan.clear();
+  p.plan_prefetch(2, plan);
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].key, (ExpertKey{0, 0}));
+  EXPECT_DOUBLE_EQ(plan[0].priority, 2.0 / 3.0);
+  EXPECT_EQ(plan[1].key, (ExpertKey{1, 1}));
+  EXPECT_DOUBLE_EQ(plan[1].priority, 1.0 / 3.0);
+}
+
+TEST(MoeInfinity, MatchesTheClosestEamsOnly) {
+  MoeInfinityPolicy p(kGeo, {.capacity = 8, .n_match = 1});
+  run_request(p, {{0}, {1}, {2}}, {});
+  run_request(p, {{3}, {3}, {3}}, {});
+  p.begin_request(RequestInfo{});
+  p.begin_iteration(Phase::Prefill, 0);
+  p.routed(route(0, {3}));
+  PrefetchPlan plan;
+  p.plan_prefetch(0, plan);
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].key, (ExpertKey{1, 3}));
+  EXPECT_EQ(plan[1].key, (ExpertKey{2, 3}));
+}
+
+TEST(MoeInfinity, EvictsByAlgorithmOneFavouringEarlyLayers) {
+  MoeInfinityPolicy p(kGeo);
+  run_request(p, {{0, 0}, {1, 1}, {2, 3}}, {});
+  p.begin_request(RequestInfo{});
+  p.begin_iteration(Phase::Prefill, 0);
+  p.routed(route(0, {0}));
+  // p = (peam + eps)(1 - l/L)/ntoken: (0,1) ~ 0, (2,2) = 1/6, (1,1) = 2/3, (0,0) = 1.
+  std::vector<CacheEntryView> c(4);
+  c[0].key = {0, 0};
+  c[1].key = {1, 1};
+  c[2].key = {2, 2};
+  c[3].key = {0, 1};
+  CacheView v{&c, 10, 0};
+  EXPECT_EQ(p.victim(v, {1, 0}), 3u);
+  c.pop_back();
+  EXPECT_EQ(p.victim(v, {1, 0}), 2u);
+  c.pop_back();
+  EXPECT_EQ(p.victim(v, {1, 0}), 1u);  // same likelihood: the later layer goes first
+}
+
+TEST(MoeInfinity, FullCollectionReplacesTheMostSimilarEntry) {
+  MoeInfinityPolicy p(kGeo, {.capacity = 2, .n_match = 3});
+  run_request(p, {{0}, {0}, {0}}, {});
+  run_request(p, {{3}, {3}, {3}}, {});
+  run_request(p, {{0, 0}, {0, 1}, {0, 0}}, {});  // closest to the first
+  ASSERT_EQ(p.collection().size(), 2u);
+  EXPECT_EQ(p.collection()[0].prefill[0], 2u);
+  EXPECT_EQ(p.collection()[1].prefill[3], 1u);
+}
+
+TEST(MoeInfinity, SaveLoadRoundTripsExactly) {
+  MoeInfinityPolicy a(kGeo, {.capacity = 4, .n_match = 2});
+  run_request(a, {{0, 1}, {1, 1}, {2, 3}}, {{3}, {3}, {2}});
+  run_request(a, {{3}, {2}, {1}}, {{0}, {0}, {0}});
+  const std::string s = saved(a);
+  MoeInfinityPolicy b(kGeo, {.capacity = 4, .n_match = 2});
+  std::istringstream in(s);
+  b.load(in);
+  EXPECT_EQ(saved(b), s);
+  for (MoeInfinityPolicy* p : {&a, &b}) {
+    p->begin_request(RequestInfo{});
+    p->begin_iteration(Phase::Decode, 1);
+    p->routed(route(0, {3}));
+  }
+  PrefetchPlan pa, pb;
+  a.plan_prefetch(0, pa);
+  b.plan_prefetch(0, pb);
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_EQ(pa[i].key, pb[i].key);
+    EXPECT_EQ(pa[i].priority, pb[i].priority);
+  }
+}
+
+TEST(MoeInfinity, BadStateFilesAreRejected) {
+  MoeInfinityPolicy a(kGeo, {.capacity = 4});
+  run_request(a, {{0}, {1}, {2}}, {});
+  const std::string good = saved(a);
+  auto load = [](const std::string& text, size_t capacity = 4) {
+    MoeInfinityPolicy p(kGeo, {.capacity = capacity});
+    std::istringstream in(text);
+    p.load(in);
+  };
+  EXPECT_THROW(load("not a state"), InputError);
+  EXPECT_THROW(load(good.substr(0, good.size() - 4)), InputError);
+  EXPECT_THROW(load(good + " 7"), InputError);
+  std::string other = good;
+  other.replace(other.find("3 4"), 3, "3 5");
+  EXPECT_THROW(load(other), InputError);
+  run_request(a, {{1}, {1}, {1}}, {});
+  EXPECT_THROW(load(saved(a), 1), InputError) << "two entries do not fit a capacity of one";
+}
+
+}  // namespace
+}  // namespace moeflow

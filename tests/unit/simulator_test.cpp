@@ -1,0 +1,158 @@
+// The trace-driven simulator: timing worked out by hand on a tiny trace, the known
+// baselines of the shared Mixtral trace (its README's table), and Belady never beaten.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "format/error.h"
+#include "policy/policy_factory.h"
+#include "sim/simulator.h"
+#include "test_paths.h"
+
+namespace moeflow {
+namespace {
+
+std::string shared_trace(const char* name) { return std::string(MOEFLOW_FIXTURES) + "/../../../shared/traces/" + name; }
+
+// 2 layers x 4 experts, top-1; each request: a 2-token prefill then decode steps.
+Trace tiny_trace(const std::vector<std::vector<std::array<int, 2>>>& requests) {
+  std::vector<TraceRecord> recs;
+  for (size_t q = 0; q < requests.size(); ++q)
+    for (size_t it = 0; it < requests[q].size(); ++it)
+      for (int l = 0; l < 2; ++l) {
+        TraceRecord r;
+        r.request = static_cast<int64_t>(q);
+        r.iter = static_cast<int64_t>(it);
+        r.prefill = false;
+        r.layer = l;
+        r.num_experts = 4;
+        r.top_k = 1;
+        r.experts = {{requests[q][it][static_cast<size_t>(l)]}};
+        recs.push_back(r);
+      }
+  return group_trace(recs, "tiny");
+}
+
+ModelProfile tiny_model() {
+  ModelProfile m;
+  m.name = "tiny";
+  m.n_layer = 2;
+  m.n_expert = 4;
+  m.top_k = 1;
+  m.expert_bytes = 100;
+  m.dense_seconds_per_layer = 0.5;
+  m.expert_seconds = 0.25;
+  return m;
+}
+
+HardwareProfile tiny_link() {
+  HardwareProfile h;
+  h.name = "tiny";
+  h.link = {100.0, 0.0, 1};  // 1 s per expert
+  return h;
+}
+
+TEST(Simulator, TimingByHand) {
+  // Decode steps (layer0, layer1): (0,0) (0,0) (1,0). Cache: 2 experts (25%).
+  const Trace t = tiny_trace({{{0, 0}, {0, 0}, {1, 0}}});
+  SimOptions o;
+  o.policy = "lru";
+  o.cache_fraction = 0.25;
+  const SimResult r = simulate(t, tiny_model(), tiny_link(), o);
+  // Step 1: dense .5, miss L0E0 (1 s) + .25, dense .5, miss L1E0 (1) + .25 = 3.5 s.
+  // Step 2: all hits: 2 x (.5 + .25) = 1.5 s.
+  // Step 3: dense .5, miss L0E1: evicts L0E0 (LRU), 1 + .25; dense .5, hit .25 = 2.5 s.
+  EXPECT_EQ(r.counters.hits, 3u);
+  EXPECT_EQ(r.counters.misses, 3u);
+  EXPECT_DOUBLE_EQ(r.stall_seconds, 3.0);
+  EXPECT_DOUBLE_EQ(r.total_seconds, 7.5);
+  EXPECT_DOUBLE_EQ(r.tpot_seconds, 2.5);
+  EXPECT_EQ(r.bytes_moved, 300u);
+  EXPECT_EQ(r.cache_bytes, 200u);
+}
+
+TEST(Simulator, WarmupRequestsAreNotScored) {
+  const Trace t = tiny_trace({{{0, 0}, {0, 0}}, {{0, 0}, {0, 0}}});
+  SimOptions o;
+  o.policy = "lru";
+  o.cache_fraction = 0.5;
+  o.warmup_requests = 1;
+  const SimResult r = simulate(t, tiny_model(), tiny_link(), o);
+  EXPECT_EQ(r.scored_requests, 1);
+  EXPECT_EQ(r.counters.misses, 0u);  // warmed by the first request
+  EXPECT_EQ(r.counters.hits, 4u);
+}
+
+TEST(Simulator, ProfileMismatchIsRefused) {
+  const Trace t = tiny_trace({{{0, 0}}});
+  ModelProfile m = tiny_model();
+  m.n_expert = 8;
+  EXPECT_THROW(simulate(t, m, tiny_link(), SimOptions{}), InputError);
+}
+
+TEST(Simulator, ReproducesTheSharedMixtralBaselines) {
+  const std::string path = shared_trace("mixtral-8x7b-instruct-v0.1-fp8_humaneval.jsonl");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no shared/ beside the checkout";
+  const Trace t = load_trace(path);
+  const ModelProfile m = load_model_profile("mixtral-8x7b");
+  const HardwareProfile h = load_hardware_profile("pcie4");
+  // shared/traces/README.md: decode hit rate (%), prefill warms.
+  struct Row { double f, lru, lfu, belady; };
+  for (const Row& row : {Row{0.125, 0.0, 16.3, 40.1}, Row{0.25, 39.7, 31.2, 61.6}, Row{0.5, 57.3, 57.8, 82.5},
+                         Row{0.75, 80.6, 81.2, 94.2}}) {
+    SimOptions o;
+    o.cache_fraction = row.f;
+    o.policy = "lru";
+    EXPECT_NEAR(100 * simulate(t, m, h, o).hit_rate, row.lru, 0.06) << row.f;
+    o.policy = "lfu";
+    EXPECT_NEAR(100 * simulate(t, m, h, o).hit_rate, row.lfu, 0.06) << row.f;
+    o.policy = "belady-min";
+    EXPECT_NEAR(100 * simulate(t, m, h, o).hit_rate, row.belady, 0.06) << row.f;
+  }
+}
+
+// Belady is an upper bound for every policy, on hand-made and real traces.
+TEST(Simulator, BeladyIsNeverBeaten) {
+  std::vector<std::pair<Trace, ModelProfile>> cases;
+  cases.emplace_back(tiny_trace({{{0, 0}, {1, 2}, {0, 0}, {2, 1}, {1, 2}, {3, 3}, {0, 0}, {1, 2}},
+                                 {{0, 1}, {0, 0}, {1, 2}, {0, 1}}}),
+                     tiny_model());
+  for (const char* f : {"mixtral-8x7b-instruct-v0.1-fp8_humaneval.jsonl", "flame-moe-290m_pretrain-shard0.jsonl"}) {
+    const std::string path = shared_trace(f);
+    if (!std::filesystem::exists(path)) continue;
+    Trace t = load_trace(path);
+    if (t.requests.size() > 8) t = slice_requests(t, 0, 8);  // keep the test fast
+    cases.emplace_back(t, load_model_profile(t.n_expert == 8 ? "mixtral-8x7b" : "flame-moe-290m"));
+  }
+  const HardwareProfile h = load_hardware_profile("pcie4");
+  for (const auto& [t, m] : cases)
+    for (double f : {0.25, 0.5, 0.75}) {
+      SimOptions o;
+      o.cache_fraction = f;
+      o.policy = "belady";
+      const double bound = simulate(t, m, h, o).hit_rate;
+      for (const std::string& p : policy_names()) {
+        o.policy = p;
+        EXPECT_LE(simulate(t, m, h, o).hit_rate, bound + 1e-12) << p << " beat Belady on " << t.path << " at " << f;
+      }
+    }
+}
+
+TEST(Profiles, BundledProfilesLoadAndBadOnesAreNamed) {
+  EXPECT_EQ(load_hardware_profile("pcie4").link.bandwidth_bytes_per_s, 25e9);
+  EXPECT_EQ(load_model_profile("mixtral-8x7b").expert_bytes, 352321536u);
+  const std::string p = moeflow::testing::scratch_path("hw") + ".json";
+  std::ofstream(p) << R"({"name":"x","bandwidth_gbs":-1,"latency_us":1,"copy_engines":1})";
+  try {
+    load_hardware_profile(p);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("bandwidth_gbs"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(load_hardware_profile("no-such-profile"), InputError);
+  std::filesystem::remove(p);
+}
+
+}  // namespace
+}  // namespace moeflow
