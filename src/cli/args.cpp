@@ -1,5 +1,7 @@
 #include "cli/args.h"
 
+#include <algorithm>
+
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
@@ -129,6 +131,26 @@ std::vector<int32_t> parse_int_list(const std::string& flag, const std::string& 
   }
   if (out.empty()) throw UsageError(flag + ": empty list");
   return out;
+}
+
+std::pair<size_t, size_t> parse_request_range(const std::string& flag, const std::string& s, size_t n) {
+  const size_t colon = s.find(':');
+  auto num = [&](const std::string& x, size_t dflt) -> size_t {
+    if (x.empty()) return dflt;
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(x, &used);
+      if (used != x.size() || v < 0) throw std::invalid_argument(x);
+      return std::min(static_cast<size_t>(v), n);
+    } catch (...) {
+      throw UsageError(flag + " '" + s + "': expected a request range like 0:10, :5 or 3:");
+    }
+  };
+  if (colon == std::string::npos) {
+    const size_t i = num(s, 0);
+    return {i, std::min(i + 1, n)};
+  }
+  return {num(s.substr(0, colon), 0), num(s.substr(colon + 1), n)};
 }
 
 }  // namespace moeflow::cli

@@ -6,6 +6,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace moeflow::cli {
@@ -42,6 +43,10 @@ class Args {
   int max_positional_ = 0;
   std::vector<std::string> positionals_;
 };
+
+// "a:b" (python-like, either side optional; "i" alone is i:i+1) over n items,
+// clamped to [0, n]; throws UsageError naming the flag.
+std::pair<size_t, size_t> parse_request_range(const std::string& flag, const std::string& s, size_t n);
 
 // "1,2,3" -> ids; throws UsageError naming the flag and the bad item.
 std::vector<int32_t> parse_int_list(const std::string& flag, const std::string& s);

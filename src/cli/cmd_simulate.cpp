@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
@@ -17,27 +18,6 @@
 namespace moeflow::cli {
 
 namespace {
-
-// "a:b" (python-like, either side optional) over n items.
-std::pair<size_t, size_t> parse_range(const std::string& flag, const std::string& s, size_t n) {
-  const size_t colon = s.find(':');
-  auto num = [&](const std::string& x, size_t dflt) -> size_t {
-    if (x.empty()) return dflt;
-    try {
-      size_t used = 0;
-      const long long v = std::stoll(x, &used);
-      if (used != x.size() || v < 0) throw std::invalid_argument(x);
-      return std::min(static_cast<size_t>(v), n);
-    } catch (...) {
-      throw UsageError(flag + " '" + s + "': expected a request range like 0:10, :5 or 3:");
-    }
-  };
-  if (colon == std::string::npos) {
-    const size_t i = num(s, 0);
-    return {i, std::min(i + 1, n)};
-  }
-  return {num(s.substr(0, colon), 0), num(s.substr(colon + 1), n)};
-}
 
 // The model profile that matches a trace, by its model name.
 std::string default_model_profile(const Trace& t) {
@@ -60,6 +40,8 @@ nlohmann::json result_json(const SimResult& r) {
           {"cache_bytes", r.cache_bytes},
           {"hit_rate", r.hit_rate},
           {"prefetch_accuracy", r.prefetch_accuracy},
+          {"coverage", r.coverage},
+          {"late_prefetches", r.counters.late_prefetches},
           {"stall_seconds", r.stall_seconds},
           {"ttft_seconds", r.ttft_seconds},
           {"tpot_seconds", r.tpot_seconds},
@@ -94,7 +76,7 @@ int cmd_simulate(int argc, char** argv) {
   a.flag("--learn-fraction", "learn on this leading share of the requests instead of --learn", true, "0");
   a.flag("--score-prefill", "count prefill accesses in the hit rate (default: decode only)", false);
   a.flag("--on-miss", "load (lossless) or reroute (eMoE, lossy)", true, "load");
-  a.flag("--policy-state", "learned policy state to load first");
+  a.flag("--policy-state", "learned state to load first: FILE (one policy) or NAME=FILE[,NAME=FILE] (per policy)");
   a.flag("--sweep", "every policy over cache sizes 12.5/25/50/75% (Markdown, CSV and SVG)", false);
   a.flag("--out-dir", "where --sweep writes sweep.md, sweep.csv, sweep.svg", true, ".");
   a.flag("--json", "print one JSON object", false);
@@ -112,9 +94,9 @@ int cmd_simulate(int argc, char** argv) {
   const size_t n = full.requests.size();
   std::pair<size_t, size_t> learn{0, 0}, measure{0, n};
   const double lf = a.number("--learn-fraction", 0, 1);
-  if (a.has("--learn")) learn = parse_range("--learn", a.str("--learn"), n);
+  if (a.has("--learn")) learn = parse_request_range("--learn", a.str("--learn"), n);
   else if (lf > 0) learn = {0, static_cast<size_t>(std::floor(lf * static_cast<double>(n)))};
-  if (a.has("--measure")) measure = parse_range("--measure", a.str("--measure"), n);
+  if (a.has("--measure")) measure = parse_request_range("--measure", a.str("--measure"), n);
   else if (learn.second > learn.first) measure = learn.first == 0 ? std::make_pair(learn.second, n) : std::make_pair(size_t{0}, learn.first);
   Trace trace = full;
   trace.requests.clear();
@@ -126,7 +108,23 @@ int cmd_simulate(int argc, char** argv) {
   if (opt.warmup_requests >= trace.requests.size()) throw UsageError("no requests left to measure after --learn");
   opt.score_prefill = a.has("--score-prefill");
   opt.reroute = a.str("--on-miss") == "reroute";
-  if (a.has("--policy-state")) opt.policy_state = a.str("--policy-state");
+  // Policy states: "FILE" for a single policy, or "name=FILE,..." per policy.
+  std::map<std::string, std::string> states;
+  if (a.has("--policy-state")) {
+    const std::string v = a.str("--policy-state");
+    if (v.find('=') == std::string::npos) {
+      states["*"] = v;
+    } else {
+      for (size_t b = 0; b <= v.size();) {
+        const size_t e = std::min(v.find(',', b), v.size());
+        const std::string item = v.substr(b, e - b);
+        const size_t eq = item.find('=');
+        if (eq == std::string::npos || eq == 0) throw UsageError("--policy-state '" + v + "': expected FILE or NAME=FILE,...");
+        states[item.substr(0, eq)] = item.substr(eq + 1);
+        b = e + 1;
+      }
+    }
+  }
   const ExpertGeometry g = sim_geometry(trace, model);
 
   std::vector<std::string> policies;
@@ -156,6 +154,8 @@ int cmd_simulate(int argc, char** argv) {
     for (double f : fractions) {
       SimOptions o = opt;
       o.policy = p;
+      if (auto it = states.find(p); it != states.end()) o.policy_state = it->second;
+      else if (auto all = states.find("*"); all != states.end() && policies.size() == 1) o.policy_state = all->second;
       o.cache_fraction = f;
       o.cache_bytes = cache_bytes;
       table.cell.back().push_back(simulate(trace, model, hw, o));
@@ -193,12 +193,12 @@ int cmd_simulate(int argc, char** argv) {
               trace.model.c_str(), g.n_layer, g.n_expert, g.top_k, opt.warmup_requests,
               trace.requests.size() - opt.warmup_requests, model.name.c_str(), hw.name.c_str());
   for (const std::string& note : table.cell[0][0].notes) std::printf("note: %s\n", note.c_str());
-  std::printf("| policy       | cache  | hit rate | prefetch acc | stall s  | TTFT ms  | TPOT ms  | GB moved |\n");
-  std::printf("|--------------|--------|----------|--------------|----------|----------|----------|----------|\n");
+  std::printf("| policy       | cache  | hit rate | coverage | prefetch acc | stall s  | TTFT ms  | TPOT ms  | GB moved |\n");
+  std::printf("|--------------|--------|----------|----------|--------------|----------|----------|----------|----------|\n");
   for (size_t p = 0; p < policies.size(); ++p)
     for (const SimResult& r : table.cell[p])
-      std::printf("| %-12s | %5.1f%% | %7.1f%% | %11.1f%% | %8.3f | %8.2f | %8.2f | %8.2f |%s\n", r.policy.c_str(),
-                  100 * r.cache_fraction, 100 * r.hit_rate, 100 * r.prefetch_accuracy, r.stall_seconds,
+      std::printf("| %-12s | %5.1f%% | %7.1f%% | %7.1f%% | %11.1f%% | %8.3f | %8.2f | %8.2f | %8.2f |%s\n", r.policy.c_str(),
+                  100 * r.cache_fraction, 100 * r.hit_rate, 100 * r.coverage, 100 * r.prefetch_accuracy, r.stall_seconds,
                   1e3 * r.ttft_seconds, 1e3 * r.tpot_seconds, static_cast<double>(r.bytes_moved) / 1e9,
                   r.rerouted_slots ? " lossy (rerouted)" : "");
   if (a.has("--sweep")) std::printf("wrote sweep.md, sweep.csv, sweep.svg to %s\n", a.str("--out-dir").c_str());

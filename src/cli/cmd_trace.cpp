@@ -1,9 +1,16 @@
 // `moeflow trace stats FILE [--json]`: what a routing trace says about expert use.
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/model_flags.h"
+#include "engine/trace_recorder.h"
+#include "engine/transformer.h"
+#include "format/error.h"
+#include "policy/emoe.h"
 #include "sim/trace_stats.h"
 
 namespace moeflow::cli {
@@ -90,12 +97,98 @@ int trace_stats(int argc, char** argv) {
   return 0;
 }
 
+// Teacher-forced routing traces of a model on a text file: consecutive windows of
+// the file, each a request of `prefill` prompt tokens and `decode` single-token steps
+// that feed the text's own next tokens (as the FLAME-MoE traces were recorded).
+int trace_record(int argc, char** argv) {
+  Args a("trace record");
+  add_model_flags(a);
+  a.flag("-f,--file", "text file to run the model on (required)");
+  a.flag("-o,--out", "trace file to write (required)");
+  a.flag("--task", "task label of every request (e.g. the text's domain)");
+  a.flag("--append", "append to --out instead of replacing it", false);
+  a.flag("--windows", "requests (windows of the text) to record", true, "8");
+  a.flag("--prefill", "prompt tokens per request", true, "16");
+  a.flag("--decode", "teacher-forced decode steps per request", true, "48");
+  a.flag("--first-request", "request id of the first window", true, "0");
+  a.flag("--decimals", "decimals kept of weights and probabilities", true, "4");
+  a.parse(argc, argv, 3);
+  if (!a.has("--file") || !a.has("--out")) throw UsageError("moeflow trace record: -f FILE and -o OUT are required\n" + a.help());
+  LoadedModel lm = load_model_from_flags(a);
+  std::ifstream in(a.str("--file"), std::ios::binary);
+  if (!in) throw InputError(a.str("--file") + ": cannot open");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::vector<int32_t> ids = lm.tokenizer->encode(text, false);
+  const int64_t windows = a.integer("--windows", 1, 1 << 20), prefill = a.integer("--prefill", 1, 1 << 16),
+                decode = a.integer("--decode", 0, 1 << 16), first = a.integer("--first-request", 0, INT64_MAX);
+  const int64_t per = prefill + decode;
+  const int64_t n = std::min<int64_t>(windows, static_cast<int64_t>(ids.size()) / per);
+  if (n < 1)
+    throw InputError(a.str("--file") + ": " + std::to_string(ids.size()) + " tokens, too few for one window of " +
+                     std::to_string(per));
+  Transformer tf(*lm.model, lm.pool.get(), per + 1);
+  TraceRecorder rec(a.str("--out"), model_name(*lm.model), static_cast<int>(a.integer("--decimals", 1, 8)),
+                    a.has("--append"));
+  tf.add_listener(&rec);
+  std::vector<float> logits;
+  for (int64_t w = 0; w < n; ++w) {
+    const int32_t* tok = ids.data() + w * per;
+    tf.reset();
+    rec.begin_request(first + w, a.str("--task"));
+    tf.eval(tok, prefill, false, logits);
+    for (int64_t d = 0; d < decode; ++d) tf.eval(tok + prefill + d, 1, false, logits);
+  }
+  std::fprintf(stderr, "recorded %lld requests (%lld lines) of %s into %s\n", static_cast<long long>(n),
+               static_cast<long long>(rec.lines_written()), a.str("--file").c_str(), a.str("--out").c_str());
+  return 0;
+}
+
+// eMoE's predictor accuracy (emoe.txt Table 2): learn on some requests, predict the
+// experts of the others, count the (token, layer) slots predicted right.
+int trace_accuracy(int argc, char** argv) {
+  Args a("trace accuracy");
+  a.positional("FILE", "routing trace (.jsonl)");
+  a.flag("--learn", "requests to learn from (range a:b)", true, "0:1");
+  a.flag("--measure", "requests to predict (range a:b)", true, "1:");
+  a.flag("--period", "eMoE: predict every p prompts", true, "40");
+  a.flag("--json", "print one JSON object", false);
+  a.parse(argc, argv, 3);
+  if (a.positionals().empty()) throw UsageError("moeflow trace accuracy: give a trace file\n" + a.help());
+  const Trace t = load_trace(a.positionals()[0]);
+  const auto learn = parse_request_range("--learn", a.str("--learn"), t.requests.size());
+  const auto measure = parse_request_range("--measure", a.str("--measure"), t.requests.size());
+  if (measure.first >= measure.second) throw UsageError("--measure selects no requests");
+  const Trace lt = slice_requests(t, learn.first, learn.second), mt = slice_requests(t, measure.first, measure.second);
+  const auto period = static_cast<int32_t>(a.integer("--period", 1, 1 << 20));
+  const EmoeAccuracy all_layer = emoe_predictor_accuracy(lt, mt, EmoeVariant::AllLayer, period);
+  const EmoeAccuracy by_layer = emoe_predictor_accuracy(lt, mt, EmoeVariant::LayerByLayer, period);
+  if (a.has("--json")) {
+    nlohmann::json j = {{"trace", t.path},
+                        {"emoe_all_layer_accuracy", all_layer.accuracy()},
+                        {"emoe_layer_by_layer_accuracy", by_layer.accuracy()},
+                        {"slots", all_layer.slots},
+                        {"chance", static_cast<double>(t.top_k) / t.n_expert}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("%s: learn requests [%zu, %zu), measure [%zu, %zu), %lld (token, layer) slots\n", t.path.c_str(),
+              learn.first, learn.second, measure.first, measure.second, static_cast<long long>(all_layer.slots));
+  std::printf("eMoE predictor accuracy: all-layer (eMoE-A) %.1f%%, layer-by-layer (eMoE-L) %.1f%% (chance %.1f%%)\n",
+              100 * all_layer.accuracy(), 100 * by_layer.accuracy(), 100.0 * t.top_k / t.n_expert);
+  return 0;
+}
+
 }  // namespace
 
 int cmd_trace(int argc, char** argv) {
   const std::string sub = argc > 2 ? argv[2] : "";
   if (sub == "stats") return trace_stats(argc, argv);
-  throw UsageError("moeflow trace: expected a subcommand: stats\n  moeflow trace stats FILE [--json] [--by-task]");
+  if (sub == "record") return trace_record(argc, argv);
+  if (sub == "accuracy") return trace_accuracy(argc, argv);
+  throw UsageError(
+      "moeflow trace: expected a subcommand:\n  moeflow trace stats FILE [--json] [--by-task]\n"
+      "  moeflow trace record -m MODEL -f TEXT -o OUT [--task T] [--windows N] [--prefill 16] [--decode 48]\n"
+      "  moeflow trace accuracy FILE [--learn 0:1] [--measure 1:] (eMoE predictor accuracy)");
 }
 
 }  // namespace moeflow::cli

@@ -81,7 +81,8 @@ int cmd_train_predictor(int argc, char** argv) {
     pred.save(out);
     if (!out) throw InputError(a.str("--out") + ": cannot write the policy state");
   }
-  std::printf("wrote %s\n", a.str("--out").c_str());
+  std::printf("wrote %s%s\n", a.str("--out").c_str(),
+              pred.trained() ? "" : " (no ExpertMLP trained: predictions use popularity and affinity only)");
 
   Trace eval;
   const char* label = "held-out";

@@ -21,6 +21,7 @@ const char* kUsage =
     "  quantize    rewrite a model's weights as q8_0, q4_0, f16, bf16 or f32\n"
     "  trace       routing-trace tools: trace stats FILE\n"
     "  simulate    replay a routing trace through the expert cache and a policy (or --sweep)\n"
+    "  train-predictor  train DuoServe's expert predictor from a routing trace\n"
     "run 'moeflow <command> --help' for its flags\n";
 
 }  // namespace

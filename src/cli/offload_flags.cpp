@@ -35,6 +35,7 @@ Offload make_offload(const Args& a, const Model& model, const std::string& polic
   o.lossy = on_miss == OnMiss::Reroute;
   PolicyOptions po;
   if (a.has("--policy-state")) po.state_path = a.str("--policy-state");
+  po.async_matching = true;  // in the engine, matching must never block the forward pass (fMoE §4.3)
   o.policy = make_policy(o.policy_name, g, po);
   o.transport = std::make_unique<FileTransport>(*o.store, static_cast<int>(a.integer("--io-threads", 1, 64)));
   o.cache = std::make_unique<ExpertCache>(g, budget, *o.transport, *o.policy);

@@ -1,5 +1,6 @@
 #include "engine/trace_recorder.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -8,12 +9,9 @@
 
 namespace moeflow {
 
-namespace {
-float round5(float v) { return static_cast<float>(std::round(static_cast<double>(v) * 1e5) / 1e5); }
-}  // namespace
-
-TraceRecorder::TraceRecorder(const std::string& path, std::string model_name) : path_(path) {
-  f_ = std::fopen(path.c_str(), "w");
+TraceRecorder::TraceRecorder(const std::string& path, std::string model_name, int decimals, bool append)
+    : path_(path), scale_(std::pow(10.0, std::clamp(decimals, 1, 8))) {
+  f_ = std::fopen(path.c_str(), append ? "a" : "w");
   if (!f_) throw InputError(path + ": cannot create trace file: " + std::strerror(errno));
   rec_.model = std::move(model_name);
   rec_.source = "moeflow";
@@ -39,6 +37,7 @@ void TraceRecorder::begin_iteration(const int32_t* tokens, int64_t n, int64_t po
 
 void TraceRecorder::routed(const LayerRouting& r) {
   const int64_t K = r.top_k, E = r.n_expert;
+  auto round = [this](float v) { return static_cast<float>(std::round(static_cast<double>(v) * scale_) / scale_); };
   rec_.layer = static_cast<int32_t>(r.layer);
   rec_.num_experts = static_cast<int32_t>(E);
   rec_.top_k = static_cast<int32_t>(K);
@@ -50,9 +49,9 @@ void TraceRecorder::routed(const LayerRouting& r) {
     auto& w = rec_.weights[static_cast<size_t>(t)];
     auto& p = rec_.probs[static_cast<size_t>(t)];
     ids.assign(r.experts.begin() + t * K, r.experts.begin() + (t + 1) * K);
-    for (int64_t k = 0; k < K; ++k) w.push_back(round5(r.weights[static_cast<size_t>(t * K + k)]));
+    for (int64_t k = 0; k < K; ++k) w.push_back(round(r.weights[static_cast<size_t>(t * K + k)]));
     if (!r.probs.empty())
-      for (int64_t e = 0; e < E; ++e) p.push_back(round5(r.probs[static_cast<size_t>(t * E + e)]));
+      for (int64_t e = 0; e < E; ++e) p.push_back(round(r.probs[static_cast<size_t>(t * E + e)]));
   }
   rec_.has_probs = !r.probs.empty();
   const std::string line = format_trace_line(rec_) + "\n";

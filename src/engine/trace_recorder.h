@@ -1,7 +1,8 @@
 // Records routing while the engine runs (`--trace out.jsonl`): one interchange-format
 // line per (request, iteration, layer) with the top-k ids, their weights, the full gate
 // probabilities and the iteration's token ids. Weights and probabilities are rounded
-// to 5 decimals, which keeps traces small and is far below any policy's sensitivity.
+// to `decimals` (5 by default), which keeps traces small and is far below any
+// policy's sensitivity.
 #pragma once
 #include <cstdio>
 #include <string>
@@ -15,7 +16,7 @@ namespace moeflow {
 class TraceRecorder final : public ForwardListener {
  public:
   // Throws InputError if the file cannot be created.
-  TraceRecorder(const std::string& path, std::string model_name);
+  TraceRecorder(const std::string& path, std::string model_name, int decimals = 5, bool append = false);
   ~TraceRecorder() override;
 
   // Labels the following iterations; iterations restart at 0.
@@ -33,6 +34,7 @@ class TraceRecorder final : public ForwardListener {
   TraceRecord rec_;
   int64_t iter_ = 0;
   int64_t lines_ = 0;
+  double scale_ = 1e5;
 };
 
 }  // namespace moeflow

@@ -1,6 +1,9 @@
 #include "format/routing_trace.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 
 #include "format/error.h"
@@ -130,9 +133,27 @@ std::string format_trace_line(const TraceRecord& r) {
   j["layer"] = r.layer;
   j["num_experts"] = r.num_experts;
   j["top_k"] = r.top_k;
+  // Floats go out with 6 significant digits: a float widened to double would print
+  // as 0.009600000455975533 and triple the size of a trace.
   auto rows = [](const auto& m) {
     json a = json::array();
-    for (const auto& row : m) a.push_back(row.empty() ? json(nullptr) : json(row));
+    for (const auto& row : m) {
+      if (row.empty()) {
+        a.push_back(nullptr);
+        continue;
+      }
+      json r = json::array();
+      for (const auto v : row) {
+        if constexpr (std::is_floating_point_v<std::decay_t<decltype(v)>>) {
+          char b[32];
+          std::snprintf(b, sizeof b, "%.6g", static_cast<double>(v));
+          r.push_back(std::strtod(b, nullptr));
+        } else {
+          r.push_back(v);
+        }
+      }
+      a.push_back(std::move(r));
+    }
     return a;
   };
   j["experts"] = rows(r.experts);

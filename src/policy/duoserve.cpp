@@ -51,7 +51,7 @@ double DuoservePredictor::train() {
         if (e >= 0 && e < m) y[static_cast<size_t>(n * m + e)] = 1.0f;  // multi-label target (Eq. 6)
       ++n;
     }
-  if (n < 2) return 0;
+  if (n < 2 || opt_.epochs <= 0) return 0;  // --epochs 0: statistics only (fallback)
   mlp_ = ExpertMlp(static_cast<int32_t>(d), m, opt_.mlp);
   const double loss = mlp_.fit(x, y, n, opt_.epochs);
   trained_ = true;
@@ -72,6 +72,26 @@ std::vector<float> DuoservePredictor::scores(const ActivationPath& path, int32_t
   std::vector<float> x(static_cast<size_t>(state_size(n_layer(), n_expert())));
   build_state(stats_, path, target, x.data());
   return mlp_.predict(x.data(), 1);
+}
+
+std::vector<std::vector<float>> DuoservePredictor::scores_many(
+    const std::vector<std::pair<const ActivationPath*, int32_t>>& q) const {
+  std::vector<std::vector<float>> out;
+  if (!trained_) {
+    for (const auto& [path, target] : q) out.push_back(fallback_scores(*path, target));
+    return out;
+  }
+  const int64_t d = state_size(n_layer(), n_expert());
+  const size_t m = static_cast<size_t>(n_expert()), chunk = 256;
+  std::vector<float> x;
+  for (size_t s = 0; s < q.size(); s += chunk) {
+    const size_t cnt = std::min(chunk, q.size() - s);
+    x.assign(cnt * static_cast<size_t>(d), 0.0f);
+    for (size_t i = 0; i < cnt; ++i) build_state(stats_, *q[s + i].first, q[s + i].second, &x[i * static_cast<size_t>(d)]);
+    const std::vector<float> y = mlp_.predict(x.data(), static_cast<int64_t>(cnt));
+    for (size_t i = 0; i < cnt; ++i) out.emplace_back(y.begin() + static_cast<std::ptrdiff_t>(i * m), y.begin() + static_cast<std::ptrdiff_t>((i + 1) * m));
+  }
+  return out;
 }
 
 std::vector<int32_t> DuoservePredictor::top(const std::vector<float>& s) const {
@@ -119,17 +139,22 @@ void DuoservePredictor::load(std::istream& in, const std::string& what) {
 }
 
 PredictorAccuracy evaluate_predictor(const DuoservePredictor& p, const Trace& t) {
+  const std::vector<ActivationPath> paths = activation_paths(t, false, true);
+  std::vector<std::pair<const ActivationPath*, int32_t>> q;
+  for (const ActivationPath& path : paths)
+    for (int32_t l = 1; l < p.n_layer() && l < static_cast<int32_t>(path.size()); ++l)
+      if (!path[l - 1].empty() && !path[l].empty()) q.push_back({&path, l});
+  const std::vector<std::vector<float>> s = p.scores_many(q);  // uses layers < l only
   PredictorAccuracy acc;
-  for (const ActivationPath& path : activation_paths(t, false, true))
-    for (int32_t l = 1; l < p.n_layer() && l < static_cast<int32_t>(path.size()); ++l) {
-      if (path[l - 1].empty() || path[l].empty()) continue;
-      const std::vector<int32_t> guess = p.top(p.scores(path, l));  // uses layers < l only
-      size_t right = 0;
-      for (int32_t e : path[l]) right += std::find(guess.begin(), guess.end(), e) != guess.end();
-      ++acc.samples;
-      acc.all_right += right == path[l].size();
-      acc.at_least_one += right > 0;
-    }
+  for (size_t i = 0; i < q.size(); ++i) {
+    const std::vector<int32_t>& truth = (*q[i].first)[static_cast<size_t>(q[i].second)];
+    const std::vector<int32_t> guess = p.top(s[i]);
+    size_t right = 0;
+    for (int32_t e : truth) right += std::find(guess.begin(), guess.end(), e) != guess.end();
+    ++acc.samples;
+    acc.all_right += right == truth.size();
+    acc.at_least_one += right > 0;
+  }
   return acc;
 }
 

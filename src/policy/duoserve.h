@@ -22,7 +22,7 @@ namespace moeflow {
 struct DuoserveOptions {
   MlpConfig mlp;         // the paper's widths by default
   int32_t epochs = 15;   // §6.4: "only 15 to 20 epochs are needed for Mixtral 8x7B"
-  size_t max_paths = 200000;  // training paths kept (the engine observes without end)
+  size_t max_paths = 20000;  // training paths kept (the engine observes without end)
 };
 
 class DuoservePredictor {
@@ -39,12 +39,14 @@ class DuoservePredictor {
   // training data.
   void observe(const ActivationPath& path);
   // §4.2: fits a fresh ExpertMLP on every kept path (targets layers 1..L-1); returns
-  // the last epoch's mean BCE. No-op without paths.
+  // the last epoch's mean BCE. No-op without paths or with 0 epochs.
   double train();
   // Scores of layer `target`'s experts (target >= 1) for a token whose path is known
   // below it: the ExpertMLP's sigmoid outputs once trained, else the affinity row of
   // layer target-1's experts with popularity breaking ties.
   std::vector<float> scores(const ActivationPath& path, int32_t target) const;
+  // scores() of many (path, target) queries, the ExpertMLP run on batches of them.
+  std::vector<std::vector<float>> scores_many(const std::vector<std::pair<const ActivationPath*, int32_t>>& q) const;
   std::vector<float> fallback_scores(const ActivationPath& path, int32_t target) const;
   // The top_k experts of `scores` (ties to the lower id).
   std::vector<int32_t> top(const std::vector<float>& scores) const;

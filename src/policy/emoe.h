@@ -46,9 +46,9 @@ struct EmoeOptions {
   EmoeVariant variant = EmoeVariant::AllLayer;
   int32_t period = 40;  // p: prompts between predictor calls (§3.3; 40 keeps perplexity, Fig. 10)
   int32_t top_l = 0;    // L experts held per layer; 0: every expert with expected tokens, and the cache drops what does not fit
-  std::vector<TaskProfile> tasks;
+  std::vector<TaskProfile> tasks = {};
   // Prompt text for keyword matching when RequestInfo.task is empty (the engine has a tokenizer; traces have labels).
-  std::function<std::string(const std::vector<int32_t>&)> detokenize;
+  std::function<std::string(const std::vector<int32_t>&)> detokenize = {};
 };
 
 class EmoePolicy : public ExpertPolicy {

@@ -42,6 +42,8 @@ class ExpertMapStore {
   // is empty or `sem` is empty/zero).
   MapMatch search_semantic(const std::vector<float>& sem) const;
   // Eq. 5: the map most similar to `partial` over its first `layers` layers.
+  // Both searches give ties to the later slot: until the store fills, the most recent
+  // iteration (all iterations of a request share its embedding).
   MapMatch search_trajectory(const std::vector<float>& partial, int32_t layers) const;
 
   size_t size() const { return maps_.size(); }

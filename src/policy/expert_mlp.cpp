@@ -25,13 +25,15 @@ uint64_t next_u64(uint64_t& s) {
 float next_unit(uint64_t& s) { return static_cast<float>(next_u64(s) >> 40) * (1.0f / 16777216.0f); }
 
 // Y[n][out] += X[n][in] * W[in][out]; zero inputs (one-hot paths, ReLU) are skipped.
+// Rows are the inner loop so that each row of W is read once per batch (the 2048x1024
+// layer does not fit in cache); every sum still runs in the same order.
 void matmul_acc(const float* x, int64_t n, int32_t in, const float* w, int32_t out, float* y) {
-  for (int64_t r = 0; r < n; ++r) {
-    float* yr = y + r * out;
-    for (int32_t i = 0; i < in; ++i) {
+  for (int32_t i = 0; i < in; ++i) {
+    const float* wi = w + static_cast<size_t>(i) * out;
+    for (int64_t r = 0; r < n; ++r) {
       const float a = x[r * in + i];
       if (a == 0.0f) continue;
-      const float* wi = w + static_cast<size_t>(i) * out;
+      float* yr = y + r * out;
       for (int32_t j = 0; j < out; ++j) yr[j] += a * wi[j];
     }
   }
@@ -40,11 +42,11 @@ void matmul_acc(const float* x, int64_t n, int32_t in, const float* w, int32_t o
 // dW[in][out] += X^T dZ and, when dx is given, dX[n][in] = dZ W^T.
 void matmul_back(const float* x, const float* dz, int64_t n, int32_t in, const float* w, int32_t out, float* dw,
                  float* dx) {
-  for (int64_t r = 0; r < n; ++r) {
-    const float* dzr = dz + r * out;
-    for (int32_t i = 0; i < in; ++i) {
-      const float a = x[r * in + i];
-      const float* wi = w + static_cast<size_t>(i) * out;
+  for (int32_t i = 0; i < in; ++i) {
+    const float* wi = w + static_cast<size_t>(i) * out;
+    float* dwi = dw + static_cast<size_t>(i) * out;
+    for (int64_t r = 0; r < n; ++r) {
+      const float* dzr = dz + r * out;
       if (dx) {
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         int32_t j = 0;
@@ -55,8 +57,8 @@ void matmul_back(const float* x, const float* dz, int64_t n, int32_t in, const f
         for (float v : acc) s += v;
         dx[r * in + i] = s;
       }
+      const float a = x[r * in + i];
       if (a == 0.0f) continue;
-      float* dwi = dw + static_cast<size_t>(i) * out;
       for (int32_t j = 0; j < out; ++j) dwi[j] += a * dzr[j];
     }
   }

@@ -270,26 +270,31 @@ void FmoePolicy::plan_prefetch(int32_t layer_now, PrefetchPlan& plan) {
                    [](const PrefetchRequest& a, const PrefetchRequest& b) { return a.priority > b.priority; });
 }
 
-size_t FmoePolicy::victim(const CacheView& view, const ExpertKey&) {
+size_t FmoePolicy::victim(const CacheView& view, const ExpertKey& incoming) {
   refresh_results();
   const auto& c = *view.candidates;
   // §4.5: PRI_evict = 1/(p·freq); the highest goes first, i.e. the smallest p·freq.
   // p is the current prediction for the expert's next use (this iteration for layers
   // ahead, the next one for layers passed); 1/J when nothing predicts its layer (plain
-  // LFU, which §4.5 builds on). freq is the cache's use count. Ties: smaller p, fewer
-  // uses, older last use, lower key.
+  // LFU, which §4.5 builds on). freq counts the load as a visit (uses + 1): with the
+  // cache's bare use count every expert prefetched and not yet used would score 0 and
+  // the prefetches would evict one another. Ties: smaller p, fewer uses, older last
+  // use, lower key.
   auto p_of = [&](const ExpertKey& k) {
     const float* p = predicted(k.layer, k.layer <= view.layer_now, nullptr);
     return p ? static_cast<double>(p[k.expert]) : 1.0 / static_cast<double>(n_expert_);
   };
   auto rank = [&](const CacheEntryView& e) {
     const double p = p_of(e.key);
-    return std::make_tuple(p * static_cast<double>(e.uses), p, e.uses, e.last_use, e.key.layer, e.key.expert);
+    return std::make_tuple(p * static_cast<double>(e.uses + 1), p, e.uses, e.last_use, e.key.layer, e.key.expert);
   };
   size_t best = 0;
   auto best_rank = rank(c[0]);
   for (size_t i = 1; i < c.size(); ++i)
     if (auto r = rank(c[i]); r < best_rank) best = i, best_rank = r;
+  // A prefetch does not displace an expert whose eviction priority is lower (p·freq
+  // higher) than the incoming expert would have on arrival.
+  if (view.for_prefetch && std::get<0>(best_rank) >= p_of(incoming)) return kDecline;
   return best;
 }
 

@@ -5,7 +5,7 @@
 // of the matched layer are prefetched until their probability reaches δ = clip(1 −
 // score, 0, 1), at least top-k (§4.3), in the order p/(l − l_now), and the cache evicts
 // the expert with the smallest p·freq, i.e. the highest eviction priority 1/(p·freq)
-// (§4.5).
+// (§4.5); a prefetch whose expert is worth less than that victim is declined.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -152,7 +152,7 @@ void MoeInfinityPolicy::refresh() {
 // Layers at or before l belong to the next iteration: their distance wraps (i + L - l).
 void MoeInfinityPolicy::plan_prefetch(int32_t layer_now, PrefetchPlan& plan) {
   refresh();
-  for (int32_t d = 1; d < n_layer_; ++d) {
+  for (int32_t d = 1; d < n_layer_ && d <= opt_.prefetch_distance; ++d) {
     const int32_t layer = (layer_now + d) % n_layer_;
     const double w = 1.0 - static_cast<double>(d) / static_cast<double>(n_layer_);
     for (int32_t e = 0; e < n_expert_; ++e) {
@@ -165,26 +165,32 @@ void MoeInfinityPolicy::plan_prefetch(int32_t layer_now, PrefetchPlan& plan) {
 // Algorithm 1, lines 8-16: p = (peam[l][e] + ϵ)·(1 − l/L) / Σ_j peam[l][j], lowest p goes;
 // the (1 − l/L) factor keeps early layers, which prefetching serves worst (§4.6).
 // peam here is the matches' summed counts (agg_), which the division normalises.
-size_t MoeInfinityPolicy::victim(const CacheView& view, const ExpertKey&) {
+size_t MoeInfinityPolicy::victim(const CacheView& view, const ExpertKey& incoming) {
   refresh();
+  // Algorithm 1's priority: predicted activation, discounted for later layers.
+  auto priority = [&](const ExpertKey& k) {
+    if (k.layer < 0 || k.layer >= n_layer_ || k.expert < 0 || k.expert >= n_expert_) return 0.0;
+    const size_t row = static_cast<size_t>(k.layer) * static_cast<size_t>(n_expert_);
+    double ntoken = 0;
+    for (int32_t e = 0; e < n_expert_; ++e) ntoken += agg_[row + static_cast<size_t>(e)];
+    const double decay = 1.0 - static_cast<double>(k.layer) / static_cast<double>(n_layer_);
+    return (agg_[row + static_cast<size_t>(k.expert)] + kEpsilon) * decay / (ntoken > 0 ? ntoken : 1.0);
+  };
   const auto& c = *view.candidates;
   size_t best = 0;
   double best_p = 0;
   for (size_t i = 0; i < c.size(); ++i) {
     const ExpertKey& k = c[i].key;
-    double p = 0;
-    if (k.layer >= 0 && k.layer < n_layer_ && k.expert >= 0 && k.expert < n_expert_) {
-      const size_t row = static_cast<size_t>(k.layer) * static_cast<size_t>(n_expert_);
-      double ntoken = 0;
-      for (int32_t e = 0; e < n_expert_; ++e) ntoken += agg_[row + static_cast<size_t>(e)];
-      const double decay = 1.0 - static_cast<double>(k.layer) / static_cast<double>(n_layer_);
-      p = (agg_[row + static_cast<size_t>(k.expert)] + kEpsilon) * decay / (ntoken > 0 ? ntoken : 1.0);
-    }
+    const double p = priority(k);
     // Ties (e.g. nothing predicted yet) fall back to LRU, then the lower key.
     const bool better = i == 0 || p < best_p ||
                         (p == best_p && (c[i].last_use != c[best].last_use ? c[i].last_use < c[best].last_use : k < c[best].key));
     if (better) best = i, best_p = p;
   }
+  // A prefetch only replaces an expert of lower priority than itself: the same
+  // ordering decides admission and eviction (otherwise speculative copies would
+  // push out experts the predicted EAM values more).
+  if (view.for_prefetch && best_p >= priority(incoming)) return kDecline;
   return best;
 }
 

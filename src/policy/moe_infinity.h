@@ -18,6 +18,10 @@ struct MoeInfinityOptions {
   // How many closest EAMs are aggregated (§4.5 "several matched EAMs might be returned";
   // the paper gives no number).
   size_t n_match = 3;
+  // Layers ahead to prefetch. §4.6 prefetches "the experts that are likely to be
+  // activated for the next layer"; prefetching every future layer (Fig. 5's full pEAM)
+  // floods a small cache with far-layer guesses that evict what is needed sooner.
+  int32_t prefetch_distance = 1;
 };
 
 class MoeInfinityPolicy : public ExpertPolicy {

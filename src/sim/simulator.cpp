@@ -211,6 +211,8 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
   if (opt.warmup_requests >= trace.requests.size() && opt.warmup_requests > 0) policy->finish_learning();
   res.hit_rate = res.counters.hit_rate();
   res.prefetch_accuracy = res.counters.prefetch_hit_rate();
+  const uint64_t accesses = res.counters.hits + res.counters.misses;
+  res.coverage = accesses ? static_cast<double>(res.counters.hits + res.counters.late_prefetches) / static_cast<double>(accesses) : 0;
   res.stall_seconds = res.counters.stall_seconds;
   res.ttft_seconds = ttft_n ? ttft_sum / static_cast<double>(ttft_n) : 0;
   res.tpot_seconds = tpot_n ? tpot_sum / static_cast<double>(tpot_n) : 0;

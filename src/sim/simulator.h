@@ -38,6 +38,9 @@ struct SimResult {
   CacheCounters counters;         // scored part only
   double hit_rate = 0;            // scored accesses that found their expert resident
   double prefetch_accuracy = 0;   // prefetches used / prefetches issued (scored part)
+  // Accesses that were resident or already on their way (a late prefetch): what the
+  // policy foresaw, whether or not the link was fast enough to land it in time.
+  double coverage = 0;
   double stall_seconds = 0;
   double ttft_seconds = 0;        // mean over scored requests with a prefill
   double tpot_seconds = 0;        // mean decode iteration time, scored requests

@@ -33,14 +33,14 @@ std::string sweep_markdown(const SweepTable& t) {
 
 std::string sweep_csv(const SweepTable& t) {
   std::string s =
-      "policy,cache_fraction,cache_bytes,hit_rate,prefetch_accuracy,stall_seconds,ttft_seconds,tpot_seconds,bytes_moved,"
+      "policy,cache_fraction,cache_bytes,hit_rate,coverage,prefetch_accuracy,stall_seconds,ttft_seconds,tpot_seconds,bytes_moved,"
       "hits,misses,prefetches_issued,prefetch_hits,wasted_prefetches,rerouted_slots\n";
   for (size_t p = 0; p < t.policies.size(); ++p)
     for (const SimResult& r : t.cell[p]) {
       char b[512];
-      std::snprintf(b, sizeof b, "%s,%.4f,%llu,%.6f,%.6f,%.6f,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%llu\n",
+      std::snprintf(b, sizeof b, "%s,%.4f,%llu,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%llu\n",
                     t.policies[p].c_str(), r.cache_fraction, static_cast<unsigned long long>(r.cache_bytes), r.hit_rate,
-                    r.prefetch_accuracy, r.stall_seconds, r.ttft_seconds, r.tpot_seconds,
+                    r.coverage, r.prefetch_accuracy, r.stall_seconds, r.ttft_seconds, r.tpot_seconds,
                     static_cast<unsigned long long>(r.bytes_moved), static_cast<unsigned long long>(r.counters.hits),
                     static_cast<unsigned long long>(r.counters.misses),
                     static_cast<unsigned long long>(r.counters.prefetches_issued),

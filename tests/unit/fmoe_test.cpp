@@ -122,15 +122,17 @@ TEST(Fmoe, EvictsTheSmallestProbabilityTimesFrequency) {
   f.begin_request(RequestInfo{2, {}, {1, 0}, {}});
   f.begin_iteration(Phase::Decode, 1);
   f.routed(full(0, peaked(0)));
-  // p: layers ahead from this iteration's prediction, layer 0 (passed) from the next's.
-  std::vector<CacheEntryView> c = {
-      {{1, 1}, 0, 0, 1, false},  // .7 · 1 = .7
-      {{1, 0}, 0, 0, 5, false},  // .1 · 5 = .5
-      {{2, 2}, 0, 0, 0, true},   // .7 · 0 = 0
-      {{3, 0}, 0, 0, 2, false},  // .1 · 2 = .2
-      {{0, 3}, 0, 0, 3, false},  // .1 · 3 = .3
-      {{2, 0}, 0, 0, 0, true},   // .1 · 0 = 0, smaller p than (2,2): first
+  // p: layers ahead from this iteration's prediction, layer 0 (passed) from the next's;
+  // freq = uses + 1 (the load counts as a visit).
+  const std::vector<CacheEntryView> all = {
+      {{1, 1}, 0, 0, 1, false},  // .7 · 2 = 1.4
+      {{1, 0}, 0, 0, 5, false},  // .1 · 6 = .6
+      {{2, 2}, 0, 0, 0, true},   // .7 · 1 = .7
+      {{3, 0}, 0, 0, 2, false},  // .1 · 3 = .3
+      {{0, 3}, 0, 0, 3, false},  // .1 · 4 = .4
+      {{2, 0}, 0, 0, 0, true},   // .1 · 1 = .1
   };
+  std::vector<CacheEntryView> c = all;
   std::vector<ExpertKey> order;
   while (!c.empty()) {
     const CacheView v{&c, 10, 0};
@@ -138,7 +140,13 @@ TEST(Fmoe, EvictsTheSmallestProbabilityTimesFrequency) {
     order.push_back(c[i].key);
     c.erase(c.begin() + static_cast<std::ptrdiff_t>(i));
   }
-  EXPECT_EQ(order, (std::vector<ExpertKey>{{2, 0}, {2, 2}, {3, 0}, {0, 3}, {1, 0}, {1, 1}}));
+  EXPECT_EQ(order, (std::vector<ExpertKey>{{2, 0}, {3, 0}, {0, 3}, {1, 0}, {2, 2}, {1, 1}}));
+  // A prefetch evicts only what is worth less than itself: (3,3) has p = .7 > .1, (3,1)
+  // has p = .1, not more than (2,0)'s .1 · 1.
+  CacheView pv{&all, 10, 0};
+  pv.for_prefetch = true;
+  EXPECT_EQ(f.victim(pv, {3, 3}), 5u);
+  EXPECT_EQ(f.victim(pv, {3, 1}), ExpertPolicy::kDecline);
 }
 
 TEST(Fmoe, StoreReplacesTheMostRedundantMapWhenFull) {

@@ -52,10 +52,16 @@ ap.add_argument("--seed", type=int, default=1234)
 ap.add_argument("--threads", type=int, default=1)
 ap.add_argument("--resume", default="", help="continue from this checkpoint's weights (and optimizer state if saved), "
                 "at its step, under the schedule of --steps; the data stream is reseeded with seed + step")
+ap.add_argument("--deadline", type=float, default=0,
+                help="wall-clock budget in seconds: the lr follows the cosine by elapsed time (from --progress-from "
+                "to 1) instead of by step, and training stops when the budget is spent")
+ap.add_argument("--progress-from", type=float, default=0.0, help="with --deadline: schedule progress at the start")
+ap.add_argument("--lockstep", default="", help="with --deadline (leader) writes each step's lr to this file; without "
+                "(follower) takes step s's lr from it, waits for the leader, and stops where the leader stopped")
 ap.add_argument("--rewarm", type=int, default=20, help="with --resume and no optimizer state: steps to ramp the lr back up")
 args = ap.parse_args()
-if not args.steps and not args.time_budget:
-    sys.exit("give --steps or --time-budget")
+if not args.steps and not args.time_budget and not args.deadline and not args.lockstep:
+    sys.exit("give --steps, --time-budget, --deadline or --lockstep")
 
 torch.set_num_threads(args.threads)
 torch.manual_seed(args.seed)
@@ -143,17 +149,62 @@ total_steps = args.steps or 10**9
 t0 = time.time()
 t_timed = None
 ema = None
+
+
+def lr_by_progress(p):
+    return args.lr * (args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(p, 1.0))))
+
+
+def lockstep_lr(step):
+    """Follower: the leader's lr for `step`, or None once the leader has stopped before it."""
+    while True:
+        if os.path.exists(args.lockstep):
+            with open(args.lockstep) as f:
+                lines = f.read().split("\n")
+            for ln in lines:
+                parts = ln.split()
+                if len(parts) == 2 and parts[0] == "end" and int(parts[1]) <= step:
+                    return None
+                if len(parts) == 2 and parts[0] == str(step):
+                    return float(parts[1])
+        time.sleep(0.5)
+
+
+leader = bool(args.deadline and args.lockstep)
+follower = bool(args.lockstep and not args.deadline)
+if leader:
+    open(args.lockstep, "w").close()
 for step in range(start_step, 10**9):
     if step >= total_steps:
         break
+    if args.deadline or follower:
+        if args.deadline:
+            el = time.time() - t0
+            if el >= args.deadline:
+                total_steps = step
+                break
+            lr = lr_by_progress(args.progress_from + (1 - args.progress_from) * el / args.deadline)
+            if args.resume and "optim" not in resumed and step < start_step + args.rewarm:
+                lr *= (step - start_step + 1) / args.rewarm
+            if leader:
+                with open(args.lockstep, "a") as f:
+                    f.write(f"{step} {lr!r}\n")
+        else:
+            lr = lockstep_lr(step)
+            if lr is None:
+                total_steps = step
+                break
+        for g in opt.param_groups:
+            g["lr"] = lr
     if step == start_step + 2:
         t_timed = time.time()
     if args.time_budget and not args.steps and step == start_step + 10:
         per = (time.time() - t_timed) / 8
         total_steps = max(20, int((args.time_budget - (time.time() - t0)) / (per * 1.03)) + step)
         print(f"{per:.2f} s/step, {args.batch * args.ctx / per:.0f} tokens/s -> {total_steps} steps", flush=True)
-    for g in opt.param_groups:
-        g["lr"] = lr_at(step, total_steps if total_steps < 10**9 else 10**6)
+    if not (args.deadline or follower):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, total_steps if total_steps < 10**9 else 10**6)
     x, y = batch()
     logits, aux, counts = model(x)
     ce = F.cross_entropy(logits.reshape(-1, cfg.n_vocab), y.reshape(-1))
@@ -176,6 +227,9 @@ for step in range(start_step, 10**9):
         log.flush()
     if (step + 1) % args.ckpt_every == 0 or step == total_steps - 1:
         save(step + 1, total_steps, {"train_ce_ema": ema, "elapsed_s": time.time() - t0})
+if leader:
+    with open(args.lockstep, "a") as f:
+        f.write(f"end {total_steps}\n")
 final = evaluate(n_windows=16)
 print(json.dumps({"final_heldout": final, "train_ce_ema": ema, "elapsed_s": round(time.time() - t0, 1),
                   "tokens": total_steps * args.batch * args.ctx}), flush=True)
