@@ -54,22 +54,6 @@ struct PolicyRun {
   bool offloaded = false;
 };
 
-CacheCounters minus(const CacheCounters& a, const CacheCounters& b) {
-  CacheCounters d = a;
-  d.hits -= b.hits;
-  d.misses -= b.misses;
-  d.prefetch_hits -= b.prefetch_hits;
-  d.late_prefetches -= b.late_prefetches;
-  d.prefetches_issued -= b.prefetches_issued;
-  d.prefetches_dropped -= b.prefetches_dropped;
-  d.prefetches_cancelled -= b.prefetches_cancelled;
-  d.wasted_prefetches -= b.wasted_prefetches;
-  d.demand_loads -= b.demand_loads;
-  d.evictions -= b.evictions;
-  d.bytes_read -= b.bytes_read;
-  d.stall_seconds -= b.stall_seconds;
-  return d;
-}
 
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
@@ -145,7 +129,7 @@ int cmd_bench(int argc, char** argv) {
       const double dt = now() - t0;
       if (dt < run.tg_seconds) {
         run.tg_seconds = dt;
-        if (off.active()) run.tg = minus(off.cache->counters(), before);
+        if (off.active()) run.tg = off.cache->counters() - before;
       }
       if (off.active()) off.source->end_request();
     }
@@ -237,17 +221,17 @@ int cmd_bench(int argc, char** argv) {
     std::printf("\nexpert budget %.1f MiB of %.1f MiB; storage reads %.2f GB/s%s\n", static_cast<double>(budget) / 1048576.0,
                 static_cast<double>(m.weights().expert_bytes) / 1048576.0, disk_bw / 1e9,
                 direct_io ? " (O_DIRECT)" : " (buffered; page cache dropped after reads)");
-    std::printf("| policy     | tg tok/s | vs all | hit rate | prefetch hit | MiB read/tok | stalled | bound tok/s | of bound |\n");
-    std::printf("|------------|----------|--------|----------|--------------|--------------|---------|-------------|----------|\n");
+    std::printf("| policy       | tg tok/s | vs all | hit rate | prefetch hit | MiB read/tok | stalled | bound tok/s | of bound |\n");
+    std::printf("|--------------|----------|--------|----------|--------------|--------------|---------|-------------|----------|\n");
     for (const PolicyRun& r : runs) {
       const nlohmann::json j = policy_json(r);
       if (!r.offloaded) {
-        std::printf("| %-10s | %8.1f | %5.2fx | %7s  | %12s | %12s | %7s | %11.1f | %7.1f%% |\n", r.policy.c_str(),
+        std::printf("| %-12s | %8.1f | %5.2fx | %7s  | %12s | %12s | %7s | %11.1f | %7.1f%% |\n", r.policy.c_str(),
                     j["tg_tokens_per_second"].get<double>(), 1.0, "100%", "-", "0", "0%", tg_bound,
                     100.0 * tg_tps / tg_bound);
         continue;
       }
-      std::printf("| %-10s | %8.1f | %5.2fx | %7.1f%% | %11.1f%% | %12.2f | %6.1f%% | %11.1f | %7.1f%% |\n",
+      std::printf("| %-12s | %8.1f | %5.2fx | %7.1f%% | %11.1f%% | %12.2f | %6.1f%% | %11.1f | %7.1f%% |\n",
                   r.policy.c_str(), j["tg_tokens_per_second"].get<double>(), j["tg_ratio_to_all"].get<double>(),
                   100.0 * j["hit_rate"].get<double>(), 100.0 * j["prefetch_hit_rate"].get<double>(),
                   j["bytes_read_per_token"].get<double>() / 1048576.0, 100.0 * j["stall_fraction"].get<double>(),

@@ -111,6 +111,7 @@ int trace_record(int argc, char** argv) {
   a.flag("--prefill", "prompt tokens per request", true, "16");
   a.flag("--decode", "teacher-forced decode steps per request", true, "48");
   a.flag("--first-request", "request id of the first window", true, "0");
+  a.flag("--first-window", "skip this many windows of the text first", true, "0");
   a.flag("--decimals", "decimals kept of weights and probabilities", true, "4");
   a.parse(argc, argv, 3);
   if (!a.has("--file") || !a.has("--out")) throw UsageError("moeflow trace record: -f FILE and -o OUT are required\n" + a.help());
@@ -122,7 +123,8 @@ int trace_record(int argc, char** argv) {
   const int64_t windows = a.integer("--windows", 1, 1 << 20), prefill = a.integer("--prefill", 1, 1 << 16),
                 decode = a.integer("--decode", 0, 1 << 16), first = a.integer("--first-request", 0, INT64_MAX);
   const int64_t per = prefill + decode;
-  const int64_t n = std::min<int64_t>(windows, static_cast<int64_t>(ids.size()) / per);
+  const int64_t skip = a.integer("--first-window", 0, 1 << 30);
+  const int64_t n = std::min<int64_t>(windows, static_cast<int64_t>(ids.size()) / per - skip);
   if (n < 1)
     throw InputError(a.str("--file") + ": " + std::to_string(ids.size()) + " tokens, too few for one window of " +
                      std::to_string(per));
@@ -132,7 +134,7 @@ int trace_record(int argc, char** argv) {
   tf.add_listener(&rec);
   std::vector<float> logits;
   for (int64_t w = 0; w < n; ++w) {
-    const int32_t* tok = ids.data() + w * per;
+    const int32_t* tok = ids.data() + (skip + w) * per;
     tf.reset();
     rec.begin_request(first + w, a.str("--task"));
     tf.eval(tok, prefill, false, logits);

@@ -15,25 +15,6 @@ namespace moeflow::cli {
 
 namespace {
 
-// "a:b", ":b", "a:" -> [a, b) clipped to n requests.
-std::pair<size_t, size_t> request_range(const std::string& flag, const std::string& s, size_t n) {
-  const size_t colon = s.find(':');
-  if (colon == std::string::npos) throw UsageError(flag + " '" + s + "': expected a request range like 0:10, :5 or 3:");
-  auto num = [&](const std::string& part, size_t dflt) -> size_t {
-    if (part.empty()) return dflt;
-    try {
-      size_t used = 0;
-      const long long v = std::stoll(part, &used);
-      if (used != part.size() || v < 0) throw std::invalid_argument(part);
-      return static_cast<size_t>(v);
-    } catch (const std::exception&) {
-      throw UsageError(flag + " '" + s + "': expected a request range like 0:10, :5 or 3:");
-    }
-  };
-  const size_t a = std::min(num(s.substr(0, colon), 0), n), b = std::min(num(s.substr(colon + 1), n), n);
-  if (a >= b) throw UsageError(flag + " '" + s + "': the range holds no request of the " + std::to_string(n));
-  return {a, b};
-}
 
 void print_accuracy(const char* what, const PredictorAccuracy& a, int32_t k) {
   std::printf("%s: %lld predictions (decode tokens x layers 1..L-1)\n", what, static_cast<long long>(a.samples));
@@ -58,7 +39,7 @@ int cmd_train_predictor(int argc, char** argv) {
     throw UsageError("moeflow train-predictor: give --trace and --out\n" + a.help());
 
   const Trace full = load_trace(a.str("--trace"));
-  auto [b0, b1] = a.has("--requests") ? request_range("--requests", a.str("--requests"), full.requests.size())
+  auto [b0, b1] = a.has("--requests") ? parse_request_range("--requests", a.str("--requests"), full.requests.size())
                                       : std::pair<size_t, size_t>{0, full.requests.size()};
   const Trace learn = slice_requests(full, b0, b1);
 
@@ -97,7 +78,7 @@ int cmd_train_predictor(int argc, char** argv) {
     label = "in-sample (no --eval-requests or --eval-trace given)";
   }
   if (a.has("--eval-requests")) {
-    auto [e0, e1] = request_range("--eval-requests", a.str("--eval-requests"), eval.requests.size());
+    auto [e0, e1] = parse_request_range("--eval-requests", a.str("--eval-requests"), eval.requests.size());
     eval = slice_requests(eval, e0, e1);
   }
   print_accuracy(label, evaluate_predictor(pred, eval), full.top_k);

@@ -34,6 +34,35 @@ std::string mib(uint64_t b) {
 }
 }  // namespace
 
+// Every count of CacheCounters, for the arithmetic below (peak_bytes is not a count).
+template <class F>
+void for_each_count(CacheCounters& a, const CacheCounters& b, F f) {
+  f(a.hits, b.hits);
+  f(a.misses, b.misses);
+  f(a.prefetch_hits, b.prefetch_hits);
+  f(a.late_prefetches, b.late_prefetches);
+  f(a.prefetches_issued, b.prefetches_issued);
+  f(a.prefetches_dropped, b.prefetches_dropped);
+  f(a.prefetches_cancelled, b.prefetches_cancelled);
+  f(a.wasted_prefetches, b.wasted_prefetches);
+  f(a.demand_loads, b.demand_loads);
+  f(a.evictions, b.evictions);
+  f(a.bytes_read, b.bytes_read);
+  f(a.stall_seconds, b.stall_seconds);
+}
+
+CacheCounters CacheCounters::operator-(const CacheCounters& earlier) const {
+  CacheCounters d = *this;
+  for_each_count(d, earlier, [](auto& x, const auto& y) { x -= y; });
+  return d;
+}
+
+CacheCounters& CacheCounters::operator+=(const CacheCounters& more) {
+  for_each_count(*this, more, [](auto& x, const auto& y) { x += y; });
+  peak_bytes = std::max(peak_bytes, more.peak_bytes);
+  return *this;
+}
+
 ExpertCache::ExpertCache(const ExpertGeometry& geometry, uint64_t budget_bytes, Transport& transport,
                          ExpertPolicy& policy)
     : geometry_(geometry), budget_(budget_bytes), transport_(transport), policy_(policy),

@@ -37,6 +37,10 @@ struct CacheCounters {
   uint64_t peak_bytes = 0;            // most bytes reserved at once (resident + in flight)
   double stall_seconds = 0;           // time spent waiting for copies
 
+  // Counts of a span of a run: later - earlier (peak_bytes: the later value).
+  CacheCounters operator-(const CacheCounters& earlier) const;
+  CacheCounters& operator+=(const CacheCounters& more);
+
   double hit_rate() const { return hits + misses ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0; }
   double prefetch_hit_rate() const {
     return prefetches_issued ? static_cast<double>(prefetch_hits) / static_cast<double>(prefetches_issued) : 0;

@@ -8,6 +8,7 @@
 #include <ostream>
 
 #include "format/error.h"
+#include "policy/binary_io.h"
 
 namespace moeflow {
 
@@ -15,16 +16,8 @@ namespace {
 
 constexpr char kMagic[8] = {'M', 'F', 'D', 'U', 'O', 'S', 'V', '1'};
 
-template <class T>
-void put(std::ostream& o, const T& v) {
-  o.write(reinterpret_cast<const char*>(&v), sizeof v);
-}
-template <class T>
-T get(std::istream& in, const std::string& what) {
-  T v{};
-  if (!in.read(reinterpret_cast<char*>(&v), sizeof v)) throw InputError(what + ": truncated DuoServe policy state");
-  return v;
-}
+using binio::get;
+using binio::put;
 
 }  // namespace
 
@@ -219,6 +212,7 @@ class DuoservePolicy : public ExpertPolicy {
     for (int64_t t = 0; t < n; ++t) pred_.observe(token_path(t, n_layer_));
   }
   void finish_learning() override {
+    if (!learning_) return;  // a loaded state is already trained
     learning_ = false;
     pred_.train();
   }

@@ -5,6 +5,7 @@
 #include <ostream>
 
 #include "format/error.h"
+#include "policy/binary_io.h"
 
 namespace moeflow {
 
@@ -55,16 +56,8 @@ std::vector<float> DuoserveStats::affinity(int32_t layer, const std::vector<int3
 }
 
 namespace {
-template <class T>
-void put(std::ostream& o, const T& v) {
-  o.write(reinterpret_cast<const char*>(&v), sizeof v);
-}
-template <class T>
-T get(std::istream& in, const std::string& what) {
-  T v{};
-  if (!in.read(reinterpret_cast<char*>(&v), sizeof v)) throw InputError(what + ": truncated DuoServe statistics");
-  return v;
-}
+using binio::get;
+using binio::put;
 }  // namespace
 
 void DuoserveStats::save(std::ostream& o) const {

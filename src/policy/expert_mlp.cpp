@@ -7,6 +7,7 @@
 #include <ostream>
 
 #include "format/error.h"
+#include "policy/binary_io.h"
 
 namespace moeflow {
 
@@ -64,16 +65,8 @@ void matmul_back(const float* x, const float* dz, int64_t n, int32_t in, const f
   }
 }
 
-template <class T>
-void put(std::ostream& o, const T& v) {
-  o.write(reinterpret_cast<const char*>(&v), sizeof v);
-}
-template <class T>
-T get(std::istream& in, const std::string& what) {
-  T v{};
-  if (!in.read(reinterpret_cast<char*>(&v), sizeof v)) throw InputError(what + ": truncated ExpertMLP weights");
-  return v;
-}
+using binio::get;
+using binio::put;
 
 }  // namespace
 

@@ -57,20 +57,6 @@ std::vector<LayerStep> replay_steps(const Trace& t) {
   return steps;
 }
 
-void add(CacheCounters& into, const CacheCounters& a, const CacheCounters& b) {
-  into.hits += a.hits - b.hits;
-  into.misses += a.misses - b.misses;
-  into.prefetch_hits += a.prefetch_hits - b.prefetch_hits;
-  into.late_prefetches += a.late_prefetches - b.late_prefetches;
-  into.prefetches_issued += a.prefetches_issued - b.prefetches_issued;
-  into.prefetches_dropped += a.prefetches_dropped - b.prefetches_dropped;
-  into.prefetches_cancelled += a.prefetches_cancelled - b.prefetches_cancelled;
-  into.wasted_prefetches += a.wasted_prefetches - b.wasted_prefetches;
-  into.demand_loads += a.demand_loads - b.demand_loads;
-  into.evictions += a.evictions - b.evictions;
-  into.bytes_read += a.bytes_read - b.bytes_read;
-  into.stall_seconds += a.stall_seconds - b.stall_seconds;
-}
 
 }  // namespace
 
@@ -191,9 +177,9 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
       if (!scored_request) continue;
       if (it.prefill) {
         prefill_end = link.now();
-        if (opt.score_prefill) add(res.counters, cache.counters(), before);
+        if (opt.score_prefill) res.counters += cache.counters() - before;
       } else {
-        add(res.counters, cache.counters(), before);
+        res.counters += cache.counters() - before;
         tpot_sum += dt;
         ++tpot_n;
         res.scored_decode_tokens += 1;

@@ -17,16 +17,7 @@ namespace {
 // Process, libraries, thread stacks, scratch activations, tokenizer, allocator slack.
 constexpr uint64_t kOverheadBytes = 24ull << 20;
 
-std::string run_command(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return out;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  *status = ::pclose(p);
-  return out;
-}
+using moeflow::testing::run_command;
 
 nlohmann::json run_json(const std::string& args) {
   int status = -1;

@@ -21,12 +21,8 @@ struct Result {
 
 Result run(const std::string& args) {
   Result r;
-  FILE* p = ::popen((std::string(MOEFLOW_BINARY) + " " + args + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = ::pclose(p);
+  int status = -1;
+  r.out = moeflow::testing::run_command(std::string(MOEFLOW_BINARY) + " " + args + " 2>&1", &status);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }

@@ -118,16 +118,7 @@ TEST(Perplexity, RejectsTooLittleTextAndTinyContext) {
   EXPECT_NO_THROW(cli::compute_perplexity(*model, &pool, {5}, 16, 256));
 }
 
-std::string run_command(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return out;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  *status = ::pclose(p);
-  return out;
-}
+using moeflow::testing::run_command;
 
 TEST(PerplexityCli, JsonOutputAndErrors) {
   const std::string model = testing::fixture_path("mixtral-f32.gguf");

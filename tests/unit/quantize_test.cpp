@@ -47,7 +47,9 @@ TEST(Quantize, Q8_0KeepsMetadataConvertsMatricesWithinErrorAndStillRuns) {
   // Metadata: every key copied, file type updated.
   for (const auto& [k, v] : a->metadata()) {
     ASSERT_TRUE(b->has(k)) << k;
-    if (k != "general.file_type") EXPECT_EQ(b->get(k).to_display(1000), v.to_display(1000)) << k;
+    if (k != "general.file_type") {
+      EXPECT_EQ(b->get(k).to_display(1000), v.to_display(1000)) << k;
+    }
   }
   EXPECT_EQ(b->get("general.file_type").as_int("t"), 7);
   ASSERT_EQ(a->tensors().size(), b->tensors().size());
@@ -112,9 +114,11 @@ TEST(Quantize, KeepsRowsThatAreNotWholeBlocks) {
   cli::quantize_model(in, out, DType::Q4_0);
   auto b = gguf::GgufFile::open(out);
   for (const auto& t : b->tensors()) {
-    if (t.dims.size() == 1) EXPECT_EQ(t.dtype, DType::F32) << t.name;
-    else if (t.name.find("ffn_gate_inp") == std::string::npos && t.dims[0] % 32 == 0)
+    if (t.dims.size() == 1) {
+      EXPECT_EQ(t.dtype, DType::F32) << t.name;
+    } else if (t.name.find("ffn_gate_inp") == std::string::npos && t.dims[0] % 32 == 0) {
       EXPECT_EQ(t.dtype, DType::Q4_0) << t.name;
+    }
   }
   EXPECT_NO_THROW(Model::load(out));
   std::remove(out.c_str());
@@ -128,16 +132,7 @@ TEST(Quantize, RejectsBadInputs) {
                InputError);
 }
 
-std::string run_command(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return out;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  *status = ::pclose(p);
-  return out;
-}
+using moeflow::testing::run_command;
 
 TEST(QuantizeCli, FlagsAndErrors) {
   const std::string bin = MOEFLOW_BINARY;

@@ -1,10 +1,12 @@
-// Paths shared by the unit tests: fixtures in the source tree, and scratch files that
-// stay apart when ctest runs tests in parallel processes.
+// What the unit tests share: fixtures in the source tree, scratch files that stay
+// apart when ctest runs tests in parallel processes, and running a shell command.
 #pragma once
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
+#include <cstdio>
 #include <string>
 
 namespace moeflow::testing {
@@ -14,6 +16,18 @@ inline std::string fixture_path(const std::string& f) { return std::string(MOEFL
 inline std::string scratch_path(const std::string& stem) {
   static std::atomic<int> n{0};
   return ::testing::TempDir() + "moeflow_" + stem + "_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
+}
+
+// Runs `cmd` with the shell, returns its stdout; *status gets pclose's status.
+inline std::string run_command(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return out;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  *status = ::pclose(p);
+  return out;
 }
 
 }  // namespace moeflow::testing

@@ -12,25 +12,39 @@ mkdir -p "$out"
 mixtral=$traces/mixtral-8x7b-instruct-v0.1-fp8_humaneval.jsonl
 flame=$traces/flame-moe-290m_pretrain-shard0.jsonl
 
+# DuoServe's predictor is trained once per learning split (train-predictor prints its
+# Table 3 accuracy on the measured split) and loaded by the sweeps, instead of being
+# retrained inside every simulated run.
+state=$(mktemp -d)
+trap 'rm -rf "$state"' EXIT
+sweep() {  # name trace learn measure [simulate flags...]
+  local name=$1 trace=$2 learn=$3 measure=$4
+  shift 4
+  mkdir -p "$out/$name"
+  "$moeflow" train-predictor --trace "$trace" --requests "$learn" --eval-requests "$measure" --out "$state/$name.duo" \
+    > "$out/$name/duoserve-predictor.txt"
+  "$moeflow" trace accuracy "$trace" --learn "$learn" --measure "$measure" > "$out/$name/emoe-predictor.txt"
+  "$moeflow" simulate --trace "$trace" --learn "$learn" --measure "$measure" --sweep --out-dir "$out/$name" \
+    --policy-state "duoserve=$state/$name.duo" "$@" > "$out/$name/run.txt"
+}
 # Mixtral: learn on HumanEval/0 and measure on HumanEval/1, and the reverse.
-"$moeflow" simulate --trace "$mixtral" --learn 0 --measure 1 --sweep --out-dir "$out/mixtral-learn0-measure1" \
-  > "$out/mixtral-learn0-measure1/run.txt"
-"$moeflow" simulate --trace "$mixtral" --learn 1 --measure 0 --sweep --out-dir "$out/mixtral-learn1-measure0" \
-  > "$out/mixtral-learn1-measure0/run.txt"
-# FLAME-MoE: learn on the first 70% of the windows, measure on the rest.
-"$moeflow" simulate --trace "$flame" --learn-fraction 0.7 --sweep --out-dir "$out/flame-70-30" > "$out/flame-70-30/run.txt"
+sweep mixtral-learn0-measure1 "$mixtral" 0 1
+sweep mixtral-learn1-measure0 "$mixtral" 1 0
+# FLAME-MoE: learn on the first 70% of the 32 windows, measure on the rest.
+sweep flame-70-30 "$flame" 0:22 22:32
 
 # TPOT for Mixtral-8x7B on PCIe 4.0 at 25% cache, every policy (reroute for eMoE).
 policies=$("$moeflow" simulate --help 2>&1 | sed -n 's/.*belady-prefetch, \(.*\) (default.*/\1/p' | tr -d ' ')
 "$moeflow" simulate --trace "$mixtral" --learn 0 --measure 1 --cache 25% --hw pcie4 \
-  --policy "belady,${policies}" > "$out/mixtral-tpot-pcie4-25.txt"
+  --policy "belady,${policies}" --policy-state "duoserve=$state/mixtral-learn0-measure1.duo" \
+  > "$out/mixtral-tpot-pcie4-25.txt"
 
-# Our own model's traces (tools/train/README.md), when present: learn on the first
-# 70% of the requests of every domain, measure on the rest.
+# Our own model's traces (tools/train/record_traces.sh): requests 0-55 are 7 windows of
+# every domain (learn), 56-79 three more of every domain (measure); experts stream
+# from an NVMe drive into RAM, the built-in model's own use case.
 own=models/traces/default-heldout.jsonl
 if [ -f "$own" ]; then
-  mkdir -p "$out/default-70-30"
-  "$moeflow" simulate --trace "$own" --model-profile moeflow-default --learn-fraction 0.7 --sweep \
-    --out-dir "$out/default-70-30" > "$out/default-70-30/run.txt"
+  sweep default-nvme "$own" 0:56 56:80 --hw nvme
+  "$moeflow" trace stats "$own" --by-task > "$out/default-nvme/trace-stats.txt"
 fi
 echo "wrote $out"
