@@ -86,7 +86,10 @@ int cmd_run(int argc, char** argv) {
                                   std::fflush(stdout);
                                 }
                               });
-  if (off.active()) off.source->end_request();
+  if (off.active()) {
+    off.source->end_request();
+    off.save_state(a);
+  }
   const std::string rest = detok.flush();
   text += rest;
   if (opt.record_logits) {

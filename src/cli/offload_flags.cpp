@@ -1,6 +1,9 @@
 #include "cli/offload_flags.h"
 
 #include <cstdio>
+#include <fstream>
+
+#include "format/error.h"
 
 #include "policy/policy_factory.h"
 
@@ -14,6 +17,7 @@ void add_offload_flags(Args& a) {
   a.flag("--on-miss", "load (lossless) or reroute (eMoE; lossy: tokens may differ)", true, "load");
   a.flag("--io-threads", "threads reading experts from the model file", true, "4");
   a.flag("--policy-state", "learned policy state to start from (see train-predictor)");
+  a.flag("--policy-state-out", "save the policy's learned state here after the run (e.g. MoE-Infinity's EAM collection)");
 }
 
 Offload make_offload(const Args& a, const Model& model) { return make_offload(a, model, a.str("--policy")); }
@@ -68,6 +72,20 @@ nlohmann::json Offload::counters_json() const {
           {"stall_seconds", c.stall_seconds},
           {"rerouted_slots", source->rerouted_slots()},
           {"direct_io", transport->direct_io()}};
+}
+
+void Offload::save_state(const Args& a) const {
+  if (!active() || !a.has("--policy-state-out")) return;
+  const std::string path = a.str("--policy-state-out");
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw InputError(tmp + ": cannot create policy state file");
+    policy->save(out);
+    if (!out.flush()) throw InputError(tmp + ": write failed");
+  }
+  // Replace atomically: a crash mid-write never loses the previous state.
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw InputError(path + ": cannot replace the policy state file");
 }
 
 std::string Offload::summary() const {

@@ -4,6 +4,7 @@
 //   --on-miss load|reroute    lossless fetch, or eMoE rerouting (lossy)
 //   --io-threads N            expert readers
 //   --policy-state FILE       learned policy state to start from
+//   --policy-state-out FILE   where to save it after the run (survives restarts)
 // and the objects they build, attached to a Transformer.
 #pragma once
 #include <memory>
@@ -34,6 +35,8 @@ struct Offload {
   bool active() const { return source != nullptr; }
   // Counters as the `cache` JSON object of run/bench.
   nlohmann::json counters_json() const;
+  // Writes the policy's learned state to --policy-state-out, if given.
+  void save_state(const Args& a) const;
   // One line for humans (stderr).
   std::string summary() const;
 };

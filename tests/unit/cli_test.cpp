@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <sys/wait.h>
@@ -78,6 +79,23 @@ TEST(Cli, RunJsonHasTokensTextTimingsAndCache) {
   for (const char* k : {"hits", "misses", "hit_rate", "bytes_read"}) EXPECT_TRUE(j["cache"].contains(k)) << k;
   const Result all = run("run -m " + kModel + " --prompt-tokens 1,2,3,4 -n 6 --temp 0 --ignore-eos --json");
   EXPECT_EQ(nlohmann::json::parse(all.out.substr(all.out.find('{')))["tokens"], j["tokens"]);
+}
+
+TEST(Cli, PolicyStateSurvivesARestart) {
+  const std::string state = moeflow::testing::scratch_path("eamc") + ".state";
+  const std::string common = "run -m " + kModel + " --prompt-tokens 1,2,3,4,5 -n 6 --temp 0 --ignore-eos --json "
+                             "--policy moe-infinity --expert-budget 50%";
+  const Result first = run(common + " --policy-state-out " + state);
+  ASSERT_EQ(first.code, 0) << first.out;
+  std::ifstream in(state, std::ios::binary);
+  const std::string saved((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_FALSE(saved.empty());
+  const Result second = run(common + " --policy-state " + state);
+  ASSERT_EQ(second.code, 0) << second.out;
+  const auto tokens = [](const Result& r) { return nlohmann::json::parse(r.out.substr(r.out.find('{')))["tokens"]; };
+  EXPECT_EQ(tokens(first), tokens(second));
+  expect_failure(common + " --policy-state " + kModel, "moe-infinity state");
+  std::remove(state.c_str());
 }
 
 TEST(Cli, RerouteIsLabelledLossy) {
