@@ -72,9 +72,17 @@ void Transformer::attention_block(int64_t l, int64_t n, std::vector<float>& x) {
   proj_.resize(static_cast<size_t>(n * D));
 
   rmsnorm_rows(x.data(), L.attn_norm, xn_.data(), n, D, c.rms_eps);
-  apply(L.wq, xn_.data(), n, q_.data(), pool_);
-  apply(L.wk, xn_.data(), n, k_.data(), pool_);
-  apply(L.wv, xn_.data(), n, v_.data(), pool_);
+  if (n == 1) {
+    // Decode: the three projections share one fork/join.
+    const cpu::MatvecJob qkv[3] = {{L.wq.dtype, L.wq.data, L.wq.rows, L.wq.cols, xn_.data(), q_.data()},
+                                   {L.wk.dtype, L.wk.data, L.wk.rows, L.wk.cols, xn_.data(), k_.data()},
+                                   {L.wv.dtype, L.wv.data, L.wv.rows, L.wv.cols, xn_.data(), v_.data()}};
+    cpu::matvec_batch(qkv, 3, pool_);
+  } else {
+    apply(L.wq, xn_.data(), n, q_.data(), pool_);
+    apply(L.wk, xn_.data(), n, k_.data(), pool_);
+    apply(L.wv, xn_.data(), n, v_.data(), pool_);
+  }
 
   for (int64_t t = 0; t < n; ++t) {
     float* qt = q_.data() + t * q_dim;

@@ -17,6 +17,22 @@ namespace moeflow::cpu {
 void matvec(DType wt, const void* W, int64_t rows, int64_t cols, const float* x, float* y,
             ThreadPool* pool);
 
+// One mat-vec of a batch: y[r] = sum_c W[r][c] * x[c].
+struct MatvecJob {
+  DType dtype;
+  const void* W;
+  int64_t rows, cols;
+  const float* x;
+  float* y;
+};
+
+// Runs independent mat-vecs as one parallel job. A decode step is a chain of small
+// products (q, k and v; the gate and up projections of every selected expert); one
+// fork/join for all of them instead of one each saves the synchronisation that
+// dominates on small models, and the threads' shares are balanced by bytes read over
+// the whole batch rather than per matrix.
+void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool);
+
 // Y[t][r] = sum_c W[r][c] * X[t][c] for t in [0, n_tok). X is [n_tok][cols],
 // Y is [n_tok][rows]. Blocked so each weight block is read once per group of tokens.
 void matmul(DType wt, const void* W, int64_t rows, int64_t cols, const float* X,
