@@ -62,7 +62,7 @@ bool spin_until(Pred pred, int64_t budget_ns) {
     if (el >= budget_ns) return pred();
     // Past the first few microseconds, let a runnable thread (maybe the one we wait
     // for, when cores are shared) have the core; yield is cheap when none is waiting.
-    if (el >= 400000) std::this_thread::yield();
+    if (el >= 4'000) std::this_thread::yield();
   }
 }
 
