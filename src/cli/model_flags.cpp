@@ -20,6 +20,8 @@ void add_model_flags(Args& a) {
   a.flag("-m,--model", "GGUF model file (default: the built-in model)");
   a.flag("-t,--threads", "worker threads", true, std::to_string(std::max(1u, std::thread::hardware_concurrency())));
   a.flag("-c,--ctx-size", "context size in tokens (0: the model's, at most 4096)", true, "0");
+  a.flag("--mmap", "compute from the file mapping instead of copying the weights into memory first "
+                   "(starts faster; decode reads page-cache pages, measured ~40% slower)", false);
 }
 
 std::string default_model_path() {
@@ -39,6 +41,9 @@ LoadedModel load_model_from_flags(const Args& a) {
                        "(or set MOEFLOW_DEFAULT_MODEL)");
   }
   m.model = Model::load(path);
+  // Weights the forward pass reads go to anonymous memory (Model::make_resident says
+  // why); under --expert-budget only the dense ones, experts stream from the file.
+  if (!a.has("--mmap")) m.model->make_resident(!a.has("--expert-budget"));
   m.tokenizer = std::make_unique<Tokenizer>(tokenizer_data_from_gguf(m.model->file()));
   if (static_cast<int64_t>(m.tokenizer->vocab_size()) != m.model->config().n_vocab)
     throw InputError(path + ": tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +

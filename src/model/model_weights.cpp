@@ -1,5 +1,10 @@
 #include "model/model_weights.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
 #include <string>
 
 #include "format/error.h"
@@ -95,6 +100,67 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   for (const auto& t : f.tensors()) total += t.nbytes;
   w.dense_bytes = total - w.expert_bytes;
   return m;
+}
+
+Model::AnonRegion::~AnonRegion() {
+  if (p) munmap(p, n);
+}
+
+void Model::make_resident(bool include_experts) {
+  if (resident_) return;
+  // Every distinct byte range the forward pass reads (output may alias tok_embd).
+  struct Range {
+    const uint8_t* src;
+    size_t bytes;
+    std::vector<const uint8_t**> refs;  // pointers to rebind
+  };
+  std::vector<Range> ranges;
+  auto add = [&](const uint8_t*& data, size_t bytes) {
+    for (Range& r : ranges)
+      if (r.src == data) {
+        r.refs.push_back(&data);
+        return;
+      }
+    ranges.push_back({data, bytes, {&data}});
+  };
+  ModelWeights& w = weights_;
+  add(w.tok_embd.data, w.tok_embd.bytes());
+  add(w.output.data, w.output.bytes());
+  for (LayerWeights& L : w.layers) {
+    for (MatrixRef* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate_inp}) add(m->data, m->bytes());
+    if (include_experts)
+      for (StackedExperts* e : {&L.gate_exps, &L.up_exps, &L.down_exps})
+        add(e->first.data, e->first.bytes() * static_cast<size_t>(e->n_expert));
+  }
+  constexpr size_t kAlign = 64;
+  size_t total = 0;
+  for (const Range& r : ranges) total += (r.bytes + kAlign - 1) / kAlign * kAlign;
+  if (total == 0) return;
+  auto region = std::make_unique<AnonRegion>();
+  region->p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (region->p == MAP_FAILED) {
+    region->p = nullptr;
+    throw InputError(file_->path() + ": cannot allocate " + std::to_string(total >> 20) +
+                     " MiB to hold the weights in memory (use --mmap to read them from the file mapping)");
+  }
+  region->n = total;
+#ifdef MADV_HUGEPAGE
+  madvise(region->p, total, MADV_HUGEPAGE);  // advice only: fine if refused
+#endif
+  const long page = sysconf(_SC_PAGESIZE);
+  auto* dst = static_cast<uint8_t*>(region->p);
+  for (Range& r : ranges) {
+    std::memcpy(dst, r.src, r.bytes);
+    // Drop the mapping's pages of this tensor (whole pages inside it only): they
+    // would otherwise stay in this process's resident set next to the copy.
+    const auto lo = (reinterpret_cast<uintptr_t>(r.src) + page - 1) / page * page;
+    const auto hi = (reinterpret_cast<uintptr_t>(r.src) + r.bytes) / page * page;
+    if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+    for (const uint8_t** ref : r.refs) *ref = dst;
+    dst += (r.bytes + kAlign - 1) / kAlign * kAlign;
+  }
+  resident_bytes_ = total;
+  resident_ = std::move(region);
 }
 
 }  // namespace moeflow

@@ -53,12 +53,28 @@ class Model {
  public:
   // Opens, validates and binds; throws InputError naming the file and tensor.
   static std::unique_ptr<Model> load(const std::string& path);
+  // Copies the weights out of the file mapping into anonymous memory asking for huge
+  // pages, and rebinds them there; with include_experts false only the dense tensors
+  // move (offloading reads experts from the file itself). Why: the same q8_0 mat-vec
+  // measured 26 GB/s reading the page cache's scattered 4 KiB pages against 44 GB/s
+  // from anonymous memory (one thread, 2-vCPU EPYC): the hardware prefetcher stops
+  // at every 4 KiB page boundary. The file pages are released as each tensor is
+  // copied, so the peak is one copy plus one tensor.
+  void make_resident(bool include_experts);
+  uint64_t resident_bytes() const { return resident_bytes_; }
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   const gguf::GgufFile& file() const { return *file_; }
 
  private:
   std::unique_ptr<gguf::GgufFile> file_;
+  struct AnonRegion {
+    void* p = nullptr;
+    size_t n = 0;
+    ~AnonRegion();
+  };
+  std::unique_ptr<AnonRegion> resident_;
+  uint64_t resident_bytes_ = 0;
   ModelConfig config_;
   ModelWeights weights_;
 };
