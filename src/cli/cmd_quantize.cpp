@@ -1,4 +1,6 @@
 // moeflow quantize: rewrite a GGUF model's weight tensors in another element type.
+#include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
@@ -30,8 +32,37 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
+std::pair<std::string, gguf::Value> parse_override_kv(const std::string& spec) {
+  const size_t eq = spec.find('='), colon = spec.find(':', eq == std::string::npos ? 0 : eq);
+  if (eq == std::string::npos || eq == 0 || colon == std::string::npos)
+    throw UsageError("--override-kv '" + spec + "': expected KEY=TYPE:VALUE, e.g. tokenizer.ggml.pre=str:gpt-2");
+  const std::string key = spec.substr(0, eq), type = spec.substr(eq + 1, colon - eq - 1), val = spec.substr(colon + 1);
+  try {
+    size_t used = 0;
+    if (type == "str") return {key, gguf::Value::make_string(val)};
+    if (type == "bool") {
+      if (val != "true" && val != "false") throw std::invalid_argument("bool");
+      return {key, gguf::Value::make_bool(val == "true")};
+    }
+    if (type == "int") {
+      const long long v = std::stoll(val, &used);
+      if (used != val.size() || v < INT32_MIN || v > INT32_MAX) throw std::invalid_argument("int");
+      return {key, gguf::Value::make_i32(static_cast<int32_t>(v))};
+    }
+    if (type == "float") {
+      const float v = std::stof(val, &used);
+      if (used != val.size()) throw std::invalid_argument("float");
+      return {key, gguf::Value::make_f32(v)};
+    }
+  } catch (const std::exception&) {
+    throw UsageError("--override-kv '" + spec + "': '" + val + "' is not a valid " + type + " value");
+  }
+  throw UsageError("--override-kv '" + spec + "': unknown type '" + type + "' (expected str, int, float or bool)");
+}
+
 QuantizeStats quantize_model(const std::string& in, const std::string& out, DType type,
-                             const std::function<void(const std::string&)>& log) {
+                             const std::function<void(const std::string&)>& log,
+                             const std::vector<std::pair<std::string, gguf::Value>>& overrides) {
   std::error_code ec;
   if (std::filesystem::exists(out, ec) && std::filesystem::equivalent(in, out, ec))
     throw InputError("quantize: input and output are the same file '" + out + "'");
@@ -43,6 +74,7 @@ QuantizeStats quantize_model(const std::string& in, const std::string& out, DTyp
   }
   if (f->alignment() != 32) w.set("general.alignment", gguf::Value::make_u32(static_cast<uint32_t>(f->alignment())));
   w.set("general.file_type", gguf::Value::make_u32(ftype_of(type)));
+  for (const auto& [key, value] : overrides) w.set(key, value);
   QuantizeStats st;
   const int64_t block = dtype_info(type).block_size;
   std::vector<float> row;
@@ -85,6 +117,8 @@ int cmd_quantize(int argc, char** argv) {
   a.flag("-o,--output", "GGUF model to write (required; not the input)");
   a.flag("--type", "element type of the weight matrices: q8_0, q4_0, f16, bf16 or f32 (required)");
   a.flag("-v,--verbose", "print what happens to every tensor", false);
+  a.flag("--override-kv", "set a metadata key in the output: KEY=TYPE:VALUE, TYPE str|int|float|bool "
+                          "(comma-separate several)");
   a.parse(argc, argv, 2);
   if (!a.has("--input") || !a.has("--output") || !a.has("--type"))
     throw UsageError("moeflow quantize: -i/--input, -o/--output and --type are required\n" + a.help());
@@ -93,9 +127,21 @@ int cmd_quantize(int argc, char** argv) {
     throw UsageError("moeflow quantize: --type: unknown type '" + a.str("--type") +
                      "' (expected q8_0, q4_0, f16, bf16 or f32)");
   const bool verbose = a.has("--verbose");
-  const QuantizeStats st = quantize_model(a.str("--input"), a.str("--output"), type, [&](const std::string& m) {
-    if (verbose) std::fprintf(stderr, "%s\n", m.c_str());
-  });
+  std::vector<std::pair<std::string, gguf::Value>> overrides;
+  if (a.has("--override-kv")) {
+    const std::string all = a.str("--override-kv");
+    for (size_t b = 0; b <= all.size();) {
+      const size_t e = std::min(all.find(',', b), all.size());
+      overrides.push_back(parse_override_kv(all.substr(b, e - b)));
+      b = e + 1;
+    }
+  }
+  const QuantizeStats st = quantize_model(
+      a.str("--input"), a.str("--output"), type,
+      [&](const std::string& m) {
+        if (verbose) std::fprintf(stderr, "%s\n", m.c_str());
+      },
+      overrides);
   std::printf("wrote %s: %lld of %lld tensors as %s, %.2f MiB -> %.2f MiB\n", a.str("--output").c_str(),
               static_cast<long long>(st.n_converted), static_cast<long long>(st.n_tensors), dtype_name(type),
               st.bytes_in / 1048576.0, st.bytes_out / 1048576.0);

@@ -1,6 +1,8 @@
 // Perplexity of a model over a token stream (`moeflow perplexity`) and GGUF
 // requantisation (`moeflow quantize`), as library functions so tests can call them.
 #pragma once
+#include "format/gguf.h"
+#include <utility>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -48,7 +50,14 @@ struct QuantizeStats {
 // tensors (norms), router weights (ffn_gate_inp, as llama.cpp does), and tensors
 // whose row length is not a multiple of the target block size. Throws InputError on
 // a bad input file or when in and out are the same file.
+// `overrides` replace (or add) metadata keys after the copy, e.g. to fix a key a
+// converter wrote wrongly without touching a tensor.
 QuantizeStats quantize_model(const std::string& in, const std::string& out, DType type,
-                             const std::function<void(const std::string&)>& log = {});
+                             const std::function<void(const std::string&)>& log = {},
+                             const std::vector<std::pair<std::string, gguf::Value>>& overrides = {});
+
+// Parses llama.cpp's --override-kv syntax KEY=TYPE:VALUE, TYPE one of str, int
+// (i32), float (f32), bool (true/false). Throws UsageError naming what is wrong.
+std::pair<std::string, gguf::Value> parse_override_kv(const std::string& spec);
 
 }  // namespace moeflow::cli

@@ -1,5 +1,6 @@
 // TokenizerData from GGUF metadata (tokenizer.ggml.*), with llama.cpp's defaults.
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "engine/tokenizer.h"
@@ -33,6 +34,13 @@ TokenizerData tokenizer_data_from_gguf(const gguf::GgufFile& f) {
     throw InputError("unsupported tokenizer model '" + d.model + "' (key " + kModel + ")");
   }
   if (const gguf::Value* v = f.find(kPre)) d.pre = v->as_string(kPre);
+  // Byte-level BPE files name their pre-tokenisation regex here (llama3, qwen2, ...);
+  // only GPT-2's is implemented. Say so rather than silently produce other ids.
+  if (d.model == "gpt2" && !d.pre.empty() && d.pre != "gpt-2" && d.pre != "gpt2" && d.pre != "default")
+    std::fprintf(stderr,
+                 "moeflow: warning: %s: %s '%s' is not implemented; text is split with GPT-2's rule, so token "
+                 "ids may differ from the model's own tokenizer (--prompt-tokens gives exact ids)\n",
+                 f.path().c_str(), kPre, d.pre.c_str());
 
   const auto& toks = f.get(kTokens).as_array(kTokens);
   d.tokens.reserve(toks.size());

@@ -115,7 +115,7 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
     types.push_back(Value::make_i32(1));
   }
   w.set("tokenizer.ggml.model", Value::make_string("gpt2"));
-  w.set("tokenizer.ggml.pre", Value::make_string("default"));
+  w.set("tokenizer.ggml.pre", Value::make_string("gpt-2"));  // GPT-2 pre-split, which our tokenizer does (llama.cpp reads the key)
   w.set("tokenizer.ggml.tokens", Value::make_array(ValueType::STRING, tokens));
   w.set("tokenizer.ggml.token_type", Value::make_array(ValueType::INT32, types));
   w.set("tokenizer.ggml.merges", Value::make_array(ValueType::STRING, merges));

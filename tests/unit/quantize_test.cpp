@@ -3,6 +3,8 @@
 // to the original.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/args.h"
 #include "cli/perplexity.h"
 #include "engine/transformer.h"
 #include "format/error.h"
@@ -122,6 +125,29 @@ TEST(Quantize, KeepsRowsThatAreNotWholeBlocks) {
   }
   EXPECT_NO_THROW(Model::load(out));
   std::remove(out.c_str());
+}
+
+TEST(Quantize, OverrideKvSetsMetadataAndKeepsTensorsByteForByte) {
+  // Same type in and out: every tensor is copied as it is; only the keys change.
+  const std::string in = testing::fixture_path("qwen3moe-q8_0.gguf");
+  const std::string out = testing::scratch_path("okv") + ".gguf";
+  cli::quantize_model(in, out, DType::Q8_0, {},
+                      {cli::parse_override_kv("tokenizer.ggml.pre=str:gpt-2"),
+                       cli::parse_override_kv("moeflow.test.n=int:-7"), cli::parse_override_kv("moeflow.test.b=bool:true"),
+                       cli::parse_override_kv("moeflow.test.f=float:0.5")});
+  auto a = gguf::GgufFile::open(in), b = gguf::GgufFile::open(out);
+  EXPECT_EQ(b->find("tokenizer.ggml.pre")->as_string("pre"), "gpt-2");
+  EXPECT_EQ(b->find("moeflow.test.n")->type, gguf::ValueType::INT32);
+  ASSERT_EQ(a->tensors().size(), b->tensors().size());
+  for (size_t i = 0; i < a->tensors().size(); ++i) {
+    const auto &ta = a->tensors()[i], &tb = b->tensors()[i];
+    ASSERT_EQ(ta.nbytes, tb.nbytes) << ta.name;
+    EXPECT_EQ(std::memcmp(ta.data, tb.data, ta.nbytes), 0) << ta.name;
+  }
+  std::remove(out.c_str());
+  for (const char* bad : {"novalue", "=str:x", "k=str", "k=int:1.5", "k=int:99999999999", "k=bool:yes",
+                          "k=float:abc", "k=u8:1"})
+    EXPECT_THROW(cli::parse_override_kv(bad), cli::UsageError) << bad;
 }
 
 TEST(Quantize, RejectsBadInputs) {

@@ -112,7 +112,7 @@ def main():
         (p + "vocab_size", U32, c["n_vocab"]),
         ("general.file_type", U32, 0),
         ("tokenizer.ggml.model", STRING, "gpt2"),
-        ("tokenizer.ggml.pre", STRING, "default"),
+        ("tokenizer.ggml.pre", STRING, "gpt-2"),  # llama.cpp: GPT-2 pre-split, as we train and tokenize
         ("tokenizer.ggml.tokens", ARRAY, (STRING, tok.tokens)),
         ("tokenizer.ggml.token_type", ARRAY, (I32, [3 if i == tok.eot else 1 for i in range(len(tok.tokens))])),
         ("tokenizer.ggml.merges", ARRAY, (STRING, [a + " " + b for a, b in tok.merges])),
