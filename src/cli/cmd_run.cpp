@@ -26,7 +26,8 @@ int cmd_run(int argc, char** argv) {
   a.flag("--logits-out", "write the logits of every position to this file (format: tools/reference/README.md)");
   a.flag("--json", "print one JSON object instead of streaming text", false);
   a.flag("--trace", "record every layer's routing to this .jsonl file (DESIGN.md interchange format)");
-  a.flag("--task", "task label written into the trace and given to task-aware policies");
+  a.flag("--task", "task label written into the trace and given to task-aware policies (default: detected from the "
+                   "prompt's keywords, see --tasks)");
   add_offload_flags(a);
   a.parse(argc, argv, 2);
   if (a.has("--prompt") && a.has("--prompt-tokens"))
@@ -35,11 +36,12 @@ int cmd_run(int argc, char** argv) {
   LoadedModel lm = load_model_from_flags(a);
   const Tokenizer& tok = *lm.tokenizer;
   std::vector<int32_t> prompt;
+  std::string prompt_text;
   if (a.has("--prompt-tokens")) {
     prompt = parse_int_list("--prompt-tokens", a.str("--prompt-tokens"));
   } else {
-    const std::string text = a.has("--prompt") ? a.str("--prompt") : std::string("Once upon a time");
-    prompt = tok.encode(text, tok.add_bos_default());
+    prompt_text = a.has("--prompt") ? a.str("--prompt") : std::string("Once upon a time");
+    prompt = tok.encode(prompt_text, tok.add_bos_default());
   }
   if (prompt.empty()) throw UsageError("moeflow run: the prompt encodes to no tokens");
 
@@ -57,8 +59,17 @@ int cmd_run(int argc, char** argv) {
   if (need > lm.n_ctx && !a.has("--ctx-size")) lm.n_ctx = need;
 
   Transformer tf(*lm.model, lm.pool.get(), lm.n_ctx);
-  Offload off = make_offload(a, *lm.model);
-  const std::string task = a.str("--task");
+  // eMoE §3.2.1: an unlabelled prompt gets the task whose keywords it matches most.
+  // The trace keeps only a label the user gave: traces are the ground truth that
+  // profiles and simulations learn from, a keyword guess is not.
+  const std::vector<TaskProfile> profiles = task_profiles_from_flags(a);
+  std::string task = a.str("--task");
+  const char* task_source = task.empty() ? "none" : "flag";
+  if (task.empty() && !profiles.empty()) {
+    task = classify_task(prompt_text.empty() ? tok.decode(prompt) : prompt_text, profiles);
+    if (!task.empty()) task_source = "keywords";
+  }
+  Offload off = make_offload(a, *lm.model, &tok);
   if (off.active()) {
     if (off.lossy)
       std::fprintf(stderr, "note: --on-miss reroute is lossy: tokens whose expert is not resident use another one\n");
@@ -68,7 +79,7 @@ int cmd_run(int argc, char** argv) {
   std::unique_ptr<TraceRecorder> trace;
   if (a.has("--trace")) {
     trace = std::make_unique<TraceRecorder>(a.str("--trace"), model_name(*lm.model));
-    trace->begin_request(0, task);
+    trace->begin_request(0, a.str("--task"));
     tf.add_listener(trace.get());
   }
   StreamingDetokenizer detok(tok);
@@ -103,6 +114,8 @@ int cmd_run(int argc, char** argv) {
     j["model"] = lm.model->file().path();
     j["prompt_tokens"] = prompt;
     j["tokens"] = r.generated;
+    j["task"] = task;
+    j["task_source"] = task_source;
     j["text"] = text;
     j["timings"] = {{"prompt_seconds", r.prompt_seconds}, {"generation_seconds", r.gen_seconds},
                     {"prompt_tokens_per_second", pp}, {"generation_tokens_per_second", tg}};
@@ -117,7 +130,7 @@ int cmd_run(int argc, char** argv) {
     std::printf("\n");
     std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tokens/s | generation: %zu tokens, %.1f tokens/s\n", prompt.size(),
                  pp, r.generated.size(), tg);
-    if (off.active()) std::fprintf(stderr, "%s\n", off.summary().c_str());
+    if (off.active()) std::fprintf(stderr, "%s | task: %s (%s)\n", off.summary().c_str(), task.empty() ? "-" : task.c_str(), task_source);
   }
   return 0;
 }

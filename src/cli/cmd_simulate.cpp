@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "experts/expert_cache.h"
 #include "format/error.h"
+#include "policy/emoe.h"
 #include "policy/policy_factory.h"
 #include "sim/simulator.h"
 #include "sim/sweep_report.h"
@@ -34,6 +35,27 @@ double parse_cache(const std::string& s, uint64_t total, uint64_t* bytes) {
   return static_cast<double>(*bytes) / static_cast<double>(total);
 }
 
+double rerouted_fraction(const SimResult& r) {
+  return r.scored_slots ? static_cast<double>(r.rerouted_slots) / static_cast<double>(r.scored_slots) : 0;
+}
+
+// "NAME+reroute" runs NAME with --on-miss reroute (eMoE as the paper runs it: lossy),
+// so one table can hold a policy both ways.
+constexpr const char* kRerouteSuffix = "+reroute";
+
+std::pair<std::string, bool> split_reroute(const std::string& p) {
+  const std::string suf = kRerouteSuffix;
+  if (p.size() > suf.size() && p.compare(p.size() - suf.size(), suf.size(), suf) == 0) return {p.substr(0, p.size() - suf.size()), true};
+  return {p, false};
+}
+
+std::string lossy_note(const SimResult& r) {
+  if (!r.rerouted_slots) return "";
+  char b[64];
+  std::snprintf(b, sizeof b, " lossy: %.1f%% of slots rerouted", 100 * rerouted_fraction(r));
+  return b;
+}
+
 nlohmann::json result_json(const SimResult& r) {
   return {{"policy", r.policy},
           {"cache_fraction", r.cache_fraction},
@@ -54,6 +76,7 @@ nlohmann::json result_json(const SimResult& r) {
           {"prefetch_hits", r.counters.prefetch_hits},
           {"wasted_prefetches", r.counters.wasted_prefetches},
           {"rerouted_slots", r.rerouted_slots},
+          {"rerouted_fraction", rerouted_fraction(r)},
           {"lossy", r.rerouted_slots > 0},
           {"scored_requests", r.scored_requests},
           {"scored_decode_tokens", r.scored_decode_tokens},
@@ -67,7 +90,7 @@ int cmd_simulate(int argc, char** argv) {
   a.flag("--trace", "routing trace (.jsonl, DESIGN.md interchange format)");
   std::string names = "belady (bound), belady-min, belady-prefetch";
   for (const std::string& n : policy_names()) names += ", " + n;
-  a.flag("--policy", "policy (or comma-separated list): " + names, true, "lru");
+  a.flag("--policy", "policy (or comma-separated list; NAME+reroute runs NAME with --on-miss reroute): " + names, true, "lru");
   a.flag("--cache", "fast-tier size: share of all experts (25%) or bytes (40GiB)", true, "25%");
   a.flag("--hw", "hardware profile name or .json file (profiles/hw: pcie4, pcie5, nvme)", true, "pcie4");
   a.flag("--model-profile", "model profile name or .json file (profiles/models; default: from the trace)");
@@ -77,13 +100,22 @@ int cmd_simulate(int argc, char** argv) {
   a.flag("--score-prefill", "count prefill accesses in the hit rate (default: decode only)", false);
   a.flag("--on-miss", "load (lossless) or reroute (eMoE, lossy)", true, "load");
   a.flag("--policy-state", "learned state to load first: FILE (one policy) or NAME=FILE[,NAME=FILE] (per policy)");
-  a.flag("--sweep", "every policy over cache sizes 12.5/25/50/75% (Markdown, CSV and SVG)", false);
+  a.flag("--tasks", "eMoE task profiles: keywords, per-layer sensitivity (default: profiles/tasks.json)");
+  a.flag("--emoe-variant", "eMoE expert predictor: all-layer or layer-by-layer", true, "all-layer");
+  a.flag("--emoe-top-l", "eMoE: experts held per layer (0: derived from --cache, weighted by sensitivity)", true, "0");
+  a.flag("--sweep", "every policy (or those of --policy) over cache sizes 12.5/25/50/75% (Markdown, CSV and SVG)", false);
   a.flag("--out-dir", "where --sweep writes sweep.md, sweep.csv, sweep.svg", true, ".");
   a.flag("--json", "print one JSON object", false);
   a.parse(argc, argv, 2);
   if (!a.has("--trace")) throw UsageError("moeflow simulate: --trace FILE is required\n" + a.help());
   if (a.str("--on-miss") != "load" && a.str("--on-miss") != "reroute")
     throw UsageError("--on-miss '" + a.str("--on-miss") + "': expected load or reroute");
+  try {
+    parse_emoe_variant(a.str("--emoe-variant"));
+  } catch (const InputError&) {
+    throw UsageError("--emoe-variant '" + a.str("--emoe-variant") + "': expected all-layer or layer-by-layer");
+  }
+  if (a.has("--tasks")) load_task_profiles(a.str("--tasks"));  // a bad file is named before the replay
 
   const Trace full = load_trace(a.str("--trace"));
   if (full.requests.empty()) throw InputError(full.path + ": the trace holds no requests");
@@ -108,6 +140,9 @@ int cmd_simulate(int argc, char** argv) {
   if (opt.warmup_requests >= trace.requests.size()) throw UsageError("no requests left to measure after --learn");
   opt.score_prefill = a.has("--score-prefill");
   opt.reroute = a.str("--on-miss") == "reroute";
+  if (a.has("--tasks")) opt.tasks_path = a.str("--tasks");
+  opt.emoe_variant = a.str("--emoe-variant");
+  opt.emoe_top_l = static_cast<int32_t>(a.integer("--emoe-top-l", 0, 1 << 20));
   // Policy states: "FILE" for a single policy, or "name=FILE,..." per policy.
   std::map<std::string, std::string> states;
   if (a.has("--policy-state")) {
@@ -128,7 +163,7 @@ int cmd_simulate(int argc, char** argv) {
   const ExpertGeometry g = sim_geometry(trace, model);
 
   std::vector<std::string> policies;
-  if (a.has("--sweep")) {
+  if (a.has("--sweep") && !a.has("--policy")) {
     policies = policy_names();
     policies.push_back("belady");
   } else {
@@ -151,14 +186,17 @@ int cmd_simulate(int argc, char** argv) {
   table.policies = policies;
   for (const std::string& p : policies) {
     table.cell.emplace_back();
+    const auto [base, reroute] = split_reroute(p);
     for (double f : fractions) {
       SimOptions o = opt;
-      o.policy = p;
-      if (auto it = states.find(p); it != states.end()) o.policy_state = it->second;
+      o.policy = base;
+      o.reroute = opt.reroute || reroute;
+      if (auto it = states.find(base); it != states.end()) o.policy_state = it->second;
       else if (auto all = states.find("*"); all != states.end() && policies.size() == 1) o.policy_state = all->second;
       o.cache_fraction = f;
       o.cache_bytes = cache_bytes;
       table.cell.back().push_back(simulate(trace, model, hw, o));
+      table.cell.back().back().policy = p;
     }
   }
 
@@ -200,7 +238,7 @@ int cmd_simulate(int argc, char** argv) {
       std::printf("| %-12s | %5.1f%% | %7.1f%% | %7.1f%% | %11.1f%% | %8.3f | %8.2f | %8.2f | %8.2f |%s\n", r.policy.c_str(),
                   100 * r.cache_fraction, 100 * r.hit_rate, 100 * r.coverage, 100 * r.prefetch_accuracy, r.stall_seconds,
                   1e3 * r.ttft_seconds, 1e3 * r.tpot_seconds, static_cast<double>(r.bytes_moved) / 1e9,
-                  r.rerouted_slots ? " lossy (rerouted)" : "");
+                  lossy_note(r).c_str());
   if (a.has("--sweep")) std::printf("wrote sweep.md, sweep.csv, sweep.svg to %s\n", a.str("--out-dir").c_str());
   return 0;
 }

@@ -1,5 +1,6 @@
 // `moeflow trace stats FILE [--json]`: what a routing trace says about expert use.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include "engine/transformer.h"
 #include "format/error.h"
 #include "policy/emoe.h"
+#include "policy/emoe_sensitivity.h"
 #include "sim/trace_stats.h"
 
 namespace moeflow::cli {
@@ -180,6 +182,59 @@ int trace_accuracy(int argc, char** argv) {
   return 0;
 }
 
+// eMoE's per-(task, layer) sensitivity (emoe_sensitivity.h) from a labelled trace,
+// written into a task profile file next to the keywords it keeps from --tasks.
+int trace_sensitivity(int argc, char** argv) {
+  Args a("trace sensitivity");
+  a.positional("FILE", "routing trace (.jsonl) whose requests carry task labels");
+  a.flag("--requests", "requests to measure (range a:b; e.g. the learning split only)", true, ":");
+  a.flag("--tasks", "task profiles whose keywords to keep (default: profiles/tasks.json)");
+  a.flag("--out", "write the profiles with the sensitivity table here (may be the --tasks file)");
+  a.flag("--insensitive-below", "also mark layers under this sensitivity insensitive (s = 0; the paper's binary s)", true, "0");
+  a.flag("--json", "print one JSON object", false);
+  a.parse(argc, argv, 3);
+  if (a.positionals().empty()) throw UsageError("moeflow trace sensitivity: give a trace file\n" + a.help());
+  const Trace t = load_trace(a.positionals()[0]);
+  const auto range = parse_request_range("--requests", a.str("--requests"), t.requests.size());
+  if (range.first >= range.second) throw UsageError("--requests selects no requests");
+  const double below = a.number("--insensitive-below", 0, 1);
+  const SensitivityTable s = routing_sensitivity(slice_requests(t, range.first, range.second));
+  if (s.by_task.empty()) throw InputError(t.path + ": no request in the range carries a task label");
+  const std::string tasks_path = a.has("--tasks") ? a.str("--tasks") : default_task_profiles_path();
+  std::vector<TaskProfile> profiles;
+  if (a.has("--tasks") || std::filesystem::exists(tasks_path)) profiles = load_task_profiles(tasks_path);
+  merge_sensitivity(profiles, s, below);
+  const nlohmann::ordered_json source = {{"trace", t.path},
+                                         {"model", t.model},
+                                         {"requests", std::to_string(range.first) + ":" + std::to_string(range.second)},
+                                         {"method", s.method},
+                                         {"layers", s.n_layer}};
+  if (a.has("--out"))
+    save_task_profiles(a.str("--out"), profiles,
+                       "eMoE task types (emoe.txt §3.2.1): keywords matched case-insensitively in the prompt, the most "
+                       "matches wins. sensitivity: s of Eq. 2 per layer, in [0, 1], written by `moeflow trace "
+                       "sensitivity` (" + s.method + ", see src/policy/emoe_sensitivity.h) for " + t.model +
+                           "; insensitive_layers: s = 0 there.",
+                       source.dump());
+  if (a.has("--json")) {
+    nlohmann::json j = {{"source", source}, {"sensitivity", s.by_task}, {"tokens", s.tokens}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("%s: %s, requests [%zu, %zu); sensitivity by %s%s\n  task          rows ", t.path.c_str(), t.model.c_str(),
+              range.first, range.second, s.method.c_str(),
+              s.unlabelled_requests ? (", " + std::to_string(s.unlabelled_requests) + " unlabelled requests skipped").c_str() : "");
+  for (int32_t l = 0; l < s.n_layer && l < 64; ++l) std::printf(" L%-4d", l);
+  std::printf("\n");
+  for (const auto& [task, row] : s.by_task) {
+    std::printf("  %-12s %5lld ", task.c_str(), static_cast<long long>(s.tokens.at(task)));
+    for (size_t l = 0; l < row.size() && l < 64; ++l) std::printf(" %.3f", row[l]);
+    std::printf("\n");
+  }
+  if (a.has("--out")) std::printf("wrote %s\n", a.str("--out").c_str());
+  return 0;
+}
+
 }  // namespace
 
 int cmd_trace(int argc, char** argv) {
@@ -187,10 +242,12 @@ int cmd_trace(int argc, char** argv) {
   if (sub == "stats") return trace_stats(argc, argv);
   if (sub == "record") return trace_record(argc, argv);
   if (sub == "accuracy") return trace_accuracy(argc, argv);
+  if (sub == "sensitivity") return trace_sensitivity(argc, argv);
   throw UsageError(
       "moeflow trace: expected a subcommand:\n  moeflow trace stats FILE [--json] [--by-task]\n"
       "  moeflow trace record -m MODEL -f TEXT -o OUT [--task T] [--windows N] [--prefill 16] [--decode 48]\n"
-      "  moeflow trace accuracy FILE [--learn 0:1] [--measure 1:] (eMoE predictor accuracy)");
+      "  moeflow trace accuracy FILE [--learn 0:1] [--measure 1:] (eMoE predictor accuracy)\n"
+      "  moeflow trace sensitivity FILE [--requests a:b] [--tasks IN] [--out FILE] (eMoE per-(task, layer) sensitivity)");
 }
 
 }  // namespace moeflow::cli

@@ -1,8 +1,10 @@
 #include "cli/offload_flags.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
+#include "engine/tokenizer.h"
 #include "format/error.h"
 
 #include "policy/policy_factory.h"
@@ -18,11 +20,38 @@ void add_offload_flags(Args& a) {
   a.flag("--io-threads", "threads reading experts from the model file", true, "4");
   a.flag("--policy-state", "learned policy state to start from (see train-predictor)");
   a.flag("--policy-state-out", "save the policy's learned state here after the run (e.g. MoE-Infinity's EAM collection)");
+  a.flag("--tasks", "eMoE task profiles: keywords for task detection, per-layer sensitivity (default: profiles/tasks.json)");
+  a.flag("--emoe-variant", "eMoE expert predictor: all-layer (from the previous prompt) or layer-by-layer", true, "all-layer");
+  a.flag("--emoe-top-l", "eMoE: experts held per layer (0: derived from --expert-budget, weighted by sensitivity)", true, "0");
 }
 
-Offload make_offload(const Args& a, const Model& model) { return make_offload(a, model, a.str("--policy")); }
+namespace {
 
-Offload make_offload(const Args& a, const Model& model, const std::string& policy) {
+void check_emoe_flags(const Args& a) {
+  try {
+    parse_emoe_variant(a.str("--emoe-variant"));
+  } catch (const InputError&) {
+    throw UsageError("--emoe-variant '" + a.str("--emoe-variant") + "': expected all-layer or layer-by-layer");
+  }
+  a.integer("--emoe-top-l", 0, 1 << 20);
+  if (a.has("--tasks")) load_task_profiles(a.str("--tasks"));  // names the file and field at fault
+}
+
+}  // namespace
+
+std::vector<TaskProfile> task_profiles_from_flags(const Args& a) {
+  check_emoe_flags(a);
+  if (a.has("--tasks")) return load_task_profiles(a.str("--tasks"));
+  const std::string path = default_task_profiles_path();
+  return std::filesystem::exists(path) ? load_task_profiles(path) : std::vector<TaskProfile>{};
+}
+
+Offload make_offload(const Args& a, const Model& model, const Tokenizer* tok) {
+  return make_offload(a, model, a.str("--policy"), tok);
+}
+
+Offload make_offload(const Args& a, const Model& model, const std::string& policy, const Tokenizer* tok) {
+  check_emoe_flags(a);  // refused before any work, whatever the policy
   Offload o;
   o.policy_name = policy;
   const bool budgeted = a.has("--expert-budget");
@@ -39,6 +68,11 @@ Offload make_offload(const Args& a, const Model& model, const std::string& polic
   o.lossy = on_miss == OnMiss::Reroute;
   PolicyOptions po;
   if (a.has("--policy-state")) po.state_path = a.str("--policy-state");
+  if (a.has("--tasks")) po.tasks_path = a.str("--tasks");
+  po.emoe_variant = a.str("--emoe-variant");
+  po.emoe_top_l = static_cast<int32_t>(a.integer("--emoe-top-l", 0, 1 << 20));
+  po.budget_bytes = budget;
+  if (tok) po.detokenize = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids); };
   po.async_matching = true;  // in the engine, matching must never block the forward pass (fMoE §4.3)
   o.policy = make_policy(o.policy_name, g, po);
   o.transport = std::make_unique<FileTransport>(*o.store, static_cast<int>(a.integer("--io-threads", 1, 64)));

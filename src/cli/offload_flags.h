@@ -5,6 +5,9 @@
 //   --io-threads N            expert readers
 //   --policy-state FILE       learned policy state to start from
 //   --policy-state-out FILE   where to save it after the run (survives restarts)
+//   --tasks FILE              eMoE task profiles: keywords and sensitivity (profiles/tasks.json)
+//   --emoe-variant V          eMoE predictor: all-layer or layer-by-layer
+//   --emoe-top-l N            eMoE: experts held per layer (0: from the budget)
 // and the objects they build, attached to a Transformer.
 #pragma once
 #include <memory>
@@ -17,11 +20,21 @@
 #include "experts/expert_cache.h"
 #include "experts/expert_store.h"
 #include "experts/file_transport.h"
+#include "policy/emoe.h"
 #include "policy/expert_policy.h"
+
+namespace moeflow {
+class Tokenizer;
+}
 
 namespace moeflow::cli {
 
 void add_offload_flags(Args& a);
+
+// The task profiles of --tasks (an error if given and bad), else profiles/tasks.json
+// when present, else none. Also checks --emoe-variant and --emoe-top-l, so a bad value
+// is refused whatever the policy.
+std::vector<TaskProfile> task_profiles_from_flags(const Args& a);
 
 struct Offload {
   std::unique_ptr<ExpertStore> store;
@@ -42,9 +55,10 @@ struct Offload {
 };
 
 // Null Offload (inactive) when neither --expert-budget nor a policy other than "all"
-// is given. Throws UsageError / InputError for bad values.
-Offload make_offload(const Args& a, const Model& model);
+// is given. Throws UsageError / InputError for bad values. With a tokenizer, eMoE
+// classifies unlabelled prompts by their keywords.
+Offload make_offload(const Args& a, const Model& model, const Tokenizer* tok = nullptr);
 // Same, with the policy named here instead of by --policy.
-Offload make_offload(const Args& a, const Model& model, const std::string& policy);
+Offload make_offload(const Args& a, const Model& model, const std::string& policy, const Tokenizer* tok = nullptr);
 
 }  // namespace moeflow::cli

@@ -56,6 +56,7 @@ std::vector<TaskProfile> load_task_profiles(const std::string& path) {
   }
   if (!j.is_object() || !j.contains("tasks") || !j["tasks"].is_array()) throw InputError(path + ": expected {\"tasks\": [...]}");
   std::vector<TaskProfile> out;
+  size_t layers = 0;  // of the first sensitivity row
   for (size_t i = 0; i < j["tasks"].size(); ++i) {
     const auto& t = j["tasks"][i];
     const std::string where = path + ": tasks[" + std::to_string(i) + "]";
@@ -73,6 +74,18 @@ std::vector<TaskProfile> load_task_profiles(const std::string& path) {
         if (!l.is_number_integer() || l.get<int64_t>() < 0) throw InputError(where + ".insensitive_layers: not a layer index");
         p.insensitive_layers.push_back(l.get<int32_t>());
       }
+    }
+    if (t.contains("sensitivity")) {
+      if (!t["sensitivity"].is_array()) throw InputError(where + ".sensitivity: not an array");
+      for (const auto& v : t["sensitivity"]) {
+        if (!v.is_number() || !(v.get<double>() >= 0 && v.get<double>() <= 1))
+          throw InputError(where + ".sensitivity: " + v.dump() + " is not a number in [0, 1]");
+        p.sensitivity.push_back(v.get<double>());
+      }
+      if (!p.sensitivity.empty() && layers && p.sensitivity.size() != layers)
+        throw InputError(where + ".sensitivity: " + std::to_string(p.sensitivity.size()) + " layers, an earlier task has " +
+                         std::to_string(layers));
+      if (!layers) layers = p.sensitivity.size();
     }
     out.push_back(std::move(p));
   }
@@ -100,19 +113,30 @@ std::string classify_task(const std::string& text, const std::vector<TaskProfile
   return best;
 }
 
-EmoePolicy::EmoePolicy(const ExpertGeometry& g, EmoeOptions opt) : n_layer_(g.n_layer), n_expert_(g.n_expert), opt_(std::move(opt)) {
+EmoePolicy::EmoePolicy(const ExpertGeometry& g, EmoeOptions opt)
+    : n_layer_(g.n_layer), n_expert_(g.n_expert), top_k_(g.top_k), bytes_(g.bytes), opt_(std::move(opt)) {
   opt_.period = std::max(opt_.period, 1);
+  opt_.top_l = std::max(opt_.top_l, 0);
   const size_t n = static_cast<size_t>(n_layer_) * static_cast<size_t>(n_expert_);
+  bytes_.resize(n, 1);
   last_any_.assign(n, 0);
   cur_.assign(n, 0);
   transitions_.assign(n * static_cast<size_t>(n_expert_), 0);
 }
 
-double EmoePolicy::sensitivity(int32_t layer) const {
+double EmoePolicy::sensitivity(const std::string& task, int32_t layer) const {
+  for (const TaskProfile& p : opt_.tasks) {
+    if (p.name != task) continue;
+    if (std::find(p.insensitive_layers.begin(), p.insensitive_layers.end(), layer) != p.insensitive_layers.end()) return 0;
+    if (layer >= 0 && static_cast<size_t>(layer) < p.sensitivity.size()) return p.sensitivity[static_cast<size_t>(layer)];
+  }
+  // Not profiled (a task without a table, or a label the profiles do not know): the
+  // model's typical sensitivity at this layer, so the layer keeps its relative weight.
+  double sum = 0;
+  int n = 0;
   for (const TaskProfile& p : opt_.tasks)
-    if (p.name == task_)
-      return std::find(p.insensitive_layers.begin(), p.insensitive_layers.end(), layer) == p.insensitive_layers.end() ? 1 : 0;
-  return 1;
+    if (layer >= 0 && static_cast<size_t>(layer) < p.sensitivity.size()) sum += p.sensitivity[static_cast<size_t>(layer)], ++n;
+  return n ? sum / n : 1;
 }
 
 void EmoePolicy::begin_request(const RequestInfo& info) {
@@ -168,9 +192,48 @@ void EmoePolicy::predict(const RequestInfo& info) {
   const double wo = reqs ? static_cast<double>(gen) / static_cast<double>(reqs) : 0.0;
   expected_.assign(n, 0);
   for (int32_t l = 0; l < n_layer_; ++l) {
-    const double s = sensitivity(l);
+    const double s = sensitivity(task_, l);
     for (int32_t e = 0; e < n_expert_; ++e) expected_[at(l, e)] = (w + wo) * s * freq_[at(l, e)];
   }
+  choose_held();
+}
+
+// §3.4's top-L per layer. With the user's L: each layer's L best by N_i. Without it,
+// from the budget: each layer's top_k best first (rank by rank, so a budget below
+// n_layer·top_k spreads evenly), then the largest N_i anywhere while bytes remain.
+// Experts with N_i = 0 (unpredicted, or s = 0) are never held.
+void EmoePolicy::choose_held() {
+  const size_t n = expected_.size();
+  held_.assign(n, 0);
+  top_l_.assign(static_cast<size_t>(n_layer_), 0);
+  if (n == 0) return;
+  std::vector<std::vector<int32_t>> order(static_cast<size_t>(n_layer_));
+  for (int32_t l = 0; l < n_layer_; ++l) {
+    auto& o = order[static_cast<size_t>(l)];
+    o.resize(static_cast<size_t>(n_expert_));
+    std::iota(o.begin(), o.end(), 0);
+    std::stable_sort(o.begin(), o.end(), [&](int32_t a, int32_t b) { return expected_[at(l, a)] > expected_[at(l, b)]; });
+  }
+  const bool from_budget = opt_.top_l == 0 && opt_.budget_bytes > 0;
+  uint64_t left = opt_.budget_bytes;
+  auto take = [&](int32_t l, int32_t e) {
+    const size_t i = at(l, e);
+    if (held_[i] || expected_[i] <= 0) return;
+    if (from_budget) {
+      if (bytes_[i] > left) return;
+      left -= bytes_[i];
+    }
+    held_[i] = 1;
+    ++top_l_[static_cast<size_t>(l)];
+  };
+  const int32_t first = from_budget ? std::min(top_k_, n_expert_) : opt_.top_l > 0 ? std::min(opt_.top_l, n_expert_) : n_expert_;
+  for (int32_t r = 0; r < first; ++r)
+    for (int32_t l = 0; l < n_layer_; ++l) take(l, order[static_cast<size_t>(l)][static_cast<size_t>(r)]);
+  if (!from_budget) return;
+  std::vector<size_t> rest(n);
+  std::iota(rest.begin(), rest.end(), size_t{0});
+  std::stable_sort(rest.begin(), rest.end(), [&](size_t a, size_t b) { return expected_[a] > expected_[b]; });
+  for (size_t i : rest) take(static_cast<int32_t>(i / static_cast<size_t>(n_expert_)), static_cast<int32_t>(i % static_cast<size_t>(n_expert_)));
 }
 
 void EmoePolicy::begin_iteration(Phase phase, int64_t) {
@@ -201,7 +264,7 @@ void EmoePolicy::routed(const LayerRouting& r) {
   prev_.experts = r.experts;
 }
 
-// §3.4: the top-L experts of every layer by N_i. Issued once per request (the set the
+// §3.4: the held (top-L) experts of every layer, by N_i. Issued once per request (the set the
 // predictor chose is loaded before the prompt runs; re-issuing each request brings back
 // what demand loads pushed out). Ranks interleave across layers (every layer's best,
 // then every layer's second, ...) so that a budget too small for L per layer still gets
@@ -216,21 +279,20 @@ void EmoePolicy::plan_prefetch(int32_t layer_now, PrefetchPlan& plan) {
     std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return expected_[at(l, a)] > expected_[at(l, b)]; });
     const int32_t dist = ((l - layer_now - 1) % n_layer_ + n_layer_) % n_layer_;
     for (int32_t r = 0; r < n_expert_; ++r) {
-      if (opt_.top_l > 0 && r >= opt_.top_l) break;
-      if (expected_[at(l, order[static_cast<size_t>(r)])] <= 0) break;
+      if (!held_[at(l, order[static_cast<size_t>(r)])]) continue;
       const double pri = static_cast<double>(n_expert_ - r) * n_layer_ + static_cast<double>(n_layer_ - dist);
       plan.push_back({{l, order[static_cast<size_t>(r)]}, pri / scale});
     }
   }
 }
 
-// Experts outside the predicted set (N = 0) go first, then the fewest expected tokens;
-// ties, and everything before the first prediction, by LRU.
+// Experts outside the held set (the paper moves them back to the CPU) go first, then
+// the fewest expected tokens; ties, and everything before the first prediction, by LRU.
 size_t EmoePolicy::victim(const CacheView& view, const ExpertKey&) {
   const auto& c = *view.candidates;
   auto score = [&](const ExpertKey& k) {
-    if (expected_.empty() || k.layer < 0 || k.layer >= n_layer_ || k.expert < 0 || k.expert >= n_expert_) return 0.0;
-    return expected_[at(k.layer, k.expert)];
+    if (held_.empty() || k.layer < 0 || k.layer >= n_layer_ || k.expert < 0 || k.expert >= n_expert_) return 0.0;
+    return held_[at(k.layer, k.expert)] ? expected_[at(k.layer, k.expert)] : 0.0;
   };
   size_t best = 0;
   for (size_t i = 1; i < c.size(); ++i) {
@@ -320,15 +382,33 @@ void EmoePolicy::load(std::istream& in) {
   last_any_ = std::move(last_any);
   transitions_ = std::move(transitions);
   stats_ = std::move(stats);
+  choose_held();  // derived from N_i and this run's budget, not saved
 }
 
-std::unique_ptr<ExpertPolicy> make_emoe_policy(const ExpertGeometry& g, const std::string& tasks_path, const std::string& variant) {
+EmoeVariant parse_emoe_variant(const std::string& s) {
+  if (s == "layer-by-layer" || s == "L") return EmoeVariant::LayerByLayer;
+  if (s.empty() || s == "all-layer" || s == "A") return EmoeVariant::AllLayer;
+  throw InputError("emoe variant '" + s + "': expected all-layer or layer-by-layer");
+}
+
+std::unique_ptr<ExpertPolicy> make_emoe_policy(const ExpertGeometry& g, const PolicyOptions& opt) {
   EmoeOptions o;
-  if (variant == "layer-by-layer" || variant == "L") o.variant = EmoeVariant::LayerByLayer;
-  else if (!variant.empty() && variant != "all-layer" && variant != "A")
-    throw InputError("emoe variant '" + variant + "': expected all-layer or layer-by-layer");
-  const std::string path = tasks_path.empty() ? default_task_profiles_path() : tasks_path;
-  if (!tasks_path.empty() || std::filesystem::exists(path)) o.tasks = load_task_profiles(path);
+  o.variant = parse_emoe_variant(opt.emoe_variant);
+  o.top_l = opt.emoe_top_l;
+  o.budget_bytes = opt.budget_bytes;
+  o.detokenize = opt.detokenize;
+  const std::string path = opt.tasks_path.empty() ? default_task_profiles_path() : opt.tasks_path;
+  if (!opt.tasks_path.empty() || std::filesystem::exists(path)) o.tasks = load_task_profiles(path);
+  for (TaskProfile& t : o.tasks) {
+    if (t.sensitivity.empty() || t.sensitivity.size() == static_cast<size_t>(g.n_layer)) continue;
+    if (!opt.tasks_path.empty())
+      throw InputError(path + ": the sensitivity table of task '" + t.name + "' has " + std::to_string(t.sensitivity.size()) +
+                       " layers, the model has " + std::to_string(g.n_layer) +
+                       " (derive one: moeflow trace sensitivity TRACE --out FILE)");
+    // The default file profiles the built-in model; another model keeps its keywords only.
+    t.sensitivity.clear();
+    t.insensitive_layers.clear();
+  }
   return std::make_unique<EmoePolicy>(g, std::move(o));
 }
 

@@ -9,30 +9,43 @@
 // - the predictor is not a transformer (XLNet): eMoE-A reuses the last prompt of the
 //   same task type (the paper's Eq. 1 input), eMoE-L chains a first-order transition
 //   table P(expert at l | expert at l-1) counted from observed tokens;
-// - the sensitivity table comes from the task profiles ("insensitive_layers"); the
-//   paper profiles it offline by measuring accuracy under random routing, which
-//   needs the model and a labelled data set. Unlisted layers are sensitive (s = 1).
+// - the sensitivity s of Eq. 2 is a number in [0, 1] per (task, layer) from the task
+//   profiles ("sensitivity", derived from a labelled routing trace by
+//   `moeflow trace sensitivity`, see emoe_sensitivity.h) instead of the paper's binary
+//   s from accuracy under random routing, which needs the model and a labelled data
+//   set; "insensitive_layers" still forces s = 0 (the paper's binary marking). A task
+//   or layer without a value takes the mean of the profiled tasks at that layer, else 1;
+// - L (§3.4: "set based on the memory budget") is derived from the cache budget when
+//   not given: every layer first gets its top_k best experts (one token's experts,
+//   so that rerouting always has a resident choice), then the rest of the budget goes
+//   to the largest N_i of any layer. N_i carries s, so the budget is divided over the
+//   layers by sensitivity-weighted expected tokens: the paper's objective, the most
+//   correctly routed tokens, with insensitive layers giving way to sensitive ones.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "policy/expert_policy.h"
+#include "policy/policy_factory.h"
 
 namespace moeflow {
 
 struct Trace;
 
-// One task type of §3.2.1: its keywords, and the layers insensitive to routing accuracy.
+// One task type of §3.2.1: its keywords, and its sensitivity to routing accuracy (§3.4).
 struct TaskProfile {
   std::string name;
   std::vector<std::string> keywords;
-  std::vector<int32_t> insensitive_layers;
+  std::vector<int32_t> insensitive_layers;  // s = 0 there (the paper's binary s)
+  std::vector<double> sensitivity = {};     // per layer, in [0, 1]; empty: not profiled
 };
-// Reads {"tasks":[{"name","keywords":[...],"insensitive_layers":[...]?}]}. Throws
-// InputError naming the file and field.
+// Reads {"tasks":[{"name","keywords":[...],"insensitive_layers":[...]?,
+// "sensitivity":[...]?}]}. Every non-empty sensitivity row has the same length.
+// Throws InputError naming the file and field.
 std::vector<TaskProfile> load_task_profiles(const std::string& path);
 // profiles/tasks.json of the source tree (MOEFLOW_PROFILES overrides the folder).
 std::string default_task_profiles_path();
@@ -45,7 +58,8 @@ enum class EmoeVariant { AllLayer, LayerByLayer };  // eMoE-A, eMoE-L
 struct EmoeOptions {
   EmoeVariant variant = EmoeVariant::AllLayer;
   int32_t period = 40;  // p: prompts between predictor calls (§3.3; 40 keeps perplexity, Fig. 10)
-  int32_t top_l = 0;    // L experts held per layer; 0: every expert with expected tokens, and the cache drops what does not fit
+  int32_t top_l = 0;    // L experts held per layer (the user's L); 0: derived from budget_bytes
+  uint64_t budget_bytes = 0;  // the cache budget for deriving L; 0 (and top_l 0): every expert with expected tokens
   std::vector<TaskProfile> tasks = {};
   // Prompt text for keyword matching when RequestInfo.task is empty (the engine has a tokenizer; traces have labels).
   std::function<std::string(const std::vector<int32_t>&)> detokenize = {};
@@ -72,6 +86,11 @@ class EmoePolicy : public ExpertPolicy {
   const std::vector<double>& expected_tokens() const { return expected_; }
   bool predicted_this_request() const { return predicted_now_; }
   const std::string& task() const { return task_; }
+  // L of each layer in the current prediction: how many of its experts are held.
+  const std::vector<int32_t>& held_per_layer() const { return top_l_; }
+  bool held(const ExpertKey& k) const { return !held_.empty() && held_[at(k.layer, k.expert)]; }
+  // s of Eq. 2 for `task` at `layer` (see the header comment for the fallbacks).
+  double sensitivity(const std::string& task, int32_t layer) const;
 
  private:
   struct TaskStats {
@@ -79,12 +98,13 @@ class EmoePolicy : public ExpertPolicy {
     uint64_t requests = 0, prompt_tokens = 0, generated = 0;
   };
   void predict(const RequestInfo& info);
-  double sensitivity(int32_t layer) const;
+  void choose_held();
   size_t at(int32_t layer, int32_t expert) const {
     return static_cast<size_t>(layer) * static_cast<size_t>(n_expert_) + static_cast<size_t>(expert);
   }
 
-  int32_t n_layer_, n_expert_;
+  int32_t n_layer_, n_expert_, top_k_;
+  std::vector<uint64_t> bytes_;  // per expert, for fitting the budget
   EmoeOptions opt_;
   // Learned state (saved).
   std::map<std::string, TaskStats> stats_;
@@ -92,6 +112,8 @@ class EmoePolicy : public ExpertPolicy {
   std::vector<uint64_t> transitions_;  // [layer][from][to]: tokens routed to `from` at layer-1 and `to` at layer
   int64_t since_prediction_ = 0;
   std::vector<double> freq_, expected_;
+  std::vector<char> held_;      // the top-L set of every layer (derived from expected_)
+  std::vector<int32_t> top_l_;  // its size per layer
   // The running request.
   std::string task_;
   bool predicted_now_ = false, planned_ = false, decoding_ = false;
@@ -114,7 +136,11 @@ EmoeAccuracy emoe_predictor_accuracy(const Trace& learn, const Trace& measure, E
 }  // namespace moeflow
 
 namespace moeflow {
-// For the policy table: task profiles from `tasks_path` (empty: profiles/tasks.json if
-// present), `variant` "all-layer" (default, also "") or "layer-by-layer".
-std::unique_ptr<ExpertPolicy> make_emoe_policy(const ExpertGeometry& g, const std::string& tasks_path, const std::string& variant);
+// "all-layer" (also "" and "A") or "layer-by-layer" ("L"); throws InputError naming the value.
+EmoeVariant parse_emoe_variant(const std::string& s);
+// For the policy table: task profiles from opt.tasks_path (empty: profiles/tasks.json if
+// present), opt.emoe_variant, L from opt.emoe_top_l or opt.budget_bytes. A sensitivity
+// table made for another layer count is an error in a file the user named, and is
+// dropped (keywords kept) from the default file.
+std::unique_ptr<ExpertPolicy> make_emoe_policy(const ExpertGeometry& g, const PolicyOptions& opt);
 }  // namespace moeflow

@@ -30,7 +30,7 @@ const Registered kPolicies[] = {
     {"next-layer", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("next-layer", g); }},
     {"duoserve", [](const ExpertGeometry& g, const PolicyOptions&) { return make_duoserve_policy(g); }},
     {"moe-infinity", [](const ExpertGeometry& g, const PolicyOptions&) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<MoeInfinityPolicy>(g); }},
-    {"emoe", [](const ExpertGeometry& g, const PolicyOptions& o) { return make_emoe_policy(g, o.tasks_path, o.emoe_variant); }},
+    {"emoe", [](const ExpertGeometry& g, const PolicyOptions& o) { return make_emoe_policy(g, o); }},
     {"fmoe", [](const ExpertGeometry& g, const PolicyOptions& o) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<FmoePolicy>(g, FmoeOptions{.async = o.async_matching}); }},
 };
 

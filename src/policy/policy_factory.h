@@ -1,6 +1,8 @@
 // Builds a policy by its --policy name. "all" is not a policy but the absence of
 // offloading (everything mapped); callers handle it before asking here.
 #pragma once
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +15,10 @@ struct PolicyOptions {
   std::string state_path;  // learned state to load (predictor, EAM collection), may be empty
   std::string tasks_path;    // emoe: task keyword profiles (empty: profiles/tasks.json if present)
   std::string emoe_variant;  // emoe: "all-layer" (default) or "layer-by-layer"
+  int32_t emoe_top_l = 0;    // emoe: L experts held per layer (0: derived from budget_bytes)
+  uint64_t budget_bytes = 0;  // the cache budget the policy runs under (0: unknown)
+  // emoe: prompt text for keyword task detection when a request has no task label.
+  std::function<std::string(const std::vector<int32_t>&)> detokenize = {};
   bool async_matching = false;  // fmoe: match expert maps on a worker thread (engine only; the simulator stays deterministic)
 };
 

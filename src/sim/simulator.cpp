@@ -103,6 +103,10 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
     } else {
       PolicyOptions po;
       po.state_path = opt.policy_state;
+      po.tasks_path = opt.tasks_path;
+      po.emoe_variant = opt.emoe_variant;
+      po.emoe_top_l = opt.emoe_top_l;
+      po.budget_bytes = budget;  // eMoE derives its top-L per layer from it
       policy = make_policy(opt.policy, g, po);
     }
   }
@@ -137,6 +141,8 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
         link.advance(model.dense_seconds(std::max<int64_t>(it.n_tokens(), 1)));
         if (r.n_tok == 0) continue;
         policy->routed(r);
+        const bool scored_phase = scored_request && (!it.prefill || opt.score_prefill);
+        if (scored_phase) res.scored_slots += static_cast<uint64_t>(r.n_tok * g.top_k);
         if (opt.reroute) {
           // eMoE: a token whose expert is not resident takes the most popular resident
           // expert of the layer it does not use yet (by probability when recorded).
@@ -158,7 +164,7 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
                   }
                 }
                 ids[k] = best;
-                if (scored_request) ++res.rerouted_slots;
+                if (scored_phase) ++res.rerouted_slots;
               }
             }
         }

@@ -29,6 +29,9 @@ struct SimOptions {
   bool score_prefill = false;     // count prefill accesses in the hit rate too
   bool reroute = false;           // eMoE: misses use a resident expert instead (lossy)
   std::string policy_state;       // learned state to load before the run
+  std::string tasks_path;         // emoe: task profiles (empty: profiles/tasks.json if present)
+  std::string emoe_variant;       // emoe: all-layer (default) or layer-by-layer
+  int32_t emoe_top_l = 0;         // emoe: L per layer (0: derived from the cache budget)
 };
 
 struct SimResult {
@@ -47,7 +50,8 @@ struct SimResult {
   double total_seconds = 0;
   uint64_t bytes_moved = 0;
   uint64_t peak_bytes = 0;
-  uint64_t rerouted_slots = 0;
+  uint64_t rerouted_slots = 0;     // (token, slot) pairs served by another expert, scored phases
+  uint64_t scored_slots = 0;       // all (token, slot) pairs of the scored phases
   int64_t scored_requests = 0, scored_decode_tokens = 0;
   std::vector<std::string> notes;  // e.g. "no gate probabilities: top-k weights used"
 };

@@ -3,10 +3,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
 #include <sstream>
 
 #include "format/error.h"
+#include "policy/emoe_sensitivity.h"
 #include "sim/trace.h"
+#include "test_paths.h"
 
 namespace moeflow {
 namespace {
@@ -137,7 +144,177 @@ TEST(Emoe, TaskProfilesClassifyAndMarkInsensitiveLayers) {
 TEST(Emoe, ShippedTaskProfilesLoad) {
   const auto tasks = load_task_profiles(default_task_profiles_path());
   EXPECT_GE(tasks.size(), 8u);
-  EXPECT_EQ(classify_task("import os\ndef main():\n    return 0", tasks), "code");
+  EXPECT_EQ(classify_task("import os\ndef main():\n    return 0", tasks), "python");
+  EXPECT_EQ(classify_task("#include <stdio.h>\nint main(void) { return 0; }", tasks), "c");
+  EXPECT_EQ(classify_task("Das ist nicht gut, und ich weiß es.", tasks), "de");
+}
+
+// Eq. 2 with a numeric s per (task, layer): N_i = (W + W_o)·s·f_i.
+TEST(Emoe, NumericSensitivityScalesEquationTwo) {
+  const std::vector<TaskProfile> tasks = {{"a", {}, {}, {0.5, 0.25}}, {"b", {}, {}, {1.0, 0.75}}, {"c", {}, {1}, {}}};
+  EmoePolicy p(kGeo, {.tasks = tasks});
+  EXPECT_DOUBLE_EQ(p.sensitivity("a", 1), 0.25);
+  EXPECT_DOUBLE_EQ(p.sensitivity("c", 1), 0) << "insensitive_layers is the paper's binary s = 0";
+  EXPECT_DOUBLE_EQ(p.sensitivity("c", 0), 0.75) << "a task without a row takes the profiled tasks' mean at the layer";
+  EXPECT_DOUBLE_EQ(p.sensitivity("unknown", 1), 0.5);
+  run_request(p, "a", {{0, 0, 1}, {2, 2, 3}});
+  p.begin_request(RequestInfo{1, {1, 1, 1}, {}, "a"});
+  // (3 + 0)·0.5·(2/3, 1/3) and (3 + 0)·0.25·(2/3, 1/3).
+  const auto& n = p.expected_tokens();
+  EXPECT_DOUBLE_EQ(n[0], 1.0);
+  EXPECT_DOUBLE_EQ(n[1], 0.5);
+  EXPECT_DOUBLE_EQ(n[6], 0.5);
+  EXPECT_DOUBLE_EQ(n[7], 0.25);
+}
+
+// No L given: every layer gets its top_k, the rest of the budget the largest N_i of
+// any layer, so the more sensitive layer gets the extra expert.
+TEST(Emoe, TopLIsDerivedFromTheBudgetWeightedBySensitivity) {
+  const std::vector<TaskProfile> tasks = {{"t", {}, {}, {0.2, 0.9}}};
+  auto held_after = [&](uint64_t budget, int32_t top_l) {
+    EmoePolicy p(kGeo, {.top_l = top_l, .budget_bytes = budget, .tasks = tasks});
+    // Both layers route evenly over three experts.
+    run_request(p, "t", {{0, 1, 2, 0, 1, 2}, {0, 1, 2, 0, 1, 2}});
+    p.begin_request(RequestInfo{1, std::vector<int32_t>(6, 1), {}, "t"});
+    PrefetchPlan plan;
+    p.plan_prefetch(0, plan);
+    int64_t held = 0;
+    for (int32_t l = 0; l < 2; ++l)
+      for (int32_t e = 0; e < 4; ++e) held += p.held({l, e});
+    EXPECT_EQ(plan.size(), static_cast<size_t>(held)) << "exactly the held set is prefetched";
+    return p.held_per_layer();
+  };
+  EXPECT_EQ(held_after(300, 0), (std::vector<int32_t>{1, 2})) << "3 experts: one per layer, the third to layer 1 (s 0.9)";
+  EXPECT_EQ(held_after(100, 0), (std::vector<int32_t>{1, 0})) << "a budget of one expert: layer 0's best";
+  EXPECT_EQ(held_after(10000, 0), (std::vector<int32_t>{3, 3})) << "never an expert with no expected tokens";
+  EXPECT_EQ(held_after(300, 2), (std::vector<int32_t>{2, 2})) << "the user's L wins over the budget";
+  EXPECT_EQ(held_after(0, 0), (std::vector<int32_t>{3, 3})) << "no budget known: every predicted expert";
+}
+
+TEST(Emoe, ExpertsOutsideTheHeldSetAreEvictedFirst) {
+  EmoePolicy p(kGeo, {.budget_bytes = 200});
+  run_request(p, "", {{0, 0, 0, 1}, {2, 2, 3, 3}});
+  p.begin_request(RequestInfo{1, {1, 1, 1, 1}, {}, ""});
+  ASSERT_TRUE(p.held({0, 0}));
+  ASSERT_FALSE(p.held({0, 1})) << "predicted, but over the budget";
+  std::vector<CacheEntryView> c(2);
+  c[0].key = {0, 0};
+  c[0].last_use = 1;
+  c[1].key = {0, 1};
+  c[1].last_use = 9;
+  EXPECT_EQ(p.victim(CacheView{&c, 10, 0}, {1, 2}), 1u);
+}
+
+TEST(Emoe, TaskProfileSensitivityIsValidated) {
+  const std::string path = moeflow::testing::scratch_path("tasks") + ".json";
+  auto write = [&](const std::string& text) { std::ofstream(path, std::ios::trunc) << text; };
+  auto error_of = [&]() -> std::string {
+    try {
+      load_task_profiles(path);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  write(R"({"tasks":[{"name":"a","keywords":["x"],"sensitivity":[0.5,0.25]}]})");
+  EXPECT_EQ(load_task_profiles(path)[0].sensitivity, (std::vector<double>{0.5, 0.25}));
+  write(R"({"tasks":[{"name":"a","keywords":[],"sensitivity":[0.5,1.5]}]})");
+  EXPECT_NE(error_of().find("tasks[0].sensitivity"), std::string::npos) << error_of();
+  write(R"({"tasks":[{"name":"a","keywords":[],"sensitivity":[0.5]},{"name":"b","keywords":[],"sensitivity":[0.5,0.5]}]})");
+  EXPECT_NE(error_of().find("tasks[1].sensitivity: 2 layers"), std::string::npos) << error_of();
+  // A table for another layer count: an error in a file the user named.
+  write(R"({"tasks":[{"name":"a","keywords":[],"sensitivity":[0.5,0.5,0.5]}]})");
+  PolicyOptions po;
+  po.tasks_path = path;
+  try {
+    make_emoe_policy(kGeo, po);
+    ADD_FAILURE() << "a 3-layer table was accepted for a 2-layer model";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("the model has 2"), std::string::npos) << e.what();
+  }
+  po.tasks_path.clear();
+  po.emoe_variant = "sideways";
+  EXPECT_THROW(make_emoe_policy(kGeo, po), InputError);
+  std::remove(path.c_str());
+}
+
+// A labelled trace: task "sharp" puts nearly all gate mass on its choice at layer 0
+// and is flat at layer 1; "flat" is flat everywhere.
+Trace labelled_trace(bool with_probs) {
+  std::vector<TraceRecord> recs;
+  auto add = [&](int64_t req, const std::string& task, int32_t layer, std::vector<int32_t> ids, std::vector<float> probs) {
+    TraceRecord r;
+    r.request = req;
+    r.task = task;
+    r.layer = layer;
+    r.num_experts = 4;
+    r.top_k = 1;
+    r.prefill = true;
+    for (int32_t e : ids) {
+      r.experts.push_back({e});
+      if (with_probs) r.probs.push_back(probs);
+    }
+    r.has_probs = with_probs;
+    recs.push_back(r);
+  };
+  add(0, "sharp", 0, {0, 0}, {1.0f, 0, 0, 0});
+  add(0, "sharp", 1, {1, 2}, {0.25f, 0.25f, 0.25f, 0.25f});
+  add(1, "flat", 0, {0, 1, 2, 3}, {0.4f, 0.2f, 0.2f, 0.2f});
+  add(1, "flat", 1, {0, 1, 2, 3}, {0.25f, 0.25f, 0.25f, 0.25f});
+  return group_trace(recs, "labelled");
+}
+
+TEST(EmoeSensitivity, GateMassThatRandomRoutingWouldLose) {
+  const SensitivityTable s = routing_sensitivity(labelled_trace(true));
+  EXPECT_EQ(s.method, "gate-mass");
+  ASSERT_EQ(s.by_task.size(), 2u);
+  // (p_top − 1/4) / (1 − 1/4): 1 for a certain router, 0 for a flat one.
+  EXPECT_DOUBLE_EQ(s.by_task.at("sharp")[0], 1.0);
+  EXPECT_DOUBLE_EQ(s.by_task.at("sharp")[1], 0.0);
+  EXPECT_NEAR(s.by_task.at("flat")[0], (0.4 - 0.25) / 0.75 / 4, 1e-6) << "one token of four at 0.4, three at 0.2 (clamped to 0)";
+  EXPECT_EQ(s.tokens.at("flat"), 8);
+}
+
+TEST(EmoeSensitivity, RoutingConcentrationWithoutProbabilities) {
+  const SensitivityTable s = routing_sensitivity(labelled_trace(false));
+  EXPECT_EQ(s.method, "concentration");
+  EXPECT_DOUBLE_EQ(s.by_task.at("sharp")[0], 1.0) << "every token to one expert";
+  EXPECT_DOUBLE_EQ(s.by_task.at("sharp")[1], 0.5) << "two experts evenly: 1 − log 2 / log 4";
+  EXPECT_NEAR(s.by_task.at("flat")[0], 0.0, 1e-12) << "all four evenly";
+}
+
+TEST(EmoeSensitivity, MergedIntoProfilesAndReadBack) {
+  std::vector<TaskProfile> profiles = {{"flat", {"kw"}, {}}, {"other", {"zz"}, {}, {0.5, 0.5, 0.5}}};
+  merge_sensitivity(profiles, routing_sensitivity(labelled_trace(true)), 0.1);
+  const std::string path = moeflow::testing::scratch_path("merged") + ".json";
+  save_task_profiles(path, profiles, "test", R"({"trace":"labelled"})");
+  const auto back = load_task_profiles(path);
+  ASSERT_EQ(back.size(), 3u);
+  EXPECT_EQ(back[0].name, "flat");
+  EXPECT_EQ(back[0].keywords, (std::vector<std::string>{"kw"})) << "keywords are kept";
+  EXPECT_EQ(back[0].sensitivity, (std::vector<double>{0.05, 0.0}));
+  EXPECT_EQ(back[0].insensitive_layers, (std::vector<int32_t>{0, 1})) << "under --insensitive-below 0.1";
+  EXPECT_TRUE(back[1].sensitivity.empty()) << "a row for another layer count is dropped";
+  EXPECT_EQ(back[2].name, "sharp") << "tasks the profiles lack are added";
+  EXPECT_EQ(back[2].sensitivity, (std::vector<double>{1.0, 0.0}));
+  std::remove(path.c_str());
+}
+
+// The shipped profile is for the built-in model: its task names are the labels of the
+// model's traces, and every task has a sensitivity row for each of its layers.
+TEST(EmoeSensitivity, ShippedProfileMatchesTheBuiltInModelsTraces) {
+  const std::string trace = std::string(MOEFLOW_FIXTURES) + "/../../models/traces/default-heldout.jsonl";
+  if (!std::filesystem::exists(trace)) GTEST_SKIP() << "no built-in trace";
+  const Trace t = load_trace(trace);
+  const auto tasks = load_task_profiles(default_task_profiles_path());
+  std::set<std::string> labels;
+  for (const TraceRequest& rq : t.requests) labels.insert(rq.task);
+  for (const std::string& label : labels) {
+    const auto it = std::find_if(tasks.begin(), tasks.end(), [&](const TaskProfile& p) { return p.name == label; });
+    ASSERT_NE(it, tasks.end()) << "no profile for the trace's task '" << label << "'";
+    EXPECT_EQ(it->sensitivity.size(), static_cast<size_t>(t.n_layer)) << label;
+    EXPECT_FALSE(it->keywords.empty()) << label;
+  }
 }
 
 TEST(Emoe, SaveLoadRoundTripsExactly) {
