@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "engine/moe_layer.h"
-#include "experts/layer_protocol.h"
 #include "format/error.h"
 
 namespace moeflow {
@@ -32,7 +31,7 @@ std::vector<float> prompt_embedding(const Model& model, const std::vector<int32_
 
 OffloadedExperts::OffloadedExperts(const ModelConfig& config, const ExpertStore& store, ExpertCache& cache,
                                    OnMiss on_miss)
-    : config_(config), store_(store), cache_(cache), policy_(cache.policy()), on_miss_(on_miss) {}
+    : config_(config), store_(store), cache_(cache), policy_(cache.policy()), protocol_(cache), on_miss_(on_miss) {}
 
 void OffloadedExperts::begin_request(const RequestInfo& info) {
   if (in_request_) end_request();
@@ -96,8 +95,7 @@ void OffloadedExperts::prepare_layer(LayerRouting& r) {
 }
 
 void OffloadedExperts::run_experts(int32_t layer, const std::vector<int32_t>& needed, const ExpertCompute& compute) {
-  run_layer_experts(cache_, layer, needed,
-                    [&](int32_t e, const uint8_t* buf) { compute(e, store_.matrices({layer, e}, buf)); });
+  protocol_.run(layer, needed, [&](int32_t e, const uint8_t* buf) { compute(e, store_.matrices({layer, e}, buf)); });
 }
 
 }  // namespace moeflow

@@ -7,7 +7,8 @@
 //            probabilities); only when fewer than top-k experts of the layer are
 //            resident does a token still load its own.
 // Within a layer, experts are fetched and computed in the order of
-// experts/layer_protocol.h: resident ones compute while missing ones load.
+// experts/layer_protocol.h: resident ones compute while missing ones load, or, when
+// the policy streams prefill (DuoServe), through the two-slot pipeline.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -16,6 +17,7 @@
 #include "engine/expert_source.h"
 #include "experts/expert_cache.h"
 #include "experts/expert_store.h"
+#include "experts/layer_protocol.h"
 #include "model/model_config.h"
 #include "model/model_weights.h"
 #include "policy/expert_policy.h"
@@ -44,6 +46,7 @@ class OffloadedExperts final : public ExpertSource {
 
   uint64_t rerouted_slots() const { return rerouted_; }
   uint64_t iterations() const { return iter_; }
+  const PipelineCounters& pipeline() const { return protocol_.pipeline(); }
 
  private:
   void reroute(LayerRouting& r);
@@ -52,6 +55,7 @@ class OffloadedExperts final : public ExpertSource {
   const ExpertStore& store_;
   ExpertCache& cache_;
   ExpertPolicy& policy_;
+  LayerProtocol protocol_;
   OnMiss on_miss_;
   bool in_request_ = false;
   int64_t iter_ = 0;

@@ -136,12 +136,21 @@ void ExpertCache::evict(size_t i) {
   unmap_buffer(e.buf, geometry_.bytes_of(key_of(i)));
   e.state = State::Absent;
   e.prefetched = false;
+  e.evict_first = false;
   used_ -= geometry_.bytes_of(key_of(i));
   ++counters_.evictions;
 }
 
 bool ExpertCache::make_room(uint64_t bytes, const ExpertKey& incoming, bool demand) {
   while (budget_ - used_ < bytes) {
+    // A pipeline slot that has done its work goes first, without asking the policy.
+    size_t slot = entries_.size();
+    for (size_t i = 0; i < entries_.size() && slot == entries_.size(); ++i)
+      if (entries_[i].evict_first && entries_[i].state == State::Resident && entries_[i].pins == 0) slot = i;
+    if (slot < entries_.size()) {
+      evict(slot);
+      continue;
+    }
     // Candidates: resident and unpinned; a prefetch spares the experts of the layer
     // computing now and the prefetches of this same plan; a demand spares them only
     // while there is anything else.
@@ -173,21 +182,32 @@ bool ExpertCache::make_room(uint64_t bytes, const ExpertKey& incoming, bool dema
       if (e.state == State::InFlight && !e.demand && (cancel == entries_.size() || e.priority < entries_[cancel].priority))
         cancel = i;
     }
-    if (cancel < entries_.size() && transport_.cancel(key_of(cancel))) {
-      Entry& e = entries_[cancel];
-      unmap_buffer(e.buf, geometry_.bytes_of(key_of(cancel)));
-      e.state = State::Absent;
-      e.prefetched = false;
-      used_ -= geometry_.bytes_of(key_of(cancel));
-      --in_flight_;
-      ++counters_.prefetches_cancelled;
-      continue;
-    }
+    if (cancel < entries_.size() && cancel_queued(cancel)) continue;
     if (in_flight_ == 0)
       throw std::logic_error("expert cache: no room for " + std::to_string(bytes) + " bytes and nothing to evict");
     wait_for_any();
   }
   return true;
+}
+
+bool ExpertCache::cancel_queued(size_t i) {
+  if (!transport_.cancel(key_of(i))) return false;
+  Entry& e = entries_[i];
+  unmap_buffer(e.buf, geometry_.bytes_of(key_of(i)));
+  e.state = State::Absent;
+  e.prefetched = false;
+  used_ -= geometry_.bytes_of(key_of(i));
+  --in_flight_;
+  ++counters_.prefetches_cancelled;
+  return true;
+}
+
+void ExpertCache::cancel_prefetches(const std::vector<ExpertKey>& keep) {
+  for (size_t i = 0; i < entries_.size() && in_flight_ > 0; ++i) {
+    const Entry& e = entries_[i];
+    if (e.state != State::InFlight || e.demand) continue;
+    if (std::find(keep.begin(), keep.end(), key_of(i)) == keep.end()) cancel_queued(i);
+  }
 }
 
 void ExpertCache::start_copy(const ExpertKey& key, double priority, bool demand) {
@@ -235,6 +255,7 @@ void ExpertCache::count_access(Entry& e, bool hit) {
     if (e.state == State::InFlight && e.prefetched) ++counters_.late_prefetches;
   }
   e.prefetched = false;
+  e.evict_first = false;
   ++e.uses;
   e.last_use = ++tick_;
 }
@@ -291,6 +312,16 @@ void ExpertCache::release(const ExpertKey& key) {
   --e.pins;
 }
 
+void ExpertCache::retire(const ExpertKey& key, bool evict_first) {
+  Entry& e = at(key);
+  e.protect_epoch = 0;
+  e.evict_first = evict_first;
+}
+
+void ExpertCache::wait_for(const ExpertKey& key) {
+  while (at(key).state == State::InFlight) wait_for_any();
+}
+
 bool ExpertCache::room_for_demand(const ExpertKey& key) const {
   uint64_t room = budget_ - used_;
   for (size_t i = 0; i < entries_.size(); ++i) {
@@ -303,6 +334,8 @@ bool ExpertCache::room_for_demand(const ExpertKey& key) const {
 }
 
 bool ExpertCache::resident(const ExpertKey& key) const { return at(key).state == State::Resident; }
+
+bool ExpertCache::in_flight(const ExpertKey& key) const { return at(key).state == State::InFlight; }
 
 std::vector<int32_t> ExpertCache::resident_experts(int32_t layer) const {
   std::vector<int32_t> out;

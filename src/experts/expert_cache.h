@@ -76,11 +76,25 @@ class ExpertCache {
   // placeholder with a simulated transport). Counts a hit or a miss unless request() already did.
   const uint8_t* acquire(const ExpertKey& key);
   void release(const ExpertKey& key);
+  // The layer computing now is done with `key`: a demand of this layer may evict it
+  // (it stays resident otherwise). The prefill pipeline retires each expert after
+  // computing it, so that two slots suffice even at the minimum budget. With
+  // `evict_first`, the expert goes before any other when room is needed (until it is
+  // used again): the pipeline's streamed experts pass through its two slots instead
+  // of displacing what the cache holds for later layers and for decode.
+  void retire(const ExpertKey& key, bool evict_first = false);
+  // Cancels every queued prefetch that has not started, except those in `keep`: the
+  // prefill pipeline owns the link, and stale decode guesses left in the queue would
+  // otherwise start whenever its one loading slot is between copies.
+  void cancel_prefetches(const std::vector<ExpertKey>& keep);
+  // Waits until `key`'s copy, if one is in flight, has landed (pins and counts nothing).
+  void wait_for(const ExpertKey& key);
 
   // Whether a demand for `key` could start without evicting another expert of the
   // layer computing now (free bytes, evictable experts, or cancellable prefetches).
   bool room_for_demand(const ExpertKey& key) const;
   bool resident(const ExpertKey& key) const;
+  bool in_flight(const ExpertKey& key) const;
   // Resident experts of a layer (for rerouting), ascending ids.
   std::vector<int32_t> resident_experts(int32_t layer) const;
   // Takes in every finished copy without waiting.
@@ -101,6 +115,7 @@ class ExpertCache {
     bool prefetched = false;   // the current copy was a prefetch not yet used
     bool demand = false;       // a demand is waiting for the in-flight copy
     bool counted = false;      // request() counted this access already
+    bool evict_first = false;  // retired from the prefill pipeline's slots
     uint64_t last_use = 0, loaded_at = 0, uses = 0;
     uint64_t protect_epoch = 0, prefetch_epoch = 0;
     double priority = 0;
@@ -114,6 +129,8 @@ class ExpertCache {
   // prefetches and wait; a prefetch may not (returns false instead).
   bool make_room(uint64_t bytes, const ExpertKey& incoming, bool demand);
   void start_copy(const ExpertKey& key, double priority, bool demand);
+  // Drops the queued copy of entry i (a prefetch); false if it has started.
+  bool cancel_queued(size_t i);
   void evict(size_t index);
   void take(const std::vector<ExpertKey>& done);
   void wait_for_any();

@@ -173,24 +173,48 @@ class DuoservePolicy : public ExpertPolicy {
   }
 
   void plan_prefetch(int32_t layer_now, PrefetchPlan& plan) override {
-    // Only layer l+1 is ever asked for: with layer l's own (demand) loads that keeps
-    // at most two layers in flight, the "two slots" of §5.1-5.2. Layer 0 gets no
-    // prefetch: its experts are fetched once its gate has chosen (§5.3, "In the first
-    // layer ...").
+    // Decode only (prefill streams, see stream_order). Only layer l+1 is ever asked
+    // for: with layer l's own (demand) loads that keeps at most two layers in flight,
+    // the "two slots" of §5.1. Layer 0 gets no prefetch: its experts are fetched once
+    // its gate has chosen (§5.3, "In the first layer ...").
     const int32_t next = layer_now + 1;
-    if (next >= n_layer_ || layer_now < 0 || rows_.empty()) return;
+    if (phase_ == Phase::Prefill || next >= n_layer_ || layer_now < 0 || rows_.empty()) return;
     const int64_t n = n_tok_[static_cast<size_t>(layer_now)];
-    if (n <= 0) return;
-    if (phase_ == Phase::Decode && n == 1) {
-      // §5.3: predict the next layer's experts from this token's path so far and
-      // fetch them while this layer computes.
-      const ActivationPath path = token_path(0, next);
-      const std::vector<float> s = pred_.scores(path, next);
-      const std::vector<int32_t> guess = pred_.top(s);
-      for (size_t i = 0; i < guess.size(); ++i) plan.push_back({{next, guess[i]}, 2.0 - static_cast<double>(i) / guess.size()});
-      return;
+    // §5.3: predict the next layer's experts from each token's path so far (one token
+    // in decode) and fetch them while this layer computes.
+    for (int64_t t = 0; t < n; ++t) {
+      const std::vector<int32_t> guess = pred_.top(pred_.scores(token_path(t, next), next));
+      for (size_t i = 0; i < guess.size(); ++i) {
+        const ExpertKey k{next, guess[i]};
+        if (std::none_of(plan.begin(), plan.end(), [&](const PrefetchRequest& r) { return r.key == k; }))
+          plan.push_back({k, 2.0 - static_cast<double>(i) / static_cast<double>(guess.size())});
+      }
     }
-    plan_prefill(layer_now, n, plan);
+  }
+
+  bool stream_order(int32_t layer, std::vector<int32_t>& order) override {
+    // §5.2: every prefill layer streams its experts through the layer protocol's two
+    // slots; no predictor runs in prefill.
+    if (phase_ != Phase::Prefill || layer < 0 || layer >= n_layer_ || rows_.empty()) return false;
+    const int32_t m = pred_.n_expert();
+    std::vector<double> want(static_cast<size_t>(m), 0.0);
+    if (n_tok_[static_cast<size_t>(layer)] > 0) {
+      // Routed: the experts with the most tokens first (they are all needed).
+      for (int32_t e : rows_[static_cast<size_t>(layer)])
+        if (e >= 0 && e < m) want[static_cast<size_t>(e)] += 1.0;
+    } else if (layer > 0 && n_tok_[static_cast<size_t>(layer - 1)] > 0) {
+      want = expected_tokens(layer - 1);
+    }
+    // Ties (and a layer with nothing known): the layer's popularity, as the paper
+    // orders its expert dispatch.
+    const std::vector<float> pop = pred_.stats().popularity(layer);
+    order.resize(static_cast<size_t>(m));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      if (want[static_cast<size_t>(a)] != want[static_cast<size_t>(b)]) return want[static_cast<size_t>(a)] > want[static_cast<size_t>(b)];
+      return pop[static_cast<size_t>(a)] > pop[static_cast<size_t>(b)];
+    });
+    return true;
   }
 
   size_t victim(const CacheView& v, const ExpertKey&) override {
@@ -234,35 +258,21 @@ class DuoservePolicy : public ExpertPolicy {
     return p;
   }
 
-  // §5.2 streams every expert layer l+1 will use while layer l computes. Its routing is
-  // unknown yet, so the set is estimated from the popularity/affinity statistics over
-  // all of this block's tokens (the paper uses no predictor in prefill): token t uses
-  // expert j at l+1 with probability q_tj = min(1, k * a_t(j)) where a_t is the
-  // affinity row of t's experts at l; j is streamed when some token likely uses it
-  // (1 - prod_t (1 - q_tj) >= 1/2), at least the top k, most expected tokens first.
-  // A long prompt thus streams all of the layer's experts, as in the paper.
-  void plan_prefill(int32_t l, int64_t n, PrefetchPlan& plan) const {
+  // How many of this block's tokens are expected at layer l+1 per expert, from the
+  // affinity rows of their experts at l (the head of l+1 is fetched before its router
+  // runs): token t uses expert j with probability min(1, k * a_t(j)).
+  std::vector<double> expected_tokens(int32_t l) const {
     const int32_t m = pred_.n_expert();
-    std::vector<double> expected(static_cast<size_t>(m), 0.0), log_unused(static_cast<size_t>(m), 0.0);
+    std::vector<double> expected(static_cast<size_t>(m), 0.0);
     const auto& row = rows_[static_cast<size_t>(l)];
-    for (int64_t t = 0; t < n; ++t) {
+    for (int64_t t = 0; t < n_tok_[static_cast<size_t>(l)]; ++t) {
       ActivationPath p(static_cast<size_t>(n_layer_));
       p[static_cast<size_t>(l)].assign(row.begin() + t * k_, row.begin() + (t + 1) * k_);
       const std::vector<float> a = pred_.fallback_scores(p, l + 1);
-      for (int32_t j = 0; j < m; ++j) {
-        const double q = std::min(1.0, static_cast<double>(k_) * a[static_cast<size_t>(j)]);
-        expected[static_cast<size_t>(j)] += q;
-        log_unused[static_cast<size_t>(j)] += q >= 1.0 ? -1e9 : std::log1p(-q);
-      }
+      for (int32_t j = 0; j < m; ++j)
+        expected[static_cast<size_t>(j)] += std::min(1.0, static_cast<double>(k_) * a[static_cast<size_t>(j)]);
     }
-    std::vector<int32_t> order(static_cast<size_t>(m));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return expected[a] > expected[b]; });
-    for (size_t i = 0; i < order.size(); ++i) {
-      const int32_t j = order[i];
-      if (static_cast<int64_t>(i) >= k_ && 1.0 - std::exp(log_unused[static_cast<size_t>(j)]) < 0.5) continue;
-      plan.push_back({{l + 1, j}, 1.0 + expected[static_cast<size_t>(j)] / static_cast<double>(n)});
-    }
+    return expected;
   }
 
   int32_t n_layer_;

@@ -3,8 +3,11 @@
 //   the token's activation path, l+1's popularity and the affinity row of l's experts,
 //   and those top-k are fetched while layer l computes; a wrong guess is re-fetched by
 //   the cache's demand path (layer_protocol.h step 3).
-//   Prefill (§5.2): every expert a layer needs is streamed while the previous layer
-//   computes (see DuoservePolicy::plan_prefetch for how that maps onto a policy).
+//   Prefill (§5.2): every prefill layer streams the experts it needs through the layer
+//   protocol's two-slot pipeline (experts/layer_protocol.h), one loading while the
+//   other computes; the policy only names the order (stream_order: the layer's experts
+//   by tokens routed, then popularity) and the head of layer l+1, fetched while l's
+//   last expert computes (by the affinity of l's routing).
 // The predictor is learned from traces (§4): `moeflow train-predictor`, or in the
 // simulator from its learning requests (finish_learning()).
 #pragma once

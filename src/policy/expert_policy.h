@@ -57,6 +57,13 @@ class ExpertPolicy {
   virtual void routed(const LayerRouting&) {}
   // Experts to fetch ahead, planned once the routing of `layer_now` is known.
   virtual void plan_prefetch(int32_t /*layer_now*/, PrefetchPlan&) {}
+  // DuoServe's prefill (§5.2): true when `layer` streams its experts through the
+  // layer protocol's two-slot pipeline instead of loading them on demand (and asking
+  // plan_prefetch). `order` gets the layer's experts, the most wanted first: the
+  // pipeline loads the missing needed ones in that order, and the first of layer l+1
+  // that is not resident while layer l's last expert computes, before l+1's router.
+  // Called for a layer after its routing is known, and for the next one before.
+  virtual bool stream_order(int32_t /*layer*/, std::vector<int32_t>& /*order*/) { return false; }
   // Index into view.candidates of the expert to evict to make room for `incoming`.
   // For a prefetch (view.for_prefetch) a policy may decline with kDecline: the
   // prefetch is dropped rather than evict something worth more.

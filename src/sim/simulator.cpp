@@ -115,6 +115,7 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
 
   SimulatedTransport link(g, hw.link);
   ExpertCache cache(g, budget, link, *policy);
+  LayerProtocol protocol(cache);
   std::vector<int64_t> popularity(g.bytes.size(), 0);  // for rerouting without probabilities
   double ttft_sum = 0, tpot_sum = 0;
   int64_t ttft_n = 0, tpot_n = 0;
@@ -175,8 +176,7 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
         }
         std::vector<int32_t> needed;
         for (const auto& [e, n] : tokens_of) needed.push_back(e);
-        run_layer_experts(cache, l, needed,
-                          [&](int32_t e, const uint8_t*) { link.advance(model.expert_compute_seconds(tokens_of[e])); });
+        protocol.run(l, needed, [&](int32_t e, const uint8_t*) { link.advance(model.expert_compute_seconds(tokens_of[e])); });
       }
       policy->end_iteration();
       const double dt = link.now() - t0;
@@ -211,6 +211,7 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
   res.total_seconds = link.now();
   res.bytes_moved = res.counters.bytes_read;
   res.peak_bytes = cache.counters().peak_bytes;
+  res.pipeline = protocol.pipeline();
   return res;
 }
 

@@ -2,8 +2,9 @@
 // trace through the same ExpertCache, policy and layer protocol as the engine, on a
 // SimulatedTransport's virtual clock. Per layer: dense compute advances the clock
 // (prefetches in flight progress meanwhile), the router output from the trace goes to
-// the policy, then experts are fetched and computed in the layer protocol's order;
-// a miss stalls until its copy lands.
+// the policy, then experts are fetched and computed in the layer protocol's order
+// (on demand, or DuoServe's two-slot prefill pipeline); a miss stalls until its copy
+// lands.
 //
 // Requests run back to back on one cache. The first `warmup_requests` requests (the
 // "learn" part) train learned policies and warm the cache without being scored; of
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "experts/expert_cache.h"
+#include "experts/layer_protocol.h"
 #include "policy/expert_policy.h"
 #include "sim/profiles.h"
 #include "sim/trace.h"
@@ -52,6 +54,7 @@ struct SimResult {
   uint64_t peak_bytes = 0;
   uint64_t rerouted_slots = 0;     // (token, slot) pairs served by another expert, scored phases
   uint64_t scored_slots = 0;       // all (token, slot) pairs of the scored phases
+  PipelineCounters pipeline;      // DuoServe's prefill pipeline, whole run (learning included)
   int64_t scored_requests = 0, scored_decode_tokens = 0;
   std::vector<std::string> notes;  // e.g. "no gate probabilities: top-k weights used"
 };

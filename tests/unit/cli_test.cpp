@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -10,6 +11,7 @@
 #include <string>
 #include <sys/wait.h>
 
+#include "policy/policy_factory.h"
 #include "test_paths.h"
 
 namespace moeflow {
@@ -96,6 +98,106 @@ TEST(Cli, PolicyStateSurvivesARestart) {
   EXPECT_EQ(tokens(first), tokens(second));
   expect_failure(common + " --policy-state " + kModel, "moe-infinity state");
   std::remove(state.c_str());
+}
+
+// A small routing trace in the interchange format, shaped like the built-in model
+// (6 layers, 8 experts, top-2): 3 requests, each an 8-token prefill and 6 decode
+// steps, with a sticky expert per request so that caching has something to find.
+std::string write_small_trace() {
+  const std::string path = moeflow::testing::scratch_path("trace") + ".jsonl";
+  std::ofstream f(path);
+  uint32_t rng = 12345;
+  auto next = [&rng](uint32_t n) {
+    rng = rng * 1103515245u + 12345u;
+    return (rng >> 16) % n;
+  };
+  for (int req = 0; req < 3; ++req)
+    for (int it = 0; it < 7; ++it)
+      for (int l = 0; l < 6; ++l) {
+        const int n_tok = it == 0 ? 8 : 1;
+        nlohmann::json experts = nlohmann::json::array();
+        for (int t = 0; t < n_tok; ++t) {
+          const int a = static_cast<int>((req + l) % 8), b = static_cast<int>((a + 1 + next(7)) % 8);
+          experts.push_back({a, b});
+        }
+        const nlohmann::json rec = {{"model", "moeflow-default"}, {"source", "cli_test"}, {"request", req},
+                                    {"iter", it}, {"phase", it == 0 ? "prefill" : "decode"}, {"layer", l},
+                                    {"num_experts", 8}, {"top_k", 2}, {"experts", experts},
+                                    {"weights", nullptr}, {"probs", nullptr}};
+        f << rec.dump() << "\n";
+      }
+  return path;
+}
+
+TEST(Cli, SimulateJsonHasTheDocumentedFields) {
+  const std::string trace = write_small_trace();
+  for (const char* policy : {"lru", "duoserve", "belady"}) {
+    const Result r = run(std::string("simulate --trace ") + trace + " --model-profile moeflow-default --hw pcie4 --cache 25% --policy " +
+                         policy + " --json");
+    ASSERT_EQ(r.code, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+    SCOPED_TRACE(policy);
+    EXPECT_EQ(j["policy"], policy);
+    ASSERT_TRUE(j["hit_rate"].is_number());
+    EXPECT_GE(j["hit_rate"].get<double>(), 0.0);
+    EXPECT_LE(j["hit_rate"].get<double>(), 1.0);
+    EXPECT_GT(j["hit_rate"].get<double>(), 0.0) << "a sticky expert per request must hit sometimes";
+    EXPECT_GT(j["ttft_seconds"].get<double>(), 0.0);
+    EXPECT_GT(j["tpot_seconds"].get<double>(), 0.0);
+    EXPECT_GT(j["bytes_moved"].get<uint64_t>(), 0u);
+    EXPECT_GE(j["stall_seconds"].get<double>(), 0.0);
+    EXPECT_GE(j["prefetch_accuracy"].get<double>(), 0.0);
+    EXPECT_LE(j["prefetch_accuracy"].get<double>(), 1.0);
+    EXPECT_NEAR(j["cache_fraction"].get<double>(), 0.25, 0.01);
+    EXPECT_EQ(j["measured_requests"], 3);
+    EXPECT_EQ(j["scored_decode_tokens"], 18);
+  }
+  std::remove(trace.c_str());
+}
+
+TEST(Cli, SimulateSweepWritesEveryPolicyAsMarkdownCsvAndSvg) {
+  const std::string trace = write_small_trace();
+  const std::string dir = moeflow::testing::scratch_path("sweep");
+  const Result r = run("simulate --trace " + trace + " --model-profile moeflow-default --sweep --out-dir " + dir);
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::vector<std::string> names = policy_names();
+  names.push_back("belady");
+  for (const char* file : {"sweep.md", "sweep.csv", "sweep.svg"}) {
+    std::ifstream in(dir + "/" + file);
+    ASSERT_TRUE(in) << file << " was not written\n" << r.out;
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (const std::string& n : names) EXPECT_NE(text.find(n), std::string::npos) << n << " missing from " << file;
+  }
+  // The CSV: a header, then one row per policy and cache size (12.5/25/50/75%), each
+  // with a hit rate in [0, 1] in its fourth column.
+  std::ifstream csv(dir + "/sweep.csv");
+  std::string line;
+  std::getline(csv, line);
+  EXPECT_EQ(line.rfind("policy,cache_fraction,cache_bytes,hit_rate", 0), 0u) << line;
+  size_t rows = 0;
+  while (std::getline(csv, line)) {
+    if (line.empty()) continue;
+    ++rows;
+    std::vector<std::string> cols;
+    for (size_t b = 0;;) {
+      const size_t e = line.find(',', b);
+      cols.push_back(line.substr(b, e - b));
+      if (e == std::string::npos) break;
+      b = e + 1;
+    }
+    ASSERT_GE(cols.size(), 4u) << line;
+    const double hit = std::stod(cols[3]);
+    EXPECT_GE(hit, 0.0) << line;
+    EXPECT_LE(hit, 1.0) << line;
+  }
+  EXPECT_GE(rows, 4 * names.size());
+  const std::string svg = [&] {
+    std::ifstream in(dir + "/sweep.svg");
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }();
+  EXPECT_NE(svg.find("<svg"), std::string::npos);
+  std::filesystem::remove_all(dir);
+  std::remove(trace.c_str());
 }
 
 TEST(Cli, RerouteIsLabelledLossy) {

@@ -192,37 +192,49 @@ TEST(Duoserve, DecodePrefetchesThePredictedExpertsOfTheNextLayer) {
   }
 }
 
-TEST(Duoserve, PrefillStreamsTheNextLayerOnly) {
+TEST(Duoserve, PrefillStreamsEveryLayerInsteadOfPrefetching) {
   const int32_t nl = 3, m = 8;
   const ExpertGeometry g = ExpertGeometry::uniform(nl, m, 2, 100);
   auto p = make_duoserve_policy(g, small_options());
-  // A fresh policy knows nothing: a 16-token prompt streams every expert of l+1.
-  std::vector<std::vector<int32_t>> rows(nl);
-  for (int t = 0; t < 16; ++t)
-    for (int32_t l = 0; l < nl; ++l) {
-      rows[static_cast<size_t>(l)].push_back(t % m);
-      rows[static_cast<size_t>(l)].push_back((t + 3) % m);
-    }
-  std::vector<PrefetchPlan> plans;
-  feed(*p, Phase::Prefill, rows, 2, m, &plans);
-  for (int32_t l = 0; l + 1 < nl; ++l) {
-    int32_t layer = -1;
-    EXPECT_EQ(keys_of(plans[static_cast<size_t>(l)], &layer), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7}));
-    EXPECT_EQ(layer, l + 1) << "two slots: only the next layer is in flight";
-  }
-  EXPECT_TRUE(plans.back().empty());
-  // Once the affinity is known, a one-token prefill streams exactly the experts its
-  // successors need, and a two-token one the union, the more expected first.
-  auto q = make_duoserve_policy(g, small_options());
-  learn_mapping(*q, nl, m, 100);
-  plans.clear();
-  feed(*q, Phase::Prefill, {{1, 4}, {4, 5}, {5, 0}}, 2, m, &plans);
-  int32_t layer = -1;
-  EXPECT_EQ(keys_of(plans[0], &layer), (std::vector<int32_t>{4, 5}));
-  plans.clear();
-  feed(*q, Phase::Prefill, {{1, 4, 1, 6}, {4, 5, 4, 3}, {5, 0, 5, 2}}, 2, m, &plans);
-  EXPECT_EQ(keys_of(plans[0], &layer), (std::vector<int32_t>{3, 4, 5}));
-  EXPECT_EQ(plans[0][0].key.expert, 4);  // both tokens need it
+  learn_mapping(*p, nl, m, 100);  // affinity: e at l -> succ(e) at l+1
+  p->begin_request({});
+  p->begin_iteration(Phase::Prefill, 0);
+  std::vector<int32_t> order;
+  // Before layer 0's router: every expert, by popularity (the learnt paths start
+  // everywhere, so every expert is in the order).
+  ASSERT_TRUE(p->stream_order(0, order));
+  EXPECT_EQ(order.size(), static_cast<size_t>(m));
+  // Layer 0 routes two tokens: {1, 4} and {1, 6}.
+  LayerRouting r;
+  r.layer = 0;
+  r.n_expert = m;
+  r.top_k = 2;
+  r.n_tok = 2;
+  r.experts = {1, 4, 1, 6};
+  p->routed(r);
+  PrefetchPlan plan;
+  p->plan_prefetch(0, plan);
+  EXPECT_TRUE(plan.empty()) << "prefill loads through the two-slot pipeline, not by prefetch";
+  // The routed layer streams the expert with the most tokens first, then the others
+  // it needs, then the rest.
+  ASSERT_TRUE(p->stream_order(0, order));
+  ASSERT_EQ(order.size(), static_cast<size_t>(m));
+  EXPECT_EQ(order[0], 1);
+  EXPECT_EQ((std::vector<int32_t>{std::min(order[1], order[2]), std::max(order[1], order[2])}), (std::vector<int32_t>{4, 6}));
+  // Layer 1, before its router: by the tokens expected from the affinity of layer 0's
+  // choices: succ(4) = 5 and succ(1) = 4 for the first token, succ(6) = 3 and 4 for
+  // the second; 4 (both tokens) is the head the pipeline fetches.
+  ASSERT_TRUE(p->stream_order(1, order));
+  EXPECT_EQ(order[0], 4);
+  EXPECT_EQ((std::vector<int32_t>{std::min(order[1], order[2]), std::max(order[1], order[2])}), (std::vector<int32_t>{3, 5}));
+  p->end_iteration();
+  // Decode does not stream: the predictor prefetches instead.
+  p->begin_iteration(Phase::Decode, 1);
+  EXPECT_FALSE(p->stream_order(0, order));
+  EXPECT_FALSE(p->stream_order(1, order));
+  p->end_iteration();
+  // Other policies never stream.
+  EXPECT_FALSE(make_policy("lru", g)->stream_order(0, order));
 }
 
 TEST(Duoserve, SaveLoadRoundTripsExactly) {

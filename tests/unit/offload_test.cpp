@@ -1,8 +1,10 @@
 // Expert offloading in the engine: every policy under every budget from 100% down to
-// the minimum gives exactly the tokens of the all-resident run (--on-miss load), the
-// budget is enforced, and rerouting is reported as lossy.
+// the minimum gives exactly the tokens of the all-resident run (--on-miss load), also
+// over several requests with learned state, the budget is enforced, DuoServe's prefill
+// streams through two slots, and rerouting is reported as lossy.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,9 +15,11 @@
 #include "experts/expert_cache.h"
 #include "experts/expert_store.h"
 #include "experts/file_transport.h"
+#include "counting_transport.h"
 #include "format/error.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/model_weights.h"
+#include "policy/emoe.h"
 #include "policy/policy_factory.h"
 #include "test_paths.h"
 
@@ -95,6 +99,106 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Lossless,
                              if (ch == '-' || ch == '.') ch = '_';
                            return s;
                          });
+
+// Learned policies only show their learned state from the second request on: several
+// prompts go through one policy instance (as a server runs them), built as the engine
+// builds it (make_offload: fMoE matching asynchronously), with DuoServe's ExpertMLP
+// trained after the first two and eMoE's predictor called every other prompt. Each
+// request must still give exactly the all-resident tokens.
+TEST(Offload, LosslessOverSeveralRequestsWithLearnedState) {
+  auto model = Model::load(fixture_path("mixtral-f32.gguf"));
+  const std::vector<std::vector<int32_t>> prompts = {
+      kPrompt, {5, 9, 200, 41, 7, 7, 12, 250}, {100, 2, 3, 64, 64, 8, 19, 250, 33, 4, 91, 17}, kPrompt, {42, 17, 1, 99, 5}};
+  ThreadPool pool(2);
+  Transformer tf(*model, &pool, 64);
+  GenerateOptions opt;
+  opt.n_predict = 8;
+  opt.stop_at_eog = false;
+  opt.prefill_chunk = 5;
+  opt.sampler.temperature = 0;
+  std::vector<std::vector<int32_t>> ref;
+  for (const auto& p : prompts) {
+    tf.reset();
+    ref.push_back(generate(tf, p, opt, nullptr, nullptr).generated);
+  }
+  ExpertStore store(*model);
+  const ExpertGeometry& g = store.geometry();
+  PolicyOptions po;
+  po.async_matching = true;  // as make_offload builds every policy for the engine
+  std::vector<std::pair<std::string, std::function<std::unique_ptr<ExpertPolicy>()>>> makers;
+  for (const std::string& name : policy_names()) makers.emplace_back(name, [&, name] { return make_policy(name, g, po); });
+  for (EmoeVariant v : {EmoeVariant::AllLayer, EmoeVariant::LayerByLayer})
+    makers.emplace_back(v == EmoeVariant::AllLayer ? "emoe-A p=2" : "emoe-L p=2", [&, v] {
+      EmoeOptions o;
+      o.variant = v;
+      o.period = 2;
+      return std::make_unique<EmoePolicy>(g, o);
+    });
+  for (const auto& [name, make] : makers)
+    for (double f : {0.5, -1.0}) {
+      const std::unique_ptr<ExpertPolicy> pol = make();  // fresh per budget: learns from these requests only
+      ExpertPolicy& p = *pol;
+      const uint64_t budget = f < 0 ? g.min_budget() : static_cast<uint64_t>(f * static_cast<double>(g.total_bytes()));
+      FileTransport transport(store, 3);
+      ExpertCache cache(g, std::max(budget, g.min_budget()), transport, p);
+      OffloadedExperts src(model->config(), store, cache, OnMiss::Load);
+      tf.set_expert_source(&src);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        if (i == 2) p.finish_learning();  // DuoServe: train the ExpertMLP on what it saw
+        tf.reset();
+        src.begin_request(RequestInfo{static_cast<int64_t>(i), prompts[i], prompt_embedding(*model, prompts[i]), ""});
+        const std::vector<int32_t> got = generate(tf, prompts[i], opt, nullptr, nullptr).generated;
+        src.end_request();
+        EXPECT_EQ(got, ref[i]) << name << " at budget " << f << ", request " << i;
+      }
+      tf.set_expert_source(nullptr);
+      EXPECT_LE(cache.counters().peak_bytes, cache.budget_bytes()) << name;
+      if (f < 0) EXPECT_GT(cache.counters().misses, 0u) << name;
+    }
+}
+
+// DuoServe's prefill in the engine, on the real file transport: every prefill layer
+// runs through the two-slot pipeline, which never has more than two copies in flight
+// (counted by the transport) and overlaps loading with computing; tokens unchanged.
+TEST(Offload, DuoservePrefillStreamsThroughTwoSlots) {
+  auto model = Model::load(fixture_path("mixtral-f32.gguf"));
+  const int32_t n_layer = static_cast<int32_t>(model->config().n_layer);
+  for (int64_t chunk : {int64_t{512}, int64_t{5}}) {
+    ThreadPool pool(2);
+    Transformer tf(*model, &pool, 64);
+    GenerateOptions opt;
+    opt.n_predict = 1;  // the prompt only: every layer run is prefill
+    opt.stop_at_eog = false;
+    opt.prefill_chunk = chunk;
+    opt.sampler.temperature = 0;
+    const std::vector<int32_t> ref = generate(tf, kPrompt, opt, nullptr, nullptr).generated;
+    ExpertStore store(*model);
+    const ExpertGeometry& g = store.geometry();
+    for (double f : {0.25, -1.0}) {
+      auto pol = make_policy("duoserve", g);
+      FileTransport files(store, 3);
+      moeflow::testing::CountingTransport transport(files);
+      const uint64_t budget = f < 0 ? g.min_budget() : static_cast<uint64_t>(f * static_cast<double>(g.total_bytes()));
+      ExpertCache cache(g, std::max(budget, g.min_budget()), transport, *pol);
+      OffloadedExperts src(model->config(), store, cache, OnMiss::Load);
+      tf.reset();
+      tf.set_expert_source(&src);
+      src.begin_request(RequestInfo{0, kPrompt, {}, ""});
+      EXPECT_EQ(generate(tf, kPrompt, opt, nullptr, nullptr).generated, ref);
+      src.end_request();
+      tf.set_expert_source(nullptr);
+      const PipelineCounters& pipe = src.pipeline();
+      const int64_t chunks = (static_cast<int64_t>(kPrompt.size()) + chunk - 1) / chunk;
+      SCOPED_TRACE("budget " + std::to_string(f) + ", prefill chunk " + std::to_string(chunk));
+      EXPECT_EQ(pipe.layers, static_cast<uint64_t>(chunks * n_layer));
+      EXPECT_LE(transport.peak, 2) << "copies in flight at once";
+      EXPECT_EQ(pipe.peak_slots, 2);
+      EXPECT_GT(pipe.overlapped, 0u);
+      EXPECT_GT(pipe.heads, 0u);
+      EXPECT_LE(cache.counters().peak_bytes, cache.budget_bytes());
+    }
+  }
+}
 
 TEST(Offload, BudgetBelowTheMinimumIsRefused) {
   auto model = Model::load(fixture_path("mixtral-f32.gguf"));

@@ -1,0 +1,132 @@
+// Belady's MIN (policy/belady.h) step by step on a hand-made sequence: which expert
+// each eviction picks (the one used furthest in the future), what the prefetching
+// variant fetches and when it declines, worked out by hand.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <vector>
+
+#include "experts/layer_protocol.h"
+#include "experts/simulated_transport.h"
+#include "policy/belady.h"
+
+namespace moeflow {
+namespace {
+
+// 2 layers x 4 experts, top-1, one expert per step, a cache of 3 experts:
+//   step  0  1  2  3  4  5  6  7
+//   key   A  B  C  D  A  E  C  B     A=(0,0) B=(1,0) C=(0,1) D=(1,1) E=(1,2)
+const ExpertKey A{0, 0}, B{1, 0}, C{0, 1}, D{1, 1}, E{1, 2};
+const std::vector<ExpertKey> kSeq = {A, B, C, D, A, E, C, B};
+
+std::vector<LayerStep> steps() {
+  std::vector<LayerStep> s;
+  for (const ExpertKey& k : kSeq) s.push_back({k.layer, {k.expert}});
+  return s;
+}
+
+struct Replay {
+  std::vector<std::set<ExpertKey>> resident;  // after each step (and its prefetches landing)
+  std::vector<bool> hit;                      // per step
+  CacheCounters counters;
+};
+
+// Each step: its router output, the layer protocol (on demand, plus the policy's
+// prefetches), then 10 s of dense compute, long enough for every copy (1 s) to land.
+Replay replay(bool prefetch) {
+  const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
+  BeladyPolicy policy(g, steps(), 3, prefetch);
+  SimulatedTransport link(g, LinkProfile{100.0, 0.0, 1});
+  ExpertCache cache(g, 300, link, policy);
+  LayerProtocol protocol(cache);
+  Replay out;
+  for (const ExpertKey& k : kSeq) {
+    LayerRouting r;
+    r.layer = k.layer;
+    r.n_expert = 4;
+    r.top_k = 1;
+    r.n_tok = 1;
+    r.experts = {k.expert};
+    r.weights = {1.0f};
+    policy.routed(r);
+    const uint64_t hits = cache.counters().hits;
+    protocol.run(k.layer, {k.expert}, [](int32_t, const uint8_t*) {});
+    out.hit.push_back(cache.counters().hits > hits);
+    link.advance(10.0);
+    cache.poll();
+    std::set<ExpertKey> res;
+    for (int32_t l = 0; l < 2; ++l)
+      for (int32_t e : cache.resident_experts(l)) res.insert({l, e});
+    out.resident.push_back(res);
+  }
+  out.counters = cache.counters();
+  return out;
+}
+
+TEST(Belady, MinEvictsTheExpertUsedFurthestAhead) {
+  const Replay r = replay(false);
+  const std::vector<std::set<ExpertKey>> want = {
+      {A}, {A, B}, {A, B, C},
+      {A, C, D},  // D: A is next used at step 4, C at 6, B at 7: B goes
+      {A, C, D},  // A hits
+      {C, D, E},  // E: A and D are never used again, C at 6: the tie goes to the lower key, A
+      {C, D, E},  // C hits
+      {B, D, E},  // B: none of C, D, E is used again: the lowest key, C
+  };
+  for (size_t s = 0; s < kSeq.size(); ++s) EXPECT_EQ(r.resident[s], want[s]) << "after step " << s;
+  EXPECT_EQ(r.hit, (std::vector<bool>{false, false, false, false, true, false, true, false}));
+  EXPECT_EQ(r.counters.evictions, 3u);
+  EXPECT_EQ(r.counters.prefetches_issued, 0u);
+}
+
+TEST(Belady, VictimAndDeclineCalledDirectly) {
+  const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
+  BeladyPolicy p(g, steps(), 3, true);
+  LayerRouting r;
+  for (int i = 0; i < 4; ++i) p.routed(r);  // now at step 3 (D)
+  const std::vector<CacheEntryView> cands = {{A}, {B}, {C}};
+  const CacheView demand{&cands, 0, 1, false};
+  EXPECT_EQ(p.victim(demand, D), 1u) << "B (next use 7) is used after A (4) and C (6)";
+  // A prefetch evicts only what is needed later than what it brings in.
+  const std::vector<CacheEntryView> later = {{C}}, sooner = {{A}};
+  EXPECT_EQ(p.victim(CacheView{&later, 0, 1, true}, A), 0u) << "C (next use 6) may make room for A (4)";
+  EXPECT_EQ(p.victim(CacheView{&sooner, 0, 1, true}, E), ExpertPolicy::kDecline) << "A (4) stays for E (5)";
+  EXPECT_EQ(p.victim(CacheView{&sooner, 0, 1, false}, E), 0u) << "a demand is never declined";
+}
+
+TEST(Belady, PrefetchVariantFetchesTheComingStepsAndDeclinesHarm) {
+  const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
+  {
+    // At step 0 the plan is the next three distinct experts, sooner first.
+    BeladyPolicy p(g, steps(), 3, true);
+    LayerRouting r;
+    p.routed(r);
+    PrefetchPlan plan;
+    p.plan_prefetch(0, plan);
+    ASSERT_EQ(plan.size(), 3u);
+    EXPECT_EQ(plan[0].key, B);
+    EXPECT_EQ(plan[1].key, C);
+    EXPECT_EQ(plan[2].key, D);
+    EXPECT_GT(plan[0].priority, plan[1].priority);
+    EXPECT_GT(plan[1].priority, plan[2].priority);
+  }
+  const Replay r = replay(true);
+  const std::vector<std::set<ExpertKey>> want = {
+      {A, B, C},  // A loads on demand; B and C prefetched; D dropped (A is computing, nothing to evict)
+      {B, C, D},  // D evicts A (next 4 > D's 3); A itself declined: only C (2) could go, needed before A
+      {A, C, D},  // A evicts B (7 > 4); E declined: D (3) is needed before E (5)
+      {A, D, E},  // E evicts C (6 > 5); C declined: A (4) is needed before C (6)
+      {A, C, E},  // C evicts D (never again); B declined: E (5) is needed before B (7)
+      {B, C, E},  // B evicts A (never again)
+      {B, C, E},
+      {B, C, E},
+  };
+  for (size_t s = 0; s < kSeq.size(); ++s) EXPECT_EQ(r.resident[s], want[s]) << "after step " << s;
+  EXPECT_EQ(r.hit, (std::vector<bool>{false, true, true, true, true, true, true, true}));
+  EXPECT_EQ(r.counters.prefetches_issued, 7u);  // B, C; D; A; E; C; B
+  EXPECT_EQ(r.counters.prefetch_hits, 7u);
+  EXPECT_EQ(r.counters.prefetches_dropped, 5u);  // D at step 0 (no room), then four declines
+}
+
+}  // namespace
+}  // namespace moeflow

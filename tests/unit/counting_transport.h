@@ -1,0 +1,43 @@
+// A Transport that forwards to another and counts the copies it has outstanding
+// (submitted, not yet collected or cancelled): what the tests of the prefill pipeline
+// check its "at most two slots" against, from outside the code under test.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "experts/transport.h"
+
+namespace moeflow::testing {
+
+class CountingTransport final : public Transport {
+ public:
+  explicit CountingTransport(Transport& inner) : inner_(inner) {}
+
+  bool needs_buffers() const override { return inner_.needs_buffers(); }
+  void submit(const ExpertKey& key, uint8_t* dst, double priority) override {
+    inner_.submit(key, dst, priority);
+    peak = std::max(peak, ++outstanding);
+  }
+  void reprioritize(const ExpertKey& key, double priority) override { inner_.reprioritize(key, priority); }
+  bool cancel(const ExpertKey& key) override {
+    const bool cancelled = inner_.cancel(key);
+    if (cancelled) --outstanding;
+    return cancelled;
+  }
+  void collect(std::vector<ExpertKey>& done, bool block) override {
+    const size_t before = done.size();
+    inner_.collect(done, block);
+    outstanding -= static_cast<int64_t>(done.size() - before);
+  }
+  double now() override { return inner_.now(); }
+  uint64_t bytes_moved() const override { return inner_.bytes_moved(); }
+
+  int64_t outstanding = 0;  // copies submitted and not yet collected or cancelled
+  int64_t peak = 0;         // most outstanding at once
+
+ private:
+  Transport& inner_;
+};
+
+}  // namespace moeflow::testing
