@@ -153,7 +153,9 @@ TEST(Offload, LosslessOverSeveralRequestsWithLearnedState) {
       }
       tf.set_expert_source(nullptr);
       EXPECT_LE(cache.counters().peak_bytes, cache.budget_bytes()) << name;
-      if (f < 0) EXPECT_GT(cache.counters().misses, 0u) << name;
+      if (f < 0) {
+        EXPECT_GT(cache.counters().misses, 0u) << name;
+      }
     }
 }
 
