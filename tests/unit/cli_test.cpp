@@ -17,18 +17,8 @@
 namespace moeflow {
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
-
-Result run(const std::string& args) {
-  Result r;
-  int status = -1;
-  r.out = moeflow::testing::run_command(std::string(MOEFLOW_BINARY) + " " + args + " 2>&1", &status);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = moeflow::testing::BinaryResult;
+Result run(const std::string& args) { return moeflow::testing::run_moeflow(args); }
 
 const std::string kModel = moeflow::testing::fixture_path("mixtral-f32.gguf");
 

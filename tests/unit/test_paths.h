@@ -2,6 +2,7 @@
 // apart when ctest runs tests in parallel processes, and running a shell command.
 #pragma once
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
@@ -28,6 +29,20 @@ inline std::string run_command(const std::string& cmd, int* status) {
   while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
   *status = ::pclose(p);
   return out;
+}
+
+// The moeflow binary's exit code and output (stdout and stderr together).
+struct BinaryResult {
+  int code = -1;
+  std::string out;
+};
+
+inline BinaryResult run_moeflow(const std::string& args) {
+  BinaryResult r;
+  int status = -1;
+  r.out = run_command(std::string(MOEFLOW_BINARY) + " " + args + " 2>&1", &status);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
 }
 
 }  // namespace moeflow::testing
