@@ -119,6 +119,13 @@ std::string Args::help() const {
   return h;
 }
 
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  for (std::string& item : split(s, ','))
+    if (!item.empty()) out.push_back(std::move(item));
+  return out;
+}
+
 std::vector<int32_t> parse_int_list(const std::string& flag, const std::string& s) {
   std::vector<int32_t> out;
   for (const auto& item : split(s, ',')) {

@@ -48,6 +48,10 @@ class Args {
 // clamped to [0, n]; throws UsageError naming the flag.
 std::pair<size_t, size_t> parse_request_range(const std::string& flag, const std::string& s, size_t n);
 
+// "a,b,,c" -> {"a", "b", "c"}: a comma-separated list (policies, overrides); empty
+// items are dropped.
+std::vector<std::string> split_list(const std::string& s);
+
 // "1,2,3" -> ids; throws UsageError naming the flag and the bad item.
 std::vector<int32_t> parse_int_list(const std::string& flag, const std::string& s);
 

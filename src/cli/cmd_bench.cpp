@@ -54,18 +54,6 @@ struct PolicyRun {
   bool offloaded = false;
 };
 
-
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  size_t b = 0;
-  while (b <= s.size()) {
-    const size_t e = std::min(s.find(',', b), s.size());
-    if (e > b) out.push_back(s.substr(b, e - b));
-    b = e + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -93,7 +81,7 @@ int cmd_bench(int argc, char** argv) {
   }
   // --policy may name several (comma-separated): each runs in this same process, so
   // their speeds compare as ratios; "all" (no offloading) always runs first.
-  std::vector<std::string> policies = split_commas(a.str("--policy"));
+  std::vector<std::string> policies = split_list(a.str("--policy"));
   policies.erase(std::remove(policies.begin(), policies.end(), "all"), policies.end());
   policies.insert(policies.begin(), "all");
   if (policies.size() == 1 && a.has("--expert-budget"))
@@ -119,7 +107,7 @@ int cmd_bench(int argc, char** argv) {
     for (int64_t r = 0; r < reps; ++r) {
       // The memory bound is measured next to each generation run of `all`, not once:
       // a shared VM's bandwidth moves by 2x within a minute, so a bound taken at
-      // another moment says little about this run (see triad_near_best below).
+      // another moment says little about this run (see bw_gbs below).
       if (!off.active()) triads.push_back(measure_triad());
       tf.reset();
       if (off.active()) off.source->begin_request(RequestInfo{r, prompt, {}, ""});

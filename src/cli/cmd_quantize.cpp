@@ -1,5 +1,4 @@
 // moeflow quantize: rewrite a GGUF model's weight tensors in another element type.
-#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <filesystem>
@@ -128,14 +127,7 @@ int cmd_quantize(int argc, char** argv) {
                      "' (expected q8_0, q4_0, f16, bf16 or f32)");
   const bool verbose = a.has("--verbose");
   std::vector<std::pair<std::string, gguf::Value>> overrides;
-  if (a.has("--override-kv")) {
-    const std::string all = a.str("--override-kv");
-    for (size_t b = 0; b <= all.size();) {
-      const size_t e = std::min(all.find(',', b), all.size());
-      overrides.push_back(parse_override_kv(all.substr(b, e - b)));
-      b = e + 1;
-    }
-  }
+  for (const std::string& spec : split_list(a.str("--override-kv"))) overrides.push_back(parse_override_kv(spec));
   const QuantizeStats st = quantize_model(
       a.str("--input"), a.str("--output"), type,
       [&](const std::string& m) {

@@ -167,12 +167,7 @@ int cmd_simulate(int argc, char** argv) {
     policies = policy_names();
     policies.push_back("belady");
   } else {
-    std::string s = a.str("--policy");
-    for (size_t b = 0; b <= s.size();) {
-      const size_t e = std::min(s.find(',', b), s.size());
-      if (e > b) policies.push_back(s.substr(b, e - b));
-      b = e + 1;
-    }
+    policies = split_list(a.str("--policy"));
   }
   std::vector<double> fractions;
   uint64_t cache_bytes = 0;

@@ -21,7 +21,7 @@ void add_model_flags(Args& a) {
   a.flag("-t,--threads", "worker threads", true, std::to_string(std::max(1u, std::thread::hardware_concurrency())));
   a.flag("-c,--ctx-size", "context size in tokens (0: the model's, at most 4096)", true, "0");
   a.flag("--mmap", "compute from the file mapping instead of copying the weights into memory first "
-                   "(starts faster; decode reads page-cache pages, measured ~40% slower)", false);
+                   "(starts faster; page-cache pages: a q8_0 mat-vec alone read 26 against 44 GB/s)", false);
 }
 
 std::string default_model_path() {

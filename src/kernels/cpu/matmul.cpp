@@ -406,13 +406,13 @@ void MatvecRowsR(DType wt, const uint8_t* W, size_t rb, int64_t r0, int64_t r1, 
   const uint8_t* const end = W + rb * static_cast<size_t>(r1);
   for (; r + R <= r1; r += R) {
     const uint8_t* ahead = W + rb * static_cast<size_t>(r + kPrefetchGroups * R);
-    const uint8_t* pf = ahead < end ? ahead : nullptr;
-    if (!dtype_is_quantized(wt) && pf) {
+    // Quantised kernels spread this prefetch over their block loop (PrefetchStep);
+    // float rows take it in one burst here.
+    const bool spread = dtype_is_quantized(wt);
+    if (!spread)
       for (size_t off = 0; off < rb * R && ahead + off < end; off += 64) __builtin_prefetch(ahead + off, 0, 3);
-      pf = nullptr;
-    }
     for (int i = 0; i < R; ++i) rows[i] = W + rb * static_cast<size_t>(r + i);
-    MvRows<R>(wt, rows, cols, x, y + r, pf);
+    MvRows<R>(wt, rows, cols, x, y + r, spread && ahead < end ? ahead : nullptr);
   }
   for (; r < r1; ++r) {
     rows[0] = W + rb * static_cast<size_t>(r);
@@ -555,7 +555,11 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
   // once, on the calling thread (a few microseconds against the matrix's bytes).
   thread_local std::vector<int16_t> qbuf;
   thread_local std::vector<float> dbuf;
-  std::vector<MvInput> in(n_jobs);
+  thread_local std::vector<MvInput> in_buf;  // no allocation per call once warm
+  in_buf.resize(n_jobs);
+  // The workers must see the caller's buffer: a thread_local named inside the lambda
+  // below would be each worker's own.
+  MvInput* const in = in_buf.data();
   size_t qsize = 0, dsize = 0;
   for (size_t j = 0; j < n_jobs; ++j) {
     if (jobs[j].dtype != DType::Q8_0) continue;
