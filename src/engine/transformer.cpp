@@ -92,13 +92,15 @@ void Transformer::attention_block(int64_t l, int64_t n, std::vector<float>& x) {
       cpu::rmsnorm(kt, L.k_norm.data(), kt, kv_dim, c.rms_eps);
     }
     const int64_t p = pos_ + t;
+    rope_cs_.resize(static_cast<size_t>(c.rot_dim / 2 * 2));
+    cpu::rope_angles(p, c.rot_dim, c.rope_base, rope_cs_.data());
     for (int64_t h = 0; h < c.n_head; ++h) {
       if (c.qk_norm == QkNorm::PerHead) cpu::rmsnorm(qt + h * hd, L.q_norm.data(), qt + h * hd, hd, c.rms_eps);
-      cpu::rope(qt + h * hd, hd, c.rot_dim, p, c.rope_base, c.rope_neox);
+      cpu::rope_apply(qt + h * hd, c.rot_dim, rope_cs_.data(), c.rope_neox);
     }
     for (int64_t h = 0; h < c.n_head_kv; ++h) {
       if (c.qk_norm == QkNorm::PerHead) cpu::rmsnorm(kt + h * hd, L.k_norm.data(), kt + h * hd, hd, c.rms_eps);
-      cpu::rope(kt + h * hd, hd, c.rot_dim, p, c.rope_base, c.rope_neox);
+      cpu::rope_apply(kt + h * hd, c.rot_dim, rope_cs_.data(), c.rope_neox);
     }
     std::copy_n(kt, kv_dim, kv_.k(l, p));
     std::copy_n(v_.data() + t * kv_dim, kv_dim, kv_.v(l, p));

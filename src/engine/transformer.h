@@ -46,6 +46,7 @@ class Transformer {
   ExpertSource* source_ = nullptr;
   // Scratch reused across calls (sized for the largest block seen).
   std::vector<float> xn_, q_, k_, v_, attn_, proj_, router_;
+  std::vector<float> rope_cs_;  // cos, sin of the current position's rotary angles
   LayerRouting routing_;
 };
 

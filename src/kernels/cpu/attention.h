@@ -18,4 +18,9 @@ struct AttentionShape {
 void attention(const AttentionShape& s, const float* q, int64_t n_tok, int64_t pos0,
                const float* k_cache, const float* v_cache, float* out, ThreadPool* pool);
 
+// The same, one thread, scalar and in double precision: the definition the SIMD
+// version is tested against.
+void attention_reference(const AttentionShape& s, const float* q, int64_t n_tok, int64_t pos0,
+                         const float* k_cache, const float* v_cache, float* out);
+
 }  // namespace moeflow::cpu

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace moeflow::cpu {
 
@@ -30,28 +31,40 @@ void softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
-void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+void swiglu_reference(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];
   }
 }
 
-void rope(float* head, int64_t head_dim, int64_t rot_dim, int64_t pos, float freq_base, bool neox) {
-  const int64_t half = rot_dim / 2;
-  for (int64_t i = 0; i < half; ++i) {
+void rope_angles(int64_t pos, int64_t rot_dim, float freq_base, float* cs) {
+  for (int64_t i = 0; i < rot_dim / 2; ++i) {
     // Angles in double: at positions in the thousands an f32 angle loses the low bits
     // that the reference keeps.
     const double theta = static_cast<double>(pos) *
                          std::pow(static_cast<double>(freq_base), -2.0 * static_cast<double>(i) / static_cast<double>(rot_dim));
-    const float c = static_cast<float>(std::cos(theta));
-    const float s = static_cast<float>(std::sin(theta));
+    cs[2 * i] = static_cast<float>(std::cos(theta));
+    cs[2 * i + 1] = static_cast<float>(std::sin(theta));
+  }
+}
+
+void rope_apply(float* head, int64_t rot_dim, const float* cs, bool neox) {
+  const int64_t half = rot_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float c = cs[2 * i], s = cs[2 * i + 1];
     const int64_t a = neox ? i : 2 * i;
     const int64_t b = neox ? i + half : 2 * i + 1;
     const float x0 = head[a], x1 = head[b];
     head[a] = x0 * c - x1 * s;
     head[b] = x0 * s + x1 * c;
   }
+}
+
+void rope(float* head, int64_t head_dim, int64_t rot_dim, int64_t pos, float freq_base, bool neox) {
+  std::vector<float> cs(static_cast<size_t>(rot_dim / 2 * 2));
+  rope_angles(pos, rot_dim, freq_base, cs.data());
+  rope_apply(head, rot_dim, cs.data(), neox);
   (void)head_dim;
 }
 
