@@ -72,6 +72,50 @@ void decode_resident_experts(const LayerWeights& w, const std::vector<int32_t>& 
   cpu::matvec_batch(jobs.data(), jobs.size(), pool);
 }
 
+// Prefill with every expert resident: each selected expert's tokens gathered, then
+// all gate and up products as one batch, SwiGLU, and all down products as another
+// (two fork/joins per layer instead of three per expert; the threads' shares are
+// balanced by FLOPs across experts that got very different numbers of tokens).
+void prefill_resident_experts(const LayerWeights& w, const std::vector<int32_t>& needed,
+                              const std::vector<std::vector<int64_t>>& slots, const float* x, int64_t K,
+                              int64_t D, int64_t F, float* per_slot, ThreadPool* pool) {
+  const size_t n = needed.size();
+  std::vector<size_t> first(n + 1, 0);  // expert i's rows start at row first[i]
+  for (size_t i = 0; i < n; ++i) first[i + 1] = first[i] + slots[static_cast<size_t>(needed[i])].size();
+  const size_t rows = first[n];
+  thread_local std::vector<float> xe, gate, up, down;
+  xe.resize(rows * static_cast<size_t>(D));
+  gate.resize(rows * static_cast<size_t>(F));
+  up.resize(rows * static_cast<size_t>(F));
+  down.resize(rows * static_cast<size_t>(D));
+  for (size_t i = 0; i < n; ++i) {
+    const auto& s = slots[static_cast<size_t>(needed[i])];
+    for (size_t j = 0; j < s.size(); ++j) std::copy_n(x + (s[j] / K) * D, D, xe.data() + (first[i] + j) * D);
+  }
+  std::vector<cpu::MatmulJob> jobs;
+  jobs.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    const MatrixRef g = w.gate_exps.expert(needed[i]), u = w.up_exps.expert(needed[i]);
+    const int64_t nt = static_cast<int64_t>(first[i + 1] - first[i]);
+    const float* xi = xe.data() + first[i] * D;
+    jobs.push_back({g.dtype, g.data, g.rows, g.cols, xi, nt, gate.data() + first[i] * F});
+    jobs.push_back({u.dtype, u.data, u.rows, u.cols, xi, nt, up.data() + first[i] * F});
+  }
+  cpu::matmul_batch(jobs.data(), jobs.size(), pool);
+  cpu::swiglu(gate.data(), up.data(), gate.data(), static_cast<int64_t>(rows) * F);
+  jobs.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const MatrixRef d = w.down_exps.expert(needed[i]);
+    const int64_t nt = static_cast<int64_t>(first[i + 1] - first[i]);
+    jobs.push_back({d.dtype, d.data, d.rows, d.cols, gate.data() + first[i] * F, nt, down.data() + first[i] * D});
+  }
+  cpu::matmul_batch(jobs.data(), jobs.size(), pool);
+  for (size_t i = 0; i < n; ++i) {
+    const auto& s = slots[static_cast<size_t>(needed[i])];
+    for (size_t j = 0; j < s.size(); ++j) std::copy_n(down.data() + (first[i] + j) * D, D, per_slot + s[j] * D);
+  }
+}
+
 }  // namespace
 
 void moe_forward(const ModelConfig& c, const LayerWeights& w, const LayerRouting& r, const float* x_norm,
@@ -106,7 +150,7 @@ void moe_forward(const ModelConfig& c, const LayerWeights& w, const LayerRouting
   } else if (T == 1) {
     decode_resident_experts(w, needed, x_norm, D, F, per_slot.data(), slots, pool);
   } else {
-    for (int32_t e : needed) compute(e, {w.gate_exps.expert(e), w.up_exps.expert(e), w.down_exps.expert(e)});
+    prefill_resident_experts(w, needed, slots, x_norm, K, D, F, per_slot.data(), pool);
   }
   for (int64_t t = 0; t < T; ++t) {
     float* o = out + t * D;

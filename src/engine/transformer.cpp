@@ -73,15 +73,16 @@ void Transformer::attention_block(int64_t l, int64_t n, std::vector<float>& x) {
 
   rmsnorm_rows(x.data(), L.attn_norm, xn_.data(), n, D, c.rms_eps);
   if (n == 1) {
-    // Decode: the three projections share one fork/join.
+    // The three projections share one fork/join.
     const cpu::MatvecJob qkv[3] = {{L.wq.dtype, L.wq.data, L.wq.rows, L.wq.cols, xn_.data(), q_.data()},
                                    {L.wk.dtype, L.wk.data, L.wk.rows, L.wk.cols, xn_.data(), k_.data()},
                                    {L.wv.dtype, L.wv.data, L.wv.rows, L.wv.cols, xn_.data(), v_.data()}};
     cpu::matvec_batch(qkv, 3, pool_);
   } else {
-    apply(L.wq, xn_.data(), n, q_.data(), pool_);
-    apply(L.wk, xn_.data(), n, k_.data(), pool_);
-    apply(L.wv, xn_.data(), n, v_.data(), pool_);
+    const cpu::MatmulJob qkv[3] = {{L.wq.dtype, L.wq.data, L.wq.rows, L.wq.cols, xn_.data(), n, q_.data()},
+                                   {L.wk.dtype, L.wk.data, L.wk.rows, L.wk.cols, xn_.data(), n, k_.data()},
+                                   {L.wv.dtype, L.wv.data, L.wv.rows, L.wv.cols, xn_.data(), n, v_.data()}};
+    cpu::matmul_batch(qkv, 3, pool_);
   }
 
   for (int64_t t = 0; t < n; ++t) {

@@ -17,19 +17,15 @@
 #include <string>
 #include <vector>
 
+#include "test_paths.h"
+
 namespace moeflow::gguf {
 namespace {
 
 // ---------------------------------------------------------------------------------
 // Helpers.
 
-std::string temp_path(const std::string& stem) {
-  // The pid keeps paths apart when ctest runs tests in parallel processes; the
-  // counter when tests run repeatedly in one process.
-  static std::atomic<int> n{0};
-  return ::testing::TempDir() + "moeflow_gguf_" + stem + "_" + std::to_string(::getpid()) + "_" +
-         std::to_string(n++) + ".gguf";
-}
+std::string temp_path(const std::string& stem) { return moeflow::testing::scratch_path("gguf_" + stem) + ".gguf"; }
 
 void write_bytes(const std::string& path, const std::vector<uint8_t>& b) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);

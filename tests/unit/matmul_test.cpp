@@ -294,6 +294,43 @@ TEST(Matmul, BatchMatchesSeparateMatvecsBitForBit) {
   }
 }
 
+TEST(Matmul, BatchMatchesSeparateMatmulsBitForBit) {
+  // A prefill layer's batch: every selected expert's gate and up products, each with
+  // its own number of tokens (one token takes the mat-vec path, as in matmul; zero
+  // tokens and zero columns do nothing / write zeros). Each output must equal a lone
+  // matmul exactly (offloaded experts compute one by one), for any thread count.
+  std::mt19937 rng(46);
+  struct Case {
+    DType t;
+    int64_t rows, cols, n_tok;
+  };
+  const Case cases[] = {{DType::Q8_0, 130, 1024, 7}, {DType::Q8_0, 37, 1024, 1}, {DType::Q4_0, 64, 1024, 13},
+                        {DType::F16, 9, 96, 2},      {DType::Q8_0, 200, 96, 0},  {DType::F32, 5, 0, 3},
+                        {DType::BF16, 300, 1024, 6}, {DType::Q4_0, 3, 4096, 1},  {DType::F32, 41, 160, 5}};
+  std::vector<Weights> ws;
+  std::vector<std::vector<float>> xs, alone;
+  for (const Case& c : cases) {
+    ws.push_back(make_weights(c.t, c.rows, c.cols, rng));
+    xs.push_back(random_vec(static_cast<size_t>(std::max<int64_t>(1, c.n_tok * c.cols)), rng));
+    alone.emplace_back(static_cast<size_t>(c.rows * c.n_tok), NAN);
+    matmul(c.t, ws.back().bytes.data(), c.rows, c.cols, xs.back().data(), c.n_tok, alone.back().data(), nullptr);
+  }
+  ThreadPool pool2(2), pool3(3);
+  for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+    std::vector<std::vector<float>> ys;
+    std::vector<MatmulJob> jobs;
+    for (size_t i = 0; i < std::size(cases); ++i) {
+      const Case& c = cases[i];
+      ys.emplace_back(static_cast<size_t>(c.rows * c.n_tok), NAN);
+      jobs.push_back({c.t, ws[i].bytes.data(), c.rows, c.cols, xs[i].data(), c.n_tok, ys[i].data()});
+    }
+    matmul_batch(jobs.data(), jobs.size(), pool);
+    for (size_t i = 0; i < std::size(cases); ++i)
+      for (size_t r = 0; r < ys[i].size(); ++r)
+        ASSERT_EQ(ys[i][r], alone[i][r]) << dtype_name(cases[i].t) << " job " << i << " element " << r;
+  }
+}
+
 TEST(Matmul, LargeColsManyTokens) {
   // cols > 4096 with 64 tokens: several column tiles (kKc = 4096) accumulate into Y.
   std::mt19937 rng(44);

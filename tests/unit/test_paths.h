@@ -8,13 +8,31 @@
 #include <array>
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 namespace moeflow::testing {
 
 inline std::string fixture_path(const std::string& f) { return std::string(MOEFLOW_FIXTURES) + "/" + f; }
 
+// Removes, when the test process exits, every file it named through scratch_path
+// (callers append extensions, so by prefix: "moeflow_*_<pid>_*").
+struct ScratchCleaner {
+  ~ScratchCleaner() {
+    // (Appended piecewise: "_" + std::string trips a GCC 12 -Wrestrict false positive.)
+    std::string tag = "_";
+    tag += std::to_string(::getpid());
+    tag += '_';
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(::testing::TempDir(), ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("moeflow_", 0) == 0 && name.find(tag) != std::string::npos) std::filesystem::remove_all(e.path(), ec);
+    }
+  }
+};
+
 inline std::string scratch_path(const std::string& stem) {
+  static ScratchCleaner cleaner;
   static std::atomic<int> n{0};
   return ::testing::TempDir() + "moeflow_" + stem + "_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
 }

@@ -18,6 +18,7 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -533,6 +534,89 @@ void check_shape(DType wt, int64_t rows, int64_t cols) {
   if (rows < 0 || cols < 0) throw std::invalid_argument("moeflow: negative matrix shape");
   (void)row_bytes(wt, cols);  // throws if cols is not a whole number of blocks
 }
+
+// The activation of every job as the mat-vec kernels read it: x, and for q8_0 weights
+// x quantised to int16 blocks, once per distinct x, on the calling thread (a few
+// microseconds against the matrix's bytes). Jobs with a null x are skipped. The
+// table is the caller's thread_local, so workers must be handed the pointer (a
+// thread_local named inside a worker's lambda would be the worker's own).
+const MvInput* matvec_inputs(const MatvecJob* jobs, size_t n_jobs) {
+  thread_local std::vector<int16_t> qbuf;
+  thread_local std::vector<float> dbuf;
+  thread_local std::vector<MvInput> in_buf;  // no allocation per call once warm
+  in_buf.resize(n_jobs);
+  MvInput* const in = in_buf.data();
+  size_t qsize = 0, dsize = 0;
+  for (size_t j = 0; j < n_jobs; ++j) {
+    if (jobs[j].dtype != DType::Q8_0 || !jobs[j].x) continue;
+    qsize += static_cast<size_t>(jobs[j].cols);
+    dsize += static_cast<size_t>(jobs[j].cols / 32);
+  }
+  if (qbuf.size() < qsize) qbuf.resize(qsize);
+  if (dbuf.size() < dsize) dbuf.resize(dsize);
+  size_t qoff = 0, doff = 0;
+  for (size_t j = 0; j < n_jobs; ++j) {
+    in[j] = {jobs[j].x, nullptr, nullptr};
+    if (jobs[j].dtype != DType::Q8_0 || !jobs[j].x) continue;
+    for (size_t i = 0; i < j; ++i)  // same activation as an earlier job: share it
+      if (in[i].qx && jobs[i].x == jobs[j].x && jobs[i].cols == jobs[j].cols) in[j] = in[i];
+    if (in[j].qx) continue;
+    HWY_DYNAMIC_DISPATCH(QuantizeX16)(jobs[j].x, jobs[j].cols, qbuf.data() + qoff, dbuf.data() + doff);
+    in[j] = {jobs[j].x, qbuf.data() + qoff, dbuf.data() + doff};
+    qoff += static_cast<size_t>(jobs[j].cols);
+    doff += static_cast<size_t>(jobs[j].cols / 32);
+  }
+  return in;
+}
+
+// Runs fn(job, r0, r1) over every row of n_jobs jobs on the pool. Rows go in groups of
+// `group`; the groups of all jobs are numbered end to end and thread p starts with
+// those whose cost (row_cost[j] per row: bytes for a mat-vec, FLOPs for a mat-mul;
+// an expert's down projection and its gate differ) lies in the p-th P-th of the total,
+// walking them front to back in chunks of `own` groups; a thread whose range is empty
+// takes chunks of `steal` groups from the back of another's (WorkRanges).
+void run_rows_parallel(const int64_t* rows, const uint64_t* row_cost, size_t n_jobs, int64_t group, uint32_t own,
+                       uint32_t steal, ThreadPool& pool, const std::function<void(size_t, int64_t, int64_t)>& fn) {
+  const int parts = pool.size();
+  thread_local std::vector<uint32_t> first_group, bounds;  // the caller's, handed over by pointer
+  thread_local WorkRanges ranges;
+  first_group.assign(n_jobs + 1, 0);
+  bounds.assign(static_cast<size_t>(parts) + 1, 0);
+  uint64_t total = 0;
+  for (size_t j = 0; j < n_jobs; ++j) total += row_cost[j] * static_cast<uint64_t>(rows[j]);
+  uint64_t base = 0;  // cost before job j's first row
+  int p = 1;
+  for (size_t j = 0; j < n_jobs; ++j) {
+    const uint64_t gc = row_cost[j] * static_cast<uint64_t>(group);
+    const uint32_t groups = static_cast<uint32_t>((rows[j] + group - 1) / group);
+    first_group[j + 1] = first_group[j] + groups;
+    // Part boundaries inside this job: the first group starting at or after them.
+    for (; p < parts; ++p) {
+      const uint64_t cut = total * static_cast<uint64_t>(p) / static_cast<uint64_t>(parts);
+      if (gc == 0 || cut >= base + gc * groups) break;
+      bounds[static_cast<size_t>(p)] = first_group[j] + static_cast<uint32_t>(cut > base ? (cut - base + gc - 1) / gc : 0);
+    }
+    base += row_cost[j] * static_cast<uint64_t>(rows[j]);
+  }
+  for (; p <= parts; ++p) bounds[static_cast<size_t>(p)] = first_group[n_jobs];
+  ranges.reset(bounds.data(), parts);
+  const uint32_t* const fg = first_group.data();
+  WorkRanges* const wr = &ranges;
+  auto part = [&, fg, wr](int64_t p0, int64_t, int) {
+    uint32_t g0, g1;
+    size_t j = 0;
+    while (wr->next(static_cast<int>(p0), own, steal, g0, g1)) {
+      if (g0 < fg[j]) j = 0;  // a steal went backwards
+      while (fg[j + 1] <= g0) ++j;
+      for (size_t k = j; k < n_jobs && fg[k] < g1; ++k) {
+        const int64_t r0 = static_cast<int64_t>(std::max(g0, fg[k]) - fg[k]) * group;
+        const int64_t r1 = std::min<int64_t>(rows[k], static_cast<int64_t>(g1 - fg[k]) * group);
+        if (r0 < r1) fn(k, r0, r1);
+      }
+    }
+  };
+  pool.parallel_for(parts, part, 1);
+}
 }  // namespace
 
 void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
@@ -550,35 +634,7 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
     work += jobs[j].rows * jobs[j].cols;
   }
   if (total == 0) return;
-  // q8_0 products read their activation as int16 blocks: quantise each distinct x
-  // once, on the calling thread (a few microseconds against the matrix's bytes).
-  thread_local std::vector<int16_t> qbuf;
-  thread_local std::vector<float> dbuf;
-  thread_local std::vector<MvInput> in_buf;  // no allocation per call once warm
-  in_buf.resize(n_jobs);
-  // The workers must see the caller's buffer: a thread_local named inside the lambda
-  // below would be each worker's own.
-  MvInput* const in = in_buf.data();
-  size_t qsize = 0, dsize = 0;
-  for (size_t j = 0; j < n_jobs; ++j) {
-    if (jobs[j].dtype != DType::Q8_0) continue;
-    qsize += static_cast<size_t>(jobs[j].cols);
-    dsize += static_cast<size_t>(jobs[j].cols / 32);
-  }
-  if (qbuf.size() < qsize) qbuf.resize(qsize);
-  if (dbuf.size() < dsize) dbuf.resize(dsize);
-  size_t qoff = 0, doff = 0;
-  for (size_t j = 0; j < n_jobs; ++j) {
-    in[j] = {jobs[j].x, nullptr, nullptr};
-    if (jobs[j].dtype != DType::Q8_0) continue;
-    for (size_t i = 0; i < j; ++i)  // same activation as an earlier job: share it
-      if (in[i].qx && jobs[i].x == jobs[j].x && jobs[i].cols == jobs[j].cols) in[j] = in[i];
-    if (in[j].qx) continue;
-    HWY_DYNAMIC_DISPATCH(QuantizeX16)(jobs[j].x, jobs[j].cols, qbuf.data() + qoff, dbuf.data() + doff);
-    in[j] = {jobs[j].x, qbuf.data() + qoff, dbuf.data() + doff};
-    qoff += static_cast<size_t>(jobs[j].cols);
-    doff += static_cast<size_t>(jobs[j].cols / 32);
-  }
+  const MvInput* const in = matvec_inputs(jobs, n_jobs);
   auto fn = HWY_DYNAMIC_DISPATCH(MatvecRows);
   const int parts = pool && pool->size() > 1 && work >= kMinParallelWork ? pool->size() : 1;
   if (parts == 1) {
@@ -587,57 +643,23 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
         fn(jobs[j].dtype, static_cast<const uint8_t*>(jobs[j].W), 0, jobs[j].rows, jobs[j].rows, jobs[j].cols, in[j], jobs[j].y);
     return;
   }
-  // Row groups of every job numbered end to end; thread p starts with the groups
-  // whose first byte lies in the p-th P-th of all the bytes (rows of different
-  // matrices cost differently: an expert's down projection against its gate), then
-  // steals (WorkRanges).
-  thread_local std::vector<uint32_t> first_group, bounds;  // caller's; handed over by pointer
-  thread_local WorkRanges ranges;
-  first_group.assign(n_jobs + 1, 0);
-  bounds.assign(static_cast<size_t>(parts) + 1, 0);
-  {
-    uint64_t base = 0;  // byte offset of job j's first row
-    int p = 1;
-    for (size_t j = 0; j < n_jobs; ++j) {
-      const uint64_t gb = row_bytes(jobs[j].dtype, jobs[j].cols) * kGroup;
-      const uint32_t groups = static_cast<uint32_t>((jobs[j].rows + kGroup - 1) / kGroup);
-      first_group[j + 1] = first_group[j] + groups;
-      // Part boundaries inside this job: the first group starting at or after them.
-      for (; p < parts; ++p) {
-        const uint64_t cut = total * static_cast<uint64_t>(p) / static_cast<uint64_t>(parts);
-        if (cut >= base + gb * groups) break;
-        bounds[static_cast<size_t>(p)] = first_group[j] + static_cast<uint32_t>(cut > base ? (cut - base + gb - 1) / gb : 0);
-      }
-      base += row_bytes(jobs[j].dtype, jobs[j].cols) * static_cast<uint64_t>(jobs[j].rows);
-    }
-    for (; p <= parts; ++p) bounds[static_cast<size_t>(p)] = first_group[n_jobs];
+  thread_local std::vector<int64_t> rows;
+  thread_local std::vector<uint64_t> cost;
+  rows.resize(n_jobs);
+  cost.resize(n_jobs);
+  for (size_t j = 0; j < n_jobs; ++j) {
+    rows[j] = jobs[j].rows;
+    cost[j] = row_bytes(jobs[j].dtype, jobs[j].cols);
   }
-  ranges.reset(bounds.data(), parts);
-  const uint32_t* const fg = first_group.data();
-  WorkRanges* const wr = &ranges;
   // Measured (2 threads, 330M q8_0, medians of 5-6 alternating runs): own chunks of
   // 8 groups ran ~10% slower than no stealing (the software prefetch and the stream
   // restart at every chunk), 32 groups with steals of 4 ~3-15% faster.
-  constexpr uint32_t kOwnChunk = 32, kStealChunk = 4;
-  auto part = [&, fg, wr](int64_t p0, int64_t, int) {
-    const int self = static_cast<int>(p0);
-    uint32_t g0, g1;
-    size_t j = 0;
-    while (wr->next(self, kOwnChunk, kStealChunk, g0, g1)) {
-      // The jobs that groups [g0, g1) fall in.
-      if (g0 < fg[j]) j = 0;
-      while (fg[j + 1] <= g0) ++j;
-      for (size_t k = j; k < n_jobs && fg[k] < g1; ++k) {
-        const MatvecJob& m = jobs[k];
-        const int64_t r0 = static_cast<int64_t>(std::max(g0, fg[k]) - fg[k]) * kGroup;
-        const int64_t r1 = std::min<int64_t>(m.rows, static_cast<int64_t>(g1 - fg[k]) * kGroup);
-        // Prefetch may run on past the chunk, to the end of the matrix: the next chunk
-        // is usually this thread's too.
-        if (r0 < r1) fn(m.dtype, static_cast<const uint8_t*>(m.W), r0, r1, m.rows, m.cols, in[k], m.y);
-      }
-    }
-  };
-  pool->parallel_for(parts, part, 1);
+  run_rows_parallel(rows.data(), cost.data(), n_jobs, kGroup, 32, 4, *pool, [&](size_t k, int64_t r0, int64_t r1) {
+    const MatvecJob& m = jobs[k];
+    // Prefetch may run on past the chunk, to the end of the matrix: the next chunk is
+    // usually this thread's too.
+    fn(m.dtype, static_cast<const uint8_t*>(m.W), r0, r1, m.rows, m.cols, in[k], m.y);
+  });
 }
 
 void matvec(DType wt, const void* W, int64_t rows, int64_t cols, const float* x, float* y,
@@ -646,26 +668,60 @@ void matvec(DType wt, const void* W, int64_t rows, int64_t cols, const float* x,
   matvec_batch(&job, 1, pool);
 }
 
+void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool) {
+  int64_t work = 0;
+  for (size_t j = 0; j < n_jobs; ++j) {
+    const MatmulJob& m = jobs[j];
+    check_shape(m.dtype, m.rows, m.cols);
+    if (m.cols == 0 && m.n_tok > 0) std::fill(m.Y, m.Y + m.rows * m.n_tok, 0.0f);  // empty sums
+    if (m.n_tok > 0) work += m.rows * m.cols * m.n_tok;
+  }
+  // One-token jobs (an expert that a single prompt token chose) take the mat-vec
+  // kernel, as matmul does: the same numbers as decoding that token.
+  thread_local std::vector<MatvecJob> one_tok;
+  one_tok.resize(n_jobs);
+  for (size_t j = 0; j < n_jobs; ++j) {
+    const MatmulJob& m = jobs[j];
+    one_tok[j] = {m.dtype, m.W, m.rows, m.cols, m.n_tok == 1 ? m.X : nullptr, m.Y};
+  }
+  const MvInput* const in = matvec_inputs(one_tok.data(), n_jobs);
+  auto fn = HWY_DYNAMIC_DISPATCH(MatmulRows);
+  auto mv = HWY_DYNAMIC_DISPATCH(MatvecRows);
+  auto run = [&](size_t k, int64_t r0, int64_t r1) {
+    const MatmulJob& m = jobs[k];
+    if (m.n_tok == 1 && m.cols > 0) {
+      mv(m.dtype, static_cast<const uint8_t*>(m.W), r0, r1, m.rows, m.cols, in[k], m.Y);
+    } else if (m.n_tok > 1 && m.cols > 0) {
+      fn(m.dtype, static_cast<const uint8_t*>(m.W), r0, r1, m.cols, m.X, m.n_tok, m.Y, m.rows);
+    }
+  };
+  if (!pool || pool->size() <= 1 || work < kMinParallelWork) {
+    for (size_t j = 0; j < n_jobs; ++j) run(j, 0, jobs[j].rows);
+    return;
+  }
+  thread_local std::vector<int64_t> rows;
+  thread_local std::vector<uint64_t> cost;
+  rows.resize(n_jobs);
+  cost.resize(n_jobs);
+  for (size_t j = 0; j < n_jobs; ++j) {
+    const MatmulJob& m = jobs[j];
+    rows[j] = m.n_tok > 0 && m.cols > 0 ? m.rows : 0;
+    cost[j] = static_cast<uint64_t>(m.cols) * static_cast<uint64_t>(std::max<int64_t>(m.n_tok, 0));
+  }
+  // Groups of the kernel's row tile; a thread's own range in chunks of 8 tiles, steals
+  // of one: compute-bound tiles, so smaller pieces cost little.
+  const int64_t tile = HWY_DYNAMIC_DISPATCH(RowTile)();
+  run_rows_parallel(rows.data(), cost.data(), n_jobs, tile, 8, 1, *pool, run);
+}
+
 void matmul(DType wt, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tok,
             float* Y, ThreadPool* pool) {
-  check_shape(wt, rows, cols);
-  if (rows == 0 || n_tok <= 0) return;
-  if (n_tok == 1) {
+  if (n_tok == 1) {  // decode: the mat-vec path (activation quantised for q8_0)
     matvec(wt, W, rows, cols, X, Y, pool);
     return;
   }
-  if (cols == 0) {
-    std::fill(Y, Y + rows * n_tok, 0.0f);
-    return;
-  }
-  const auto* w = static_cast<const uint8_t*>(W);
-  auto fn = HWY_DYNAMIC_DISPATCH(MatmulRows);
-  auto job = [&](int64_t r0, int64_t r1, int) { fn(wt, w, r0, r1, cols, X, n_tok, Y, rows); };
-  if (pool && pool->size() > 1 && rows * cols * n_tok >= kMinParallelWork) {
-    pool->parallel_for(rows, job, HWY_DYNAMIC_DISPATCH(RowTile)());
-  } else {
-    job(0, rows, 0);
-  }
+  const MatmulJob job{wt, W, rows, cols, X, n_tok, Y};
+  matmul_batch(&job, 1, pool);
 }
 
 void matvec_reference(DType wt, const void* W, int64_t rows, int64_t cols, const float* x,

@@ -40,6 +40,22 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool);
 void matmul(DType wt, const void* W, int64_t rows, int64_t cols, const float* X,
             int64_t n_tok, float* Y, ThreadPool* pool);
 
+// One mat-mul of a batch: Y[t][r] = sum_c W[r][c] * X[t][c], t < n_tok.
+struct MatmulJob {
+  DType dtype;
+  const void* W;
+  int64_t rows, cols;
+  const float* X;
+  int64_t n_tok;
+  float* Y;
+};
+
+// Independent mat-muls as one parallel job, split by FLOPs (prefill runs every
+// selected expert's gate and up products, then their down products: two fork/joins
+// per layer instead of three per expert). Every job takes the kernels matmul would
+// (one-token jobs the mat-vec), so results equal separate matmul calls bit for bit.
+void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool);
+
 // Plain scalar reference (dequantise each row, then dot in double). Kept for tests.
 void matvec_reference(DType wt, const void* W, int64_t rows, int64_t cols, const float* x,
                       float* y);
