@@ -40,7 +40,7 @@ TokenizerData tokenizer_data_from_gguf(const gguf::GgufFile& f) {
     std::fprintf(stderr,
                  "moeflow: warning: %s: %s '%s' is not implemented; text is split with GPT-2's rule, so token "
                  "ids may differ from the model's own tokenizer (--prompt-tokens gives exact ids)\n",
-                 f.path().c_str(), kPre, d.pre.c_str());
+                 f.path().c_str(), kPre.c_str(), d.pre.c_str());
 
   const auto& toks = f.get(kTokens).as_array(kTokens);
   d.tokens.reserve(toks.size());
