@@ -577,10 +577,25 @@ const MvInput* matvec_inputs(const MatvecJob* jobs, size_t n_jobs) {
 // an expert's down projection and its gate differ) lies in the p-th P-th of the total,
 // walking them front to back in chunks of `own` groups; a thread whose range is empty
 // takes chunks of `steal` groups from the back of another's (WorkRanges).
-void run_rows_parallel(const int64_t* rows, const uint64_t* row_cost, size_t n_jobs, int64_t group, uint32_t own,
+struct RowWork {
+  int64_t rows;
+  uint64_t row_cost;
+};
+void run_rows_parallel(size_t n_jobs, const std::function<RowWork(size_t)>& work_of, int64_t group, uint32_t own,
                        uint32_t steal, ThreadPool& pool, const std::function<void(size_t, int64_t, int64_t)>& fn) {
   const int parts = pool.size();
-  thread_local std::vector<uint32_t> first_group, bounds;  // the caller's, handed over by pointer
+  thread_local std::vector<int64_t> rows_buf;
+  thread_local std::vector<uint64_t> cost_buf;
+  rows_buf.resize(n_jobs);
+  cost_buf.resize(n_jobs);
+  for (size_t j = 0; j < n_jobs; ++j) {
+    const RowWork w = work_of(j);
+    rows_buf[j] = w.rows;
+    cost_buf[j] = w.row_cost;
+  }
+  const int64_t* const rows = rows_buf.data();  // the caller's, handed over by pointer
+  const uint64_t* const row_cost = cost_buf.data();
+  thread_local std::vector<uint32_t> first_group, bounds;
   thread_local WorkRanges ranges;
   first_group.assign(n_jobs + 1, 0);
   bounds.assign(static_cast<size_t>(parts) + 1, 0);
@@ -645,18 +660,11 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
         fn(jobs[j].dtype, static_cast<const uint8_t*>(jobs[j].W), 0, jobs[j].rows, jobs[j].rows, jobs[j].cols, in[j], jobs[j].y);
     return;
   }
-  thread_local std::vector<int64_t> rows;
-  thread_local std::vector<uint64_t> cost;
-  rows.resize(n_jobs);
-  cost.resize(n_jobs);
-  for (size_t j = 0; j < n_jobs; ++j) {
-    rows[j] = jobs[j].rows;
-    cost[j] = row_bytes(jobs[j].dtype, jobs[j].cols);
-  }
+  auto work_of = [jobs](size_t j) { return RowWork{jobs[j].rows, row_bytes(jobs[j].dtype, jobs[j].cols)}; };
   // Measured (2 threads, 330M q8_0, medians of 5-6 alternating runs): own chunks of
   // 8 groups ran ~10% slower than no stealing (the software prefetch and the stream
   // restart at every chunk), 32 groups with steals of 4 ~3-15% faster.
-  run_rows_parallel(rows.data(), cost.data(), n_jobs, kGroup, 32, 4, *pool, [&](size_t k, int64_t r0, int64_t r1) {
+  run_rows_parallel(n_jobs, work_of, kGroup, 32, 4, *pool, [&](size_t k, int64_t r0, int64_t r1) {
     const MatvecJob& m = jobs[k];
     // Prefetch may run on past the chunk, to the end of the matrix: the next chunk is
     // usually this thread's too.
@@ -701,19 +709,15 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool) {
     for (size_t j = 0; j < n_jobs; ++j) run(j, 0, jobs[j].rows);
     return;
   }
-  thread_local std::vector<int64_t> rows;
-  thread_local std::vector<uint64_t> cost;
-  rows.resize(n_jobs);
-  cost.resize(n_jobs);
-  for (size_t j = 0; j < n_jobs; ++j) {
+  auto work_of = [jobs](size_t j) {
     const MatmulJob& m = jobs[j];
-    rows[j] = m.n_tok > 0 && m.cols > 0 ? m.rows : 0;
-    cost[j] = static_cast<uint64_t>(m.cols) * static_cast<uint64_t>(std::max<int64_t>(m.n_tok, 0));
-  }
+    return RowWork{m.n_tok > 0 && m.cols > 0 ? m.rows : 0,
+                   static_cast<uint64_t>(m.cols) * static_cast<uint64_t>(std::max<int64_t>(m.n_tok, 0))};
+  };
   // Groups of the kernel's row tile; a thread's own range in chunks of 8 tiles, steals
   // of one: compute-bound tiles, so smaller pieces cost little.
   const int64_t tile = HWY_DYNAMIC_DISPATCH(RowTile)();
-  run_rows_parallel(rows.data(), cost.data(), n_jobs, tile, 8, 1, *pool, run);
+  run_rows_parallel(n_jobs, work_of, tile, 8, 1, *pool, run);
 }
 
 void matmul(DType wt, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tok,
