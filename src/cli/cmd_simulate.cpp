@@ -80,6 +80,14 @@ nlohmann::json result_json(const SimResult& r) {
           {"lossy", r.rerouted_slots > 0},
           {"scored_requests", r.scored_requests},
           {"scored_decode_tokens", r.scored_decode_tokens},
+          // DuoServe's two-slot prefill pipeline (all zero for other policies).
+          {"pipeline",
+           {{"layers", r.pipeline.layers},
+            {"streamed_experts", r.pipeline.streamed},
+            {"next_layer_heads", r.pipeline.heads},
+            {"next_layer_head_hits", r.pipeline.head_hits},
+            {"overlapped_loads", r.pipeline.overlapped},
+            {"peak_slots", r.pipeline.peak_slots}}},
           {"notes", r.notes}};
 }
 

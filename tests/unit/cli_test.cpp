@@ -141,6 +141,17 @@ TEST(Cli, SimulateJsonHasTheDocumentedFields) {
     EXPECT_NEAR(j["cache_fraction"].get<double>(), 0.25, 0.01);
     EXPECT_EQ(j["measured_requests"], 3);
     EXPECT_EQ(j["scored_decode_tokens"], 18);
+    // The prefill pipeline runs for duoserve only, and never holds more than two experts.
+    const auto& p = j["pipeline"];
+    if (std::string(policy) == "duoserve") {
+      EXPECT_GT(p["layers"].get<uint64_t>(), 0u);
+      EXPECT_GT(p["streamed_experts"].get<uint64_t>(), 0u);
+      EXPECT_GE(p["peak_slots"].get<int>(), 1);
+      EXPECT_LE(p["peak_slots"].get<int>(), 2);
+      EXPECT_LE(p["next_layer_head_hits"].get<uint64_t>(), p["next_layer_heads"].get<uint64_t>());
+    } else {
+      EXPECT_EQ(p["layers"].get<uint64_t>(), 0u);
+    }
   }
   std::remove(trace.c_str());
 }
