@@ -90,6 +90,33 @@ ExpertCache::~ExpertCache() {
     // A failed read still ended; nothing more will write into the buffers.
   }
   for (size_t i = 0; i < entries_.size(); ++i) unmap_buffer(entries_[i].buf, geometry_.bytes_of(key_of(i)));
+  for (Spare& sp : spares_) unmap_buffer(sp.buf, sp.bytes);
+}
+
+void ExpertCache::release_buffer(uint8_t*& buf, uint64_t bytes) {
+  if (!buf) return;
+  spares_.push_back({buf, bytes});
+  spare_bytes_ += bytes;
+  buf = nullptr;
+}
+
+uint8_t* ExpertCache::acquire_buffer(uint64_t bytes) {
+  for (size_t i = 0; i < spares_.size(); ++i)
+    if (spares_[i].bytes == bytes) {
+      uint8_t* p = spares_[i].buf;
+      spares_[i] = spares_.back();
+      spares_.pop_back();
+      spare_bytes_ -= bytes;
+      return p;
+    }
+  // No spare of this size: give back spares until a new one fits next to them
+  // (used_ already counts `bytes`).
+  while (!spares_.empty() && used_ + spare_bytes_ > budget_) {
+    unmap_buffer(spares_.back().buf, spares_.back().bytes);
+    spare_bytes_ -= spares_.back().bytes;
+    spares_.pop_back();
+  }
+  return map_buffer(bytes);
 }
 
 ExpertKey ExpertCache::key_of(size_t i) const {
@@ -133,7 +160,7 @@ void ExpertCache::wait_for_any() {
 void ExpertCache::evict(size_t i) {
   Entry& e = entries_[i];
   if (e.prefetched) ++counters_.wasted_prefetches;
-  unmap_buffer(e.buf, geometry_.bytes_of(key_of(i)));
+  release_buffer(e.buf, geometry_.bytes_of(key_of(i)));
   e.state = State::Absent;
   e.prefetched = false;
   e.evict_first = false;
@@ -193,7 +220,7 @@ bool ExpertCache::make_room(uint64_t bytes, const ExpertKey& incoming, bool dema
 bool ExpertCache::cancel_queued(size_t i) {
   if (!transport_.cancel(key_of(i))) return false;
   Entry& e = entries_[i];
-  unmap_buffer(e.buf, geometry_.bytes_of(key_of(i)));
+  release_buffer(e.buf, geometry_.bytes_of(key_of(i)));
   e.state = State::Absent;
   e.prefetched = false;
   used_ -= geometry_.bytes_of(key_of(i));
@@ -213,13 +240,13 @@ void ExpertCache::cancel_prefetches(const std::vector<ExpertKey>& keep) {
 void ExpertCache::start_copy(const ExpertKey& key, double priority, bool demand) {
   Entry& e = at(key);
   const uint64_t bytes = geometry_.bytes_of(key);
-  if (transport_.needs_buffers()) e.buf = map_buffer(bytes);
+  used_ += bytes;
+  if (transport_.needs_buffers()) e.buf = acquire_buffer(bytes);
   e.state = State::InFlight;
   e.priority = priority;
   e.demand = demand;
   e.prefetched = !demand;
   e.prefetch_epoch = epoch_;
-  used_ += bytes;
   counters_.peak_bytes = std::max(counters_.peak_bytes, used_);
   ++in_flight_;
   if (demand) ++counters_.demand_loads;

@@ -132,6 +132,13 @@ class ExpertCache {
   // Drops the queued copy of entry i (a prefetch); false if it has started.
   bool cancel_queued(size_t i);
   void evict(size_t index);
+  // Expert buffers are recycled: an evicted or cancelled copy's buffer waits in
+  // spares_ for the next copy of the same size. A fresh mapping costs a page fault
+  // and a zeroed page per 4 KiB (~1300 for a 5 MiB expert) and munmap a TLB
+  // shootdown; in the offloaded decode profile those were the largest costs outside
+  // the reads. Resident, in-flight and spare bytes together stay within the budget.
+  void release_buffer(uint8_t*& buf, uint64_t bytes);
+  uint8_t* acquire_buffer(uint64_t bytes);  // REQUIRES used_ already counts bytes
   void take(const std::vector<ExpertKey>& done);
   void wait_for_any();
   void count_access(Entry& e, bool hit);
@@ -146,6 +153,12 @@ class ExpertCache {
   int32_t layer_now_ = 0;
   size_t in_flight_ = 0;
   CacheCounters counters_;
+  struct Spare {
+    uint8_t* buf;
+    uint64_t bytes;
+  };
+  std::vector<Spare> spares_;
+  uint64_t spare_bytes_ = 0;
   std::vector<CacheEntryView> candidates_;
   std::vector<size_t> candidate_index_;
   std::vector<ExpertKey> done_;
