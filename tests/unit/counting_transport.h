@@ -1,9 +1,10 @@
 // A Transport that forwards to another and counts the copies it has outstanding
-// (submitted, not yet collected or cancelled): what the tests of the prefill pipeline
+// (submitted, not yet collected or cancelled) and the buffers it was handed: what the tests of the prefill pipeline
 // check its "at most two slots" against, from outside the code under test.
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <set>
 #include <vector>
 
 #include "experts/transport.h"
@@ -18,6 +19,8 @@ class CountingTransport final : public Transport {
   void submit(const ExpertKey& key, uint8_t* dst, double priority) override {
     inner_.submit(key, dst, priority);
     peak = std::max(peak, ++outstanding);
+    ++submitted;
+    if (dst) buffers.insert(dst);
   }
   void reprioritize(const ExpertKey& key, double priority) override { inner_.reprioritize(key, priority); }
   bool cancel(const ExpertKey& key) override {
@@ -35,6 +38,8 @@ class CountingTransport final : public Transport {
 
   int64_t outstanding = 0;  // copies submitted and not yet collected or cancelled
   int64_t peak = 0;         // most outstanding at once
+  int64_t submitted = 0;    // copies ever submitted
+  std::set<uint8_t*> buffers;  // distinct destination buffers ever used
 
  private:
   Transport& inner_;

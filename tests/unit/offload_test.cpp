@@ -4,6 +4,9 @@
 // streams through two slots, and rerouting is reported as lossy.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <sys/resource.h>
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -200,6 +203,56 @@ TEST(Offload, DuoservePrefillStreamsThroughTwoSlots) {
       EXPECT_LE(cache.counters().peak_bytes, cache.budget_bytes());
     }
   }
+}
+
+// Evicted experts' buffers are reused for later copies instead of a fresh mapping per
+// copy (whose pages would fault in and be zeroed on every copy): over a second request,
+// once the buffers exist, far fewer page faults than copied pages; never more buffers
+// than the budget holds; the tokens of the all-resident run.
+TEST(Offload, CopiesReuseEvictedBuffers) {
+  auto model = Model::load(fixture_path("mixtral-f32.gguf"));
+  ThreadPool pool(2);
+  Transformer tf(*model, &pool, 64);
+  GenerateOptions opt;
+  opt.n_predict = 12;
+  opt.stop_at_eog = false;
+  opt.sampler.temperature = 0;
+  const std::vector<int32_t> ref = generate(tf, kPrompt, opt, nullptr, nullptr).generated;
+  ExpertStore store(*model);
+  const ExpertGeometry& g = store.geometry();
+  auto pol = make_policy("lru", g);
+  FileTransport files(store, 2);
+  moeflow::testing::CountingTransport transport(files);
+  ExpertCache cache(g, g.min_budget(), transport, *pol);
+  OffloadedExperts src(model->config(), store, cache, OnMiss::Load);
+  tf.set_expert_source(&src);
+  auto minor_faults = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<int64_t>(u.ru_minflt);
+  };
+  int64_t faults = 0, copies = 0;
+  for (int request = 0; request < 2; ++request) {
+    tf.reset();
+    const int64_t f0 = minor_faults(), c0 = transport.submitted;
+    src.begin_request(RequestInfo{request, kPrompt, {}, ""});
+    EXPECT_EQ(generate(tf, kPrompt, opt, nullptr, nullptr).generated, ref);
+    src.end_request();
+    faults = minor_faults() - f0;
+    copies = transport.submitted - c0;
+  }
+  tf.set_expert_source(nullptr);
+  const uint64_t per_expert = g.bytes_of({0, 0});
+  const int64_t pages = copies * static_cast<int64_t>((per_expert + 4095) / 4096);
+  std::printf("second request: %lld copies (%lld pages) and %lld minor page faults; %zu buffers in all\n",
+              static_cast<long long>(copies), static_cast<long long>(pages), static_cast<long long>(faults),
+              transport.buffers.size());
+  EXPECT_GT(copies, 8);
+#if !defined(__SANITIZE_ADDRESS__)  // its allocator hands out fresh, faulting memory on purpose
+  EXPECT_LT(faults, pages / 4) << "copies must land in buffers that are already mapped";
+#endif
+  EXPECT_LE(transport.buffers.size() * per_expert, cache.budget_bytes());
+  EXPECT_LE(cache.counters().peak_bytes, cache.budget_bytes());
 }
 
 TEST(Offload, BudgetBelowTheMinimumIsRefused) {
