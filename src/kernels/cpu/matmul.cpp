@@ -18,8 +18,8 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
-#include <functional>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <vector>
 
@@ -637,10 +637,8 @@ void run_rows_parallel(size_t n_jobs, const std::function<RowWork(size_t)>& work
 }  // namespace
 
 void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
-  // Every job's rows, in row groups of kGroup, laid end to end as one stream of
-  // bytes; thread i of P decodes the groups whose first byte lies in the i-th P-th of
-  // that stream. Balanced by bytes, because rows of different matrices (an expert's
-  // down projection against its gate) cost differently.
+  // Rows in groups of kGroup, the threads' shares balanced by bytes read
+  // (run_rows_parallel).
   constexpr int64_t kGroup = 8;
   uint64_t total = 0;
   int64_t work = 0;
@@ -657,7 +655,8 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
   if (parts == 1) {
     for (size_t j = 0; j < n_jobs; ++j)
       if (jobs[j].rows > 0)
-        fn(jobs[j].dtype, static_cast<const uint8_t*>(jobs[j].W), 0, jobs[j].rows, jobs[j].rows, jobs[j].cols, in[j], jobs[j].y);
+        fn(jobs[j].dtype, static_cast<const uint8_t*>(jobs[j].W), 0, jobs[j].rows, jobs[j].rows, jobs[j].cols, in[j],
+           jobs[j].y);
     return;
   }
   auto work_of = [jobs](size_t j) { return RowWork{jobs[j].rows, row_bytes(jobs[j].dtype, jobs[j].cols)}; };
