@@ -43,59 +43,32 @@ void reweight_token(const ModelConfig& c, LayerRouting& r, int64_t t) {
 
 namespace {
 
-// Decode with every expert resident: one token, K experts. All gate and up products
-// run as one batch and all down products as another: two fork/joins per layer instead
-// of 3K, which on a small model is much of a decode step's time.
-void decode_resident_experts(const LayerWeights& w, const std::vector<int32_t>& needed, const float* x,
-                             int64_t D, int64_t F, float* per_slot,
-                             const std::vector<std::vector<int64_t>>& slots, ThreadPool* pool) {
-  const size_t n = needed.size();
-  thread_local std::vector<float> gate, up;
-  gate.resize(n * static_cast<size_t>(F));
-  up.resize(n * static_cast<size_t>(F));
-  std::vector<cpu::MatvecJob> jobs;
-  jobs.reserve(2 * n);
-  for (size_t i = 0; i < n; ++i) {
-    const MatrixRef g = w.gate_exps.expert(needed[i]), u = w.up_exps.expert(needed[i]);
-    jobs.push_back({g.dtype, g.data, g.rows, g.cols, x, gate.data() + i * F});
-    jobs.push_back({u.dtype, u.data, u.rows, u.cols, x, up.data() + i * F});
-  }
-  cpu::matvec_batch(jobs.data(), jobs.size(), pool);
-  cpu::swiglu(gate.data(), up.data(), gate.data(), static_cast<int64_t>(n) * F);
-  jobs.clear();
-  for (size_t i = 0; i < n; ++i) {
-    const MatrixRef d = w.down_exps.expert(needed[i]);
-    // The token's slot for this expert (T == 1: exactly one).
-    const int64_t slot = slots[static_cast<size_t>(needed[i])].front();
-    jobs.push_back({d.dtype, d.data, d.rows, d.cols, gate.data() + i * F, per_slot + slot * D});
-  }
-  cpu::matvec_batch(jobs.data(), jobs.size(), pool);
-}
-
-// Prefill with every expert resident: each selected expert's tokens gathered, then
-// all gate and up products as one batch, SwiGLU, and all down products as another
-// (two fork/joins per layer instead of three per expert; the threads' shares are
-// balanced by FLOPs across experts that got very different numbers of tokens).
-void prefill_resident_experts(const LayerWeights& w, const std::vector<int32_t>& needed,
-                              const std::vector<std::vector<int64_t>>& slots, const float* x, int64_t K,
-                              int64_t D, int64_t F, float* per_slot, ThreadPool* pool) {
-  const size_t n = needed.size();
+// The SwiGLU FFN of experts mats[i], each over the (token, slot) pairs slots[i] that
+// chose it; row s of per_slot gets slot s's output. Every expert's gate and up
+// products run as one batch and all down products as another (cpu::matmul_batch:
+// two fork/joins per call instead of three per expert, the threads' shares balanced
+// by FLOPs across experts with very different numbers of tokens; a decode step's
+// one-token products take the mat-vec path). The resident experts of a layer come
+// here together, an offloaded one as soon as it is in memory: the same kernels either
+// way, so offloading is lossless bit for bit.
+void expert_ffns(const std::vector<ExpertMatrices>& mats, const std::vector<const std::vector<int64_t>*>& slots,
+                 const float* x, int64_t K, int64_t D, int64_t F, float* per_slot, ThreadPool* pool) {
+  const size_t n = mats.size();
   std::vector<size_t> first(n + 1, 0);  // expert i's rows start at row first[i]
-  for (size_t i = 0; i < n; ++i) first[i + 1] = first[i] + slots[static_cast<size_t>(needed[i])].size();
+  for (size_t i = 0; i < n; ++i) first[i + 1] = first[i] + slots[i]->size();
   const size_t rows = first[n];
   thread_local std::vector<float> xe, gate, up, down;
   xe.resize(rows * static_cast<size_t>(D));
   gate.resize(rows * static_cast<size_t>(F));
   up.resize(rows * static_cast<size_t>(F));
   down.resize(rows * static_cast<size_t>(D));
-  for (size_t i = 0; i < n; ++i) {
-    const auto& s = slots[static_cast<size_t>(needed[i])];
-    for (size_t j = 0; j < s.size(); ++j) std::copy_n(x + (s[j] / K) * D, D, xe.data() + (first[i] + j) * D);
-  }
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < slots[i]->size(); ++j)
+      std::copy_n(x + ((*slots[i])[j] / K) * D, D, xe.data() + (first[i] + j) * D);
   std::vector<cpu::MatmulJob> jobs;
   jobs.reserve(2 * n);
   for (size_t i = 0; i < n; ++i) {
-    const MatrixRef g = w.gate_exps.expert(needed[i]), u = w.up_exps.expert(needed[i]);
+    const MatrixRef &g = mats[i].gate, &u = mats[i].up;
     const int64_t nt = static_cast<int64_t>(first[i + 1] - first[i]);
     const float* xi = xe.data() + first[i] * D;
     jobs.push_back({g.dtype, g.data, g.rows, g.cols, xi, nt, gate.data() + first[i] * F});
@@ -105,15 +78,14 @@ void prefill_resident_experts(const LayerWeights& w, const std::vector<int32_t>&
   cpu::swiglu(gate.data(), up.data(), gate.data(), static_cast<int64_t>(rows) * F);
   jobs.clear();
   for (size_t i = 0; i < n; ++i) {
-    const MatrixRef d = w.down_exps.expert(needed[i]);
+    const MatrixRef& d = mats[i].down;
     const int64_t nt = static_cast<int64_t>(first[i + 1] - first[i]);
     jobs.push_back({d.dtype, d.data, d.rows, d.cols, gate.data() + first[i] * F, nt, down.data() + first[i] * D});
   }
   cpu::matmul_batch(jobs.data(), jobs.size(), pool);
-  for (size_t i = 0; i < n; ++i) {
-    const auto& s = slots[static_cast<size_t>(needed[i])];
-    for (size_t j = 0; j < s.size(); ++j) std::copy_n(down.data() + (first[i] + j) * D, D, per_slot + s[j] * D);
-  }
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < slots[i]->size(); ++j)
+      std::copy_n(down.data() + (first[i] + j) * D, D, per_slot + (*slots[i])[j] * D);
 }
 
 }  // namespace
@@ -126,31 +98,21 @@ void moe_forward(const ModelConfig& c, const LayerWeights& w, const LayerRouting
   for (int64_t i = 0; i < T * K; ++i) slots[r.experts[i]].push_back(i);
 
   std::vector<float> per_slot(static_cast<size_t>(T * K * D));
-  std::vector<float> xe, gate, up, down;
-  auto compute = [&](int32_t e, const ExpertMatrices& m) {
-    const auto& s = slots[static_cast<size_t>(e)];
-    const int64_t n = static_cast<int64_t>(s.size());
-    xe.resize(static_cast<size_t>(n * D));
-    for (int64_t j = 0; j < n; ++j) std::copy_n(x_norm + (s[j] / K) * D, D, xe.data() + j * D);
-    gate.resize(static_cast<size_t>(n * F));
-    up.resize(static_cast<size_t>(n * F));
-    down.resize(static_cast<size_t>(n * D));
-    const MatrixRef &g = m.gate, &u = m.up, &d = m.down;
-    cpu::matmul(g.dtype, g.data, g.rows, g.cols, xe.data(), n, gate.data(), pool);
-    cpu::matmul(u.dtype, u.data, u.rows, u.cols, xe.data(), n, up.data(), pool);
-    cpu::swiglu(gate.data(), up.data(), gate.data(), n * F);
-    cpu::matmul(d.dtype, d.data, d.rows, d.cols, gate.data(), n, down.data(), pool);
-    for (int64_t j = 0; j < n; ++j) std::copy_n(down.data() + j * D, D, per_slot.data() + s[j] * D);
-  };
   std::vector<int32_t> needed;
   for (int32_t e = 0; e < static_cast<int32_t>(c.n_expert); ++e)
     if (!slots[static_cast<size_t>(e)].empty()) needed.push_back(e);
   if (source) {
-    source->run_experts(static_cast<int32_t>(r.layer), needed, compute);
-  } else if (T == 1) {
-    decode_resident_experts(w, needed, x_norm, D, F, per_slot.data(), slots, pool);
+    source->run_experts(static_cast<int32_t>(r.layer), needed, [&](int32_t e, const ExpertMatrices& m) {
+      expert_ffns({m}, {&slots[static_cast<size_t>(e)]}, x_norm, K, D, F, per_slot.data(), pool);
+    });
   } else {
-    prefill_resident_experts(w, needed, slots, x_norm, K, D, F, per_slot.data(), pool);
+    std::vector<ExpertMatrices> mats;
+    std::vector<const std::vector<int64_t>*> expert_slots;
+    for (int32_t e : needed) {
+      mats.push_back({w.gate_exps.expert(e), w.up_exps.expert(e), w.down_exps.expert(e)});
+      expert_slots.push_back(&slots[static_cast<size_t>(e)]);
+    }
+    expert_ffns(mats, expert_slots, x_norm, K, D, F, per_slot.data(), pool);
   }
   for (int64_t t = 0; t < T; ++t) {
     float* o = out + t * D;

@@ -12,8 +12,7 @@ namespace moeflow {
 namespace {
 
 void apply(const MatrixRef& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
-  if (n == 1) cpu::matvec(w.dtype, w.data, w.rows, w.cols, x, y, pool);
-  else cpu::matmul(w.dtype, w.data, w.rows, w.cols, x, n, y, pool);
+  cpu::matmul(w.dtype, w.data, w.rows, w.cols, x, n, y, pool);  // n == 1: the mat-vec path
 }
 
 void rmsnorm_rows(const float* x, const std::vector<float>& w, float* y, int64_t n, int64_t d, float eps) {
@@ -72,18 +71,11 @@ void Transformer::attention_block(int64_t l, int64_t n, std::vector<float>& x) {
   proj_.resize(static_cast<size_t>(n * D));
 
   rmsnorm_rows(x.data(), L.attn_norm, xn_.data(), n, D, c.rms_eps);
-  if (n == 1) {
-    // The three projections share one fork/join.
-    const cpu::MatvecJob qkv[3] = {{L.wq.dtype, L.wq.data, L.wq.rows, L.wq.cols, xn_.data(), q_.data()},
-                                   {L.wk.dtype, L.wk.data, L.wk.rows, L.wk.cols, xn_.data(), k_.data()},
-                                   {L.wv.dtype, L.wv.data, L.wv.rows, L.wv.cols, xn_.data(), v_.data()}};
-    cpu::matvec_batch(qkv, 3, pool_);
-  } else {
-    const cpu::MatmulJob qkv[3] = {{L.wq.dtype, L.wq.data, L.wq.rows, L.wq.cols, xn_.data(), n, q_.data()},
-                                   {L.wk.dtype, L.wk.data, L.wk.rows, L.wk.cols, xn_.data(), n, k_.data()},
-                                   {L.wv.dtype, L.wv.data, L.wv.rows, L.wv.cols, xn_.data(), n, v_.data()}};
-    cpu::matmul_batch(qkv, 3, pool_);
-  }
+  // The three projections share one fork/join (a mat-vec batch when n == 1).
+  const cpu::MatmulJob qkv[3] = {{L.wq.dtype, L.wq.data, L.wq.rows, L.wq.cols, xn_.data(), n, q_.data()},
+                                 {L.wk.dtype, L.wk.data, L.wk.rows, L.wk.cols, xn_.data(), n, k_.data()},
+                                 {L.wv.dtype, L.wv.data, L.wv.rows, L.wv.cols, xn_.data(), n, v_.data()}};
+  cpu::matmul_batch(qkv, 3, pool_);
 
   for (int64_t t = 0; t < n; ++t) {
     float* qt = q_.data() + t * q_dim;

@@ -686,7 +686,17 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool) {
     if (m.n_tok > 0) work += m.rows * m.cols * m.n_tok;
   }
   // One-token jobs (an expert that a single prompt token chose) take the mat-vec
-  // kernel, as matmul does: the same numbers as decoding that token.
+  // kernel, as matmul does: the same numbers as decoding that token. A batch of
+  // nothing else (a decode step) is a mat-vec batch: its memory-bound rows want
+  // matvec_batch's longer chunks.
+  if (std::all_of(jobs, jobs + n_jobs, [](const MatmulJob& m) { return m.n_tok <= 1; })) {
+    thread_local std::vector<MatvecJob> mv_jobs;
+    mv_jobs.clear();
+    for (size_t j = 0; j < n_jobs; ++j)
+      if (jobs[j].n_tok == 1) mv_jobs.push_back({jobs[j].dtype, jobs[j].W, jobs[j].rows, jobs[j].cols, jobs[j].X, jobs[j].Y});
+    matvec_batch(mv_jobs.data(), mv_jobs.size(), pool);
+    return;
+  }
   thread_local std::vector<MatvecJob> one_tok;
   one_tok.resize(n_jobs);
   for (size_t j = 0; j < n_jobs; ++j) {
@@ -721,11 +731,7 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool) {
 
 void matmul(DType wt, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tok,
             float* Y, ThreadPool* pool) {
-  if (n_tok == 1) {  // decode: the mat-vec path (activation quantised for q8_0)
-    matvec(wt, W, rows, cols, X, Y, pool);
-    return;
-  }
-  const MatmulJob job{wt, W, rows, cols, X, n_tok, Y};
+  const MatmulJob job{wt, W, rows, cols, X, n_tok, Y};  // n_tok == 1: the mat-vec path
   matmul_batch(&job, 1, pool);
 }
 

@@ -53,7 +53,8 @@ struct MatmulJob {
 // Independent mat-muls as one parallel job, split by FLOPs (prefill runs every
 // selected expert's gate and up products, then their down products: two fork/joins
 // per layer instead of three per expert). Every job takes the kernels matmul would
-// (one-token jobs the mat-vec), so results equal separate matmul calls bit for bit.
+// (one-token jobs the mat-vec), so results equal separate matmul calls bit for bit;
+// a batch of one-token jobs only is run as matvec_batch.
 void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool);
 
 // Plain scalar reference (dequantise each row, then dot in double). Kept for tests.
