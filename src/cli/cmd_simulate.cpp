@@ -9,9 +9,9 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/offload_flags.h"
 #include "experts/expert_cache.h"
 #include "format/error.h"
-#include "policy/emoe.h"
 #include "policy/policy_factory.h"
 #include "sim/simulator.h"
 #include "sim/sweep_report.h"
@@ -118,12 +118,7 @@ int cmd_simulate(int argc, char** argv) {
   if (!a.has("--trace")) throw UsageError("moeflow simulate: --trace FILE is required\n" + a.help());
   if (a.str("--on-miss") != "load" && a.str("--on-miss") != "reroute")
     throw UsageError("--on-miss '" + a.str("--on-miss") + "': expected load or reroute");
-  try {
-    parse_emoe_variant(a.str("--emoe-variant"));
-  } catch (const InputError&) {
-    throw UsageError("--emoe-variant '" + a.str("--emoe-variant") + "': expected all-layer or layer-by-layer");
-  }
-  if (a.has("--tasks")) load_task_profiles(a.str("--tasks"));  // a bad file is named before the replay
+  check_emoe_flags(a);  // a bad value or file is named before the replay
 
   const Trace full = load_trace(a.str("--trace"));
   if (full.requests.empty()) throw InputError(full.path + ": the trace holds no requests");

@@ -25,8 +25,6 @@ void add_offload_flags(Args& a) {
   a.flag("--emoe-top-l", "eMoE: experts held per layer (0: derived from --expert-budget, weighted by sensitivity)", true, "0");
 }
 
-namespace {
-
 void check_emoe_flags(const Args& a) {
   try {
     parse_emoe_variant(a.str("--emoe-variant"));
@@ -36,8 +34,6 @@ void check_emoe_flags(const Args& a) {
   a.integer("--emoe-top-l", 0, 1 << 20);
   if (a.has("--tasks")) load_task_profiles(a.str("--tasks"));  // names the file and field at fault
 }
-
-}  // namespace
 
 std::vector<TaskProfile> task_profiles_from_flags(const Args& a) {
   check_emoe_flags(a);

@@ -31,6 +31,10 @@ namespace moeflow::cli {
 
 void add_offload_flags(Args& a);
 
+// Refuses a bad --emoe-variant, --emoe-top-l or --tasks file (UsageError / InputError
+// naming it) before any work; for every command that takes the eMoE flags.
+void check_emoe_flags(const Args& a);
+
 // The task profiles of --tasks (an error if given and bad), else profiles/tasks.json
 // when present, else none. Also checks --emoe-variant and --emoe-top-l, so a bad value
 // is refused whatever the policy.
