@@ -1,6 +1,5 @@
 // `moeflow trace stats FILE [--json]`: what a routing trace says about expert use.
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -200,9 +199,7 @@ int trace_sensitivity(int argc, char** argv) {
   const double below = a.number("--insensitive-below", 0, 1);
   const SensitivityTable s = routing_sensitivity(slice_requests(t, range.first, range.second));
   if (s.by_task.empty()) throw InputError(t.path + ": no request in the range carries a task label");
-  const std::string tasks_path = a.has("--tasks") ? a.str("--tasks") : default_task_profiles_path();
-  std::vector<TaskProfile> profiles;
-  if (a.has("--tasks") || std::filesystem::exists(tasks_path)) profiles = load_task_profiles(tasks_path);
+  std::vector<TaskProfile> profiles = task_profiles_or_default(a.str("--tasks"));
   merge_sensitivity(profiles, s, below);
   const nlohmann::ordered_json source = {{"trace", t.path},
                                          {"model", t.model},

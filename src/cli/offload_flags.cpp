@@ -1,7 +1,6 @@
 #include "cli/offload_flags.h"
 
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 
 #include "engine/tokenizer.h"
@@ -37,9 +36,7 @@ void check_emoe_flags(const Args& a) {
 
 std::vector<TaskProfile> task_profiles_from_flags(const Args& a) {
   check_emoe_flags(a);
-  if (a.has("--tasks")) return load_task_profiles(a.str("--tasks"));
-  const std::string path = default_task_profiles_path();
-  return std::filesystem::exists(path) ? load_task_profiles(path) : std::vector<TaskProfile>{};
+  return task_profiles_or_default(a.str("--tasks"));
 }
 
 Offload make_offload(const Args& a, const Model& model, const Tokenizer* tok) {

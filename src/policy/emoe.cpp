@@ -101,6 +101,12 @@ std::string default_task_profiles_path() {
 #endif
 }
 
+std::vector<TaskProfile> task_profiles_or_default(const std::string& path) {
+  if (!path.empty()) return load_task_profiles(path);
+  const std::string def = default_task_profiles_path();
+  return std::filesystem::exists(def) ? load_task_profiles(def) : std::vector<TaskProfile>{};
+}
+
 std::string classify_task(const std::string& text, const std::vector<TaskProfile>& profiles) {
   const std::string t = lower(text);
   std::string best;
@@ -397,12 +403,11 @@ std::unique_ptr<ExpertPolicy> make_emoe_policy(const ExpertGeometry& g, const Po
   o.top_l = opt.emoe_top_l;
   o.budget_bytes = opt.budget_bytes;
   o.detokenize = opt.detokenize;
-  const std::string path = opt.tasks_path.empty() ? default_task_profiles_path() : opt.tasks_path;
-  if (!opt.tasks_path.empty() || std::filesystem::exists(path)) o.tasks = load_task_profiles(path);
+  o.tasks = task_profiles_or_default(opt.tasks_path);
   for (TaskProfile& t : o.tasks) {
     if (t.sensitivity.empty() || t.sensitivity.size() == static_cast<size_t>(g.n_layer)) continue;
     if (!opt.tasks_path.empty())
-      throw InputError(path + ": the sensitivity table of task '" + t.name + "' has " + std::to_string(t.sensitivity.size()) +
+      throw InputError(opt.tasks_path + ": the sensitivity table of task '" + t.name + "' has " + std::to_string(t.sensitivity.size()) +
                        " layers, the model has " + std::to_string(g.n_layer) +
                        " (derive one: moeflow trace sensitivity TRACE --out FILE)");
     // The default file profiles the built-in model; another model keeps its keywords only.

@@ -49,6 +49,9 @@ struct TaskProfile {
 std::vector<TaskProfile> load_task_profiles(const std::string& path);
 // profiles/tasks.json of the source tree (MOEFLOW_PROFILES overrides the folder).
 std::string default_task_profiles_path();
+// The profiles of `path` (an InputError if it is bad), or with an empty path those of
+// default_task_profiles_path() when that file exists, else none.
+std::vector<TaskProfile> task_profiles_or_default(const std::string& path);
 // §3.2.1: the task whose keywords occur most often (case-insensitive); ties go to the
 // earlier profile; "" when no keyword occurs.
 std::string classify_task(const std::string& text, const std::vector<TaskProfile>& profiles);
