@@ -19,11 +19,14 @@ struct Case {
 
 // SIMD attention against the double-precision reference on fixed random inputs:
 // head sizes that are and are not whole vectors, grouped-query and plain heads, one
-// decode token after a long cache and a prefill block after a short one.
+// decode token after a long cache and a prefill block after a short one; groups of
+// 3, 8 (two chunks of four heads), 5 (a chunk of four and one of one) and 7 query
+// heads per kv head.
 TEST(Attention, MatchesReference) {
   const Case cases[] = {{12, 4, 64, 0, 1, 159},  {12, 4, 64, 0, 9, 0},   {4, 4, 80, 0, 3, 40},
                         {6, 2, 20, 3, 5, 11},    {2, 1, 7, 1, 1, 0},     {8, 2, 128, 0, 2, 300},
-                        {16, 16, 256, 4, 1, 33}};
+                        {16, 16, 256, 4, 1, 33}, {32, 4, 64, 0, 1, 77}, {10, 2, 32, 2, 4, 20},
+                        {7, 1, 16, 0, 2, 50}};
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   ThreadPool pool(3);

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/roofline.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tensor/dtype.h"
@@ -179,13 +180,15 @@ struct Shape {
   int64_t rows, cols;
 };
 
-// matvec's bound against the f64 reference. q8_0 mat-vecs read the activation as
-// int16 blocks (2^-16 of a block's largest magnitude per element), so their error is
-// ~2e-5 rather than f32 rounding; the model-level bound is 1e-3.
-double matvec_tolerance(DType t) { return t == DType::Q8_0 ? 1e-4 : 1e-5; }
+// matvec's bound against the f64 reference. q8_0 mat-vecs (and q4_0 ones on the VNNI
+// path) read the activation as int16 blocks (2^-16 of a block's largest magnitude per
+// element), so their error is ~2e-5 rather than f32 rounding; the model-level bound is
+// 1e-3.
+double matvec_tolerance(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 ? 1e-4 : 1e-5; }
 
 std::vector<int64_t> cols_for(DType t) {
-  if (dtype_is_quantized(t)) return {32, 96, 1024, 4096};
+  // 160 and 288: whole groups of four blocks (the VNNI q4_0 kernel's unit) and a tail.
+  if (dtype_is_quantized(t)) return {32, 96, 160, 288, 1024, 4096};
   return {32, 40, 96, 1000, 4096};  // float types may have a tail that is not a vector
 }
 
@@ -218,6 +221,38 @@ TEST(Matmul, MatvecMatchesReference) {
     }
     std::printf("  matvec %-5s worst relative error vs reference: %.3e\n", dtype_name(t), worst);
   }
+}
+
+// The q4_0 VNNI kernel against the f32 kernel it replaces, and both against the
+// reference: row counts that leave single rows after the groups of four (several rows
+// each: the relative error of one dot product with cancellation says little), columns with
+// and without a tail of blocks after the groups of 128, unaligned weights.
+TEST(Matmul, Q4VnniMatchesF32Kernel) {
+  if (!q4_vnni_enabled()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI + VBMI";
+  std::mt19937 rng(7);
+  ThreadPool pool2(2);
+  double worst_vnni = 0, worst_f32 = 0, worst_diff = 0;
+  for (int64_t rows : {3, 5, 64, 131}) {  // 3 and 5: rows left over after groups of four
+    for (int64_t cols : {128, 160, 416, 2048}) {
+      const Weights w = make_weights(DType::Q4_0, rows, cols, rng);
+      std::vector<uint8_t> shifted(w.bytes.size() + 3);
+      std::memcpy(shifted.data() + 3, w.bytes.data(), w.bytes.size());
+      const std::vector<float> x = random_vec(static_cast<size_t>(cols), rng);
+      std::vector<float> ref(static_cast<size_t>(rows)), y_vnni(ref.size()), y_f32(ref.size());
+      matvec_reference(DType::Q4_0, w.bytes.data(), rows, cols, x.data(), ref.data());
+      matvec(DType::Q4_0, shifted.data() + 3, rows, cols, x.data(), y_vnni.data(), &pool2);
+      set_q4_vnni_enabled(false);
+      matvec(DType::Q4_0, w.bytes.data(), rows, cols, x.data(), y_f32.data(), &pool2);
+      set_q4_vnni_enabled(true);
+      worst_vnni = std::max(worst_vnni, rel_err(y_vnni, ref));
+      worst_f32 = std::max(worst_f32, rel_err(y_f32, ref));
+      worst_diff = std::max(worst_diff, rel_err(y_vnni, y_f32));
+      EXPECT_LT(rel_err(y_vnni, ref), 1e-4) << "rows " << rows << " cols " << cols;
+      EXPECT_LT(rel_err(y_f32, ref), 1e-5) << "rows " << rows << " cols " << cols;
+    }
+  }
+  std::printf("  q4_0 matvec relative error vs reference: VNNI %.3e, f32 kernel %.3e; between them %.3e\n",
+              worst_vnni, worst_f32, worst_diff);
 }
 
 TEST(Matmul, MatmulMatchesReference) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/work_ranges.h"
 
 #ifndef MOEFLOW_MATMUL_ONCE
@@ -80,12 +81,15 @@ inline float load_scalar(DType wt, const uint8_t* row, int64_t c) {
 }  // namespace moeflow::cpu::detail
 
 namespace moeflow::cpu {
-// A mat-vec's activation: f32, and for q8_0 weights also quantised to int16 blocks
-// (qx: 16-bit values, dx: one f32 scale per 32 values); null when not needed.
+// A mat-vec's activation: f32, and for q8_0 weights (and q4_0 ones on the VNNI path)
+// also quantised to int16 blocks (qx: 16-bit values, dx: one f32 scale per 32 values);
+// for the VNNI q4_0 kernel also packed as it reads it (q4x, see q4_vnni.h). Null when
+// not needed.
 struct MvInput {
   const float* x;
   const int16_t* qx;
   const float* dx;
+  const uint8_t* q4x;
 };
 }  // namespace moeflow::cpu
 #endif
@@ -351,19 +355,28 @@ HWY_INLINE void MvQ8Rows(const uint8_t* const* rows, int64_t cols, const MvInput
 #endif
 
 template <int R>
-HWY_INLINE void MvQ4Rows(const uint8_t* const* rows, int64_t cols, const float* HWY_RESTRICT x,
-                         float* out, const uint8_t* pf) {
+HWY_INLINE void MvQ4Rows(const uint8_t* const* rows, int64_t cols, const MvInput& in, float* out,
+                         const uint8_t* pf) {
   const DF df;
   const float* HWY_RESTRICT f16t = detail::f16_table();
+  const float* HWY_RESTRICT x = in.x;
   constexpr int64_t N = static_cast<int64_t>(hn::MaxLanes(DF()));
   constexpr int64_t V = (16 + N - 1) / N;  // vectors per half block
   static_assert(16 % N == 0 || N == 32, "unsupported vector length");
+  const int64_t nb = cols / 32;
+  // The VNNI kernel takes the whole groups of four blocks; this loop the rest.
+  int64_t k = 0;
+  float head[R] = {};
+  if (in.q4x) {
+    const int64_t groups = cols / kQ4VnniGroupCols;
+    q4_vnni_rows<R>(rows, groups, in.q4x, head, pf);
+    k = groups * (kQ4VnniGroupCols / 32);
+  }
   VF acc[R];
   for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df);
   const BlockQ4_0* b[R];
   for (int r = 0; r < R; ++r) b[r] = reinterpret_cast<const BlockQ4_0*>(rows[r]);
-  const int64_t nb = cols / 32;
-  for (int64_t k = 0; k < nb; ++k) {
+  for (; k < nb; ++k) {
     if (pf) PrefetchStep(pf + k * R * static_cast<int64_t>(sizeof(BlockQ4_0)), R * sizeof(BlockQ4_0));
     VF xlo[V], xhi[V];
     for (int64_t j = 0; j < V; ++j) {
@@ -383,7 +396,7 @@ HWY_INLINE void MvQ4Rows(const uint8_t* const* rows, int64_t cols, const float* 
       acc[r] = hn::MulAdd(hn::Set(df, f16t[blk.d]), s, acc[r]);
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = Sum(df, acc[r]);
+  for (int r = 0; r < R; ++r) out[r] = head[r] + Sum(df, acc[r]);
 }
 
 template <int R>
@@ -391,7 +404,7 @@ HWY_INLINE void MvRows(DType wt, const uint8_t* const* rows, int64_t cols, const
                        float* out, const uint8_t* pf) {
   switch (wt) {
     case DType::Q8_0: MvQ8Rows<R>(rows, cols, in, out, pf); return;
-    case DType::Q4_0: MvQ4Rows<R>(rows, cols, in.x, out, pf); return;
+    case DType::Q4_0: MvQ4Rows<R>(rows, cols, in, out, pf); return;
     case DType::F32: MvFloatRows<DType::F32, R>(rows, cols, in.x, out); return;
     case DType::F16: MvFloatRows<DType::F16, R>(rows, cols, in.x, out); return;
     case DType::BF16: MvFloatRows<DType::BF16, R>(rows, cols, in.x, out); return;
@@ -538,35 +551,60 @@ void check_shape(DType wt, int64_t rows, int64_t cols) {
 }
 
 // The activation of every job as the mat-vec kernels read it: x, and for q8_0 weights
-// x quantised to int16 blocks, once per distinct x, on the calling thread (a few
+// (q4_0 ones too when the VNNI kernel runs) x quantised to int16 blocks, for the VNNI
+// q4_0 kernel also packed; once per distinct x, on the calling thread (a few
 // microseconds against the matrix's bytes). Jobs with a null x are skipped. The
 // table is the caller's thread_local, so workers must be handed the pointer (a
 // thread_local named inside a worker's lambda would be the worker's own).
 const MvInput* matvec_inputs(const MatvecJob* jobs, size_t n_jobs) {
+  struct alignas(64) Line {
+    uint8_t bytes[64];
+  };
   thread_local std::vector<int16_t> qbuf;
   thread_local std::vector<float> dbuf;
+  thread_local std::vector<Line> pbuf;
   thread_local std::vector<MvInput> in_buf;  // no allocation per call once warm
   in_buf.resize(n_jobs);
   MvInput* const in = in_buf.data();
-  size_t qsize = 0, dsize = 0;
+  const bool q4_vnni = q4_vnni_enabled();
+  auto wants_int16 = [&](const MatvecJob& j) {
+    return j.x && (j.dtype == DType::Q8_0 || (q4_vnni && j.dtype == DType::Q4_0));
+  };
+  auto wants_packed = [&](const MatvecJob& j) { return j.x && q4_vnni && j.dtype == DType::Q4_0; };
+  size_t qsize = 0, dsize = 0, psize = 0;
   for (size_t j = 0; j < n_jobs; ++j) {
-    if (jobs[j].dtype != DType::Q8_0 || !jobs[j].x) continue;
-    qsize += static_cast<size_t>(jobs[j].cols);
-    dsize += static_cast<size_t>(jobs[j].cols / 32);
+    if (wants_int16(jobs[j])) {
+      qsize += static_cast<size_t>(jobs[j].cols);
+      dsize += static_cast<size_t>(jobs[j].cols / 32);
+    }
+    if (wants_packed(jobs[j])) psize += q4_vnni_x_bytes(jobs[j].cols) / sizeof(Line);
   }
   if (qbuf.size() < qsize) qbuf.resize(qsize);
   if (dbuf.size() < dsize) dbuf.resize(dsize);
-  size_t qoff = 0, doff = 0;
+  if (pbuf.size() < psize) pbuf.resize(psize);
+  size_t qoff = 0, doff = 0, poff = 0;
   for (size_t j = 0; j < n_jobs; ++j) {
-    in[j] = {jobs[j].x, nullptr, nullptr};
-    if (jobs[j].dtype != DType::Q8_0 || !jobs[j].x) continue;
-    for (size_t i = 0; i < j; ++i)  // same activation as an earlier job: share it
-      if (in[i].qx && jobs[i].x == jobs[j].x && jobs[i].cols == jobs[j].cols) in[j] = in[i];
-    if (in[j].qx) continue;
-    HWY_DYNAMIC_DISPATCH(QuantizeX16)(jobs[j].x, jobs[j].cols, qbuf.data() + qoff, dbuf.data() + doff);
-    in[j] = {jobs[j].x, qbuf.data() + qoff, dbuf.data() + doff};
-    qoff += static_cast<size_t>(jobs[j].cols);
-    doff += static_cast<size_t>(jobs[j].cols / 32);
+    in[j] = {jobs[j].x, nullptr, nullptr, nullptr};
+    if (!wants_int16(jobs[j])) continue;
+    const int64_t cols = jobs[j].cols;
+    // Same activation as an earlier job: share what it computed.
+    for (size_t i = 0; i < j && !in[j].qx; ++i)
+      if (in[i].qx && jobs[i].x == jobs[j].x && jobs[i].cols == cols) in[j] = {jobs[j].x, in[i].qx, in[i].dx, nullptr};
+    for (size_t i = 0; i < j && !in[j].q4x; ++i)
+      if (in[i].q4x && jobs[i].x == jobs[j].x && jobs[i].cols == cols) in[j].q4x = in[i].q4x;
+    if (!in[j].qx) {
+      HWY_DYNAMIC_DISPATCH(QuantizeX16)(jobs[j].x, cols, qbuf.data() + qoff, dbuf.data() + doff);
+      in[j].qx = qbuf.data() + qoff;
+      in[j].dx = dbuf.data() + doff;
+      qoff += static_cast<size_t>(cols);
+      doff += static_cast<size_t>(cols / 32);
+    }
+    if (wants_packed(jobs[j]) && !in[j].q4x) {
+      uint8_t* const packed = reinterpret_cast<uint8_t*>(pbuf.data() + poff);
+      q4_vnni_pack_x(in[j].qx, in[j].dx, cols, packed);
+      in[j].q4x = packed;
+      poff += q4_vnni_x_bytes(cols) / sizeof(Line);
+    }
   }
   return in;
 }
