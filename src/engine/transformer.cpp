@@ -41,6 +41,9 @@ void Transformer::eval(const int32_t* tokens, int64_t n, bool all_logits, std::v
                        " is outside the vocabulary [0, " + std::to_string(c.n_vocab) + ")");
     dequantize_row(w.tok_embd.dtype, w.tok_embd.data + emb_row * static_cast<size_t>(tokens[t]), x.data() + t * D, D);
   }
+  const int64_t rd = c.rot_dim / 2 * 2;
+  rope_cs_.resize(static_cast<size_t>(n * rd));
+  for (int64_t t = 0; t < n; ++t) cpu::rope_angles(pos_ + t, c.rot_dim, c.rope_base, rope_cs_.data() + t * rd);
   for (ForwardListener* li : listeners_) li->begin_iteration(tokens, n, pos_);
   if (source_) source_->begin_iteration(tokens, n, pos_);
   for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -85,15 +88,14 @@ void Transformer::attention_block(int64_t l, int64_t n, std::vector<float>& x) {
       cpu::rmsnorm(kt, L.k_norm.data(), kt, kv_dim, c.rms_eps);
     }
     const int64_t p = pos_ + t;
-    rope_cs_.resize(static_cast<size_t>(c.rot_dim / 2 * 2));
-    cpu::rope_angles(p, c.rot_dim, c.rope_base, rope_cs_.data());
+    const float* cs = rope_cs_.data() + t * (c.rot_dim / 2 * 2);
     for (int64_t h = 0; h < c.n_head; ++h) {
       if (c.qk_norm == QkNorm::PerHead) cpu::rmsnorm(qt + h * hd, L.q_norm.data(), qt + h * hd, hd, c.rms_eps);
-      cpu::rope_apply(qt + h * hd, c.rot_dim, rope_cs_.data(), c.rope_neox);
+      cpu::rope_apply(qt + h * hd, c.rot_dim, cs, c.rope_neox);
     }
     for (int64_t h = 0; h < c.n_head_kv; ++h) {
       if (c.qk_norm == QkNorm::PerHead) cpu::rmsnorm(kt + h * hd, L.k_norm.data(), kt + h * hd, hd, c.rms_eps);
-      cpu::rope_apply(kt + h * hd, c.rot_dim, rope_cs_.data(), c.rope_neox);
+      cpu::rope_apply(kt + h * hd, c.rot_dim, cs, c.rope_neox);
     }
     std::copy_n(kt, kv_dim, kv_.k(l, p));
     std::copy_n(v_.data() + t * kv_dim, kv_dim, kv_.v(l, p));

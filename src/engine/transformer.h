@@ -46,7 +46,10 @@ class Transformer {
   ExpertSource* source_ = nullptr;
   // Scratch reused across calls (sized for the largest block seen).
   std::vector<float> xn_, q_, k_, v_, attn_, proj_, router_;
-  std::vector<float> rope_cs_;  // cos, sin of the current position's rotary angles
+  // cos, sin of the rotary angles of each position being evaluated (rot_dim floats per
+  // position): computed once per eval, not once per layer (pow, cos and sin in double
+  // for 32-64 angles cost ~2 us, 16 us of a 1.5 ms decode step on 8 layers).
+  std::vector<float> rope_cs_;
   LayerRouting routing_;
 };
 
