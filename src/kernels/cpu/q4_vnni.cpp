@@ -119,8 +119,9 @@ struct Q4Gather {
 };
 constexpr Q4Gather kQ4Gather;
 
+// Non-temporal, as matmul.cpp's PrefetchStep: weights are read once per decode step.
 MOEFLOW_VNNI_ATTR inline void prefetch_group(const uint8_t* pf, int64_t bytes) {
-  for (int64_t off = 0; off < bytes + 63; off += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + off), _MM_HINT_T0);
+  for (int64_t off = 0; off < bytes + 63; off += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + off), _MM_HINT_NTA);
 }
 
 // The f16 scales of one row's group (block b in lanes 4b..4b+3) times the
