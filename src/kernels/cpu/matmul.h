@@ -4,9 +4,10 @@
 //
 // Quantised weights are dequantised block by block in registers and multiplied with
 // f32 activations, so results match the reference run on dequantised weights to f32
-// rounding; except q8_0 mat-vecs (one token), which multiply the int8 weights with the
-// activation quantised to int16 per 32-element block (~2e-5 relative error, see
-// matmul.cpp). SIMD via Highway with runtime dispatch.
+// rounding; except q8_0 mat-vecs (one token), and q4_0 ones on CPUs with AVX-512 VNNI
+// (q4_vnni.h), which multiply the integer weights with the activation quantised to
+// int16 per 32-element block (~2e-5 relative error, see matmul.cpp). SIMD via Highway
+// with runtime dispatch.
 #pragma once
 #include <cstdint>
 
