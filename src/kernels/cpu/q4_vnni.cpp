@@ -118,6 +118,7 @@ struct Q4Gather {
   }
 };
 constexpr Q4Gather kQ4Gather;
+constexpr int64_t kGroupBytes = 4 * sizeof(BlockQ4_0);  // 72: a row's group of 4 blocks
 
 // Non-temporal, as matmul.cpp's PrefetchStep: weights are read once per decode step.
 MOEFLOW_VNNI_ATTR inline void prefetch_group(const uint8_t* pf, int64_t bytes) {
@@ -149,7 +150,6 @@ MOEFLOW_VNNI_ATTR inline __m512i q4_group_sums(const uint8_t* p, __m512i quant_i
 // conversions and scale products run once for the four rows.
 MOEFLOW_VNNI_ATTR void rows_q4_x4(const uint8_t* const* rows, int64_t groups, const uint8_t* xp, float* out,
                                   const uint8_t* pf) {
-  constexpr int64_t kGroupBytes = 4 * sizeof(BlockQ4_0);  // 72
   const __m512i quant_idx = _mm512_load_si512(kQ4Gather.quants);
   const __m512i scale_idx = _mm512_load_si512(kQ4Gather.pair_scales);
   const auto* xg = reinterpret_cast<const PackedQ4*>(xp);
@@ -178,7 +178,6 @@ MOEFLOW_VNNI_ATTR void rows_q4_x4(const uint8_t* const* rows, int64_t groups, co
 
 // One row (the rows left after the groups of four).
 MOEFLOW_VNNI_ATTR void rows_q4_x1(const uint8_t* row, int64_t groups, const uint8_t* xp, float* out) {
-  constexpr int64_t kGroupBytes = 4 * sizeof(BlockQ4_0);  // 72
   const __m512i quant_idx = _mm512_load_si512(kQ4Gather.quants);
   const __m512i scale_idx = _mm512_load_si512(kQ4Gather.scales);
   const auto* xg = reinterpret_cast<const PackedQ4*>(xp);
