@@ -7,6 +7,7 @@ namespace moeflow::cli {
 int cmd_run(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_bench_kernels(int argc, char** argv);
 int cmd_make_model(int argc, char** argv);
 int cmd_perplexity(int argc, char** argv);
 int cmd_quantize(int argc, char** argv);

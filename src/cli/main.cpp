@@ -16,6 +16,7 @@ const char* kUsage =
     "  run         generate text from a prompt (or token ids)\n"
     "  inspect     print a model file's metadata, tensors, dense vs expert bytes\n"
     "  bench       prompt and generation speed beside the machine's bandwidth and FLOP/s bounds\n"
+    "  bench-kernels  mat-vec kernels per weight type, from cache and streaming, beside the triad\n"
     "  make-model  write a random-weight model (test fixtures, benchmarks)\n"
     "  perplexity  perplexity of a model on a text file\n"
     "  quantize    rewrite a model's weights as q8_0, q4_0, f16, bf16 or f32\n"
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
     if (cmd == "run") return cmd_run(argc, argv);
     if (cmd == "inspect") return cmd_inspect(argc, argv);
     if (cmd == "bench") return cmd_bench(argc, argv);
+    if (cmd == "bench-kernels") return cmd_bench_kernels(argc, argv);
     if (cmd == "make-model") return cmd_make_model(argc, argv);
     if (cmd == "perplexity") return cmd_perplexity(argc, argv);
     if (cmd == "quantize") return cmd_quantize(argc, argv);

@@ -2,6 +2,7 @@
 // that says what to fix; good runs print what the docs promise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <cstdio>
@@ -41,8 +42,27 @@ TEST(Cli, BadFlagsExitNonZeroAndSayWhatToFix) {
   expect_failure("run -m " + kModel + " --policy lru --expert-budget 10parsecs", "unknown unit");
   expect_failure("run -m " + kModel + " --expert-budget 50%", "--policy");
   expect_failure("run -m " + kModel + " --policy lru --on-miss maybe", "--on-miss");
+  expect_failure("bench-kernels --cols 100", "multiple of 32");
   expect_failure("simulate", "--trace");
   expect_failure("trace", "subcommand");
+}
+
+// bench-kernels measures every weight type (both q4_0 kernels where the CPU has VNNI)
+// and reports each speed beside its own triad.
+TEST(Cli, BenchKernelsJsonHasEveryTypeBesideTheTriad) {
+  const Result r = run("bench-kernels --rows 64 --cols 256 --stream-mib 2 --threads 2 --min-seconds 0.01 --triad-mib 2 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_TRUE(j["simd_target"].is_string());
+  std::vector<std::string> types;
+  for (const auto& k : j["kernels"]) {
+    types.push_back(k["dtype"]);
+    for (const char* f : {"cache_gbs", "stream_gbs", "triad_gbs"}) EXPECT_GT(k[f].get<double>(), 0.0) << f;
+    EXPECT_NEAR(k["stream_fraction_of_triad"].get<double>(),
+                k["stream_gbs"].get<double>() / k["triad_gbs"].get<double>(), 1e-9);
+  }
+  for (const char* t : {"f32", "f16", "bf16", "q8_0", "q4_0"})
+    EXPECT_NE(std::find(types.begin(), types.end(), t), types.end()) << t;
 }
 
 TEST(Cli, BadFilesExitNonZeroNamingTheFile) {

@@ -533,6 +533,8 @@ void MatmulRows(DType wt, const uint8_t* W, int64_t r0, int64_t r1, int64_t cols
 
 int64_t RowTile() { return kRows; }
 
+const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+
 }  // namespace HWY_NAMESPACE
 }  // namespace moeflow::cpu
 HWY_AFTER_NAMESPACE();
@@ -544,6 +546,7 @@ HWY_EXPORT(MatvecRows);
 HWY_EXPORT(QuantizeX16);
 HWY_EXPORT(MatmulRows);
 HWY_EXPORT(RowTile);
+HWY_EXPORT(TargetName);
 
 namespace {
 // Below this many multiply-adds the fork/join costs more than it saves.
@@ -776,6 +779,8 @@ void matmul(DType wt, const void* W, int64_t rows, int64_t cols, const float* X,
   const MatmulJob job{wt, W, rows, cols, X, n_tok, Y};  // n_tok == 1: the mat-vec path
   matmul_batch(&job, 1, pool);
 }
+
+const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
 void matvec_reference(DType wt, const void* W, int64_t rows, int64_t cols, const float* x,
                       float* y) {

@@ -58,6 +58,9 @@ struct MatmulJob {
 // a batch of one-token jobs only is run as matvec_batch.
 void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool);
 
+// The SIMD target Highway picked at run time for these kernels ("AVX3", "AVX2", ...).
+const char* simd_target_name();
+
 // Plain scalar reference (dequantise each row, then dot in double). Kept for tests.
 void matvec_reference(DType wt, const void* W, int64_t rows, int64_t cols, const float* x,
                       float* y);

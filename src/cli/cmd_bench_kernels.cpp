@@ -1,0 +1,140 @@
+// `moeflow bench-kernels`: the mat-vec kernels alone, per weight type, from cache and
+// streaming from memory, beside the STREAM triad measured just before. A decode step
+// is a chain of mat-vecs; this separates how fast the kernel computes (a matrix that
+// stays in cache) from how well it keeps up with memory (many matrices, far more bytes
+// than the caches), without a model. Where a CPU has a second kernel for a type (q4_0:
+// AVX-512 VNNI and the f32 Highway kernel) both are measured in the same run.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/q4_vnni.h"
+#include "kernels/cpu/roofline.h"
+#include "tensor/dtype.h"
+
+namespace moeflow::cli {
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+struct KernelRun {
+  DType dtype;
+  std::string kernel;
+  double cache_gbs = 0, stream_gbs = 0, triad_gbs = 0;
+};
+
+// GB/s of mat-vecs over the n_mat matrices at W (each mat_bytes), cycled: the best of
+// 3 passes of at least min_seconds each.
+double matvec_gbs(DType t, const uint8_t* W, size_t mat_bytes, int64_t n_mat, int64_t rows, int64_t cols,
+                  const float* x, float* y, ThreadPool* pool, double min_seconds) {
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    int64_t calls = 0;
+    const double t0 = now();
+    double dt = 0;
+    do {
+      for (int64_t m = 0; m < n_mat; ++m, ++calls) cpu::matvec(t, W + mat_bytes * static_cast<size_t>(m), rows, cols, x, y, pool);
+      dt = now() - t0;
+    } while (dt < min_seconds);
+    best = std::max(best, static_cast<double>(calls) * static_cast<double>(mat_bytes) / dt / 1e9);
+  }
+  return best;
+}
+
+}  // namespace
+
+int cmd_bench_kernels(int argc, char** argv) {
+  Args a("bench-kernels");
+  a.flag("-t,--threads", "worker threads", true, "2");
+  a.flag("--rows", "rows of each matrix", true, "2048");
+  a.flag("--cols", "columns of each matrix (a multiple of 32)", true, "768");
+  a.flag("--stream-mib", "bytes of matrices cycled through for the streaming test, per type", true, "256");
+  a.flag("--min-seconds", "shortest timed pass (each figure is the best of 3)", true, "0.3");
+  a.flag("--triad-mib", "bytes of each of the triad's three arrays", true, "64");
+  a.flag("--json", "print one JSON object", false);
+  a.parse(argc, argv, 2);
+  const double min_seconds = a.number("--min-seconds", 0.0, 60.0);
+  const uint64_t triad_bytes = static_cast<uint64_t>(a.integer("--triad-mib", 1, 1 << 14)) << 20;
+  const int threads = static_cast<int>(a.integer("--threads", 1, 256));
+  const int64_t rows = a.integer("--rows", 1, 1 << 20);
+  const int64_t cols = a.integer("--cols", 32, 1 << 20);
+  if (cols % 32 != 0)
+    throw UsageError("moeflow bench-kernels: --cols " + std::to_string(cols) +
+                     " is not a multiple of 32 (the quantised types' block)");
+  const uint64_t stream_bytes = static_cast<uint64_t>(a.integer("--stream-mib", 1, 1 << 16)) << 20;
+  ThreadPool pool(threads);
+  ThreadPool* const p = threads > 1 ? &pool : nullptr;
+
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(cols)), y(static_cast<size_t>(rows)), row(static_cast<size_t>(cols));
+  for (float& v : x) v = uni(rng);
+
+  const bool vnni = cpu::q4_vnni_enabled();
+  std::vector<KernelRun> runs;
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
+    // One matrix of random weights, copied as often as the streaming test needs (its
+    // values do not matter for speed).
+    const size_t rb = row_bytes(t, cols);
+    const size_t mat_bytes = rb * static_cast<size_t>(rows);
+    const int64_t n_mat = std::max<int64_t>(1, static_cast<int64_t>(stream_bytes / mat_bytes));
+    std::vector<uint8_t> w(mat_bytes * static_cast<size_t>(n_mat));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (float& v : row) v = uni(rng);
+      quantize_row(t, row.data(), w.data() + rb * static_cast<size_t>(r), cols);
+    }
+    for (int64_t m = 1; m < n_mat; ++m) std::memcpy(w.data() + mat_bytes * static_cast<size_t>(m), w.data(), mat_bytes);
+    std::vector<std::string> kernels;
+    if (t == DType::Q4_0 && vnni) kernels = {"avx512-vnni", std::string("f32 (") + cpu::simd_target_name() + ")"};
+    else if (t == DType::Q8_0) kernels = {std::string("int16 (") + cpu::simd_target_name() + ")"};
+    else kernels = {std::string("f32 (") + cpu::simd_target_name() + ")"};
+    // From cache: the first rows of the matrix, ~256 KiB per thread, so that every
+    // type's matrix stays in the cores' L2.
+    const int64_t cache_rows = std::clamp<int64_t>(static_cast<int64_t>((256u << 10) * static_cast<size_t>(threads) / rb), 4, rows);
+    for (size_t k = 0; k < kernels.size(); ++k) {
+      cpu::set_q4_vnni_enabled(k == 0);  // the second q4_0 kernel is the f32 one
+      KernelRun run{t, kernels[k]};
+      run.cache_gbs = matvec_gbs(t, w.data(), rb * static_cast<size_t>(cache_rows), 1, cache_rows, cols, x.data(),
+                                 y.data(), p, min_seconds);
+      run.triad_gbs = cpu::measure_triad_bandwidth_gbs(p, triad_bytes);
+      run.stream_gbs = matvec_gbs(t, w.data(), mat_bytes, n_mat, rows, cols, x.data(), y.data(), p, min_seconds);
+      runs.push_back(run);
+    }
+    cpu::set_q4_vnni_enabled(true);
+  }
+
+  if (a.has("--json")) {
+    nlohmann::json j = {{"threads", threads}, {"rows", rows}, {"cols", cols}, {"stream_bytes", stream_bytes},
+                        {"simd_target", cpu::simd_target_name()}, {"kernels", nlohmann::json::array()}};
+    for (const KernelRun& r : runs)
+      j["kernels"].push_back({{"dtype", dtype_name(r.dtype)},
+                              {"kernel", r.kernel},
+                              {"cache_gbs", r.cache_gbs},
+                              {"stream_gbs", r.stream_gbs},
+                              {"triad_gbs", r.triad_gbs},
+                              {"stream_fraction_of_triad", r.stream_gbs / r.triad_gbs}});
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("mat-vec kernels, %lld x %lld matrices, %d threads; from cache: ~256 KiB of rows per thread; "
+              "streaming: %.0f MiB of matrices per type\n",
+              static_cast<long long>(rows), static_cast<long long>(cols), threads,
+              static_cast<double>(stream_bytes) / 1048576.0);
+  std::printf("| type | kernel            | from cache GB/s | streaming GB/s | triad GB/s | of triad |\n");
+  std::printf("|------|-------------------|-----------------|----------------|------------|----------|\n");
+  for (const KernelRun& r : runs)
+    std::printf("| %-4s | %-17s | %15.1f | %14.1f | %10.1f | %7.1f%% |\n", dtype_name(r.dtype), r.kernel.c_str(),
+                r.cache_gbs, r.stream_gbs, r.triad_gbs, 100.0 * r.stream_gbs / r.triad_gbs);
+  return 0;
+}
+
+}  // namespace moeflow::cli
