@@ -18,6 +18,8 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/roofline.h"
+#include "format/error.h"
+#include "tensor/anon_memory.h"
 #include "tensor/dtype.h"
 
 namespace moeflow::cli {
@@ -87,12 +89,15 @@ int cmd_bench_kernels(int argc, char** argv) {
     const size_t rb = row_bytes(t, cols);
     const size_t mat_bytes = rb * static_cast<size_t>(rows);
     const int64_t n_mat = std::max<int64_t>(1, static_cast<int64_t>(stream_bytes / mat_bytes));
-    std::vector<uint8_t> w(mat_bytes * static_cast<size_t>(n_mat));
+    // In memory like the resident model's (huge pages where granted).
+    const auto mem = AnonMemory::allocate(mat_bytes * static_cast<size_t>(n_mat));
+    if (!mem) throw InputError("bench-kernels: cannot allocate " + std::to_string(stream_bytes >> 20) + " MiB (lower --stream-mib)");
+    uint8_t* const w = mem->data();
     for (int64_t r = 0; r < rows; ++r) {
       for (float& v : row) v = uni(rng);
-      quantize_row(t, row.data(), w.data() + rb * static_cast<size_t>(r), cols);
+      quantize_row(t, row.data(), w + rb * static_cast<size_t>(r), cols);
     }
-    for (int64_t m = 1; m < n_mat; ++m) std::memcpy(w.data() + mat_bytes * static_cast<size_t>(m), w.data(), mat_bytes);
+    for (int64_t m = 1; m < n_mat; ++m) std::memcpy(w + mat_bytes * static_cast<size_t>(m), w, mat_bytes);
     std::vector<std::string> kernels;
     if (t == DType::Q4_0 && vnni) kernels = {"avx512-vnni", std::string("f32 (") + cpu::simd_target_name() + ")"};
     else if (t == DType::Q8_0) kernels = {std::string("int16 (") + cpu::simd_target_name() + ")"};
@@ -103,10 +108,10 @@ int cmd_bench_kernels(int argc, char** argv) {
     for (size_t k = 0; k < kernels.size(); ++k) {
       cpu::set_q4_vnni_enabled(k == 0);  // the second q4_0 kernel is the f32 one
       KernelRun run{t, kernels[k]};
-      run.cache_gbs = matvec_gbs(t, w.data(), rb * static_cast<size_t>(cache_rows), 1, cache_rows, cols, x.data(),
+      run.cache_gbs = matvec_gbs(t, w, rb * static_cast<size_t>(cache_rows), 1, cache_rows, cols, x.data(),
                                  y.data(), p, min_seconds);
       run.triad_gbs = cpu::measure_triad_bandwidth_gbs(p, triad_bytes);
-      run.stream_gbs = matvec_gbs(t, w.data(), mat_bytes, n_mat, rows, cols, x.data(), y.data(), p, min_seconds);
+      run.stream_gbs = matvec_gbs(t, w, mat_bytes, n_mat, rows, cols, x.data(), y.data(), p, min_seconds);
       runs.push_back(run);
     }
     cpu::set_q4_vnni_enabled(true);

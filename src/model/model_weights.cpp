@@ -102,10 +102,6 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   return m;
 }
 
-Model::AnonRegion::~AnonRegion() {
-  if (p) munmap(p, n);
-}
-
 void Model::make_resident(bool include_experts) {
   if (resident_) return;
   // Every distinct byte range the forward pass reads (output may alias tok_embd).
@@ -136,19 +132,12 @@ void Model::make_resident(bool include_experts) {
   size_t total = 0;
   for (const Range& r : ranges) total += (r.bytes + kAlign - 1) / kAlign * kAlign;
   if (total == 0) return;
-  auto region = std::make_unique<AnonRegion>();
-  region->p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (region->p == MAP_FAILED) {
-    region->p = nullptr;
+  auto region = AnonMemory::allocate(total);
+  if (!region)
     throw InputError(file_->path() + ": cannot allocate " + std::to_string(total >> 20) +
                      " MiB to hold the weights in memory (use --mmap to read them from the file mapping)");
-  }
-  region->n = total;
-#ifdef MADV_HUGEPAGE
-  madvise(region->p, total, MADV_HUGEPAGE);  // advice only: fine if refused
-#endif
   const long page = sysconf(_SC_PAGESIZE);
-  auto* dst = static_cast<uint8_t*>(region->p);
+  uint8_t* dst = region->data();
   for (Range& r : ranges) {
     std::memcpy(dst, r.src, r.bytes);
     // Drop the mapping's pages of this tensor (whole pages inside it only): they

@@ -9,6 +9,7 @@
 
 #include "format/gguf.h"
 #include "model/model_config.h"
+#include "tensor/anon_memory.h"
 #include "tensor/dtype.h"
 
 namespace moeflow {
@@ -68,12 +69,7 @@ class Model {
 
  private:
   std::unique_ptr<gguf::GgufFile> file_;
-  struct AnonRegion {
-    void* p = nullptr;
-    size_t n = 0;
-    ~AnonRegion();
-  };
-  std::unique_ptr<AnonRegion> resident_;
+  std::unique_ptr<AnonMemory> resident_;
   uint64_t resident_bytes_ = 0;
   ModelConfig config_;
   ModelWeights weights_;
