@@ -8,9 +8,10 @@
 // four consecutive blocks of a row share one 512-bit vector (~11 integer instructions
 // per row and 128 weights), and four rows' sums are reduced to one vector of (row,
 // block) sums before the float conversion and scaling, which then run once for the
-// four rows: 34-35 GB/s from cache on one Zen 5 core (29-30 when each row converted and
-// scaled its own sums). A q8_0 kernel built the same way ran at 30 GB/s against 50 for
-// the int16 Highway kernel, so q8_0 stays there.
+// four rows (~15% faster than each row converting and scaling its own sums). `moeflow
+// bench-kernels --threads 1` on a Zen 5 core: 29-37 GB/s from cache against 19-21 for
+// the f32 kernel. A q8_0 kernel built the same way ran at 30 GB/s from cache against
+// 50 for the int16 Highway kernel, so q8_0 stays there.
 //
 // Arithmetic: the activation is first quantised to int16 per 32-element block
 // (QuantizeX16, as the q8_0 kernel uses) and split into bytes, x = 256*hi + lo with
