@@ -60,7 +60,9 @@ void Args::parse(int argc, char** argv, int first) {
         values_[f->names.back()] = value;
       } else {
         if (inline_value) throw UsageError("moeflow " + command_ + ": flag " + a + " takes no value");
-        values_[f->names.back()] = "1";
+        // assign(1, '1') rather than = "1": GCC 12 reports a bogus -Wrestrict overlap
+        // for a short literal assigned into a map's string.
+        values_[f->names.back()].assign(1, '1');
       }
     } else {
       if (static_cast<int>(positionals_.size()) >= max_positional_)
