@@ -90,8 +90,11 @@ int cmd_bench_kernels(int argc, char** argv) {
     const size_t mat_bytes = rb * static_cast<size_t>(rows);
     const int64_t n_mat = std::max<int64_t>(1, static_cast<int64_t>(stream_bytes / mat_bytes));
     // In memory like the resident model's (huge pages where granted).
-    const auto mem = AnonMemory::allocate(mat_bytes * static_cast<size_t>(n_mat));
-    if (!mem) throw InputError("bench-kernels: cannot allocate " + std::to_string(stream_bytes >> 20) + " MiB (lower --stream-mib)");
+    const size_t total = mat_bytes * static_cast<size_t>(n_mat);
+    const auto mem = AnonMemory::allocate(total);
+    if (!mem)
+      throw InputError("bench-kernels: cannot allocate " + std::to_string(total >> 20) + " MiB of " + dtype_name(t) +
+                       " matrices (lower --stream-mib, or --rows/--cols)");
     uint8_t* const w = mem->data();
     for (int64_t r = 0; r < rows; ++r) {
       for (float& v : row) v = uni(rng);
