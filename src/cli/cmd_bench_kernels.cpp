@@ -21,6 +21,7 @@
 #include "format/error.h"
 #include "tensor/anon_memory.h"
 #include "tensor/dtype.h"
+#include "tensor/q4_0_r4.h"
 
 namespace moeflow::cli {
 
@@ -101,21 +102,42 @@ int cmd_bench_kernels(int argc, char** argv) {
       quantize_row(t, row.data(), w + rb * static_cast<size_t>(r), cols);
     }
     for (int64_t m = 1; m < n_mat; ++m) std::memcpy(w + mat_bytes * static_cast<size_t>(m), w, mat_bytes);
-    std::vector<std::string> kernels;
-    if (t == DType::Q4_0 && vnni) kernels = {"avx512-vnni", std::string("f32 (") + cpu::simd_target_name() + ")"};
-    else if (t == DType::Q8_0) kernels = {std::string("int16 (") + cpu::simd_target_name() + ")"};
-    else kernels = {std::string("f32 (") + cpu::simd_target_name() + ")"};
+    const std::vector<uint8_t> w0(w, w + mat_bytes);
+    // The kernels of this type: q4_0 on VNNI CPUs has three, the interleaved layout
+    // (what the resident model uses), GGUF's layout, and the f32 kernel.
+    struct Kernel {
+      std::string name;
+      bool vnni, interleaved;
+    };
+    const std::string target = cpu::simd_target_name();
+    std::vector<Kernel> kernels;
+    if (t == DType::Q4_0 && vnni) {
+      if (q4_0_r4_fits(rows, cols)) kernels.push_back({"avx512-vnni rows x4", true, true});
+      kernels.push_back({"avx512-vnni", true, false});
+      kernels.push_back({"f32 (" + target + ")", false, false});
+    } else {
+      kernels.push_back({(t == DType::Q8_0 ? "int16 (" : "f32 (") + target + ")", vnni, false});
+    }
     // From cache: the first rows of the matrix, ~256 KiB per thread, so that every
-    // type's matrix stays in the cores' L2.
-    const int64_t cache_rows = std::clamp<int64_t>(static_cast<int64_t>((256u << 10) * static_cast<size_t>(threads) / rb), 4, rows);
-    for (size_t k = 0; k < kernels.size(); ++k) {
-      cpu::set_q4_vnni_enabled(k == 0);  // the second q4_0 kernel is the f32 one
-      KernelRun run{t, kernels[k]};
-      run.cache_gbs = matvec_gbs(t, w, rb * static_cast<size_t>(cache_rows), 1, cache_rows, cols, x.data(),
+    // type's matrix stays in the cores' L2 (whole quads for the interleaved layout).
+    const int64_t cache_rows =
+        std::clamp<int64_t>(static_cast<int64_t>((256u << 10) * static_cast<size_t>(threads) / rb) / 4 * 4, 4, rows);
+    for (const Kernel& k : kernels) {
+      cpu::set_q4_vnni_enabled(k.vnni);
+      if (k.interleaved)  // in place, one matrix at a time through a scratch copy
+        for (int64_t m = 0; m < n_mat; ++m) {
+          std::vector<uint8_t> plain(w + mat_bytes * static_cast<size_t>(m), w + mat_bytes * static_cast<size_t>(m + 1));
+          repack_q4_0_r4(plain.data(), rows, cols, w + mat_bytes * static_cast<size_t>(m));
+        }
+      const DType kt = k.interleaved ? DType::Q4_0_R4 : t;
+      KernelRun run{t, k.name};
+      run.cache_gbs = matvec_gbs(kt, w, rb * static_cast<size_t>(cache_rows), 1, cache_rows, cols, x.data(),
                                  y.data(), p, min_seconds);
       run.triad_gbs = cpu::measure_triad_bandwidth_gbs(p, triad_bytes);
-      run.stream_gbs = matvec_gbs(t, w, mat_bytes, n_mat, rows, cols, x.data(), y.data(), p, min_seconds);
+      run.stream_gbs = matvec_gbs(kt, w, mat_bytes, n_mat, rows, cols, x.data(), y.data(), p, min_seconds);
       runs.push_back(run);
+      if (k.interleaved)  // back to GGUF's rows for the next kernels
+        for (int64_t m = 0; m < n_mat; ++m) std::memcpy(w + mat_bytes * static_cast<size_t>(m), w0.data(), mat_bytes);
     }
     cpu::set_q4_vnni_enabled(true);
   }
@@ -137,10 +159,10 @@ int cmd_bench_kernels(int argc, char** argv) {
               "streaming: %.0f MiB of matrices per type\n",
               static_cast<long long>(rows), static_cast<long long>(cols), threads,
               static_cast<double>(stream_bytes) / 1048576.0);
-  std::printf("| type | kernel            | from cache GB/s | streaming GB/s | triad GB/s | of triad |\n");
-  std::printf("|------|-------------------|-----------------|----------------|------------|----------|\n");
+  std::printf("| type | kernel              | from cache GB/s | streaming GB/s | triad GB/s | of triad |\n");
+  std::printf("|------|---------------------|-----------------|----------------|------------|----------|\n");
   for (const KernelRun& r : runs)
-    std::printf("| %-4s | %-17s | %15.1f | %14.1f | %10.1f | %7.1f%% |\n", dtype_name(r.dtype), r.kernel.c_str(),
+    std::printf("| %-4s | %-19s | %15.1f | %14.1f | %10.1f | %7.1f%% |\n", dtype_name(r.dtype), r.kernel.c_str(),
                 r.cache_gbs, r.stream_gbs, r.triad_gbs, 100.0 * r.stream_gbs / r.triad_gbs);
   return 0;
 }

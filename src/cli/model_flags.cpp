@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "format/error.h"
+#include "kernels/cpu/q4_vnni.h"
 
 #ifndef MOEFLOW_SOURCE_DIR
 #define MOEFLOW_SOURCE_DIR "."
@@ -22,6 +23,8 @@ void add_model_flags(Args& a) {
   a.flag("-c,--ctx-size", "context size in tokens (0: the model's, at most 4096)", true, "0");
   a.flag("--mmap", "compute from the file mapping instead of copying the weights into memory first "
                    "(starts faster; page-cache pages: a q8_0 mat-vec alone read 26 against 44 GB/s)", false);
+  a.flag("--no-repack", "keep q4_0 weights in GGUF's row layout in memory (by default, on CPUs with AVX-512 VNNI, "
+                        "their rows are interleaved in fours for the faster kernel)", false);
 }
 
 std::string default_model_path() {
@@ -43,7 +46,7 @@ LoadedModel load_model_from_flags(const Args& a) {
   m.model = Model::load(path);
   // Weights the forward pass reads go to anonymous memory (Model::make_resident says
   // why); under --expert-budget only the dense ones, experts stream from the file.
-  if (!a.has("--mmap")) m.model->make_resident(!a.has("--expert-budget"));
+  if (!a.has("--mmap")) m.model->make_resident(!a.has("--expert-budget"), cpu::q4_vnni_enabled() && !a.has("--no-repack"));
   m.tokenizer = std::make_unique<Tokenizer>(tokenizer_data_from_gguf(m.model->file()));
   if (static_cast<int64_t>(m.tokenizer->vocab_size()) != m.model->config().n_vocab)
     throw InputError(path + ": tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +

@@ -27,6 +27,8 @@ ExpertStore::ExpertStore(const Model& model) : model_(model), path_(model.file()
         ExpertPart& part = ps[static_cast<size_t>(p)];
         part.shape = s.first;
         part.shape.data = nullptr;
+        // Read from the file: its layout, even when the resident copy was repacked.
+        part.shape.dtype = dtype_in_file(s.first.dtype);
         part.bytes = s.first.bytes();
         part.file_offset = s.file_offset + static_cast<uint64_t>(e) * part.bytes;
         part.span_begin = align_down(part.file_offset);

@@ -75,6 +75,8 @@ void GgufWriter::add_tensor(const std::string& name, std::vector<uint64_t> dims,
       throw InputError(what + " dims[" + std::to_string(i) + "] = " + std::to_string(dims[i]) + " is zero or too large");
     if (i > 0) rows *= dims[i];
   }
+  if (!dtype_is_file_type(dtype))
+    throw InputError(what + " has dtype " + dtype_name(dtype) + ", an in-memory layout that no GGUF file may hold");
   const DTypeInfo& info = dtype_info(dtype);
   if (dims[0] % static_cast<uint64_t>(info.block_size) != 0)
     throw InputError(what + " dims[0] = " + std::to_string(dims[0]) + " is not a multiple of the " + info.name + " block size");

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "format/error.h"
+#include "tensor/q4_0_r4.h"
 
 namespace moeflow {
 
@@ -102,31 +103,33 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   return m;
 }
 
-void Model::make_resident(bool include_experts) {
+void Model::make_resident(bool include_experts, bool repack_q4) {
   if (resident_) return;
   // Every distinct byte range the forward pass reads (output may alias tok_embd).
   struct Range {
     const uint8_t* src;
     size_t bytes;
-    std::vector<const uint8_t**> refs;  // pointers to rebind
+    std::vector<MatrixRef*> refs;  // every matrix reading the range (data, and dtype when repacked)
+    int64_t n_matrices;            // stacked experts: one matrix per expert
+    bool rows_only;                // read row by row (the embedding lookup): keep GGUF's layout
   };
   std::vector<Range> ranges;
-  auto add = [&](const uint8_t*& data, size_t bytes) {
+  auto add = [&](MatrixRef& m, int64_t n_matrices, bool rows_only) {
     for (Range& r : ranges)
-      if (r.src == data) {
-        r.refs.push_back(&data);
+      if (r.src == m.data) {
+        r.refs.push_back(&m);
+        r.rows_only = r.rows_only || rows_only;
         return;
       }
-    ranges.push_back({data, bytes, {&data}});
+    ranges.push_back({m.data, m.bytes() * static_cast<size_t>(n_matrices), {&m}, n_matrices, rows_only});
   };
   ModelWeights& w = weights_;
-  add(w.tok_embd.data, w.tok_embd.bytes());
-  add(w.output.data, w.output.bytes());
+  add(w.tok_embd, 1, true);
+  add(w.output, 1, false);
   for (LayerWeights& L : w.layers) {
-    for (MatrixRef* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate_inp}) add(m->data, m->bytes());
+    for (MatrixRef* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate_inp}) add(*m, 1, false);
     if (include_experts)
-      for (StackedExperts* e : {&L.gate_exps, &L.up_exps, &L.down_exps})
-        add(e->first.data, e->first.bytes() * static_cast<size_t>(e->n_expert));
+      for (StackedExperts* e : {&L.gate_exps, &L.up_exps, &L.down_exps}) add(e->first, e->n_expert, false);
   }
   constexpr size_t kAlign = 64;
   size_t total = 0;
@@ -139,13 +142,21 @@ void Model::make_resident(bool include_experts) {
   const long page = sysconf(_SC_PAGESIZE);
   uint8_t* dst = region->data();
   for (Range& r : ranges) {
-    std::memcpy(dst, r.src, r.bytes);
+    const MatrixRef& m = *r.refs.front();
+    // q4_0 for the VNNI kernel: rows interleaved in fours (tensor/q4_0_r4.h says why).
+    if (repack_q4 && !r.rows_only && m.dtype == DType::Q4_0 && q4_0_r4_fits(m.rows, m.cols)) {
+      for (int64_t i = 0; i < r.n_matrices; ++i)
+        repack_q4_0_r4(r.src + static_cast<size_t>(i) * m.bytes(), m.rows, m.cols, dst + static_cast<size_t>(i) * m.bytes());
+      for (MatrixRef* ref : r.refs) ref->dtype = DType::Q4_0_R4;
+    } else {
+      std::memcpy(dst, r.src, r.bytes);
+    }
     // Drop the mapping's pages of this tensor (whole pages inside it only): they
     // would otherwise stay in this process's resident set next to the copy.
     const auto lo = (reinterpret_cast<uintptr_t>(r.src) + page - 1) / page * page;
     const auto hi = (reinterpret_cast<uintptr_t>(r.src) + r.bytes) / page * page;
     if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
-    for (const uint8_t** ref : r.refs) *ref = dst;
+    for (MatrixRef* ref : r.refs) ref->data = dst;
     dst += (r.bytes + kAlign - 1) / kAlign * kAlign;
   }
   resident_bytes_ = total;

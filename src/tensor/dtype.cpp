@@ -13,6 +13,7 @@ constexpr DTypeInfo kF16{"f16", 1, 2};
 constexpr DTypeInfo kBF16{"bf16", 1, 2};
 constexpr DTypeInfo kQ8_0{"q8_0", 32, 34};
 constexpr DTypeInfo kQ4_0{"q4_0", 32, 18};
+constexpr DTypeInfo kQ4_0_R4{"q4_0_r4", 32, 18};  // four rows take four q4_0 rows' bytes
 
 inline uint32_t f32_bits(float f) {
   uint32_t u;
@@ -54,6 +55,7 @@ const DTypeInfo& dtype_info(DType t) {
     case DType::BF16: return kBF16;
     case DType::Q8_0: return kQ8_0;
     case DType::Q4_0: return kQ4_0;
+    case DType::Q4_0_R4: return kQ4_0_R4;
   }
   throw std::invalid_argument("moeflow: unknown dtype " +
                               std::to_string(static_cast<uint32_t>(t)));
@@ -72,7 +74,12 @@ bool dtype_from_name(const std::string& name, DType& out) {
   return false;
 }
 
-bool dtype_is_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0; }
+bool dtype_is_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_0_R4; }
+
+bool dtype_is_file_type(DType t) {
+  DType back;
+  return dtype_from_ggml(static_cast<uint32_t>(t), back) && back == t;
+}
 
 size_t row_bytes(DType t, int64_t n) {
   check_blocks(t, n);
@@ -173,6 +180,8 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
       }
       return;
     }
+    case DType::Q4_0_R4:
+      throw std::invalid_argument("moeflow: dequantize_row: q4_0_r4 rows are interleaved; use q4_0_r4_row_blocks");
   }
   throw std::invalid_argument("moeflow: dequantize_row: unknown dtype");
 }
@@ -232,6 +241,8 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
       }
       return;
     }
+    case DType::Q4_0_R4:
+      throw std::invalid_argument("moeflow: quantize_row: q4_0_r4 is made by repack_q4_0_r4 from q4_0 rows");
   }
   throw std::invalid_argument("moeflow: quantize_row: unknown dtype");
 }

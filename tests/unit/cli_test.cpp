@@ -63,6 +63,24 @@ TEST(Cli, BenchKernelsJsonHasEveryTypeBesideTheTriad) {
   }
   for (const char* t : {"f32", "f16", "bf16", "q8_0", "q4_0"})
     EXPECT_NE(std::find(types.begin(), types.end(), t), types.end()) << t;
+  // Where the CPU runs the VNNI kernel, the interleaved layout's kernel is measured too.
+  std::vector<std::string> kernels;
+  for (const auto& k : j["kernels"]) kernels.push_back(k["kernel"]);
+  const bool vnni = std::find(kernels.begin(), kernels.end(), "avx512-vnni") != kernels.end();
+  EXPECT_EQ(std::find(kernels.begin(), kernels.end(), "avx512-vnni rows x4") != kernels.end(), vnni);
+}
+
+// q4_0 weights repacked for the VNNI kernel (the default) and left in GGUF's layout
+// (--no-repack) give the same tokens: both kernels add the same integer sums in the
+// same order.
+TEST(Cli, RepackedQ4WeightsGiveTheTokensOfGgufLayout) {
+  const std::string q4 = moeflow::testing::fixture_path("olmoe-q4_0.gguf");
+  const std::string args = "run -m " + q4 + " --prompt-tokens 1,2,3,4,5,6 -n 8 --temp 0 --ignore-eos --json";
+  const Result repacked = run(args), plain = run(args + " --no-repack");
+  ASSERT_EQ(repacked.code, 0) << repacked.out;
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  EXPECT_EQ(nlohmann::json::parse(repacked.out.substr(repacked.out.find('{')))["tokens"],
+            nlohmann::json::parse(plain.out.substr(plain.out.find('{')))["tokens"]);
 }
 
 TEST(Cli, BadFilesExitNonZeroNamingTheFile) {

@@ -1,9 +1,13 @@
 // Model::make_resident: the copied weights give bit-identical logits to the file
-// mapping, for every dtype, with and without the experts.
+// mapping, for every dtype, with and without the experts, and with q4_0 rows
+// interleaved in fours (Q4_0_R4): the VNNI kernels of both layouts add the same
+// integer sums in the same order, and without VNNI the interleaved rows are rebuilt
+// for the plain kernel.
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/transformer.h"
@@ -33,9 +37,9 @@ TEST(ResidentWeights, CopiedWeightsGiveTheLogitsOfTheMapping) {
     const std::string path = testing::fixture_path(name);
     auto mapped = Model::load(path);
     const std::vector<float> want = logits_of(*mapped, pool);
-    for (bool experts : {true, false}) {
+    for (const auto& [experts, repack] : {std::pair{true, false}, {false, false}, {true, true}, {false, true}}) {
       auto resident = Model::load(path);
-      resident->make_resident(experts);
+      resident->make_resident(experts, repack);
       const ModelWeights& w = resident->weights();
       // Everything the forward pass reads moved: the dense matrices always, the experts
       // when asked (norm vectors are f32 copies from the start).
@@ -43,7 +47,12 @@ TEST(ResidentWeights, CopiedWeightsGiveTheLogitsOfTheMapping) {
       EXPECT_NE(w.layers[0].wq.data, f.tensor("blk.0.attn_q.weight").data) << name;
       EXPECT_EQ(w.layers[0].gate_exps.first.data != f.tensor("blk.0.ffn_gate_exps.weight").data, experts) << name;
       EXPECT_GE(resident->resident_bytes(), experts ? w.expert_bytes : 0) << name;
-      EXPECT_EQ(logits_of(*resident, pool), want) << name << (experts ? " (all weights)" : " (dense only)");
+      const bool q4 = f.tensor("blk.0.attn_q.weight").dtype == DType::Q4_0;
+      EXPECT_EQ(w.layers[0].wq.dtype, q4 && repack ? DType::Q4_0_R4 : f.tensor("blk.0.attn_q.weight").dtype) << name;
+      EXPECT_EQ(w.layers[0].gate_exps.first.dtype == DType::Q4_0_R4, q4 && repack && experts) << name;
+      EXPECT_EQ(w.tok_embd.dtype, f.tensor("token_embd.weight").dtype) << name << ": the embedding table is read by rows";
+      EXPECT_EQ(logits_of(*resident, pool), want) << name << (experts ? " (all weights" : " (dense only")
+                                                  << (repack ? ", repacked)" : ")");
     }
   }
 }
