@@ -54,6 +54,23 @@ TEST(Attention, MatchesReference) {
                 static_cast<long long>(c.pos0), rel);
     EXPECT_LT(rel, 1e-5);
     EXPECT_EQ(one, many) << "threads must not change the result";
+
+    // The same cache stored head-major (as KvCache keeps it: one [n_ctx][head_dim]
+    // plane per kv head, plus a gap): the same numbers, bit for bit.
+    const int64_t plane = n_ctx * c.head_dim + 5;
+    std::vector<float> kh(static_cast<size_t>(c.n_head_kv * plane)), vh(kh.size());
+    for (int64_t g = 0; g < c.n_head_kv; ++g)
+      for (int64_t p = 0; p < n_ctx; ++p)
+        for (int64_t d = 0; d < c.head_dim; ++d) {
+          kh[g * plane + p * c.head_dim + d] = k[p * s.kv_stride + g * c.head_dim + d];
+          vh[g * plane + p * c.head_dim + d] = v[p * s.kv_stride + g * c.head_dim + d];
+        }
+    const AttentionShape sh{c.n_head, c.n_head_kv, c.head_dim, c.head_dim, plane};
+    std::vector<float> head_major(q.size()), head_major_ref(q.size());
+    attention(sh, q.data(), c.n_tok, c.pos0, kh.data(), vh.data(), head_major.data(), &pool);
+    attention_reference(sh, q.data(), c.n_tok, c.pos0, kh.data(), vh.data(), head_major_ref.data());
+    EXPECT_EQ(head_major, one) << "head-major cache";
+    EXPECT_EQ(head_major_ref, ref) << "head-major cache, reference";
   }
 }
 

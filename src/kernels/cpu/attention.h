@@ -9,11 +9,15 @@ namespace moeflow::cpu {
 struct AttentionShape {
   int64_t n_head = 0, n_head_kv = 0, head_dim = 0;
   int64_t kv_stride = 0;  // floats between consecutive positions in k_cache / v_cache
+  // Floats between kv heads' slices of a position: 0 means head_dim (rows of
+  // [n_head_kv][head_dim]); a head-major cache passes its per-head plane.
+  int64_t kv_head_stride = 0;
+  int64_t head_offset() const { return kv_head_stride ? kv_head_stride : head_dim; }
 };
 
 // q: [n_tok][n_head*head_dim] for tokens at positions pos0 .. pos0+n_tok-1.
-// k_cache, v_cache: [pos][n_head_kv*head_dim] (row stride kv_stride), holding
-// positions 0 .. pos0+n_tok-1. Token t attends to positions <= pos0+t.
+// k_cache, v_cache: kv head g's row for position p at g * head_offset() + p * kv_stride
+// ([pos][n_head_kv*head_dim] by default), holding positions 0 .. pos0+n_tok-1. Token t attends to positions <= pos0+t.
 // out: [n_tok][n_head*head_dim]. Query head h reads kv head h / (n_head / n_head_kv).
 void attention(const AttentionShape& s, const float* q, int64_t n_tok, int64_t pos0,
                const float* k_cache, const float* v_cache, float* out, ThreadPool* pool);
