@@ -21,7 +21,7 @@
 #include "format/error.h"
 #include "tensor/anon_memory.h"
 #include "tensor/dtype.h"
-#include "tensor/q4_0_r4.h"
+#include "tensor/rows_x4.h"
 
 namespace moeflow::cli {
 
@@ -103,16 +103,17 @@ int cmd_bench_kernels(int argc, char** argv) {
     }
     for (int64_t m = 1; m < n_mat; ++m) std::memcpy(w + mat_bytes * static_cast<size_t>(m), w, mat_bytes);
     const std::vector<uint8_t> w0(w, w + mat_bytes);
-    // The kernels of this type: q4_0 on VNNI CPUs has three, the interleaved layout
-    // (what the resident model uses), GGUF's layout, and the f32 kernel.
+    // The kernels of this type: on VNNI CPUs q4_0 and q8_0 first run on rows
+    // interleaved in fours (what the resident model uses), then in GGUF's layout; q4_0
+    // has a VNNI kernel for that too, then the f32 one.
     struct Kernel {
       std::string name;
       bool vnni, interleaved;
     };
     const std::string target = cpu::simd_target_name();
     std::vector<Kernel> kernels;
+    if (vnni && rows_x4_type(t) != t && rows_x4_fits(rows, cols)) kernels.push_back({"avx512-vnni rows x4", true, true});
     if (t == DType::Q4_0 && vnni) {
-      if (q4_0_r4_fits(rows, cols)) kernels.push_back({"avx512-vnni rows x4", true, true});
       kernels.push_back({"avx512-vnni", true, false});
       kernels.push_back({"f32 (" + target + ")", false, false});
     } else {
@@ -127,9 +128,9 @@ int cmd_bench_kernels(int argc, char** argv) {
       if (k.interleaved)  // in place, one matrix at a time through a scratch copy
         for (int64_t m = 0; m < n_mat; ++m) {
           std::vector<uint8_t> plain(w + mat_bytes * static_cast<size_t>(m), w + mat_bytes * static_cast<size_t>(m + 1));
-          repack_q4_0_r4(plain.data(), rows, cols, w + mat_bytes * static_cast<size_t>(m));
+          repack_rows_x4(t, plain.data(), rows, cols, w + mat_bytes * static_cast<size_t>(m));
         }
-      const DType kt = k.interleaved ? DType::Q4_0_R4 : t;
+      const DType kt = k.interleaved ? rows_x4_type(t) : t;
       KernelRun run{t, k.name};
       run.cache_gbs = matvec_gbs(kt, w, rb * static_cast<size_t>(cache_rows), 1, cache_rows, cols, x.data(),
                                  y.data(), p, min_seconds);

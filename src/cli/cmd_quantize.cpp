@@ -21,7 +21,8 @@ uint32_t ftype_of(DType t) {
     case DType::Q4_0: return 2;
     case DType::Q8_0: return 7;
     case DType::BF16: return 32;
-    case DType::Q4_0_R4: break;  // in-memory only; --type never names it
+    case DType::Q4_0_R4:
+    case DType::Q8_0_R4: break;  // in-memory only; --type never names them
   }
   return 0;
 }

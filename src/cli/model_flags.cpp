@@ -23,8 +23,8 @@ void add_model_flags(Args& a) {
   a.flag("-c,--ctx-size", "context size in tokens (0: the model's, at most 4096)", true, "0");
   a.flag("--mmap", "compute from the file mapping instead of copying the weights into memory first "
                    "(starts faster; page-cache pages: a q8_0 mat-vec alone read 26 against 44 GB/s)", false);
-  a.flag("--no-repack", "keep q4_0 weights in GGUF's row layout in memory (by default, on CPUs with AVX-512 VNNI, "
-                        "their rows are interleaved in fours for the faster kernel)", false);
+  a.flag("--no-repack", "keep q4_0 and q8_0 weights in GGUF's row layout in memory (by default, on CPUs with "
+                        "AVX-512 VNNI, their rows are interleaved in fours for the faster kernels)", false);
 }
 
 std::string default_model_path() {

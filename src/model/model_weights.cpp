@@ -8,7 +8,7 @@
 #include <string>
 
 #include "format/error.h"
-#include "tensor/q4_0_r4.h"
+#include "tensor/rows_x4.h"
 
 namespace moeflow {
 
@@ -103,7 +103,7 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   return m;
 }
 
-void Model::make_resident(bool include_experts, bool repack_q4) {
+void Model::make_resident(bool include_experts, bool repack) {
   if (resident_) return;
   // Every distinct byte range the forward pass reads (output may alias tok_embd).
   struct Range {
@@ -143,11 +143,14 @@ void Model::make_resident(bool include_experts, bool repack_q4) {
   uint8_t* dst = region->data();
   for (Range& r : ranges) {
     const MatrixRef& m = *r.refs.front();
-    // q4_0 for the VNNI kernel: rows interleaved in fours (tensor/q4_0_r4.h says why).
-    if (repack_q4 && !r.rows_only && m.dtype == DType::Q4_0 && q4_0_r4_fits(m.rows, m.cols)) {
+    // q4_0 / q8_0 for the VNNI kernels: rows interleaved in fours (tensor/rows_x4.h
+    // says why).
+    if (repack && !r.rows_only && rows_x4_type(m.dtype) != m.dtype && rows_x4_fits(m.rows, m.cols)) {
       for (int64_t i = 0; i < r.n_matrices; ++i)
-        repack_q4_0_r4(r.src + static_cast<size_t>(i) * m.bytes(), m.rows, m.cols, dst + static_cast<size_t>(i) * m.bytes());
-      for (MatrixRef* ref : r.refs) ref->dtype = DType::Q4_0_R4;
+        repack_rows_x4(m.dtype, r.src + static_cast<size_t>(i) * m.bytes(), m.rows, m.cols,
+                       dst + static_cast<size_t>(i) * m.bytes());
+      const DType x4 = rows_x4_type(m.dtype);
+      for (MatrixRef* ref : r.refs) ref->dtype = x4;
     } else {
       std::memcpy(dst, r.src, r.bytes);
     }

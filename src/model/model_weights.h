@@ -60,11 +60,11 @@ class Model {
   // measured 26 GB/s reading the page cache's scattered 4 KiB pages against 44 GB/s
   // from anonymous memory (one thread, 2-vCPU EPYC): the hardware prefetcher stops
   // at every 4 KiB page boundary. The file pages are released as each tensor is
-  // copied, so the peak is one copy plus one tensor. With repack_q4, q4_0 matrices that
-  // fit take the interleaved layout of tensor/q4_0_r4.h (dtype Q4_0_R4; the
-  // embedding table, read row by row, stays as is); callers pass
-  // cpu::q4_vnni_enabled(), as only the VNNI kernel gains from it.
-  void make_resident(bool include_experts, bool repack_q4);
+  // copied, so the peak is one copy plus one tensor. With repack, q4_0 and q8_0
+  // matrices that fit take the interleaved layout of tensor/rows_x4.h (dtypes Q4_0_R4,
+  // Q8_0_R4; the embedding table, read row by row, stays as is); callers pass
+  // cpu::q4_vnni_enabled(), as only the VNNI kernels read it.
+  void make_resident(bool include_experts, bool repack);
   uint64_t resident_bytes() const { return resident_bytes_; }
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }

@@ -14,6 +14,7 @@ constexpr DTypeInfo kBF16{"bf16", 1, 2};
 constexpr DTypeInfo kQ8_0{"q8_0", 32, 34};
 constexpr DTypeInfo kQ4_0{"q4_0", 32, 18};
 constexpr DTypeInfo kQ4_0_R4{"q4_0_r4", 32, 18};  // four rows take four q4_0 rows' bytes
+constexpr DTypeInfo kQ8_0_R4{"q8_0_r4", 32, 34};
 
 inline uint32_t f32_bits(float f) {
   uint32_t u;
@@ -56,6 +57,7 @@ const DTypeInfo& dtype_info(DType t) {
     case DType::Q8_0: return kQ8_0;
     case DType::Q4_0: return kQ4_0;
     case DType::Q4_0_R4: return kQ4_0_R4;
+    case DType::Q8_0_R4: return kQ8_0_R4;
   }
   throw std::invalid_argument("moeflow: unknown dtype " +
                               std::to_string(static_cast<uint32_t>(t)));
@@ -74,7 +76,7 @@ bool dtype_from_name(const std::string& name, DType& out) {
   return false;
 }
 
-bool dtype_is_quantized(DType t) { return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_0_R4; }
+bool dtype_is_quantized(DType t) { return dtype_in_file(t) == DType::Q8_0 || dtype_in_file(t) == DType::Q4_0; }
 
 bool dtype_is_file_type(DType t) {
   DType back;
@@ -181,7 +183,9 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
       return;
     }
     case DType::Q4_0_R4:
-      throw std::invalid_argument("moeflow: dequantize_row: q4_0_r4 rows are interleaved; use q4_0_r4_row_blocks");
+    case DType::Q8_0_R4:
+      throw std::invalid_argument(std::string("moeflow: dequantize_row: ") + dtype_name(t) +
+                                  " rows are interleaved; use rows_x4_row_blocks");
   }
   throw std::invalid_argument("moeflow: dequantize_row: unknown dtype");
 }
@@ -242,7 +246,9 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
       return;
     }
     case DType::Q4_0_R4:
-      throw std::invalid_argument("moeflow: quantize_row: q4_0_r4 is made by repack_q4_0_r4 from q4_0 rows");
+    case DType::Q8_0_R4:
+      throw std::invalid_argument(std::string("moeflow: quantize_row: ") + dtype_name(t) +
+                                  " is made by repack_rows_x4 from rows in GGUF's layout");
   }
   throw std::invalid_argument("moeflow: quantize_row: unknown dtype");
 }

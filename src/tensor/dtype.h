@@ -5,8 +5,9 @@
 //   Q8_0 : blocks of 32: f16 scale d, int8 q[32];          x = d * q.      34 bytes
 //   Q4_0 : blocks of 32: f16 scale d, uint8 qs[16];        x = d * (nib - 8), element j
 //          in the low nibble of qs[j] for j < 16, element j+16 in the high nibble.  18 bytes
-//   Q4_0_R4: q4_0 matrices with their rows interleaved in fours (tensor/q4_0_r4.h), an
-//          in-memory layout the resident copy uses on CPUs with AVX-512 VNNI; never in a file.
+//   Q4_0_R4, Q8_0_R4: q4_0 / q8_0 matrices with their rows interleaved in fours
+//          (tensor/rows_x4.h), an in-memory layout the resident copy uses on CPUs with
+//          AVX-512 VNNI; never in a file.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -15,9 +16,9 @@
 
 namespace moeflow {
 
-// Values are the ggml type ids, so they round-trip through GGUF unchanged; Q4_0_R4 is
-// no ggml type (dtype_is_file_type false), so no file can name it.
-enum class DType : uint32_t { F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8, BF16 = 30, Q4_0_R4 = 0x8002 };
+// Values are the ggml type ids, so they round-trip through GGUF unchanged; the *_R4
+// layouts are no ggml types (dtype_is_file_type false), so no file can name them.
+enum class DType : uint32_t { F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8, BF16 = 30, Q4_0_R4 = 0x8002, Q8_0_R4 = 0x8008 };
 
 struct DTypeInfo {
   const char* name;
@@ -32,15 +33,19 @@ const char* dtype_name(DType t);
 // Parses "f32", "f16", "bf16", "q8_0", "q4_0"; returns false otherwise.
 bool dtype_from_name(const std::string& name, DType& out);
 bool dtype_is_quantized(DType t);
-// False for the in-memory layouts (Q4_0_R4), which no GGUF file may hold.
+// False for the in-memory layouts (*_R4), which no GGUF file may hold.
 bool dtype_is_file_type(DType t);
-// The file dtype an in-memory layout was made from (Q4_0 for Q4_0_R4); t itself otherwise.
-inline DType dtype_in_file(DType t) { return t == DType::Q4_0_R4 ? DType::Q4_0 : t; }
+// The file dtype an in-memory layout was made from (Q4_0 for Q4_0_R4, Q8_0 for
+// Q8_0_R4); t itself otherwise.
+inline DType dtype_in_file(DType t) {
+  return t == DType::Q4_0_R4 ? DType::Q4_0 : t == DType::Q8_0_R4 ? DType::Q8_0 : t;
+}
+inline bool dtype_is_rows_x4(DType t) { return t == DType::Q4_0_R4 || t == DType::Q8_0_R4; }
 // Bytes of a row of n elements. REQUIRES n % block_size == 0.
 size_t row_bytes(DType t, int64_t n);
 
-// Dequantise n elements (REQUIRES n % block_size == 0). Not for Q4_0_R4, whose rows
-// are not contiguous (tensor/q4_0_r4.h has its accessors): throws.
+// Dequantise n elements (REQUIRES n % block_size == 0). Not for the *_R4 layouts, whose
+// rows are not contiguous (tensor/rows_x4.h has their accessors): throws.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 // Quantise n elements the way ggml's reference quantiser does (round to nearest,
 // q8_0: d = amax/127; q4_0: d = max/-8 where max is the signed value of largest magnitude).

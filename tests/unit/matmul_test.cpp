@@ -16,7 +16,7 @@
 #include "kernels/cpu/roofline.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tensor/dtype.h"
-#include "tensor/q4_0_r4.h"
+#include "tensor/rows_x4.h"
 
 namespace moeflow::cpu {
 namespace {
@@ -257,63 +257,70 @@ TEST(Matmul, Q4VnniMatchesF32Kernel) {
               worst_vnni, worst_f32, worst_diff);
 }
 
-// Rows interleaved in fours (Q4_0_R4): the same numbers as GGUF's layout, bit for bit,
-// on every path: the VNNI kernels (same integer sums, same order of float
-// operations), the f32 kernel on rebuilt rows when VNNI is off, prefill's tiles, and
-// mat-vec batches that mix both layouts over one activation (each packs its own).
-TEST(Matmul, Q4R4MatchesGgufLayout) {
+// Rows interleaved in fours (Q4_0_R4, Q8_0_R4) against GGUF's layout. Bit for bit on
+// every path but one: the VNNI kernels of both q4_0 layouts (same integer sums, same
+// order of float operations), the Highway kernels on rebuilt rows when VNNI is off,
+// prefill's tiles, mat-vec batches that mix layouts over one activation (each packs
+// its own). The exception is q8_0's VNNI kernel, which sums a whole block in integers
+// before converting (the int16 Highway kernel converts partial sums): within q8_0's
+// mat-vec tolerance of the reference.
+TEST(Matmul, RowsX4MatchGgufLayout) {
   std::mt19937 rng(11);
   ThreadPool pool2(2);
-  double worst = 0;
-  for (int64_t rows : {4, 12, 132}) {  // 132: the threads' groups of 8 rows leave a quad
-    for (int64_t cols : {128, 768, 2048, 4224}) {  // 4224: prefill's tiles span 4096 columns, then 128
-      const Weights w = make_weights(DType::Q4_0, rows, cols, rng);
-      std::vector<uint8_t> r4(w.bytes.size() + 3);  // + 3: unaligned, as a sub-range may be
-      uint8_t* const W4 = r4.data() + 3;
-      repack_q4_0_r4(w.bytes.data(), rows, cols, W4);
-      const std::vector<float> x = random_vec(static_cast<size_t>(cols), rng);
-      const size_t n = static_cast<size_t>(rows);
-      std::vector<float> ref(n), ref4(n), y(n), y4(n);
-      matvec_reference(DType::Q4_0, w.bytes.data(), rows, cols, x.data(), ref.data());
-      matvec_reference(DType::Q4_0_R4, W4, rows, cols, x.data(), ref4.data());
-      EXPECT_EQ(ref4, ref) << "the reference reads the interleaved rows";
-      for (bool vnni : {true, false}) {
-        if (vnni && !q4_vnni_enabled()) continue;
-        set_q4_vnni_enabled(vnni);
-        for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2}) {
-          matvec(DType::Q4_0, w.bytes.data(), rows, cols, x.data(), y.data(), pool);
-          matvec(DType::Q4_0_R4, W4, rows, cols, x.data(), y4.data(), pool);
-          EXPECT_EQ(y4, y) << rows << "x" << cols << (vnni ? " VNNI" : " f32 kernel");
+  for (DType ft : {DType::Q4_0, DType::Q8_0}) {
+    const DType xt = rows_x4_type(ft);
+    double worst = 0;
+    for (int64_t rows : {4, 12, 132}) {  // 132: the threads' groups of 8 rows leave a quad
+      for (int64_t cols : {128, 768, 2048, 4224}) {  // 4224: prefill's tiles span 4096 columns, then 128
+        const Weights w = make_weights(ft, rows, cols, rng);
+        std::vector<uint8_t> x4(w.bytes.size() + 3);  // + 3: unaligned, as a sub-range may be
+        uint8_t* const W4 = x4.data() + 3;
+        repack_rows_x4(ft, w.bytes.data(), rows, cols, W4);
+        const std::vector<float> x = random_vec(static_cast<size_t>(cols), rng);
+        const size_t n = static_cast<size_t>(rows);
+        std::vector<float> ref(n), ref4(n), y(n), y4(n);
+        matvec_reference(ft, w.bytes.data(), rows, cols, x.data(), ref.data());
+        matvec_reference(xt, W4, rows, cols, x.data(), ref4.data());
+        EXPECT_EQ(ref4, ref) << "the reference reads the interleaved rows";
+        for (bool vnni : {true, false}) {
+          if (vnni && !q4_vnni_enabled()) continue;
+          set_q4_vnni_enabled(vnni);
+          const bool same_floats = ft == DType::Q4_0 || !vnni;
+          for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2}) {
+            matvec(ft, w.bytes.data(), rows, cols, x.data(), y.data(), pool);
+            matvec(xt, W4, rows, cols, x.data(), y4.data(), pool);
+            if (same_floats) EXPECT_EQ(y4, y) << dtype_name(xt) << " " << rows << "x" << cols << (vnni ? " VNNI" : " Highway");
+          }
+          worst = std::max(worst, rel_err(y4, ref));
+          EXPECT_LT(rel_err(y4, ref), matvec_tolerance(ft)) << dtype_name(xt) << " " << rows << "x" << cols;
+          for (int64_t n_tok : {2, 7}) {
+            const std::vector<float> X = random_vec(static_cast<size_t>(cols * n_tok), rng);
+            std::vector<float> Y(n * static_cast<size_t>(n_tok)), Y4(Y.size());
+            matmul(ft, w.bytes.data(), rows, cols, X.data(), n_tok, Y.data(), &pool2);
+            matmul(xt, W4, rows, cols, X.data(), n_tok, Y4.data(), &pool2);
+            EXPECT_EQ(Y4, Y) << dtype_name(xt) << " " << rows << "x" << cols << " n_tok " << n_tok;
+          }
+          // A batch: both layouts over one x (the packings differ), and a second x.
+          const std::vector<float> x2 = random_vec(static_cast<size_t>(cols), rng);
+          std::vector<float> b_plain(n), b_x4(n), b_x4_x2(n), want_x2(n);
+          const MatvecJob jobs[3] = {{xt, W4, rows, cols, x.data(), b_x4.data()},
+                                     {ft, w.bytes.data(), rows, cols, x.data(), b_plain.data()},
+                                     {xt, W4, rows, cols, x2.data(), b_x4_x2.data()}};
+          matvec_batch(jobs, 3, &pool2);
+          matvec(xt, W4, rows, cols, x2.data(), want_x2.data(), nullptr);
+          EXPECT_EQ(b_x4, y4);
+          EXPECT_EQ(b_plain, y);
+          EXPECT_EQ(b_x4_x2, want_x2);
         }
-        worst = std::max(worst, rel_err(y4, ref));
-        EXPECT_LT(rel_err(y4, ref), 1e-4) << rows << "x" << cols;
-        for (int64_t n_tok : {2, 7}) {
-          const std::vector<float> X = random_vec(static_cast<size_t>(cols * n_tok), rng);
-          std::vector<float> Y(n * static_cast<size_t>(n_tok)), Y4(Y.size());
-          matmul(DType::Q4_0, w.bytes.data(), rows, cols, X.data(), n_tok, Y.data(), &pool2);
-          matmul(DType::Q4_0_R4, W4, rows, cols, X.data(), n_tok, Y4.data(), &pool2);
-          EXPECT_EQ(Y4, Y) << rows << "x" << cols << " n_tok " << n_tok;
-        }
-        // A batch: both layouts over one x (the packings differ), and a second x.
-        const std::vector<float> x2 = random_vec(static_cast<size_t>(cols), rng);
-        std::vector<float> b_plain(n), b_r4(n), b_r4_x2(n), want_x2(n);
-        const MatvecJob jobs[3] = {{DType::Q4_0_R4, W4, rows, cols, x.data(), b_r4.data()},
-                                   {DType::Q4_0, w.bytes.data(), rows, cols, x.data(), b_plain.data()},
-                                   {DType::Q4_0_R4, W4, rows, cols, x2.data(), b_r4_x2.data()}};
-        matvec_batch(jobs, 3, &pool2);
-        matvec(DType::Q4_0, w.bytes.data(), rows, cols, x2.data(), want_x2.data(), nullptr);
-        EXPECT_EQ(b_r4, y);
-        EXPECT_EQ(b_plain, y);
-        EXPECT_EQ(b_r4_x2, want_x2);
+        set_q4_vnni_enabled(true);
       }
-      set_q4_vnni_enabled(true);
     }
+    std::printf("  %s matvec worst relative error vs reference: %.3e (VNNI %s)\n", dtype_name(xt), worst,
+                q4_vnni_enabled() ? "on this CPU" : "absent: the Highway kernels on rebuilt rows");
+    std::vector<float> x(128), y(6);
+    std::vector<uint8_t> w(6 * row_bytes(ft, 128));
+    EXPECT_THROW(matvec(xt, w.data(), 6, 128, x.data(), y.data(), nullptr), std::invalid_argument);
   }
-  std::printf("  q4_0_r4 matvec worst relative error vs reference: %.3e (VNNI %s)\n", worst,
-              q4_vnni_enabled() ? "on this CPU" : "absent: the f32 kernel on rebuilt rows");
-  std::vector<float> x(128), y(6);
-  std::vector<uint8_t> w(6 * row_bytes(DType::Q4_0, 128));
-  EXPECT_THROW(matvec(DType::Q4_0_R4, w.data(), 6, 128, x.data(), y.data(), nullptr), std::invalid_argument);
 }
 
 TEST(Matmul, MatmulMatchesReference) {

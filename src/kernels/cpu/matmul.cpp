@@ -26,7 +26,8 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/work_ranges.h"
-#include "tensor/q4_0_r4.h"
+#include "kernels/cpu/rows_x4_vnni.h"
+#include "tensor/rows_x4.h"
 
 #ifndef MOEFLOW_MATMUL_ONCE
 #define MOEFLOW_MATMUL_ONCE
@@ -84,14 +85,14 @@ inline float load_scalar(DType wt, const uint8_t* row, int64_t c) {
 namespace moeflow::cpu {
 // A mat-vec's activation: f32, and for q8_0 weights (and q4_0 ones on the VNNI path)
 // also quantised to int16 blocks (qx: 16-bit values, dx: one f32 scale per 32 values);
-// for the VNNI q4_0 kernels also packed as they read it (q4x for GGUF's rows, q4r for
-// rows interleaved in fours; see q4_vnni.h). Null when not needed.
+// for the VNNI kernels also packed as they read it (q4x for GGUF's q4_0 rows, rx4 for
+// rows interleaved in fours; see q4_vnni.h, rows_x4_vnni.h). Null when not needed.
 struct MvInput {
   const float* x;
   const int16_t* qx;
   const float* dx;
   const uint8_t* q4x;
-  const uint8_t* q4r;
+  const uint8_t* rx4;
 };
 }  // namespace moeflow::cpu
 #endif
@@ -118,7 +119,7 @@ constexpr int kToks = 3;
 // Columns per dequantised tile (multiple of 32). 4 rows x 4096 f32 = 64 KiB lives in
 // L2 and is reused by every token; results for later tiles are added into Y.
 constexpr int64_t kKc = 4096;
-static_assert(kRows == kQ4R4Rows && kKc % kQ4R4GroupCols == 0, "a q4_0_r4 tile is one quad and whole groups");
+static_assert(kRows == kRowsX4 && kKc % kRowsX4GroupCols == 0, "an interleaved tile is one quad and whole groups");
 // Scratch row stride: padded so the tile's rows do not share L1 sets (4 KiB aliasing).
 constexpr int64_t kWs = kKc + 16;
 // matvec: rows decoded per pass. Each row is its own memory stream; measured on a
@@ -232,7 +233,8 @@ void DequantSpan(DType wt, const uint8_t* row, int64_t c0, int64_t n, float* HWY
       return;
     }
     case DType::Q4_0_R4:
-      throw std::invalid_argument("moeflow: DequantSpan: q4_0_r4 has no contiguous rows (DequantRowSpan)");
+    case DType::Q8_0_R4:
+      throw std::invalid_argument("moeflow: DequantSpan: interleaved rows (MatmulRows unpacks them)");
   }
 }
 
@@ -417,32 +419,35 @@ HWY_INLINE void MvRows(DType wt, const uint8_t* const* rows, int64_t cols, const
     case DType::F32: MvFloatRows<DType::F32, R>(rows, cols, in.x, out); return;
     case DType::F16: MvFloatRows<DType::F16, R>(rows, cols, in.x, out); return;
     case DType::BF16: MvFloatRows<DType::BF16, R>(rows, cols, in.x, out); return;
-    case DType::Q4_0_R4: break;  // MatvecRows takes it (MatvecQuadsR4)
+    case DType::Q4_0_R4:
+    case DType::Q8_0_R4: break;  // MatvecRows takes them (MatvecQuadsX4)
   }
-  throw std::invalid_argument("moeflow: MvRows: q4_0_r4 rows are interleaved");
+  throw std::invalid_argument("moeflow: MvRows: interleaved rows");
 }
 
-// Rows [r0, r1) of a Q4_0_R4 matrix (r0, r1 multiples of 4): the VNNI kernel when the
-// activation was packed for it; else (VNNI switched off after the weights were
-// repacked) each quad's rows rebuilt in GGUF's layout for MvQ4Rows.
-void MatvecQuadsR4(const uint8_t* W, int64_t r0, int64_t r1, int64_t pf_end, int64_t cols, const MvInput& x,
-                   float* y) {
-  const size_t qb = q4_0_r4_quad_bytes(cols);
-  const uint8_t* first = W + qb * static_cast<size_t>(r0 / kQ4R4Rows);
-  if (x.q4r) {
-    q4_r4_quads(first, (r1 - r0) / kQ4R4Rows, cols, x.q4r, y + r0, W + qb * static_cast<size_t>(pf_end / kQ4R4Rows));
+// Rows [r0, r1) of a matrix interleaved in fours (r0, r1 multiples of 4): the VNNI
+// kernel when the activation was packed for it; else (VNNI switched off after the
+// weights were repacked) each quad's rows rebuilt in GGUF's layout for the Highway
+// kernel of the file type.
+void MatvecQuadsX4(DType wt, const uint8_t* W, int64_t r0, int64_t r1, int64_t pf_end, int64_t cols,
+                   const MvInput& x, float* y) {
+  const size_t qb = rows_x4_quad_bytes(wt, cols);
+  if (x.rx4) {
+    rows_x4_quads(wt, W + qb * static_cast<size_t>(r0 / kRowsX4), (r1 - r0) / kRowsX4, cols, x.rx4, y + r0,
+                  W + qb * static_cast<size_t>(pf_end / kRowsX4));
     return;
   }
-  const size_t rb = row_bytes(DType::Q4_0, cols);
+  const DType ft = dtype_in_file(wt);
+  const size_t rb = row_bytes(ft, cols);
   thread_local std::vector<uint8_t> plain;
-  plain.resize(kQ4R4Rows * rb);
-  const uint8_t* rows[kQ4R4Rows];
-  for (int64_t r = r0; r < r1; r += kQ4R4Rows) {
-    for (int i = 0; i < kQ4R4Rows; ++i) {
+  plain.resize(kRowsX4 * rb);
+  const uint8_t* rows[kRowsX4];
+  for (int64_t r = r0; r < r1; r += kRowsX4) {
+    for (int i = 0; i < kRowsX4; ++i) {
       rows[i] = plain.data() + i * rb;
-      q4_0_r4_row_blocks(W, cols, r + i, 0, cols / 32, reinterpret_cast<BlockQ4_0*>(plain.data() + i * rb));
+      rows_x4_row_blocks(wt, W, cols, r + i, 0, cols / 32, plain.data() + i * rb);
     }
-    MvQ4Rows<kQ4R4Rows>(rows, cols, x, y + r, nullptr);
+    MvRows<kRowsX4>(ft, rows, cols, x, y + r, nullptr);
   }
 }
 
@@ -476,8 +481,8 @@ void MatvecRowsR(DType wt, const uint8_t* W, size_t rb, int64_t r0, int64_t r1, 
 void MatvecRows(DType wt, const uint8_t* W, int64_t r0, int64_t r1, int64_t pf_end, int64_t cols,
                 const MvInput& x, float* y) {
   const size_t rb = row_bytes(wt, cols);
-  if (wt == DType::Q4_0_R4) {
-    MatvecQuadsR4(W, r0, r1, pf_end, cols, x, y);
+  if (dtype_is_rows_x4(wt)) {
+    MatvecQuadsX4(wt, W, r0, r1, pf_end, cols, x, y);
   } else if (dtype_is_quantized(wt)) {
     MatvecRowsR<kMvRowsQ>(wt, W, rb, r0, r1, pf_end, cols, x, y);
   } else {
@@ -551,14 +556,9 @@ void MatmulRows(DType wt, const uint8_t* W, int64_t r0, int64_t r1, int64_t cols
     const int64_t nr = std::min<int64_t>(kRows, r1 - r);
     for (int64_t c0 = 0; c0 < cols; c0 += kKc) {
       const int64_t kc = std::min<int64_t>(kKc, cols - c0);
-      if (wt == DType::Q4_0_R4) {
-        // A tile is one quad (kRows == 4, r a multiple of 4): its rows rebuilt in GGUF's
-        // layout, then decoded as q4_0.
-        thread_local std::vector<BlockQ4_0> blocks;
-        blocks.resize(static_cast<size_t>(kQ4R4Rows * kc / 32));
-        q4_r4_unpack_quad(W + rb * static_cast<size_t>(r), cols, c0 / kQ4R4GroupCols, kc / kQ4R4GroupCols, blocks.data());
-        for (int64_t i = 0; i < nr; ++i)
-          DequantSpan(DType::Q4_0, reinterpret_cast<const uint8_t*>(blocks.data() + i * kc / 32), 0, kc, tile + i * kWs);
+      if (dtype_is_rows_x4(wt)) {  // a tile is one quad (kRows == 4, r a multiple of 4)
+        rows_x4_dequant_quad(wt, W + rb * static_cast<size_t>(r), cols, c0 / kRowsX4GroupCols, kc / kRowsX4GroupCols,
+                             tile, kWs);
       } else {
         for (int64_t i = 0; i < nr; ++i) DequantSpan(wt, W + rb * static_cast<size_t>(r + i), c0, kc, tile + i * kWs);
       }
@@ -597,9 +597,9 @@ constexpr int64_t kMinParallelWork = int64_t{1} << 15;
 void check_shape(DType wt, int64_t rows, int64_t cols) {
   if (rows < 0 || cols < 0) throw std::invalid_argument("moeflow: negative matrix shape");
   (void)row_bytes(wt, cols);  // throws if cols is not a whole number of blocks
-  if (wt == DType::Q4_0_R4 && rows > 0 && !q4_0_r4_fits(rows, cols))
-    throw std::invalid_argument("moeflow: a q4_0_r4 matrix of " + std::to_string(rows) + " x " + std::to_string(cols) +
-                                " (needs rows % 4 == 0 and cols % 128 == 0)");
+  if (dtype_is_rows_x4(wt) && rows > 0 && !rows_x4_fits(rows, cols))
+    throw std::invalid_argument(std::string("moeflow: a ") + dtype_name(wt) + " matrix of " + std::to_string(rows) +
+                                " x " + std::to_string(cols) + " (needs rows % 4 == 0 and cols % 128 == 0)");
 }
 
 // The activation of every job as the mat-vec kernels read it: x, and for q8_0 weights
@@ -618,12 +618,18 @@ const MvInput* matvec_inputs(const MatvecJob* jobs, size_t n_jobs) {
   thread_local std::vector<MvInput> in_buf;  // no allocation per call once warm
   in_buf.resize(n_jobs);
   MvInput* const in = in_buf.data();
-  const bool q4_vnni = q4_vnni_enabled();
-  auto is_q4 = [](const MatvecJob& j) { return j.dtype == DType::Q4_0 || j.dtype == DType::Q4_0_R4; };
-  auto wants_int16 = [&](const MatvecJob& j) { return j.x && (j.dtype == DType::Q8_0 || (q4_vnni && is_q4(j))); };
-  auto wants_packed = [&](const MatvecJob& j) { return j.x && q4_vnni && is_q4(j); };
+  const bool vnni = q4_vnni_enabled();
+  // int16 activations: q8_0's Highway kernel (also the fallback for Q8_0_R4) and every
+  // VNNI kernel. Packed: the VNNI kernels, in each one's format.
+  auto wants_int16 = [&](const MatvecJob& j) {
+    const DType ft = dtype_in_file(j.dtype);
+    return j.x && (ft == DType::Q8_0 || (vnni && ft == DType::Q4_0));
+  };
+  auto wants_packed = [&](const MatvecJob& j) {
+    return j.x && vnni && (j.dtype == DType::Q4_0 || dtype_is_rows_x4(j.dtype));
+  };
   auto packed_lines = [](const MatvecJob& j) {
-    const size_t bytes = j.dtype == DType::Q4_0_R4 ? q4_r4_x_bytes(j.cols) : q4_vnni_x_bytes(j.cols);
+    const size_t bytes = dtype_is_rows_x4(j.dtype) ? rows_x4_x_bytes(j.cols) : q4_vnni_x_bytes(j.cols);
     return (bytes + sizeof(Line) - 1) / sizeof(Line);
   };
   size_t qsize = 0, dsize = 0, psize = 0;
@@ -642,8 +648,8 @@ const MvInput* matvec_inputs(const MatvecJob* jobs, size_t n_jobs) {
     in[j] = {jobs[j].x, nullptr, nullptr, nullptr, nullptr};
     if (!wants_int16(jobs[j])) continue;
     const int64_t cols = jobs[j].cols;
-    const bool r4 = jobs[j].dtype == DType::Q4_0_R4;
-    const uint8_t* MvInput::*const packed_of = r4 ? &MvInput::q4r : &MvInput::q4x;
+    const bool x4 = dtype_is_rows_x4(jobs[j].dtype);
+    const uint8_t* MvInput::*const packed_of = x4 ? &MvInput::rx4 : &MvInput::q4x;
     // Same activation as an earlier job: share what it computed.
     for (size_t i = 0; i < j && !in[j].qx; ++i)
       if (in[i].qx && jobs[i].x == jobs[j].x && jobs[i].cols == cols) in[j] = {jobs[j].x, in[i].qx, in[i].dx, nullptr, nullptr};
@@ -658,7 +664,7 @@ const MvInput* matvec_inputs(const MatvecJob* jobs, size_t n_jobs) {
     }
     if (wants_packed(jobs[j]) && !(in[j].*packed_of)) {
       uint8_t* const packed = reinterpret_cast<uint8_t*>(pbuf.data() + poff);
-      (r4 ? q4_r4_pack_x : q4_vnni_pack_x)(in[j].qx, in[j].dx, cols, packed);
+      (x4 ? rows_x4_pack_x : q4_vnni_pack_x)(in[j].qx, in[j].dx, cols, packed);
       in[j].*packed_of = packed;
       poff += packed_lines(jobs[j]);
     }
@@ -837,11 +843,11 @@ void matvec_reference(DType wt, const void* W, int64_t rows, int64_t cols, const
   const auto* w = static_cast<const uint8_t*>(W);
   const size_t rb = row_bytes(wt, cols);
   std::vector<float> buf(static_cast<size_t>(cols));
-  std::vector<BlockQ4_0> blocks(wt == DType::Q4_0_R4 ? static_cast<size_t>(cols / 32) : 0);
+  std::vector<uint8_t> blocks(dtype_is_rows_x4(wt) ? rb : 0);
   for (int64_t r = 0; r < rows; ++r) {
-    if (wt == DType::Q4_0_R4) {
-      q4_0_r4_row_blocks(W, cols, r, 0, cols / 32, blocks.data());
-      dequantize_row(DType::Q4_0, blocks.data(), buf.data(), cols);
+    if (dtype_is_rows_x4(wt)) {
+      rows_x4_row_blocks(wt, W, cols, r, 0, cols / 32, blocks.data());
+      dequantize_row(dtype_in_file(wt), blocks.data(), buf.data(), cols);
     } else {
       dequantize_row(wt, w + rb * static_cast<size_t>(r), buf.data(), cols);
     }

@@ -12,10 +12,8 @@
 #include "kernels/cpu/q4_vnni.h"
 
 #include <atomic>
-#include <cstring>
 
 #include "tensor/dtype.h"
-#include "tensor/q4_0_r4.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define MOEFLOW_HAVE_VNNI_KERNEL 1
@@ -51,20 +49,10 @@ struct alignas(64) PackedQ4 {
 };
 static_assert(sizeof(PackedQ4) == kQ4VnniGroupBytes);
 
-// The same group for rows interleaved in fours (tensor/q4_0_r4.h), whose vector k has
-// block b's elements 4k..4k+3 (and 16+4k..16+4k+3) of row r in lane 4r+b: the
-// activation bytes lane 4r+b needs do not depend on r, so each step's 16 bytes (4
-// blocks x 4 elements) are stored once and broadcast to the four 128-bit lanes.
-struct alignas(32) PackedQ4R4 {  // 288 bytes: groups stay 32-byte aligned
-  int8_t hi_first[4][16], hi_second[4][16];    // [k]: dword b = block b's elements 4k..4k+3 (16+4k..)
-  uint8_t lo_first[4][16], lo_second[4][16];
-  int32_t neg_offset[4];  // dword b: -8 * sum of block b's 32 elements
-  float dx[4];            // dword b: block b's activation scale
-};
-static_assert(sizeof(PackedQ4R4) == kQ4R4XGroupBytes);
 
 }  // namespace
 
+bool cpu_has_avx512_vnni() { return cpu_has_vnni(); }
 bool q4_vnni_enabled() { return cpu_has_vnni() && g_enabled.load(std::memory_order_relaxed); }
 void set_q4_vnni_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
 
@@ -111,26 +99,6 @@ MOEFLOW_VNNI_ATTR inline void pack_group(const int16_t* qx, const float* dx, Pac
 MOEFLOW_VNNI_ATTR void q4_vnni_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out) {
   auto* groups = reinterpret_cast<PackedQ4*>(out);
   for (int64_t g = 0; g < cols / kQ4VnniGroupCols; ++g) pack_group(qx + g * kQ4VnniGroupCols, dx + 4 * g, groups[g]);
-}
-
-MOEFLOW_VNNI_ATTR void q4_r4_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out) {
-  auto* groups = reinterpret_cast<PackedQ4R4*>(out);
-  // p's dword 4b+k (block b, elements 4k..4k+3) goes to dword 4k+b: a 4 x 4 transpose.
-  const __m512i transpose = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-  for (int64_t g = 0; g < cols / kQ4VnniGroupCols; ++g) {
-    alignas(64) PackedQ4 p;
-    pack_group(qx + g * kQ4VnniGroupCols, dx + 4 * g, p);
-    PackedQ4R4& o = groups[g];
-    _mm512_storeu_si512(o.hi_first, _mm512_permutexvar_epi32(transpose, _mm512_load_si512(p.hi_first)));
-    _mm512_storeu_si512(o.hi_second, _mm512_permutexvar_epi32(transpose, _mm512_load_si512(p.hi_second)));
-    _mm512_storeu_si512(o.lo_first, _mm512_permutexvar_epi32(transpose, _mm512_load_si512(p.lo_first)));
-    _mm512_storeu_si512(o.lo_second, _mm512_permutexvar_epi32(transpose, _mm512_load_si512(p.lo_second)));
-    // p's offsets cover 8 elements per lane; here a block's lane takes all 32.
-    for (int b = 0; b < 4; ++b) {
-      o.neg_offset[b] = p.neg_offset[4 * b] + p.neg_offset[4 * b + 1] + p.neg_offset[4 * b + 2] + p.neg_offset[4 * b + 3];
-      o.dx[b] = dx[4 * g + b];
-    }
-  }
 }
 
 namespace {
@@ -228,98 +196,7 @@ MOEFLOW_VNNI_ATTR void rows_q4_x1(const uint8_t* row, int64_t groups, const uint
   *out = _mm512_reduce_add_ps(acc);
 }
 
-// 16 bytes of a PackedQ4R4, in each 128-bit lane.
-MOEFLOW_VNNI_ATTR inline __m512i bcast(const void* p) {
-  return _mm512_broadcast_i32x4(_mm_load_si128(static_cast<const __m128i*>(p)));
-}
-
-// Rows interleaved in fours: every (row, block) pair has its own lane (4r + b), so the
-// sums need no reduction and one scale conversion serves 16 blocks. The four
-// accumulators split the dependency chain of the group's 16 multiply-adds.
-MOEFLOW_VNNI_ATTR void quad_r4(const uint8_t* quad, int64_t groups, const PackedQ4R4* x, float* out,
-                               const uint8_t* pf) {
-  const __m512i nibble = _mm512_set1_epi8(0x0f);
-  const uint8_t* scales = quad + groups * kQ4R4GroupQuantBytes;
-  constexpr int64_t kPfStep = kQ4R4GroupQuantBytes + kQ4R4GroupScaleBytes;  // a quad's bytes per group
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t g = 0; g < groups; ++g) {
-    if (pf) prefetch_group(pf + g * kPfStep, kPfStep);
-    const PackedQ4R4& p = x[g];
-    const uint8_t* q = quad + g * kQ4R4GroupQuantBytes;
-    __m512i hi0 = _mm512_setzero_si512(), hi1 = _mm512_setzero_si512();
-    __m512i lo0 = bcast(p.neg_offset), lo1 = _mm512_setzero_si512();
-    for (int k = 0; k < 4; ++k) {
-      const __m512i w = _mm512_loadu_si512(q + 64 * k);
-      const __m512i w_first = _mm512_and_si512(w, nibble);
-      const __m512i w_second = _mm512_and_si512(_mm512_srli_epi16(w, 4), nibble);
-      hi0 = _mm512_dpbusd_epi32(hi0, w_first, bcast(p.hi_first[k]));
-      hi1 = _mm512_dpbusd_epi32(hi1, w_second, bcast(p.hi_second[k]));
-      lo0 = _mm512_dpbusd_epi32(lo0, bcast(p.lo_first[k]), w_first);
-      lo1 = _mm512_dpbusd_epi32(lo1, bcast(p.lo_second[k]), w_second);
-    }
-    const __m512i s = _mm512_add_epi32(_mm512_slli_epi32(_mm512_add_epi32(hi0, hi1), 8), _mm512_add_epi32(lo0, lo1));
-    const __m256i d16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + g * kQ4R4GroupScaleBytes));
-    const __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(d16), _mm512_broadcast_f32x4(_mm_load_ps(p.dx)));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc);
-  }
-  // Blocks in the order the GGUF-layout kernel adds them, so both give the same floats.
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, acc);
-  for (int r = 0; r < 4; ++r) out[r] = lanes[4 * r] + lanes[4 * r + 1] + lanes[4 * r + 2] + lanes[4 * r + 3];
-}
 }  // namespace
-
-MOEFLOW_VNNI_ATTR void q4_r4_quads(const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* xp, float* out,
-                                   const uint8_t* pf_end) {
-  const size_t qb = q4_0_r4_quad_bytes(cols);
-  const int64_t groups = cols / kQ4VnniGroupCols;
-  const auto* x = reinterpret_cast<const PackedQ4R4*>(xp);
-  for (int64_t i = 0; i < n_quads; ++i) {
-    const uint8_t* quad = W + static_cast<size_t>(i) * qb;
-    const uint8_t* ahead = quad + kQ4R4PrefetchQuads * qb;
-    quad_r4(quad, groups, x, out + 4 * i, ahead < pf_end ? ahead : nullptr);
-  }
-}
-
-namespace {
-MOEFLOW_VNNI_ATTR void unpack_quad_avx512(const uint8_t* quad, int64_t cols, int64_t g0, int64_t n_groups,
-                                          BlockQ4_0* out) {
-  const int64_t groups = cols / kQ4VnniGroupCols, nb = 4 * n_groups;
-  const auto* scales = reinterpret_cast<const uint16_t*>(quad + groups * kQ4R4GroupQuantBytes);
-  // Within a row's gathered vector, dword 4k+b (128-bit lane k) goes to 4b+k: block b's
-  // 16 quant bytes in order.
-  const __m512i transpose = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-  alignas(64) uint8_t rows[4][64];
-  for (int64_t g = g0; g < g0 + n_groups; ++g) {
-    const uint8_t* q = quad + g * kQ4R4GroupQuantBytes;
-    const __m512i v0 = _mm512_loadu_si512(q), v1 = _mm512_loadu_si512(q + 64);
-    const __m512i v2 = _mm512_loadu_si512(q + 128), v3 = _mm512_loadu_si512(q + 192);
-    // 128-bit lane r of vector k (row r's step k) to lane k of row r's vector.
-    const __m512i t0 = _mm512_shuffle_i32x4(v0, v1, 0x44), t1 = _mm512_shuffle_i32x4(v0, v1, 0xee);  // rows 0,1 / 2,3 of k 0,1
-    const __m512i t2 = _mm512_shuffle_i32x4(v2, v3, 0x44), t3 = _mm512_shuffle_i32x4(v2, v3, 0xee);  // of k 2,3
-    const __m512i r0 = _mm512_shuffle_i32x4(t0, t2, 0x88), r1 = _mm512_shuffle_i32x4(t0, t2, 0xdd);
-    const __m512i r2 = _mm512_shuffle_i32x4(t1, t3, 0x88), r3 = _mm512_shuffle_i32x4(t1, t3, 0xdd);
-    _mm512_store_si512(rows[0], _mm512_permutexvar_epi32(transpose, r0));
-    _mm512_store_si512(rows[1], _mm512_permutexvar_epi32(transpose, r1));
-    _mm512_store_si512(rows[2], _mm512_permutexvar_epi32(transpose, r2));
-    _mm512_store_si512(rows[3], _mm512_permutexvar_epi32(transpose, r3));
-    for (int r = 0; r < 4; ++r)
-      for (int b = 0; b < 4; ++b) {
-        BlockQ4_0& blk = out[r * nb + 4 * (g - g0) + b];
-        blk.d = scales[16 * g + 4 * r + b];
-        std::memcpy(blk.qs, rows[r] + 16 * b, 16);
-      }
-  }
-}
-}  // namespace
-
-void q4_r4_unpack_quad(const uint8_t* quad, int64_t cols, int64_t g0, int64_t n_groups, BlockQ4_0* out) {
-  if (cpu_has_vnni()) {
-    unpack_quad_avx512(quad, cols, g0, n_groups, out);
-    return;
-  }
-  for (int r = 0; r < 4; ++r) q4_0_r4_row_blocks(quad, cols, r, 4 * g0, 4 * n_groups, out + r * 4 * n_groups);
-}
 
 // Plain calls into the attributed kernel (a function template's own target attribute
 // is not applied to its explicit instantiations by GCC 12).
@@ -335,15 +212,7 @@ void q4_vnni_rows(const uint8_t* const* rows, int64_t groups, const uint8_t* xp,
 
 #else  // no VNNI kernel on this architecture: q4_vnni_enabled() is false, never called
 
-void q4_r4_unpack_quad(const uint8_t* quad, int64_t cols, int64_t g0, int64_t n_groups, BlockQ4_0* out) {
-  for (int r = 0; r < 4; ++r) q4_0_r4_row_blocks(quad, cols, r, 4 * g0, 4 * n_groups, out + r * 4 * n_groups);
-}
-
 void q4_vnni_pack_x(const int16_t*, const float*, int64_t, uint8_t*) {}
-void q4_r4_pack_x(const int16_t*, const float*, int64_t, uint8_t*) {}
-void q4_r4_quads(const uint8_t*, int64_t n_quads, int64_t, const uint8_t*, float* out, const uint8_t*) {
-  for (int64_t i = 0; i < 4 * n_quads; ++i) out[i] = 0.0f;
-}
 template <int R>
 void q4_vnni_rows(const uint8_t* const*, int64_t, const uint8_t*, float* out, const uint8_t*) {
   for (int r = 0; r < R; ++r) out[r] = 0.0f;

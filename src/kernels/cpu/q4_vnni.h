@@ -13,10 +13,8 @@
 // the f32 kernel. A q8_0 kernel built the same way ran at 30 GB/s from cache against
 // 50 for the int16 Highway kernel, so q8_0 stays there.
 //
-// A second kernel reads rows interleaved in fours (DType::Q4_0_R4, tensor/q4_0_r4.h),
-// the layout the resident model uses: no gather, no reduction, the activation's bytes
-// broadcast from 16-byte patterns (one copy per lane, 1152 bytes per group, ran slower
-// than GGUF's layout once 2048-column activations crowded the weights out of L1).
+// The resident model's rows interleaved in fours have their own kernels
+// (rows_x4_vnni.h); they share the switch below.
 //
 // Arithmetic: the activation is first quantised to int16 per 32-element block
 // (QuantizeX16, as the q8_0 kernel uses) and split into bytes, x = 256*hi + lo with
@@ -28,13 +26,14 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "tensor/dtype.h"
-
 namespace moeflow::cpu {
 
-// True when this CPU has the instructions and the path is not switched off.
+// True when this CPU has the instructions (AVX-512 F/BW/VL/DQ, VNNI, VBMI).
+bool cpu_has_avx512_vnni();
+// True when this CPU has them and the VNNI paths (these kernels and rows_x4_vnni.h's)
+// are not switched off.
 bool q4_vnni_enabled();
-// Tests and A/B benchmarks switch the path off to compare with the f32 kernel.
+// Tests and A/B benchmarks switch the paths off to compare with the Highway kernels.
 void set_q4_vnni_enabled(bool on);
 
 // Rows are processed four blocks (128 columns) at a time: the packed activation has
@@ -55,24 +54,5 @@ void q4_vnni_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* o
 // pf, when not null, is prefetched a little at every group (the next rows' bytes).
 template <int R>
 void q4_vnni_rows(const uint8_t* const* rows, int64_t groups, const uint8_t* xp, float* out, const uint8_t* pf);
-
-// Rows interleaved in fours (DType::Q4_0_R4, tensor/q4_0_r4.h; cols % 128 == 0). The
-// activation packed for it takes q4_r4_x_bytes(cols) bytes.
-constexpr size_t kQ4R4XGroupBytes = 288;
-inline size_t q4_r4_x_bytes(int64_t cols) { return static_cast<size_t>(cols / kQ4VnniGroupCols) * kQ4R4XGroupBytes; }
-void q4_r4_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out);
-
-// out[4i + r] = row r of quad i (the quad at W + i * q4_0_r4_quad_bytes(cols)) times
-// the activation packed by q4_r4_pack_x, for i < n_quads. Every quad prefetches the
-// one kQ4R4PrefetchQuads ahead when that starts before pf_end.
-constexpr int64_t kQ4R4PrefetchQuads = 2;
-void q4_r4_quads(const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* xp, float* out,
-                 const uint8_t* pf_end);
-
-// Groups [g0, g0 + n_groups) of a quad's four rows as GGUF q4_0 blocks: row r's
-// 4 * n_groups blocks at out + r * 4 * n_groups. For prefill, which dequantises tiles
-// of four rows (AVX-512 shuffles when the CPU has them: q4_0_r4_row_blocks one byte
-// run at a time cost prefill ~8%).
-void q4_r4_unpack_quad(const uint8_t* quad, int64_t cols, int64_t g0, int64_t n_groups, BlockQ4_0* out);
 
 }  // namespace moeflow::cpu

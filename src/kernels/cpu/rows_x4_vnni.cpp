@@ -1,0 +1,244 @@
+// Kernels for rows interleaved in fours; see rows_x4_vnni.h. Like q4_vnni.cpp, the
+// functions carry their own target attribute and run only after the CPU was checked.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12's AVX-512 headers (see q4_vnni.cpp)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include "kernels/cpu/rows_x4_vnni.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cpu/q4_vnni.h"
+#include "tensor/rows_x4.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MOEFLOW_HAVE_ROWS_X4_KERNEL 1
+#include <immintrin.h>
+#define MOEFLOW_VNNI_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi")))
+#endif
+
+namespace moeflow::cpu {
+
+#ifdef MOEFLOW_HAVE_ROWS_X4_KERNEL
+namespace {
+
+// One group of 128 columns of the activation.
+struct alignas(16) PackedX4 {
+  int8_t hi[8][16];      // [k]: dword b = the high bytes of block b's elements 4k..4k+3
+  uint8_t lo[8][16];     // [k]: dword b = their low bytes
+  int32_t q4_offset[4];  // block b: -8 * sum of its 32 elements (the nibbles' offset)
+  int32_t q8_offset[4];  // block b: -128 * sum of its 32 high bytes (w + 128 against hi)
+  float dx[4];           // block b's activation scale
+};
+static_assert(sizeof(PackedX4) == kRowsX4XGroupBytes);
+
+MOEFLOW_VNNI_ATTR inline __m512i bcast(const void* p) {
+  return _mm512_broadcast_i32x4(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+}
+
+// Non-temporal, as matmul.cpp's PrefetchStep: weights are read once per decode step.
+MOEFLOW_VNNI_ATTR inline void prefetch_bytes(const uint8_t* p, int64_t bytes) {
+  for (int64_t off = 0; off < bytes + 63; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_NTA);
+}
+
+MOEFLOW_VNNI_ATTR void pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out) {
+  auto* groups = reinterpret_cast<PackedX4*>(out);
+  const __m512i ones = _mm512_set1_epi16(1);
+  // Block-major bytes (dword 8b + k: block b, elements 4k..4k+3) to step-major (dword
+  // 4k + b), steps 0-3 from the first index, 4-7 from the second; vpermt2d picks from
+  // blocks 0-1 (index < 16) and blocks 2-3.
+  const __m512i first = _mm512_set_epi32(27, 19, 11, 3, 26, 18, 10, 2, 25, 17, 9, 1, 24, 16, 8, 0);
+  const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(4));
+  for (int64_t g = 0; g < cols / 128; ++g) {
+    alignas(64) int8_t hi[4][32];
+    alignas(64) uint8_t lo[4][32];
+    PackedX4& p = groups[g];
+    for (int b = 0; b < 4; ++b) {
+      const __m512i v = _mm512_loadu_si512(qx + 128 * g + 32 * b);
+      const __m512i h = _mm512_srai_epi16(v, 8);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lo[b]), _mm512_cvtepi16_epi8(v));  // truncates: low bytes
+      _mm256_store_si256(reinterpret_cast<__m256i*>(hi[b]), _mm512_cvtepi16_epi8(h));
+      p.q4_offset[b] = -8 * _mm512_reduce_add_epi32(_mm512_madd_epi16(v, ones));
+      p.q8_offset[b] = -128 * _mm512_reduce_add_epi32(_mm512_madd_epi16(h, ones));
+      p.dx[b] = dx[4 * g + b];
+    }
+    for (int half = 0; half < 2; ++half) {
+      const __m512i idx = half ? second : first;
+      _mm512_storeu_si512(p.hi[4 * half], _mm512_permutex2var_epi32(_mm512_load_si512(hi[0]), idx, _mm512_load_si512(hi[2])));
+      _mm512_storeu_si512(p.lo[4 * half], _mm512_permutex2var_epi32(_mm512_load_si512(lo[0]), idx, _mm512_load_si512(lo[2])));
+    }
+  }
+}
+
+// acc + the sums of four rows over one group (16 lanes, 4r + b), converted and scaled
+// (one rounding for the product of the scales, one for the multiply-add, as the
+// GGUF-layout q4_0 kernel does).
+MOEFLOW_VNNI_ATTR inline __m512 add_scaled(__m512 acc, __m512i hi, __m512i lo, const uint8_t* scales,
+                                           const PackedX4& p) {
+  const __m512i s = _mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo);
+  const __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales))),
+                                 _mm512_broadcast_f32x4(_mm_loadu_ps(p.dx)));
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc);
+}
+
+// q4_0: vector k holds elements 4k..4k+3 (low nibbles) and 16+4k.. (high nibbles).
+// Four accumulators split the dependency chain of the group's 16 multiply-adds.
+MOEFLOW_VNNI_ATTR inline void group_q4(const uint8_t* q, const PackedX4& p, __m512i& hi, __m512i& lo) {
+  const __m512i nibble = _mm512_set1_epi8(0x0f);
+  __m512i hi0 = _mm512_setzero_si512(), hi1 = _mm512_setzero_si512();
+  __m512i lo0 = bcast(p.q4_offset), lo1 = _mm512_setzero_si512();
+  for (int k = 0; k < 4; ++k) {
+    const __m512i w = _mm512_loadu_si512(q + 64 * k);
+    const __m512i w_first = _mm512_and_si512(w, nibble);
+    const __m512i w_second = _mm512_and_si512(_mm512_srli_epi16(w, 4), nibble);
+    hi0 = _mm512_dpbusd_epi32(hi0, w_first, bcast(p.hi[k]));
+    hi1 = _mm512_dpbusd_epi32(hi1, w_second, bcast(p.hi[4 + k]));
+    lo0 = _mm512_dpbusd_epi32(lo0, bcast(p.lo[k]), w_first);
+    lo1 = _mm512_dpbusd_epi32(lo1, bcast(p.lo[4 + k]), w_second);
+  }
+  hi = _mm512_add_epi32(hi0, hi1);
+  lo = _mm512_add_epi32(lo0, lo1);
+}
+
+// q8_0: vector k holds elements 4k..4k+3.
+MOEFLOW_VNNI_ATTR inline void group_q8(const uint8_t* q, const PackedX4& p, __m512i& hi, __m512i& lo) {
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i hi0 = bcast(p.q8_offset), hi1 = _mm512_setzero_si512();
+  __m512i lo0 = _mm512_setzero_si512(), lo1 = _mm512_setzero_si512();
+  for (int k = 0; k < 8; k += 2) {
+    const __m512i w0 = _mm512_loadu_si512(q + 64 * k), w1 = _mm512_loadu_si512(q + 64 * (k + 1));
+    hi0 = _mm512_dpbusd_epi32(hi0, _mm512_xor_si512(w0, bias), bcast(p.hi[k]));
+    hi1 = _mm512_dpbusd_epi32(hi1, _mm512_xor_si512(w1, bias), bcast(p.hi[k + 1]));
+    lo0 = _mm512_dpbusd_epi32(lo0, bcast(p.lo[k]), w0);
+    lo1 = _mm512_dpbusd_epi32(lo1, bcast(p.lo[k + 1]), w1);
+  }
+  hi = _mm512_add_epi32(hi0, hi1);
+  lo = _mm512_add_epi32(lo0, lo1);
+}
+
+template <DType T>
+MOEFLOW_VNNI_ATTR void quads(const uint8_t* W, int64_t n_quads, int64_t cols, const PackedX4* x, float* out,
+                             const uint8_t* pf_end) {
+  constexpr int64_t kQuant = T == DType::Q4_0_R4 ? 256 : 512;        // a quad's quant bytes per group
+  constexpr int64_t kStep = kQuant + kRowsX4GroupScaleBytes;          // a quad's bytes per group
+  const int64_t groups = cols / kRowsX4GroupCols;
+  const size_t qb = static_cast<size_t>(groups * kStep);
+  for (int64_t i = 0; i < n_quads; ++i) {
+    const uint8_t* quad = W + static_cast<size_t>(i) * qb;
+    const uint8_t* scales = quad + groups * kQuant;
+    const uint8_t* ahead = quad + kRowsX4PrefetchQuads * qb;
+    const uint8_t* pf = ahead < pf_end ? ahead : nullptr;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; ++g) {
+      if (pf) prefetch_bytes(pf + g * kStep, kStep);
+      __m512i hi, lo;
+      if constexpr (T == DType::Q4_0_R4) {
+        group_q4(quad + g * kQuant, x[g], hi, lo);
+      } else {
+        group_q8(quad + g * kQuant, x[g], hi, lo);
+      }
+      acc = add_scaled(acc, hi, lo, scales + g * kRowsX4GroupScaleBytes, x[g]);
+    }
+    // Blocks in the order the GGUF-layout q4_0 kernel adds them (same floats).
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, acc);
+    for (int r = 0; r < 4; ++r) out[4 * i + r] = lanes[4 * r] + lanes[4 * r + 1] + lanes[4 * r + 2] + lanes[4 * r + 3];
+  }
+}
+
+// Four quant vectors (steps k0..k0+3) of a group to each row's 64 bytes: [b][16 bytes].
+MOEFLOW_VNNI_ATTR inline void rows_of_steps(const uint8_t* q, uint8_t (*rows)[64]) {
+  // Within a row's gathered vector, dword 4k+b (128-bit lane k) goes to 4b+k.
+  const __m512i transpose = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  const __m512i v0 = _mm512_loadu_si512(q), v1 = _mm512_loadu_si512(q + 64);
+  const __m512i v2 = _mm512_loadu_si512(q + 128), v3 = _mm512_loadu_si512(q + 192);
+  // 128-bit lane r of vector k (row r's step k) to lane k of row r's vector.
+  const __m512i t0 = _mm512_shuffle_i32x4(v0, v1, 0x44), t1 = _mm512_shuffle_i32x4(v0, v1, 0xee);
+  const __m512i t2 = _mm512_shuffle_i32x4(v2, v3, 0x44), t3 = _mm512_shuffle_i32x4(v2, v3, 0xee);
+  _mm512_store_si512(rows[0], _mm512_permutexvar_epi32(transpose, _mm512_shuffle_i32x4(t0, t2, 0x88)));
+  _mm512_store_si512(rows[1], _mm512_permutexvar_epi32(transpose, _mm512_shuffle_i32x4(t0, t2, 0xdd)));
+  _mm512_store_si512(rows[2], _mm512_permutexvar_epi32(transpose, _mm512_shuffle_i32x4(t1, t3, 0x88)));
+  _mm512_store_si512(rows[3], _mm512_permutexvar_epi32(transpose, _mm512_shuffle_i32x4(t1, t3, 0xdd)));
+}
+
+// Rows r of a quad's groups [g0, g0 + n_groups) as floats: d * q (q4_0: d * (nibble - 8)),
+// the products DequantSpan forms from GGUF's blocks, so prefill is unchanged.
+MOEFLOW_VNNI_ATTR void dequant_avx512(DType t, const uint8_t* quad, int64_t cols, int64_t g0, int64_t n_groups,
+                                      float* out, int64_t ld) {
+  const bool q8 = dtype_in_file(t) == DType::Q8_0;
+  const int64_t gq = q8 ? 512 : 256;
+  const int64_t groups = cols / kRowsX4GroupCols;
+  const uint16_t* scales = reinterpret_cast<const uint16_t*>(quad + groups * gq);
+  alignas(64) uint8_t rows[2][4][64];  // [half][row]: block b's quant bytes 16h..16h+15 at 16b
+  alignas(64) float d[16];
+  const __m512i nibble = _mm512_set1_epi32(0x0f), eight = _mm512_set1_epi32(8);
+  for (int64_t g = g0; g < g0 + n_groups; ++g) {
+    rows_of_steps(quad + g * gq, rows[0]);
+    if (q8) rows_of_steps(quad + g * gq + 256, rows[1]);
+    _mm512_store_ps(d, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 16 * g))));
+    for (int r = 0; r < 4; ++r) {
+      float* o = out + r * ld + (g - g0) * kRowsX4GroupCols;
+      for (int b = 0; b < 4; ++b) {
+        const __m512 db = _mm512_set1_ps(d[4 * r + b]);
+        if (q8) {
+          for (int h = 0; h < 2; ++h) {
+            const __m512i q = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(rows[h][r] + 16 * b)));
+            _mm512_storeu_ps(o + 32 * b + 16 * h, _mm512_mul_ps(db, _mm512_cvtepi32_ps(q)));
+          }
+        } else {
+          const __m512i q = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(rows[0][r] + 16 * b)));
+          const __m512i lo = _mm512_sub_epi32(_mm512_and_si512(q, nibble), eight);
+          const __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight);
+          _mm512_storeu_ps(o + 32 * b, _mm512_mul_ps(db, _mm512_cvtepi32_ps(lo)));
+          _mm512_storeu_ps(o + 32 * b + 16, _mm512_mul_ps(db, _mm512_cvtepi32_ps(hi)));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void rows_x4_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out) { pack_x(qx, dx, cols, out); }
+
+void rows_x4_quads(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* xp, float* out,
+                   const uint8_t* pf_end) {
+  const auto* x = reinterpret_cast<const PackedX4*>(xp);
+  if (t == DType::Q4_0_R4) {
+    quads<DType::Q4_0_R4>(W, n_quads, cols, x, out, pf_end);
+  } else if (t == DType::Q8_0_R4) {
+    quads<DType::Q8_0_R4>(W, n_quads, cols, x, out, pf_end);
+  } else {
+    throw std::invalid_argument("moeflow: rows_x4_quads: not an interleaved type");
+  }
+}
+
+#else  // no such kernels here: q4_vnni_enabled() is false, so nothing is repacked
+
+void rows_x4_pack_x(const int16_t*, const float*, int64_t, uint8_t*) {}
+void rows_x4_quads(DType, const uint8_t*, int64_t, int64_t, const uint8_t*, float*, const uint8_t*) {
+  throw std::logic_error("moeflow: rows_x4_quads without AVX-512 VNNI");
+}
+
+#endif
+
+void rows_x4_dequant_quad(DType t, const uint8_t* quad, int64_t cols, int64_t g0, int64_t n_groups, float* out,
+                          int64_t ld) {
+#ifdef MOEFLOW_HAVE_ROWS_X4_KERNEL
+  if (cpu_has_avx512_vnni()) {
+    dequant_avx512(t, quad, cols, g0, n_groups, out, ld);
+    return;
+  }
+#endif
+  // Tests build interleaved matrices on any CPU: the portable path.
+  const DType ft = dtype_in_file(t);
+  std::vector<uint8_t> blocks(row_bytes(ft, n_groups * kRowsX4GroupCols));
+  for (int r = 0; r < kRowsX4; ++r) {
+    rows_x4_row_blocks(t, quad, cols, r, 4 * g0, 4 * n_groups, blocks.data());
+    dequantize_row(ft, blocks.data(), out + r * ld, n_groups * kRowsX4GroupCols);
+  }
+}
+
+}  // namespace moeflow::cpu

@@ -1,0 +1,49 @@
+// Mat-vec kernels for q4_0 and q8_0 rows interleaved in fours (DType::Q4_0_R4,
+// Q8_0_R4; tensor/rows_x4.h), the layout the resident model uses on CPUs with AVX-512
+// VNNI (q4_vnni_enabled()). Every (row, block) pair has its own 32-bit lane, so a
+// group of 4 blocks of 4 rows needs no gather and no reduction: 4 (q4_0) or 8 (q8_0)
+// aligned loads, `vpdpbusd` with the activation's bytes broadcast from 16-byte
+// patterns, one scale conversion per 16 blocks.
+//
+// Arithmetic, exact in integers as in q4_vnni.h: the activation is quantised to int16
+// per 32-element block (QuantizeX16) and split x = 256*hi + lo (hi signed, lo
+// unsigned). q4_0: the nibbles (0..15) are the unsigned operand against hi and the
+// signed one against lo; the offset of 8 comes off with -8 * sum(x) per block. q8_0:
+// the signed weights are the signed operand against lo; against hi (both signed) they
+// enter as w + 128 (`w ^ 0x80`, unsigned) and -128 * sum(hi) per block corrects it. A
+// block's whole sum is exact in int32 and converted to float once; for q4_0 in the
+// order the GGUF-layout VNNI kernel uses, so the two give the same floats.
+//
+// Why the activation is stored once per group and broadcast rather than once per lane:
+// with a copy per lane (1152 bytes per group) the 2048-column activations of the
+// down projections crowded the streaming weights out of L1 and the kernel streamed
+// slower than the GGUF-layout one.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace moeflow::cpu {
+
+// The activation packed for both types: x_bytes(cols) bytes per x (cols % 128 == 0),
+// from QuantizeX16's qx (int16 per element) and dx (f32 per 32-element block).
+constexpr size_t kRowsX4XGroupBytes = 304;
+inline size_t rows_x4_x_bytes(int64_t cols) { return static_cast<size_t>(cols / 128) * kRowsX4XGroupBytes; }
+void rows_x4_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out);
+
+// out[4i + r] = row r of quad i (at W + i * rows_x4_quad_bytes(t, cols)) times the
+// packed activation, for i < n_quads; t is Q4_0_R4 or Q8_0_R4. Every quad prefetches
+// the one kRowsX4PrefetchQuads ahead when that starts before pf_end.
+constexpr int64_t kRowsX4PrefetchQuads = 2;
+void rows_x4_quads(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* xp, float* out,
+                   const uint8_t* pf_end);
+
+// Columns [128 g0, 128 (g0 + n_groups)) of a quad's four rows as floats, row r at
+// out + r * ld: the values dequantize_row gives for GGUF's blocks. For prefill, which
+// dequantises tiles of four rows (AVX-512 shuffles where the CPU has them: rebuilding
+// the blocks one 4-byte run at a time and decoding them cost prefill ~8%).
+void rows_x4_dequant_quad(DType t, const uint8_t* quad, int64_t cols, int64_t g0, int64_t n_groups, float* out,
+                          int64_t ld);
+
+}  // namespace moeflow::cpu

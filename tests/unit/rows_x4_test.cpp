@@ -1,0 +1,146 @@
+// The interleaved layouts (tensor/rows_x4.h): byte positions as documented, the round
+// trip to GGUF's blocks, prefill's dequantisation, and the guards that keep the layouts out
+// of files and rows.
+#include "tensor/rows_x4.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "format/error.h"
+#include "format/gguf.h"
+#include "kernels/cpu/rows_x4_vnni.h"
+#include "tensor/dtype.h"
+
+namespace moeflow {
+namespace {
+
+// rows x cols blocks of type t, every byte random (scales included: only bytes move).
+std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::vector<uint8_t> b(row_bytes(t, cols) * static_cast<size_t>(rows));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& v : b) v = static_cast<uint8_t>(byte(rng));
+  return b;
+}
+
+const DType kFileTypes[] = {DType::Q4_0, DType::Q8_0};
+
+TEST(RowsX4, BytesSitWhereTheLayoutSays) {
+  std::mt19937 rng(3);
+  for (DType t : kFileTypes) {
+    const int64_t rows = 8, cols = 256, groups = cols / 128, nb = cols / 32;
+    const size_t bb = static_cast<size_t>(dtype_info(t).type_size), qbytes = bb - 2;
+    const auto src = random_rows(t, rows, cols, rng);
+    std::vector<uint8_t> dst(src.size());
+    repack_rows_x4(t, src.data(), rows, cols, dst.data());
+    const size_t quad_bytes = rows_x4_quad_bytes(rows_x4_type(t), cols);
+    ASSERT_EQ(quad_bytes, 4 * row_bytes(t, cols));
+    ASSERT_EQ(rows_x4_group_quant_bytes(t), static_cast<int64_t>(16 * qbytes));
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t blk = 0; blk < nb; ++blk) {
+        const uint8_t* b = src.data() + static_cast<size_t>(row * nb + blk) * bb;  // d, then qs
+        const uint8_t* quad = dst.data() + static_cast<size_t>(row / 4) * quad_bytes;
+        const int64_t r = row % 4, g = blk / 4, bi = blk % 4;
+        for (size_t k = 0; k < qbytes / 4; ++k)
+          for (int j = 0; j < 4; ++j)
+            ASSERT_EQ(quad[16 * qbytes * g + 64 * k + 4 * (4 * r + bi) + j], b[2 + 4 * k + j])
+                << dtype_name(t) << " row " << row << " block " << blk;
+        const uint8_t* d = quad + 16 * qbytes * groups + 32 * g + 2 * (4 * r + bi);
+        ASSERT_EQ(std::memcmp(d, b, 2), 0) << dtype_name(t) << " row " << row << " block " << blk;
+      }
+  }
+}
+
+TEST(RowsX4, RowBlocksRebuildEveryBlock) {
+  std::mt19937 rng(5);
+  for (DType t : kFileTypes) {
+    const size_t bb = static_cast<size_t>(dtype_info(t).type_size);
+    for (int64_t rows : {4, 12}) {
+      for (int64_t cols : {128, 384, 2048}) {
+        const auto src = random_rows(t, rows, cols, rng);
+        std::vector<uint8_t> dst(src.size());
+        repack_rows_x4(t, src.data(), rows, cols, dst.data());
+        const int64_t nb = cols / 32;
+        std::vector<uint8_t> back(static_cast<size_t>(nb) * bb);
+        for (int64_t row = 0; row < rows; ++row) {
+          rows_x4_row_blocks(rows_x4_type(t), dst.data(), cols, row, 0, nb, back.data());
+          ASSERT_EQ(std::memcmp(back.data(), src.data() + row * nb * bb, nb * bb), 0)
+              << dtype_name(t) << " " << rows << "x" << cols << " row " << row;
+          // A span in the middle.
+          rows_x4_row_blocks(rows_x4_type(t), dst.data(), cols, row, 1, nb - 2, back.data());
+          ASSERT_EQ(std::memcmp(back.data(), src.data() + (row * nb + 1) * bb, (nb - 2) * bb), 0);
+        }
+      }
+    }
+  }
+}
+
+// Prefill's dequantisation of a quad's groups (AVX-512 shuffles where the CPU has
+// them): the floats dequantize_row gives for the GGUF rows, exactly.
+TEST(RowsX4, DequantQuadMatchesGgufRows) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  for (DType t : kFileTypes) {
+    const int64_t rows = 8, cols = 768, ld = cols + 16;
+    std::vector<float> vals(static_cast<size_t>(rows * cols));
+    for (auto& v : vals) v = uni(rng);
+    std::vector<uint8_t> src(row_bytes(t, cols) * rows), dst(src.size());
+    for (int64_t r = 0; r < rows; ++r) quantize_row(t, vals.data() + r * cols, src.data() + r * row_bytes(t, cols), cols);
+    repack_rows_x4(t, src.data(), rows, cols, dst.data());
+    std::vector<float> want(static_cast<size_t>(cols));
+    for (int64_t q = 0; q < rows / 4; ++q)
+      for (const auto& [g0, ng] : {std::pair<int64_t, int64_t>{0, 6}, {2, 3}, {5, 1}}) {
+        std::vector<float> out(static_cast<size_t>(4 * ld), -1.0f);
+        cpu::rows_x4_dequant_quad(rows_x4_type(t), dst.data() + q * rows_x4_quad_bytes(t, cols), cols, g0, ng, out.data(), ld);
+        for (int r = 0; r < 4; ++r) {
+          dequantize_row(t, src.data() + (4 * q + r) * row_bytes(t, cols), want.data(), cols);
+          for (int64_t c = 0; c < 128 * ng; ++c)
+            ASSERT_EQ(out[r * ld + c], want[128 * g0 + c])
+                << dtype_name(t) << " quad " << q << " row " << r << " groups " << g0 << "+" << ng << " col " << c;
+          EXPECT_EQ(out[r * ld + 128 * ng], -1.0f) << "wrote past its columns";
+        }
+      }
+  }
+}
+
+TEST(RowsX4, ShapesAndGuards) {
+  EXPECT_TRUE(rows_x4_fits(4, 128));
+  EXPECT_FALSE(rows_x4_fits(6, 128));
+  EXPECT_FALSE(rows_x4_fits(8, 160));  // a tail of blocks after the last group
+  EXPECT_FALSE(rows_x4_fits(0, 128));
+  EXPECT_EQ(rows_x4_type(DType::Q4_0), DType::Q4_0_R4);
+  EXPECT_EQ(rows_x4_type(DType::Q8_0), DType::Q8_0_R4);
+  EXPECT_EQ(rows_x4_type(DType::F16), DType::F16) << "no interleaved float layout";
+  std::vector<uint8_t> buf(6 * row_bytes(DType::Q8_0, 128));
+  EXPECT_THROW(repack_rows_x4(DType::Q4_0, buf.data(), 6, 128, buf.data()), std::invalid_argument);
+  EXPECT_THROW(repack_rows_x4(DType::F32, buf.data(), 4, 128, buf.data() + 2048), std::invalid_argument);
+
+  for (DType t : {DType::Q4_0_R4, DType::Q8_0_R4}) {
+    EXPECT_FALSE(dtype_is_file_type(t));
+    EXPECT_TRUE(dtype_is_rows_x4(t));
+    EXPECT_TRUE(dtype_is_quantized(t));
+    EXPECT_EQ(row_bytes(t, 256), row_bytes(dtype_in_file(t), 256));
+    DType back;
+    EXPECT_FALSE(dtype_from_name(dtype_name(t), back)) << "not a type a user can ask a file to be written in";
+    EXPECT_FALSE(dtype_from_ggml(static_cast<uint32_t>(t), back));
+    std::vector<float> row(128);
+    EXPECT_THROW(dequantize_row(t, buf.data(), row.data(), 128), std::invalid_argument);
+    EXPECT_THROW(quantize_row(t, row.data(), buf.data(), 128), std::invalid_argument);
+    gguf::GgufWriter w;
+    try {
+      w.add_tensor("t", {128, 4}, t, std::vector<uint8_t>(4 * row_bytes(t, 128)));
+      FAIL() << "the writer took an in-memory layout";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(dtype_name(t)), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(dtype_is_file_type(DType::Q4_0));
+  EXPECT_TRUE(dtype_is_file_type(DType::Q8_0));
+}
+
+}  // namespace
+}  // namespace moeflow
