@@ -289,7 +289,9 @@ TEST(Matmul, RowsX4MatchGgufLayout) {
           for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2}) {
             matvec(ft, w.bytes.data(), rows, cols, x.data(), y.data(), pool);
             matvec(xt, W4, rows, cols, x.data(), y4.data(), pool);
-            if (same_floats) EXPECT_EQ(y4, y) << dtype_name(xt) << " " << rows << "x" << cols << (vnni ? " VNNI" : " Highway");
+            if (same_floats) {
+              EXPECT_EQ(y4, y) << dtype_name(xt) << " " << rows << "x" << cols << (vnni ? " VNNI" : " Highway");
+            }
           }
           worst = std::max(worst, rel_err(y4, ref));
           EXPECT_LT(rel_err(y4, ref), matvec_tolerance(ft)) << dtype_name(xt) << " " << rows << "x" << cols;
