@@ -9,6 +9,7 @@
 #include "cli/offload_flags.h"
 #include "experts/file_transport.h"
 #include "engine/transformer.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/roofline.h"
 
 namespace moeflow::cli {
@@ -180,8 +181,13 @@ int cmd_bench(int argc, char** argv) {
     return j;
   };
 
+  // How the experts' weights sit in memory, which picks the decode kernel: GGUF's
+  // layout, or rows interleaved in fours (q4_0_r4 / q8_0_r4, Model::make_resident).
+  const std::string expert_layout = dtype_name(m.weights().layers.front().gate_exps.first.dtype);
   if (a.has("--json")) {
     nlohmann::json j = {{"model", m.file().path()},
+                        {"expert_weight_layout", expert_layout},
+                        {"simd_target", cpu::simd_target_name()},
                         {"threads", lm.pool->size()},
                         {"n_prompt", n_prompt},
                         {"n_gen", n_gen},
@@ -207,9 +213,10 @@ int cmd_bench(int argc, char** argv) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("model %s (%s, %lld layers, %lld experts top-%lld), %d threads\n", m.file().path().c_str(), c.arch_name.c_str(),
-              static_cast<long long>(c.n_layer), static_cast<long long>(c.n_expert), static_cast<long long>(c.n_expert_used),
-              lm.pool->size());
+  std::printf("model %s (%s, %lld layers, %lld experts top-%lld), %d threads, experts in memory as %s, %s kernels\n",
+              m.file().path().c_str(), c.arch_name.c_str(), static_cast<long long>(c.n_layer),
+              static_cast<long long>(c.n_expert), static_cast<long long>(c.n_expert_used), lm.pool->size(),
+              expert_layout.c_str(), cpu::simd_target_name());
   std::printf("| test     | tokens/s | achieved          | bound                          | of bound |\n");
   std::printf("|----------|----------|-------------------|--------------------------------|----------|\n");
   std::printf("| pp%-6lld | %8.1f | %7.1f GFLOP/s   | %7.1f GFLOP/s peak FMA       | %6.1f%% |\n", static_cast<long long>(n_prompt),
