@@ -199,6 +199,49 @@ MOEFLOW_VNNI_ATTR void dequant_avx512(DType t, const uint8_t* quad, int64_t cols
   }
 }
 
+// The inverse of rows_of_steps: each row's 64 bytes ([b][16 bytes], from the blocks
+// at rows[r] + block_bytes * b, quant bytes 16h..16h+15) to the four step vectors.
+MOEFLOW_VNNI_ATTR inline void steps_of_rows(const uint8_t* const* rows, int64_t block_bytes, int h, uint8_t* q) {
+  // Within a row's vector, dword 4b+k goes to 4k+b (128-bit lane k: the row's step k).
+  const __m512i transpose = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  __m512i r[4];
+  for (int i = 0; i < 4; ++i) {
+    const uint8_t* b = rows[i] + 2 + 16 * h;  // block 0's quant bytes 16h..
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + block_bytes)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 * block_bytes)), 2);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 3 * block_bytes)), 3);
+    r[i] = _mm512_permutexvar_epi32(transpose, v);
+  }
+  // Lane k of row r's vector to lane r of step k's vector (a 4 x 4 transpose of lanes).
+  const __m512i t0 = _mm512_shuffle_i32x4(r[0], r[1], 0x44), t1 = _mm512_shuffle_i32x4(r[0], r[1], 0xee);
+  const __m512i t2 = _mm512_shuffle_i32x4(r[2], r[3], 0x44), t3 = _mm512_shuffle_i32x4(r[2], r[3], 0xee);
+  _mm512_storeu_si512(q, _mm512_shuffle_i32x4(t0, t2, 0x88));
+  _mm512_storeu_si512(q + 64, _mm512_shuffle_i32x4(t0, t2, 0xdd));
+  _mm512_storeu_si512(q + 128, _mm512_shuffle_i32x4(t1, t3, 0x88));
+  _mm512_storeu_si512(q + 192, _mm512_shuffle_i32x4(t1, t3, 0xdd));
+}
+
+MOEFLOW_VNNI_ATTR void repack_avx512(DType ft, const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) {
+  const bool q8 = ft == DType::Q8_0;
+  const int64_t gq = q8 ? 512 : 256, block_bytes = q8 ? 34 : 18;
+  const int64_t groups = cols / kRowsX4GroupCols, nb = cols / 32;
+  const size_t rb = static_cast<size_t>(nb * block_bytes);
+  for (int64_t q = 0; q < rows / kRowsX4; ++q) {
+    const uint8_t* in = src + static_cast<size_t>(4 * q) * rb;
+    uint8_t* quad = dst + 4 * rb * static_cast<size_t>(q);
+    auto* scales = reinterpret_cast<uint16_t*>(quad + groups * gq);
+    for (int64_t g = 0; g < groups; ++g) {
+      const uint8_t* blocks[4];
+      for (int r = 0; r < 4; ++r) blocks[r] = in + r * rb + static_cast<size_t>(4 * g * block_bytes);
+      steps_of_rows(blocks, block_bytes, 0, quad + g * gq);
+      if (q8) steps_of_rows(blocks, block_bytes, 1, quad + g * gq + 256);
+      for (int r = 0; r < 4; ++r)
+        for (int b = 0; b < 4; ++b) std::memcpy(scales + 16 * g + 4 * r + b, blocks[r] + b * block_bytes, 2);
+    }
+  }
+}
+
 }  // namespace
 
 void rows_x4_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out) { pack_x(qx, dx, cols, out); }
@@ -223,6 +266,16 @@ void rows_x4_quads(DType, const uint8_t*, int64_t, int64_t, const uint8_t*, floa
 }
 
 #endif
+
+void rows_x4_repack(DType file_type, const void* src, int64_t rows, int64_t cols, void* dst) {
+#ifdef MOEFLOW_HAVE_ROWS_X4_KERNEL
+  if (cpu_has_avx512_vnni() && rows_x4_fits(rows, cols) && rows_x4_type(file_type) != file_type) {
+    repack_avx512(file_type, static_cast<const uint8_t*>(src), rows, cols, static_cast<uint8_t*>(dst));
+    return;
+  }
+#endif
+  repack_rows_x4(file_type, src, rows, cols, dst);  // also the error for a bad shape or type
+}
 
 void rows_x4_dequant_quad(DType t, const uint8_t* quad, int64_t cols, int64_t g0, int64_t n_groups, float* out,
                           int64_t ld) {
