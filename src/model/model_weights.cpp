@@ -149,7 +149,7 @@ void Model::make_resident(bool include_experts, bool repack) {
     if (repack && !r.rows_only && rows_x4_type(m.dtype) != m.dtype && rows_x4_fits(m.rows, m.cols)) {
       for (int64_t i = 0; i < r.n_matrices; ++i)
         cpu::rows_x4_repack(m.dtype, r.src + static_cast<size_t>(i) * m.bytes(), m.rows, m.cols,
-                       dst + static_cast<size_t>(i) * m.bytes());
+                            dst + static_cast<size_t>(i) * m.bytes());
       const DType x4 = rows_x4_type(m.dtype);
       for (MatrixRef* ref : r.refs) ref->dtype = x4;
     } else {

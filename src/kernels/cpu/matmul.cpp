@@ -234,7 +234,7 @@ void DequantSpan(DType wt, const uint8_t* row, int64_t c0, int64_t n, float* HWY
     }
     case DType::Q4_0_R4:
     case DType::Q8_0_R4:
-      throw std::invalid_argument("moeflow: DequantSpan: interleaved rows (MatmulRows unpacks them)");
+      throw std::invalid_argument("moeflow: DequantSpan: interleaved rows (MatmulRows dequantises them by quads)");
   }
 }
 

@@ -49,7 +49,6 @@ struct alignas(64) PackedQ4 {
 };
 static_assert(sizeof(PackedQ4) == kQ4VnniGroupBytes);
 
-
 }  // namespace
 
 bool cpu_has_avx512_vnni() { return cpu_has_vnni(); }
@@ -195,7 +194,6 @@ MOEFLOW_VNNI_ATTR void rows_q4_x1(const uint8_t* row, int64_t groups, const uint
   }
   *out = _mm512_reduce_add_ps(acc);
 }
-
 }  // namespace
 
 // Plain calls into the attributed kernel (a function template's own target attribute

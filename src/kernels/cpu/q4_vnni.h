@@ -10,11 +10,11 @@
 // block) sums before the float conversion and scaling, which then run once for the
 // four rows (~15% faster than each row converting and scaling its own sums). `moeflow
 // bench-kernels --threads 1` on a Zen 5 core: 29-37 GB/s from cache against 19-21 for
-// the f32 kernel. A q8_0 kernel built the same way ran at 30 GB/s from cache against
-// 50 for the int16 Highway kernel, so q8_0 stays there.
+// the f32 kernel. A q8_0 kernel built the same way (GGUF's layout) ran at 30 GB/s from
+// cache against 50 for the int16 Highway kernel, so q8_0 in GGUF's layout stays there.
 //
-// The resident model's rows interleaved in fours have their own kernels
-// (rows_x4_vnni.h); they share the switch below.
+// The resident model's rows interleaved in fours have their own kernels, for q4_0 and
+// q8_0 (rows_x4_vnni.h); they share the switch below.
 //
 // Arithmetic: the activation is first quantised to int16 per 32-element block
 // (QuantizeX16, as the q8_0 kernel uses) and split into bytes, x = 256*hi + lo with
