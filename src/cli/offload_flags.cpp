@@ -5,6 +5,7 @@
 
 #include "engine/tokenizer.h"
 #include "format/error.h"
+#include "kernels/cpu/q4_vnni.h"
 
 #include "policy/policy_factory.h"
 
@@ -54,7 +55,9 @@ Offload make_offload(const Args& a, const Model& model, const std::string& polic
       throw UsageError("--on-miss reroute needs an --expert-budget and a --policy");
     return o;
   }
-  o.store = std::make_unique<ExpertStore>(model);
+  // Experts read into the cache take the resident model's layout (rows interleaved in
+  // fours on VNNI CPUs), so offloaded and all-resident runs run the same kernels.
+  o.store = std::make_unique<ExpertStore>(model, cpu::q4_vnni_enabled() && !a.has("--no-repack"));
   const ExpertGeometry& g = o.store->geometry();
   const uint64_t budget = budgeted ? parse_budget(a.str("--expert-budget"), o.store->total_file_bytes()) : g.total_bytes();
   const OnMiss on_miss = parse_on_miss(a.str("--on-miss"));

@@ -1,5 +1,10 @@
 #include "experts/expert_store.h"
 
+#include <vector>
+
+#include "kernels/cpu/rows_x4_vnni.h"
+#include "tensor/rows_x4.h"
+
 namespace moeflow {
 
 namespace {
@@ -7,7 +12,7 @@ uint64_t align_down(uint64_t x) { return x & ~(kDirectIoAlign - 1); }
 uint64_t align_up(uint64_t x) { return (x + kDirectIoAlign - 1) & ~(kDirectIoAlign - 1); }
 }  // namespace
 
-ExpertStore::ExpertStore(const Model& model) : model_(model), path_(model.file().path()) {
+ExpertStore::ExpertStore(const Model& model, bool repack) : model_(model), path_(model.file().path()) {
   const ModelConfig& c = model.config();
   geometry_.n_layer = static_cast<int32_t>(c.n_layer);
   geometry_.n_expert = static_cast<int32_t>(c.n_expert);
@@ -29,6 +34,8 @@ ExpertStore::ExpertStore(const Model& model) : model_(model), path_(model.file()
         part.shape.data = nullptr;
         // Read from the file: its layout, even when the resident copy was repacked.
         part.shape.dtype = dtype_in_file(s.first.dtype);
+        part.repacked = repack && rows_x4_type(part.shape.dtype) != part.shape.dtype &&
+                        rows_x4_fits(part.shape.rows, part.shape.cols);
         part.bytes = s.first.bytes();
         part.file_offset = s.file_offset + static_cast<uint64_t>(e) * part.bytes;
         part.span_begin = align_down(part.file_offset);
@@ -48,9 +55,24 @@ uint64_t ExpertStore::file_bytes(const ExpertKey& k) const {
   return s;
 }
 
+void ExpertStore::prepare(const ExpertKey& k, uint8_t* buf) const {
+  thread_local std::vector<uint8_t> scratch;
+  for (const ExpertPart& p : parts(k)) {
+    if (!p.repacked) continue;
+    uint8_t* data = buf + p.data_offset();
+    scratch.assign(data, data + p.bytes);
+    cpu::rows_x4_repack(p.shape.dtype, scratch.data(), p.shape.rows, p.shape.cols, data);
+  }
+}
+
 ExpertMatrices ExpertStore::matrices(const ExpertKey& k, const uint8_t* buf) const {
   const auto& ps = parts(k);
   ExpertMatrices m{ps[0].shape, ps[1].shape, ps[2].shape};
+  for (int i = 0; i < 3; ++i)
+    if (ps[static_cast<size_t>(i)].repacked) {
+      MatrixRef& r = i == 0 ? m.gate : i == 1 ? m.up : m.down;
+      r.dtype = rows_x4_type(r.dtype);
+    }
   m.gate.data = buf + ps[0].data_offset();
   m.up.data = buf + ps[1].data_offset();
   m.down.data = buf + ps[2].data_offset();

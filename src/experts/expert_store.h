@@ -23,7 +23,8 @@ struct ExpertPart {
   uint64_t span_begin = 0;   // aligned file range read for it: [span_begin, span_end)
   uint64_t span_end = 0;
   uint64_t buffer_offset = 0;  // where span_begin lands in the expert's buffer
-  MatrixRef shape;           // dtype, rows, cols (data unset)
+  MatrixRef shape;           // dtype (the file's), rows, cols (data unset)
+  bool repacked = false;     // rows interleaved in fours once read (ExpertStore::prepare)
   // Where the slice starts inside the expert's buffer.
   uint64_t data_offset() const { return buffer_offset + (file_offset - span_begin); }
 };
@@ -34,7 +35,10 @@ struct ExpertMatrices {
 
 class ExpertStore {
  public:
-  explicit ExpertStore(const Model& model);
+  // With repack, q4_0 / q8_0 parts whose shape allows it are interleaved in fours once
+  // read (prepare), for the VNNI kernels the resident model uses; callers pass
+  // cpu::q4_vnni_enabled() (and honour --no-repack), as Model::make_resident does.
+  explicit ExpertStore(const Model& model, bool repack = false);
 
   const std::string& path() const { return path_; }
   const ExpertGeometry& geometry() const { return geometry_; }
@@ -45,7 +49,10 @@ class ExpertStore {
   // Bytes of the expert as stored (without alignment padding).
   uint64_t file_bytes(const ExpertKey& k) const;
   uint64_t total_file_bytes() const { return total_file_bytes_; }
-  // The matrices of an expert whose buffer starts at `buf`.
+  // Called by the transport once an expert's spans are in its buffer: interleaves the
+  // repacked parts' rows in place (tensor/rows_x4.h). Thread-safe (per-thread scratch).
+  void prepare(const ExpertKey& k, uint8_t* buf) const;
+  // The matrices of an expert whose buffer starts at `buf` (prepared).
   ExpertMatrices matrices(const ExpertKey& k, const uint8_t* buf) const;
   // The matrices of an expert read straight from the file mapping (no cache).
   ExpertMatrices mapped(const ExpertKey& k) const;

@@ -112,6 +112,7 @@ void FileTransport::worker() {
 
 void FileTransport::read_expert(const TransferJob& job) {
   for (const ExpertPart& p : store_.parts(job.key)) read_span(job.dst + p.buffer_offset, p.span_begin, p.span_end - p.span_begin);
+  store_.prepare(job.key, job.dst);  // on this I/O thread, before the expert is reported done
 }
 
 void FileTransport::read_span(uint8_t* dst, uint64_t offset, uint64_t len) {

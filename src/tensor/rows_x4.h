@@ -10,8 +10,8 @@
 // q4_0 2048 x 768: from cache 35 -> 50 GB/s, streaming 28 -> 37 GB/s (two threads 37
 // -> 43); the 330M q4_0 model decodes ~9% faster (A/B, `--no-repack` against the
 // default). It exists only in memory: Model::make_resident repacks matrices into it
-// when the VNNI kernels run; files keep GGUF's layout, and so do experts read from
-// the file when offloading.
+// when the VNNI kernels run, and ExpertStore::prepare repacks experts read from the
+// file into the cache when offloading; files keep GGUF's layout.
 //
 // Layout. Rows 4q..4q+3 ("quad q") take the same 4 * row_bytes(file type, cols) bytes,
 // at the same offset, as in GGUF, so row ranges that start at a multiple of 4 keep

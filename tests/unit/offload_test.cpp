@@ -20,6 +20,7 @@
 #include "experts/file_transport.h"
 #include "counting_transport.h"
 #include "format/error.h"
+#include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/model_weights.h"
 #include "policy/emoe.h"
@@ -41,7 +42,7 @@ struct RunResult {
 
 // budget_fraction < 0: the minimum budget. policy empty: all resident.
 RunResult generate_with(const Model& model, const std::string& policy, double budget_fraction, OnMiss on_miss,
-                        int64_t prefill_chunk = 512) {
+                        int64_t prefill_chunk = 512, bool repack = false) {
   ThreadPool pool(2);
   Transformer tf(model, &pool, 64);
   GenerateOptions opt;
@@ -54,7 +55,7 @@ RunResult generate_with(const Model& model, const std::string& policy, double bu
     out.tokens = generate(tf, kPrompt, opt, nullptr, nullptr).generated;
     return out;
   }
-  ExpertStore store(model);
+  ExpertStore store(model, repack);
   const ExpertGeometry& g = store.geometry();
   const uint64_t budget = budget_fraction < 0 ? g.min_budget()
                                               : static_cast<uint64_t>(budget_fraction * static_cast<double>(g.total_bytes()));
@@ -91,6 +92,30 @@ TEST_P(Lossless, EveryPolicyAndBudgetGivesTheTokensOfAllResident) {
         }
       }
     }
+  }
+}
+
+// As `moeflow run` loads a model: the resident weights repacked (rows interleaved in
+// fours on VNNI CPUs), and the experts read from the file into the cache repacked the
+// same way (ExpertStore::prepare), so offloaded runs give the all-resident tokens.
+TEST(Offload, ExpertsReadIntoTheCacheTakeTheResidentLayout) {
+  const bool vnni = cpu::q4_vnni_enabled();
+  for (const char* name : {"qwen3moe-q8_0.gguf", "olmoe-q4_0.gguf"}) {
+    auto resident = Model::load(fixture_path(name));
+    resident->make_resident(true, vnni);
+    const std::vector<int32_t> ref = generate_with(*resident, "", 1.0, OnMiss::Load).tokens;
+    auto dense = Model::load(fixture_path(name));
+    dense->make_resident(false, vnni);
+    const ExpertStore store(*dense, vnni);
+    EXPECT_EQ(store.parts({0, 0})[0].repacked, vnni) << name << ": every fixture expert is 128 wide";
+    EXPECT_EQ(store.matrices({0, 0}, nullptr).down.dtype,
+              vnni ? resident->weights().layers[0].down_exps.first.dtype : dense->weights().layers[0].down_exps.first.dtype);
+    for (const std::string policy : {"lru", "fmoe"})
+      for (double f : {0.5, -1.0}) {
+        const RunResult r = generate_with(*dense, policy, f, OnMiss::Load, 512, vnni);
+        EXPECT_EQ(r.tokens, ref) << name << " " << policy << " at budget " << f;
+        EXPECT_GT(r.counters.misses, 0u);
+      }
   }
 }
 
