@@ -56,12 +56,19 @@ uint64_t ExpertStore::file_bytes(const ExpertKey& k) const {
 }
 
 void ExpertStore::prepare(const ExpertKey& k, uint8_t* buf) const {
+  // A quad keeps the bytes its four rows had, so each is repacked in place through a
+  // scratch of one quad (KiBs), not of the whole part (tens of MiB per I/O thread on
+  // large models, outside the budget).
   thread_local std::vector<uint8_t> scratch;
   for (const ExpertPart& p : parts(k)) {
     if (!p.repacked) continue;
+    const size_t qb = rows_x4_quad_bytes(p.shape.dtype, p.shape.cols);
     uint8_t* data = buf + p.data_offset();
-    scratch.assign(data, data + p.bytes);
-    cpu::rows_x4_repack(p.shape.dtype, scratch.data(), p.shape.rows, p.shape.cols, data);
+    for (int64_t q = 0; q < p.shape.rows / kRowsX4; ++q) {
+      uint8_t* quad = data + static_cast<size_t>(q) * qb;
+      scratch.assign(quad, quad + qb);
+      cpu::rows_x4_repack(p.shape.dtype, scratch.data(), kRowsX4, p.shape.cols, quad);
+    }
   }
 }
 
