@@ -18,6 +18,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/roofline.h"
+#include "kernels/cpu/rows_x4_vnni.h"
 #include "format/error.h"
 #include "tensor/anon_memory.h"
 #include "tensor/dtype.h"
@@ -125,11 +126,8 @@ int cmd_bench_kernels(int argc, char** argv) {
         std::clamp<int64_t>(static_cast<int64_t>((256u << 10) * static_cast<size_t>(threads) / rb) / 4 * 4, 4, rows);
     for (const Kernel& k : kernels) {
       cpu::set_q4_vnni_enabled(k.vnni);
-      if (k.interleaved)  // in place, one matrix at a time through a scratch copy
-        for (int64_t m = 0; m < n_mat; ++m) {
-          std::vector<uint8_t> plain(w + mat_bytes * static_cast<size_t>(m), w + mat_bytes * static_cast<size_t>(m + 1));
-          repack_rows_x4(t, plain.data(), rows, cols, w + mat_bytes * static_cast<size_t>(m));
-        }
+      if (k.interleaved)  // every copy from the one GGUF-layout matrix, as the resident copy is made
+        for (int64_t m = 0; m < n_mat; ++m) cpu::rows_x4_repack(t, w0.data(), rows, cols, w + mat_bytes * static_cast<size_t>(m));
       const DType kt = k.interleaved ? rows_x4_type(t) : t;
       KernelRun run{t, k.name};
       run.cache_gbs = matvec_gbs(kt, w, rb * static_cast<size_t>(cache_rows), 1, cache_rows, cols, x.data(),
