@@ -62,15 +62,19 @@ void expert_ffns(const std::vector<ExpertMatrices>& mats, const std::vector<cons
   gate.resize(rows * static_cast<size_t>(F));
   up.resize(rows * static_cast<size_t>(F));
   down.resize(rows * static_cast<size_t>(D));
+  // An expert with several tokens reads them gathered into xe; one with a single token
+  // (every expert of a decode step) reads it in place, so experts that share the token
+  // share one pointer and the mat-vecs quantise and pack it once.
   for (size_t i = 0; i < n; ++i)
-    for (size_t j = 0; j < slots[i]->size(); ++j)
-      std::copy_n(x + ((*slots[i])[j] / K) * D, D, xe.data() + (first[i] + j) * D);
+    if (slots[i]->size() > 1)
+      for (size_t j = 0; j < slots[i]->size(); ++j)
+        std::copy_n(x + ((*slots[i])[j] / K) * D, D, xe.data() + (first[i] + j) * D);
   std::vector<cpu::MatmulJob> jobs;
   jobs.reserve(2 * n);
   for (size_t i = 0; i < n; ++i) {
     const MatrixRef &g = mats[i].gate, &u = mats[i].up;
     const int64_t nt = static_cast<int64_t>(first[i + 1] - first[i]);
-    const float* xi = xe.data() + first[i] * D;
+    const float* xi = nt == 1 ? x + ((*slots[i])[0] / K) * D : xe.data() + first[i] * D;
     jobs.push_back({g.dtype, g.data, g.rows, g.cols, xi, nt, gate.data() + first[i] * F});
     jobs.push_back({u.dtype, u.data, u.rows, u.cols, xi, nt, up.data() + first[i] * F});
   }
