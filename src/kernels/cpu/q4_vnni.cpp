@@ -1,25 +1,11 @@
-// q4_0 mat-vec rows with AVX-512 VNNI; see q4_vnni.h for the arithmetic. The functions
-// carry their own target attribute, so the file builds with the project's baseline
-// flags and the instructions run only after q4_vnni_enabled() has checked the CPU.
-
-// GCC 12's AVX-512 headers build their "undefined" pass-through operands from
-// self-initialised locals and then warn about them (fixed in GCC 13); this must come
-// before the first include that can pull in immintrin.h.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+// q4_0 mat-vec rows with AVX-512 VNNI; see q4_vnni.h for the arithmetic and
+// vnni_target.h for how the file builds.
+#include "kernels/cpu/vnni_target.h"  // first: its pragmas must precede immintrin.h
 #include "kernels/cpu/q4_vnni.h"
 
 #include <atomic>
 
 #include "tensor/dtype.h"
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define MOEFLOW_HAVE_VNNI_KERNEL 1
-#include <immintrin.h>
-#define MOEFLOW_VNNI_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi")))
-#endif
 
 namespace moeflow::cpu {
 namespace {
@@ -125,11 +111,6 @@ struct Q4Gather {
 constexpr Q4Gather kQ4Gather;
 constexpr int64_t kGroupBytes = 4 * sizeof(BlockQ4_0);  // 72: a row's group of 4 blocks
 
-// Non-temporal, as matmul.cpp's PrefetchStep: weights are read once per decode step.
-MOEFLOW_VNNI_ATTR inline void prefetch_group(const uint8_t* pf, int64_t bytes) {
-  for (int64_t off = 0; off < bytes + 63; off += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + off), _MM_HINT_NTA);
-}
-
 // The f16 scales of one row's group (block b in lanes 4b..4b+3) times the
 // activation's scales.
 MOEFLOW_VNNI_ATTR inline __m512 lane_scales(__m512i group_start, __m512i scale_idx, __m512 dx) {
@@ -160,7 +141,7 @@ MOEFLOW_VNNI_ATTR void rows_q4_x4(const uint8_t* const* rows, int64_t groups, co
   const auto* xg = reinterpret_cast<const PackedQ4*>(xp);
   __m512 acc = _mm512_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
-    if (pf) prefetch_group(pf + g * 4 * kGroupBytes, 4 * kGroupBytes);
+    if (pf) prefetch_nta(pf + g * 4 * kGroupBytes, 4 * kGroupBytes);
     const PackedQ4& x = xg[g];
     __m512i a0, a1, a2, a3;
     const __m512i s0 = q4_group_sums(rows[0] + g * kGroupBytes, quant_idx, x, a0);

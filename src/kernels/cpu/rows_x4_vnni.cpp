@@ -1,9 +1,6 @@
-// Kernels for rows interleaved in fours; see rows_x4_vnni.h. Like q4_vnni.cpp, the
-// functions carry their own target attribute and run only after the CPU was checked.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"  // GCC 12's AVX-512 headers (see q4_vnni.cpp)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+// Kernels for rows interleaved in fours; see rows_x4_vnni.h, and vnni_target.h for
+// how the file builds.
+#include "kernels/cpu/vnni_target.h"  // first: its pragmas must precede immintrin.h
 #include "kernels/cpu/rows_x4_vnni.h"
 
 #include <cstring>
@@ -13,15 +10,9 @@
 #include "kernels/cpu/q4_vnni.h"
 #include "tensor/rows_x4.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define MOEFLOW_HAVE_ROWS_X4_KERNEL 1
-#include <immintrin.h>
-#define MOEFLOW_VNNI_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi")))
-#endif
-
 namespace moeflow::cpu {
 
-#ifdef MOEFLOW_HAVE_ROWS_X4_KERNEL
+#ifdef MOEFLOW_HAVE_VNNI_KERNEL
 namespace {
 
 // One group of 128 columns of the activation.
@@ -36,11 +27,6 @@ static_assert(sizeof(PackedX4) == kRowsX4XGroupBytes);
 
 MOEFLOW_VNNI_ATTR inline __m512i bcast(const void* p) {
   return _mm512_broadcast_i32x4(_mm_loadu_si128(static_cast<const __m128i*>(p)));
-}
-
-// Non-temporal, as matmul.cpp's PrefetchStep: weights are read once per decode step.
-MOEFLOW_VNNI_ATTR inline void prefetch_bytes(const uint8_t* p, int64_t bytes) {
-  for (int64_t off = 0; off < bytes + 63; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_NTA);
 }
 
 MOEFLOW_VNNI_ATTR void pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out) {
@@ -132,7 +118,7 @@ MOEFLOW_VNNI_ATTR void quads(const uint8_t* W, int64_t n_quads, int64_t cols, co
     const uint8_t* pf = ahead < pf_end ? ahead : nullptr;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t g = 0; g < groups; ++g) {
-      if (pf) prefetch_bytes(pf + g * kStep, kStep);
+      if (pf) prefetch_nta(pf + g * kStep, kStep);
       __m512i hi, lo;
       if constexpr (T == DType::Q4_0_R4) {
         group_q4(quad + g * kQuant, x[g], hi, lo);
@@ -268,7 +254,7 @@ void rows_x4_quads(DType, const uint8_t*, int64_t, int64_t, const uint8_t*, floa
 #endif
 
 void rows_x4_repack(DType file_type, const void* src, int64_t rows, int64_t cols, void* dst) {
-#ifdef MOEFLOW_HAVE_ROWS_X4_KERNEL
+#ifdef MOEFLOW_HAVE_VNNI_KERNEL
   if (cpu_has_avx512_vnni() && rows_x4_fits(rows, cols) && rows_x4_type(file_type) != file_type) {
     repack_avx512(file_type, static_cast<const uint8_t*>(src), rows, cols, static_cast<uint8_t*>(dst));
     return;
@@ -279,7 +265,7 @@ void rows_x4_repack(DType file_type, const void* src, int64_t rows, int64_t cols
 
 void rows_x4_dequant_quad(DType t, const uint8_t* quad, int64_t cols, int64_t g0, int64_t n_groups, float* out,
                           int64_t ld) {
-#ifdef MOEFLOW_HAVE_ROWS_X4_KERNEL
+#ifdef MOEFLOW_HAVE_VNNI_KERNEL
   if (cpu_has_avx512_vnni()) {
     dequant_avx512(t, quad, cols, g0, n_groups, out, ld);
     return;
