@@ -96,7 +96,7 @@ int cmd_bench(int argc, char** argv) {
   bool direct_io = false;
   for (const std::string& pol : policies) {
     Offload off = pol == "all" ? Offload{} : make_offload(a, m, pol);
-    Transformer tf(m, lm.pool.get(), n_prompt + n_gen + 1);
+    Transformer tf(m, lm.pool.get(), n_prompt + n_gen + 1, lm.kv_type);
     PolicyRun run;
     run.policy = pol;
     run.offloaded = off.active();
@@ -188,6 +188,7 @@ int cmd_bench(int argc, char** argv) {
     nlohmann::json j = {{"model", m.file().path()},
                         {"expert_weight_layout", expert_layout},
                         {"simd_target", cpu::simd_target_name()},
+                        {"kv_type", dtype_name(lm.kv_type)},
                         {"threads", lm.pool->size()},
                         {"n_prompt", n_prompt},
                         {"n_gen", n_gen},
@@ -213,10 +214,11 @@ int cmd_bench(int argc, char** argv) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("model %s (%s, %lld layers, %lld experts top-%lld), %d threads, experts in memory as %s, %s kernels\n",
+  std::printf("model %s (%s, %lld layers, %lld experts top-%lld), %d threads, experts in memory as %s, %s kernels, "
+              "%s KV cache\n",
               m.file().path().c_str(), c.arch_name.c_str(), static_cast<long long>(c.n_layer),
               static_cast<long long>(c.n_expert), static_cast<long long>(c.n_expert_used), lm.pool->size(),
-              expert_layout.c_str(), cpu::simd_target_name());
+              expert_layout.c_str(), cpu::simd_target_name(), dtype_name(lm.kv_type));
   std::printf("| test     | tokens/s | achieved          | bound                          | of bound |\n");
   std::printf("|----------|----------|-------------------|--------------------------------|----------|\n");
   std::printf("| pp%-6lld | %8.1f | %7.1f GFLOP/s   | %7.1f GFLOP/s peak FMA       | %6.1f%% |\n", static_cast<long long>(n_prompt),

@@ -17,7 +17,8 @@ namespace moeflow::cli {
 PerplexityResult compute_perplexity(
     const Model& model, ThreadPool* pool, const std::vector<int32_t>& tokens, int64_t n_ctx, int32_t bos,
     int64_t max_windows,
-    const std::function<void(int64_t, int64_t, const PerplexityWindow&, const PerplexityResult&)>& on_window) {
+    const std::function<void(int64_t, int64_t, const PerplexityWindow&, const PerplexityResult&)>& on_window,
+    std::optional<DType> kv_type) {
   if (n_ctx < 2) throw InputError("perplexity: the context size must be at least 2 tokens");
   const int64_t V = model.config().n_vocab;
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -34,7 +35,7 @@ PerplexityResult compute_perplexity(
 
   PerplexityResult res;
   res.n_ctx = n_ctx;
-  Transformer tf(model, pool, n_ctx);
+  Transformer tf(model, pool, n_ctx, kv_type.value_or(default_kv_type(model)));
   std::vector<int32_t> win;
   std::vector<float> logits;
   for (int64_t w = 0, s = 0; w < n_windows; s += step) {
@@ -105,7 +106,8 @@ int cmd_perplexity(int argc, char** argv) {
         std::fprintf(stderr, "[%lld/%lld] window ppl %.3f, running ppl %.4f over %lld tokens\n",
                      static_cast<long long>(i + 1), static_cast<long long>(nw), std::exp(w.nll / w.scored),
                      run.perplexity(), static_cast<long long>(run.n_scored));
-      });
+      },
+      lm.kv_type);
   if (json) {
     nlohmann::json j;
     j["model"] = lm.model->file().path();

@@ -58,7 +58,7 @@ int cmd_run(int argc, char** argv) {
   const int64_t need = static_cast<int64_t>(prompt.size()) + opt.n_predict;
   if (need > lm.n_ctx && !a.has("--ctx-size")) lm.n_ctx = need;
 
-  Transformer tf(*lm.model, lm.pool.get(), lm.n_ctx);
+  Transformer tf(*lm.model, lm.pool.get(), lm.n_ctx, lm.kv_type);
   // eMoE §3.2.1: an unlabelled prompt gets the task whose keywords it matches most.
   // The trace keeps only a label the user gave: traces are the ground truth that
   // profiles and simulations learn from, a keyword guess is not.
@@ -123,7 +123,8 @@ int cmd_run(int argc, char** argv) {
     j["memory"] = {{"peak_rss_bytes", peak_rss_bytes()},
                    {"dense_bytes", lm.model->weights().dense_bytes},
                    {"expert_bytes", lm.model->weights().expert_bytes},
-                   {"kv_bytes", tf.kv_bytes()}};
+                   {"kv_bytes", tf.kv_bytes()},
+                   {"kv_type", dtype_name(tf.kv_type())}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::fputs(rest.c_str(), stdout);

@@ -129,7 +129,7 @@ int trace_record(int argc, char** argv) {
   if (n < 1)
     throw InputError(a.str("--file") + ": " + std::to_string(ids.size()) + " tokens, too few for one window of " +
                      std::to_string(per));
-  Transformer tf(*lm.model, lm.pool.get(), per + 1);
+  Transformer tf(*lm.model, lm.pool.get(), per + 1, lm.kv_type);
   TraceRecorder rec(a.str("--out"), model_name(*lm.model), static_cast<int>(a.integer("--decimals", 1, 8)),
                     a.has("--append"));
   tf.add_listener(&rec);

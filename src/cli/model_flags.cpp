@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "format/error.h"
+#include "engine/transformer.h"
 #include "kernels/cpu/q4_vnni.h"
 
 #ifndef MOEFLOW_SOURCE_DIR
@@ -23,6 +24,8 @@ void add_model_flags(Args& a) {
   a.flag("-c,--ctx-size", "context size in tokens (0: the model's, at most 4096)", true, "0");
   a.flag("--mmap", "compute from the file mapping instead of copying the weights into memory first "
                    "(starts faster; page-cache pages: a q8_0 mat-vec alone read 26 against 44 GB/s)", false);
+  a.flag("--kv-type", "KV cache elements: f32, f16, or auto (f16 when the model's key and value projections are "
+                      "q8_0 / q4_0, whose rounding exceeds f16's; f32 otherwise)", true, "auto");
   a.flag("--no-repack", "keep q4_0 and q8_0 weights in GGUF's row layout in memory (by default, on CPUs with "
                         "AVX-512 VNNI, their rows are interleaved in fours for the faster kernels)", false);
 }
@@ -56,6 +59,14 @@ LoadedModel load_model_from_flags(const Args& a) {
   int64_t ctx = a.integer("--ctx-size", 0, 1 << 20);
   if (ctx == 0) ctx = std::min<int64_t>(m.model->config().n_ctx_train, 4096);
   m.n_ctx = ctx;
+  const std::string kv = a.str("--kv-type");
+  if (kv == "auto") {
+    m.kv_type = default_kv_type(*m.model);
+  } else if (kv == "f32" || kv == "f16") {
+    m.kv_type = kv == "f16" ? DType::F16 : DType::F32;
+  } else {
+    throw UsageError("--kv-type '" + kv + "': expected f32, f16 or auto");
+  }
   return m;
 }
 

@@ -8,6 +8,7 @@
 #include "engine/tokenizer.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/model_weights.h"
+#include "tensor/dtype.h"
 
 namespace moeflow::cli {
 
@@ -18,6 +19,7 @@ struct LoadedModel {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<ThreadPool> pool;
   int64_t n_ctx = 0;
+  DType kv_type = DType::F32;  // --kv-type, or default_kv_type(*model)
 };
 
 // Opens the model named by -m (the built-in default when absent), its tokenizer and

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,8 @@ struct PerplexityResult {
 PerplexityResult compute_perplexity(
     const Model& model, ThreadPool* pool, const std::vector<int32_t>& tokens, int64_t n_ctx, int32_t bos,
     int64_t max_windows = 0,
-    const std::function<void(int64_t, int64_t, const PerplexityWindow&, const PerplexityResult&)>& on_window = {});
+    const std::function<void(int64_t, int64_t, const PerplexityWindow&, const PerplexityResult&)>& on_window = {},
+    std::optional<DType> kv_type = std::nullopt);  // the KV cache's; default_kv_type(model) when unset
 
 struct QuantizeStats {
   int64_t n_tensors = 0, n_converted = 0;

@@ -21,9 +21,19 @@ void rmsnorm_rows(const float* x, const std::vector<float>& w, float* y, int64_t
 
 }  // namespace
 
+DType default_kv_type(const Model& model) {
+  const ModelWeights& w = model.weights();
+  if (w.layers.empty()) return DType::F32;
+  const DType k = w.layers.front().wk.dtype, v = w.layers.front().wv.dtype;
+  return dtype_is_quantized(k) && dtype_is_quantized(v) ? DType::F16 : DType::F32;
+}
+
 Transformer::Transformer(const Model& model, ThreadPool* pool, int64_t n_ctx)
+    : Transformer(model, pool, n_ctx, default_kv_type(model)) {}
+
+Transformer::Transformer(const Model& model, ThreadPool* pool, int64_t n_ctx, DType kv_type)
     : model_(model), pool_(pool),
-      kv_(model.config().n_layer, n_ctx, model.config().n_head_kv, model.config().head_dim) {}
+      kv_(model.config().n_layer, n_ctx, model.config().n_head_kv, model.config().head_dim, kv_type) {}
 
 void Transformer::eval(const int32_t* tokens, int64_t n, bool all_logits, std::vector<float>& logits) {
   const ModelConfig& c = model_.config();
@@ -97,13 +107,10 @@ void Transformer::attention_block(int64_t l, int64_t n, std::vector<float>& x) {
       if (c.qk_norm == QkNorm::PerHead) cpu::rmsnorm(kt + h * hd, L.k_norm.data(), kt + h * hd, hd, c.rms_eps);
       cpu::rope_apply(kt + h * hd, c.rot_dim, cs, c.rope_neox);
     }
-    for (int64_t h = 0; h < c.n_head_kv; ++h) {
-      std::copy_n(kt + h * hd, hd, kv_.k(l, h, p));
-      std::copy_n(v_.data() + t * kv_dim + h * hd, hd, kv_.v(l, h, p));
-    }
+    kv_.store(l, p, kt, v_.data() + t * kv_dim);
   }
-  cpu::AttentionShape shape{c.n_head, c.n_head_kv, hd, hd, kv_.head_stride()};
-  cpu::attention(shape, q_.data(), n, pos_, kv_.k(l, 0, 0), kv_.v(l, 0, 0), attn_.data(), pool_);
+  cpu::AttentionShape shape{c.n_head, c.n_head_kv, hd, hd, kv_.head_stride(), kv_.type()};
+  cpu::attention(shape, q_.data(), n, pos_, kv_.k(l), kv_.v(l), attn_.data(), pool_);
   apply(L.wo, attn_.data(), n, proj_.data(), pool_);
   for (int64_t i = 0; i < n * D; ++i) x[i] += proj_[i];
 }

@@ -14,10 +14,18 @@
 
 namespace moeflow {
 
+// The KV cache's element type when none is asked for: f16 when the model's key and
+// value projections are quantised (their weights' rounding, ~1e-3 relative for q8_0,
+// already exceeds f16's 2^-12, and decode streams half the cache bytes), else f32
+// (f32 / f16 / bf16 models keep full precision).
+DType default_kv_type(const Model& model);
+
 class Transformer {
  public:
-  // REQUIRES: n_ctx >= 1. The KV cache is allocated for n_ctx positions.
+  // REQUIRES: n_ctx >= 1. The KV cache is allocated for n_ctx positions, of
+  // default_kv_type(model) or kv_type (F32 or F16) elements.
   Transformer(const Model& model, ThreadPool* pool, int64_t n_ctx);
+  Transformer(const Model& model, ThreadPool* pool, int64_t n_ctx, DType kv_type);
 
   // Evaluates `n` tokens at positions pos()..pos()+n-1. Writes the logits of the last
   // token (all_logits=false) or of every token ([n][n_vocab]) into `logits`.
@@ -32,6 +40,7 @@ class Transformer {
   // Where experts come from (not owned; null: the mapped weights).
   void set_expert_source(ExpertSource* s) { source_ = s; }
   uint64_t kv_bytes() const { return kv_.bytes(); }
+  DType kv_type() const { return kv_.type(); }
   const Model& model() const { return model_; }
 
  private:

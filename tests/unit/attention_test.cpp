@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <stdexcept>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -71,7 +73,46 @@ TEST(Attention, MatchesReference) {
     attention_reference(sh, q.data(), c.n_tok, c.pos0, kh.data(), vh.data(), head_major_ref.data());
     EXPECT_EQ(head_major, one) << "head-major cache";
     EXPECT_EQ(head_major_ref, ref) << "head-major cache, reference";
+
+    // An f16 cache (as KvCache keeps it for quantised models): against the reference
+    // reading the same halves, the same bound; threads change nothing.
+    std::vector<uint16_t> k16(kh.size()), v16(vh.size());
+    kv_store(DType::F16, kh.data(), k16.data(), static_cast<int64_t>(kh.size()));
+    kv_store(DType::F16, vh.data(), v16.data(), static_cast<int64_t>(vh.size()));
+    AttentionShape s16 = sh;
+    s16.kv_type = DType::F16;
+    std::vector<float> h16(q.size()), h16_one(q.size()), h16_ref(q.size());
+    attention(s16, q.data(), c.n_tok, c.pos0, k16.data(), v16.data(), h16.data(), &pool);
+    attention(s16, q.data(), c.n_tok, c.pos0, k16.data(), v16.data(), h16_one.data(), nullptr);
+    attention_reference(s16, q.data(), c.n_tok, c.pos0, k16.data(), v16.data(), h16_ref.data());
+    num = den = 0;
+    for (size_t i = 0; i < h16_ref.size(); ++i) {
+      num += (h16[i] - h16_ref[i]) * (h16[i] - h16_ref[i]);
+      den += h16_ref[i] * h16_ref[i];
+    }
+    std::printf("  f16 cache: relative error %.2e\n", std::sqrt(num / den));
+    EXPECT_LT(std::sqrt(num / den), 1e-5) << "f16 cache";
+    EXPECT_EQ(h16, h16_one) << "f16 cache: threads must not change the result";
   }
+}
+
+// kv_store's f16 conversion (SIMD) rounds exactly as the scalar fp32_to_fp16: nearest
+// even, subnormals, overflow to infinity, signed zeros, NaN stays NaN.
+TEST(Attention, KvStoreRoundsAsTheScalarConversion) {
+  std::vector<float> x = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.0f, 65520.0f, 1e9f, -1e9f, 6.1e-5f, 3e-7f,
+                          5.96e-8f, 2.98e-8f, 1e-30f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 0.1f, 3.14159f,
+                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 10.0f);
+  for (int i = 0; i < 1000; ++i) x.push_back(nd(rng));
+  std::vector<uint16_t> got(x.size());
+  kv_store(DType::F16, x.data(), got.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(got[i], fp32_to_fp16(x[i])) << x[i];
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  uint16_t h;
+  kv_store(DType::F16, &nan, &h, 1);
+  EXPECT_TRUE(std::isnan(fp16_to_fp32(h)));
+  EXPECT_THROW(kv_store(DType::BF16, x.data(), got.data(), 1), std::invalid_argument);
 }
 
 }  // namespace

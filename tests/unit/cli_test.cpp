@@ -42,6 +42,7 @@ TEST(Cli, BadFlagsExitNonZeroAndSayWhatToFix) {
   expect_failure("run -m " + kModel + " --policy lru --expert-budget 10parsecs", "unknown unit");
   expect_failure("run -m " + kModel + " --expert-budget 50%", "--policy");
   expect_failure("run -m " + kModel + " --policy lru --on-miss maybe", "--on-miss");
+  expect_failure("run -m " + kModel + " --kv-type bf16", "--kv-type 'bf16'");
   expect_failure("bench-kernels --cols 100", "multiple of 32");
   expect_failure("simulate", "--trace");
   expect_failure("trace", "subcommand");
@@ -95,6 +96,22 @@ TEST(Cli, BadFilesExitNonZeroNamingTheFile) {
   expect_failure("simulate --trace " + bad_trace, bad_trace + ":1");
   std::remove(junk.c_str());
   std::remove(bad_trace.c_str());
+}
+
+// --kv-type: auto picks f16 for q4_0 key/value projections and f32 for f32 ones; run
+// --json says which.
+TEST(Cli, KvTypeDefaultsByWeightsAndCanBeForced) {
+  const std::string q4 = moeflow::testing::fixture_path("olmoe-q4_0.gguf");
+  auto kv_of = [](const std::string& args) {
+    const Result r = run(args + " --prompt-tokens 1,2,3 -n 2 --temp 0 --ignore-eos --json");
+    EXPECT_EQ(r.code, 0) << r.out;
+    return nlohmann::json::parse(r.out.substr(r.out.find('{')))["memory"];
+  };
+  EXPECT_EQ(kv_of("run -m " + q4)["kv_type"], "f16");
+  EXPECT_EQ(kv_of("run -m " + kModel)["kv_type"], "f32");
+  const auto f32 = kv_of("run -m " + q4 + " --kv-type f32"), f16 = kv_of("run -m " + q4 + " --kv-type f16");
+  EXPECT_EQ(f32["kv_type"], "f32");
+  EXPECT_EQ(f32["kv_bytes"].get<uint64_t>(), 2 * f16["kv_bytes"].get<uint64_t>());
 }
 
 TEST(Cli, RunJsonHasTokensTextTimingsAndCache) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -38,8 +39,10 @@ double rel_error(const float* a, const float* b, int64_t n) {
 
 class ReferenceTest : public ::testing::TestWithParam<Case> {};
 
-// Every fixture from the file mapping with 1 and 2 threads, and resident as `moeflow
-// run` loads it (q4_0 / q8_0 rows interleaved in fours on CPUs with AVX-512 VNNI).
+// Every fixture from the file mapping with 1 and 2 threads and an f32 KV cache (the
+// fixture's bound), then with an f16 cache (its rounding: bound 1e-3 for every
+// fixture), and resident as `moeflow run` loads it (q4_0 / q8_0 rows interleaved in
+// fours on CPUs with AVX-512 VNNI, the default cache type: f16 for those models).
 TEST_P(ReferenceTest, LogitsAndGreedyTokensMatchTheReference) {
   const Case& c = GetParam();
   const LogitsRecord ref = read_logits_file(fixture(std::string(c.name) + ".logits"));
@@ -52,10 +55,13 @@ TEST_P(ReferenceTest, LogitsAndGreedyTokensMatchTheReference) {
   ASSERT_GE(n_prompt, 16);
   std::vector<int32_t> prompt(ref.tokens.begin(), ref.tokens.begin() + n_prompt);
 
-  for (const auto& [threads, model, how] : {std::tuple{1, mapped.get(), "mapped"}, {2, mapped.get(), "mapped"},
-                                            {2, resident.get(), dtype_name(resident->weights().layers[0].wq.dtype)}}) {
+  const DType run_kv = default_kv_type(*resident);
+  for (const auto& [threads, model, how, kv] :
+       {std::tuple{1, mapped.get(), "mapped", DType::F32}, {2, mapped.get(), "mapped", DType::F32},
+        {2, mapped.get(), "mapped", DType::F16}, {2, resident.get(), dtype_name(resident->weights().layers[0].wq.dtype), run_kv}}) {
     ThreadPool pool(threads);
-    Transformer tf(*model, &pool, 64);
+    Transformer tf(*model, &pool, 64, kv);
+    const double tolerance = kv == DType::F16 ? std::max(c.tolerance, 1e-3) : c.tolerance;
     GenerateOptions opt;
     opt.n_predict = n_decode;
     opt.stop_at_eog = false;
@@ -69,10 +75,10 @@ TEST_P(ReferenceTest, LogitsAndGreedyTokensMatchTheReference) {
     for (size_t p = 0; p < ref.tokens.size(); ++p) {
       const double e = rel_error(r.logits.data() + p * ref.n_vocab, ref.logits.data() + p * ref.n_vocab, ref.n_vocab);
       worst = std::max(worst, e);
-      EXPECT_LT(e, c.tolerance) << "position " << p << " (" << how << ")";
+      EXPECT_LT(e, tolerance) << "position " << p << " (" << how << ", " << dtype_name(kv) << " KV cache)";
     }
-    std::printf("[ reference ] %-14s %-8s threads=%d positions=%zu max relative error %.3e (bound %.0e)\n", c.name,
-                how, threads, ref.tokens.size(), worst, c.tolerance);
+    std::printf("[ reference ] %-14s %-8s threads=%d kv=%s positions=%zu max relative error %.3e (bound %.0e)\n",
+                c.name, how, threads, dtype_name(kv), ref.tokens.size(), worst, tolerance);
   }
 }
 

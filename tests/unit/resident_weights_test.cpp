@@ -23,7 +23,7 @@ namespace moeflow {
 namespace {
 
 std::vector<float> logits_of(const Model& m, ThreadPool& pool) {
-  Transformer tf(m, &pool, 32);
+  Transformer tf(m, &pool, 32, DType::F32);  // the weights compared, not the cache's rounding
   const std::vector<int32_t> prompt = {1, 5, 9, 3, 7, 2, 8, 4};
   std::vector<float> all, step;
   tf.eval(prompt.data(), static_cast<int64_t>(prompt.size()), true, all);  // prefill (matmul)

@@ -6,7 +6,9 @@
 // step on the 330M benchmark model, against ~1% of its FLOPs. Here each score is a
 // few independent vector FMAs and one horizontal sum, the softmax is vectorised, and
 // the weighted sum of V keeps its output slice in registers while it walks the keys;
-// the query heads that share a kv head are computed together (see kHeads).
+// the query heads that share a kv head are computed together (see kHeads). The cache
+// may hold f16 (engine/kv_cache.h): widened to f32 as it is loaded, so the arithmetic
+// is the f32 path's and only the bytes streamed halve.
 // attention_reference keeps the scalar (double-accumulating) definition for tests.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/attention.cpp"
@@ -15,6 +17,10 @@
 #include <hwy/contrib/math/math-inl.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
 #include <cmath>
 #include <vector>
 
@@ -49,45 +55,57 @@ using VF = hn::Vec<DF>;
 // now head-major (engine/kv_cache.h), one contiguous stream per job; 32 rows ahead
 // instead of 8 made no measurable difference there.
 constexpr int64_t kAhead = 8;
-HWY_INLINE void PrefetchRow(const float* p, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(p + i, 0, 3);
+template <class T>
+HWY_INLINE void PrefetchRow(const T* p, int64_t n) {
+  constexpr int64_t kLine = 64 / sizeof(T);
+  for (int64_t i = 0; i < n; i += kLine) __builtin_prefetch(p + i, 0, 3);
 }
+
+// Cache elements: f32, or IEEE half bits (uint16_t) widened as they are loaded.
+HWY_INLINE VF LoadKV(DF df, const float* HWY_RESTRICT p) { return hn::LoadU(df, p); }
+HWY_INLINE VF LoadKV(DF df, const uint16_t* HWY_RESTRICT p) {
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+}
+HWY_INLINE float ScalarKV(float x) { return x; }
+HWY_INLINE float ScalarKV(uint16_t h) { return fp16_to_fp32(h); }
 
 // scores[h * ss + p] = scale * <q_h, k_p> for the HG heads q_h = q + h * hd and
 // p in [0, n_keys); k_p = k + p * stride.
-template <int HG>
-HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, int64_t stride,
+template <int HG, class T>
+HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const T* HWY_RESTRICT k, int64_t stride,
                             int64_t n_keys, int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const int64_t hv = hd / N * N;  // vector part of the head
   for (int64_t p = 0; p < n_keys; ++p) {
-    const float* kp = k + p * stride;
+    const T* kp = k + p * stride;
     if (p + kAhead < n_keys) PrefetchRow(kp + kAhead * stride, hd);
     VF a0[HG], a1[HG];
     for (int h = 0; h < HG; ++h) a0[h] = a1[h] = hn::Zero(df);
     int64_t d = 0;
     for (; d + 2 * N <= hv; d += 2 * N) {
-      const VF k0 = hn::LoadU(df, kp + d), k1 = hn::LoadU(df, kp + d + N);
+      const VF k0 = LoadKV(df, kp + d), k1 = LoadKV(df, kp + d + N);
       for (int h = 0; h < HG; ++h) {
         a0[h] = hn::MulAdd(hn::LoadU(df, q + h * hd + d), k0, a0[h]);
         a1[h] = hn::MulAdd(hn::LoadU(df, q + h * hd + d + N), k1, a1[h]);
       }
     }
     for (; d < hv; d += N) {
-      const VF k0 = hn::LoadU(df, kp + d);
+      const VF k0 = LoadKV(df, kp + d);
       for (int h = 0; h < HG; ++h) a0[h] = hn::MulAdd(hn::LoadU(df, q + h * hd + d), k0, a0[h]);
     }
     for (int h = 0; h < HG; ++h) {
       float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0[h], a1[h])));
-      for (int64_t e = d; e < hd; ++e) sum += q[h * hd + e] * kp[e];
+      for (int64_t e = d; e < hd; ++e) sum += q[h * hd + e] * ScalarKV(kp[e]);
       scores[h * ss + p] = sum * scale;
     }
   }
 }
 
-void Scores(int hg, const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, int64_t stride, int64_t n_keys,
-            int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {
+template <class T>
+void ScoresT(int hg, const float* HWY_RESTRICT q, const T* HWY_RESTRICT k, int64_t stride, int64_t n_keys,
+             int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {
   static_assert(kHeads == 4, "one case per chunk size");
   switch (hg) {
     case 1: return ScoresHeads<1>(q, k, stride, n_keys, hd, scale, scores, ss);
@@ -95,6 +113,14 @@ void Scores(int hg, const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, in
     case 3: return ScoresHeads<3>(q, k, stride, n_keys, hd, scale, scores, ss);
     default: return ScoresHeads<4>(q, k, stride, n_keys, hd, scale, scores, ss);
   }
+}
+void Scores(int hg, const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, int64_t stride, int64_t n_keys,
+            int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {
+  ScoresT(hg, q, k, stride, n_keys, hd, scale, scores, ss);
+}
+void ScoresF16(int hg, const float* HWY_RESTRICT q, const uint16_t* HWY_RESTRICT k, int64_t stride, int64_t n_keys,
+               int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {
+  ScoresT(hg, q, k, stride, n_keys, hd, scale, scores, ss);
 }
 
 // In-place softmax of x[0, n): max, exp, sum (f32 lanes, then double across lanes).
@@ -130,8 +156,8 @@ void Softmax(float* HWY_RESTRICT x, int64_t n) {
 // o[h * hd + d] = sum_p w[h * ws + p] * v_p[d] for the HG heads, v_p = v + p * stride.
 // Output slices (HG x S vectors, at most 24 registers) stay in registers while every
 // key is visited; each V vector loaded feeds all HG heads.
-template <int HG>
-HWY_INLINE void WeightedHeads(const float* HWY_RESTRICT w, int64_t ws, const float* HWY_RESTRICT v,
+template <int HG, class T>
+HWY_INLINE void WeightedHeads(const float* HWY_RESTRICT w, int64_t ws, const T* HWY_RESTRICT v,
                               int64_t stride, int64_t n_keys, int64_t hd, float* HWY_RESTRICT o) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -143,12 +169,12 @@ HWY_INLINE void WeightedHeads(const float* HWY_RESTRICT w, int64_t ws, const flo
     for (int h = 0; h < HG; ++h)
       for (int64_t j = 0; j < S; ++j) acc[h][j] = hn::Zero(df);
     for (int64_t p = 0; p < n_keys; ++p) {
-      const float* vp = v + p * stride + d0;
+      const T* vp = v + p * stride + d0;
       if (p + kAhead < n_keys) PrefetchRow(vp + kAhead * stride, nv * N);
       VF wp[HG];
       for (int h = 0; h < HG; ++h) wp[h] = hn::Set(df, w[h * ws + p]);
       for (int64_t j = 0; j < nv; ++j) {
-        const VF vj = hn::LoadU(df, vp + j * N);
+        const VF vj = LoadKV(df, vp + j * N);
         for (int h = 0; h < HG; ++h) acc[h][j] = hn::MulAdd(wp[h], vj, acc[h][j]);
       }
     }
@@ -158,20 +184,39 @@ HWY_INLINE void WeightedHeads(const float* HWY_RESTRICT w, int64_t ws, const flo
   for (int64_t d = hv; d < hd; ++d) {
     for (int h = 0; h < HG; ++h) {
       float s = 0;
-      for (int64_t p = 0; p < n_keys; ++p) s += w[h * ws + p] * v[p * stride + d];
+      for (int64_t p = 0; p < n_keys; ++p) s += w[h * ws + p] * ScalarKV(v[p * stride + d]);
       o[h * hd + d] = s;
     }
   }
 }
 
-void Weighted(int hg, const float* HWY_RESTRICT w, int64_t ws, const float* HWY_RESTRICT v, int64_t stride,
-              int64_t n_keys, int64_t hd, float* HWY_RESTRICT o) {
+template <class T>
+void WeightedT(int hg, const float* HWY_RESTRICT w, int64_t ws, const T* HWY_RESTRICT v, int64_t stride,
+               int64_t n_keys, int64_t hd, float* HWY_RESTRICT o) {
   switch (hg) {
     case 1: return WeightedHeads<1>(w, ws, v, stride, n_keys, hd, o);
     case 2: return WeightedHeads<2>(w, ws, v, stride, n_keys, hd, o);
     case 3: return WeightedHeads<3>(w, ws, v, stride, n_keys, hd, o);
     default: return WeightedHeads<4>(w, ws, v, stride, n_keys, hd, o);
   }
+}
+void Weighted(int hg, const float* HWY_RESTRICT w, int64_t ws, const float* HWY_RESTRICT v, int64_t stride,
+              int64_t n_keys, int64_t hd, float* HWY_RESTRICT o) {
+  WeightedT(hg, w, ws, v, stride, n_keys, hd, o);
+}
+void WeightedF16(int hg, const float* HWY_RESTRICT w, int64_t ws, const uint16_t* HWY_RESTRICT v, int64_t stride,
+                 int64_t n_keys, int64_t hd, float* HWY_RESTRICT o) {
+  WeightedT(hg, w, ws, v, stride, n_keys, hd, o);
+}
+
+// dst[i] = src[i] as IEEE half bits, rounded to nearest even (fp32_to_fp16's rounding).
+void ToF16(const float* HWY_RESTRICT src, uint16_t* HWY_RESTRICT dst, int64_t n) {
+  const DF df;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::DemoteTo(dh, hn::LoadU(df, src + i)), dh, reinterpret_cast<hwy::float16_t*>(dst + i));
+  for (; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -182,20 +227,45 @@ HWY_AFTER_NAMESPACE();
 namespace moeflow::cpu {
 
 HWY_EXPORT(Scores);
+HWY_EXPORT(ScoresF16);
 HWY_EXPORT(Softmax);
 HWY_EXPORT(Weighted);
+HWY_EXPORT(WeightedF16);
+HWY_EXPORT(ToF16);
 
-void attention(const AttentionShape& s, const float* q, int64_t n_tok, int64_t pos0,
-               const float* k_cache, const float* v_cache, float* out, ThreadPool* pool) {
+void kv_store(DType kv_type, const float* src, void* dst, int64_t n) {
+  if (kv_type == DType::F32) {
+    std::copy_n(src, n, static_cast<float*>(dst));
+  } else if (kv_type == DType::F16) {
+    HWY_DYNAMIC_DISPATCH(ToF16)(src, static_cast<uint16_t*>(dst), n);
+  } else {
+    throw std::invalid_argument(std::string("moeflow: a ") + dtype_name(kv_type) + " KV cache (f32 or f16 only)");
+  }
+}
+
+namespace {
+
+template <class T>
+auto kernels_for() {
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    return std::make_pair(HWY_DYNAMIC_DISPATCH(ScoresF16), HWY_DYNAMIC_DISPATCH(WeightedF16));
+  } else {
+    return std::make_pair(HWY_DYNAMIC_DISPATCH(Scores), HWY_DYNAMIC_DISPATCH(Weighted));
+  }
+}
+
+// The cache's elements as the kernels take them: float, or uint16_t for half bits.
+template <class T>
+void attention_typed(const AttentionShape& s, const float* q, int64_t n_tok, int64_t pos0, const T* k_cache,
+                     const T* v_cache, float* out, ThreadPool* pool) {
   const int64_t group = s.n_head / s.n_head_kv;
   const int64_t chunks = (group + kHeads - 1) / kHeads;  // chunks of heads per group
   const int64_t hd = s.head_dim;
   const int64_t q_stride = s.n_head * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t n_ctx = pos0 + n_tok;
-  auto scores_fn = HWY_DYNAMIC_DISPATCH(Scores);
+  const auto [scores_fn, weighted_fn] = kernels_for<T>();
   auto softmax_fn = HWY_DYNAMIC_DISPATCH(Softmax);
-  auto weighted_fn = HWY_DYNAMIC_DISPATCH(Weighted);
   // A job: one token's chunk of up to kHeads query heads of one kv head.
   auto work = [&](int64_t begin, int64_t end, int) {
     thread_local std::vector<float> scores;
@@ -205,8 +275,8 @@ void attention(const AttentionShape& s, const float* q, int64_t n_tok, int64_t p
       const int64_t g = rest / chunks, h0 = g * group + (rest % chunks) * kHeads;
       const int hg = static_cast<int>(std::min<int64_t>(kHeads, (g + 1) * group - h0));
       const int64_t n_keys = pos0 + t + 1;
-      const float* kv_k = k_cache + g * s.head_offset();
-      const float* kv_v = v_cache + g * s.head_offset();
+      const T* kv_k = k_cache + g * s.head_offset();
+      const T* kv_v = v_cache + g * s.head_offset();
       scores_fn(hg, q + t * q_stride + h0 * hd, kv_k, s.kv_stride, n_keys, hd, scale, scores.data(), n_ctx);
       for (int h = 0; h < hg; ++h) softmax_fn(scores.data() + h * n_ctx, n_keys);
       weighted_fn(hg, scores.data(), n_ctx, kv_v, s.kv_stride, n_keys, hd, out + t * q_stride + h0 * hd);
@@ -217,8 +287,31 @@ void attention(const AttentionShape& s, const float* q, int64_t n_tok, int64_t p
   else work(0, jobs, 0);
 }
 
+}  // namespace
+
+void attention(const AttentionShape& s, const float* q, int64_t n_tok, int64_t pos0, const void* k_cache,
+               const void* v_cache, float* out, ThreadPool* pool) {
+  if (s.kv_type == DType::F32) {
+    attention_typed(s, q, n_tok, pos0, static_cast<const float*>(k_cache), static_cast<const float*>(v_cache), out,
+                    pool);
+  } else if (s.kv_type == DType::F16) {
+    attention_typed(s, q, n_tok, pos0, static_cast<const uint16_t*>(k_cache), static_cast<const uint16_t*>(v_cache),
+                    out, pool);
+  } else {
+    throw std::invalid_argument(std::string("moeflow: attention over a ") + dtype_name(s.kv_type) +
+                                " KV cache (f32 or f16 only)");
+  }
+}
+
 void attention_reference(const AttentionShape& s, const float* q, int64_t n_tok, int64_t pos0,
-                         const float* k_cache, const float* v_cache, float* out) {
+                         const void* k_cache_raw, const void* v_cache_raw, float* out) {
+  if (s.kv_type != DType::F32 && s.kv_type != DType::F16)
+    throw std::invalid_argument("moeflow: attention_reference: KV cache must be f32 or f16");
+  const bool f16 = s.kv_type == DType::F16;
+  auto at = [f16](const void* cache, int64_t i) {
+    return f16 ? static_cast<double>(fp16_to_fp32(static_cast<const uint16_t*>(cache)[i]))
+               : static_cast<double>(static_cast<const float*>(cache)[i]);
+  };
   const int64_t group = s.n_head / s.n_head_kv;
   const int64_t q_stride = s.n_head * s.head_dim;
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
@@ -230,9 +323,9 @@ void attention_reference(const AttentionShape& s, const float* q, int64_t n_tok,
       const int64_t n_keys = pos0 + t + 1;
       double mx = -INFINITY;
       for (int64_t p = 0; p < n_keys; ++p) {
-        const float* k = k_cache + p * s.kv_stride + kv_off;
+        const int64_t k = p * s.kv_stride + kv_off;
         double dot = 0;
-        for (int64_t d = 0; d < s.head_dim; ++d) dot += static_cast<double>(qh[d]) * k[d];
+        for (int64_t d = 0; d < s.head_dim; ++d) dot += static_cast<double>(qh[d]) * at(k_cache_raw, k + d);
         scores[p] = dot * scale;
         mx = std::max(mx, scores[p]);
       }
@@ -240,7 +333,7 @@ void attention_reference(const AttentionShape& s, const float* q, int64_t n_tok,
       for (int64_t p = 0; p < n_keys; ++p) sum += scores[p] = std::exp(scores[p] - mx);
       for (int64_t d = 0; d < s.head_dim; ++d) {
         double o = 0;
-        for (int64_t p = 0; p < n_keys; ++p) o += scores[p] / sum * v_cache[p * s.kv_stride + kv_off + d];
+        for (int64_t p = 0; p < n_keys; ++p) o += scores[p] / sum * at(v_cache_raw, p * s.kv_stride + kv_off + d);
         out[t * q_stride + h * s.head_dim + d] = static_cast<float>(o);
       }
     }
