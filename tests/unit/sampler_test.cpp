@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
+#include <utility>
 #include <map>
 #include <vector>
 
@@ -40,6 +43,51 @@ TEST(Sampler, TemperatureSamplingFollowsTheDistribution) {
   const int n = 20000;
   for (int i = 0; i < n; ++i) ones += s.sample(l.data(), 2);
   EXPECT_NEAR(static_cast<double>(ones) / n, 0.75, 0.02);
+}
+
+// The one-pass top-k selection keeps exactly the candidates (and order) a partial sort
+// of the whole vocabulary by (logit desc, id asc) keeps, ties included: the sampled
+// sequences of the same seed are identical.
+TEST(Sampler, TopKSelectionEqualsAFullPartialSort) {
+  auto reference = [](const std::vector<float>& logits, const SamplerOptions& o, std::mt19937_64& rng) {
+    std::vector<std::pair<float, int32_t>> c;
+    for (size_t i = 0; i < logits.size(); ++i) c.push_back({logits[i] / o.temperature, static_cast<int32_t>(i)});
+    auto by = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+    std::partial_sort(c.begin(), c.begin() + o.top_k, c.end(), by);
+    const size_t k = static_cast<size_t>(o.top_k);
+    std::vector<double> p(k);
+    double sum = 0;
+    for (size_t i = 0; i < k; ++i) sum += (p[i] = std::exp(static_cast<double>(c[i].first - c[0].first)));
+    size_t n = k;
+    if (o.top_p < 1.0f) {
+      double acc = 0;
+      for (size_t i = 0; i < k; ++i) {
+        acc += p[i] / sum;
+        if (acc >= o.top_p) {
+          n = i + 1;
+          break;
+        }
+      }
+      sum = 0;
+      for (size_t i = 0; i < n; ++i) sum += p[i];
+    }
+    double r = std::uniform_real_distribution<double>(0.0, sum)(rng);
+    for (size_t i = 0; i < n; ++i)
+      if ((r -= p[i]) <= 0) return c[i].second;
+    return c[n - 1].second;
+  };
+  std::mt19937 gen(5);
+  for (int trial = 0; trial < 20; ++trial) {
+    // Logits on a coarse grid: many exact ties, some across the k-th place.
+    std::vector<float> l(1000 + 997 * trial);
+    for (auto& x : l) x = static_cast<float>(static_cast<int>(gen() % 64)) / 8.0f;
+    const SamplerOptions o{0.5f + 0.1f * static_cast<float>(trial % 7), 1 + 13 * (trial % 5), trial % 2 ? 0.9f : 1.0f,
+                           static_cast<uint64_t>(trial)};
+    Sampler s(o);
+    std::mt19937_64 rng(o.seed);
+    for (int i = 0; i < 30; ++i) ASSERT_EQ(s.sample(l.data(), static_cast<int64_t>(l.size())), reference(l, o, rng))
+        << "trial " << trial << " draw " << i;
+  }
 }
 
 }  // namespace moeflow
