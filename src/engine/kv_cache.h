@@ -41,10 +41,8 @@ class KvCache {
   const void* v(int64_t layer) const { return v_.data() + offset(layer, 0, 0); }
   // Writes one position's keys and values, [n_head_kv][head_dim] floats each.
   void store(int64_t layer, int64_t pos, const float* k, const float* v) {
-    for (int64_t h = 0; h < n_head_kv_; ++h) {
-      cpu::kv_store(type_, k + h * head_dim_, k_.data() + offset(layer, h, pos), head_dim_);
-      cpu::kv_store(type_, v + h * head_dim_, v_.data() + offset(layer, h, pos), head_dim_);
-    }
+    cpu::kv_store_rows(type_, k, n_head_kv_, head_dim_, k_.data() + offset(layer, 0, pos), head_stride());
+    cpu::kv_store_rows(type_, v, n_head_kv_, head_dim_, v_.data() + offset(layer, 0, pos), head_stride());
   }
   uint64_t bytes() const { return k_.size() + v_.size(); }
 

@@ -209,14 +209,19 @@ void WeightedF16(int hg, const float* HWY_RESTRICT w, int64_t ws, const uint16_t
   WeightedT(hg, w, ws, v, stride, n_keys, hd, o);
 }
 
-// dst[i] = src[i] as IEEE half bits, rounded to nearest even (fp32_to_fp16's rounding).
-void ToF16(const float* HWY_RESTRICT src, uint16_t* HWY_RESTRICT dst, int64_t n) {
+// dst[r * dst_stride + i] = src[r * n + i] (i < n, r < rows) as IEEE half bits,
+// rounded to nearest even (fp32_to_fp16's rounding).
+void ToF16(const float* HWY_RESTRICT src, int64_t rows, int64_t n, uint16_t* HWY_RESTRICT dst, int64_t dst_stride) {
   const DF df;
   const hn::Rebind<hwy::float16_t, DF> dh;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  int64_t i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(hn::DemoteTo(dh, hn::LoadU(df, src + i)), dh, reinterpret_cast<hwy::float16_t*>(dst + i));
-  for (; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = src + r * n;
+    uint16_t* d = dst + r * dst_stride;
+    int64_t i = 0;
+    for (; i + N <= n; i += N) hn::StoreU(hn::DemoteTo(dh, hn::LoadU(df, s + i)), dh, reinterpret_cast<hwy::float16_t*>(d + i));
+    for (; i < n; ++i) d[i] = fp32_to_fp16(s[i]);
+  }
 }
 
 }  // namespace HWY_NAMESPACE
@@ -233,11 +238,13 @@ HWY_EXPORT(Weighted);
 HWY_EXPORT(WeightedF16);
 HWY_EXPORT(ToF16);
 
-void kv_store(DType kv_type, const float* src, void* dst, int64_t n) {
+void kv_store(DType kv_type, const float* src, void* dst, int64_t n) { kv_store_rows(kv_type, src, 1, n, dst, n); }
+
+void kv_store_rows(DType kv_type, const float* src, int64_t rows, int64_t n, void* dst, int64_t dst_stride) {
   if (kv_type == DType::F32) {
-    std::copy_n(src, n, static_cast<float*>(dst));
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * n, n, static_cast<float*>(dst) + r * dst_stride);
   } else if (kv_type == DType::F16) {
-    HWY_DYNAMIC_DISPATCH(ToF16)(src, static_cast<uint16_t*>(dst), n);
+    HWY_DYNAMIC_DISPATCH(ToF16)(src, rows, n, static_cast<uint16_t*>(dst), dst_stride);
   } else {
     throw std::invalid_argument(std::string("moeflow: a ") + dtype_name(kv_type) + " KV cache (f32 or f16 only)");
   }

@@ -30,6 +30,9 @@ void attention(const AttentionShape& s, const float* q, int64_t n_tok, int64_t p
 // Writes n floats into a cache of kv_type elements (f32: copied; f16: rounded to
 // nearest even, as fp32_to_fp16 does). Throws std::invalid_argument for another type.
 void kv_store(DType kv_type, const float* src, void* dst, int64_t n);
+// The same for `rows` rows of n floats (src row r at src + r * n) to dst rows
+// dst_stride elements apart: one call for every kv head of a position.
+void kv_store_rows(DType kv_type, const float* src, int64_t rows, int64_t n, void* dst, int64_t dst_stride);
 
 // The same, one thread, scalar and in double precision: the definition the SIMD
 // version is tested against.
