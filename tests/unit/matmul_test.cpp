@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/q4_vnni.h"
+#include "kernels/cpu/rows_x4_vnni.h"
 #include "kernels/cpu/roofline.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tensor/dtype.h"
@@ -396,6 +397,46 @@ TEST(Matmul, BatchMatchesSeparateMatvecsBitForBit) {
         ASSERT_EQ(ys[i][static_cast<size_t>(r)], alone[i][static_cast<size_t>(r)])
             << dtype_name(cases[i].t) << " job " << i << " row " << r;
     }
+  }
+}
+
+TEST(Matmul, InterleavedBatchReadInPairsMatchesSeparateMatvecsBitForBit) {
+  // Consecutive interleaved jobs of one type and shape are read two at a time, a quad
+  // of each in turn (an expert's gate and up on one activation, two experts' down
+  // projections on two): each output must still be exactly the lone mat-vec's, with
+  // pairs, a job left over after a pair, and a shape change breaking a run.
+  std::mt19937 rng(47);
+  struct Case {
+    DType t;
+    int64_t rows, cols;
+    int x;
+  };
+  const Case cases[] = {{DType::Q4_0, 256, 768, 0}, {DType::Q4_0, 256, 768, 0}, {DType::Q4_0, 256, 768, 1},
+                        {DType::Q4_0, 64, 768, 1},  {DType::Q8_0, 128, 256, 2}, {DType::Q8_0, 128, 256, 2},
+                        {DType::Q4_0, 768, 2048, 3}, {DType::Q4_0, 768, 2048, 4}};
+  std::vector<std::vector<float>> xs = {random_vec(768, rng), random_vec(768, rng), random_vec(256, rng),
+                                        random_vec(2048, rng), random_vec(2048, rng)};
+  std::vector<std::vector<uint8_t>> w4;
+  std::vector<std::vector<float>> alone;
+  for (const Case& c : cases) {
+    const Weights w = make_weights(c.t, c.rows, c.cols, rng);
+    w4.emplace_back(w.bytes.size());
+    rows_x4_repack(c.t, w.bytes.data(), c.rows, c.cols, w4.back().data());
+    alone.emplace_back(static_cast<size_t>(c.rows), NAN);
+    matvec(rows_x4_type(c.t), w4.back().data(), c.rows, c.cols, xs[static_cast<size_t>(c.x)].data(),
+           alone.back().data(), nullptr);
+  }
+  ThreadPool pool2(2), pool3(3);
+  for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+    std::vector<std::vector<float>> ys;
+    std::vector<MatvecJob> jobs;
+    for (size_t i = 0; i < std::size(cases); ++i) {
+      ys.emplace_back(static_cast<size_t>(cases[i].rows), NAN);
+      jobs.push_back({rows_x4_type(cases[i].t), w4[i].data(), cases[i].rows, cases[i].cols,
+                      xs[static_cast<size_t>(cases[i].x)].data(), ys[i].data()});
+    }
+    matvec_batch(jobs.data(), jobs.size(), pool);
+    for (size_t i = 0; i < std::size(cases); ++i) EXPECT_EQ(ys[i], alone[i]) << "job " << i;
   }
 }
 

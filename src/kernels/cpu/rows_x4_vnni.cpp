@@ -105,33 +105,53 @@ MOEFLOW_VNNI_ATTR inline void group_q8(const uint8_t* q, const PackedX4& p, __m5
 }
 
 template <DType T>
+constexpr int64_t kQuadQuant = T == DType::Q4_0_R4 ? 256 : 512;  // a quad's quant bytes per group
+template <DType T>
+constexpr int64_t kQuadStep = kQuadQuant<T> + kRowsX4GroupScaleBytes;  // a quad's bytes per group
+
+// The four rows of one quad (`groups` groups) into out[0, 4), prefetching the quad
+// kRowsX4PrefetchQuads on when that starts before pf_end.
+template <DType T>
+MOEFLOW_VNNI_ATTR inline void one_quad(const uint8_t* quad, int64_t groups, const PackedX4* x, float* out,
+                                       const uint8_t* pf_end) {
+  constexpr int64_t kQuant = kQuadQuant<T>, kStep = kQuadStep<T>;
+  const uint8_t* scales = quad + groups * kQuant;
+  const uint8_t* ahead = quad + kRowsX4PrefetchQuads * groups * kStep;
+  const uint8_t* pf = ahead < pf_end ? ahead : nullptr;
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    if (pf) prefetch_nta(pf + g * kStep, kStep);
+    __m512i hi, lo;
+    if constexpr (T == DType::Q4_0_R4) {
+      group_q4(quad + g * kQuant, x[g], hi, lo);
+    } else {
+      group_q8(quad + g * kQuant, x[g], hi, lo);
+    }
+    acc = add_scaled(acc, hi, lo, scales + g * kRowsX4GroupScaleBytes, x[g]);
+  }
+  // Blocks in the order the GGUF-layout q4_0 kernel adds them (same floats).
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc);
+  for (int r = 0; r < 4; ++r) out[r] = lanes[4 * r] + lanes[4 * r + 1] + lanes[4 * r + 2] + lanes[4 * r + 3];
+}
+
+template <DType T>
 MOEFLOW_VNNI_ATTR void quads(const uint8_t* W, int64_t n_quads, int64_t cols, const PackedX4* x, float* out,
                              const uint8_t* pf_end) {
-  constexpr int64_t kQuant = T == DType::Q4_0_R4 ? 256 : 512;        // a quad's quant bytes per group
-  constexpr int64_t kStep = kQuant + kRowsX4GroupScaleBytes;          // a quad's bytes per group
   const int64_t groups = cols / kRowsX4GroupCols;
-  const size_t qb = static_cast<size_t>(groups * kStep);
-  for (int64_t i = 0; i < n_quads; ++i) {
-    const uint8_t* quad = W + static_cast<size_t>(i) * qb;
-    const uint8_t* scales = quad + groups * kQuant;
-    const uint8_t* ahead = quad + kRowsX4PrefetchQuads * qb;
-    const uint8_t* pf = ahead < pf_end ? ahead : nullptr;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t g = 0; g < groups; ++g) {
-      if (pf) prefetch_nta(pf + g * kStep, kStep);
-      __m512i hi, lo;
-      if constexpr (T == DType::Q4_0_R4) {
-        group_q4(quad + g * kQuant, x[g], hi, lo);
-      } else {
-        group_q8(quad + g * kQuant, x[g], hi, lo);
-      }
-      acc = add_scaled(acc, hi, lo, scales + g * kRowsX4GroupScaleBytes, x[g]);
-    }
-    // Blocks in the order the GGUF-layout q4_0 kernel adds them (same floats).
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, acc);
-    for (int r = 0; r < 4; ++r) out[4 * i + r] = lanes[4 * r] + lanes[4 * r + 1] + lanes[4 * r + 2] + lanes[4 * r + 3];
-  }
+  const size_t qb = static_cast<size_t>(groups * kQuadStep<T>);
+  for (int64_t i = 0; i < n_quads; ++i) one_quad<T>(W + static_cast<size_t>(i) * qb, groups, x, out + 4 * i, pf_end);
+}
+
+// Several matrices' quads in turn (see rows_x4_quads_multi).
+template <DType T>
+MOEFLOW_VNNI_ATTR void quads_multi(const RowsX4Stream* s, int n, int64_t n_quads, int64_t cols) {
+  const int64_t groups = cols / kRowsX4GroupCols;
+  const size_t qb = static_cast<size_t>(groups * kQuadStep<T>);
+  for (int64_t i = 0; i < n_quads; ++i)
+    for (int k = 0; k < n; ++k)
+      one_quad<T>(s[k].W + static_cast<size_t>(i) * qb, groups, reinterpret_cast<const PackedX4*>(s[k].x),
+                  s[k].out + 4 * i, s[k].pf_end);
 }
 
 // Four quant vectors (steps k0..k0+3) of a group to each row's 64 bytes: [b][16 bytes].
@@ -244,11 +264,24 @@ void rows_x4_quads(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, con
   }
 }
 
+void rows_x4_quads_multi(DType t, const RowsX4Stream* s, int n, int64_t n_quads, int64_t cols) {
+  if (t == DType::Q4_0_R4) {
+    quads_multi<DType::Q4_0_R4>(s, n, n_quads, cols);
+  } else if (t == DType::Q8_0_R4) {
+    quads_multi<DType::Q8_0_R4>(s, n, n_quads, cols);
+  } else {
+    throw std::invalid_argument("moeflow: rows_x4_quads_multi: not an interleaved type");
+  }
+}
+
 #else  // no such kernels here: q4_vnni_enabled() is false, so nothing is repacked
 
 void rows_x4_pack_x(const int16_t*, const float*, int64_t, uint8_t*) {}
 void rows_x4_quads(DType, const uint8_t*, int64_t, int64_t, const uint8_t*, float*, const uint8_t*) {
   throw std::logic_error("moeflow: rows_x4_quads without AVX-512 VNNI");
+}
+void rows_x4_quads_multi(DType, const RowsX4Stream*, int, int64_t, int64_t) {
+  throw std::logic_error("moeflow: rows_x4_quads_multi without AVX-512 VNNI");
 }
 
 #endif

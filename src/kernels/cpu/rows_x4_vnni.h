@@ -39,6 +39,19 @@ constexpr int64_t kRowsX4PrefetchQuads = 2;
 void rows_x4_quads(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* xp, float* out,
                    const uint8_t* pf_end);
 
+// n mat-vecs of the same type and width read together, a quad of each in turn, so a
+// core has n memory streams in flight instead of one (a plain read of two streams per
+// core beat one by 10-18% on this project's machine; the decode gain is in matmul.cpp,
+// matvec_batch). Each: its first quad, packed activation, output and prefetch limit,
+// as rows_x4_quads takes them; all advance by n_quads quads.
+struct RowsX4Stream {
+  const uint8_t* W;
+  const uint8_t* x;
+  float* out;
+  const uint8_t* pf_end;
+};
+void rows_x4_quads_multi(DType t, const RowsX4Stream* s, int n, int64_t n_quads, int64_t cols);
+
 // repack_rows_x4 (tensor/rows_x4.h, the reference) with AVX-512 shuffles where the CPU
 // has them: the scalar one moves 4 bytes at a time, ~1 GB/s, seconds of load time for
 // a model of tens of GB.
