@@ -140,10 +140,16 @@ int cmd_bench_kernels(int argc, char** argv) {
     }
     cpu::set_q4_vnni_enabled(true);
   }
+  // The ceiling beside them: plain reads with one and with two streams per thread (a
+  // paired mat-vec batch walks two), next to a triad taken just before.
+  const double read_triad = cpu::measure_triad_bandwidth_gbs(p, triad_bytes);
+  const double read1 = cpu::measure_read_bandwidth_gbs(p, stream_bytes, 1);
+  const double read2 = cpu::measure_read_bandwidth_gbs(p, stream_bytes, 2);
 
   if (a.has("--json")) {
     nlohmann::json j = {{"threads", threads}, {"rows", rows}, {"cols", cols}, {"stream_bytes", stream_bytes},
-                        {"simd_target", cpu::simd_target_name()}, {"kernels", nlohmann::json::array()}};
+                        {"simd_target", cpu::simd_target_name()}, {"kernels", nlohmann::json::array()},
+                        {"reads", {{"one_stream_gbs", read1}, {"two_streams_gbs", read2}, {"triad_gbs", read_triad}}}};
     for (const KernelRun& r : runs)
       j["kernels"].push_back({{"dtype", dtype_name(r.dtype)},
                               {"kernel", r.kernel},
@@ -163,6 +169,9 @@ int cmd_bench_kernels(int argc, char** argv) {
   for (const KernelRun& r : runs)
     std::printf("| %-4s | %-19s | %15.1f | %14.1f | %10.1f | %7.1f%% |\n", dtype_name(r.dtype), r.kernel.c_str(),
                 r.cache_gbs, r.stream_gbs, r.triad_gbs, 100.0 * r.stream_gbs / r.triad_gbs);
+  std::printf("plain reads of %.0f MiB, no arithmetic: one stream per thread %.1f GB/s, two streams per thread "
+              "%.1f GB/s (triad just before: %.1f GB/s)\n",
+              static_cast<double>(stream_bytes) / 1048576.0, read1, read2, read_triad);
   return 0;
 }
 

@@ -64,6 +64,7 @@ TEST(Cli, BenchKernelsJsonHasEveryTypeBesideTheTriad) {
   }
   for (const char* t : {"f32", "f16", "bf16", "q8_0", "q4_0"})
     EXPECT_NE(std::find(types.begin(), types.end(), t), types.end()) << t;
+  for (const char* f : {"one_stream_gbs", "two_streams_gbs", "triad_gbs"}) EXPECT_GT(j["reads"][f].get<double>(), 0.0) << f;
   // Where the CPU runs the VNNI kernel, the interleaved layout's kernel is measured too.
   std::vector<std::string> kernels;
   for (const auto& k : j["kernels"]) kernels.push_back(k["kernel"]);

@@ -756,10 +756,12 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
   // whose activations are packed for the VNNI kernel (an expert's gate and up, k and v,
   // two experts' down projections), read together, a quad of each in turn
   // (rows_x4_quads_multi): each core then streams from two places at once. 330M model,
-  // 2 threads, 6 alternating pairs: q4_0 decode 678-722 -> 775-829 tok/s (+13%), q8_0
-  // 388-468 -> 449-499 (+7-16%, 5 pairs). Four at a time (the whole gate/up batch of a
-  // top-2 step) was no faster than two; a lone matrix read as its two halves together
-  // gained nothing measurable.
+  // 2 threads, alternating A/B runs: q4_0 decode +13% (6 of 6 pairs, same binary with
+  // pairing switched off) and +5% (8 of 10 pairs, against the previous binary); q8_0
+  // +7-16% in one set of 5 pairs, no difference in another: it helps in some of this
+  // VM's memory phases and costs nothing in the others. Four at a time (the whole
+  // gate/up batch of a top-2 step) was no faster than two; a lone matrix read as its
+  // two halves together gained nothing measurable.
   constexpr size_t kStreams = 2;
   struct Item {
     size_t a, n;  // jobs a .. a+n-1

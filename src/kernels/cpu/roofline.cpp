@@ -26,6 +26,22 @@ void Triad(float* HWY_RESTRICT a, const float* HWY_RESTRICT b, const float* HWY_
   for (; i < end; ++i) a[i] = b[i] + s * c[i];
 }
 
+// Sums [begin, end) of x read as `streams` equal parts, one vector of each part in
+// turn (how rows_x4_quads_multi walks paired matrices); returns the sum.
+float ReadStreams(const float* HWY_RESTRICT x, int64_t begin, int64_t end, int streams) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t part = (end - begin) / streams / N * N;
+  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+  for (int64_t i = 0; i < part; i += 2 * N)
+    for (int s = 0; s < streams; ++s) {
+      const float* p = x + begin + s * part + i;
+      acc0 = hn::Add(acc0, hn::LoadU(df, p));
+      if (i + N < part) acc1 = hn::Add(acc1, hn::LoadU(df, p + N));
+    }
+  return hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0, acc1)));
+}
+
 // Runs `iters` rounds of 12 independent vector FMAs; returns the lanes per vector.
 int64_t FmaLoop(int64_t iters, float* sink) {
   const hn::ScalableTag<float> df;
@@ -51,6 +67,7 @@ HWY_AFTER_NAMESPACE();
 namespace moeflow::cpu {
 
 HWY_EXPORT(Triad);
+HWY_EXPORT(ReadStreams);
 HWY_EXPORT(FmaLoop);
 
 namespace {
@@ -91,6 +108,29 @@ double measure_triad_bandwidth_gbs(ThreadPool* pool, size_t bytes_per_array) {
   volatile float keep = a[static_cast<size_t>(n / 2)];
   (void)keep;
   return bytes / best / 1e9;
+}
+
+double measure_read_bandwidth_gbs(ThreadPool* pool, size_t bytes, int streams) {
+  const int64_t n = std::max<int64_t>(1024, static_cast<int64_t>(bytes / sizeof(float)));
+  std::vector<float> a(static_cast<size_t>(n));
+  const auto read = HWY_DYNAMIC_DISPATCH(ReadStreams);
+  run_parallel(pool, n, 4096, [&](int64_t i0, int64_t i1, int) { std::fill(a.begin() + i0, a.begin() + i1, 1.0f); });
+  const int parts = pool ? pool->size() : 1;
+  std::vector<float> sink(static_cast<size_t>(parts));
+  double best = 1e30;
+  int reps = 5;
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto t0 = Clock::now();
+    run_parallel(pool, n, 4096, [&](int64_t i0, int64_t i1, int t) {
+      sink[static_cast<size_t>(t)] += read(a.data(), i0, i1, std::max(1, streams));
+    });
+    const double dt = seconds_since(t0);
+    best = std::min(best, dt);
+    if (rep == 0 && reps < 50) reps = std::clamp(static_cast<int>(0.3 / std::max(dt, 1e-6)), 5, 50);
+  }
+  volatile float keep = sink[0];
+  (void)keep;
+  return static_cast<double>(n) * sizeof(float) / best / 1e9;
 }
 
 double measure_peak_fma_gflops(ThreadPool* pool) {

@@ -11,6 +11,12 @@ namespace moeflow::cpu {
 // Counts 3 * bytes_per_array per pass (read b, read c, write a); returns GB/s (1e9).
 double measure_triad_bandwidth_gbs(ThreadPool* pool, size_t bytes_per_array);
 
+// Plain reads of `bytes` of floats split over the pool (null: one thread), each
+// thread's share read as `streams` equal parts, one vector of each in turn: the
+// ceiling a streaming mat-vec could reach with that many streams per core. Best of
+// several repetitions; returns GB/s (1e9).
+double measure_read_bandwidth_gbs(ThreadPool* pool, size_t bytes, int streams);
+
 // Peak f32 FMA throughput: a tight loop of independent Highway-vector FMAs on every
 // thread of the pool (null: one thread). Returns GFLOP/s, 2 flops per FMA lane.
 double measure_peak_fma_gflops(ThreadPool* pool);

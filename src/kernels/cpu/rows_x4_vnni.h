@@ -40,10 +40,9 @@ void rows_x4_quads(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, con
                    const uint8_t* pf_end);
 
 // n mat-vecs of the same type and width read together, a quad of each in turn, so a
-// core has n memory streams in flight instead of one (a plain read of two streams per
-// core beat one by 10-18% on this project's machine; the decode gain is in matmul.cpp,
-// matvec_batch). Each: its first quad, packed activation, output and prefetch limit,
-// as rows_x4_quads takes them; all advance by n_quads quads.
+// core has n memory streams in flight instead of one (what it gains in decode:
+// matmul.cpp, matvec_batch). Each: its first quad, packed activation, output and
+// prefetch limit, as rows_x4_quads takes them; all advance by n_quads quads.
 struct RowsX4Stream {
   const uint8_t* W;
   const uint8_t* x;
