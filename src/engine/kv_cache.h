@@ -8,7 +8,10 @@
 // Elements are f32 or f16. Attention streams the whole cache of a layer once per
 // decode step, so f16 halves that traffic (and the cache's memory) at the price of
 // rounding keys and values to 11 significant bits (relative 2^-12), below the
-// rounding q8_0 / q4_0 weights already carry; see default_kv_type.
+// rounding q8_0 / q4_0 weights already carry; see default_kv_type. 330M q4_0 model,
+// 1024-token prompt, f32 against f16 alternating: decode +9-25% in 5 of 7 pairs, the
+// other 2 within noise; the fixtures' logits move from 4e-5 to 2.4-4.1e-4 of the
+// reference (bound 1e-3), greedy tokens unchanged.
 #pragma once
 #include <cstddef>
 #include <cstdint>
