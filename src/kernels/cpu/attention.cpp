@@ -274,10 +274,16 @@ void attention_typed(const AttentionShape& s, const float* q, int64_t n_tok, int
   const auto [scores_fn, weighted_fn] = kernels_for<T>();
   auto softmax_fn = HWY_DYNAMIC_DISPATCH(Softmax);
   // A job: one token's chunk of up to kHeads query heads of one kv head.
+  const int64_t jobs = n_tok * s.n_head_kv * chunks;
   auto work = [&](int64_t begin, int64_t end, int) {
     thread_local std::vector<float> scores;
     if (scores.size() < static_cast<size_t>(kHeads * n_ctx)) scores.resize(static_cast<size_t>(kHeads * n_ctx));
-    for (int64_t job = begin; job < end; ++job) {
+    for (int64_t i = begin; i < end; ++i) {
+      // Jobs dealt in zig-zag order (0, last, 1, last - 1, ...): in prefill token t
+      // attends to pos0 + t + 1 positions, so plain contiguous shares would give the
+      // last thread the longest rows (3:1 on two threads from an empty cache); pairs of
+      // a short and a long row make every share about even.
+      const int64_t job = i % 2 == 0 ? i / 2 : jobs - 1 - i / 2;
       const int64_t t = job / (s.n_head_kv * chunks), rest = job % (s.n_head_kv * chunks);
       const int64_t g = rest / chunks, h0 = g * group + (rest % chunks) * kHeads;
       const int hg = static_cast<int>(std::min<int64_t>(kHeads, (g + 1) * group - h0));
@@ -289,7 +295,6 @@ void attention_typed(const AttentionShape& s, const float* q, int64_t n_tok, int
       weighted_fn(hg, scores.data(), n_ctx, kv_v, s.kv_stride, n_keys, hd, out + t * q_stride + h0 * hd);
     }
   };
-  const int64_t jobs = n_tok * s.n_head_kv * chunks;
   if (pool) pool->parallel_for(jobs, work);
   else work(0, jobs, 0);
 }
