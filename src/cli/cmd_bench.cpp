@@ -52,6 +52,7 @@ struct PolicyRun {
   std::string policy;
   double pp_seconds = 1e30, tg_seconds = 1e30;
   CacheCounters tg;  // during the best generation repetition
+  ThreadPool::Stats tg_sections;  // the pool's parallel sections in that repetition
   bool offloaded = false;
 };
 
@@ -116,6 +117,7 @@ int cmd_bench(int argc, char** argv) {
       tf.eval(prompt.data(), n_prompt, false, logits);
       run.pp_seconds = std::min(run.pp_seconds, now() - t0);
       const CacheCounters before = off.active() ? off.cache->counters() : CacheCounters{};
+      lm.pool->set_timing(true);
       t0 = now();
       int32_t tok = prompt.back();
       for (int64_t i = 0; i < n_gen; ++i) {
@@ -123,9 +125,11 @@ int cmd_bench(int argc, char** argv) {
         tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       }
       const double dt = now() - t0;
+      lm.pool->set_timing(false);
       if (dt < run.tg_seconds) {
         if (!off.active()) best_rep = r;
         run.tg_seconds = dt;
+        run.tg_sections = lm.pool->stats();
         if (off.active()) run.tg = off.cache->counters() - before;
       }
       if (off.active()) off.source->end_request();
@@ -150,6 +154,16 @@ int cmd_bench(int argc, char** argv) {
   const double pp_flops = matrix_flops_per_token(m) * static_cast<double>(n_prompt) + attn;
   const double pp_gflops = pp_flops / best_pp / 1e9;
   const double tg_gbs = bytes_tok * tg_tps / 1e9;
+  // Where the fastest generation's time went: inside the pool's parallel sections or
+  // between them (the calling thread alone: norms, quantising activations, routing),
+  // and inside them, how long the last part started after the job was published and
+  // how long the first finished part's thread then sat idle until the last finished.
+  const ThreadPool::Stats& sec = runs[0].tg_sections;
+  const nlohmann::json tg_sections = {
+      {"per_token", static_cast<double>(sec.sections) / static_cast<double>(n_gen)},
+      {"parallel_fraction", sec.section_seconds / best_tg},
+      {"start_delay_fraction", sec.start_seconds / best_tg},
+      {"uneven_finish_fraction", sec.uneven_seconds / best_tg}};
 
   // The bound for a budget: the storage's O_DIRECT read bandwidth against the bytes
   // each generated token actually missed (perfect overlap with compute: the smaller
@@ -196,6 +210,7 @@ int cmd_bench(int argc, char** argv) {
                         {"tg_tokens_per_second", tg_tps},
                         {"weight_bytes_per_token", bytes_tok},
                         {"tg_effective_gbs", tg_gbs},
+                        {"tg_sections", tg_sections},
                         {"triad_bandwidth_gbs", bw_gbs},
                         {"triad_bandwidth_gbs_all_measurements", triads},
                         {"tg_bound_tokens_per_second", tg_bound},
@@ -226,6 +241,13 @@ int cmd_bench(int argc, char** argv) {
   std::printf("| tg%-6lld | %8.1f | %7.2f GB/s      | %7.1f tok/s (%.2f GB/s triad) | %6.1f%% |\n", static_cast<long long>(n_gen),
               tg_tps, tg_gbs, tg_bound, bw_gbs, 100.0 * tg_tps / tg_bound);
   std::printf("weights read per generated token: %.2f MiB\n", bytes_tok / (1 << 20));
+  if (sec.sections > 0)
+    std::printf("generation: %.1f parallel sections per token, %.1f%% of the time inside them (%.1f%% waiting for the "
+                "last part to start, %.1f%% with a thread done and waiting for the last to finish), %.1f%% between "
+                "them on one thread\n",
+                static_cast<double>(sec.sections) / static_cast<double>(n_gen), 100.0 * sec.section_seconds / best_tg,
+                100.0 * sec.start_seconds / best_tg, 100.0 * sec.uneven_seconds / best_tg,
+                100.0 * (1.0 - sec.section_seconds / best_tg));
   std::printf("triad GB/s before each generation repetition and after the last:");
   for (double t : triads) std::printf(" %.1f", t);
   std::printf(" (the bound uses the two around the fastest repetition)\n");

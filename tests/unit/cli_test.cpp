@@ -72,6 +72,29 @@ TEST(Cli, BenchKernelsJsonHasEveryTypeBesideTheTriad) {
   EXPECT_EQ(std::find(kernels.begin(), kernels.end(), "avx512-vnni rows x4") != kernels.end(), vnni);
 }
 
+// bench reports each speed beside its bound, and where generation's time went (inside
+// the pool's parallel sections or between them); with a policy, one row per policy.
+TEST(Cli, BenchJsonHasSpeedsBoundsAndSections) {
+  const Result r = run("bench -m " + kModel + " -p 8 -n 4 -r 1 --threads 2 --json --policy lru --expert-budget 50%");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_EQ(j["threads"].get<int>(), 2);
+  for (const char* f : {"pp_tokens_per_second", "tg_tokens_per_second", "tg_bound_tokens_per_second",
+                        "triad_bandwidth_gbs", "peak_gflops", "weight_bytes_per_token"})
+    EXPECT_GT(j[f].get<double>(), 0.0) << f;
+  EXPECT_NEAR(j["tg_fraction_of_bound"].get<double>(),
+              j["tg_tokens_per_second"].get<double>() / j["tg_bound_tokens_per_second"].get<double>(), 1e-9);
+  const auto& sec = j["tg_sections"];
+  EXPECT_GT(sec["per_token"].get<double>(), 0.0);
+  for (const char* f : {"parallel_fraction", "start_delay_fraction", "uneven_finish_fraction"}) {
+    EXPECT_GE(sec[f].get<double>(), 0.0) << f;
+    EXPECT_LE(sec[f].get<double>(), 1.0) << f;
+  }
+  ASSERT_EQ(j["policies"].size(), 2u);
+  EXPECT_EQ(j["policies"][1]["policy"], "lru");
+  EXPECT_GE(j["policies"][1]["hit_rate"].get<double>(), 0.0);
+}
+
 // q4_0 weights repacked for the VNNI kernel (the default) and left in GGUF's layout
 // (--no-repack) give the same tokens: both kernels add the same integer sums in the
 // same order.

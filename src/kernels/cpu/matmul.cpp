@@ -676,8 +676,9 @@ const MvInput* matvec_inputs(const MatvecJob* jobs, size_t n_jobs) {
 // `group`; the groups of all jobs are numbered end to end and thread p starts with
 // those whose cost (row_cost[j] per row: bytes for a mat-vec, FLOPs for a mat-mul;
 // an expert's down projection and its gate differ) lies in the p-th P-th of the total,
-// walking them front to back in chunks of `own` groups; a thread whose range is empty
-// takes chunks of `steal` groups from the back of another's (WorkRanges).
+// walking them front to back in chunks of `own` groups (fewer near its end); a thread
+// whose range is empty takes chunks of `steal` groups from the back of another's
+// (WorkRanges).
 struct RowWork {
   int64_t rows;
   uint64_t row_cost;

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <exception>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -35,6 +36,10 @@ constexpr uint64_t kPartsMask = (uint64_t{1} << kPartsBits) - 1;
 constexpr int kMaxThreads = static_cast<int>(kPartsMask);
 
 using Clock = std::chrono::steady_clock;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
 
 // How long a thread busy-waits before blocking. Long enough to bridge the serial
 // gaps between the parallel_for calls of one decode step, short enough that an idle
@@ -85,7 +90,7 @@ Range chunk_of(int64_t n, int64_t grain, int parts, int index) {
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads)
-    : n_threads_(std::clamp(n_threads, 1, kMaxThreads)) {
+    : n_threads_(std::clamp(n_threads, 1, kMaxThreads)), part_times_(static_cast<size_t>(n_threads_)) {
   workers_.reserve(static_cast<size_t>(n_threads_ - 1));
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
@@ -97,6 +102,11 @@ ThreadPool::~ThreadPool() {
   }
   cv_start_.notify_all();
   for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::set_timing(bool on) {
+  timing_ = on;
+  if (on) stats_ = Stats{};
 }
 
 void ThreadPool::run_chunk(int64_t n, int64_t grain, int parts, int index,
@@ -116,6 +126,8 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     return;
   }
 
+  const int64_t t_publish = timing_ ? now_ns() : 0;
+  job_timed_ = timing_;
   job_ = &fn;
   job_n_ = n;
   job_grain_ = grain;
@@ -130,11 +142,13 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   }
 
   std::exception_ptr mine;
+  if (timing_) part_times_[0].start_ns = now_ns();
   try {
     run_chunk(n, grain, parts, 0, fn);
   } catch (...) {
     mine = std::current_exception();
   }
+  if (timing_) part_times_[0].finish_ns = now_ns();
 
   auto done = [this] { return pending_.load(std::memory_order_acquire) == 0; };
   if (!spin_until(done, spin_ns(n_threads_))) {
@@ -144,6 +158,22 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     caller_sleeping_.store(false, std::memory_order_relaxed);
   }
   job_ = nullptr;
+  if (timing_) {
+    // The workers wrote their times before their pending_ decrement (seq_cst), which
+    // the acquire loads above saw: the values are theirs for this job.
+    const int64_t t_join = now_ns();
+    int64_t latest_start = 0, first_finish = std::numeric_limits<int64_t>::max(), last_finish = 0;
+    for (int p = 0; p < parts; ++p) {
+      const PartTimes& t = part_times_[static_cast<size_t>(p)];
+      latest_start = std::max(latest_start, t.start_ns);
+      first_finish = std::min(first_finish, t.finish_ns);
+      last_finish = std::max(last_finish, t.finish_ns);
+    }
+    ++stats_.sections;
+    stats_.section_seconds += 1e-9 * static_cast<double>(t_join - t_publish);
+    stats_.start_seconds += 1e-9 * static_cast<double>(latest_start - t_publish);
+    stats_.uneven_seconds += 1e-9 * static_cast<double>(last_finish - first_finish);
+  }
   std::exception_ptr err = mine ? mine : worker_error_;
   worker_error_ = nullptr;
   if (err) std::rethrow_exception(err);
@@ -172,11 +202,15 @@ void ThreadPool::worker(int index) {
     if (index >= parts) continue;  // no chunk for us; the job fields are not ours to read
 
     std::exception_ptr err;
+    const bool timed = job_timed_;
+    PartTimes& times = part_times_[static_cast<size_t>(index)];
+    if (timed) times.start_ns = now_ns();
     try {
       run_chunk(job_n_, job_grain_, parts, index, *job_);
     } catch (...) {
       err = std::current_exception();
     }
+    if (timed) times.finish_ns = now_ns();
     if (err) {
       std::lock_guard<std::mutex> lk(mu_);
       if (!worker_error_) worker_error_ = err;

@@ -26,6 +26,19 @@ class ThreadPool {
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
                     int64_t grain = 1);
 
+  // Where the parallel sections' time goes (for `moeflow bench`): with timing on, each
+  // parallel_for with more than one part reads the clock when it publishes the job,
+  // when every part starts and finishes, and at the join (~8 reads per section on two
+  // threads; off by default).
+  struct Stats {
+    int64_t sections = 0;
+    double section_seconds = 0;  // publish to join, summed
+    double start_seconds = 0;    // publish to the latest part's start (waking the workers)
+    double uneven_seconds = 0;   // first part finished to last part finished (an idle thread)
+  };
+  void set_timing(bool on);  // on: also restarts the counts
+  Stats stats() const { return stats_; }
+
  private:
   void worker(int index);
   void run_chunk(int64_t n, int64_t grain, int parts, int index,
@@ -43,6 +56,13 @@ class ThreadPool {
   std::atomic<bool> caller_sleeping_{false}; // caller blocked on cv_done_
   std::atomic<bool> stop_{false};
   std::exception_ptr worker_error_;          // first exception thrown by a worker's chunk
+  struct alignas(64) PartTimes {             // one cache line per thread: no false sharing
+    int64_t start_ns = 0, finish_ns = 0;
+  };
+  bool timing_ = false;                      // the caller's switch
+  bool job_timed_ = false;                   // the current job's copy, read by the workers
+  std::vector<PartTimes> part_times_;
+  Stats stats_;
 };
 
 }  // namespace moeflow

@@ -1,0 +1,133 @@
+#include "kernels/cpu/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu/work_ranges.h"
+
+namespace moeflow {
+namespace {
+
+TEST(ThreadPool, ParallelForRunsEveryIndexOnce) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 2, 7, 100, 1001})
+      for (int64_t grain : {1, 8, 64}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        pool.parallel_for(
+            n,
+            [&](int64_t b, int64_t e, int part) {
+              ASSERT_GE(part, 0);
+              ASSERT_LT(part, threads);
+              if (e < n) {
+                ASSERT_EQ(e % grain, 0) << "chunks end on the grain";
+              }
+              for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+            },
+            grain);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << threads << " threads, n " << n << ", grain " << grain;
+      }
+  }
+}
+
+TEST(ThreadPool, AWorkersExceptionReachesTheCaller) {
+  ThreadPool pool(2);
+  EXPECT_THROW(pool.parallel_for(2,
+                                 [](int64_t, int64_t, int part) {
+                                   if (part == 1) throw std::runtime_error("worker failed");
+                                 }),
+               std::runtime_error);
+  int64_t sum = 0;  // and the pool still works afterwards
+  pool.parallel_for(1, [&](int64_t b, int64_t e, int) { sum += e - b; });
+  EXPECT_EQ(sum, 1);
+}
+
+// The timing the bench reports: every multi-part section counted once, its parts'
+// start delay and uneven finish inside the section's own time; switching timing off
+// keeps the counts, and sections after that are not counted.
+TEST(ThreadPool, TimingCountsSectionsAndTheirParts) {
+  ThreadPool pool(2);
+  pool.set_timing(true);
+  for (int i = 0; i < 5; ++i)
+    pool.parallel_for(2, [](int64_t, int64_t, int part) {
+      // Part 1 finishes ~2 ms after part 0: an uneven finish of about that much.
+      if (part == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    });
+  pool.parallel_for(1, [](int64_t, int64_t, int) {});  // one part: not a parallel section
+  pool.set_timing(false);
+  pool.parallel_for(2, [](int64_t, int64_t, int) {});
+  const ThreadPool::Stats s = pool.stats();
+  EXPECT_EQ(s.sections, 5);
+  EXPECT_GE(s.start_seconds, 0.0);
+  EXPECT_GE(s.uneven_seconds, 5 * 0.0015);
+  EXPECT_LE(s.start_seconds, s.section_seconds);
+  EXPECT_LE(s.uneven_seconds, s.section_seconds);
+  EXPECT_GE(s.section_seconds, 5 * 0.002);
+  pool.set_timing(true);
+  EXPECT_EQ(pool.stats().sections, 0) << "switching timing on restarts the counts";
+}
+
+// One thread alone walks its range in chunks of `own` until half of what is left is
+// smaller, then in halves down to `steal` items (guided scheduling).
+TEST(WorkRanges, OwnChunksShrinkToHalfOfWhatIsLeft) {
+  cpu::WorkRanges wr;
+  const uint32_t bounds[] = {0, 100};
+  wr.reset(bounds, 1);
+  std::vector<uint32_t> sizes;
+  uint32_t b = 0, e = 0, expect_begin = 0;
+  while (wr.next(0, 32, 4, b, e)) {
+    EXPECT_EQ(b, expect_begin) << "front to back, no gaps";
+    expect_begin = e;
+    sizes.push_back(e - b);
+  }
+  EXPECT_EQ(sizes, (std::vector<uint32_t>{32, 32, 18, 9, 4, 4, 1}));
+}
+
+TEST(WorkRanges, AThreadThatRunsDryStealsFromTheBackOfAnother) {
+  cpu::WorkRanges wr;
+  const uint32_t bounds[] = {0, 6, 50};
+  wr.reset(bounds, 2);
+  uint32_t b = 0, e = 0;
+  ASSERT_TRUE(wr.next(0, 32, 4, b, e));
+  EXPECT_EQ(b, 0u);
+  EXPECT_EQ(e, 4u);  // min(32, max(4, 6 / 2))
+  ASSERT_TRUE(wr.next(0, 32, 4, b, e));
+  EXPECT_EQ(b, 4u);
+  EXPECT_EQ(e, 6u);
+  ASSERT_TRUE(wr.next(0, 32, 4, b, e));  // own range empty: the back of thread 1's
+  EXPECT_EQ(b, 46u);
+  EXPECT_EQ(e, 50u);
+  ASSERT_TRUE(wr.next(1, 32, 4, b, e));  // thread 1 still starts at its front
+  EXPECT_EQ(b, 6u);
+  EXPECT_EQ(e, 26u);  // min(32, max(4, 40 / 2))
+}
+
+TEST(WorkRanges, ConcurrentThreadsTakeEveryItemOnce) {
+  constexpr int kThreads = 4;
+  constexpr uint32_t kItems = 20000;
+  for (int round = 0; round < 20; ++round) {
+    cpu::WorkRanges wr;
+    // Uneven ranges, so that stealing happens.
+    const uint32_t bounds[kThreads + 1] = {0, 100, 9000, 9500, kItems};
+    wr.reset(bounds, kThreads);
+    std::vector<std::atomic<int>> taken(kItems);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+      threads.emplace_back([&, t] {
+        uint32_t b = 0, e = 0;
+        while (wr.next(t, 32, 4, b, e))
+          for (uint32_t i = b; i < e; ++i) taken[i].fetch_add(1);
+      });
+    for (auto& th : threads) th.join();
+    for (uint32_t i = 0; i < kItems; ++i) ASSERT_EQ(taken[i].load(), 1) << "item " << i << ", round " << round;
+  }
+}
+
+}  // namespace
+}  // namespace moeflow
