@@ -6,7 +6,7 @@
 
 namespace moeflow::cpu {
 
-void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps) {
+void rmsnorm_reference(const float* x, const float* w, float* y, int64_t n, float eps) {
   // Accumulate in double: the reference does, and for n in the thousands the f32
   // sum of squares already differs in the 6th digit.
   double ss = 0;

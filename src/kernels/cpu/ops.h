@@ -6,7 +6,10 @@
 namespace moeflow::cpu {
 
 // y = x / sqrt(mean(x^2) + eps) * w   (w may be null: no scale). y may alias x.
+// SIMD, the sum of squares in double (rmsnorm.cpp).
 void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps);
+// The same one element at a time: the definition rmsnorm is tested against.
+void rmsnorm_reference(const float* x, const float* w, float* y, int64_t n, float eps);
 // Numerically stable softmax in place.
 void softmax(float* x, int64_t n);
 // out[i] = silu(gate[i]) * up[i]. out may alias gate. SIMD (swiglu.cpp; the exp of
