@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -13,40 +12,7 @@
 namespace moeflow {
 namespace {
 
-TEST(ThreadPool, ParallelForRunsEveryIndexOnce) {
-  for (int threads : {1, 2, 3, 5}) {
-    ThreadPool pool(threads);
-    for (int64_t n : {1, 2, 7, 100, 1001})
-      for (int64_t grain : {1, 8, 64}) {
-        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
-        pool.parallel_for(
-            n,
-            [&](int64_t b, int64_t e, int part) {
-              ASSERT_GE(part, 0);
-              ASSERT_LT(part, threads);
-              if (e < n) {
-                ASSERT_EQ(e % grain, 0) << "chunks end on the grain";
-              }
-              for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
-            },
-            grain);
-        for (int64_t i = 0; i < n; ++i)
-          ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << threads << " threads, n " << n << ", grain " << grain;
-      }
-  }
-}
-
-TEST(ThreadPool, AWorkersExceptionReachesTheCaller) {
-  ThreadPool pool(2);
-  EXPECT_THROW(pool.parallel_for(2,
-                                 [](int64_t, int64_t, int part) {
-                                   if (part == 1) throw std::runtime_error("worker failed");
-                                 }),
-               std::runtime_error);
-  int64_t sum = 0;  // and the pool still works afterwards
-  pool.parallel_for(1, [&](int64_t b, int64_t e, int) { sum += e - b; });
-  EXPECT_EQ(sum, 1);
-}
+// (parallel_for's coverage and its exceptions are tested in matmul_test.cpp.)
 
 // The timing the bench reports: every multi-part section counted once, its parts'
 // start delay and uneven finish inside the section's own time; switching timing off
