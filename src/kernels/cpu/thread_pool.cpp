@@ -15,8 +15,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <limits>
 #include <exception>
+#include <limits>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
