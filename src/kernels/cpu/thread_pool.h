@@ -28,7 +28,7 @@ class ThreadPool {
 
   // Where the parallel sections' time goes (for `moeflow bench`): with timing on, each
   // parallel_for with more than one part reads the clock when it publishes the job,
-  // when every part starts and finishes, and at the join (~8 reads per section on two
+  // when every part starts and finishes, and at the join (6 reads per section on two
   // threads; off by default).
   struct Stats {
     int64_t sections = 0;

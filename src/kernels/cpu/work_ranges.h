@@ -37,7 +37,7 @@ class WorkRanges {
   // Returns false when all ranges are empty.
   bool next(int self, uint32_t own, uint32_t steal, uint32_t& begin, uint32_t& end) {
     if (take(self, own, steal, true, begin, end)) return true;
-    for (int k = 1; k < n_; ++k)
+    for (int k = 1; k < n_; ++k)  // least == most: a steal never shrinks below `steal`
       if (take((self + k) % n_, steal, steal, false, begin, end)) return true;
     return false;
   }
@@ -48,16 +48,17 @@ class WorkRanges {
   };
   static uint64_t pack(uint32_t f, uint32_t b) { return uint64_t{f} << 32 | b; }
 
-  bool take(int i, uint32_t n, uint32_t least, bool front, uint32_t& begin, uint32_t& end) {
+  // Up to `most` items, at most half of what is left but at least `least`.
+  bool take(int i, uint32_t most, uint32_t least, bool front, uint32_t& begin, uint32_t& end) {
     std::atomic<uint64_t>& a = slots_[i].fb;
     uint64_t v = a.load(std::memory_order_relaxed);
     for (;;) {
       const uint32_t f = static_cast<uint32_t>(v >> 32), b = static_cast<uint32_t>(v);
       if (f >= b) return false;
-      // From the front, no more than half of what is left (but at least `least`): a
-      // chunk cannot be stolen once taken, so near the end of a range smaller chunks
-      // leave the back open to a thread that ran dry instead of keeping it idle.
-      const uint32_t c = front ? std::min({n, b - f, std::max(least, (b - f) / 2)}) : std::min(n, b - f);
+      // No more than half of what is left: a chunk cannot be stolen once taken, so
+      // near the end of a range smaller chunks leave the back open to a thread that
+      // ran dry instead of keeping it idle.
+      const uint32_t c = std::min({most, b - f, std::max(least, (b - f) / 2)});
       const uint64_t nv = front ? pack(f + c, b) : pack(f, b - c);
       if (a.compare_exchange_weak(v, nv, std::memory_order_acq_rel, std::memory_order_relaxed)) {
         begin = front ? f : b - c;
