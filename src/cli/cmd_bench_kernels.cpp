@@ -3,7 +3,9 @@
 // is a chain of mat-vecs; this separates how fast the kernel computes (a matrix that
 // stays in cache) from how well it keeps up with memory (many matrices, far more bytes
 // than the caches), without a model. Where a CPU has a second kernel for a type (q4_0:
-// AVX-512 VNNI and the f32 Highway kernel) both are measured in the same run.
+// AVX-512 VNNI and the f32 Highway kernel) both are measured in the same run, and the
+// interleaved layout's kernel also as decode runs an expert's gate and up: two
+// matrices on one activation in one batch.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,16 +39,26 @@ struct KernelRun {
 };
 
 // GB/s of mat-vecs over the n_mat matrices at W (each mat_bytes), cycled: the best of
-// 3 passes of at least min_seconds each.
+// 3 passes of at least min_seconds each. Paired: matrices m and m + 1 as one batch on
+// the same x, as a decode step runs an expert's gate and up (y: 2 * rows floats).
 double matvec_gbs(DType t, const uint8_t* W, size_t mat_bytes, int64_t n_mat, int64_t rows, int64_t cols,
-                  const float* x, float* y, ThreadPool* pool, double min_seconds) {
+                  const float* x, float* y, ThreadPool* pool, double min_seconds, bool paired) {
+  auto mat = [&](int64_t m) { return W + mat_bytes * static_cast<size_t>(m); };
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
     int64_t calls = 0;
     const double t0 = now();
     double dt = 0;
     do {
-      for (int64_t m = 0; m < n_mat; ++m, ++calls) cpu::matvec(t, W + mat_bytes * static_cast<size_t>(m), rows, cols, x, y, pool);
+      for (int64_t m = 0; m < n_mat; ++m, ++calls) {
+        if (paired && m + 1 < n_mat) {
+          const cpu::MatvecJob jobs[2] = {{t, mat(m), rows, cols, x, y}, {t, mat(m + 1), rows, cols, x, y + rows}};
+          cpu::matvec_batch(jobs, 2, pool);
+          ++m, ++calls;
+          continue;
+        }
+        cpu::matvec(t, mat(m), rows, cols, x, y, pool);
+      }
       dt = now() - t0;
     } while (dt < min_seconds);
     best = std::max(best, static_cast<double>(calls) * static_cast<double>(mat_bytes) / dt / 1e9);
@@ -80,7 +92,7 @@ int cmd_bench_kernels(int argc, char** argv) {
 
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(cols)), y(static_cast<size_t>(rows)), row(static_cast<size_t>(cols));
+  std::vector<float> x(static_cast<size_t>(cols)), y(2 * static_cast<size_t>(rows)), row(static_cast<size_t>(cols));
   for (float& v : x) v = uni(rng);
 
   const bool vnni = cpu::q4_vnni_enabled();
@@ -109,11 +121,15 @@ int cmd_bench_kernels(int argc, char** argv) {
     // has a VNNI kernel for that too, then the f32 one.
     struct Kernel {
       std::string name;
-      bool vnni, interleaved;
+      bool vnni, interleaved, paired = false;
     };
     const std::string target = cpu::simd_target_name();
     std::vector<Kernel> kernels;
-    if (vnni && rows_x4_type(t) != t && rows_x4_fits(rows, cols)) kernels.push_back({"avx512-vnni rows x4", true, true});
+    if (vnni && rows_x4_type(t) != t && rows_x4_fits(rows, cols)) {
+      kernels.push_back({"avx512-vnni rows x4", true, true});
+      // Two matrices on one activation read together (rows_x4_quads_multi).
+      kernels.push_back({"rows x4, pairs on one x", true, true, true});
+    }
     if (t == DType::Q4_0 && vnni) {
       kernels.push_back({"avx512-vnni", true, false});
       kernels.push_back({"f32 (" + target + ")", false, false});
@@ -122,18 +138,22 @@ int cmd_bench_kernels(int argc, char** argv) {
     }
     // From cache: the first rows of the matrix, ~256 KiB per thread, so that every
     // type's matrix stays in the cores' L2 (whole quads for the interleaved layout).
+    // Paired, the same rows as two matrices of half as many.
     const int64_t cache_rows =
-        std::clamp<int64_t>(static_cast<int64_t>((256u << 10) * static_cast<size_t>(threads) / rb) / 4 * 4, 4, rows);
+        std::clamp<int64_t>(static_cast<int64_t>((256u << 10) * static_cast<size_t>(threads) / rb) / 8 * 8,
+                            std::min<int64_t>(8, rows), rows);
     for (const Kernel& k : kernels) {
       cpu::set_q4_vnni_enabled(k.vnni);
       if (k.interleaved)  // every copy from the one GGUF-layout matrix, as the resident copy is made
         for (int64_t m = 0; m < n_mat; ++m) cpu::rows_x4_repack(t, w0.data(), rows, cols, w + mat_bytes * static_cast<size_t>(m));
       const DType kt = k.interleaved ? rows_x4_type(t) : t;
       KernelRun run{t, k.name};
-      run.cache_gbs = matvec_gbs(kt, w, rb * static_cast<size_t>(cache_rows), 1, cache_rows, cols, x.data(),
-                                 y.data(), p, min_seconds);
+      const bool pair_cache = k.paired && cache_rows % 8 == 0;
+      const int64_t cache_mats = pair_cache ? 2 : 1;
+      run.cache_gbs = matvec_gbs(kt, w, rb * static_cast<size_t>(cache_rows / cache_mats), cache_mats,
+                                 cache_rows / cache_mats, cols, x.data(), y.data(), p, min_seconds, pair_cache);
       run.triad_gbs = cpu::measure_triad_bandwidth_gbs(p, triad_bytes);
-      run.stream_gbs = matvec_gbs(kt, w, mat_bytes, n_mat, rows, cols, x.data(), y.data(), p, min_seconds);
+      run.stream_gbs = matvec_gbs(kt, w, mat_bytes, n_mat, rows, cols, x.data(), y.data(), p, min_seconds, k.paired);
       runs.push_back(run);
       if (k.interleaved)  // back to GGUF's rows for the next kernels
         for (int64_t m = 0; m < n_mat; ++m) std::memcpy(w + mat_bytes * static_cast<size_t>(m), w0.data(), mat_bytes);
@@ -164,10 +184,10 @@ int cmd_bench_kernels(int argc, char** argv) {
               "streaming: %.0f MiB of matrices per type\n",
               static_cast<long long>(rows), static_cast<long long>(cols), threads,
               static_cast<double>(stream_bytes) / 1048576.0);
-  std::printf("| type | kernel              | from cache GB/s | streaming GB/s | triad GB/s | of triad |\n");
-  std::printf("|------|---------------------|-----------------|----------------|------------|----------|\n");
+  std::printf("| type | kernel                  | from cache GB/s | streaming GB/s | triad GB/s | of triad |\n");
+  std::printf("|------|-------------------------|-----------------|----------------|------------|----------|\n");
   for (const KernelRun& r : runs)
-    std::printf("| %-4s | %-19s | %15.1f | %14.1f | %10.1f | %7.1f%% |\n", dtype_name(r.dtype), r.kernel.c_str(),
+    std::printf("| %-4s | %-23s | %15.1f | %14.1f | %10.1f | %7.1f%% |\n", dtype_name(r.dtype), r.kernel.c_str(),
                 r.cache_gbs, r.stream_gbs, r.triad_gbs, 100.0 * r.stream_gbs / r.triad_gbs);
   std::printf("plain reads of %.0f MiB, no arithmetic: one stream per thread %.1f GB/s, two streams per thread "
               "%.1f GB/s (triad just before: %.1f GB/s)\n",

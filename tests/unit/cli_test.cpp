@@ -70,6 +70,7 @@ TEST(Cli, BenchKernelsJsonHasEveryTypeBesideTheTriad) {
   for (const auto& k : j["kernels"]) kernels.push_back(k["kernel"]);
   const bool vnni = std::find(kernels.begin(), kernels.end(), "avx512-vnni") != kernels.end();
   EXPECT_EQ(std::find(kernels.begin(), kernels.end(), "avx512-vnni rows x4") != kernels.end(), vnni);
+  EXPECT_EQ(std::find(kernels.begin(), kernels.end(), "rows x4, pairs on one x") != kernels.end(), vnni);
 }
 
 // bench reports each speed beside its bound, and where generation's time went (inside
@@ -84,6 +85,23 @@ TEST(Cli, BenchJsonHasSpeedsBoundsAndSections) {
     EXPECT_GT(j[f].get<double>(), 0.0) << f;
   EXPECT_NEAR(j["tg_fraction_of_bound"].get<double>(),
               j["tg_tokens_per_second"].get<double>() / j["tg_bound_tokens_per_second"].get<double>(), 1e-9);
+  // The bound is the larger triad around the reported repetition, one whose two triads
+  // agree within 20% when any does.
+  const auto& triads = j["triad_bandwidth_gbs_all_measurements"];
+  const int reps = j["tg_repetitions"].get<int>(), steady = j["tg_steady_repetitions"].get<int>();
+  const int rep = j["tg_reported_repetition"].get<int>();
+  ASSERT_GE(reps, 1);
+  EXPECT_LE(reps, 2);
+  EXPECT_LE(steady, reps);
+  EXPECT_TRUE(steady > 0 || reps == 2) << "-r 1 runs one more repetition while none was steady";
+  ASSERT_EQ(triads.size(), static_cast<size_t>(reps) + 1);
+  ASSERT_GE(rep, 0);
+  ASSERT_LT(rep, reps);
+  const double before = triads[static_cast<size_t>(rep)], after = triads[static_cast<size_t>(rep) + 1];
+  EXPECT_DOUBLE_EQ(j["triad_bandwidth_gbs"].get<double>(), std::max(before, after));
+  if (steady > 0) {
+    EXPECT_LE(std::max(before, after), 1.2 * std::min(before, after));
+  }
   const auto& sec = j["tg_sections"];
   EXPECT_GT(sec["per_token"].get<double>(), 0.0);
   for (const char* f : {"parallel_fraction", "start_delay_fraction", "uneven_finish_fraction"}) {

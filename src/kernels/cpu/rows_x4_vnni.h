@@ -41,7 +41,7 @@ void rows_x4_quads(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, con
 
 // n mat-vecs of the same type and width read together, a quad of each in turn, so a
 // core has n memory streams in flight instead of one (what it gains in decode:
-// matmul.cpp, matvec_batch). Each: its first quad, packed activation, output and
+// matmul.cpp, matvec_batch); two with the same packed activation share its broadcasts. Each: its first quad, packed activation, output and
 // prefetch limit, as rows_x4_quads takes them; all advance by n_quads quads.
 struct RowsX4Stream {
   const uint8_t* W;

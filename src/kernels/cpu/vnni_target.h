@@ -26,5 +26,13 @@ namespace moeflow::cpu {
 MOEFLOW_VNNI_ATTR inline void prefetch_nta(const uint8_t* p, int64_t bytes) {
   for (int64_t off = 0; off < bytes + 63; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_NTA);
 }
+// The lines that start in [p, p + bytes) (and, with first, the one p lies in), so
+// consecutive calls over adjacent ranges prefetch each line once: 4.5 instead of 6
+// instructions per 288-byte q4_0 quad group.
+MOEFLOW_VNNI_ATTR inline void prefetch_lines_nta(const uint8_t* p, int64_t bytes, bool first) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  for (uintptr_t l = first ? a & ~uintptr_t{63} : (a + 63) & ~uintptr_t{63}; l < a + bytes; l += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(l), _MM_HINT_NTA);
+}
 }  // namespace moeflow::cpu
 #endif
