@@ -43,17 +43,17 @@ void reweight_token(const ModelConfig& c, LayerRouting& r, int64_t t) {
 
 namespace {
 
-// The SwiGLU FFN of experts mats[i], each over the (token, slot) pairs slots[i] that
-// chose it; row s of per_slot gets slot s's output. Every expert's gate and up
+// The SwiGLU FFN of experts mats[0, n), each over the (token, slot) pairs slots[i]
+// that chose it, on the pool (null: the calling thread alone); row s of per_slot gets
+// slot s's output. Every expert's gate and up
 // products run as one batch and all down products as another (cpu::matmul_batch:
 // two fork/joins per call instead of three per expert, the threads' shares balanced
 // by FLOPs across experts with very different numbers of tokens; a decode step's
 // one-token products take the mat-vec path). The resident experts of a layer come
 // here together, an offloaded one as soon as it is in memory: the same kernels either
 // way, so offloading is lossless bit for bit.
-void expert_ffns(const std::vector<ExpertMatrices>& mats, const std::vector<const std::vector<int64_t>*>& slots,
-                 const float* x, int64_t K, int64_t D, int64_t F, float* per_slot, ThreadPool* pool) {
-  const size_t n = mats.size();
+void expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* const* slots, size_t n, const float* x,
+                 int64_t K, int64_t D, int64_t F, float* per_slot, ThreadPool* pool) {
   std::vector<size_t> first(n + 1, 0);  // expert i's rows start at row first[i]
   for (size_t i = 0; i < n; ++i) first[i + 1] = first[i] + slots[i]->size();
   const size_t rows = first[n];
@@ -107,7 +107,8 @@ void moe_forward(const ModelConfig& c, const LayerWeights& w, const LayerRouting
     if (!slots[static_cast<size_t>(e)].empty()) needed.push_back(e);
   if (source) {
     source->run_experts(static_cast<int32_t>(r.layer), needed, [&](int32_t e, const ExpertMatrices& m) {
-      expert_ffns({m}, {&slots[static_cast<size_t>(e)]}, x_norm, K, D, F, per_slot.data(), pool);
+      const std::vector<int64_t>* s = &slots[static_cast<size_t>(e)];
+      expert_ffns(&m, &s, 1, x_norm, K, D, F, per_slot.data(), pool);
     });
   } else {
     std::vector<ExpertMatrices> mats;
@@ -116,7 +117,32 @@ void moe_forward(const ModelConfig& c, const LayerWeights& w, const LayerRouting
       mats.push_back({w.gate_exps.expert(e), w.up_exps.expert(e), w.down_exps.expert(e)});
       expert_slots.push_back(&slots[static_cast<size_t>(e)]);
     }
-    expert_ffns(mats, expert_slots, x_norm, K, D, F, per_slot.data(), pool);
+    // A decode step whose experts divide evenly among the threads (top-2 on 2 threads,
+    // top-8 on 2, 4 or 8): each thread runs whole experts, gate and up, SwiGLU, the
+    // quantising of its output and down, in one parallel section. Split by rows, as
+    // below, the same step takes two sections, and between them the calling thread
+    // reads the other core's half of every gate and up output: the largest serial gap
+    // of a decode step (5 us per layer when this VM's two vCPUs are slow to exchange
+    // data). 330M q4_0/q8_0 models, 2 threads, 39 alternating A/B rounds, medians:
+    // q4_0 decode 941 -> 984 tok/s when the triad is ~50 GB/s, 1074 -> 1138 at ~90
+    // (64.6-71.9% of the bound against 61.5-66.6%); q8_0 472 -> 497 and 607 -> 647.
+    // The threads do not steal from each other here, and one finishing early waits
+    // (the "uneven finish" in `bench`: 6-14% of a step against 2-4%); the row split
+    // still costs more. Same kernels on the same rows, so the same floats
+    // (MoeLayer.DecodeGivesTheSameLogitsOnOneTwoAndThreeThreads).
+    // Tiny experts (the test fixtures') are not worth a fork/join: matmul.cpp's
+    // threshold for one, 2^15 multiply-adds, applies to all of them together.
+    const int parts = pool ? pool->size() : 1;
+    const int64_t n = static_cast<int64_t>(mats.size());
+    if (T == 1 && parts > 1 && n % parts == 0 && 3 * n * D * F >= (int64_t{1} << 15)) {
+      pool->parallel_for(n, [&](int64_t e0, int64_t e1, int) {
+        for (int64_t e = e0; e < e1; ++e)
+          expert_ffns(&mats[static_cast<size_t>(e)], &expert_slots[static_cast<size_t>(e)], 1, x_norm, K, D, F,
+                      per_slot.data(), nullptr);
+      });
+    } else {
+      expert_ffns(mats.data(), expert_slots.data(), mats.size(), x_norm, K, D, F, per_slot.data(), pool);
+    }
   }
   for (int64_t t = 0; t < T; ++t) {
     float* o = out + t * D;
