@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "kernels/cpu/q4_vnni.h"
@@ -436,6 +437,44 @@ TEST(Matmul, InterleavedBatchReadInPairsMatchesSeparateMatvecsBitForBit) {
     jobs.push_back({rows_x4_type(cases[i].t), w4[i].data(), cases[i].rows, cases[i].cols,
                     xs[static_cast<size_t>(cases[i].x)].data(), nullptr});
   expect_batch_gives(jobs, alone);
+}
+
+// A prepared mat-vec whose rows two threads take in chunks, from the front and the
+// back (moe_forward's expert-per-thread decode), gives the lone mat-vec's floats.
+TEST(Matmul, PlanRowsInAnyChunksMatchTheMatvecBitForBit) {
+  std::mt19937 rng(48);
+  for (DType t : kAllTypes)
+    for (bool interleaved : {false, true}) {
+      const int64_t rows = 96, cols = 256;
+      if (interleaved && rows_x4_type(t) == t) continue;
+      const Weights w = make_weights(t, rows, cols, rng);
+      std::vector<uint8_t> w4;
+      const void* W = w.bytes.data();
+      DType wt = t;
+      if (interleaved) {
+        w4.resize(w.bytes.size());
+        rows_x4_repack(t, w.bytes.data(), rows, cols, w4.data());
+        W = w4.data();
+        wt = rows_x4_type(t);
+      }
+      const std::vector<float> x = random_vec(cols, rng);
+      std::vector<float> alone(rows, NAN), y(rows, NAN);
+      matvec(wt, W, rows, cols, x.data(), alone.data(), nullptr);
+      MatvecPlan plan;
+      plan.prepare({wt, W, rows, cols, x.data(), y.data()});
+      EXPECT_EQ(plan.n_rows(), rows);
+      std::thread back([&] {
+        for (int64_t r = rows; r > 48; r -= 8) plan.rows(r - 8, r);
+      });
+      for (int64_t r = 0; r < 48; r += 16) plan.rows(r, r + 16);
+      back.join();
+      for (int64_t r = 0; r < rows; ++r)
+        ASSERT_EQ(y[r], alone[r]) << dtype_name(wt) << " row " << r;
+      EXPECT_THROW(plan.rows(0, rows + 1), std::invalid_argument);
+      if (interleaved) {
+        EXPECT_THROW(plan.rows(2, 8), std::invalid_argument);  // quads only
+      }
+    }
 }
 
 TEST(Matmul, BatchMatchesSeparateMatmulsBitForBit) {

@@ -13,6 +13,7 @@
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/model_weights.h"
+#include "model/synthetic_model.h"
 #include "test_paths.h"
 
 namespace moeflow {
@@ -49,6 +50,34 @@ TEST(MoeLayer, DecodeGivesTheSameLogitsOnOneTwoAndThreeThreads) {
         ASSERT_EQ(r.logits.size(), one.logits.size());
         EXPECT_EQ(0, std::memcmp(r.logits.data(), one.logits.data(), one.logits.size() * sizeof(float)))
             << name << ": logits differ from one thread's with " << threads << " threads, resident=" << resident;
+      }
+    }
+  }
+}
+
+// Top-4 over 8 experts: 2 threads run two experts each, 4 threads one each (and take
+// rows of each other's down projections when one finishes first), 3 threads split
+// rows; q4_0 and q8_0, from the file mapping and resident.
+TEST(MoeLayer, TopFourGivesTheSameLogitsOnOneToFourThreads) {
+  for (DType t : {DType::Q4_0, DType::Q8_0}) {
+    SyntheticModelSpec spec;
+    spec.dtype = t;
+    spec.n_embd = 128;
+    spec.n_ff_expert = 128;
+    spec.head_dim = 32;
+    spec.n_expert_used = 4;
+    const std::string path = moeflow::testing::scratch_path("top4") + ".gguf";
+    write_synthetic_model(spec, path);
+    for (bool resident : {false, true}) {
+      auto m = Model::load(path);
+      if (resident) m->make_resident(true, cpu::q4_vnni_enabled());
+      const GenerateResult one = decode(*m, 1);
+      for (int threads : {2, 3, 4}) {
+        const GenerateResult r = decode(*m, threads);
+        EXPECT_EQ(r.fed_tokens, one.fed_tokens) << dtype_name(t) << " threads=" << threads;
+        ASSERT_EQ(r.logits.size(), one.logits.size());
+        EXPECT_EQ(0, std::memcmp(r.logits.data(), one.logits.data(), one.logits.size() * sizeof(float)))
+            << dtype_name(t) << ": logits differ from one thread's with " << threads << " threads, resident=" << resident;
       }
     }
   }

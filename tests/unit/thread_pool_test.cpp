@@ -74,6 +74,29 @@ TEST(WorkRanges, AThreadThatRunsDryStealsFromTheBackOfAnother) {
   EXPECT_EQ(e, 26u);  // min(32, max(4, 40 / 2))
 }
 
+// The halves of next() that moe_forward's expert-per-thread decode calls itself: it
+// steals only from ranges whose items are ready, and waits while any is not empty.
+TEST(WorkRanges, FrontAndBackTakenSeparatelyMeetInTheMiddle) {
+  cpu::WorkRanges wr;
+  const uint32_t bounds[] = {0, 10, 20};
+  wr.reset(bounds, 2);
+  uint32_t b = 0, e = 0;
+  EXPECT_FALSE(wr.empty(1));
+  ASSERT_TRUE(wr.take_back(1, 4, b, e));
+  EXPECT_EQ(b, 16u);
+  EXPECT_EQ(e, 20u);
+  ASSERT_TRUE(wr.take_front(1, 8, 4, b, e));
+  EXPECT_EQ(b, 10u);
+  EXPECT_EQ(e, 14u);  // min(8, 6 left, max(4, 6 / 2))
+  ASSERT_TRUE(wr.take_back(1, 4, b, e));
+  EXPECT_EQ(b, 14u);
+  EXPECT_EQ(e, 16u);  // the last 2: a steal takes what is left
+  EXPECT_TRUE(wr.empty(1));
+  EXPECT_FALSE(wr.take_front(1, 8, 4, b, e));
+  EXPECT_FALSE(wr.take_back(1, 4, b, e));
+  EXPECT_FALSE(wr.empty(0));  // the other range untouched
+}
+
 TEST(WorkRanges, ConcurrentThreadsTakeEveryItemOnce) {
   constexpr int kThreads = 4;
   constexpr uint32_t kItems = 20000;

@@ -602,36 +602,51 @@ void check_shape(DType wt, int64_t rows, int64_t cols) {
                                 " x " + std::to_string(cols) + " (needs rows % 4 == 0 and cols % 128 == 0)");
 }
 
-// The activation of every job as the mat-vec kernels read it: x, and for q8_0 weights
-// (q4_0 ones too when the VNNI kernel runs) x quantised to int16 blocks, for the VNNI
-// q4_0 kernel also packed; once per distinct x, on the calling thread (a few
-// microseconds against the matrix's bytes). Jobs with a null x are skipped. The
-// table is the caller's thread_local, so workers must be handed the pointer (a
-// thread_local named inside a worker's lambda would be the worker's own).
+// What the mat-vec kernels read of a job's activation besides x: int16 blocks for
+// q8_0 weights (q4_0 ones too when the VNNI kernel runs) and for every VNNI kernel,
+// packed as that kernel reads it.
+bool wants_int16(const MatvecJob& j) {
+  const DType ft = dtype_in_file(j.dtype);
+  return j.x && (ft == DType::Q8_0 || (q4_vnni_enabled() && ft == DType::Q4_0));
+}
+bool wants_packed(const MatvecJob& j) {
+  return j.x && q4_vnni_enabled() && (j.dtype == DType::Q4_0 || dtype_is_rows_x4(j.dtype));
+}
+struct alignas(64) Line {
+  uint8_t bytes[64];
+};
+size_t packed_lines(const MatvecJob& j) {
+  const size_t bytes = dtype_is_rows_x4(j.dtype) ? rows_x4_x_bytes(j.cols) : q4_vnni_x_bytes(j.cols);
+  return (bytes + sizeof(Line) - 1) / sizeof(Line);
+}
+// Quantises j.x into qx / dx (j.cols and j.cols / 32 elements); packs it into packed
+// when the kernel wants that; returns the kernels' view.
+MvInput prepare_input(const MatvecJob& j, int16_t* qx, float* dx, uint8_t* packed) {
+  MvInput in{j.x, nullptr, nullptr, nullptr, nullptr};
+  if (!wants_int16(j)) return in;
+  HWY_DYNAMIC_DISPATCH(QuantizeX16)(j.x, j.cols, qx, dx);
+  in.qx = qx;
+  in.dx = dx;
+  if (wants_packed(j)) {
+    const bool x4 = dtype_is_rows_x4(j.dtype);
+    (x4 ? rows_x4_pack_x : q4_vnni_pack_x)(qx, dx, j.cols, packed);
+    (x4 ? in.rx4 : in.q4x) = packed;
+  }
+  return in;
+}
+
+// The activation of every job as the mat-vec kernels read it (prepare_input), once
+// per distinct x, on the calling thread (a few microseconds against the matrix's
+// bytes). Jobs with a null x are skipped. The table is the caller's thread_local, so
+// workers must be handed the pointer (a thread_local named inside a worker's lambda
+// would be the worker's own).
 const MvInput* matvec_inputs(const MatvecJob* jobs, size_t n_jobs) {
-  struct alignas(64) Line {
-    uint8_t bytes[64];
-  };
   thread_local std::vector<int16_t> qbuf;
   thread_local std::vector<float> dbuf;
   thread_local std::vector<Line> pbuf;
   thread_local std::vector<MvInput> in_buf;  // no allocation per call once warm
   in_buf.resize(n_jobs);
   MvInput* const in = in_buf.data();
-  const bool vnni = q4_vnni_enabled();
-  // int16 activations: q8_0's Highway kernel (also the fallback for Q8_0_R4) and every
-  // VNNI kernel. Packed: the VNNI kernels, in each one's format.
-  auto wants_int16 = [&](const MatvecJob& j) {
-    const DType ft = dtype_in_file(j.dtype);
-    return j.x && (ft == DType::Q8_0 || (vnni && ft == DType::Q4_0));
-  };
-  auto wants_packed = [&](const MatvecJob& j) {
-    return j.x && vnni && (j.dtype == DType::Q4_0 || dtype_is_rows_x4(j.dtype));
-  };
-  auto packed_lines = [](const MatvecJob& j) {
-    const size_t bytes = dtype_is_rows_x4(j.dtype) ? rows_x4_x_bytes(j.cols) : q4_vnni_x_bytes(j.cols);
-    return (bytes + sizeof(Line) - 1) / sizeof(Line);
-  };
   size_t qsize = 0, dsize = 0, psize = 0;
   for (size_t j = 0; j < n_jobs; ++j) {
     if (wants_int16(jobs[j])) {
@@ -648,26 +663,18 @@ const MvInput* matvec_inputs(const MatvecJob* jobs, size_t n_jobs) {
     in[j] = {jobs[j].x, nullptr, nullptr, nullptr, nullptr};
     if (!wants_int16(jobs[j])) continue;
     const int64_t cols = jobs[j].cols;
-    const bool x4 = dtype_is_rows_x4(jobs[j].dtype);
-    const uint8_t* MvInput::*const packed_of = x4 ? &MvInput::rx4 : &MvInput::q4x;
+    const uint8_t* MvInput::*const packed_of = dtype_is_rows_x4(jobs[j].dtype) ? &MvInput::rx4 : &MvInput::q4x;
     // Same activation as an earlier job: share what it computed.
     for (size_t i = 0; i < j && !in[j].qx; ++i)
       if (in[i].qx && jobs[i].x == jobs[j].x && jobs[i].cols == cols) in[j] = {jobs[j].x, in[i].qx, in[i].dx, nullptr, nullptr};
     for (size_t i = 0; i < j && !(in[j].*packed_of); ++i)
       if (in[i].*packed_of && jobs[i].x == jobs[j].x && jobs[i].cols == cols) in[j].*packed_of = in[i].*packed_of;
-    if (!in[j].qx) {
-      HWY_DYNAMIC_DISPATCH(QuantizeX16)(jobs[j].x, cols, qbuf.data() + qoff, dbuf.data() + doff);
-      in[j].qx = qbuf.data() + qoff;
-      in[j].dx = dbuf.data() + doff;
-      qoff += static_cast<size_t>(cols);
-      doff += static_cast<size_t>(cols / 32);
-    }
-    if (wants_packed(jobs[j]) && !(in[j].*packed_of)) {
-      uint8_t* const packed = reinterpret_cast<uint8_t*>(pbuf.data() + poff);
-      (x4 ? rows_x4_pack_x : q4_vnni_pack_x)(in[j].qx, in[j].dx, cols, packed);
-      in[j].*packed_of = packed;
-      poff += packed_lines(jobs[j]);
-    }
+    const bool need_packed = wants_packed(jobs[j]) && !(in[j].*packed_of);
+    if (in[j].qx && !need_packed) continue;
+    in[j] = prepare_input(jobs[j], qbuf.data() + qoff, dbuf.data() + doff, reinterpret_cast<uint8_t*>(pbuf.data() + poff));
+    qoff += static_cast<size_t>(cols);
+    doff += static_cast<size_t>(cols / 32);
+    if (need_packed) poff += packed_lines(jobs[j]);
   }
   return in;
 }
@@ -813,6 +820,36 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
   // 8 groups ran ~10% slower than no stealing (the software prefetch and the stream
   // restart at every chunk), 32 groups with steals of 4 ~3-15% faster.
   run_rows_parallel(item_buf.size(), work_of, kGroup, 32, 4, *pool, run_item);
+}
+
+void MatvecPlan::prepare(const MatvecJob& job) {
+  check_shape(job.dtype, job.rows, job.cols);
+  job_ = job;
+  if (wants_int16(job)) {
+    qx_.resize(static_cast<size_t>(job.cols));
+    dx_.resize(static_cast<size_t>(job.cols / 32));
+  }
+  if (wants_packed(job)) packed_.resize(packed_lines(job));
+  const MvInput in = prepare_input(job, qx_.data(), dx_.data(), reinterpret_cast<uint8_t*>(packed_.data()));
+  in_qx_ = in.qx;
+  in_dx_ = in.dx;
+  in_q4x_ = in.q4x;
+  in_rx4_ = in.rx4;
+}
+
+void MatvecPlan::rows(int64_t r0, int64_t r1) const {
+  if (r0 < 0 || r1 > job_.rows || r0 > r1 || (dtype_is_rows_x4(job_.dtype) && (r0 % kRowsX4 || r1 % kRowsX4)))
+    throw std::invalid_argument("moeflow: MatvecPlan::rows [" + std::to_string(r0) + ", " + std::to_string(r1) +
+                                ") of a " + dtype_name(job_.dtype) + " matrix of " + std::to_string(job_.rows) +
+                                " rows (interleaved rows go in fours)");
+  if (r0 == r1) return;
+  if (job_.cols == 0) {
+    std::fill(job_.y + r0, job_.y + r1, 0.0f);  // empty sums
+    return;
+  }
+  const MvInput in{job_.x, in_qx_, in_dx_, in_q4x_, in_rx4_};
+  HWY_DYNAMIC_DISPATCH(MatvecRows)(job_.dtype, static_cast<const uint8_t*>(job_.W), r0, r1, job_.rows, job_.cols,
+                                   in, job_.y);
 }
 
 void matvec(DType wt, const void* W, int64_t rows, int64_t cols, const float* x, float* y,

@@ -13,6 +13,7 @@
 // cols % 128 == 0).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cpu/thread_pool.h"
 #include "tensor/dtype.h"
@@ -38,6 +39,36 @@ struct MatvecJob {
 // dominates on small models, and the threads' shares are balanced by bytes read over
 // the whole batch rather than per matrix.
 void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool);
+
+// One mat-vec whose rows several threads compute, each on its own, with no fork/join
+// of its own: prepare() quantises and packs x once, on the calling thread, into the
+// plan's buffers, as matvec_batch would; rows() then computes rows [r0, r1) on the
+// calling thread, from any thread (r0 a multiple of 4 for interleaved weights). The
+// plan and x must outlive every rows() call; prepare() again only when no rows() call
+// is running. (moe_forward's expert-per-thread decode: a thread that finished its own
+// experts takes rows from the back of another's down projection.) Same kernels and
+// inputs as matvec, so the same floats.
+class MatvecPlan {
+ public:
+  void prepare(const MatvecJob& job);
+  void rows(int64_t r0, int64_t r1) const;
+  int64_t n_rows() const { return job_.rows; }
+
+ private:
+  struct alignas(64) Line {
+    uint8_t bytes[64];
+  };
+  MatvecJob job_{};
+  std::vector<int16_t> qx_;
+  std::vector<float> dx_;
+  std::vector<Line> packed_;
+  // The kernels' view of the activation (matmul.cpp's MvInput): qx_, dx_ and packed_
+  // where the kernel reads them, else null.
+  const int16_t* in_qx_ = nullptr;
+  const float* in_dx_ = nullptr;
+  const uint8_t* in_q4x_ = nullptr;
+  const uint8_t* in_rx4_ = nullptr;
+};
 
 // Y[t][r] = sum_c W[r][c] * X[t][c] for t in [0, n_tok). X is [n_tok][cols],
 // Y is [n_tok][rows]. Blocked so each weight block is read once per group of tokens.

@@ -18,14 +18,6 @@
 #include <exception>
 #include <limits>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define MOEFLOW_PAUSE() _mm_pause()
-#elif defined(__aarch64__)
-#define MOEFLOW_PAUSE() asm volatile("yield" ::: "memory")
-#else
-#define MOEFLOW_PAUSE() ((void)0)
-#endif
 
 namespace moeflow {
 
@@ -59,7 +51,7 @@ bool spin_until(Pred pred, int64_t budget_ns) {
   const auto t0 = Clock::now();
   for (;;) {
     for (int i = 0; i < 64; ++i) {
-      MOEFLOW_PAUSE();
+      spin_pause();
       if (pred()) return true;
     }
     const int64_t el =

@@ -14,6 +14,16 @@
 
 namespace moeflow {
 
+// One step of a spin-wait: the pause instruction where the CPU has one (it tells the
+// core, and a hyperthread sibling, that this thread only waits).
+inline void spin_pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
 class ThreadPool {
  public:
   explicit ThreadPool(int n_threads);  // n_threads >= 1 (the caller counts as one)

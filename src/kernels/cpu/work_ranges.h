@@ -36,10 +36,24 @@ class WorkRanges {
   // from the back of the first other range with any left.
   // Returns false when all ranges are empty.
   bool next(int self, uint32_t own, uint32_t steal, uint32_t& begin, uint32_t& end) {
-    if (take(self, own, steal, true, begin, end)) return true;
-    for (int k = 1; k < n_; ++k)  // least == most: a steal never shrinks below `steal`
-      if (take((self + k) % n_, steal, steal, false, begin, end)) return true;
+    if (take_front(self, own, steal, begin, end)) return true;
+    for (int k = 1; k < n_; ++k)
+      if (take_back((self + k) % n_, steal, begin, end)) return true;
     return false;
+  }
+  // The two halves of next(), for callers that decide which range to take from (one
+  // whose items are not ready yet must not be stolen from): up to `own` items from the
+  // front of range i (at most half of what is left, at least `steal`), or `steal`
+  // items from its back (least == most: a steal never shrinks).
+  bool take_front(int i, uint32_t own, uint32_t steal, uint32_t& begin, uint32_t& end) {
+    return take(i, own, steal, true, begin, end);
+  }
+  bool take_back(int i, uint32_t steal, uint32_t& begin, uint32_t& end) {
+    return take(i, steal, steal, false, begin, end);
+  }
+  bool empty(int i) const {
+    const uint64_t v = slots_[i].fb.load(std::memory_order_relaxed);
+    return static_cast<uint32_t>(v >> 32) >= static_cast<uint32_t>(v);
   }
 
  private:
