@@ -48,11 +48,11 @@ namespace {
 
 // The SwiGLU FFN of experts mats[0, n), each over the (token, slot) pairs slots[i]
 // that chose it, on the pool (null: the calling thread alone); row s of per_slot gets
-// slot s's output. Every expert's gate and up
-// products run as one batch and all down products as another (cpu::matmul_batch:
-// two fork/joins per call instead of three per expert, the threads' shares balanced
-// by FLOPs across experts with very different numbers of tokens; a decode step's
-// one-token products take the mat-vec path). The resident experts of a layer come
+// slot s's output. Every expert's gate and up products run as one batch and all down
+// products as another (cpu::matmul_batch: two fork/joins per call instead of three
+// per expert, the threads' shares balanced by FLOPs across experts with very
+// different numbers of tokens; a decode step's one-token products take the mat-vec
+// path). The resident experts of a layer come
 // here together, an offloaded one as soon as it is in memory: the same kernels either
 // way, so offloading is lossless bit for bit.
 void expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* const* slots, size_t n, const float* x,
