@@ -1,13 +1,11 @@
 #include "engine/moe_layer.h"
 
 #include <algorithm>
-#include <atomic>
-#include <memory>
 #include <numeric>
 
+#include "engine/experts_per_thread.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
-#include "kernels/cpu/work_ranges.h"
 
 namespace moeflow {
 
@@ -94,96 +92,6 @@ void expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* const* 
     for (size_t j = 0; j < slots[i]->size(); ++j)
       std::copy_n(down.data() + (first[i] + j) * D, D, per_slot + (*slots[i])[j] * D);
 }
-
-// A decode step's experts, whole experts per thread (see moe_forward): thread p owns
-// experts [p * k, (p + 1) * k), k = n / threads. Each runs its gate and up (one paired
-// batch on one activation), SwiGLU and the quantising of h on its owner, which then
-// computes its down rows front to back; a thread done with its own experts takes rows
-// from the back of others' down projections once they are prepared. Why the stealing:
-// the two vCPUs' speeds drift apart from section to section (each finishing last
-// about as often, 6-9 us apart in ~70 us sections), and without it one sat idle 5-10%
-// of a step; with it 1-2% (42 alternating rounds, 330M models, 2 threads). Decode
-// speed moved less: q8_0 653-675 -> 667-689 tok/s when the triad is ~95 GB/s, q4_0
-// and the ~50 GB/s phase within noise (the idle core's share of memory went to the
-// other). It also keeps a thread that the OS preempts from holding up the step.
-class ExpertsPerThread {
- public:
-  void run(const ExpertMatrices* mats, const std::vector<int64_t>* const* slots, size_t n, const float* x,
-           int64_t K, int64_t D, int64_t F, float* per_slot, ThreadPool& pool) {
-    while (experts_.size() < n) experts_.push_back(std::make_unique<Shared>());
-    const uint32_t groups = static_cast<uint32_t>((D + kGroup - 1) / kGroup);
-    bounds_.resize(n + 1);
-    for (size_t e = 0; e <= n; ++e) bounds_[e] = static_cast<uint32_t>(e) * groups;
-    ranges_.reset(bounds_.data(), static_cast<int>(n));
-    for (size_t e = 0; e < n; ++e) experts_[e]->ready.store(false, std::memory_order_relaxed);
-    failed_.store(false, std::memory_order_relaxed);
-    const int64_t per_thread = static_cast<int64_t>(n) / pool.size();
-    pool.parallel_for(pool.size(), [&](int64_t p0, int64_t p1, int) {
-      // Own experts first, then others' rows: a thread handed several threads' shares
-      // must not wait for experts it has yet to prepare itself.
-      try {
-        for (int64_t e = p0 * per_thread; e < p1 * per_thread; ++e)
-          own_expert(static_cast<size_t>(e), mats[e], (*slots[e])[0], x, K, D, F, per_slot, groups);
-      } catch (...) {
-        failed_.store(true);  // the others must not wait for experts that will never be ready
-        throw;
-      }
-      steal(n, D, groups);
-    });
-  }
-
- private:
-  static constexpr int64_t kGroup = 8;                // rows per work item
-  static constexpr uint32_t kOwn = 16, kSteal = 4;    // work items per chunk
-  struct Shared {
-    std::vector<float> gate, up;  // h = SwiGLU(gate, up) lands in gate
-    cpu::MatvecPlan down;
-    std::atomic<bool> ready{false};  // down prepared: its rows may be taken
-  };
-
-  void down_rows(size_t e, uint32_t b, uint32_t end, int64_t D, uint32_t groups) const {
-    const int64_t first = static_cast<int64_t>(b - e * groups) * kGroup;
-    const int64_t last = std::min<int64_t>(static_cast<int64_t>(end - e * groups) * kGroup, D);
-    experts_[e]->down.rows(first, last);
-  }
-
-  void own_expert(size_t e, const ExpertMatrices& m, int64_t slot, const float* x, int64_t K, int64_t D, int64_t F,
-                  float* per_slot, uint32_t groups) {
-    Shared& s = *experts_[e];
-    s.gate.resize(static_cast<size_t>(F));
-    s.up.resize(static_cast<size_t>(F));
-    const float* xt = x + (slot / K) * D;
-    const cpu::MatvecJob gate_up[2] = {{m.gate.dtype, m.gate.data, m.gate.rows, m.gate.cols, xt, s.gate.data()},
-                                       {m.up.dtype, m.up.data, m.up.rows, m.up.cols, xt, s.up.data()}};
-    cpu::matvec_batch(gate_up, 2, nullptr);
-    cpu::swiglu(s.gate.data(), s.up.data(), s.gate.data(), F);
-    s.down.prepare({m.down.dtype, m.down.data, m.down.rows, m.down.cols, s.gate.data(), per_slot + slot * D});
-    s.ready.store(true, std::memory_order_release);
-    uint32_t b = 0, end = 0;
-    while (ranges_.take_front(static_cast<int>(e), kOwn, kSteal, b, end)) down_rows(e, b, end, D, groups);
-  }
-
-  // Rows from the back of every other expert's down projection until none is left,
-  // waiting for the ones whose owners have not prepared them yet.
-  void steal(size_t n, int64_t D, uint32_t groups) {
-    for (bool left = true; left && !failed_.load(std::memory_order_relaxed);) {
-      left = false;
-      for (size_t e = 0; e < n; ++e) {
-        if (ranges_.empty(static_cast<int>(e))) continue;
-        left = true;
-        if (!experts_[e]->ready.load(std::memory_order_acquire)) continue;
-        uint32_t b = 0, end = 0;
-        while (ranges_.take_back(static_cast<int>(e), kSteal, b, end)) down_rows(e, b, end, D, groups);
-      }
-      if (left) spin_pause();
-    }
-  }
-
-  std::atomic<bool> failed_{false};  // an owner threw: nothing more becomes ready
-  std::vector<std::unique_ptr<Shared>> experts_;
-  std::vector<uint32_t> bounds_;
-  cpu::WorkRanges ranges_;
-};
 
 }  // namespace
 
