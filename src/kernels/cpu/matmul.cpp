@@ -612,12 +612,16 @@ bool wants_int16(const MatvecJob& j) {
 bool wants_packed(const MatvecJob& j) {
   return j.x && q4_vnni_enabled() && (j.dtype == DType::Q4_0 || dtype_is_rows_x4(j.dtype));
 }
-struct alignas(64) Line {
-  uint8_t bytes[64];
-};
 size_t packed_lines(const MatvecJob& j) {
   const size_t bytes = dtype_is_rows_x4(j.dtype) ? rows_x4_x_bytes(j.cols) : q4_vnni_x_bytes(j.cols);
-  return (bytes + sizeof(Line) - 1) / sizeof(Line);
+  return (bytes + sizeof(CacheLine) - 1) / sizeof(CacheLine);
+}
+// Packs in's int16 blocks (in.qx, in.dx) into `packed` in the layout j's VNNI kernel
+// reads, and points in at it.
+void pack_input(const MatvecJob& j, MvInput& in, uint8_t* packed) {
+  const bool x4 = dtype_is_rows_x4(j.dtype);
+  (x4 ? rows_x4_pack_x : q4_vnni_pack_x)(in.qx, in.dx, j.cols, packed);
+  (x4 ? in.rx4 : in.q4x) = packed;
 }
 // Quantises j.x into qx / dx (j.cols and j.cols / 32 elements); packs it into packed
 // when the kernel wants that; returns the kernels' view.
@@ -627,11 +631,7 @@ MvInput prepare_input(const MatvecJob& j, int16_t* qx, float* dx, uint8_t* packe
   HWY_DYNAMIC_DISPATCH(QuantizeX16)(j.x, j.cols, qx, dx);
   in.qx = qx;
   in.dx = dx;
-  if (wants_packed(j)) {
-    const bool x4 = dtype_is_rows_x4(j.dtype);
-    (x4 ? rows_x4_pack_x : q4_vnni_pack_x)(qx, dx, j.cols, packed);
-    (x4 ? in.rx4 : in.q4x) = packed;
-  }
+  if (wants_packed(j)) pack_input(j, in, packed);
   return in;
 }
 
@@ -643,7 +643,7 @@ MvInput prepare_input(const MatvecJob& j, int16_t* qx, float* dx, uint8_t* packe
 const MvInput* matvec_inputs(const MatvecJob* jobs, size_t n_jobs) {
   thread_local std::vector<int16_t> qbuf;
   thread_local std::vector<float> dbuf;
-  thread_local std::vector<Line> pbuf;
+  thread_local std::vector<CacheLine> pbuf;
   thread_local std::vector<MvInput> in_buf;  // no allocation per call once warm
   in_buf.resize(n_jobs);
   MvInput* const in = in_buf.data();
@@ -670,10 +670,15 @@ const MvInput* matvec_inputs(const MatvecJob* jobs, size_t n_jobs) {
     for (size_t i = 0; i < j && !(in[j].*packed_of); ++i)
       if (in[i].*packed_of && jobs[i].x == jobs[j].x && jobs[i].cols == cols) in[j].*packed_of = in[i].*packed_of;
     const bool need_packed = wants_packed(jobs[j]) && !(in[j].*packed_of);
-    if (in[j].qx && !need_packed) continue;
-    in[j] = prepare_input(jobs[j], qbuf.data() + qoff, dbuf.data() + doff, reinterpret_cast<uint8_t*>(pbuf.data() + poff));
-    qoff += static_cast<size_t>(cols);
-    doff += static_cast<size_t>(cols / 32);
+    if (!in[j].qx) {
+      // Quantises (and packs, if wanted) into fresh space.
+      in[j] = prepare_input(jobs[j], qbuf.data() + qoff, dbuf.data() + doff,
+                            reinterpret_cast<uint8_t*>(pbuf.data() + poff));
+      qoff += static_cast<size_t>(cols);
+      doff += static_cast<size_t>(cols / 32);
+    } else if (need_packed) {
+      pack_input(jobs[j], in[j], reinterpret_cast<uint8_t*>(pbuf.data() + poff));  // from the shared int16 blocks
+    }
     if (need_packed) poff += packed_lines(jobs[j]);
   }
   return in;

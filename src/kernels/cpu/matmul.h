@@ -48,6 +48,11 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool);
 // is running. (moe_forward's expert-per-thread decode: a thread that finished its own
 // experts takes rows from the back of another's down projection.) Same kernels and
 // inputs as matvec, so the same floats.
+// A cache line of packed activation: the VNNI kernels load it aligned.
+struct alignas(64) CacheLine {
+  uint8_t bytes[64];
+};
+
 class MatvecPlan {
  public:
   void prepare(const MatvecJob& job);
@@ -55,13 +60,10 @@ class MatvecPlan {
   int64_t n_rows() const { return job_.rows; }
 
  private:
-  struct alignas(64) Line {
-    uint8_t bytes[64];
-  };
   MatvecJob job_{};
   std::vector<int16_t> qx_;
   std::vector<float> dx_;
-  std::vector<Line> packed_;
+  std::vector<CacheLine> packed_;
   // The kernels' view of the activation (matmul.cpp's MvInput): qx_, dx_ and packed_
   // where the kernel reads them, else null.
   const int16_t* in_qx_ = nullptr;

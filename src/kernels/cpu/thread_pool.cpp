@@ -18,7 +18,6 @@
 #include <exception>
 #include <limits>
 
-
 namespace moeflow {
 
 namespace {
