@@ -21,7 +21,7 @@
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/roofline.h"
 #include "kernels/cpu/rows_x4_vnni.h"
-#include "format/error.h"
+#include "base/error.h"
 #include "tensor/anon_memory.h"
 #include "tensor/dtype.h"
 #include "tensor/rows_x4.h"

@@ -10,7 +10,7 @@
 #include "cli/model_flags.h"
 #include "cli/perplexity.h"
 #include "engine/transformer.h"
-#include "format/error.h"
+#include "base/error.h"
 
 namespace moeflow::cli {
 

@@ -7,7 +7,7 @@
 #include "cli/commands.h"
 #include "cli/args.h"
 #include "cli/perplexity.h"
-#include "format/error.h"
+#include "base/error.h"
 #include "format/gguf.h"
 
 namespace moeflow::cli {

@@ -11,7 +11,7 @@
 #include "cli/commands.h"
 #include "cli/offload_flags.h"
 #include "experts/expert_cache.h"
-#include "format/error.h"
+#include "base/error.h"
 #include "policy/policy_factory.h"
 #include "sim/simulator.h"
 #include "sim/sweep_report.h"

@@ -9,7 +9,7 @@
 #include "cli/model_flags.h"
 #include "engine/trace_recorder.h"
 #include "engine/transformer.h"
-#include "format/error.h"
+#include "base/error.h"
 #include "policy/emoe.h"
 #include "policy/emoe_sensitivity.h"
 #include "sim/trace_stats.h"

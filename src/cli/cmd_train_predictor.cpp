@@ -8,7 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "format/error.h"
+#include "base/error.h"
 #include "policy/duoserve.h"
 
 namespace moeflow::cli {

@@ -6,7 +6,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "format/error.h"
+#include "base/error.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "format/error.h"
+#include "base/error.h"
 #include "engine/transformer.h"
 #include "kernels/cpu/q4_vnni.h"
 

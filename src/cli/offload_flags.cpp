@@ -4,7 +4,7 @@
 #include <fstream>
 
 #include "engine/tokenizer.h"
-#include "format/error.h"
+#include "base/error.h"
 #include "kernels/cpu/q4_vnni.h"
 
 #include "policy/policy_factory.h"

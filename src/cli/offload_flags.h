@@ -21,7 +21,7 @@
 #include "experts/expert_store.h"
 #include "experts/file_transport.h"
 #include "policy/emoe.h"
-#include "policy/expert_policy.h"
+#include "experts/expert_policy.h"
 
 namespace moeflow {
 class Tokenizer;

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "format/error.h"
+#include "base/error.h"
 
 namespace moeflow {
 

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "format/error.h"
+#include "base/error.h"
 
 namespace moeflow {
 

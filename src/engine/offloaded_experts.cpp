@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "engine/moe_layer.h"
-#include "format/error.h"
+#include "base/error.h"
 
 namespace moeflow {
 

@@ -20,7 +20,7 @@
 #include "experts/layer_protocol.h"
 #include "model/model_config.h"
 #include "model/model_weights.h"
-#include "policy/expert_policy.h"
+#include "experts/expert_policy.h"
 
 namespace moeflow {
 

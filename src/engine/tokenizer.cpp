@@ -8,7 +8,7 @@
 
 #include "engine/tokenizer.h"
 #include "engine/utf8.h"
-#include "format/error.h"
+#include "base/error.h"
 
 namespace moeflow {
 namespace {

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "engine/tokenizer.h"
-#include "format/error.h"
+#include "base/error.h"
 #include "format/gguf.h"
 
 namespace moeflow {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "format/error.h"
+#include "base/error.h"
 
 namespace moeflow {
 

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "format/error.h"
+#include "base/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <sys/mman.h>
 
-#include "format/error.h"
+#include "base/error.h"
 
 namespace moeflow {
 

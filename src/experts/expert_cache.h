@@ -18,7 +18,7 @@
 
 #include "experts/expert_key.h"
 #include "experts/transport.h"
-#include "policy/expert_policy.h"
+#include "experts/expert_policy.h"
 
 namespace moeflow {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <sys/stat.h>
 
-#include "format/error.h"
+#include "base/error.h"
 
 namespace moeflow {
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "format/error.h"
+#include "base/error.h"
 #include "tensor/dtype.h"
 
 namespace moeflow::gguf {

@@ -6,7 +6,7 @@
 #include <type_traits>
 #include <nlohmann/json.hpp>
 
-#include "format/error.h"
+#include "base/error.h"
 
 namespace moeflow {
 

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "format/error.h"
+#include "base/error.h"
 #include "format/gguf.h"
 
 namespace moeflow {

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "format/error.h"
+#include "base/error.h"
 #include "kernels/cpu/rows_x4_vnni.h"
 #include "tensor/rows_x4.h"
 

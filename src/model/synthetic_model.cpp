@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "format/error.h"
+#include "base/error.h"
 #include "format/gguf.h"
 
 namespace moeflow {

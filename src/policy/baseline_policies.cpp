@@ -1,7 +1,7 @@
 // The classic cache policies the papers compare against.
 #include <algorithm>
 
-#include "policy/expert_policy.h"
+#include "policy/baseline_policies.h"
 
 namespace moeflow {
 

@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "policy/expert_policy.h"
+#include "experts/expert_policy.h"
 
 namespace moeflow {
 

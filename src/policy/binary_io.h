@@ -5,7 +5,7 @@
 #include <ostream>
 #include <string>
 
-#include "format/error.h"
+#include "base/error.h"
 
 namespace moeflow::binio {
 

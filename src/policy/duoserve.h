@@ -18,7 +18,7 @@
 
 #include "policy/duoserve_stats.h"
 #include "policy/expert_mlp.h"
-#include "policy/expert_policy.h"
+#include "experts/expert_policy.h"
 
 namespace moeflow {
 

@@ -4,7 +4,7 @@
 #include <istream>
 #include <ostream>
 
-#include "format/error.h"
+#include "base/error.h"
 #include "policy/binary_io.h"
 
 namespace moeflow {

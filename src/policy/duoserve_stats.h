@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/trace.h"
+#include "format/trace.h"
 
 namespace moeflow {
 

@@ -11,8 +11,8 @@
 #include <numeric>
 #include <ostream>
 
-#include "format/error.h"
-#include "sim/trace.h"
+#include "base/error.h"
+#include "format/trace.h"
 
 namespace moeflow {
 

@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "policy/expert_policy.h"
+#include "experts/expert_policy.h"
 #include "policy/policy_factory.h"
 
 namespace moeflow {

@@ -6,8 +6,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "format/error.h"
-#include "sim/trace.h"
+#include "base/error.h"
+#include "format/trace.h"
 
 namespace moeflow {
 

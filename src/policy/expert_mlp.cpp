@@ -6,7 +6,7 @@
 #include <numeric>
 #include <ostream>
 
-#include "format/error.h"
+#include "base/error.h"
 #include "policy/binary_io.h"
 
 namespace moeflow {

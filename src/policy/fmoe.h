@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "policy/expert_map_store.h"
-#include "policy/expert_policy.h"
+#include "experts/expert_policy.h"
 
 namespace moeflow {
 

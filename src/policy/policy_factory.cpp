@@ -2,7 +2,8 @@
 
 #include <fstream>
 
-#include "format/error.h"
+#include "base/error.h"
+#include "policy/baseline_policies.h"
 #include "policy/duoserve.h"
 #include "policy/emoe.h"
 #include "policy/moe_infinity.h"

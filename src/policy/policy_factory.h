@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "policy/expert_policy.h"
+#include "experts/expert_policy.h"
 
 namespace moeflow {
 

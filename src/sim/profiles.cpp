@@ -5,7 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "format/error.h"
+#include "base/error.h"
 
 namespace moeflow {
 

@@ -4,7 +4,7 @@
 #include <map>
 
 #include "experts/layer_protocol.h"
-#include "format/error.h"
+#include "base/error.h"
 #include "policy/belady.h"
 #include "policy/policy_factory.h"
 

@@ -17,9 +17,9 @@
 
 #include "experts/expert_cache.h"
 #include "experts/layer_protocol.h"
-#include "policy/expert_policy.h"
+#include "experts/expert_policy.h"
 #include "sim/profiles.h"
-#include "sim/trace.h"
+#include "format/trace.h"
 
 namespace moeflow {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/trace.h"
+#include "format/trace.h"
 
 namespace moeflow {
 

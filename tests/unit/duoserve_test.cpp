@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "format/error.h"
+#include "base/error.h"
 #include "policy/duoserve.h"
 #include "policy/policy_factory.h"
 

@@ -10,9 +10,9 @@
 #include <set>
 #include <sstream>
 
-#include "format/error.h"
+#include "base/error.h"
 #include "policy/emoe_sensitivity.h"
-#include "sim/trace.h"
+#include "format/trace.h"
 #include "test_paths.h"
 
 namespace moeflow {

@@ -5,7 +5,7 @@
 
 #include "experts/expert_cache.h"
 #include "experts/simulated_transport.h"
-#include "policy/expert_policy.h"
+#include "policy/baseline_policies.h"
 
 namespace moeflow {
 namespace {

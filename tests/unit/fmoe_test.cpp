@@ -11,7 +11,7 @@
 #include <sstream>
 #include <thread>
 
-#include "format/error.h"
+#include "base/error.h"
 #include "policy/fmoe.h"
 #include "policy/policy_factory.h"
 

@@ -5,7 +5,7 @@
 
 #include <sstream>
 
-#include "format/error.h"
+#include "base/error.h"
 
 namespace moeflow {
 namespace {

@@ -19,7 +19,7 @@
 #include "experts/expert_store.h"
 #include "experts/file_transport.h"
 #include "counting_transport.h"
-#include "format/error.h"
+#include "base/error.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/model_weights.h"

@@ -14,7 +14,7 @@
 
 #include "cli/perplexity.h"
 #include "engine/transformer.h"
-#include "format/error.h"
+#include "base/error.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/model_weights.h"
 #include "test_paths.h"

@@ -15,7 +15,7 @@
 #include "cli/args.h"
 #include "cli/perplexity.h"
 #include "engine/transformer.h"
-#include "format/error.h"
+#include "base/error.h"
 #include "format/gguf.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/model_weights.h"

@@ -9,11 +9,11 @@
 #include "engine/generator.h"
 #include "engine/trace_recorder.h"
 #include "engine/transformer.h"
-#include "format/error.h"
+#include "base/error.h"
 #include "format/routing_trace.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/model_weights.h"
-#include "sim/trace.h"
+#include "format/trace.h"
 #include "sim/trace_stats.h"
 #include "test_paths.h"
 

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "format/error.h"
+#include "base/error.h"
 #include "format/gguf.h"
 #include "kernels/cpu/rows_x4_vnni.h"
 #include "tensor/dtype.h"

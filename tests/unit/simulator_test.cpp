@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "format/error.h"
+#include "base/error.h"
 #include "policy/policy_factory.h"
 #include "sim/simulator.h"
 #include "test_paths.h"

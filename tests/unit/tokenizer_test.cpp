@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/tokenizer.h"
-#include "format/error.h"
+#include "base/error.h"
 
 namespace moeflow {
 namespace {

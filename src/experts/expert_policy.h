@@ -79,9 +79,4 @@ class ExpertPolicy {
   virtual void load(std::istream&) {}
 };
 
-// The baseline policies: "lru", "lfu", "on-demand" (no prefetch, FIFO eviction),
-// "next-layer" (prefetch for layer l+1 the ids layer l chose; LRU eviction).
-// Returns null for an unknown name.
-std::unique_ptr<ExpertPolicy> make_baseline_policy(const std::string& name, const ExpertGeometry& g);
-
 }  // namespace moeflow

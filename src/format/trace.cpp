@@ -1,9 +1,9 @@
-#include "sim/trace.h"
+#include "format/trace.h"
 
 #include <algorithm>
 #include <map>
 
-#include "format/error.h"
+#include "base/error.h"
 
 namespace moeflow {
 

@@ -1,4 +1,4 @@
-// Errors from outside input (model files, flags, traces) are thrown as
+// Base of every stage. Errors from outside input (model files, flags, traces) are thrown as
 // moeflow::InputError with a message that names the file, the field and, where it
 // applies, the byte offset, so the user can tell what to fix.
 #pragma once
