@@ -137,6 +137,7 @@ int trace_record(int argc, char** argv) {
   for (int64_t w = 0; w < n; ++w) {
     const int32_t* tok = ids.data() + (skip + w) * per;
     tf.reset();
+    tf.set_request(first + w);
     rec.begin_request(first + w, a.str("--task"));
     tf.eval(tok, prefill, false, logits);
     for (int64_t d = 0; d < decode; ++d) tf.eval(tok + prefill + d, 1, false, logits);

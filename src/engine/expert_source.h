@@ -10,6 +10,7 @@
 
 #include "experts/expert_key.h"
 #include "experts/expert_store.h"
+#include "engine/step_tokens.h"
 
 namespace moeflow {
 
@@ -17,11 +18,11 @@ namespace moeflow {
 class ForwardListener {
  public:
   virtual ~ForwardListener() = default;
-  // One eval call: `n` tokens at positions pos..pos+n-1.
-  virtual void begin_iteration(const int32_t* /*tokens*/, int64_t /*n*/, int64_t /*pos*/) {}
-  // The router's decision, before any rerouting.
+  // One forward step (valid until end_step).
+  virtual void begin_step(const StepTokens&) {}
+  // The router's decision, before any rerouting (requests: each token's request).
   virtual void routed(const LayerRouting&) {}
-  virtual void end_iteration() {}
+  virtual void end_step() {}
 };
 
 using ExpertCompute = std::function<void(int32_t expert, const ExpertMatrices&)>;

@@ -49,48 +49,77 @@ namespace {
 // slot s's output. Every expert's gate and up products run as one batch and all down
 // products as another (cpu::matmul_batch: two fork/joins per call instead of three
 // per expert, the threads' shares balanced by FLOPs across experts with very
-// different numbers of tokens; a decode step's one-token products take the mat-vec
-// path). The resident experts of a layer come
-// here together, an offloaded one as soon as it is in memory: the same kernels either
-// way, so offloading is lossless bit for bit.
+// different numbers of tokens). The resident experts of a layer come here together,
+// an offloaded one as soon as it is in memory: the same kernels either way, so
+// offloading is lossless bit for bit.
+//
+// Which kernel a token takes depends on its own sequence only: a token that is the
+// only one of its sequence (requests, per token) in an expert's group runs as a
+// mat-vec (a decode token; every token of a group of one), the others of its
+// sequence as a mat-mul. So a sequence gets the same floats batched with any others
+// as alone. Each expert's rows are laid out mat-vec tokens first ("lone"), then the
+// mat-mul ones.
 void expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* const* slots, size_t n, const float* x,
-                 int64_t K, int64_t D, int64_t F, float* per_slot, ThreadPool* pool) {
-  std::vector<size_t> first(n + 1, 0);  // expert i's rows start at row first[i]
-  for (size_t i = 0; i < n; ++i) first[i + 1] = first[i] + slots[i]->size();
-  const size_t rows = first[n];
+                 const int64_t* requests, int64_t K, int64_t D, int64_t F, float* per_slot, ThreadPool* pool) {
+  thread_local std::vector<int64_t> order;  // slots of every expert, lone first
+  thread_local std::vector<size_t> first, lone;
   thread_local std::vector<float> xe, gate, up, down;
+  first.assign(n + 1, 0);
+  lone.assign(n, 0);
+  order.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const std::vector<int64_t>& sl = *slots[i];
+    first[i + 1] = first[i] + sl.size();
+    auto alone = [&](int64_t slot) {
+      if (!requests) return sl.size() == 1;
+      const int64_t r = requests[slot / K];
+      return std::count_if(sl.begin(), sl.end(), [&](int64_t o) { return requests[o / K] == r; }) == 1;
+    };
+    const size_t at = order.size();
+    for (int64_t slot : sl)
+      if (alone(slot)) order.push_back(slot);
+    lone[i] = order.size() - at;
+    for (int64_t slot : sl)
+      if (!alone(slot)) order.push_back(slot);
+  }
+  const size_t rows = first[n];
   xe.resize(rows * static_cast<size_t>(D));
   gate.resize(rows * static_cast<size_t>(F));
   up.resize(rows * static_cast<size_t>(F));
   down.resize(rows * static_cast<size_t>(D));
-  // An expert with several tokens reads them gathered into xe; one with a single token
-  // (every expert of a decode step) reads it in place, so experts that share the token
-  // share one pointer and the mat-vecs quantise and pack it once.
-  for (size_t i = 0; i < n; ++i)
-    if (slots[i]->size() > 1)
-      for (size_t j = 0; j < slots[i]->size(); ++j)
-        std::copy_n(x + ((*slots[i])[j] / K) * D, D, xe.data() + (first[i] + j) * D);
+  // A group of one token reads it in place (every expert of a decode step), so experts
+  // that share the token share one pointer and the mat-vecs quantise and pack it once;
+  // larger groups read their tokens gathered into xe.
+  auto input = [&](size_t i, size_t r0, size_t nt) -> const float* {
+    if (nt == 1) return x + (order[r0] / K) * D;
+    for (size_t j = 0; j < nt; ++j) std::copy_n(x + (order[r0 + j] / K) * D, D, xe.data() + (r0 + j) * D);
+    return xe.data() + r0 * D;
+  };
   std::vector<cpu::MatmulJob> jobs;
-  jobs.reserve(2 * n);
+  jobs.reserve(4 * n);
+  // Up to two jobs per expert and matrix: its lone tokens, then the others.
+  auto add = [&](const MatrixRef& w, size_t i, const float* const in[2], float* out, int64_t out_w, int64_t in_w) {
+    const size_t parts[2][2] = {{first[i], lone[i]}, {first[i] + lone[i], first[i + 1] - first[i] - lone[i]}};
+    for (int k = 0; k < 2; ++k) {
+      const auto [r0, nt] = parts[k];
+      if (nt == 0) continue;
+      const float* xin = in ? in[k] : gate.data() + r0 * static_cast<size_t>(in_w);
+      jobs.push_back({w.dtype, w.data, w.rows, w.cols, xin, static_cast<int64_t>(nt), out + r0 * out_w, k == 0});
+    }
+  };
   for (size_t i = 0; i < n; ++i) {
-    const MatrixRef &g = mats[i].gate, &u = mats[i].up;
-    const int64_t nt = static_cast<int64_t>(first[i + 1] - first[i]);
-    const float* xi = nt == 1 ? x + ((*slots[i])[0] / K) * D : xe.data() + first[i] * D;
-    jobs.push_back({g.dtype, g.data, g.rows, g.cols, xi, nt, gate.data() + first[i] * F});
-    jobs.push_back({u.dtype, u.data, u.rows, u.cols, xi, nt, up.data() + first[i] * F});
+    const float* in[2] = {lone[i] ? input(i, first[i], lone[i]) : nullptr,
+                          first[i + 1] - first[i] > lone[i] ? input(i, first[i] + lone[i], first[i + 1] - first[i] - lone[i])
+                                                            : nullptr};
+    add(mats[i].gate, i, in, gate.data(), F, D);
+    add(mats[i].up, i, in, up.data(), F, D);
   }
   cpu::matmul_batch(jobs.data(), jobs.size(), pool);
   cpu::swiglu(gate.data(), up.data(), gate.data(), static_cast<int64_t>(rows) * F);
   jobs.clear();
-  for (size_t i = 0; i < n; ++i) {
-    const MatrixRef& d = mats[i].down;
-    const int64_t nt = static_cast<int64_t>(first[i + 1] - first[i]);
-    jobs.push_back({d.dtype, d.data, d.rows, d.cols, gate.data() + first[i] * F, nt, down.data() + first[i] * D});
-  }
+  for (size_t i = 0; i < n; ++i) add(mats[i].down, i, nullptr, down.data(), D, F);
   cpu::matmul_batch(jobs.data(), jobs.size(), pool);
-  for (size_t i = 0; i < n; ++i)
-    for (size_t j = 0; j < slots[i]->size(); ++j)
-      std::copy_n(down.data() + (first[i] + j) * D, D, per_slot + (*slots[i])[j] * D);
+  for (size_t r = 0; r < rows; ++r) std::copy_n(down.data() + r * D, D, per_slot + order[r] * D);
 }
 
 }  // namespace
@@ -98,6 +127,7 @@ void expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* const* 
 void moe_forward(const ModelConfig& c, const LayerWeights& w, const LayerRouting& r, const float* x_norm,
                  float* out, ThreadPool* pool, ExpertSource* source) {
   const int64_t D = c.n_embd, F = c.n_ff_expert, K = r.top_k, T = r.n_tok;
+  const int64_t* requests = r.requests.empty() ? nullptr : r.requests.data();
   // Group (token, slot) pairs by expert.
   std::vector<std::vector<int64_t>> slots(static_cast<size_t>(c.n_expert));
   for (int64_t i = 0; i < T * K; ++i) slots[r.experts[i]].push_back(i);
@@ -109,7 +139,7 @@ void moe_forward(const ModelConfig& c, const LayerWeights& w, const LayerRouting
   if (source) {
     source->run_experts(static_cast<int32_t>(r.layer), needed, [&](int32_t e, const ExpertMatrices& m) {
       const std::vector<int64_t>* s = &slots[static_cast<size_t>(e)];
-      expert_ffns(&m, &s, 1, x_norm, K, D, F, per_slot.data(), pool);
+      expert_ffns(&m, &s, 1, x_norm, requests, K, D, F, per_slot.data(), pool);
     });
   } else {
     std::vector<ExpertMatrices> mats;
@@ -136,7 +166,7 @@ void moe_forward(const ModelConfig& c, const LayerWeights& w, const LayerRouting
       thread_local ExpertsPerThread ept;  // the caller's; its buffers are reused
       ept.run(mats.data(), expert_slots.data(), mats.size(), x_norm, K, D, F, per_slot.data(), *pool);
     } else {
-      expert_ffns(mats.data(), expert_slots.data(), mats.size(), x_norm, K, D, F, per_slot.data(), pool);
+      expert_ffns(mats.data(), expert_slots.data(), mats.size(), x_norm, requests, K, D, F, per_slot.data(), pool);
     }
   }
   for (int64_t t = 0; t < T; ++t) {

@@ -46,14 +46,16 @@ void OffloadedExperts::end_request() {
   policy_.end_request();
 }
 
-void OffloadedExperts::begin_iteration(const int32_t* tokens, int64_t n, int64_t pos) {
-  if (!in_request_) begin_request(RequestInfo{0, std::vector<int32_t>(tokens, tokens + n), {}, {}});
-  // A block of several tokens, or the first position, is prompt processing.
-  const Phase phase = (n > 1 || pos == 0) ? Phase::Prefill : Phase::Decode;
-  policy_.begin_iteration(phase, iter_);
+void OffloadedExperts::begin_step(const StepTokens& step) {
+  if (!in_request_) begin_request(RequestInfo{step.requests.empty() ? 0 : step.requests.front(), step.tokens, {}, {}});
+  // A step with a chunk of several tokens of one sequence, or a first position, is
+  // prompt processing.
+  bool prefill = step.n_single < step.size();
+  for (int64_t p : step.pos) prefill = prefill || p == 0;
+  policy_.begin_iteration(prefill ? Phase::Prefill : Phase::Decode, iter_);
 }
 
-void OffloadedExperts::end_iteration() {
+void OffloadedExperts::end_step() {
   policy_.end_iteration();
   ++iter_;
 }

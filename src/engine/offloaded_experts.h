@@ -38,11 +38,11 @@ class OffloadedExperts final : public ExpertSource {
   void begin_request(const RequestInfo& info);
   void end_request();
 
-  void begin_iteration(const int32_t* tokens, int64_t n, int64_t pos) override;
+  void begin_step(const StepTokens& step) override;
   void routed(const LayerRouting& r) override;
   void prepare_layer(LayerRouting& r) override;
   void run_experts(int32_t layer, const std::vector<int32_t>& needed, const ExpertCompute& compute) override;
-  void end_iteration() override;
+  void end_step() override;
 
   uint64_t rerouted_slots() const { return rerouted_; }
   uint64_t iterations() const { return iter_; }

@@ -23,16 +23,19 @@ TraceRecorder::~TraceRecorder() {
   if (f_) std::fclose(f_);
 }
 
-void TraceRecorder::begin_request(int64_t request, const std::string& task) {
-  rec_.request = request;
-  rec_.task = task;
-  iter_ = 0;
-}
+void TraceRecorder::begin_request(int64_t request, const std::string& task) { requests_[request] = {task, 0}; }
 
-void TraceRecorder::begin_iteration(const int32_t* tokens, int64_t n, int64_t pos) {
-  rec_.iter = iter_;
-  rec_.prefill = n > 1 || pos == 0;
-  rec_.tokens.assign(tokens, tokens + n);
+void TraceRecorder::end_request(int64_t request) { requests_.erase(request); }
+
+void TraceRecorder::begin_step(const StepTokens& step) {
+  step_ = &step;
+  spans_.clear();
+  for (int64_t t = 0; t < step.size();) {
+    int64_t e = t + 1;
+    while (e < step.size() && step.requests[e] == step.requests[t]) ++e;
+    spans_.push_back({step.requests[t], t, e, e - t > 1 || step.pos[t] == 0});
+    t = e;
+  }
 }
 
 void TraceRecorder::routed(const LayerRouting& r) {
@@ -41,27 +44,35 @@ void TraceRecorder::routed(const LayerRouting& r) {
   rec_.layer = static_cast<int32_t>(r.layer);
   rec_.num_experts = static_cast<int32_t>(E);
   rec_.top_k = static_cast<int32_t>(K);
-  rec_.experts.assign(static_cast<size_t>(r.n_tok), {});
-  rec_.weights.assign(static_cast<size_t>(r.n_tok), {});
-  rec_.probs.assign(static_cast<size_t>(r.n_tok), {});
-  for (int64_t t = 0; t < r.n_tok; ++t) {
-    auto& ids = rec_.experts[static_cast<size_t>(t)];
-    auto& w = rec_.weights[static_cast<size_t>(t)];
-    auto& p = rec_.probs[static_cast<size_t>(t)];
-    ids.assign(r.experts.begin() + t * K, r.experts.begin() + (t + 1) * K);
-    for (int64_t k = 0; k < K; ++k) w.push_back(round(r.weights[static_cast<size_t>(t * K + k)]));
-    if (!r.probs.empty())
-      for (int64_t e = 0; e < E; ++e) p.push_back(round(r.probs[static_cast<size_t>(t * E + e)]));
-  }
   rec_.has_probs = !r.probs.empty();
-  const std::string line = format_trace_line(rec_) + "\n";
-  if (std::fwrite(line.data(), 1, line.size(), f_) != line.size())
-    throw InputError(path_ + ": write failed: " + std::strerror(errno));
-  ++lines_;
+  for (const Span& sp : spans_) {
+    const RequestState& st = requests_[sp.request];
+    rec_.request = sp.request;
+    rec_.task = st.task;
+    rec_.iter = st.iter;
+    rec_.prefill = sp.prefill;
+    rec_.tokens.assign(step_->tokens.begin() + sp.begin, step_->tokens.begin() + sp.end);
+    const size_t n = static_cast<size_t>(sp.end - sp.begin);
+    rec_.experts.assign(n, {});
+    rec_.weights.assign(n, {});
+    rec_.probs.assign(n, {});
+    for (int64_t t = sp.begin; t < sp.end; ++t) {
+      const size_t i = static_cast<size_t>(t - sp.begin);
+      rec_.experts[i].assign(r.experts.begin() + t * K, r.experts.begin() + (t + 1) * K);
+      for (int64_t k = 0; k < K; ++k) rec_.weights[i].push_back(round(r.weights[static_cast<size_t>(t * K + k)]));
+      if (rec_.has_probs)
+        for (int64_t e = 0; e < E; ++e) rec_.probs[i].push_back(round(r.probs[static_cast<size_t>(t * E + e)]));
+    }
+    const std::string line = format_trace_line(rec_) + "\n";
+    if (std::fwrite(line.data(), 1, line.size(), f_) != line.size())
+      throw InputError(path_ + ": write failed: " + std::strerror(errno));
+    ++lines_;
+  }
 }
 
-void TraceRecorder::end_iteration() {
-  ++iter_;
+void TraceRecorder::end_step() {
+  for (const Span& sp : spans_) ++requests_[sp.request].iter;
+  step_ = nullptr;
   std::fflush(f_);
 }
 

@@ -1,10 +1,13 @@
 // Records routing while the engine runs (`--trace out.jsonl`): one interchange-format
 // line per (request, iteration, layer) with the top-k ids, their weights, the full gate
-// probabilities and the iteration's token ids. Weights and probabilities are rounded
+// probabilities and the iteration's token ids. A step that carries several requests'
+// tokens gives each of them its own line per layer; each request counts its own
+// iterations. Weights and probabilities are rounded
 // to `decimals` (5 by default), which keeps traces small and is far below any
 // policy's sensitivity.
 #pragma once
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,12 +22,14 @@ class TraceRecorder final : public ForwardListener {
   TraceRecorder(const std::string& path, std::string model_name, int decimals = 5, bool append = false);
   ~TraceRecorder() override;
 
-  // Labels the following iterations; iterations restart at 0.
+  // Labels a request's iterations with its task; its iterations restart at 0.
   void begin_request(int64_t request, const std::string& task);
+  // Forgets a finished request.
+  void end_request(int64_t request);
 
-  void begin_iteration(const int32_t* tokens, int64_t n, int64_t pos) override;
+  void begin_step(const StepTokens& step) override;
   void routed(const LayerRouting& r) override;
-  void end_iteration() override;
+  void end_step() override;
 
   int64_t lines_written() const { return lines_; }
 
@@ -32,7 +37,18 @@ class TraceRecorder final : public ForwardListener {
   std::FILE* f_ = nullptr;
   std::string path_;
   TraceRecord rec_;
-  int64_t iter_ = 0;
+  struct RequestState {
+    std::string task;
+    int64_t iter = 0;
+  };
+  std::map<int64_t, RequestState> requests_;
+  // The step's requests: [begin, end) token ranges (a request's tokens are contiguous).
+  struct Span {
+    int64_t request, begin, end;
+    bool prefill;
+  };
+  std::vector<Span> spans_;
+  const StepTokens* step_ = nullptr;
   int64_t lines_ = 0;
   double scale_ = 1e5;
 };

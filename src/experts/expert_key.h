@@ -29,6 +29,9 @@ struct LayerRouting {
   std::vector<int32_t> experts;   // [n_tok][top_k], best first
   std::vector<float> weights;     // [n_tok][top_k], as applied (renormalised or not); may be empty in traces
   std::vector<float> probs;       // [n_tok][n_expert], full softmax; may be empty in traces
+  // [n_tok]: the request (sequence) each token belongs to; empty: one request. A
+  // step of the engine may carry tokens of several requests.
+  std::vector<int64_t> requests;
 };
 
 // Counts, sizes and byte costs of every expert of a model: all the cache and the

@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <stdexcept>
 #include <cstdio>
 #include <random>
@@ -15,85 +17,134 @@ namespace moeflow::cpu {
 namespace {
 
 struct Case {
-  int64_t n_head, n_head_kv, head_dim, pad;  // pad: extra floats per cached position
+  int64_t n_head, n_head_kv, head_dim, block_len;
   int64_t n_tok, pos0;
 };
+
+double rel_error(const std::vector<float>& got, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    num += (got[i] - ref[i]) * (got[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / den);
+}
 
 // SIMD attention against the double-precision reference on fixed random inputs:
 // head sizes that are and are not whole vectors, grouped-query and plain heads, one
 // decode token after a long cache and a prefill block after a short one; groups of
 // 3, 8 (two chunks of four heads), 5 (a chunk of four and one of one) and 7 query
-// heads per kv head.
+// heads per kv head; blocks of 1, 3, 16, 32 positions and one block for everything,
+// taken from the pool in a scrambled order (block tables as a paged cache gives them).
 TEST(Attention, MatchesReference) {
-  const Case cases[] = {{12, 4, 64, 0, 1, 159},  {12, 4, 64, 0, 9, 0},   {4, 4, 80, 0, 3, 40},
-                        {6, 2, 20, 3, 5, 11},    {2, 1, 7, 1, 1, 0},     {8, 2, 128, 0, 2, 300},
-                        {16, 16, 256, 4, 1, 33}, {32, 4, 64, 0, 1, 77}, {10, 2, 32, 2, 4, 20},
-                        {7, 1, 16, 0, 2, 50}};
+  const Case cases[] = {{12, 4, 64, 32, 1, 159},  {12, 4, 64, 32, 9, 0},   {4, 4, 80, 3, 3, 40},
+                        {6, 2, 20, 16, 5, 11},    {2, 1, 7, 1, 1, 0},      {8, 2, 128, 32, 2, 300},
+                        {16, 16, 256, 16, 1, 33}, {32, 4, 64, 400, 1, 77}, {10, 2, 32, 3, 4, 20},
+                        {7, 1, 16, 32, 2, 50}};
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   ThreadPool pool(3);
   for (const Case& c : cases) {
-    const AttentionShape s{c.n_head, c.n_head_kv, c.head_dim, c.n_head_kv * c.head_dim + c.pad};
     const int64_t n_ctx = c.pos0 + c.n_tok;
+    const int64_t n_blocks = (n_ctx + c.block_len - 1) / c.block_len + 2;  // two never used
+    const int64_t stride = c.n_head_kv * c.block_len * c.head_dim + 5;      // a gap between blocks
+    const AttentionShape s{c.n_head, c.n_head_kv, c.head_dim, c.block_len, stride};
+    std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    std::vector<int32_t> sorted = table;
+    std::sort(sorted.begin(), sorted.end());
+    ASSERT_TRUE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) << "a block used twice";
+    std::vector<AttentionQuery> tok(static_cast<size_t>(c.n_tok));
+    for (int64_t t = 0; t < c.n_tok; ++t) tok[t] = {c.pos0 + t, table.data()};
     std::vector<float> q(static_cast<size_t>(c.n_tok * c.n_head * c.head_dim));
-    std::vector<float> k(static_cast<size_t>(n_ctx * s.kv_stride)), v(k.size());
+    std::vector<float> k(static_cast<size_t>(n_blocks * stride)), v(k.size());
     for (auto& x : q) x = 2.0f * nd(rng);  // scores spread enough to make softmax peaky
     for (auto& x : k) x = nd(rng);
     for (auto& x : v) x = nd(rng);
     std::vector<float> ref(q.size()), one(q.size()), many(q.size());
-    attention_reference(s, q.data(), c.n_tok, c.pos0, k.data(), v.data(), ref.data());
-    attention(s, q.data(), c.n_tok, c.pos0, k.data(), v.data(), one.data(), nullptr);
-    attention(s, q.data(), c.n_tok, c.pos0, k.data(), v.data(), many.data(), &pool);
-    double num = 0, den = 0;
-    for (size_t i = 0; i < ref.size(); ++i) {
-      num += (one[i] - ref[i]) * (one[i] - ref[i]);
-      den += ref[i] * ref[i];
-    }
-    const double rel = std::sqrt(num / den);
-    std::printf("heads %lld/%lld dim %lld, %lld tokens after %lld: relative error %.2e\n",
+    attention_reference(s, q.data(), c.n_tok, tok.data(), k.data(), v.data(), ref.data());
+    attention(s, q.data(), c.n_tok, tok.data(), k.data(), v.data(), one.data(), nullptr);
+    attention(s, q.data(), c.n_tok, tok.data(), k.data(), v.data(), many.data(), &pool);
+    const double rel = rel_error(one, ref);
+    std::printf("heads %lld/%lld dim %lld, blocks of %lld, %lld tokens after %lld: relative error %.2e\n",
                 static_cast<long long>(c.n_head), static_cast<long long>(c.n_head_kv),
-                static_cast<long long>(c.head_dim), static_cast<long long>(c.n_tok),
-                static_cast<long long>(c.pos0), rel);
+                static_cast<long long>(c.head_dim), static_cast<long long>(c.block_len),
+                static_cast<long long>(c.n_tok), static_cast<long long>(c.pos0), rel);
     EXPECT_LT(rel, 1e-5);
     EXPECT_EQ(one, many) << "threads must not change the result";
 
-    // The same cache stored head-major (as KvCache keeps it: one [n_ctx][head_dim]
-    // plane per kv head, plus a gap): the same numbers, bit for bit.
-    const int64_t plane = n_ctx * c.head_dim + 5;
-    std::vector<float> kh(static_cast<size_t>(c.n_head_kv * plane)), vh(kh.size());
+    // The same rows in one contiguous block (block table {0}): the same floats, bit for
+    // bit. Each token alone in a call, too.
+    const int64_t one_stride = c.n_head_kv * n_ctx * c.head_dim;
+    const AttentionShape s1{c.n_head, c.n_head_kv, c.head_dim, n_ctx, one_stride};
+    std::vector<float> k1(static_cast<size_t>(one_stride)), v1(k1.size());
     for (int64_t g = 0; g < c.n_head_kv; ++g)
       for (int64_t p = 0; p < n_ctx; ++p)
         for (int64_t d = 0; d < c.head_dim; ++d) {
-          kh[g * plane + p * c.head_dim + d] = k[p * s.kv_stride + g * c.head_dim + d];
-          vh[g * plane + p * c.head_dim + d] = v[p * s.kv_stride + g * c.head_dim + d];
+          const int64_t from = table[p / c.block_len] * stride + g * c.block_len * c.head_dim +
+                               (p % c.block_len) * c.head_dim + d;
+          k1[(g * n_ctx + p) * c.head_dim + d] = k[from];
+          v1[(g * n_ctx + p) * c.head_dim + d] = v[from];
         }
-    const AttentionShape sh{c.n_head, c.n_head_kv, c.head_dim, c.head_dim, plane};
-    std::vector<float> head_major(q.size()), head_major_ref(q.size());
-    attention(sh, q.data(), c.n_tok, c.pos0, kh.data(), vh.data(), head_major.data(), &pool);
-    attention_reference(sh, q.data(), c.n_tok, c.pos0, kh.data(), vh.data(), head_major_ref.data());
-    EXPECT_EQ(head_major, one) << "head-major cache";
-    EXPECT_EQ(head_major_ref, ref) << "head-major cache, reference";
+    const int32_t zero = 0;
+    std::vector<AttentionQuery> tok1(tok.size());
+    for (size_t t = 0; t < tok.size(); ++t) tok1[t] = {tok[t].pos, &zero};
+    std::vector<float> contiguous(q.size()), singles(q.size());
+    attention(s1, q.data(), c.n_tok, tok1.data(), k1.data(), v1.data(), contiguous.data(), &pool);
+    EXPECT_EQ(contiguous, one) << "one contiguous block";
+    const int64_t qs = c.n_head * c.head_dim;
+    for (int64_t t = 0; t < c.n_tok; ++t)
+      attention(s, q.data() + t * qs, 1, &tok[t], k.data(), v.data(), singles.data() + t * qs, nullptr);
+    EXPECT_EQ(singles, one) << "a token alone in a call";
 
-    // An f16 cache (as KvCache keeps it for quantised models): against the reference
-    // reading the same halves, the same bound; threads change nothing.
-    std::vector<uint16_t> k16(kh.size()), v16(vh.size());
-    kv_store(DType::F16, kh.data(), k16.data(), static_cast<int64_t>(kh.size()));
-    kv_store(DType::F16, vh.data(), v16.data(), static_cast<int64_t>(vh.size()));
-    AttentionShape s16 = sh;
+    // An f16 cache: against the reference reading the same halves, the same bound;
+    // threads change nothing.
+    std::vector<uint16_t> k16(k.size()), v16(v.size());
+    kv_store(DType::F16, k.data(), k16.data(), static_cast<int64_t>(k.size()));
+    kv_store(DType::F16, v.data(), v16.data(), static_cast<int64_t>(v.size()));
+    AttentionShape s16 = s;
     s16.kv_type = DType::F16;
     std::vector<float> h16(q.size()), h16_one(q.size()), h16_ref(q.size());
-    attention(s16, q.data(), c.n_tok, c.pos0, k16.data(), v16.data(), h16.data(), &pool);
-    attention(s16, q.data(), c.n_tok, c.pos0, k16.data(), v16.data(), h16_one.data(), nullptr);
-    attention_reference(s16, q.data(), c.n_tok, c.pos0, k16.data(), v16.data(), h16_ref.data());
-    num = den = 0;
-    for (size_t i = 0; i < h16_ref.size(); ++i) {
-      num += (h16[i] - h16_ref[i]) * (h16[i] - h16_ref[i]);
-      den += h16_ref[i] * h16_ref[i];
-    }
-    std::printf("  f16 cache: relative error %.2e\n", std::sqrt(num / den));
-    EXPECT_LT(std::sqrt(num / den), 1e-5) << "f16 cache";
+    attention(s16, q.data(), c.n_tok, tok.data(), k16.data(), v16.data(), h16.data(), &pool);
+    attention(s16, q.data(), c.n_tok, tok.data(), k16.data(), v16.data(), h16_one.data(), nullptr);
+    attention_reference(s16, q.data(), c.n_tok, tok.data(), k16.data(), v16.data(), h16_ref.data());
+    std::printf("  f16 cache: relative error %.2e\n", rel_error(h16, h16_ref));
+    EXPECT_LT(rel_error(h16, h16_ref), 1e-5) << "f16 cache";
     EXPECT_EQ(h16, h16_one) << "f16 cache: threads must not change the result";
   }
+}
+
+// Tokens of different sequences in one call: each reads its own block table and
+// positions and gets what it gets alone.
+TEST(Attention, TokensOfSeveralSequencesInOneCall) {
+  const int64_t H = 8, G = 2, hd = 64, B = 4, n_blocks = 12;
+  const int64_t stride = G * B * hd;
+  const AttentionShape s{H, G, hd, B, stride, DType::F32};
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> k(static_cast<size_t>(n_blocks * stride)), v(k.size());
+  for (auto& x : k) x = nd(rng);
+  for (auto& x : v) x = nd(rng);
+  const std::vector<int32_t> a = {5, 0, 9, 2}, b = {7, 1}, c = {11};
+  const std::vector<AttentionQuery> tok = {{13, a.data()}, {6, b.data()}, {7, b.data()}, {0, c.data()}, {15, a.data()}};
+  std::vector<float> q(tok.size() * H * hd);
+  for (auto& x : q) x = nd(rng);
+  std::vector<float> all(q.size()), alone(q.size()), ref(q.size());
+  ThreadPool pool(2);
+  attention(s, q.data(), static_cast<int64_t>(tok.size()), tok.data(), k.data(), v.data(), all.data(), &pool);
+  attention_reference(s, q.data(), static_cast<int64_t>(tok.size()), tok.data(), k.data(), v.data(), ref.data());
+  for (size_t t = 0; t < tok.size(); ++t)
+    attention(s, q.data() + t * H * hd, 1, &tok[t], k.data(), v.data(), alone.data() + t * H * hd, nullptr);
+  EXPECT_EQ(all, alone);
+  std::printf("several sequences: relative error %.2e\n", rel_error(all, ref));
+  EXPECT_LT(rel_error(all, ref), 1e-5);
+  AttentionShape bad = s;
+  bad.kv_type = DType::BF16;
+  EXPECT_THROW(attention(bad, q.data(), 1, tok.data(), k.data(), v.data(), all.data(), nullptr), std::invalid_argument);
+  bad = s;
+  bad.block_stride = stride - 1;
+  EXPECT_THROW(attention(bad, q.data(), 1, tok.data(), k.data(), v.data(), all.data(), nullptr), std::invalid_argument);
 }
 
 // kv_store's f16 conversion (SIMD) rounds exactly as the scalar fp32_to_fp16: nearest

@@ -44,6 +44,7 @@ TEST(RoutingTrace, RecorderWritesOneLinePerIterationAndLayerThatReadsBack) {
     Transformer tf(*model, &pool, 64);
     TraceRecorder rec(path, "fixture");
     rec.begin_request(3, "code");
+    tf.set_request(3);
     tf.add_listener(&rec);
     GenerateOptions opt;
     opt.n_predict = 4;

@@ -35,6 +35,17 @@ namespace moeflow::cpu {
 // heads' sums are independent chains the core can overlap.
 constexpr int kHeads = 4;
 
+// A sequence's cached rows of one kv head: block table[b] holds positions
+// [b * len, (b + 1) * len), row i of a block at base + table[b] * stride + i * hd.
+template <class T>
+struct Paged {
+  const T* base;
+  const int32_t* table;
+  int64_t stride, len;
+  const T* block(int64_t b) const { return base + static_cast<int64_t>(table[b]) * stride; }
+};
+
+
 }  // namespace moeflow::cpu
 #endif
 
@@ -70,17 +81,32 @@ HWY_INLINE VF LoadKV(DF df, const uint16_t* HWY_RESTRICT p) {
 HWY_INLINE float ScalarKV(float x) { return x; }
 HWY_INLINE float ScalarKV(uint16_t h) { return fp16_to_fp32(h); }
 
+// Calls row(p, row_p, ahead) for p in [0, n_keys) in order, row_p the cached row of
+// position p and ahead the row kAhead positions on (null past the end), block by block.
+template <class T, class F>
+HWY_INLINE void ForEachRow(const Paged<T>& kv, int64_t n_keys, int64_t hd, const F& row) {
+  for (int64_t b0 = 0, b = 0; b0 < n_keys; b0 += kv.len, ++b) {
+    const T* blk = kv.block(b);
+    const int64_t n = std::min(kv.len, n_keys - b0);
+    const T* next = b0 + kv.len < n_keys ? kv.block(b + 1) : nullptr;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t a = i + kAhead;
+      const T* ahead = a < n ? blk + a * hd : (next && b0 + a < n_keys ? next + (a - kv.len) * hd : nullptr);
+      row(b0 + i, blk + i * hd, ahead);
+    }
+  }
+}
+
 // scores[h * ss + p] = scale * <q_h, k_p> for the HG heads q_h = q + h * hd and
-// p in [0, n_keys); k_p = k + p * stride.
+// p in [0, n_keys).
 template <int HG, class T>
-HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const T* HWY_RESTRICT k, int64_t stride,
-                            int64_t n_keys, int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {
+HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const Paged<T>& k, int64_t n_keys, int64_t hd,
+                            float scale, float* HWY_RESTRICT scores, int64_t ss) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const int64_t hv = hd / N * N;  // vector part of the head
-  for (int64_t p = 0; p < n_keys; ++p) {
-    const T* kp = k + p * stride;
-    if (p + kAhead < n_keys) PrefetchRow(kp + kAhead * stride, hd);
+  ForEachRow(k, n_keys, hd, [&](int64_t p, const T* HWY_RESTRICT kp, const T* ahead) {
+    if (ahead) PrefetchRow(ahead, hd);
     VF a0[HG], a1[HG];
     for (int h = 0; h < HG; ++h) a0[h] = a1[h] = hn::Zero(df);
     int64_t d = 0;
@@ -100,27 +126,27 @@ HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const T* HWY_RESTRICT k
       for (int64_t e = d; e < hd; ++e) sum += q[h * hd + e] * ScalarKV(kp[e]);
       scores[h * ss + p] = sum * scale;
     }
-  }
+  });
 }
 
 template <class T>
-void ScoresT(int hg, const float* HWY_RESTRICT q, const T* HWY_RESTRICT k, int64_t stride, int64_t n_keys,
-             int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {
+void ScoresT(int hg, const float* HWY_RESTRICT q, const Paged<T>& k, int64_t n_keys, int64_t hd, float scale,
+             float* HWY_RESTRICT scores, int64_t ss) {
   static_assert(kHeads == 4, "one case per chunk size");
   switch (hg) {
-    case 1: return ScoresHeads<1>(q, k, stride, n_keys, hd, scale, scores, ss);
-    case 2: return ScoresHeads<2>(q, k, stride, n_keys, hd, scale, scores, ss);
-    case 3: return ScoresHeads<3>(q, k, stride, n_keys, hd, scale, scores, ss);
-    default: return ScoresHeads<4>(q, k, stride, n_keys, hd, scale, scores, ss);
+    case 1: return ScoresHeads<1>(q, k, n_keys, hd, scale, scores, ss);
+    case 2: return ScoresHeads<2>(q, k, n_keys, hd, scale, scores, ss);
+    case 3: return ScoresHeads<3>(q, k, n_keys, hd, scale, scores, ss);
+    default: return ScoresHeads<4>(q, k, n_keys, hd, scale, scores, ss);
   }
 }
-void Scores(int hg, const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, int64_t stride, int64_t n_keys,
-            int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {
-  ScoresT(hg, q, k, stride, n_keys, hd, scale, scores, ss);
+void Scores(int hg, const float* HWY_RESTRICT q, const Paged<float>& k, int64_t n_keys, int64_t hd, float scale,
+            float* HWY_RESTRICT scores, int64_t ss) {
+  ScoresT(hg, q, k, n_keys, hd, scale, scores, ss);
 }
-void ScoresF16(int hg, const float* HWY_RESTRICT q, const uint16_t* HWY_RESTRICT k, int64_t stride, int64_t n_keys,
-               int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {
-  ScoresT(hg, q, k, stride, n_keys, hd, scale, scores, ss);
+void ScoresF16(int hg, const float* HWY_RESTRICT q, const Paged<uint16_t>& k, int64_t n_keys, int64_t hd,
+               float scale, float* HWY_RESTRICT scores, int64_t ss) {
+  ScoresT(hg, q, k, n_keys, hd, scale, scores, ss);
 }
 
 // In-place softmax of x[0, n): max, exp, sum (f32 lanes, then double across lanes).
@@ -153,12 +179,13 @@ void Softmax(float* HWY_RESTRICT x, int64_t n) {
   for (; i < n; ++i) x[i] *= hn::GetLane(inv);
 }
 
-// o[h * hd + d] = sum_p w[h * ws + p] * v_p[d] for the HG heads, v_p = v + p * stride.
+// o[h * hd + d] = sum_p w[h * ws + p] * v_p[d] for the HG heads, p in [0, n_keys).
 // Output slices (HG x S vectors, at most 24 registers) stay in registers while every
-// key is visited; each V vector loaded feeds all HG heads.
+// key is visited, across blocks, so the sum runs in position order whatever the
+// blocks; each V vector loaded feeds all HG heads.
 template <int HG, class T>
-HWY_INLINE void WeightedHeads(const float* HWY_RESTRICT w, int64_t ws, const T* HWY_RESTRICT v,
-                              int64_t stride, int64_t n_keys, int64_t hd, float* HWY_RESTRICT o) {
+HWY_INLINE void WeightedHeads(const float* HWY_RESTRICT w, int64_t ws, const Paged<T>& v, int64_t n_keys,
+                              int64_t hd, float* HWY_RESTRICT o) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   constexpr int64_t S = HG == 1 ? 8 : 24 / HG;
@@ -168,45 +195,51 @@ HWY_INLINE void WeightedHeads(const float* HWY_RESTRICT w, int64_t ws, const T* 
     VF acc[HG][S];
     for (int h = 0; h < HG; ++h)
       for (int64_t j = 0; j < S; ++j) acc[h][j] = hn::Zero(df);
-    for (int64_t p = 0; p < n_keys; ++p) {
-      const T* vp = v + p * stride + d0;
-      if (p + kAhead < n_keys) PrefetchRow(vp + kAhead * stride, nv * N);
+    ForEachRow(v, n_keys, hd, [&](int64_t p, const T* HWY_RESTRICT row, const T* ahead) {
+      const T* vp = row + d0;
+      if (ahead) PrefetchRow(ahead + d0, nv * N);
       VF wp[HG];
       for (int h = 0; h < HG; ++h) wp[h] = hn::Set(df, w[h * ws + p]);
       for (int64_t j = 0; j < nv; ++j) {
         const VF vj = LoadKV(df, vp + j * N);
         for (int h = 0; h < HG; ++h) acc[h][j] = hn::MulAdd(wp[h], vj, acc[h][j]);
       }
-    }
+    });
     for (int h = 0; h < HG; ++h)
       for (int64_t j = 0; j < nv; ++j) hn::StoreU(acc[h][j], df, o + h * hd + d0 + j * N);
   }
-  for (int64_t d = hv; d < hd; ++d) {
-    for (int h = 0; h < HG; ++h) {
-      float s = 0;
-      for (int64_t p = 0; p < n_keys; ++p) s += w[h * ws + p] * ScalarKV(v[p * stride + d]);
-      o[h * hd + d] = s;
-    }
+  if (hv == hd) return;
+  float s[kHeads][8];  // the tail of a head that is not whole vectors (< N <= 16 elements)
+  for (int64_t d = hv; d < hd; d += 8) {
+    const int64_t nd = std::min<int64_t>(8, hd - d);
+    for (int h = 0; h < HG; ++h)
+      for (int64_t e = 0; e < nd; ++e) s[h][e] = 0;
+    ForEachRow(v, n_keys, hd, [&](int64_t p, const T* HWY_RESTRICT row, const T*) {
+      for (int h = 0; h < HG; ++h)
+        for (int64_t e = 0; e < nd; ++e) s[h][e] += w[h * ws + p] * ScalarKV(row[d + e]);
+    });
+    for (int h = 0; h < HG; ++h)
+      for (int64_t e = 0; e < nd; ++e) o[h * hd + d + e] = s[h][e];
   }
 }
 
 template <class T>
-void WeightedT(int hg, const float* HWY_RESTRICT w, int64_t ws, const T* HWY_RESTRICT v, int64_t stride,
-               int64_t n_keys, int64_t hd, float* HWY_RESTRICT o) {
+void WeightedT(int hg, const float* HWY_RESTRICT w, int64_t ws, const Paged<T>& v, int64_t n_keys, int64_t hd,
+               float* HWY_RESTRICT o) {
   switch (hg) {
-    case 1: return WeightedHeads<1>(w, ws, v, stride, n_keys, hd, o);
-    case 2: return WeightedHeads<2>(w, ws, v, stride, n_keys, hd, o);
-    case 3: return WeightedHeads<3>(w, ws, v, stride, n_keys, hd, o);
-    default: return WeightedHeads<4>(w, ws, v, stride, n_keys, hd, o);
+    case 1: return WeightedHeads<1>(w, ws, v, n_keys, hd, o);
+    case 2: return WeightedHeads<2>(w, ws, v, n_keys, hd, o);
+    case 3: return WeightedHeads<3>(w, ws, v, n_keys, hd, o);
+    default: return WeightedHeads<4>(w, ws, v, n_keys, hd, o);
   }
 }
-void Weighted(int hg, const float* HWY_RESTRICT w, int64_t ws, const float* HWY_RESTRICT v, int64_t stride,
-              int64_t n_keys, int64_t hd, float* HWY_RESTRICT o) {
-  WeightedT(hg, w, ws, v, stride, n_keys, hd, o);
+void Weighted(int hg, const float* HWY_RESTRICT w, int64_t ws, const Paged<float>& v, int64_t n_keys, int64_t hd,
+              float* HWY_RESTRICT o) {
+  WeightedT(hg, w, ws, v, n_keys, hd, o);
 }
-void WeightedF16(int hg, const float* HWY_RESTRICT w, int64_t ws, const uint16_t* HWY_RESTRICT v, int64_t stride,
-                 int64_t n_keys, int64_t hd, float* HWY_RESTRICT o) {
-  WeightedT(hg, w, ws, v, stride, n_keys, hd, o);
+void WeightedF16(int hg, const float* HWY_RESTRICT w, int64_t ws, const Paged<uint16_t>& v, int64_t n_keys,
+                 int64_t hd, float* HWY_RESTRICT o) {
+  WeightedT(hg, w, ws, v, n_keys, hd, o);
 }
 
 // dst[r * dst_stride + i] = src[r * n + i] (i < n, r < rows) as IEEE half bits,
@@ -263,14 +296,15 @@ auto kernels_for() {
 
 // The cache's elements as the kernels take them: float, or uint16_t for half bits.
 template <class T>
-void attention_typed(const AttentionShape& s, const float* q, int64_t n_tok, int64_t pos0, const T* k_cache,
-                     const T* v_cache, float* out, ThreadPool* pool) {
+void attention_typed(const AttentionShape& s, const float* q, int64_t n_tok, const AttentionQuery* tok,
+                     const T* k_cache, const T* v_cache, float* out, ThreadPool* pool) {
   const int64_t group = s.n_head / s.n_head_kv;
   const int64_t chunks = (group + kHeads - 1) / kHeads;  // chunks of heads per group
   const int64_t hd = s.head_dim;
   const int64_t q_stride = s.n_head * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t n_ctx = pos0 + n_tok;
+  int64_t n_ctx = 0;
+  for (int64_t t = 0; t < n_tok; ++t) n_ctx = std::max(n_ctx, tok[t].pos + 1);
   const auto [scores_fn, weighted_fn] = kernels_for<T>();
   auto softmax_fn = HWY_DYNAMIC_DISPATCH(Softmax);
   // A job: one token's chunk of up to kHeads query heads of one kv head.
@@ -280,45 +314,51 @@ void attention_typed(const AttentionShape& s, const float* q, int64_t n_tok, int
     if (scores.size() < static_cast<size_t>(kHeads * n_ctx)) scores.resize(static_cast<size_t>(kHeads * n_ctx));
     for (int64_t i = begin; i < end; ++i) {
       // Jobs dealt in zig-zag order (0, last, 1, last - 1, ...): in prefill token t
-      // attends to pos0 + t + 1 positions, so plain contiguous shares would give the
+      // attends to its pos + 1 positions, so plain contiguous shares would give the
       // last thread the longest rows (3:1 on two threads from an empty cache); pairs of
       // a short and a long row make every share about even.
       const int64_t job = i % 2 == 0 ? i / 2 : jobs - 1 - i / 2;
       const int64_t t = job / (s.n_head_kv * chunks), rest = job % (s.n_head_kv * chunks);
       const int64_t g = rest / chunks, h0 = g * group + (rest % chunks) * kHeads;
       const int hg = static_cast<int>(std::min<int64_t>(kHeads, (g + 1) * group - h0));
-      const int64_t n_keys = pos0 + t + 1;
-      const T* kv_k = k_cache + g * s.head_offset();
-      const T* kv_v = v_cache + g * s.head_offset();
-      scores_fn(hg, q + t * q_stride + h0 * hd, kv_k, s.kv_stride, n_keys, hd, scale, scores.data(), n_ctx);
+      const int64_t n_keys = tok[t].pos + 1;
+      const Paged<T> kp{k_cache + g * s.block_len * hd, tok[t].blocks, s.block_stride, s.block_len};
+      const Paged<T> vp{v_cache + g * s.block_len * hd, tok[t].blocks, s.block_stride, s.block_len};
+      scores_fn(hg, q + t * q_stride + h0 * hd, kp, n_keys, hd, scale, scores.data(), n_ctx);
       for (int h = 0; h < hg; ++h) softmax_fn(scores.data() + h * n_ctx, n_keys);
-      weighted_fn(hg, scores.data(), n_ctx, kv_v, s.kv_stride, n_keys, hd, out + t * q_stride + h0 * hd);
+      weighted_fn(hg, scores.data(), n_ctx, vp, n_keys, hd, out + t * q_stride + h0 * hd);
     }
   };
   if (pool) pool->parallel_for(jobs, work);
   else work(0, jobs, 0);
 }
 
+void check_shape(const AttentionShape& s, const char* who) {
+  if (s.kv_type != DType::F32 && s.kv_type != DType::F16)
+    throw std::invalid_argument(std::string("moeflow: ") + who + " over a " + dtype_name(s.kv_type) +
+                                " KV cache (f32 or f16 only)");
+  if (s.n_head <= 0 || s.n_head_kv <= 0 || s.n_head % s.n_head_kv || s.head_dim <= 0 || s.block_len <= 0 ||
+      s.block_stride < s.n_head_kv * s.block_len * s.head_dim)
+    throw std::invalid_argument(std::string("moeflow: ") + who + ": inconsistent attention shape");
+}
+
 }  // namespace
 
-void attention(const AttentionShape& s, const float* q, int64_t n_tok, int64_t pos0, const void* k_cache,
+void attention(const AttentionShape& s, const float* q, int64_t n_tok, const AttentionQuery* tok, const void* k_cache,
                const void* v_cache, float* out, ThreadPool* pool) {
+  check_shape(s, "attention");
   if (s.kv_type == DType::F32) {
-    attention_typed(s, q, n_tok, pos0, static_cast<const float*>(k_cache), static_cast<const float*>(v_cache), out,
+    attention_typed(s, q, n_tok, tok, static_cast<const float*>(k_cache), static_cast<const float*>(v_cache), out,
                     pool);
-  } else if (s.kv_type == DType::F16) {
-    attention_typed(s, q, n_tok, pos0, static_cast<const uint16_t*>(k_cache), static_cast<const uint16_t*>(v_cache),
-                    out, pool);
   } else {
-    throw std::invalid_argument(std::string("moeflow: attention over a ") + dtype_name(s.kv_type) +
-                                " KV cache (f32 or f16 only)");
+    attention_typed(s, q, n_tok, tok, static_cast<const uint16_t*>(k_cache), static_cast<const uint16_t*>(v_cache),
+                    out, pool);
   }
 }
 
-void attention_reference(const AttentionShape& s, const float* q, int64_t n_tok, int64_t pos0,
+void attention_reference(const AttentionShape& s, const float* q, int64_t n_tok, const AttentionQuery* tok,
                          const void* k_cache_raw, const void* v_cache_raw, float* out) {
-  if (s.kv_type != DType::F32 && s.kv_type != DType::F16)
-    throw std::invalid_argument("moeflow: attention_reference: KV cache must be f32 or f16");
+  check_shape(s, "attention_reference");
   const bool f16 = s.kv_type == DType::F16;
   auto at = [f16](const void* cache, int64_t i) {
     return f16 ? static_cast<double>(fp16_to_fp32(static_cast<const uint16_t*>(cache)[i]))
@@ -327,15 +367,20 @@ void attention_reference(const AttentionShape& s, const float* q, int64_t n_tok,
   const int64_t group = s.n_head / s.n_head_kv;
   const int64_t q_stride = s.n_head * s.head_dim;
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
-  std::vector<double> scores(static_cast<size_t>(pos0 + n_tok));
   for (int64_t t = 0; t < n_tok; ++t) {
+    const int64_t n_keys = tok[t].pos + 1;
+    std::vector<double> scores(static_cast<size_t>(n_keys));
+    // Element index of kv head g's row for position p.
+    auto row = [&](int64_t g, int64_t p) {
+      return tok[t].blocks[p / s.block_len] * s.block_stride + g * s.block_len * s.head_dim +
+             (p % s.block_len) * s.head_dim;
+    };
     for (int64_t h = 0; h < s.n_head; ++h) {
-      const int64_t kv_off = (h / group) * s.head_offset();
+      const int64_t g = h / group;
       const float* qh = q + t * q_stride + h * s.head_dim;
-      const int64_t n_keys = pos0 + t + 1;
       double mx = -INFINITY;
       for (int64_t p = 0; p < n_keys; ++p) {
-        const int64_t k = p * s.kv_stride + kv_off;
+        const int64_t k = row(g, p);
         double dot = 0;
         for (int64_t d = 0; d < s.head_dim; ++d) dot += static_cast<double>(qh[d]) * at(k_cache_raw, k + d);
         scores[p] = dot * scale;
@@ -345,7 +390,7 @@ void attention_reference(const AttentionShape& s, const float* q, int64_t n_tok,
       for (int64_t p = 0; p < n_keys; ++p) sum += scores[p] = std::exp(scores[p] - mx);
       for (int64_t d = 0; d < s.head_dim; ++d) {
         double o = 0;
-        for (int64_t p = 0; p < n_keys; ++p) o += scores[p] / sum * at(v_cache_raw, p * s.kv_stride + kv_off + d);
+        for (int64_t p = 0; p < n_keys; ++p) o += scores[p] / sum * at(v_cache_raw, row(g, p) + d);
         out[t * q_stride + h * s.head_dim + d] = static_cast<float>(o);
       }
     }

@@ -7,24 +7,35 @@
 
 namespace moeflow::cpu {
 
+// The KV cache is paged: a sequence's positions live in blocks of block_len
+// positions taken from one pool (engine/kv_block_pool.h), found through its block
+// table. Within a block, each kv head's rows are contiguous ([n_head_kv][block_len]
+// [head_dim]), so the rows one job reads are block_len * head_dim elements in a row.
 struct AttentionShape {
   int64_t n_head = 0, n_head_kv = 0, head_dim = 0;
-  int64_t kv_stride = 0;  // elements between consecutive positions in k_cache / v_cache
-  // Elements between kv heads' slices of a position: 0 means head_dim (rows of
-  // [n_head_kv][head_dim]); a head-major cache passes its per-head plane.
-  int64_t kv_head_stride = 0;
+  int64_t block_len = 0;     // positions per block
+  int64_t block_stride = 0;  // elements between consecutive blocks of the pool
   // The cache's elements: F32, or F16 (IEEE half bits; half the bytes to stream per
   // step, rounded to 11 significant bits).
   DType kv_type = DType::F32;
-  int64_t head_offset() const { return kv_head_stride ? kv_head_stride : head_dim; }
 };
 
-// q: [n_tok][n_head*head_dim] for tokens at positions pos0 .. pos0+n_tok-1.
-// k_cache, v_cache: kv head g's row for position p at g * head_offset() + p * kv_stride
-// ([pos][n_head_kv*head_dim] by default), holding positions 0 .. pos0+n_tok-1. Token t attends to positions <= pos0+t.
-// out: [n_tok][n_head*head_dim]. Query head h reads kv head h / (n_head / n_head_kv).
-// The caches hold s.kv_type elements. Throws std::invalid_argument for another type.
-void attention(const AttentionShape& s, const float* q, int64_t n_tok, int64_t pos0,
+// One query token: it attends to its sequence's positions [0, pos], whose block
+// table is blocks (block b holds positions [b * block_len, (b + 1) * block_len)).
+struct AttentionQuery {
+  int64_t pos = 0;
+  const int32_t* blocks = nullptr;
+};
+
+// q: [n_tok][n_head*head_dim]; token t is tok[t] (tokens of different sequences may
+// share a call). k_cache, v_cache: the pool's first block for this layer: kv head g's
+// row for position p at tok.blocks[p / block_len] * block_stride +
+// g * block_len * head_dim + (p % block_len) * head_dim elements. out:
+// [n_tok][n_head*head_dim]. Query head h reads kv head h / (n_head / n_head_kv).
+// Throws std::invalid_argument for a cache type other than F32/F16 or an inconsistent
+// shape. A token's result depends only on its own query and positions, never on the
+// other tokens of the call, the threads or the blocks its positions landed in.
+void attention(const AttentionShape& s, const float* q, int64_t n_tok, const AttentionQuery* tok,
                const void* k_cache, const void* v_cache, float* out, ThreadPool* pool);
 
 // Writes n floats into a cache of kv_type elements (f32: copied; f16: rounded to
@@ -36,7 +47,7 @@ void kv_store_rows(DType kv_type, const float* src, int64_t rows, int64_t n, voi
 
 // The same, one thread, scalar and in double precision: the definition the SIMD
 // version is tested against.
-void attention_reference(const AttentionShape& s, const float* q, int64_t n_tok, int64_t pos0,
+void attention_reference(const AttentionShape& s, const float* q, int64_t n_tok, const AttentionQuery* tok,
                          const void* k_cache, const void* v_cache, float* out);
 
 }  // namespace moeflow::cpu

@@ -775,26 +775,52 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
   // VM's memory phases and costs nothing in the others. Four at a time (the whole
   // gate/up batch of a top-2 step) was no faster than two; a lone matrix read as its
   // two halves together gained nothing measurable.
+  //
+  // Consecutive jobs on the same matrix (several tokens' mat-vecs: a batched decode
+  // step) are one item whose rows are visited a few KiB at a time, every token's
+  // activation in turn, so the matrix is read from memory once for all of them and
+  // each token still gets the single mat-vec's floats.
   constexpr size_t kStreams = 2;
   struct Item {
-    size_t a, n;  // jobs a .. a+n-1
+    size_t a, n;       // jobs a .. a+n-1
+    bool shared;       // the n jobs read one matrix
   };
   thread_local std::vector<Item> item_buf;
   item_buf.clear();
   for (size_t j = 0; j < n_jobs;) {
     const MatvecJob& p = jobs[j];
     size_t n = 1;
+    auto same_shape = [&](const MatvecJob& o) { return o.dtype == p.dtype && o.rows == p.rows && o.cols == p.cols; };
+    while (j + n < n_jobs && jobs[j + n].W == p.W && same_shape(jobs[j + n])) ++n;
+    if (n > 1) {
+      item_buf.push_back({j, n, true});
+      j += n;
+      continue;
+    }
     if (dtype_is_rows_x4(p.dtype) && in[j].rx4)
-      while (n < kStreams && j + n < n_jobs && jobs[j + n].dtype == p.dtype && jobs[j + n].rows == p.rows &&
-             jobs[j + n].cols == p.cols && in[j + n].rx4)
-        ++n;
-    item_buf.push_back({j, n});
+      while (n < kStreams && j + n < n_jobs && same_shape(jobs[j + n]) && in[j + n].rx4) ++n;
+    item_buf.push_back({j, n, false});
     j += n;
   }
   const Item* const items = item_buf.data();  // the caller's, handed to the workers by pointer
   auto run_item = [&, items](size_t i, int64_t r0, int64_t r1) {
     const Item it = items[i];
     const MatvecJob& a = jobs[it.a];
+    if (it.shared) {
+      // Rows in pieces of ~16 KiB (whole groups of 8, so quads stay whole), which stay
+      // in L1 while every token reads them; the first token's call prefetches ahead.
+      const int64_t rb = static_cast<int64_t>(row_bytes(a.dtype, a.cols));
+      const int64_t piece = std::max<int64_t>(kGroup, (16384 / std::max<int64_t>(rb, 1)) / kGroup * kGroup);
+      const auto* W = static_cast<const uint8_t*>(a.W);
+      for (int64_t s0 = r0; s0 < r1; s0 += piece) {
+        const int64_t s1 = std::min(r1, s0 + piece);
+        for (size_t k = 0; k < it.n; ++k) {
+          const MatvecJob& m = jobs[it.a + k];
+          fn(m.dtype, W, s0, s1, k == 0 ? m.rows : s1, m.cols, in[it.a + k], m.y);
+        }
+      }
+      return;
+    }
     if (it.n == 1) {
       // Prefetch may run on past the chunk, to the end of the matrix: the next chunk
       // is usually this thread's too.
@@ -819,7 +845,9 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
   }
   auto work_of = [jobs, items](size_t i) {
     const MatvecJob& a = jobs[items[i].a];
-    return RowWork{a.rows, row_bytes(a.dtype, a.cols) * items[i].n};
+    // A shared matrix is read once; its other tokens' passes (from L1) cost about as
+    // much again between them as one read from memory.
+    return RowWork{a.rows, row_bytes(a.dtype, a.cols) * (items[i].shared ? 2 : items[i].n)};
   };
   // Measured (2 threads, 330M q8_0, medians of 5-6 alternating runs): own chunks of
   // 8 groups ran ~10% slower than no stealing (the software prefetch and the stream
@@ -872,15 +900,28 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool) {
     if (m.n_tok > 0) work += m.rows * m.cols * m.n_tok;
   }
   // One-token jobs (an expert that a single prompt token chose) take the mat-vec
-  // kernel, as matmul does: the same numbers as decoding that token. A batch of
-  // nothing else (a decode step) is a mat-vec batch: its memory-bound rows want
-  // matvec_batch's longer chunks.
-  if (std::all_of(jobs, jobs + n_jobs, [](const MatmulJob& m) { return m.n_tok <= 1; })) {
+  // kernel, as matmul does: the same numbers as decoding that token; so do per-token
+  // jobs, token by token. A batch of nothing else (a decode step) is a mat-vec batch:
+  // its memory-bound rows want matvec_batch's longer chunks. Per-token jobs beside
+  // mat-muls run first, as a mat-vec batch of their own.
+  auto as_matvecs = [](const MatmulJob& m) { return m.n_tok <= 1 || m.per_token; };
+  if (std::any_of(jobs, jobs + n_jobs, [](const MatmulJob& m) { return m.per_token && m.n_tok > 1; }) ||
+      std::all_of(jobs, jobs + n_jobs, as_matvecs)) {
     thread_local std::vector<MatvecJob> mv_jobs;
+    thread_local std::vector<MatmulJob> mm_jobs;
     mv_jobs.clear();
-    for (size_t j = 0; j < n_jobs; ++j)
-      if (jobs[j].n_tok == 1) mv_jobs.push_back({jobs[j].dtype, jobs[j].W, jobs[j].rows, jobs[j].cols, jobs[j].X, jobs[j].Y});
+    mm_jobs.clear();
+    for (size_t j = 0; j < n_jobs; ++j) {
+      const MatmulJob& m = jobs[j];
+      if (!as_matvecs(m)) {
+        mm_jobs.push_back(m);
+        continue;
+      }
+      for (int64_t t = 0; t < m.n_tok; ++t) mv_jobs.push_back({m.dtype, m.W, m.rows, m.cols, m.X + t * m.cols, m.Y + t * m.rows});
+    }
+    const std::vector<MatmulJob> gemms = mm_jobs;  // the recursive call reuses the thread_local
     matvec_batch(mv_jobs.data(), mv_jobs.size(), pool);
+    if (!gemms.empty()) matmul_batch(gemms.data(), gemms.size(), pool);
     return;
   }
   thread_local std::vector<MatvecJob> one_tok;

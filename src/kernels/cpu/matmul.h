@@ -85,6 +85,9 @@ struct MatmulJob {
   const float* X;
   int64_t n_tok;
   float* Y;
+  // Each token as its own mat-vec (the decode arithmetic: a one-token job's floats,
+  // token by token) with the matrix read once for all of them; else a mat-mul.
+  bool per_token = false;
 };
 
 // Independent mat-muls as one parallel job, split by FLOPs (prefill runs every

@@ -1,0 +1,187 @@
+#include "engine/forward_pass.h"
+
+#include <string>
+
+#include "base/error.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+
+namespace moeflow {
+
+namespace {
+
+void rmsnorm_rows(const float* x, const std::vector<float>& w, float* y, int64_t n, int64_t d, float eps) {
+  for (int64_t t = 0; t < n; ++t) cpu::rmsnorm(x + t * d, w.data(), y + t * d, d, eps);
+}
+
+}  // namespace
+
+DType default_kv_type(const Model& model) {
+  const ModelWeights& w = model.weights();
+  if (w.layers.empty()) return DType::F32;
+  const DType k = w.layers.front().wk.dtype, v = w.layers.front().wv.dtype;
+  return dtype_is_quantized(k) && dtype_is_quantized(v) ? DType::F16 : DType::F32;
+}
+
+KvBlockPool make_kv_pool(const Model& model, int64_t n_blocks, DType kv_type, int64_t block_len) {
+  const ModelConfig& c = model.config();
+  return KvBlockPool(c.n_layer, c.n_head_kv, c.head_dim, n_blocks, block_len, kv_type);
+}
+
+ForwardPass::ForwardPass(const Model& model, ThreadPool* pool, KvBlockPool& kv) : model_(model), pool_(pool), kv_(kv) {}
+
+void ForwardPass::check(const StepTokens& s) const {
+  const int64_t n = s.size();
+  if (n <= 0) throw InputError("step: no tokens to evaluate");
+  if (static_cast<int64_t>(s.pos.size()) != n || static_cast<int64_t>(s.requests.size()) != n ||
+      static_cast<int64_t>(s.blocks.size()) != n || s.n_single < 0 || s.n_single > n)
+    throw InputError("step: tokens, positions, requests and block tables differ in length");
+  const int64_t V = model_.config().n_vocab;
+  for (int64_t t = 0; t < n; ++t) {
+    if (s.tokens[t] < 0 || s.tokens[t] >= V)
+      throw InputError("token id " + std::to_string(s.tokens[t]) + " at step position " + std::to_string(t) +
+                       " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    if (s.pos[t] < 0 || !s.blocks[t]) throw InputError("step: token " + std::to_string(t) + " has no KV position");
+    const bool same = t > 0 && s.requests[t] == s.requests[t - 1];
+    if (t < s.n_single ? same : (same ? s.pos[t] != s.pos[t - 1] + 1
+                                      : t + 1 >= n || s.requests[t + 1] != s.requests[t]))
+      throw InputError("step: token " + std::to_string(t) +
+                       " breaks the layout (single tokens first, each sequence's tokens contiguous in position order)");
+  }
+  for (size_t i = 0; i < s.logits_rows.size(); ++i)
+    if (s.logits_rows[i] < 0 || s.logits_rows[i] >= n || (i > 0 && s.logits_rows[i] <= s.logits_rows[i - 1]))
+      throw InputError("step: logits rows must be ascending token indices");
+}
+
+void ForwardPass::run(const StepTokens& step, std::vector<float>& logits) {
+  check(step);
+  const ModelConfig& c = model_.config();
+  const ModelWeights& w = model_.weights();
+  const int64_t n = step.size(), D = c.n_embd;
+  x_.resize(static_cast<size_t>(n * D));
+  const size_t emb_row = w.tok_embd.row_bytes();
+  for (int64_t t = 0; t < n; ++t)
+    dequantize_row(w.tok_embd.dtype, w.tok_embd.data + emb_row * static_cast<size_t>(step.tokens[t]),
+                   x_.data() + t * D, D);
+  const int64_t rd = c.rot_dim / 2 * 2;
+  rope_cs_.resize(static_cast<size_t>(n * rd));
+  for (int64_t t = 0; t < n; ++t) cpu::rope_angles(step.pos[t], c.rot_dim, c.rope_base, rope_cs_.data() + t * rd);
+  queries_.resize(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) queries_[t] = {step.pos[t], step.blocks[t]};
+  for (ForwardListener* li : listeners_) li->begin_step(step);
+  if (source_) source_->begin_step(step);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    attention_block(l, step, x_);
+    moe_block(l, step, x_);
+  }
+  for (ForwardListener* li : listeners_) li->end_step();
+  if (source_) source_->end_step();
+
+  // The output norm and head over the wanted rows only; a row is single when its
+  // token was (a decode token's logits are those of a mat-vec).
+  const int64_t n_out = static_cast<int64_t>(step.logits_rows.size());
+  xn_.resize(static_cast<size_t>(n_out * D));
+  int64_t out_single = 0;
+  for (int64_t i = 0; i < n_out; ++i) {
+    const int64_t t = step.logits_rows[i];
+    cpu::rmsnorm(x_.data() + t * D, w.output_norm.data(), xn_.data() + i * D, D, c.rms_eps);
+    if (t < step.n_single) ++out_single;
+  }
+  logits.resize(static_cast<size_t>(n_out * c.n_vocab));
+  if (n_out == 0) return;
+  // Rows of one multi-token sequence would be a mat-mul alone too only if the
+  // sequence wanted several; a lone wanted row of a chunk is a mat-vec either way.
+  jobs_.clear();
+  const MatrixRef& o = w.output;
+  for (int64_t i = 0; i < n_out; ++i) {
+    const int64_t t = step.logits_rows[i];
+    const bool several = i + 1 < n_out && t >= step.n_single && step.requests[step.logits_rows[i + 1]] == step.requests[t];
+    if (!several) {
+      jobs_.push_back({o.dtype, o.data, o.rows, o.cols, xn_.data() + i * D, 1, logits.data() + i * c.n_vocab, true});
+      continue;
+    }
+    int64_t j = i;
+    while (j + 1 < n_out && step.requests[step.logits_rows[j + 1]] == step.requests[t]) ++j;
+    jobs_.push_back({o.dtype, o.data, o.rows, o.cols, xn_.data() + i * D, j - i + 1, logits.data() + i * c.n_vocab});
+    i = j;
+  }
+  cpu::matmul_batch(jobs_.data(), jobs_.size(), pool_);
+}
+
+void ForwardPass::add_products(const MatrixRef& w, const float* x, int64_t n, int64_t n_single, float* y,
+                               std::vector<cpu::MatmulJob>& jobs) const {
+  if (n_single > 0) jobs.push_back({w.dtype, w.data, w.rows, w.cols, x, n_single, y, true});
+  if (n > n_single)
+    jobs.push_back({w.dtype, w.data, w.rows, w.cols, x + n_single * w.cols, n - n_single, y + n_single * w.rows});
+}
+
+void ForwardPass::attention_block(int64_t l, const StepTokens& step, std::vector<float>& x) {
+  const ModelConfig& c = model_.config();
+  const LayerWeights& L = model_.weights().layers[static_cast<size_t>(l)];
+  const int64_t n = step.size(), D = c.n_embd, hd = c.head_dim;
+  const int64_t q_dim = c.n_head * hd, kv_dim = c.n_head_kv * hd;
+  xn_.resize(static_cast<size_t>(n * D));
+  q_.resize(static_cast<size_t>(n * q_dim));
+  k_.resize(static_cast<size_t>(n * kv_dim));
+  v_.resize(static_cast<size_t>(n * kv_dim));
+  attn_.resize(static_cast<size_t>(n * q_dim));
+  proj_.resize(static_cast<size_t>(n * D));
+
+  rmsnorm_rows(x.data(), L.attn_norm, xn_.data(), n, D, c.rms_eps);
+  // The three projections share one fork/join (a mat-vec batch in a decode step).
+  jobs_.clear();
+  add_products(L.wq, xn_.data(), n, step.n_single, q_.data(), jobs_);
+  add_products(L.wk, xn_.data(), n, step.n_single, k_.data(), jobs_);
+  add_products(L.wv, xn_.data(), n, step.n_single, v_.data(), jobs_);
+  cpu::matmul_batch(jobs_.data(), jobs_.size(), pool_);
+
+  for (int64_t t = 0; t < n; ++t) {
+    float* qt = q_.data() + t * q_dim;
+    float* kt = k_.data() + t * kv_dim;
+    if (c.qk_norm == QkNorm::Full) {
+      cpu::rmsnorm(qt, L.q_norm.data(), qt, q_dim, c.rms_eps);
+      cpu::rmsnorm(kt, L.k_norm.data(), kt, kv_dim, c.rms_eps);
+    }
+    const float* cs = rope_cs_.data() + t * (c.rot_dim / 2 * 2);
+    for (int64_t h = 0; h < c.n_head; ++h) {
+      if (c.qk_norm == QkNorm::PerHead) cpu::rmsnorm(qt + h * hd, L.q_norm.data(), qt + h * hd, hd, c.rms_eps);
+      cpu::rope_apply(qt + h * hd, c.rot_dim, cs, c.rope_neox);
+    }
+    for (int64_t h = 0; h < c.n_head_kv; ++h) {
+      if (c.qk_norm == QkNorm::PerHead) cpu::rmsnorm(kt + h * hd, L.k_norm.data(), kt + h * hd, hd, c.rms_eps);
+      cpu::rope_apply(kt + h * hd, c.rot_dim, cs, c.rope_neox);
+    }
+    kv_.store(l, step.blocks[t], step.pos[t], kt, v_.data() + t * kv_dim);
+  }
+  const cpu::AttentionShape shape{c.n_head, c.n_head_kv, hd, kv_.block_len(), kv_.block_stride(), kv_.type()};
+  cpu::attention(shape, q_.data(), n, queries_.data(), kv_.k(l), kv_.v(l), attn_.data(), pool_);
+  jobs_.clear();
+  add_products(L.wo, attn_.data(), n, step.n_single, proj_.data(), jobs_);
+  cpu::matmul_batch(jobs_.data(), jobs_.size(), pool_);
+  for (int64_t i = 0; i < n * D; ++i) x[i] += proj_[i];
+}
+
+void ForwardPass::moe_block(int64_t l, const StepTokens& step, std::vector<float>& x) {
+  const ModelConfig& c = model_.config();
+  const LayerWeights& L = model_.weights().layers[static_cast<size_t>(l)];
+  const int64_t n = step.size(), D = c.n_embd;
+  xn_.resize(static_cast<size_t>(n * D));
+  router_.resize(static_cast<size_t>(n * c.n_expert));
+  proj_.resize(static_cast<size_t>(n * D));
+  rmsnorm_rows(x.data(), L.ffn_norm, xn_.data(), n, D, c.rms_eps);
+  jobs_.clear();
+  add_products(L.gate_inp, xn_.data(), n, step.n_single, router_.data(), jobs_);
+  cpu::matmul_batch(jobs_.data(), jobs_.size(), pool_);
+  route_tokens(c, router_.data(), n, l, routing_);
+  routing_.requests = step.requests;
+  for (ForwardListener* li : listeners_) li->routed(routing_);
+  if (source_) {
+    source_->routed(routing_);
+    source_->prepare_layer(routing_);
+  }
+  moe_forward(c, L, routing_, xn_.data(), proj_.data(), pool_, source_);
+  for (int64_t i = 0; i < n * D; ++i) x[i] += proj_[i];
+}
+
+}  // namespace moeflow

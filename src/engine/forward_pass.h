@@ -1,0 +1,76 @@
+// The forward pass of a MoE transformer over a paged KV cache: one call evaluates a
+// step, the tokens of any number of sequences (prefill chunks and decode tokens mixed,
+// engine/step_tokens.h), and writes the logits of the tokens that want them.
+//
+// A sequence's results depend only on its own tokens and on how its own tokens were
+// split into steps, never on the other sequences of a step: every dense and expert
+// product runs a token alone in its sequence as a mat-vec and the others as a mat-mul
+// (moe_layer.h), attention reads only the token's own sequence, and the step's
+// tokens of all sequences share each weight read.
+//
+// Thread safety: one run at a time.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/expert_source.h"
+#include "engine/kv_block_pool.h"
+#include "engine/moe_layer.h"
+#include "engine/step_tokens.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/thread_pool.h"
+#include "model/model_weights.h"
+
+namespace moeflow {
+
+// The KV cache's element type when none is asked for: f16 when the model's key and
+// value projections are quantised (their weights' rounding, ~1e-3 relative for q8_0,
+// already exceeds f16's 2^-12, and decode streams half the cache bytes), else f32
+// (f32 / f16 / bf16 models keep full precision).
+DType default_kv_type(const Model& model);
+
+// A KV block pool shaped for `model`.
+KvBlockPool make_kv_pool(const Model& model, int64_t n_blocks, DType kv_type,
+                         int64_t block_len = KvBlockPool::kDefaultBlockLen);
+
+class ForwardPass {
+ public:
+  ForwardPass(const Model& model, ThreadPool* pool, KvBlockPool& kv);
+
+  // Evaluates `step` and writes the logits of step.logits_rows into `logits`
+  // ([rows][n_vocab]). Throws InputError for a token id outside the vocabulary or a
+  // step that breaks StepTokens' layout.
+  void run(const StepTokens& step, std::vector<float>& logits);
+
+  // Listeners see every step and layer routing (not owned; must outlive runs).
+  void add_listener(ForwardListener* l) { listeners_.push_back(l); }
+  // Where experts come from (not owned; null: the mapped weights).
+  void set_expert_source(ExpertSource* s) { source_ = s; }
+  const Model& model() const { return model_; }
+  KvBlockPool& kv() { return kv_; }
+
+ private:
+  void check(const StepTokens& step) const;
+  void attention_block(int64_t layer, const StepTokens& step, std::vector<float>& x);
+  void moe_block(int64_t layer, const StepTokens& step, std::vector<float>& x);
+  // Y = W X over the step's rows, single tokens as mat-vecs (jobs appended).
+  void add_products(const MatrixRef& w, const float* x, int64_t n, int64_t n_single, float* y,
+                    std::vector<cpu::MatmulJob>& jobs) const;
+
+  const Model& model_;
+  ThreadPool* pool_;
+  KvBlockPool& kv_;
+  std::vector<ForwardListener*> listeners_;
+  ExpertSource* source_ = nullptr;
+  // Scratch reused across calls (sized for the largest step seen).
+  std::vector<float> x_, xn_, q_, k_, v_, attn_, proj_, router_;
+  // cos, sin of the rotary angles of each token (rot_dim floats per token): computed
+  // once per step, not once per layer.
+  std::vector<float> rope_cs_;
+  std::vector<cpu::AttentionQuery> queries_;
+  std::vector<cpu::MatmulJob> jobs_;
+  LayerRouting routing_;
+};
+
+}  // namespace moeflow

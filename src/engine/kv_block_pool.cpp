@@ -1,0 +1,55 @@
+#include "engine/kv_block_pool.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "base/error.h"
+#include "kernels/cpu/attention.h"
+
+namespace moeflow {
+
+KvBlockPool::KvBlockPool(int64_t n_layer, int64_t n_head_kv, int64_t head_dim, int64_t n_blocks, int64_t block_len,
+                         DType type)
+    : n_layer_(n_layer), n_head_kv_(n_head_kv), head_dim_(head_dim), n_blocks_(n_blocks), block_len_(block_len),
+      type_(type), elem_(type == DType::F16 ? 2 : 4) {
+  if (type != DType::F32 && type != DType::F16)
+    throw std::invalid_argument(std::string("moeflow: a ") + dtype_name(type) + " KV cache (f32 or f16 only)");
+  if (n_layer <= 0 || n_head_kv <= 0 || head_dim <= 0 || n_blocks <= 0 || block_len <= 0 ||
+      n_blocks > (int64_t{1} << 31) - 1)
+    throw std::invalid_argument("moeflow: KvBlockPool: bad shape");
+  const uint64_t half = bytes() / 2;
+  k_ = AnonMemory::allocate(half);
+  v_ = AnonMemory::allocate(half);
+  if (!k_ || !v_)
+    throw InputError("cannot map " + std::to_string(bytes() >> 20) + " MiB for the KV cache (" +
+                     std::to_string(n_blocks) + " blocks of " + std::to_string(block_len) +
+                     " positions): lower --ctx-size or --parallel");
+  free_.reserve(static_cast<size_t>(n_blocks));
+  for (int64_t b = n_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
+}
+
+bool KvBlockPool::reserve(std::vector<int32_t>& table, int64_t n_pos) {
+  const int64_t need = blocks_for(n_pos) - static_cast<int64_t>(table.size());
+  if (need <= 0) return true;
+  if (need > free_blocks()) return false;
+  for (int64_t i = 0; i < need; ++i) {
+    table.push_back(free_.back());
+    free_.pop_back();
+  }
+  return true;
+}
+
+void KvBlockPool::release(std::vector<int32_t>& table) {
+  for (auto it = table.rbegin(); it != table.rend(); ++it) free_.push_back(*it);
+  table.clear();
+}
+
+void KvBlockPool::store(int64_t layer, const int32_t* table, int64_t pos, const float* k, const float* v) {
+  const size_t off = static_cast<size_t>(table[pos / block_len_]) * static_cast<size_t>(block_stride()) * elem_ +
+                     layer_offset(layer) + static_cast<size_t>((pos % block_len_) * head_dim_) * elem_;
+  const int64_t head_plane = block_len_ * head_dim_;
+  cpu::kv_store_rows(type_, k, n_head_kv_, head_dim_, k_->data() + off, head_plane);
+  cpu::kv_store_rows(type_, v, n_head_kv_, head_dim_, v_->data() + off, head_plane);
+}
+
+}  // namespace moeflow

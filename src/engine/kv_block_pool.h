@@ -1,0 +1,74 @@
+// Keys and values of every sequence, in fixed-size blocks from one pool (the paged KV
+// cache of vLLM's PagedAttention): a sequence holds a block table, blocks are taken
+// as its positions grow and returned the moment it ends, so sequences of different
+// lengths share one allocation and nothing is reserved for lengths never reached.
+//
+// Layout: block b of layer l holds n_head_kv planes of [block_len][head_dim], so the
+// rows one attention job reads (one kv head, consecutive positions) are contiguous
+// within a block (kernels/cpu/attention.h). Head-major rows against the earlier
+// [pos][n_head_kv][head_dim] ones made a 1024-token decode ~23% faster
+// (docs/performance.md); a 32-position block of f16 keys with 64-wide heads is one
+// 4 KiB page, the unit the hardware prefetcher follows anyway.
+//
+// Elements are f32 or f16 (engine/transformer.h: default_kv_type). The memory is an
+// anonymous mapping: pages are touched only when a position is first written.
+//
+// Thread safety: none; the engine's step owns it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tensor/anon_memory.h"
+#include "tensor/dtype.h"
+
+namespace moeflow {
+
+class KvBlockPool {
+ public:
+  static constexpr int64_t kDefaultBlockLen = 32;
+
+  // REQUIRES type F32 or F16 (else std::invalid_argument); n_blocks >= 1.
+  // Throws InputError when the memory cannot be mapped (names the size).
+  KvBlockPool(int64_t n_layer, int64_t n_head_kv, int64_t head_dim, int64_t n_blocks,
+              int64_t block_len = kDefaultBlockLen, DType type = DType::F32);
+
+  int64_t block_len() const { return block_len_; }
+  int64_t n_blocks() const { return n_blocks_; }
+  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  int64_t used_blocks() const { return n_blocks_ - free_blocks(); }
+  // Blocks that hold n positions.
+  int64_t blocks_for(int64_t n_pos) const { return (n_pos + block_len_ - 1) / block_len_; }
+  DType type() const { return type_; }
+  // Keys and values of one block, every layer.
+  uint64_t block_bytes() const { return 2 * static_cast<uint64_t>(block_stride()) * elem_; }
+  uint64_t bytes() const { return block_bytes() * static_cast<uint64_t>(n_blocks_); }
+  // Elements between one block and the next (the attention kernel's block_stride).
+  int64_t block_stride() const { return n_layer_ * n_head_kv_ * block_len_ * head_dim_; }
+
+  // Grows `table` to cover n_pos positions. Returns false, taking nothing, when the
+  // pool has too few free blocks.
+  bool reserve(std::vector<int32_t>& table, int64_t n_pos);
+  // Returns every block of `table` to the pool and clears it.
+  void release(std::vector<int32_t>& table);
+
+  // Block 0's rows of `layer` (the attention kernel's k_cache / v_cache).
+  const void* k(int64_t layer) const { return k_->data() + layer_offset(layer); }
+  const void* v(int64_t layer) const { return v_->data() + layer_offset(layer); }
+  // Writes one position's keys and values ([n_head_kv][head_dim] floats each) of the
+  // sequence whose block table is `table`. REQUIRES the table covers pos.
+  void store(int64_t layer, const int32_t* table, int64_t pos, const float* k, const float* v);
+
+ private:
+  size_t layer_offset(int64_t layer) const {
+    return static_cast<size_t>(layer * n_head_kv_ * block_len_ * head_dim_) * elem_;
+  }
+
+  int64_t n_layer_, n_head_kv_, head_dim_, n_blocks_, block_len_;
+  DType type_;
+  size_t elem_;  // bytes per element
+  std::unique_ptr<AnonMemory> k_, v_;
+  std::vector<int32_t> free_;  // a stack: the block freed last (still in cache) goes out first
+};
+
+}  // namespace moeflow
