@@ -9,8 +9,7 @@
 #include <thread>
 
 #include "base/error.h"
-#include "engine/transformer.h"
-#include "kernels/cpu/q4_vnni.h"
+#include "engine/model_loading.h"
 
 #ifndef MOEFLOW_SOURCE_DIR
 #define MOEFLOW_SOURCE_DIR "."
@@ -46,26 +45,17 @@ LoadedModel load_model_from_flags(const Args& a) {
       throw UsageError("no model given and no built-in default found: pass -m model.gguf "
                        "(or set MOEFLOW_DEFAULT_MODEL)");
   }
-  m.model = Model::load(path);
-  // Weights the forward pass reads go to anonymous memory (Model::make_resident says
-  // why); under --expert-budget only the dense ones, experts stream from the file.
-  if (!a.has("--mmap")) m.model->make_resident(!a.has("--expert-budget"), cpu::q4_vnni_enabled() && !a.has("--no-repack"));
-  m.tokenizer = std::make_unique<Tokenizer>(tokenizer_data_from_gguf(m.model->file()));
-  if (static_cast<int64_t>(m.tokenizer->vocab_size()) != m.model->config().n_vocab)
-    throw InputError(path + ": tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
-                     " tokens but token_embd.weight has " + std::to_string(m.model->config().n_vocab) + " rows");
+  LoadedWeights lw = load_model_and_tokenizer(path, a.has("--mmap"), a.has("--expert-budget"), !a.has("--no-repack"));
+  m.model = std::move(lw.model);
+  m.tokenizer = std::move(lw.tokenizer);
   const int64_t threads = a.integer("--threads", 1, 256);
   m.pool = std::make_unique<ThreadPool>(static_cast<int>(threads));
-  int64_t ctx = a.integer("--ctx-size", 0, 1 << 20);
-  if (ctx == 0) ctx = std::min<int64_t>(m.model->config().n_ctx_train, 4096);
-  m.n_ctx = ctx;
-  const std::string kv = a.str("--kv-type");
-  if (kv == "auto") {
-    m.kv_type = default_kv_type(*m.model);
-  } else if (kv == "f32" || kv == "f16") {
-    m.kv_type = kv == "f16" ? DType::F16 : DType::F32;
-  } else {
-    throw UsageError("--kv-type '" + kv + "': expected f32, f16 or auto");
+  const int64_t ctx = a.integer("--ctx-size", 0, 1 << 20);
+  m.n_ctx = ctx == 0 ? default_ctx_size(*m.model) : ctx;
+  try {
+    m.kv_type = kv_type_from_name(a.str("--kv-type"), *m.model);
+  } catch (const InputError&) {
+    throw UsageError("--kv-type '" + a.str("--kv-type") + "': expected f32, f16 or auto");
   }
   return m;
 }

@@ -46,35 +46,29 @@ Offload make_offload(const Args& a, const Model& model, const Tokenizer* tok) {
 
 Offload make_offload(const Args& a, const Model& model, const std::string& policy, const Tokenizer* tok) {
   check_emoe_flags(a);  // refused before any work, whatever the policy
-  Offload o;
-  o.policy_name = policy;
-  const bool budgeted = a.has("--expert-budget");
-  if (o.policy_name == "all") {
-    if (budgeted) throw UsageError("--expert-budget needs a --policy other than 'all' (e.g. --policy lru)");
+  if (policy == "all") {
+    if (a.has("--expert-budget")) throw UsageError("--expert-budget needs a --policy other than 'all' (e.g. --policy lru)");
     if (a.has("--on-miss") && a.str("--on-miss") != "load")
       throw UsageError("--on-miss reroute needs an --expert-budget and a --policy");
-    return o;
   }
-  // Experts read into the cache take the resident model's layout (rows interleaved in
-  // fours on VNNI CPUs), so offloaded and all-resident runs run the same kernels.
-  o.store = std::make_unique<ExpertStore>(model, cpu::q4_vnni_enabled() && !a.has("--no-repack"));
-  const ExpertGeometry& g = o.store->geometry();
-  const uint64_t budget = budgeted ? parse_budget(a.str("--expert-budget"), o.store->total_file_bytes()) : g.total_bytes();
-  const OnMiss on_miss = parse_on_miss(a.str("--on-miss"));
-  o.lossy = on_miss == OnMiss::Reroute;
-  PolicyOptions po;
-  if (a.has("--policy-state")) po.state_path = a.str("--policy-state");
-  if (a.has("--tasks")) po.tasks_path = a.str("--tasks");
-  po.emoe_variant = a.str("--emoe-variant");
-  po.emoe_top_l = static_cast<int32_t>(a.integer("--emoe-top-l", 0, 1 << 20));
-  po.budget_bytes = budget;
-  if (tok) po.detokenize = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids); };
-  po.async_matching = true;  // in the engine, matching must never block the forward pass (fMoE §4.3)
-  o.policy = make_policy(o.policy_name, g, po);
-  o.transport = std::make_unique<FileTransport>(*o.store, static_cast<int>(a.integer("--io-threads", 1, 64)));
-  o.cache = std::make_unique<ExpertCache>(g, budget, *o.transport, *o.policy);
-  o.source = std::make_unique<OffloadedExperts>(model.config(), *o.store, *o.cache, on_miss);
+  Offload o;
+  static_cast<ExpertOffload&>(o) = make_expert_offload(model, offload_options(a, policy, tok));
   return o;
+}
+
+OffloadOptions offload_options(const Args& a, const std::string& policy, const Tokenizer* tok) {
+  OffloadOptions opt;
+  opt.policy = policy;
+  if (a.has("--expert-budget")) opt.budget = a.str("--expert-budget");
+  opt.on_miss = a.str("--on-miss");
+  opt.io_threads = static_cast<int>(a.integer("--io-threads", 1, 64));
+  if (a.has("--policy-state")) opt.policy_state = a.str("--policy-state");
+  if (a.has("--tasks")) opt.tasks_path = a.str("--tasks");
+  opt.emoe_variant = a.str("--emoe-variant");
+  opt.emoe_top_l = static_cast<int32_t>(a.integer("--emoe-top-l", 0, 1 << 20));
+  opt.repack = !a.has("--no-repack");
+  if (tok) opt.detokenize = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids); };
+  return opt;
 }
 
 nlohmann::json Offload::counters_json() const {
@@ -105,34 +99,7 @@ nlohmann::json Offload::counters_json() const {
 }
 
 void Offload::save_state(const Args& a) const {
-  if (!active() || !a.has("--policy-state-out")) return;
-  const std::string path = a.str("--policy-state-out");
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(tmp + ": cannot create policy state file");
-    policy->save(out);
-    if (!out.flush()) throw InputError(tmp + ": write failed");
-  }
-  // Replace atomically: a crash mid-write never loses the previous state.
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw InputError(path + ": cannot replace the policy state file");
-}
-
-std::string Offload::summary() const {
-  if (!active()) return {};
-  const CacheCounters& c = cache->counters();
-  char s[512];
-  std::snprintf(s, sizeof s,
-                "experts: policy %s, budget %.1f MiB of %.1f MiB%s | hit rate %.1f%% (%llu hits, %llu misses), "
-                "prefetch hits %llu of %llu, %.1f MiB read, %.3f s stalled%s",
-                policy_name.c_str(), static_cast<double>(cache->budget_bytes()) / 1048576.0,
-                static_cast<double>(store->geometry().total_bytes()) / 1048576.0,
-                transport->direct_io() ? " (O_DIRECT)" : " (buffered reads)", 100.0 * c.hit_rate(),
-                static_cast<unsigned long long>(c.hits), static_cast<unsigned long long>(c.misses),
-                static_cast<unsigned long long>(c.prefetch_hits), static_cast<unsigned long long>(c.prefetches_issued),
-                static_cast<double>(c.bytes_read) / 1048576.0, c.stall_seconds,
-                lossy ? " | LOSSY: --on-miss reroute changes which experts run" : "");
-  return s;
+  if (active() && a.has("--policy-state-out")) ExpertOffload::save_state(a.str("--policy-state-out"));
 }
 
 }  // namespace moeflow::cli

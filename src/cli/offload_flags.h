@@ -15,6 +15,7 @@
 #include <string>
 
 #include "cli/args.h"
+#include "engine/expert_offload.h"
 #include "engine/offloaded_experts.h"
 #include "engine/transformer.h"
 #include "experts/expert_cache.h"
@@ -40,23 +41,15 @@ void check_emoe_flags(const Args& a);
 // is refused whatever the policy.
 std::vector<TaskProfile> task_profiles_from_flags(const Args& a);
 
-struct Offload {
-  std::unique_ptr<ExpertStore> store;
-  std::unique_ptr<FileTransport> transport;
-  std::unique_ptr<ExpertPolicy> policy;
-  std::unique_ptr<ExpertCache> cache;
-  std::unique_ptr<OffloadedExperts> source;
-  std::string policy_name = "all";
-  bool lossy = false;
-
-  bool active() const { return source != nullptr; }
+struct Offload : ExpertOffload {
   // Counters as the `cache` JSON object of run/bench.
   nlohmann::json counters_json() const;
   // Writes the policy's learned state to --policy-state-out, if given.
   void save_state(const Args& a) const;
-  // One line for humans (stderr).
-  std::string summary() const;
 };
+
+// The offloading options the flags name, with `policy` instead of --policy.
+OffloadOptions offload_options(const Args& a, const std::string& policy, const Tokenizer* tok = nullptr);
 
 // Null Offload (inactive) when neither --expert-budget nor a policy other than "all"
 // is given. Throws UsageError / InputError for bad values. With a tokenizer, eMoE

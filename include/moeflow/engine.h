@@ -1,0 +1,136 @@
+// moeflow public API: an inference engine for Mixture-of-Experts models whose
+// experts need not fit in memory.
+//
+//   EngineOptions opt;
+//   opt.model_path = "mixtral-q4_0.gguf";
+//   opt.n_parallel = 4;                 // room for 4 sequences of ctx_size positions
+//   opt.expert_budget = "25%";          // optional: stream experts under a budget
+//   opt.policy = "lru";
+//   auto engine = moeflow::Engine::open(opt);
+//   SeqId a = engine->add_sequence({prompt_a});
+//   engine->step({{a, tok0, 0}, {a, tok1, 1, /*logits=*/true}});   // prefill a
+//   const float* l = engine->logits(1);                            // a's next-token logits
+//
+// A step takes the tokens of any sequences (prefill chunks and decode tokens mixed):
+// each selected expert's weights are read once for the whole step. A sequence's
+// logits depend only on its own tokens and on how its own tokens were split into
+// steps: batched with any others, it gets the floats it gets alone, all resident or
+// offloaded under any budget and policy with on_miss "load".
+//
+// KV memory comes in blocks of kv_block_len() positions from one pool shared by all
+// sequences; a step that needs more blocks than are free is refused whole (nothing
+// changes), and remove_sequence returns a sequence's blocks at once.
+//
+// Errors: bad options, files and batches throw moeflow::InputError (base/error.h)
+// naming what is wrong. Thread safety: one thread at a time per Engine.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace moeflow {
+
+class Model;
+class Tokenizer;
+struct ExpertOffload;
+
+struct EngineOptions {
+  std::string model_path;          // GGUF file (required)
+  int threads = 0;                 // worker threads (0: one per core)
+  int64_t ctx_size = 0;            // most positions one sequence holds (0: the model's trained context, at most 4096)
+  int n_parallel = 1;              // sequences the KV pool holds at ctx_size each (the pool's size)
+  std::string kv_type = "auto";    // auto (f16 for q8_0/q4_0 key/value weights, else f32), f32 or f16
+  bool mmap = false;               // compute from the file mapping (starts faster, reads slower)
+  bool repack = true;              // q4_0/q8_0 rows interleaved in fours on AVX-512 VNNI CPUs
+  // Expert offloading: with a policy other than "all", experts stream from the file
+  // into a cache of expert_budget bytes ("25%" of what all experts take in memory,
+  // "2GiB", or a byte count; empty: 100%).
+  std::string expert_budget;
+  std::string policy = "all";      // all, lru, lfu, on-demand, next-layer, moe-infinity, fmoe, duoserve, emoe
+  std::string on_miss = "load";    // load (lossless) or reroute (eMoE; lossy, labelled so)
+  int io_threads = 4;              // expert readers
+  std::string policy_state;        // learned policy state to start from
+  std::string tasks_path;          // eMoE task profiles
+  std::string emoe_variant = "all-layer";
+  int32_t emoe_top_l = 0;
+};
+
+using SeqId = int64_t;
+
+struct SequenceParams {
+  std::vector<int32_t> prompt;  // for policies keyed on the prompt (fMoE, eMoE); may be empty
+  std::string task;             // task label for task-aware policies; may be empty
+};
+
+// One token of a step: it goes to position `pos` of sequence `seq`, whose positions
+// before it must be filled (earlier steps or earlier tokens of this step).
+struct BatchToken {
+  SeqId seq = 0;
+  int32_t token = 0;
+  int64_t pos = 0;
+  bool logits = false;  // keep this token's next-token logits
+};
+
+struct ExpertCacheStats {
+  uint64_t hits = 0, misses = 0, prefetches_issued = 0, prefetch_hits = 0, evictions = 0;
+  uint64_t bytes_read = 0, budget_bytes = 0, expert_bytes_total = 0;
+  double stall_seconds = 0;
+};
+
+class Engine {
+ public:
+  // Loads the model and builds the engine. Throws InputError.
+  static std::unique_ptr<Engine> open(const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // A new empty sequence (ids are never reused).
+  SeqId add_sequence(const SequenceParams& params = {});
+  // Ends a sequence and returns its KV blocks to the pool. Unknown ids are an error.
+  void remove_sequence(SeqId seq);
+  // Positions the sequence holds.
+  int64_t sequence_length(SeqId seq) const;
+  int64_t n_sequences() const;
+
+  // Evaluates the batch. Throws InputError for an unknown sequence, a position that
+  // does not continue its sequence, a token outside the vocabulary, a sequence past
+  // ctx_size, or too few free KV blocks; a refused step changes nothing.
+  void step(const std::vector<BatchToken>& batch);
+  // Next-token logits (n_vocab floats) of batch token i of the last step, which must
+  // have asked for them; valid until the next step.
+  const float* logits(size_t batch_index) const;
+
+  int64_t n_vocab() const;
+  int64_t ctx_size() const;
+  int64_t kv_block_len() const;
+  int64_t kv_blocks_total() const;
+  int64_t kv_blocks_free() const;
+  uint64_t kv_bytes() const;
+
+  // Text.
+  std::vector<int32_t> tokenize(const std::string& text, bool add_bos) const;
+  std::string detokenize(const std::vector<int32_t>& ids) const;
+  bool add_bos_default() const;
+  bool is_end_of_generation(int32_t token) const;
+
+  // Expert offloading.
+  bool offloaded() const;
+  bool lossy() const;  // on_miss "reroute": outputs may differ from all-resident
+  ExpertCacheStats cache_stats() const;
+  // Writes the policy's learned state (e.g. MoE-Infinity's EAM collection).
+  void save_policy_state(const std::string& path) const;
+
+  // The project's own tools reach the parts (src/ headers).
+  const Model& model() const;
+  const Tokenizer& tokenizer() const;
+  ExpertOffload& offload();
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace moeflow

@@ -1,0 +1,210 @@
+// The public Engine (include/moeflow/engine.h) over the forward pass, a shared KV
+// block pool and, under an expert budget, the offloading objects.
+#include "moeflow/engine.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "base/error.h"
+#include "engine/expert_offload.h"
+#include "engine/forward_pass.h"
+#include "engine/model_loading.h"
+#include "engine/tokenizer.h"
+
+namespace moeflow {
+
+struct Engine::Impl {
+  struct Sequence {
+    std::vector<int32_t> blocks;
+    int64_t length = 0;
+  };
+
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<KvBlockPool> kv;
+  std::unique_ptr<ForwardPass> fwd;
+  ExpertOffload offload;
+  int64_t ctx = 0;
+  std::map<SeqId, Sequence> seqs;
+  SeqId next_id = 0;
+  // The last step: its tokens in the forward pass's order, and where each batch
+  // token's logits row is (-1: none kept).
+  StepTokens step;
+  std::vector<float> logits;
+  std::vector<int64_t> logits_row;
+
+  Sequence& at(SeqId id, const char* what) {
+    auto it = seqs.find(id);
+    if (it == seqs.end()) throw InputError(std::string(what) + ": no sequence " + std::to_string(id));
+    return it->second;
+  }
+};
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
+  auto im = std::make_unique<Impl>();
+  if (o.model_path.empty()) throw InputError("no model file given");
+  if (o.threads < 0 || o.threads > 256) throw InputError("threads " + std::to_string(o.threads) + ": expected 0 to 256");
+  if (o.n_parallel < 1 || o.n_parallel > 4096)
+    throw InputError("parallel sequences " + std::to_string(o.n_parallel) + ": expected 1 to 4096");
+  if (o.ctx_size < 0) throw InputError("context size " + std::to_string(o.ctx_size) + ": must be >= 0");
+  const bool offloaded = o.policy != "all";
+  LoadedWeights lw = load_model_and_tokenizer(o.model_path, o.mmap, offloaded, o.repack);
+  im->model = std::move(lw.model);
+  im->tokenizer = std::move(lw.tokenizer);
+  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  im->pool = std::make_unique<ThreadPool>(threads);
+  im->ctx = o.ctx_size > 0 ? o.ctx_size : default_ctx_size(*im->model);
+  const DType kv_type = kv_type_from_name(o.kv_type, *im->model);
+  const int64_t blocks = o.n_parallel * ((im->ctx + KvBlockPool::kDefaultBlockLen - 1) / KvBlockPool::kDefaultBlockLen);
+  im->kv = std::make_unique<KvBlockPool>(make_kv_pool(*im->model, blocks, kv_type));
+  im->fwd = std::make_unique<ForwardPass>(*im->model, im->pool.get(), *im->kv);
+  OffloadOptions oo;
+  oo.budget = o.expert_budget;
+  oo.policy = o.policy;
+  oo.on_miss = o.on_miss;
+  oo.io_threads = o.io_threads;
+  oo.policy_state = o.policy_state;
+  oo.tasks_path = o.tasks_path;
+  oo.emoe_variant = o.emoe_variant;
+  oo.emoe_top_l = o.emoe_top_l;
+  oo.repack = o.repack;
+  const Tokenizer* tok = im->tokenizer.get();
+  oo.detokenize = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids); };
+  im->offload = make_expert_offload(*im->model, oo);
+  if (im->offload.active()) im->fwd->set_expert_source(im->offload.source.get());
+  return std::unique_ptr<Engine>(new Engine(std::move(im)));
+}
+
+SeqId Engine::add_sequence(const SequenceParams& p) {
+  const SeqId id = impl_->next_id++;
+  impl_->seqs[id];
+  if (impl_->offload.active())
+    impl_->offload.source->begin_request(RequestInfo{id, p.prompt, prompt_embedding(*impl_->model, p.prompt), p.task});
+  return id;
+}
+
+void Engine::remove_sequence(SeqId id) {
+  Impl::Sequence& s = impl_->at(id, "remove_sequence");
+  impl_->kv->release(s.blocks);
+  impl_->seqs.erase(id);
+  if (impl_->offload.active() && impl_->seqs.empty()) impl_->offload.source->end_request();
+}
+
+int64_t Engine::sequence_length(SeqId id) const { return impl_->at(id, "sequence_length").length; }
+int64_t Engine::n_sequences() const { return static_cast<int64_t>(impl_->seqs.size()); }
+
+void Engine::step(const std::vector<BatchToken>& batch) {
+  Impl& im = *impl_;
+  if (batch.empty()) throw InputError("step: the batch is empty");
+  // Group the batch by sequence (in order of first appearance), sequences with one
+  // token first (StepTokens' layout), checking every position continues its sequence.
+  std::map<SeqId, std::vector<size_t>> by_seq;
+  std::vector<SeqId> order;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const BatchToken& b = batch[i];
+    Impl::Sequence& s = im.at(b.seq, "step");
+    auto [it, fresh] = by_seq.try_emplace(b.seq);
+    if (fresh) order.push_back(b.seq);
+    const int64_t expect = s.length + static_cast<int64_t>(it->second.size());
+    if (b.pos != expect)
+      throw InputError("step: batch token " + std::to_string(i) + " of sequence " + std::to_string(b.seq) +
+                       " is at position " + std::to_string(b.pos) + ", expected " + std::to_string(expect));
+    if (b.token < 0 || b.token >= im.model->config().n_vocab)
+      throw InputError("step: batch token " + std::to_string(i) + " has id " + std::to_string(b.token) +
+                       ", outside the vocabulary [0, " + std::to_string(im.model->config().n_vocab) + ")");
+    it->second.push_back(i);
+  }
+  int64_t need = 0;
+  for (const auto& [id, idx] : by_seq) {
+    const Impl::Sequence& s = im.seqs.at(id);
+    const int64_t end = s.length + static_cast<int64_t>(idx.size());
+    if (end > im.ctx)
+      throw InputError("step: sequence " + std::to_string(id) + " would hold " + std::to_string(end) +
+                       " positions, the context size is " + std::to_string(im.ctx));
+    need += im.kv->blocks_for(end) - static_cast<int64_t>(s.blocks.size());
+  }
+  if (need > im.kv->free_blocks())
+    throw InputError("step: needs " + std::to_string(need) + " more KV blocks of " +
+                     std::to_string(im.kv->block_len()) + " positions, " + std::to_string(im.kv->free_blocks()) +
+                     " are free (finish or remove sequences, or raise --parallel / --ctx-size)");
+  for (const auto& [id, idx] : by_seq) {
+    Impl::Sequence& s = im.seqs.at(id);
+    im.kv->reserve(s.blocks, s.length + static_cast<int64_t>(idx.size()));
+  }
+  std::stable_partition(order.begin(), order.end(), [&](SeqId id) { return by_seq[id].size() == 1; });
+  StepTokens& st = im.step;
+  st.clear();
+  im.logits_row.assign(batch.size(), -1);
+  std::vector<size_t> batch_of;  // step row -> batch index
+  for (SeqId id : order) {
+    const Impl::Sequence& s = im.seqs.at(id);
+    for (size_t i : by_seq[id]) {
+      st.tokens.push_back(batch[i].token);
+      st.pos.push_back(batch[i].pos);
+      st.requests.push_back(id);
+      st.blocks.push_back(s.blocks.data());
+      batch_of.push_back(i);
+    }
+    if (by_seq[id].size() == 1) ++st.n_single;
+  }
+  for (size_t r = 0; r < batch_of.size(); ++r)
+    if (batch[batch_of[r]].logits) {
+      im.logits_row[batch_of[r]] = static_cast<int64_t>(st.logits_rows.size());
+      st.logits_rows.push_back(static_cast<int64_t>(r));
+    }
+  im.fwd->run(st, im.logits);
+  for (const auto& [id, idx] : by_seq) im.seqs.at(id).length += static_cast<int64_t>(idx.size());
+}
+
+const float* Engine::logits(size_t i) const {
+  if (i >= impl_->logits_row.size() || impl_->logits_row[i] < 0)
+    throw InputError("logits: batch token " + std::to_string(i) + " of the last step did not ask for logits");
+  return impl_->logits.data() + impl_->logits_row[i] * impl_->model->config().n_vocab;
+}
+
+int64_t Engine::n_vocab() const { return impl_->model->config().n_vocab; }
+int64_t Engine::ctx_size() const { return impl_->ctx; }
+int64_t Engine::kv_block_len() const { return impl_->kv->block_len(); }
+int64_t Engine::kv_blocks_total() const { return impl_->kv->n_blocks(); }
+int64_t Engine::kv_blocks_free() const { return impl_->kv->free_blocks(); }
+uint64_t Engine::kv_bytes() const { return impl_->kv->bytes(); }
+
+std::vector<int32_t> Engine::tokenize(const std::string& text, bool add_bos) const {
+  return impl_->tokenizer->encode(text, add_bos);
+}
+std::string Engine::detokenize(const std::vector<int32_t>& ids) const { return impl_->tokenizer->decode(ids); }
+bool Engine::add_bos_default() const { return impl_->tokenizer->add_bos_default(); }
+bool Engine::is_end_of_generation(int32_t t) const { return impl_->tokenizer->is_end_of_generation(t); }
+
+bool Engine::offloaded() const { return impl_->offload.active(); }
+bool Engine::lossy() const { return impl_->offload.lossy; }
+
+ExpertCacheStats Engine::cache_stats() const {
+  ExpertCacheStats s;
+  if (!offloaded()) return s;
+  const CacheCounters& c = impl_->offload.cache->counters();
+  s.hits = c.hits;
+  s.misses = c.misses;
+  s.prefetches_issued = c.prefetches_issued;
+  s.prefetch_hits = c.prefetch_hits;
+  s.evictions = c.evictions;
+  s.bytes_read = c.bytes_read;
+  s.stall_seconds = c.stall_seconds;
+  s.budget_bytes = impl_->offload.cache->budget_bytes();
+  s.expert_bytes_total = impl_->offload.store->geometry().total_bytes();
+  return s;
+}
+
+void Engine::save_policy_state(const std::string& path) const { impl_->offload.save_state(path); }
+
+const Model& Engine::model() const { return *impl_->model; }
+const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
+ExpertOffload& Engine::offload() { return impl_->offload; }
+
+}  // namespace moeflow
