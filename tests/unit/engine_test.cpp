@@ -1,0 +1,261 @@
+// The public engine: sequences joining and leaving between steps, prefill chunks and
+// decode tokens of many sequences in one step, each sequence's logits bit-equal to
+// the same sequence run alone (all resident, and offloaded under every policy with
+// --on-miss load); KV blocks accounted, refused when short, reused at once.
+#include "moeflow/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "model/model_weights.h"
+#include "moeflow/sampler.h"
+#include "policy/policy_factory.h"
+#include "test_paths.h"
+
+namespace moeflow {
+namespace {
+
+using moeflow::testing::fixture_path;
+
+// One sequence's script: a prompt fed in chunks of `chunk` tokens, then `n_gen`
+// greedy decode steps; it joins at step `join`.
+struct Script {
+  std::vector<int32_t> prompt;
+  int64_t chunk = 1, n_gen = 0, join = 0;
+};
+
+// Every logits vector a sequence received (the last token of each chunk, each decode
+// token), in order, and the tokens it generated.
+struct Transcript {
+  std::vector<std::vector<float>> logits;
+  std::vector<int32_t> generated;
+};
+
+std::vector<Script> make_scripts(int n, int64_t n_vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<Script> s(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const int64_t len = 2 + (7 * i + 3) % 13;
+    for (int64_t t = 0; t < len; ++t) s[i].prompt.push_back(static_cast<int32_t>(rng() % n_vocab));
+    s[i].chunk = 1 + (i * 5) % 6;  // 1 (token by token) to 6
+    s[i].n_gen = 2 + i % 4;
+    s[i].join = (i * 3) % 7;
+  }
+  return s;
+}
+
+// Runs the scripts together: at each step every active sequence contributes its next
+// chunk or decode token; a sequence leaves (remove_sequence) once done, so later ones
+// reuse its KV blocks. Batch order is shuffled so the engine's grouping is exercised.
+std::vector<Transcript> run_together(Engine& e, const std::vector<Script>& scripts, uint32_t seed) {
+  const size_t n = scripts.size();
+  std::vector<Transcript> out(n);
+  std::vector<SeqId> id(n, -1);
+  std::vector<int64_t> fed(n, 0);  // prompt tokens fed
+  std::vector<int32_t> next(n, -1);  // decode token to feed
+  std::vector<bool> done(n, false);
+  std::mt19937 rng(seed);
+  for (int64_t step = 0; std::count(done.begin(), done.end(), true) < static_cast<long>(n); ++step) {
+    std::vector<BatchToken> batch;
+    std::vector<size_t> owner;
+    for (size_t i = 0; i < n; ++i) {
+      const Script& s = scripts[i];
+      if (done[i] || step < s.join) continue;
+      if (id[i] < 0) id[i] = e.add_sequence({s.prompt, ""});
+      const int64_t len = e.sequence_length(id[i]);
+      if (fed[i] < static_cast<int64_t>(s.prompt.size())) {
+        const int64_t c = std::min<int64_t>(s.chunk, static_cast<int64_t>(s.prompt.size()) - fed[i]);
+        for (int64_t t = 0; t < c; ++t) {
+          batch.push_back({id[i], s.prompt[fed[i] + t], len + t, t == c - 1});
+          owner.push_back(i);
+        }
+        fed[i] += c;
+      } else {
+        batch.push_back({id[i], next[i], len, true});
+        owner.push_back(i);
+      }
+    }
+    if (batch.empty()) continue;
+    std::vector<size_t> perm(batch.size());
+    for (size_t k = 0; k < perm.size(); ++k) perm[k] = k;
+    // Shuffle whole sequences' runs, keeping each sequence's tokens in order.
+    std::vector<BatchToken> shuffled;
+    std::vector<size_t> shuffled_owner;
+    std::vector<size_t> seqs;
+    for (size_t k = 0; k < batch.size(); ++k)
+      if (k == 0 || owner[k] != owner[k - 1]) seqs.push_back(owner[k]);
+    std::shuffle(seqs.begin(), seqs.end(), rng);
+    for (size_t i : seqs)
+      for (size_t k = 0; k < batch.size(); ++k)
+        if (owner[k] == i) {
+          shuffled.push_back(batch[k]);
+          shuffled_owner.push_back(i);
+        }
+    e.step(shuffled);
+    for (size_t k = 0; k < shuffled.size(); ++k) {
+      if (!shuffled[k].logits) continue;
+      const size_t i = shuffled_owner[k];
+      const float* l = e.logits(k);
+      out[i].logits.emplace_back(l, l + e.n_vocab());
+      if (fed[i] == static_cast<int64_t>(scripts[i].prompt.size())) {
+        if (static_cast<int64_t>(out[i].generated.size()) == scripts[i].n_gen) {
+          e.remove_sequence(id[i]);
+          done[i] = true;
+          continue;
+        }
+        next[i] = argmax(l, e.n_vocab());
+        out[i].generated.push_back(next[i]);
+      }
+    }
+  }
+  return out;
+}
+
+Transcript run_alone(Engine& e, const Script& s) {
+  return run_together(e, {Script{s.prompt, s.chunk, s.n_gen, 0}}, 1)[0];
+}
+
+EngineOptions options_for(const std::string& fixture, const std::string& policy = "all",
+                          const std::string& budget = "") {
+  EngineOptions o;
+  o.model_path = fixture_path(fixture);
+  o.threads = 2;
+  o.ctx_size = 64;
+  o.n_parallel = 16;
+  o.policy = policy;
+  o.expert_budget = budget;
+  return o;
+}
+
+void expect_same(const std::vector<Transcript>& together, Engine& e, const std::vector<Script>& scripts,
+                 const std::string& what) {
+  for (size_t i = 0; i < scripts.size(); ++i) {
+    const Transcript alone = run_alone(e, scripts[i]);
+    ASSERT_EQ(together[i].logits.size(), alone.logits.size()) << what << ", sequence " << i;
+    for (size_t k = 0; k < alone.logits.size(); ++k)
+      ASSERT_TRUE(together[i].logits[k] == alone.logits[k])
+          << what << ": sequence " << i << " of " << scripts.size() << ", logits " << k << " differ from its run alone";
+    EXPECT_EQ(together[i].generated, alone.generated) << what << ", sequence " << i;
+  }
+}
+
+class EngineBatch : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(EngineBatch, EachSequenceGetsTheLogitsItGetsAlone) {
+  auto e = Engine::open(options_for(GetParam()));
+  for (int n : {1, 2, 3, 5, 8, 16}) {
+    const std::vector<Script> scripts = make_scripts(n, e->n_vocab(), 100 + n);
+    const std::vector<Transcript> together = run_together(*e, scripts, 7 + n);
+    EXPECT_EQ(e->n_sequences(), 0);
+    EXPECT_EQ(e->kv_blocks_free(), e->kv_blocks_total()) << "every block returned";
+    expect_same(together, *e, scripts, std::string(GetParam()) + ", " + std::to_string(n) + " sequences");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, EngineBatch,
+                         ::testing::Values("mixtral-f32.gguf", "mixtral-bf16.gguf", "qwen3moe-q8_0.gguf",
+                                           "olmoe-q4_0.gguf", "olmoe-f32.gguf"));
+
+// Offloaded under every policy (25% budget, --on-miss load): batched sequences get
+// the floats of all-resident alone runs.
+TEST(EngineBatch, OffloadedUnderEveryPolicyIsLossless) {
+  for (const char* fixture : {"mixtral-f32.gguf", "qwen3moe-q8_0.gguf"}) {
+    auto resident = Engine::open(options_for(fixture));
+    const std::vector<Script> scripts = make_scripts(9, resident->n_vocab(), 5);
+    std::vector<Transcript> ref;
+    for (const Script& s : scripts) ref.push_back(run_alone(*resident, s));
+    for (const std::string& policy : policy_names()) {
+      auto e = Engine::open(options_for(fixture, policy, "25%"));
+      ASSERT_TRUE(e->offloaded());
+      const std::vector<Transcript> together = run_together(*e, scripts, 3);
+      for (size_t i = 0; i < scripts.size(); ++i) {
+        ASSERT_EQ(together[i].logits.size(), ref[i].logits.size());
+        for (size_t k = 0; k < ref[i].logits.size(); ++k)
+          ASSERT_TRUE(together[i].logits[k] == ref[i].logits[k])
+              << fixture << ", " << policy << ": sequence " << i << ", logits " << k;
+      }
+      const ExpertCacheStats st = e->cache_stats();
+      EXPECT_GT(st.misses, 0u) << policy << ": a 25% budget must miss";
+      std::printf("%s %-12s 9 sequences at 25%%: hit rate %.1f%%, %llu evictions\n", fixture, policy.c_str(),
+                  100.0 * static_cast<double>(st.hits) / static_cast<double>(st.hits + st.misses),
+                  static_cast<unsigned long long>(st.evictions));
+    }
+  }
+}
+
+// "100%" is of what the experts take in memory: it holds every expert, so nothing is
+// ever evicted.
+TEST(EngineBatch, FullBudgetNeverEvicts) {
+  auto e = Engine::open(options_for("mixtral-f32.gguf", "lru", "100%"));
+  const std::vector<Script> scripts = make_scripts(4, e->n_vocab(), 9);
+  run_together(*e, scripts, 2);
+  EXPECT_EQ(e->cache_stats().evictions, 0u);
+  EXPECT_EQ(e->cache_stats().budget_bytes, e->cache_stats().expert_bytes_total);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// KV blocks: counted out and back; a step needing more than remain is refused whole
+// with a clear error and leaves every sequence as it was.
+TEST(EngineKv, BlocksAreAccountedRefusedWhenShortAndReusedAtOnce) {
+  EngineOptions o = options_for("mixtral-f32.gguf");
+  o.n_parallel = 1;
+  o.ctx_size = 64;  // two blocks of 32
+  auto e = Engine::open(o);
+  ASSERT_EQ(e->kv_block_len(), 32);
+  ASSERT_EQ(e->kv_blocks_total(), 2);
+  const SeqId a = e->add_sequence(), b = e->add_sequence();
+  std::vector<BatchToken> pa;
+  for (int64_t p = 0; p < 40; ++p) pa.push_back({a, static_cast<int32_t>(p % 50 + 1), p, p == 39});
+  e->step(pa);
+  const std::vector<float> a40(e->logits(39), e->logits(39) + e->n_vocab());
+  EXPECT_EQ(e->kv_blocks_free(), 0);
+  const std::string err = error_of([&] { e->step({{b, 5, 0, true}, {a, 9, 40, true}}); });
+  EXPECT_NE(err.find("KV blocks"), std::string::npos) << err;
+  EXPECT_EQ(e->sequence_length(a), 40) << "a refused step changes nothing";
+  EXPECT_EQ(e->sequence_length(b), 0);
+  e->step({{a, 9, 40, true}});  // a continues in its own blocks
+  const std::vector<float> a41(e->logits(0), e->logits(0) + e->n_vocab());
+  e->remove_sequence(a);
+  EXPECT_EQ(e->kv_blocks_free(), 2);
+  e->step({{b, 5, 0, true}});
+  EXPECT_EQ(e->kv_blocks_free(), 1);
+  // a's run again, alone in the reused blocks: the same floats.
+  const SeqId c = e->add_sequence();
+  e->remove_sequence(b);
+  std::vector<BatchToken> pc = pa;
+  for (BatchToken& t : pc) t.seq = c;
+  e->step(pc);
+  EXPECT_TRUE(std::equal(a40.begin(), a40.end(), e->logits(39)));
+  e->step({{c, 9, 40, true}});
+  EXPECT_TRUE(std::equal(a41.begin(), a41.end(), e->logits(0)));
+  // Errors name what is wrong.
+  EXPECT_NE(error_of([&] { e->step({{c, 9, 7, true}}); }).find("expected 41"), std::string::npos);
+  EXPECT_NE(error_of([&] { e->step({{99, 9, 0, true}}); }).find("no sequence 99"), std::string::npos);
+  EXPECT_NE(error_of([&] { e->step({{c, -1, 41, true}}); }).find("outside the vocabulary"), std::string::npos);
+  EXPECT_NE(error_of([&] { e->step({}); }).find("empty"), std::string::npos);
+  EXPECT_NE(error_of([&] { e->logits(1); }).find("did not ask"), std::string::npos);
+  std::vector<BatchToken> past;
+  for (int64_t p = 41; p < 70; ++p) past.push_back({c, 3, p, false});
+  EXPECT_NE(error_of([&] { e->step(past); }).find("context size is 64"), std::string::npos);
+  const ModelConfig& mc = e->model().config();
+  EXPECT_EQ(e->kv_bytes(), static_cast<uint64_t>(2 * 2 * mc.n_layer * mc.n_head_kv * 32 * mc.head_dim * 4))
+      << "two blocks of f32 keys and values";
+}
+
+}  // namespace
+}  // namespace moeflow
