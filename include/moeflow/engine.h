@@ -33,6 +33,8 @@ namespace moeflow {
 
 class Model;
 class Tokenizer;
+class ForwardListener;
+class ThreadPool;
 struct ExpertOffload;
 
 struct EngineOptions {
@@ -104,6 +106,10 @@ class Engine {
 
   int64_t n_vocab() const;
   int64_t ctx_size() const;
+  // Sets the most positions one sequence holds, re-sizing the KV pool to n_parallel
+  // sequences of them. REQUIRES no sequences (InputError otherwise).
+  void resize_context(int64_t ctx_size);
+  std::string kv_type() const;  // "f32" or "f16"
   int64_t kv_block_len() const;
   int64_t kv_blocks_total() const;
   int64_t kv_blocks_free() const;
@@ -125,7 +131,10 @@ class Engine {
   // The project's own tools reach the parts (src/ headers).
   const Model& model() const;
   const Tokenizer& tokenizer() const;
+  ThreadPool& thread_pool();
   ExpertOffload& offload();
+  // Sees every step and layer routing (not owned; must outlive the engine's steps).
+  void add_listener(ForwardListener* listener);
 
  private:
   struct Impl;

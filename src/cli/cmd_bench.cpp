@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "cli/bench_parallel.h"
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "cli/offload_flags.h"
@@ -68,8 +69,11 @@ int cmd_bench(int argc, char** argv) {
          "around every one)",
          true, "3");
   a.flag("--json", "print one JSON object", false);
+  a.flag("--parallel", "N sequences decoding together (a list runs each: 1,2,4,8,16), tokens/s summed over them "
+                       "against the bytes a step reads (dense weights plus the experts its tokens select)");
   add_offload_flags(a);
   a.parse(argc, argv, 2);
+  if (a.has("--parallel")) return bench_parallel(a);
   LoadedModel lm = load_model_from_flags(a);
   const Model& m = *lm.model;
   const ModelConfig& c = m.config();

@@ -8,7 +8,8 @@
 #include "engine/trace_recorder.h"
 #include "engine/generator.h"
 #include "engine/logits_file.h"
-#include "engine/transformer.h"
+#include "engine/tokenizer.h"
+#include "moeflow/engine.h"
 
 namespace moeflow::cli {
 
@@ -33,18 +34,13 @@ int cmd_run(int argc, char** argv) {
   if (a.has("--prompt") && a.has("--prompt-tokens"))
     throw UsageError("moeflow run: give either -p/--prompt or --prompt-tokens, not both");
 
-  LoadedModel lm = load_model_from_flags(a);
-  const Tokenizer& tok = *lm.tokenizer;
-  std::vector<int32_t> prompt;
-  std::string prompt_text;
-  if (a.has("--prompt-tokens")) {
-    prompt = parse_int_list("--prompt-tokens", a.str("--prompt-tokens"));
-  } else {
-    prompt_text = a.has("--prompt") ? a.str("--prompt") : std::string("Once upon a time");
-    prompt = tok.encode(prompt_text, tok.add_bos_default());
-  }
-  if (prompt.empty()) throw UsageError("moeflow run: the prompt encodes to no tokens");
-
+  // Flags that need neither the model nor the prompt are checked before loading.
+  if (a.has("--prompt") && a.has("--prompt-tokens"))
+    throw UsageError("moeflow run: give either -p/--prompt or --prompt-tokens, not both");
+  const std::vector<TaskProfile> profiles = task_profiles_from_flags(a);
+  EngineOptions eo = engine_options_from_flags(a, a.str("--policy"));
+  if (eo.policy == "all" && a.has("--expert-budget"))
+    throw UsageError("--expert-budget needs a --policy other than 'all' (e.g. --policy lru)");
   GenerateOptions opt;
   opt.n_predict = a.integer("--n-predict", 0, 1 << 20);
   opt.sampler.temperature = static_cast<float>(a.number("--temp", 0.0, 100.0));
@@ -55,40 +51,60 @@ int cmd_run(int argc, char** argv) {
   opt.record_logits = a.has("--logits-out");
   opt.feed_last = opt.record_logits;
   const bool json = a.has("--json");
-  const int64_t need = static_cast<int64_t>(prompt.size()) + opt.n_predict;
-  if (need > lm.n_ctx && !a.has("--ctx-size")) lm.n_ctx = need;
 
-  Transformer tf(*lm.model, lm.pool.get(), lm.n_ctx, lm.kv_type);
+  auto engine = Engine::open(eo);
+  const Tokenizer& tok = engine->tokenizer();
+  std::vector<int32_t> prompt;
+  std::string prompt_text;
+  if (a.has("--prompt-tokens")) {
+    prompt = parse_int_list("--prompt-tokens", a.str("--prompt-tokens"));
+  } else {
+    prompt_text = a.has("--prompt") ? a.str("--prompt") : std::string("Once upon a time");
+    prompt = tok.encode(prompt_text, tok.add_bos_default());
+  }
+  if (prompt.empty()) throw UsageError("moeflow run: the prompt encodes to no tokens");
+  // Without --ctx-size the context is what the prompt and the generation need (at
+  // least the default); with it, generation stops there and says so.
+  const int64_t need = static_cast<int64_t>(prompt.size()) + opt.n_predict;
+  if (need > engine->ctx_size()) {
+    if (a.has("--ctx-size"))
+      std::fprintf(stderr, "note: %lld prompt tokens + %lld to generate exceed --ctx-size %lld: generation stops at "
+                   "the context size\n", static_cast<long long>(prompt.size()), static_cast<long long>(opt.n_predict),
+                   static_cast<long long>(engine->ctx_size()));
+    else
+      engine->resize_context(need);
+  }
+  const int64_t trained = engine->model().config().n_ctx_train;
+  if (trained > 0 && std::min(need, engine->ctx_size()) > trained)
+    std::fprintf(stderr, "note: the run reaches position %lld, past the %lld positions the model was trained on\n",
+                 static_cast<long long>(std::min(need, engine->ctx_size())), static_cast<long long>(trained));
+
   // eMoE §3.2.1: an unlabelled prompt gets the task whose keywords it matches most.
   // The trace keeps only a label the user gave: traces are the ground truth that
   // profiles and simulations learn from, a keyword guess is not.
-  const std::vector<TaskProfile> profiles = task_profiles_from_flags(a);
   std::string task = a.str("--task");
   const char* task_source = task.empty() ? "none" : "flag";
   if (task.empty() && !profiles.empty()) {
     task = classify_task(prompt_text.empty() ? tok.decode(prompt) : prompt_text, profiles);
     if (!task.empty()) task_source = "keywords";
   }
-  Offload off = make_offload(a, *lm.model, &tok);
-  if (off.active()) {
-    if (off.lossy)
-      std::fprintf(stderr, "note: --on-miss reroute is lossy: tokens whose expert is not resident use another one\n");
-    tf.set_expert_source(off.source.get());
-    off.source->begin_request(RequestInfo{0, prompt, prompt_embedding(*lm.model, prompt), task});
-  }
+  if (engine->lossy())
+    std::fprintf(stderr, "note: --on-miss reroute is lossy: tokens whose expert is not resident use another one\n");
   std::unique_ptr<TraceRecorder> trace;
   if (a.has("--trace")) {
-    trace = std::make_unique<TraceRecorder>(a.str("--trace"), model_name(*lm.model));
-    trace->begin_request(0, a.str("--task"));
-    tf.add_listener(trace.get());
+    trace = std::make_unique<TraceRecorder>(a.str("--trace"), model_name(engine->model()));
+    engine->add_listener(trace.get());
   }
+  const SeqId seq = engine->add_sequence({prompt, task});
+  if (trace) trace->begin_request(seq, a.str("--task"));
+  EngineSequenceSink sink(*engine, seq);
   StreamingDetokenizer detok(tok);
   std::string text;
   if (!json && !a.has("--prompt-tokens")) {
     std::fputs(tok.decode(prompt).c_str(), stdout);
     std::fflush(stdout);
   }
-  GenerateResult r = generate(tf, prompt, opt, [&](int32_t id) { return tok.is_end_of_generation(id); },
+  GenerateResult r = generate(sink, prompt, opt, [&](int32_t id) { return tok.is_end_of_generation(id); },
                               [&](int32_t id) {
                                 const std::string piece = detok.push(id);
                                 text += piece;
@@ -97,21 +113,19 @@ int cmd_run(int argc, char** argv) {
                                   std::fflush(stdout);
                                 }
                               });
-  if (off.active()) {
-    off.source->end_request();
-    off.save_state(a);
-  }
+  engine->remove_sequence(seq);
+  if (engine->offloaded() && a.has("--policy-state-out")) engine->save_policy_state(a.str("--policy-state-out"));
   const std::string rest = detok.flush();
   text += rest;
   if (opt.record_logits) {
-    LogitsRecord rec{lm.model->config().n_vocab, r.fed_tokens, r.logits};
+    LogitsRecord rec{engine->n_vocab(), r.fed_tokens, r.logits};
     write_logits_file(a.str("--logits-out"), rec);
   }
   const double pp = r.prompt_seconds > 0 ? static_cast<double>(prompt.size()) / r.prompt_seconds : 0;
   const double tg = r.gen_seconds > 0 && r.gen_evals > 0 ? static_cast<double>(r.gen_evals) / r.gen_seconds : 0;
   if (json) {
     nlohmann::json j;
-    j["model"] = lm.model->file().path();
+    j["model"] = engine->model().file().path();
     j["prompt_tokens"] = prompt;
     j["tokens"] = r.generated;
     j["task"] = task;
@@ -119,19 +133,21 @@ int cmd_run(int argc, char** argv) {
     j["text"] = text;
     j["timings"] = {{"prompt_seconds", r.prompt_seconds}, {"generation_seconds", r.gen_seconds},
                     {"prompt_tokens_per_second", pp}, {"generation_tokens_per_second", tg}};
-    j["cache"] = off.counters_json();
+    j["cache"] = offload_counters_json(engine->offload());
     j["memory"] = {{"peak_rss_bytes", peak_rss_bytes()},
-                   {"dense_bytes", lm.model->weights().dense_bytes},
-                   {"expert_bytes", lm.model->weights().expert_bytes},
-                   {"kv_bytes", tf.kv_bytes()},
-                   {"kv_type", dtype_name(tf.kv_type())}};
+                   {"dense_bytes", engine->model().weights().dense_bytes},
+                   {"expert_bytes", engine->model().weights().expert_bytes},
+                   {"kv_bytes", engine->kv_bytes()},
+                   {"kv_type", engine->kv_type()}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::fputs(rest.c_str(), stdout);
     std::printf("\n");
     std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tokens/s | generation: %zu tokens, %.1f tokens/s\n", prompt.size(),
                  pp, r.generated.size(), tg);
-    if (off.active()) std::fprintf(stderr, "%s | task: %s (%s)\n", off.summary().c_str(), task.empty() ? "-" : task.c_str(), task_source);
+    if (engine->offloaded())
+      std::fprintf(stderr, "%s | task: %s (%s)\n", engine->offload().summary().c_str(), task.empty() ? "-" : task.c_str(),
+                   task_source);
   }
   return 0;
 }

@@ -60,6 +60,30 @@ LoadedModel load_model_from_flags(const Args& a) {
   return m;
 }
 
+EngineOptions engine_options_from_flags(const Args& a, const std::string& policy) {
+  EngineOptions o;
+  o.model_path = a.str("--model");
+  if (o.model_path.empty()) o.model_path = default_model_path();
+  if (o.model_path.empty())
+    throw UsageError("no model given and no built-in default found: pass -m model.gguf (or set MOEFLOW_DEFAULT_MODEL)");
+  o.threads = static_cast<int>(a.integer("--threads", 1, 256));
+  o.ctx_size = a.integer("--ctx-size", 0, 1 << 20);
+  o.kv_type = a.str("--kv-type");
+  if (o.kv_type != "auto" && o.kv_type != "f32" && o.kv_type != "f16")
+    throw UsageError("--kv-type '" + o.kv_type + "': expected f32, f16 or auto");
+  o.mmap = a.has("--mmap");
+  o.repack = !a.has("--no-repack");
+  o.policy = policy;
+  if (a.has("--expert-budget")) o.expert_budget = a.str("--expert-budget");
+  o.on_miss = a.str("--on-miss");
+  o.io_threads = static_cast<int>(a.integer("--io-threads", 1, 64));
+  if (a.has("--policy-state")) o.policy_state = a.str("--policy-state");
+  if (a.has("--tasks")) o.tasks_path = a.str("--tasks");
+  o.emoe_variant = a.str("--emoe-variant");
+  o.emoe_top_l = static_cast<int32_t>(a.integer("--emoe-top-l", 0, 1 << 20));
+  return o;
+}
+
 std::string json_escape(const std::string& s) {
   std::string o;
   for (unsigned char c : s) {

@@ -8,6 +8,7 @@
 #include "engine/tokenizer.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/model_weights.h"
+#include "moeflow/engine.h"
 #include "tensor/dtype.h"
 
 namespace moeflow::cli {
@@ -29,6 +30,10 @@ LoadedModel load_model_from_flags(const Args& a);
 // Where the built-in default model lives (next to the binary's source tree or in
 // the install prefix); empty if none is found.
 std::string default_model_path();
+
+// The engine's options as the model and offloading flags give them, with `policy`
+// instead of --policy.
+EngineOptions engine_options_from_flags(const Args& a, const std::string& policy);
 
 std::string json_escape(const std::string& s);
 

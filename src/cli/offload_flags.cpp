@@ -71,8 +71,16 @@ OffloadOptions offload_options(const Args& a, const std::string& policy, const T
   return opt;
 }
 
-nlohmann::json Offload::counters_json() const {
-  if (!active()) return nullptr;
+nlohmann::json Offload::counters_json() const { return offload_counters_json(*this); }
+
+nlohmann::json offload_counters_json(const ExpertOffload& o) {
+  if (!o.active()) return nullptr;
+  const ExpertCache* cache = o.cache.get();
+  const ExpertStore* store = o.store.get();
+  const OffloadedExperts* source = o.source.get();
+  const FileTransport* transport = o.transport.get();
+  const std::string& policy_name = o.policy_name;
+  const bool lossy = o.lossy;
   const CacheCounters& c = cache->counters();
   return {{"policy", policy_name},
           {"on_miss", lossy ? "reroute" : "load"},

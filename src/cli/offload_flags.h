@@ -48,6 +48,9 @@ struct Offload : ExpertOffload {
   void save_state(const Args& a) const;
 };
 
+// Counters as the `cache` JSON object of run/bench (null when inactive).
+nlohmann::json offload_counters_json(const ExpertOffload& o);
+
 // The offloading options the flags name, with `policy` instead of --policy.
 OffloadOptions offload_options(const Args& a, const std::string& policy, const Tokenizer* tok = nullptr);
 

@@ -28,6 +28,7 @@ struct Engine::Impl {
   std::unique_ptr<ForwardPass> fwd;
   ExpertOffload offload;
   int64_t ctx = 0;
+  int n_parallel = 1;
   std::map<SeqId, Sequence> seqs;
   SeqId next_id = 0;
   // The last step: its tokens in the forward pass's order, and where each batch
@@ -35,6 +36,10 @@ struct Engine::Impl {
   StepTokens step;
   std::vector<float> logits;
   std::vector<int64_t> logits_row;
+
+  int64_t blocks_for_ctx() const {
+    return n_parallel * ((ctx + KvBlockPool::kDefaultBlockLen - 1) / KvBlockPool::kDefaultBlockLen);
+  }
 
   Sequence& at(SeqId id, const char* what) {
     auto it = seqs.find(id);
@@ -61,8 +66,8 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
   im->pool = std::make_unique<ThreadPool>(threads);
   im->ctx = o.ctx_size > 0 ? o.ctx_size : default_ctx_size(*im->model);
   const DType kv_type = kv_type_from_name(o.kv_type, *im->model);
-  const int64_t blocks = o.n_parallel * ((im->ctx + KvBlockPool::kDefaultBlockLen - 1) / KvBlockPool::kDefaultBlockLen);
-  im->kv = std::make_unique<KvBlockPool>(make_kv_pool(*im->model, blocks, kv_type));
+  im->n_parallel = o.n_parallel;
+  im->kv = std::make_unique<KvBlockPool>(make_kv_pool(*im->model, im->blocks_for_ctx(), kv_type));
   im->fwd = std::make_unique<ForwardPass>(*im->model, im->pool.get(), *im->kv);
   OffloadOptions oo;
   oo.budget = o.expert_budget;
@@ -170,6 +175,19 @@ const float* Engine::logits(size_t i) const {
 
 int64_t Engine::n_vocab() const { return impl_->model->config().n_vocab; }
 int64_t Engine::ctx_size() const { return impl_->ctx; }
+void Engine::resize_context(int64_t ctx) {
+  Impl& im = *impl_;
+  if (!im.seqs.empty()) throw InputError("resize_context: sequences are running");
+  if (ctx < 1) throw InputError("context size " + std::to_string(ctx) + ": must be >= 1");
+  im.ctx = ctx;
+  const DType type = im.kv->type();
+  im.kv.reset();  // the old mapping goes before the new one is made
+  im.kv = std::make_unique<KvBlockPool>(make_kv_pool(*im.model, im.blocks_for_ctx(), type));
+  im.fwd->set_kv(*im.kv);
+}
+
+std::string Engine::kv_type() const { return dtype_name(impl_->kv->type()); }
+
 int64_t Engine::kv_block_len() const { return impl_->kv->block_len(); }
 int64_t Engine::kv_blocks_total() const { return impl_->kv->n_blocks(); }
 int64_t Engine::kv_blocks_free() const { return impl_->kv->free_blocks(); }
@@ -205,6 +223,8 @@ void Engine::save_policy_state(const std::string& path) const { impl_->offload.s
 
 const Model& Engine::model() const { return *impl_->model; }
 const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
+ThreadPool& Engine::thread_pool() { return *impl_->pool; }
 ExpertOffload& Engine::offload() { return impl_->offload; }
+void Engine::add_listener(ForwardListener* l) { impl_->fwd->add_listener(l); }
 
 }  // namespace moeflow

@@ -29,7 +29,7 @@ KvBlockPool make_kv_pool(const Model& model, int64_t n_blocks, DType kv_type, in
   return KvBlockPool(c.n_layer, c.n_head_kv, c.head_dim, n_blocks, block_len, kv_type);
 }
 
-ForwardPass::ForwardPass(const Model& model, ThreadPool* pool, KvBlockPool& kv) : model_(model), pool_(pool), kv_(kv) {}
+ForwardPass::ForwardPass(const Model& model, ThreadPool* pool, KvBlockPool& kv) : model_(model), pool_(pool), kv_(&kv) {}
 
 void ForwardPass::check(const StepTokens& s) const {
   const int64_t n = s.size();
@@ -152,10 +152,10 @@ void ForwardPass::attention_block(int64_t l, const StepTokens& step, std::vector
       if (c.qk_norm == QkNorm::PerHead) cpu::rmsnorm(kt + h * hd, L.k_norm.data(), kt + h * hd, hd, c.rms_eps);
       cpu::rope_apply(kt + h * hd, c.rot_dim, cs, c.rope_neox);
     }
-    kv_.store(l, step.blocks[t], step.pos[t], kt, v_.data() + t * kv_dim);
+    kv_->store(l, step.blocks[t], step.pos[t], kt, v_.data() + t * kv_dim);
   }
-  const cpu::AttentionShape shape{c.n_head, c.n_head_kv, hd, kv_.block_len(), kv_.block_stride(), kv_.type()};
-  cpu::attention(shape, q_.data(), n, queries_.data(), kv_.k(l), kv_.v(l), attn_.data(), pool_);
+  const cpu::AttentionShape shape{c.n_head, c.n_head_kv, hd, kv_->block_len(), kv_->block_stride(), kv_->type()};
+  cpu::attention(shape, q_.data(), n, queries_.data(), kv_->k(l), kv_->v(l), attn_.data(), pool_);
   jobs_.clear();
   add_products(L.wo, attn_.data(), n, step.n_single, proj_.data(), jobs_);
   cpu::matmul_batch(jobs_.data(), jobs_.size(), pool_);

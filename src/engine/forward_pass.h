@@ -48,7 +48,9 @@ class ForwardPass {
   // Where experts come from (not owned; null: the mapped weights).
   void set_expert_source(ExpertSource* s) { source_ = s; }
   const Model& model() const { return model_; }
-  KvBlockPool& kv() { return kv_; }
+  KvBlockPool& kv() { return *kv_; }
+  // Runs on another pool from now on (not owned; no step may hold blocks of the old).
+  void set_kv(KvBlockPool& kv) { kv_ = &kv; }
 
  private:
   void check(const StepTokens& step) const;
@@ -60,7 +62,7 @@ class ForwardPass {
 
   const Model& model_;
   ThreadPool* pool_;
-  KvBlockPool& kv_;
+  KvBlockPool* kv_;
   std::vector<ForwardListener*> listeners_;
   ExpertSource* source_ = nullptr;
   // Scratch reused across calls (sized for the largest step seen).

@@ -12,11 +12,30 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
+void EngineSequenceSink::eval(const int32_t* tokens, int64_t n, bool all_logits, std::vector<float>& logits) {
+  const int64_t p0 = pos(), V = n_vocab();
+  batch_.clear();
+  for (int64_t t = 0; t < n; ++t) batch_.push_back({seq_, tokens[t], p0 + t, all_logits || t == n - 1});
+  e_.step(batch_);
+  logits.clear();
+  for (int64_t t = all_logits ? 0 : n - 1; t < n; ++t) {
+    const float* l = e_.logits(static_cast<size_t>(t));
+    logits.insert(logits.end(), l, l + V);
+  }
+}
+
 GenerateResult generate(Transformer& tf, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
                         const std::function<bool(int32_t)>& is_eog,
                         const std::function<void(int32_t)>& on_token) {
+  TransformerSink sink(tf);
+  return generate(sink, prompt, opt, is_eog, on_token);
+}
+
+GenerateResult generate(TokenSink& tf, const std::vector<int32_t>& prompt, const GenerateOptions& opt,
+                        const std::function<bool(int32_t)>& is_eog,
+                        const std::function<void(int32_t)>& on_token) {
   if (prompt.empty()) throw InputError("the prompt is empty: give at least one token");
-  const int64_t V = tf.model().config().n_vocab;
+  const int64_t V = tf.n_vocab();
   GenerateResult r;
   Sampler sampler(opt.sampler);
   std::vector<float> logits;

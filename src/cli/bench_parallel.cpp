@@ -1,0 +1,198 @@
+#include "cli/bench_parallel.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "cli/model_flags.h"
+#include "engine/expert_offload.h"
+#include "engine/expert_source.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/roofline.h"
+#include "moeflow/engine.h"
+#include "moeflow/sampler.h"
+
+namespace moeflow::cli {
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// The weight bytes the counted steps read: every dense matrix once per step, one
+// embedding row per token, and each expert the step's tokens selected in a layer
+// once (the step groups tokens by expert), counted from the routing.
+class StepBytes final : public ForwardListener {
+ public:
+  explicit StepBytes(const Model& m) : m_(m) {
+    const ModelWeights& w = m.weights();
+    dense_ = w.output.bytes();
+    for (const LayerWeights& L : w.layers) {
+      dense_ += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes() + L.gate_inp.bytes();
+      expert_.push_back(L.gate_exps.first.bytes() + L.up_exps.first.bytes() + L.down_exps.first.bytes());
+    }
+  }
+  void begin_step(const StepTokens& s) override {
+    if (on) bytes += dense_ + static_cast<uint64_t>(s.size()) * m_.weights().tok_embd.row_bytes();
+  }
+  void routed(const LayerRouting& r) override {
+    if (!on) return;
+    const std::set<int32_t> distinct(r.experts.begin(), r.experts.end());
+    bytes += distinct.size() * expert_[static_cast<size_t>(r.layer)];
+    selected += r.experts.size();
+    unique += distinct.size();
+  }
+  bool on = false;
+  uint64_t bytes = 0, selected = 0, unique = 0;
+
+ private:
+  const Model& m_;
+  uint64_t dense_ = 0;
+  std::vector<uint64_t> expert_;
+};
+
+struct ParallelRun {
+  std::string policy;
+  int64_t n = 0;
+  double seconds = 1e30;       // the fastest repetition's decode steps
+  uint64_t bytes = 0;          // weight bytes those steps read
+  double triad = 0;            // the larger triad around it (all resident)
+  double unique_share = 0;     // distinct experts per layer over selections
+  double hit_rate = -1;        // offloaded: during the decode steps
+};
+
+}  // namespace
+
+int bench_parallel(const Args& a) {
+  std::vector<int64_t> ns;
+  for (int32_t v : parse_int_list("--parallel", a.str("--parallel"))) {
+    if (v < 1 || v > 256) throw UsageError("--parallel " + std::to_string(v) + ": expected 1 to 256 sequences");
+    ns.push_back(v);
+  }
+  const int64_t n_prompt = a.integer("--n-prompt", 1, 1 << 16);
+  const int64_t n_gen = a.integer("--n-gen", 1, 1 << 16);
+  const int64_t reps = a.integer("--repetitions", 1, 100);
+  std::vector<std::string> policies = split_list(a.str("--policy"));
+  policies.erase(std::remove(policies.begin(), policies.end(), "all"), policies.end());
+  policies.insert(policies.begin(), "all");
+  const int64_t n_max = *std::max_element(ns.begin(), ns.end());
+  std::vector<ParallelRun> runs;
+  std::string model_path, layout;
+  int threads = 0;
+  double peak = 0;
+  for (const std::string& pol : policies) {
+    EngineOptions o = engine_options_from_flags(a, pol);
+    if (pol == "all") o.expert_budget.clear();
+    o.n_parallel = static_cast<int>(n_max);
+    o.ctx_size = n_prompt + n_gen + 1;
+    auto e = Engine::open(o);
+    const Model& m = e->model();
+    model_path = o.model_path;
+    layout = dtype_name(m.weights().layers.front().gate_exps.first.dtype);
+    threads = e->thread_pool().size();
+    StepBytes counter(m);
+    e->add_listener(&counter);
+    for (int64_t n : ns) {
+      ParallelRun run;
+      run.policy = pol;
+      run.n = n;
+      for (int64_t r = 0; r < reps; ++r) {
+        // Each sequence its own deterministic pseudo-random prompt, prefilled in one step.
+        std::vector<SeqId> seqs;
+        std::vector<BatchToken> batch;
+        uint64_t s = 12345 + static_cast<uint64_t>(r);
+        for (int64_t i = 0; i < n; ++i) {
+          const SeqId id = e->add_sequence();
+          seqs.push_back(id);
+          for (int64_t t = 0; t < n_prompt; ++t) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            batch.push_back({id, static_cast<int32_t>((s >> 33) % static_cast<uint64_t>(e->n_vocab())), t,
+                             t == n_prompt - 1});
+          }
+        }
+        e->step(batch);
+        std::vector<int32_t> next;
+        for (size_t k = 0; k < batch.size(); ++k)
+          if (batch[k].logits) next.push_back(argmax(e->logits(k), e->n_vocab()));
+        const double triad_before = pol == "all" ? cpu::measure_triad_bandwidth_gbs(&e->thread_pool(), 64ull << 20) : 0;
+        const ExpertCacheStats before = e->cache_stats();
+        counter.on = true;
+        counter.bytes = counter.selected = counter.unique = 0;
+        const double t0 = now();
+        for (int64_t g = 0; g < n_gen; ++g) {
+          batch.clear();
+          for (int64_t i = 0; i < n; ++i) batch.push_back({seqs[i], next[i], n_prompt + g, true});
+          e->step(batch);
+          for (int64_t i = 0; i < n; ++i) next[i] = argmax(e->logits(static_cast<size_t>(i)), e->n_vocab());
+        }
+        const double dt = now() - t0;
+        counter.on = false;
+        const double triad_after = pol == "all" ? cpu::measure_triad_bandwidth_gbs(&e->thread_pool(), 64ull << 20) : 0;
+        if (dt < run.seconds) {
+          run.seconds = dt;
+          run.bytes = counter.bytes;
+          run.triad = std::max(triad_before, triad_after);
+          run.unique_share = static_cast<double>(counter.unique) / static_cast<double>(counter.selected);
+          const ExpertCacheStats after = e->cache_stats();
+          const uint64_t h = after.hits - before.hits, mi = after.misses - before.misses;
+          if (e->offloaded()) run.hit_rate = h + mi ? static_cast<double>(h) / static_cast<double>(h + mi) : 0;
+        }
+        for (SeqId id : seqs) e->remove_sequence(id);
+      }
+      runs.push_back(run);
+    }
+    if (pol == "all") peak = cpu::measure_peak_fma_gflops(&e->thread_pool());
+  }
+  // Offloaded runs are set against the all-resident run's bound at the same N.
+  auto tps = [&](const ParallelRun& r) { return static_cast<double>(r.n * n_gen) / r.seconds; };
+  auto resident = [&](int64_t n) -> const ParallelRun& {
+    return *std::find_if(runs.begin(), runs.end(), [&](const ParallelRun& r) { return r.policy == "all" && r.n == n; });
+  };
+  auto bound = [&](const ParallelRun& r) {
+    const ParallelRun& a0 = resident(r.n);
+    return static_cast<double>(a0.n * n_gen) / (static_cast<double>(a0.bytes) / (a0.triad * 1e9));
+  };
+  const double tps1 = std::count(ns.begin(), ns.end(), 1) ? tps(resident(1)) : 0;
+  if (a.has("--json")) {
+    nlohmann::json j = {{"model", model_path}, {"threads", threads}, {"n_prompt", n_prompt}, {"n_gen", n_gen},
+                        {"expert_weight_layout", layout}, {"simd_target", cpu::simd_target_name()},
+                        {"peak_gflops", peak}, {"runs", nlohmann::json::array()}};
+    for (const ParallelRun& r : runs) {
+      nlohmann::json k = {{"policy", r.policy},
+                          {"parallel", r.n},
+                          {"tg_tokens_per_second", tps(r)},
+                          {"tg_bound_tokens_per_second", bound(r)},
+                          {"tg_fraction_of_bound", tps(r) / bound(r)},
+                          {"weight_bytes_per_step", static_cast<double>(r.bytes) / static_cast<double>(n_gen)},
+                          {"distinct_expert_share", r.unique_share},
+                          {"triad_bandwidth_gbs", resident(r.n).triad}};
+      if (tps1 > 0) k["tg_ratio_to_parallel_1"] = tps(r) / tps1;
+      if (r.hit_rate >= 0) k["hit_rate"] = r.hit_rate;
+      j["runs"].push_back(k);
+    }
+    if (runs.size() == 1)
+      for (const char* f : {"parallel", "tg_tokens_per_second", "tg_bound_tokens_per_second", "tg_fraction_of_bound"})
+        j[f] = j["runs"][0][f];
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("model %s, %d threads, experts in memory as %s, %s kernels; %lld-token prompts, %lld decode steps\n",
+              model_path.c_str(), threads, layout.c_str(), cpu::simd_target_name(), static_cast<long long>(n_prompt),
+              static_cast<long long>(n_gen));
+  std::printf("| policy       | parallel | tg tok/s | per seq | vs N=1 | MiB read/step | distinct/selected | bound tok/s "
+              "(triad GB/s) | of bound | hit rate |\n");
+  std::printf("|--------------|---------:|---------:|--------:|-------:|--------------:|------------------:|----------"
+              "------------:|---------:|---------:|\n");
+  for (const ParallelRun& r : runs) {
+    char hit[16] = "-";
+    if (r.hit_rate >= 0) std::snprintf(hit, sizeof hit, "%.1f%%", 100.0 * r.hit_rate);
+    std::printf("| %-12s | %8lld | %8.1f | %7.1f | %5.2fx | %13.1f | %16.0f%% | %9.1f (%5.1f) | %7.1f%% | %8s |\n",
+                r.policy.c_str(), static_cast<long long>(r.n), tps(r), tps(r) / static_cast<double>(r.n),
+                tps1 > 0 ? tps(r) / tps1 : 0.0, static_cast<double>(r.bytes) / static_cast<double>(n_gen) / 1048576.0,
+                100.0 * r.unique_share, bound(r), resident(r.n).triad, 100.0 * tps(r) / bound(r), hit);
+  }
+  return 0;
+}
+
+}  // namespace moeflow::cli
