@@ -9,7 +9,9 @@
 #include "cli/model_flags.h"
 #include "cli/offload_flags.h"
 #include "experts/file_transport.h"
-#include "engine/transformer.h"
+#include "engine/expert_offload.h"
+#include "engine/generator.h"
+#include "moeflow/engine.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/roofline.h"
 
@@ -74,12 +76,27 @@ int cmd_bench(int argc, char** argv) {
   add_offload_flags(a);
   a.parse(argc, argv, 2);
   if (a.has("--parallel")) return bench_parallel(a);
-  LoadedModel lm = load_model_from_flags(a);
-  const Model& m = *lm.model;
-  const ModelConfig& c = m.config();
   const int64_t n_prompt = a.integer("--n-prompt", 1, 1 << 16);
   const int64_t n_gen = a.integer("--n-gen", 1, 1 << 16);
   const int64_t reps = a.integer("--repetitions", 1, 100);
+  // --policy may name several (comma-separated): each runs in this same process, so
+  // their speeds compare as ratios; "all" (no offloading) always runs first, with every
+  // weight resident.
+  std::vector<std::string> policies = split_list(a.str("--policy"));
+  policies.erase(std::remove(policies.begin(), policies.end(), "all"), policies.end());
+  policies.insert(policies.begin(), "all");
+  if (policies.size() == 1 && a.has("--expert-budget"))
+    throw UsageError("moeflow bench: --expert-budget needs --policy with at least one policy other than all");
+  auto open_engine = [&](const std::string& pol) {
+    EngineOptions o = engine_options_from_flags(a, pol);
+    if (pol == "all") o.expert_budget.clear();
+    o.ctx_size = n_prompt + n_gen + 1;
+    return Engine::open(o);
+  };
+  std::unique_ptr<Engine> resident = open_engine("all");
+  const Model& m = resident->model();
+  const ModelConfig& c = m.config();
+  ThreadPool& pool = resident->thread_pool();
   // Deterministic pseudo-random prompt: routing then spreads over many experts, as
   // real text does.
   std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
@@ -88,14 +105,7 @@ int cmd_bench(int argc, char** argv) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
     t = static_cast<int32_t>((s >> 33) % static_cast<uint64_t>(c.n_vocab));
   }
-  // --policy may name several (comma-separated): each runs in this same process, so
-  // their speeds compare as ratios; "all" (no offloading) always runs first.
-  std::vector<std::string> policies = split_list(a.str("--policy"));
-  policies.erase(std::remove(policies.begin(), policies.end(), "all"), policies.end());
-  policies.insert(policies.begin(), "all");
-  if (policies.size() == 1 && a.has("--expert-budget"))
-    throw UsageError("moeflow bench: --expert-budget needs --policy with at least one policy other than all");
-  auto measure_triad = [&] { return cpu::measure_triad_bandwidth_gbs(lm.pool.get(), 64ull << 20); };
+  auto measure_triad = [&] { return cpu::measure_triad_bandwidth_gbs(&pool, 64ull << 20); };
   std::vector<double> triads;  // before each generation repetition of `all`, and after the last
   // A repetition of `all` is steady when the triads just before and just after it agree
   // within this ratio. This VM's bandwidth jumps between ~50 and ~100 GB/s from one
@@ -114,50 +124,50 @@ int cmd_bench(int argc, char** argv) {
   uint64_t budget = 0;
   bool direct_io = false;
   for (const std::string& pol : policies) {
-    Offload off = pol == "all" ? Offload{} : make_offload(a, m, pol);
-    Transformer tf(m, lm.pool.get(), n_prompt + n_gen + 1, lm.kv_type);
+    std::unique_ptr<Engine> owned = pol == "all" ? nullptr : open_engine(pol);
+    Engine& e = pol == "all" ? *resident : *owned;
+    const bool offloaded = e.offloaded();
     PolicyRun run;
     run.policy = pol;
-    run.offloaded = off.active();
-    if (off.active()) {
-      tf.set_expert_source(off.source.get());
-      budget = off.cache->budget_bytes();
-      direct_io = off.transport->direct_io();
+    run.offloaded = offloaded;
+    if (offloaded) {
+      budget = e.offload().cache->budget_bytes();
+      direct_io = e.offload().transport->direct_io();
     }
     // The memory bound is measured next to each generation run of `all`, not once: a
     // shared VM's bandwidth moves by 2x within a minute, so a bound taken at another
     // moment says little about this run (see bw_gbs below). `all` runs up to `reps`
     // more repetitions while none was steady.
-    if (!off.active()) triads.push_back(measure_triad());
-    for (int64_t r = 0; r < reps || (!off.active() && n_steady == 0 && r < 2 * reps); ++r) {
-      tf.reset();
-      if (off.active()) off.source->begin_request(RequestInfo{r, prompt, {}, ""});
+    if (!offloaded) triads.push_back(measure_triad());
+    for (int64_t r = 0; r < reps || (!offloaded && n_steady == 0 && r < 2 * reps); ++r) {
+      const SeqId seq = e.add_sequence({prompt, ""});
+      EngineSequenceSink sink(e, seq);
       double t0 = now();
-      tf.eval(prompt.data(), n_prompt, false, logits);
+      sink.eval(prompt.data(), n_prompt, false, logits);
       run.pp_seconds = std::min(run.pp_seconds, now() - t0);
-      const CacheCounters before = off.active() ? off.cache->counters() : CacheCounters{};
-      lm.pool->set_timing(true);
+      const CacheCounters before = offloaded ? e.offload().cache->counters() : CacheCounters{};
+      e.thread_pool().set_timing(true);
       t0 = now();
       int32_t tok = prompt.back();
       for (int64_t i = 0; i < n_gen; ++i) {
-        tf.eval(&tok, 1, false, logits);
+        sink.eval(&tok, 1, false, logits);
         tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       }
       const double dt = now() - t0;
-      lm.pool->set_timing(false);
-      if (!off.active()) {
+      e.thread_pool().set_timing(false);
+      if (!offloaded) {
         triads.push_back(measure_triad());
         all_tg_seconds.push_back(dt);
-        all_sections.push_back(lm.pool->stats());
+        all_sections.push_back(pool.stats());
         if (steady(static_cast<size_t>(r))) ++n_steady;
       } else if (dt < run.tg_seconds) {
         run.tg_seconds = dt;
-        run.tg_sections = lm.pool->stats();
-        run.tg = off.cache->counters() - before;
+        run.tg_sections = e.thread_pool().stats();
+        run.tg = e.offload().cache->counters() - before;
       }
-      if (off.active()) off.source->end_request();
+      e.remove_sequence(seq);
     }
-    if (!off.active()) {
+    if (!offloaded) {
       // The fastest steady repetition; with none steady, the fastest.
       for (size_t r = 0; r < all_tg_seconds.size(); ++r)
         if ((n_steady == 0 || steady(r)) && (best_rep < 0 || all_tg_seconds[r] < all_tg_seconds[static_cast<size_t>(best_rep)]))
@@ -174,7 +184,7 @@ int cmd_bench(int argc, char** argv) {
   // The bound for the reported repetition: the larger of the triads measured just
   // before and just after it (the larger bound is the conservative choice).
   const double bw_gbs = std::max(triads[static_cast<size_t>(best_rep)], triads[static_cast<size_t>(best_rep) + 1]);
-  const double peak_gflops = cpu::measure_peak_fma_gflops(lm.pool.get());
+  const double peak_gflops = cpu::measure_peak_fma_gflops(&pool);
   const double bytes_tok = static_cast<double>(weight_bytes_per_token(m));
   const double tg_bound = bw_gbs * 1e9 / bytes_tok;
   // Prefill FLOPs: every prompt token goes through the matrices (top-k experts each)
@@ -232,8 +242,8 @@ int cmd_bench(int argc, char** argv) {
     nlohmann::json j = {{"model", m.file().path()},
                         {"expert_weight_layout", expert_layout},
                         {"simd_target", cpu::simd_target_name()},
-                        {"kv_type", dtype_name(lm.kv_type)},
-                        {"threads", lm.pool->size()},
+                        {"kv_type", resident->kv_type()},
+                        {"threads", pool.size()},
                         {"n_prompt", n_prompt},
                         {"n_gen", n_gen},
                         {"pp_tokens_per_second", pp_tps},
@@ -265,8 +275,8 @@ int cmd_bench(int argc, char** argv) {
   std::printf("model %s (%s, %lld layers, %lld experts top-%lld), %d threads, experts in memory as %s, %s kernels, "
               "%s KV cache\n",
               m.file().path().c_str(), c.arch_name.c_str(), static_cast<long long>(c.n_layer),
-              static_cast<long long>(c.n_expert), static_cast<long long>(c.n_expert_used), lm.pool->size(),
-              expert_layout.c_str(), cpu::simd_target_name(), dtype_name(lm.kv_type));
+              static_cast<long long>(c.n_expert), static_cast<long long>(c.n_expert_used), pool.size(),
+              expert_layout.c_str(), cpu::simd_target_name(), resident->kv_type().c_str());
   std::printf("| test     | tokens/s | achieved          | bound                          | of bound |\n");
   std::printf("|----------|----------|-------------------|--------------------------------|----------|\n");
   std::printf("| pp%-6lld | %8.1f | %7.1f GFLOP/s   | %7.1f GFLOP/s peak FMA       | %6.1f%% |\n", static_cast<long long>(n_prompt),
