@@ -9,18 +9,23 @@
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "cli/perplexity.h"
-#include "engine/transformer.h"
+#include "cli/offload_flags.h"
+#include "engine/expert_offload.h"
+#include "engine/generator.h"
+#include "engine/tokenizer.h"
+#include "moeflow/engine.h"
 #include "base/error.h"
 
 namespace moeflow::cli {
 
 PerplexityResult compute_perplexity(
-    const Model& model, ThreadPool* pool, const std::vector<int32_t>& tokens, int64_t n_ctx, int32_t bos,
-    int64_t max_windows,
-    const std::function<void(int64_t, int64_t, const PerplexityWindow&, const PerplexityResult&)>& on_window,
-    std::optional<DType> kv_type) {
+    Engine& engine, const std::vector<int32_t>& tokens, int64_t n_ctx, int32_t bos, int64_t max_windows,
+    const std::function<void(int64_t, int64_t, const PerplexityWindow&, const PerplexityResult&)>& on_window) {
   if (n_ctx < 2) throw InputError("perplexity: the context size must be at least 2 tokens");
-  const int64_t V = model.config().n_vocab;
+  if (n_ctx > engine.ctx_size())
+    throw InputError("perplexity: windows of " + std::to_string(n_ctx) + " tokens exceed the engine's context of " +
+                     std::to_string(engine.ctx_size()));
+  const int64_t V = engine.n_vocab();
   const int64_t n = static_cast<int64_t>(tokens.size());
   const bool with_bos = bos >= 0;
   const int64_t step = with_bos ? n_ctx - 1 : n_ctx;  // text tokens per window
@@ -35,7 +40,6 @@ PerplexityResult compute_perplexity(
 
   PerplexityResult res;
   res.n_ctx = n_ctx;
-  Transformer tf(model, pool, n_ctx, kv_type.value_or(default_kv_type(model)));
   std::vector<int32_t> win;
   std::vector<float> logits;
   for (int64_t w = 0, s = 0; w < n_windows; s += step) {
@@ -44,8 +48,11 @@ PerplexityResult compute_perplexity(
     win.clear();
     if (with_bos) win.push_back(bos);
     win.insert(win.end(), tokens.begin() + s, tokens.begin() + s + len);
-    tf.reset();
-    tf.eval(win.data(), static_cast<int64_t>(win.size()), true, logits);
+    // Each window a sequence of its own, from an empty cache.
+    const SeqId seq = engine.add_sequence({win, ""});
+    EngineSequenceSink sink(engine, seq);
+    sink.eval(win.data(), static_cast<int64_t>(win.size()), true, logits);
+    engine.remove_sequence(seq);
     PerplexityWindow pw;
     for (size_t i = 0; i + 1 < win.size(); ++i) {  // logits row i predicts win[i+1]
       const float* row = logits.data() + static_cast<int64_t>(i) * V;
@@ -76,6 +83,7 @@ int cmd_perplexity(int argc, char** argv) {
   a.flag("--chunks", "score at most this many windows (0: all)", true, "0");
   a.flag("--json", "print one JSON object instead of text", false);
   a.flag("-q,--quiet", "no per-window progress on stderr", false);
+  add_offload_flags(a);
   a.parse(argc, argv, 2);
   if (!a.positionals().empty()) throw UsageError("moeflow perplexity: unexpected argument '" + a.positionals()[0] + "'");
   if (!a.has("--file")) throw UsageError("moeflow perplexity: -f/--file is required\n" + a.help());
@@ -90,27 +98,31 @@ int cmd_perplexity(int argc, char** argv) {
   const std::string text = ss.str();
   if (text.empty()) throw InputError("'" + path + "' is empty: nothing to score");
 
-  LoadedModel lm = load_model_from_flags(a);
-  if (lm.n_ctx < 2) throw UsageError("moeflow perplexity: --ctx-size must be at least 2");
-  const std::vector<int32_t> tokens = lm.tokenizer->encode(text, false);
-  const int32_t bos = lm.tokenizer->bos();
+  check_emoe_flags(a);
+  auto engine = Engine::open(engine_options_from_flags(a, a.str("--policy")));
+  const int64_t n_ctx = engine->ctx_size();
+  if (n_ctx < 2) throw UsageError("moeflow perplexity: --ctx-size must be at least 2");
+  if (engine->lossy())
+    std::fprintf(stderr, "note: --on-miss reroute is lossy: the perplexity measures the rerouted model\n");
+  const std::vector<int32_t> tokens = engine->tokenize(text, false);
+  const int32_t bos = engine->tokenizer().bos();
   const bool json = a.has("--json"), quiet = a.has("--quiet");
   if (!quiet)
     std::fprintf(stderr, "%s: %zu bytes, %zu tokens; windows of %lld tokens (%s)\n", path.c_str(), text.size(),
-                 tokens.size(), static_cast<long long>(lm.n_ctx),
+                 tokens.size(), static_cast<long long>(n_ctx),
                  bos >= 0 ? "BOS + text, every text token scored" : "no BOS: all but the first token scored");
   PerplexityResult r = compute_perplexity(
-      *lm.model, lm.pool.get(), tokens, lm.n_ctx, bos, max_windows,
+      *engine, tokens, n_ctx, bos, max_windows,
       [&](int64_t i, int64_t nw, const PerplexityWindow& w, const PerplexityResult& run) {
         if (quiet) return;
         std::fprintf(stderr, "[%lld/%lld] window ppl %.3f, running ppl %.4f over %lld tokens\n",
                      static_cast<long long>(i + 1), static_cast<long long>(nw), std::exp(w.nll / w.scored),
                      run.perplexity(), static_cast<long long>(run.n_scored));
-      },
-      lm.kv_type);
+      });
   if (json) {
     nlohmann::json j;
-    j["model"] = lm.model->file().path();
+    j["model"] = engine->model().file().path();
+    j["cache"] = offload_counters_json(engine->offload());
     j["file"] = path;
     j["ctx_size"] = r.n_ctx;
     j["windows"] = r.windows.size();

@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/thread_pool.h"
 #include "model/model_weights.h"
+#include "moeflow/engine.h"
 #include "tensor/dtype.h"
 
 namespace moeflow::cli {
@@ -36,11 +37,10 @@ struct PerplexityResult {
 // window starts from an empty KV cache. `max_windows` > 0 stops after that many.
 // `on_window(i, n_windows, window, running)` is called after each window.
 // REQUIRES n_ctx >= 2. Throws InputError if there is nothing to score.
+// Windows run on `engine` one sequence at a time (REQUIRES n_ctx <= its ctx_size).
 PerplexityResult compute_perplexity(
-    const Model& model, ThreadPool* pool, const std::vector<int32_t>& tokens, int64_t n_ctx, int32_t bos,
-    int64_t max_windows = 0,
-    const std::function<void(int64_t, int64_t, const PerplexityWindow&, const PerplexityResult&)>& on_window = {},
-    std::optional<DType> kv_type = std::nullopt);  // the KV cache's; default_kv_type(model) when unset
+    Engine& engine, const std::vector<int32_t>& tokens, int64_t n_ctx, int32_t bos, int64_t max_windows = 0,
+    const std::function<void(int64_t, int64_t, const PerplexityWindow&, const PerplexityResult&)>& on_window = {});
 
 struct QuantizeStats {
   int64_t n_tensors = 0, n_converted = 0;

@@ -55,14 +55,25 @@ double reference_nll(const Model& m, ThreadPool* pool, const std::vector<int32_t
   return nll;
 }
 
+std::unique_ptr<Engine> fixture_engine(int threads) {
+  EngineOptions o;
+  o.model_path = testing::fixture_path("mixtral-f32.gguf");
+  o.threads = threads;
+  o.ctx_size = 64;
+  return Engine::open(o);
+}
+
+// compute_perplexity runs windows on the engine (whole windows as one step); the
+// reference decodes them token by token on a Transformer.
 TEST(Perplexity, MatchesExpMeanNllFromIndependentLogits) {
   auto model = Model::load(testing::fixture_path("mixtral-f32.gguf"));
   ThreadPool pool(2);
+  auto engine = fixture_engine(2);
   const int64_t V = model->config().n_vocab;
   const std::vector<int32_t> toks = text_tokens(50, static_cast<int>(V));
   for (int32_t bos : {256, -1}) {
     for (int64_t ctx : {16, 7, 64}) {
-      const cli::PerplexityResult r = cli::compute_perplexity(*model, &pool, toks, ctx, bos);
+      const cli::PerplexityResult r = cli::compute_perplexity(*engine, toks, ctx, bos);
       int64_t scored = 0;
       const double nll = reference_nll(*model, &pool, toks, ctx, bos, &scored);
       EXPECT_EQ(r.n_scored, scored) << "bos " << bos << " ctx " << ctx;
@@ -87,18 +98,17 @@ TEST(Perplexity, MatchesExpMeanNllFromIndependentLogits) {
   }
   // A model that predicted uniformly would score V; a trained one far less, but this
   // random-weight fixture must still be a finite, positive number.
-  const cli::PerplexityResult r = cli::compute_perplexity(*model, &pool, toks, 16, 256);
+  const cli::PerplexityResult r = cli::compute_perplexity(*engine, toks, 16, 256);
   EXPECT_GT(r.perplexity(), 1.0);
   EXPECT_TRUE(std::isfinite(r.perplexity()));
 }
 
 TEST(Perplexity, MaxWindowsAndCallback) {
-  auto model = Model::load(testing::fixture_path("mixtral-f32.gguf"));
-  ThreadPool pool(1);
-  const std::vector<int32_t> toks = text_tokens(40, static_cast<int>(model->config().n_vocab));
+  auto engine = fixture_engine(1);
+  const std::vector<int32_t> toks = text_tokens(40, static_cast<int>(engine->n_vocab()));
   int calls = 0;
   const cli::PerplexityResult r = cli::compute_perplexity(
-      *model, &pool, toks, 11, 256, 2,
+      *engine, toks, 11, 256, 2,
       [&](int64_t i, int64_t n, const cli::PerplexityWindow& w, const cli::PerplexityResult&) {
         EXPECT_EQ(i, calls);
         EXPECT_EQ(n, 2);
@@ -110,12 +120,12 @@ TEST(Perplexity, MaxWindowsAndCallback) {
 }
 
 TEST(Perplexity, RejectsTooLittleTextAndTinyContext) {
-  auto model = Model::load(testing::fixture_path("mixtral-f32.gguf"));
-  ThreadPool pool(1);
-  EXPECT_THROW(cli::compute_perplexity(*model, &pool, {}, 16, 256), InputError);
-  EXPECT_THROW(cli::compute_perplexity(*model, &pool, {5}, 16, -1), InputError);  // nothing after the first
-  EXPECT_THROW(cli::compute_perplexity(*model, &pool, {5, 6, 7}, 1, 256), InputError);
-  EXPECT_NO_THROW(cli::compute_perplexity(*model, &pool, {5}, 16, 256));
+  auto engine = fixture_engine(1);
+  EXPECT_THROW(cli::compute_perplexity(*engine, {5, 6, 7}, 65, 256), InputError);  // past the engine's context
+  EXPECT_THROW(cli::compute_perplexity(*engine, {}, 16, 256), InputError);
+  EXPECT_THROW(cli::compute_perplexity(*engine, {5}, 16, -1), InputError);  // nothing after the first
+  EXPECT_THROW(cli::compute_perplexity(*engine, {5, 6, 7}, 1, 256), InputError);
+  EXPECT_NO_THROW(cli::compute_perplexity(*engine, {5}, 16, 256));
 }
 
 using moeflow::testing::run_command;
