@@ -27,6 +27,7 @@ class Args {
   void parse(int argc, char** argv, int first);
 
   bool has(const std::string& name) const;  // given on the command line (or a switch set)
+  bool declared(const std::string& name) const { return lookup(name) != nullptr; }
   std::string str(const std::string& name) const;  // value or default
   int64_t integer(const std::string& name, int64_t min, int64_t max) const;
   double number(const std::string& name, double min, double max) const;

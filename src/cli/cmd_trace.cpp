@@ -8,7 +8,8 @@
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "engine/trace_recorder.h"
-#include "engine/transformer.h"
+#include "engine/generator.h"
+#include "moeflow/engine.h"
 #include "base/error.h"
 #include "policy/emoe.h"
 #include "policy/emoe_sensitivity.h"
@@ -116,11 +117,13 @@ int trace_record(int argc, char** argv) {
   a.flag("--decimals", "decimals kept of weights and probabilities", true, "4");
   a.parse(argc, argv, 3);
   if (!a.has("--file") || !a.has("--out")) throw UsageError("moeflow trace record: -f FILE and -o OUT are required\n" + a.help());
-  LoadedModel lm = load_model_from_flags(a);
   std::ifstream in(a.str("--file"), std::ios::binary);
   if (!in) throw InputError(a.str("--file") + ": cannot open");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::vector<int32_t> ids = lm.tokenizer->encode(text, false);
+  EngineOptions eo = engine_options_from_flags(a, "all");
+  eo.ctx_size = a.integer("--prefill", 1, 1 << 16) + a.integer("--decode", 0, 1 << 16) + 1;
+  auto engine = Engine::open(eo);
+  const std::vector<int32_t> ids = engine->tokenize(text, false);
   const int64_t windows = a.integer("--windows", 1, 1 << 20), prefill = a.integer("--prefill", 1, 1 << 16),
                 decode = a.integer("--decode", 0, 1 << 16), first = a.integer("--first-request", 0, INT64_MAX);
   const int64_t per = prefill + decode;
@@ -129,18 +132,19 @@ int trace_record(int argc, char** argv) {
   if (n < 1)
     throw InputError(a.str("--file") + ": " + std::to_string(ids.size()) + " tokens, too few for one window of " +
                      std::to_string(per));
-  Transformer tf(*lm.model, lm.pool.get(), per + 1, lm.kv_type);
-  TraceRecorder rec(a.str("--out"), model_name(*lm.model), static_cast<int>(a.integer("--decimals", 1, 8)),
+  TraceRecorder rec(a.str("--out"), model_name(engine->model()), static_cast<int>(a.integer("--decimals", 1, 8)),
                     a.has("--append"));
-  tf.add_listener(&rec);
+  engine->add_listener(&rec);
   std::vector<float> logits;
   for (int64_t w = 0; w < n; ++w) {
     const int32_t* tok = ids.data() + (skip + w) * per;
-    tf.reset();
-    tf.set_request(first + w);
-    rec.begin_request(first + w, a.str("--task"));
-    tf.eval(tok, prefill, false, logits);
-    for (int64_t d = 0; d < decode; ++d) tf.eval(tok + prefill + d, 1, false, logits);
+    const SeqId seq = engine->add_sequence({std::vector<int32_t>(tok, tok + prefill), a.str("--task")});
+    rec.begin_request(seq, a.str("--task"), first + w);
+    EngineSequenceSink sink(*engine, seq);
+    sink.eval(tok, prefill, false, logits);
+    for (int64_t d = 0; d < decode; ++d) sink.eval(tok + prefill + d, 1, false, logits);
+    engine->remove_sequence(seq);
+    rec.end_request(seq);
   }
   std::fprintf(stderr, "recorded %lld requests (%lld lines) of %s into %s\n", static_cast<long long>(n),
                static_cast<long long>(rec.lines_written()), a.str("--file").c_str(), a.str("--out").c_str());

@@ -74,6 +74,7 @@ EngineOptions engine_options_from_flags(const Args& a, const std::string& policy
   o.mmap = a.has("--mmap");
   o.repack = !a.has("--no-repack");
   o.policy = policy;
+  if (!a.declared("--expert-budget")) return o;  // a command without the offloading flags
   if (a.has("--expert-budget")) o.expert_budget = a.str("--expert-budget");
   o.on_miss = a.str("--on-miss");
   o.io_threads = static_cast<int>(a.integer("--io-threads", 1, 64));

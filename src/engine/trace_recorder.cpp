@@ -23,7 +23,9 @@ TraceRecorder::~TraceRecorder() {
   if (f_) std::fclose(f_);
 }
 
-void TraceRecorder::begin_request(int64_t request, const std::string& task) { requests_[request] = {task, 0}; }
+void TraceRecorder::begin_request(int64_t request, const std::string& task, int64_t trace_id) {
+  requests_[request] = {task, 0, trace_id < 0 ? request : trace_id};
+}
 
 void TraceRecorder::end_request(int64_t request) { requests_.erase(request); }
 
@@ -46,8 +48,9 @@ void TraceRecorder::routed(const LayerRouting& r) {
   rec_.top_k = static_cast<int32_t>(K);
   rec_.has_probs = !r.probs.empty();
   for (const Span& sp : spans_) {
-    const RequestState& st = requests_[sp.request];
-    rec_.request = sp.request;
+    auto [it, fresh] = requests_.try_emplace(sp.request, RequestState{"", 0, sp.request});
+    const RequestState& st = it->second;
+    rec_.request = st.trace_id;
     rec_.task = st.task;
     rec_.iter = st.iter;
     rec_.prefill = sp.prefill;

@@ -22,8 +22,9 @@ class TraceRecorder final : public ForwardListener {
   TraceRecorder(const std::string& path, std::string model_name, int decimals = 5, bool append = false);
   ~TraceRecorder() override;
 
-  // Labels a request's iterations with its task; its iterations restart at 0.
-  void begin_request(int64_t request, const std::string& task);
+  // Labels a request's iterations with its task; its iterations restart at 0. The
+  // trace names it `trace_id` (default: its id in the steps).
+  void begin_request(int64_t request, const std::string& task, int64_t trace_id = -1);
   // Forgets a finished request.
   void end_request(int64_t request);
 
@@ -40,6 +41,7 @@ class TraceRecorder final : public ForwardListener {
   struct RequestState {
     std::string task;
     int64_t iter = 0;
+    int64_t trace_id = -1;
   };
   std::map<int64_t, RequestState> requests_;
   // The step's requests: [begin, end) token ranges (a request's tokens are contiguous).
