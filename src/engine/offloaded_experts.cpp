@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/moe_layer.h"
+#include "experts/reroute.h"
 #include "base/error.h"
 
 namespace moeflow {
@@ -64,31 +65,8 @@ void OffloadedExperts::routed(const LayerRouting& r) { policy_.routed(r); }
 
 void OffloadedExperts::reroute(LayerRouting& r) {
   const std::vector<int32_t> res = cache_.resident_experts(static_cast<int32_t>(r.layer));
-  const int64_t K = r.top_k, E = r.n_expert;
-  if (static_cast<int64_t>(res.size()) < K) return;  // too few resident: tokens load their own
-  for (int64_t t = 0; t < r.n_tok; ++t) {
-    int32_t* ids = r.experts.data() + t * K;
-    bool changed = false;
-    for (int64_t k = 0; k < K; ++k) {
-      if (std::binary_search(res.begin(), res.end(), ids[k])) continue;
-      // Best-ranked resident expert this token does not use yet.
-      const float* p = r.probs.data() + t * E;
-      int32_t best = -1;
-      for (int32_t x : res) {
-        if (std::find(ids, ids + K, x) != ids + K) continue;
-        if (best < 0 || p[x] > p[best]) best = x;
-      }
-      ids[k] = best;
-      changed = true;
-      ++rerouted_;
-    }
-    if (changed) {
-      // Keep the slots best first, then recompute the weights from the probabilities.
-      const float* p = r.probs.data() + t * E;
-      std::stable_sort(ids, ids + K, [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-      reweight_token(config_, r, t);
-    }
-  }
+  // The engine's routing always carries probabilities; the fallback is never asked.
+  for (int64_t t : reroute_to_resident(r, res, [](int32_t) { return 0.0; }, &rerouted_)) reweight_token(config_, r, t);
 }
 
 void OffloadedExperts::prepare_layer(LayerRouting& r) {

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "experts/layer_protocol.h"
+#include "experts/reroute.h"
 #include "base/error.h"
 #include "policy/belady.h"
 #include "policy/policy_factory.h"
@@ -145,29 +146,12 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
         const bool scored_phase = scored_request && (!it.prefill || opt.score_prefill);
         if (scored_phase) res.scored_slots += static_cast<uint64_t>(r.n_tok * g.top_k);
         if (opt.reroute) {
-          // eMoE: a token whose expert is not resident takes the most popular resident
-          // expert of the layer it does not use yet (by probability when recorded).
-          std::vector<int32_t> res_ids = cache.resident_experts(l);
-          if (static_cast<int32_t>(res_ids.size()) >= g.top_k)
-            for (int64_t t = 0; t < r.n_tok; ++t) {
-              int32_t* ids = r.experts.data() + t * g.top_k;
-              for (int32_t k = 0; k < g.top_k; ++k) {
-                if (std::binary_search(res_ids.begin(), res_ids.end(), ids[k])) continue;
-                int32_t best = -1;
-                double best_score = -1;
-                for (int32_t x : res_ids) {
-                  if (std::find(ids, ids + g.top_k, x) != ids + g.top_k) continue;
-                  const double sc = r.probs.empty() ? static_cast<double>(popularity[static_cast<size_t>(g.index({l, x}))])
-                                                    : r.probs[static_cast<size_t>(t * g.n_expert + x)];
-                  if (sc > best_score) {
-                    best_score = sc;
-                    best = x;
-                  }
-                }
-                ids[k] = best;
-                if (scored_phase) ++res.rerouted_slots;
-              }
-            }
+          // Traces without probabilities rank resident experts by their popularity so far.
+          uint64_t n = 0;
+          reroute_to_resident(r, cache.resident_experts(l),
+                              [&](int32_t x) { return static_cast<double>(popularity[static_cast<size_t>(g.index({l, x}))]); },
+                              &n);
+          if (scored_phase) res.rerouted_slots += n;
         }
         std::map<int32_t, int64_t> tokens_of;
         for (int32_t e : r.experts) {
