@@ -36,30 +36,6 @@ std::string default_model_path() {
   return std::filesystem::exists(p) ? p.string() : "";
 }
 
-LoadedModel load_model_from_flags(const Args& a) {
-  LoadedModel m;
-  std::string path = a.str("--model");
-  if (path.empty()) {
-    path = default_model_path();
-    if (path.empty())
-      throw UsageError("no model given and no built-in default found: pass -m model.gguf "
-                       "(or set MOEFLOW_DEFAULT_MODEL)");
-  }
-  LoadedWeights lw = load_model_and_tokenizer(path, a.has("--mmap"), a.has("--expert-budget"), !a.has("--no-repack"));
-  m.model = std::move(lw.model);
-  m.tokenizer = std::move(lw.tokenizer);
-  const int64_t threads = a.integer("--threads", 1, 256);
-  m.pool = std::make_unique<ThreadPool>(static_cast<int>(threads));
-  const int64_t ctx = a.integer("--ctx-size", 0, 1 << 20);
-  m.n_ctx = ctx == 0 ? default_ctx_size(*m.model) : ctx;
-  try {
-    m.kv_type = kv_type_from_name(a.str("--kv-type"), *m.model);
-  } catch (const InputError&) {
-    throw UsageError("--kv-type '" + a.str("--kv-type") + "': expected f32, f16 or auto");
-  }
-  return m;
-}
-
 EngineOptions engine_options_from_flags(const Args& a, const std::string& policy) {
   EngineOptions o;
   o.model_path = a.str("--model");
@@ -72,7 +48,7 @@ EngineOptions engine_options_from_flags(const Args& a, const std::string& policy
   if (o.kv_type != "auto" && o.kv_type != "f32" && o.kv_type != "f16")
     throw UsageError("--kv-type '" + o.kv_type + "': expected f32, f16 or auto");
   o.mmap = a.has("--mmap");
-  o.repack = !a.has("--no-repack");
+  o.repack = !a.has("--no-repack");  // where the backend interleaves rows at all
   o.policy = policy;
   if (!a.declared("--expert-budget")) return o;  // a command without the offloading flags
   if (a.has("--expert-budget")) o.expert_budget = a.str("--expert-budget");

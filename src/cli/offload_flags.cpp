@@ -1,11 +1,6 @@
 #include "cli/offload_flags.h"
 
-#include <cstdio>
-#include <fstream>
-
-#include "engine/tokenizer.h"
 #include "base/error.h"
-#include "kernels/cpu/q4_vnni.h"
 
 #include "policy/policy_factory.h"
 
@@ -40,39 +35,6 @@ std::vector<TaskProfile> task_profiles_from_flags(const Args& a) {
   return task_profiles_or_default(a.str("--tasks"));
 }
 
-Offload make_offload(const Args& a, const Model& model, const Tokenizer* tok) {
-  return make_offload(a, model, a.str("--policy"), tok);
-}
-
-Offload make_offload(const Args& a, const Model& model, const std::string& policy, const Tokenizer* tok) {
-  check_emoe_flags(a);  // refused before any work, whatever the policy
-  if (policy == "all") {
-    if (a.has("--expert-budget")) throw UsageError("--expert-budget needs a --policy other than 'all' (e.g. --policy lru)");
-    if (a.has("--on-miss") && a.str("--on-miss") != "load")
-      throw UsageError("--on-miss reroute needs an --expert-budget and a --policy");
-  }
-  Offload o;
-  static_cast<ExpertOffload&>(o) = make_expert_offload(model, offload_options(a, policy, tok));
-  return o;
-}
-
-OffloadOptions offload_options(const Args& a, const std::string& policy, const Tokenizer* tok) {
-  OffloadOptions opt;
-  opt.policy = policy;
-  if (a.has("--expert-budget")) opt.budget = a.str("--expert-budget");
-  opt.on_miss = a.str("--on-miss");
-  opt.io_threads = static_cast<int>(a.integer("--io-threads", 1, 64));
-  if (a.has("--policy-state")) opt.policy_state = a.str("--policy-state");
-  if (a.has("--tasks")) opt.tasks_path = a.str("--tasks");
-  opt.emoe_variant = a.str("--emoe-variant");
-  opt.emoe_top_l = static_cast<int32_t>(a.integer("--emoe-top-l", 0, 1 << 20));
-  opt.repack = !a.has("--no-repack");
-  if (tok) opt.detokenize = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids); };
-  return opt;
-}
-
-nlohmann::json Offload::counters_json() const { return offload_counters_json(*this); }
-
 nlohmann::json offload_counters_json(const ExpertOffload& o) {
   if (!o.active()) return nullptr;
   const ExpertCache* cache = o.cache.get();
@@ -104,10 +66,6 @@ nlohmann::json offload_counters_json(const ExpertOffload& o) {
           {"stall_seconds", c.stall_seconds},
           {"rerouted_slots", source->rerouted_slots()},
           {"direct_io", transport->direct_io()}};
-}
-
-void Offload::save_state(const Args& a) const {
-  if (active() && a.has("--policy-state-out")) ExpertOffload::save_state(a.str("--policy-state-out"));
 }
 
 }  // namespace moeflow::cli

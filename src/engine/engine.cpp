@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "backend/cpu/cpu_backend.h"
 #include "base/error.h"
 #include "engine/expert_offload.h"
 #include "engine/forward_pass.h"
@@ -23,7 +24,7 @@ struct Engine::Impl {
 
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<CpuBackend> backend;
   std::unique_ptr<KvBlockPool> kv;
   std::unique_ptr<ForwardPass> fwd;
   ExpertOffload offload;
@@ -59,16 +60,16 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
     throw InputError("parallel sequences " + std::to_string(o.n_parallel) + ": expected 1 to 4096");
   if (o.ctx_size < 0) throw InputError("context size " + std::to_string(o.ctx_size) + ": must be >= 0");
   const bool offloaded = o.policy != "all";
-  LoadedWeights lw = load_model_and_tokenizer(o.model_path, o.mmap, offloaded, o.repack);
+  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  im->backend = std::make_unique<CpuBackend>(threads);
+  LoadedWeights lw = load_model_and_tokenizer(o.model_path, o.mmap, offloaded, o.repack && im->backend->interleaves_rows());
   im->model = std::move(lw.model);
   im->tokenizer = std::move(lw.tokenizer);
-  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  im->pool = std::make_unique<ThreadPool>(threads);
   im->ctx = o.ctx_size > 0 ? o.ctx_size : default_ctx_size(*im->model);
   const DType kv_type = kv_type_from_name(o.kv_type, *im->model);
   im->n_parallel = o.n_parallel;
-  im->kv = std::make_unique<KvBlockPool>(make_kv_pool(*im->model, im->blocks_for_ctx(), kv_type));
-  im->fwd = std::make_unique<ForwardPass>(*im->model, im->pool.get(), *im->kv);
+  im->kv = std::make_unique<KvBlockPool>(make_kv_pool(*im->model, *im->backend, im->blocks_for_ctx(), kv_type));
+  im->fwd = std::make_unique<ForwardPass>(*im->model, *im->backend, *im->kv);
   OffloadOptions oo;
   oo.budget = o.expert_budget;
   oo.policy = o.policy;
@@ -78,7 +79,7 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
   oo.tasks_path = o.tasks_path;
   oo.emoe_variant = o.emoe_variant;
   oo.emoe_top_l = o.emoe_top_l;
-  oo.repack = o.repack;
+  oo.repack = o.repack && im->backend->interleaves_rows();
   const Tokenizer* tok = im->tokenizer.get();
   oo.detokenize = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids); };
   im->offload = make_expert_offload(*im->model, oo);
@@ -182,7 +183,7 @@ void Engine::resize_context(int64_t ctx) {
   im.ctx = ctx;
   const DType type = im.kv->type();
   im.kv.reset();  // the old mapping goes before the new one is made
-  im.kv = std::make_unique<KvBlockPool>(make_kv_pool(*im.model, im.blocks_for_ctx(), type));
+  im.kv = std::make_unique<KvBlockPool>(make_kv_pool(*im.model, *im.backend, im.blocks_for_ctx(), type));
   im.fwd->set_kv(*im.kv);
 }
 
@@ -223,7 +224,7 @@ void Engine::save_policy_state(const std::string& path) const { impl_->offload.s
 
 const Model& Engine::model() const { return *impl_->model; }
 const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
-ThreadPool& Engine::thread_pool() { return *impl_->pool; }
+ThreadPool& Engine::thread_pool() { return *impl_->backend->pool(); }
 ExpertOffload& Engine::offload() { return impl_->offload; }
 void Engine::add_listener(ForwardListener* l) { impl_->fwd->add_listener(l); }
 

@@ -4,7 +4,6 @@
 #include <fstream>
 
 #include "base/error.h"
-#include "kernels/cpu/q4_vnni.h"
 #include "policy/emoe.h"
 #include "policy/policy_factory.h"
 
@@ -26,7 +25,7 @@ ExpertOffload make_expert_offload(const Model& model, const OffloadOptions& opt)
   }
   // Experts read into the cache take the resident model's layout (rows interleaved in
   // fours on VNNI CPUs), so offloaded and all-resident runs run the same kernels.
-  o.store = std::make_unique<ExpertStore>(model, cpu::q4_vnni_enabled() && opt.repack);
+  o.store = std::make_unique<ExpertStore>(model, opt.repack);
   const ExpertGeometry& g = o.store->geometry();
   // A share of what the experts take in the cache, so 100% never evicts.
   const uint64_t budget = opt.budget.empty() ? g.total_bytes() : parse_budget(opt.budget, g.total_bytes());

@@ -3,19 +3,8 @@
 #include <string>
 
 #include "base/error.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/matmul.h"
-#include "kernels/cpu/ops.h"
 
 namespace moeflow {
-
-namespace {
-
-void rmsnorm_rows(const float* x, const std::vector<float>& w, float* y, int64_t n, int64_t d, float eps) {
-  for (int64_t t = 0; t < n; ++t) cpu::rmsnorm(x + t * d, w.data(), y + t * d, d, eps);
-}
-
-}  // namespace
 
 DType default_kv_type(const Model& model) {
   const ModelWeights& w = model.weights();
@@ -24,12 +13,13 @@ DType default_kv_type(const Model& model) {
   return dtype_is_quantized(k) && dtype_is_quantized(v) ? DType::F16 : DType::F32;
 }
 
-KvBlockPool make_kv_pool(const Model& model, int64_t n_blocks, DType kv_type, int64_t block_len) {
+KvBlockPool make_kv_pool(const Model& model, Backend& backend, int64_t n_blocks, DType kv_type, int64_t block_len) {
   const ModelConfig& c = model.config();
-  return KvBlockPool(c.n_layer, c.n_head_kv, c.head_dim, n_blocks, block_len, kv_type);
+  return KvBlockPool(backend, c.n_layer, c.n_head_kv, c.head_dim, n_blocks, block_len, kv_type);
 }
 
-ForwardPass::ForwardPass(const Model& model, ThreadPool* pool, KvBlockPool& kv) : model_(model), pool_(pool), kv_(&kv) {}
+ForwardPass::ForwardPass(const Model& model, Backend& backend, KvBlockPool& kv)
+    : model_(model), backend_(backend), kv_(&kv) {}
 
 void ForwardPass::check(const StepTokens& s) const {
   const int64_t n = s.size();
@@ -66,7 +56,7 @@ void ForwardPass::run(const StepTokens& step, std::vector<float>& logits) {
                    x_.data() + t * D, D);
   const int64_t rd = c.rot_dim / 2 * 2;
   rope_cs_.resize(static_cast<size_t>(n * rd));
-  for (int64_t t = 0; t < n; ++t) cpu::rope_angles(step.pos[t], c.rot_dim, c.rope_base, rope_cs_.data() + t * rd);
+  for (int64_t t = 0; t < n; ++t) backend_.rope_angles(step.pos[t], c.rot_dim, c.rope_base, rope_cs_.data() + t * rd);
   queries_.resize(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) queries_[t] = {step.pos[t], step.blocks[t]};
   for (ForwardListener* li : listeners_) li->begin_step(step);
@@ -85,7 +75,7 @@ void ForwardPass::run(const StepTokens& step, std::vector<float>& logits) {
   int64_t out_single = 0;
   for (int64_t i = 0; i < n_out; ++i) {
     const int64_t t = step.logits_rows[i];
-    cpu::rmsnorm(x_.data() + t * D, w.output_norm.data(), xn_.data() + i * D, D, c.rms_eps);
+    backend_.rmsnorm_rows(x_.data() + t * D, w.output_norm.data(), xn_.data() + i * D, 1, D, c.rms_eps);
     if (t < step.n_single) ++out_single;
   }
   logits.resize(static_cast<size_t>(n_out * c.n_vocab));
@@ -106,11 +96,11 @@ void ForwardPass::run(const StepTokens& step, std::vector<float>& logits) {
     jobs_.push_back({o.dtype, o.data, o.rows, o.cols, xn_.data() + i * D, j - i + 1, logits.data() + i * c.n_vocab});
     i = j;
   }
-  cpu::matmul_batch(jobs_.data(), jobs_.size(), pool_);
+  backend_.products(jobs_.data(), jobs_.size());
 }
 
 void ForwardPass::add_products(const MatrixRef& w, const float* x, int64_t n, int64_t n_single, float* y,
-                               std::vector<cpu::MatmulJob>& jobs) const {
+                               std::vector<Product>& jobs) const {
   if (n_single > 0) jobs.push_back({w.dtype, w.data, w.rows, w.cols, x, n_single, y, true});
   if (n > n_single)
     jobs.push_back({w.dtype, w.data, w.rows, w.cols, x + n_single * w.cols, n - n_single, y + n_single * w.rows});
@@ -128,37 +118,37 @@ void ForwardPass::attention_block(int64_t l, const StepTokens& step, std::vector
   attn_.resize(static_cast<size_t>(n * q_dim));
   proj_.resize(static_cast<size_t>(n * D));
 
-  rmsnorm_rows(x.data(), L.attn_norm, xn_.data(), n, D, c.rms_eps);
+  backend_.rmsnorm_rows(x.data(), L.attn_norm.data(), xn_.data(), n, D, c.rms_eps);
   // The three projections share one fork/join (a mat-vec batch in a decode step).
   jobs_.clear();
   add_products(L.wq, xn_.data(), n, step.n_single, q_.data(), jobs_);
   add_products(L.wk, xn_.data(), n, step.n_single, k_.data(), jobs_);
   add_products(L.wv, xn_.data(), n, step.n_single, v_.data(), jobs_);
-  cpu::matmul_batch(jobs_.data(), jobs_.size(), pool_);
+  backend_.products(jobs_.data(), jobs_.size());
 
   for (int64_t t = 0; t < n; ++t) {
     float* qt = q_.data() + t * q_dim;
     float* kt = k_.data() + t * kv_dim;
     if (c.qk_norm == QkNorm::Full) {
-      cpu::rmsnorm(qt, L.q_norm.data(), qt, q_dim, c.rms_eps);
-      cpu::rmsnorm(kt, L.k_norm.data(), kt, kv_dim, c.rms_eps);
+      backend_.rmsnorm_rows(qt, L.q_norm.data(), qt, 1, q_dim, c.rms_eps);
+      backend_.rmsnorm_rows(kt, L.k_norm.data(), kt, 1, kv_dim, c.rms_eps);
     }
     const float* cs = rope_cs_.data() + t * (c.rot_dim / 2 * 2);
     for (int64_t h = 0; h < c.n_head; ++h) {
-      if (c.qk_norm == QkNorm::PerHead) cpu::rmsnorm(qt + h * hd, L.q_norm.data(), qt + h * hd, hd, c.rms_eps);
-      cpu::rope_apply(qt + h * hd, c.rot_dim, cs, c.rope_neox);
+      if (c.qk_norm == QkNorm::PerHead) backend_.rmsnorm_rows(qt + h * hd, L.q_norm.data(), qt + h * hd, 1, hd, c.rms_eps);
+      backend_.rope_apply(qt + h * hd, c.rot_dim, cs, c.rope_neox);
     }
     for (int64_t h = 0; h < c.n_head_kv; ++h) {
-      if (c.qk_norm == QkNorm::PerHead) cpu::rmsnorm(kt + h * hd, L.k_norm.data(), kt + h * hd, hd, c.rms_eps);
-      cpu::rope_apply(kt + h * hd, c.rot_dim, cs, c.rope_neox);
+      if (c.qk_norm == QkNorm::PerHead) backend_.rmsnorm_rows(kt + h * hd, L.k_norm.data(), kt + h * hd, 1, hd, c.rms_eps);
+      backend_.rope_apply(kt + h * hd, c.rot_dim, cs, c.rope_neox);
     }
     kv_->store(l, step.blocks[t], step.pos[t], kt, v_.data() + t * kv_dim);
   }
-  const cpu::AttentionShape shape{c.n_head, c.n_head_kv, hd, kv_->block_len(), kv_->block_stride(), kv_->type()};
-  cpu::attention(shape, q_.data(), n, queries_.data(), kv_->k(l), kv_->v(l), attn_.data(), pool_);
+  const AttentionShape shape{c.n_head, c.n_head_kv, hd, kv_->block_len(), kv_->block_stride(), kv_->type()};
+  backend_.attention(shape, q_.data(), n, queries_.data(), kv_->k(l), kv_->v(l), attn_.data());
   jobs_.clear();
   add_products(L.wo, attn_.data(), n, step.n_single, proj_.data(), jobs_);
-  cpu::matmul_batch(jobs_.data(), jobs_.size(), pool_);
+  backend_.products(jobs_.data(), jobs_.size());
   for (int64_t i = 0; i < n * D; ++i) x[i] += proj_[i];
 }
 
@@ -169,18 +159,18 @@ void ForwardPass::moe_block(int64_t l, const StepTokens& step, std::vector<float
   xn_.resize(static_cast<size_t>(n * D));
   router_.resize(static_cast<size_t>(n * c.n_expert));
   proj_.resize(static_cast<size_t>(n * D));
-  rmsnorm_rows(x.data(), L.ffn_norm, xn_.data(), n, D, c.rms_eps);
+  backend_.rmsnorm_rows(x.data(), L.ffn_norm.data(), xn_.data(), n, D, c.rms_eps);
   jobs_.clear();
   add_products(L.gate_inp, xn_.data(), n, step.n_single, router_.data(), jobs_);
-  cpu::matmul_batch(jobs_.data(), jobs_.size(), pool_);
-  route_tokens(c, router_.data(), n, l, routing_);
+  backend_.products(jobs_.data(), jobs_.size());
+  route_tokens(c, router_.data(), n, l, routing_, backend_);
   routing_.requests = step.requests;
   for (ForwardListener* li : listeners_) li->routed(routing_);
   if (source_) {
     source_->routed(routing_);
     source_->prepare_layer(routing_);
   }
-  moe_forward(c, L, routing_, xn_.data(), proj_.data(), pool_, source_);
+  moe_forward(c, L, routing_, xn_.data(), proj_.data(), backend_, source_);
   for (int64_t i = 0; i < n * D; ++i) x[i] += proj_[i];
 }
 

@@ -17,9 +17,7 @@
 #include "engine/kv_block_pool.h"
 #include "engine/moe_layer.h"
 #include "engine/step_tokens.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/matmul.h"
-#include "kernels/cpu/thread_pool.h"
+#include "backend/backend.h"
 #include "model/model_weights.h"
 
 namespace moeflow {
@@ -31,12 +29,12 @@ namespace moeflow {
 DType default_kv_type(const Model& model);
 
 // A KV block pool shaped for `model`.
-KvBlockPool make_kv_pool(const Model& model, int64_t n_blocks, DType kv_type,
+KvBlockPool make_kv_pool(const Model& model, Backend& backend, int64_t n_blocks, DType kv_type,
                          int64_t block_len = KvBlockPool::kDefaultBlockLen);
 
 class ForwardPass {
  public:
-  ForwardPass(const Model& model, ThreadPool* pool, KvBlockPool& kv);
+  ForwardPass(const Model& model, Backend& backend, KvBlockPool& kv);
 
   // Evaluates `step` and writes the logits of step.logits_rows into `logits`
   // ([rows][n_vocab]). Throws InputError for a token id outside the vocabulary or a
@@ -58,10 +56,10 @@ class ForwardPass {
   void moe_block(int64_t layer, const StepTokens& step, std::vector<float>& x);
   // Y = W X over the step's rows, single tokens as mat-vecs (jobs appended).
   void add_products(const MatrixRef& w, const float* x, int64_t n, int64_t n_single, float* y,
-                    std::vector<cpu::MatmulJob>& jobs) const;
+                    std::vector<Product>& jobs) const;
 
   const Model& model_;
-  ThreadPool* pool_;
+  Backend& backend_;
   KvBlockPool* kv_;
   std::vector<ForwardListener*> listeners_;
   ExpertSource* source_ = nullptr;
@@ -70,8 +68,8 @@ class ForwardPass {
   // cos, sin of the rotary angles of each token (rot_dim floats per token): computed
   // once per step, not once per layer.
   std::vector<float> rope_cs_;
-  std::vector<cpu::AttentionQuery> queries_;
-  std::vector<cpu::MatmulJob> jobs_;
+  std::vector<AttentionQuery> queries_;
+  std::vector<Product> jobs_;
   LayerRouting routing_;
 };
 

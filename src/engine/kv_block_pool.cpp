@@ -4,13 +4,12 @@
 #include <string>
 
 #include "base/error.h"
-#include "kernels/cpu/attention.h"
 
 namespace moeflow {
 
-KvBlockPool::KvBlockPool(int64_t n_layer, int64_t n_head_kv, int64_t head_dim, int64_t n_blocks, int64_t block_len,
-                         DType type)
-    : n_layer_(n_layer), n_head_kv_(n_head_kv), head_dim_(head_dim), n_blocks_(n_blocks), block_len_(block_len),
+KvBlockPool::KvBlockPool(Backend& backend, int64_t n_layer, int64_t n_head_kv, int64_t head_dim, int64_t n_blocks,
+                         int64_t block_len, DType type)
+    : backend_(&backend), n_layer_(n_layer), n_head_kv_(n_head_kv), head_dim_(head_dim), n_blocks_(n_blocks), block_len_(block_len),
       type_(type), elem_(type == DType::F16 ? 2 : 4) {
   if (type != DType::F32 && type != DType::F16)
     throw std::invalid_argument(std::string("moeflow: a ") + dtype_name(type) + " KV cache (f32 or f16 only)");
@@ -18,8 +17,8 @@ KvBlockPool::KvBlockPool(int64_t n_layer, int64_t n_head_kv, int64_t head_dim, i
       n_blocks > (int64_t{1} << 31) - 1)
     throw std::invalid_argument("moeflow: KvBlockPool: bad shape");
   const uint64_t half = bytes() / 2;
-  k_ = AnonMemory::allocate(half);
-  v_ = AnonMemory::allocate(half);
+  k_ = backend.allocate(half);
+  v_ = backend.allocate(half);
   if (!k_ || !v_)
     throw InputError("cannot map " + std::to_string(bytes() >> 20) + " MiB for the KV cache (" +
                      std::to_string(n_blocks) + " blocks of " + std::to_string(block_len) +
@@ -48,8 +47,8 @@ void KvBlockPool::store(int64_t layer, const int32_t* table, int64_t pos, const 
   const size_t off = static_cast<size_t>(table[pos / block_len_]) * static_cast<size_t>(block_stride()) * elem_ +
                      layer_offset(layer) + static_cast<size_t>((pos % block_len_) * head_dim_) * elem_;
   const int64_t head_plane = block_len_ * head_dim_;
-  cpu::kv_store_rows(type_, k, n_head_kv_, head_dim_, k_->data() + off, head_plane);
-  cpu::kv_store_rows(type_, v, n_head_kv_, head_dim_, v_->data() + off, head_plane);
+  backend_->kv_store(type_, k, n_head_kv_, head_dim_, k_->data() + off, head_plane);
+  backend_->kv_store(type_, v, n_head_kv_, head_dim_, v_->data() + off, head_plane);
 }
 
 }  // namespace moeflow

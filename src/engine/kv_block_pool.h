@@ -11,7 +11,8 @@
 // 4 KiB page, the unit the hardware prefetcher follows anyway.
 //
 // Elements are f32 or f16 (engine/transformer.h: default_kv_type). The memory is an
-// anonymous mapping: pages are touched only when a position is first written.
+// backend's (on the CPU an anonymous mapping: pages are touched only when a position
+// is first written).
 //
 // Thread safety: none; the engine's step owns it.
 #pragma once
@@ -19,7 +20,7 @@
 #include <memory>
 #include <vector>
 
-#include "tensor/anon_memory.h"
+#include "backend/backend.h"
 #include "tensor/dtype.h"
 
 namespace moeflow {
@@ -30,7 +31,9 @@ class KvBlockPool {
 
   // REQUIRES type F32 or F16 (else std::invalid_argument); n_blocks >= 1.
   // Throws InputError when the memory cannot be mapped (names the size).
-  KvBlockPool(int64_t n_layer, int64_t n_head_kv, int64_t head_dim, int64_t n_blocks,
+  // The memory comes from `backend`, which also writes into it (not owned; must
+  // outlive the pool).
+  KvBlockPool(Backend& backend, int64_t n_layer, int64_t n_head_kv, int64_t head_dim, int64_t n_blocks,
               int64_t block_len = kDefaultBlockLen, DType type = DType::F32);
 
   int64_t block_len() const { return block_len_; }
@@ -64,10 +67,11 @@ class KvBlockPool {
     return static_cast<size_t>(layer * n_head_kv_ * block_len_ * head_dim_) * elem_;
   }
 
+  Backend* backend_;
   int64_t n_layer_, n_head_kv_, head_dim_, n_blocks_, block_len_;
   DType type_;
   size_t elem_;  // bytes per element
-  std::unique_ptr<AnonMemory> k_, v_;
+  std::unique_ptr<DeviceBuffer> k_, v_;
   std::vector<int32_t> free_;  // a stack: the block freed last (still in cache) goes out first
 };
 

@@ -4,14 +4,13 @@
 
 #include "base/error.h"
 #include "engine/forward_pass.h"
-#include "kernels/cpu/q4_vnni.h"
 
 namespace moeflow {
 
 LoadedWeights load_model_and_tokenizer(const std::string& path, bool mmap, bool offloaded, bool repack) {
   LoadedWeights m;
   m.model = Model::load(path);
-  if (!mmap) m.model->make_resident(!offloaded, cpu::q4_vnni_enabled() && repack);
+  if (!mmap) m.model->make_resident(!offloaded, repack);
   m.tokenizer = std::make_unique<Tokenizer>(tokenizer_data_from_gguf(m.model->file()));
   if (static_cast<int64_t>(m.tokenizer->vocab_size()) != m.model->config().n_vocab)
     throw InputError(path + ": tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +

@@ -18,7 +18,8 @@ struct LoadedWeights {
 
 // Weights the forward pass reads go to anonymous memory unless `mmap` (Model::
 // make_resident says why); with `offloaded`, only the dense ones: experts stream from
-// the file. Throws InputError naming the file and what is wrong.
+// the file. `repack`: q4_0 / q8_0 rows interleaved in fours (the backend's choice,
+// Backend::interleaves_rows). Throws InputError naming the file and what is wrong.
 LoadedWeights load_model_and_tokenizer(const std::string& path, bool mmap, bool offloaded, bool repack);
 
 // The model's trained context, at most 4096.

@@ -10,19 +10,19 @@
 
 #include "engine/expert_source.h"
 #include "experts/expert_key.h"
-#include "kernels/cpu/thread_pool.h"
+#include "backend/backend.h"
 #include "model/model_weights.h"
 
 namespace moeflow {
 
 // Softmax over the router logits, top-k with ties to the lower id, optional renormalisation.
 void route_tokens(const ModelConfig& c, const float* router_logits, int64_t n_tok, int64_t layer,
-                  LayerRouting& out);
+                  LayerRouting& out, Backend& backend);
 
 // x_norm: [n_tok][n_embd] normalised input. out: [n_tok][n_embd], overwritten.
 // Experts come from `source`, or from the mapped weights `w` when it is null.
 void moe_forward(const ModelConfig& c, const LayerWeights& w, const LayerRouting& routing,
-                 const float* x_norm, float* out, ThreadPool* pool, ExpertSource* source = nullptr);
+                 const float* x_norm, float* out, Backend& backend, ExpertSource* source = nullptr);
 
 // Recomputes a token's top-k weights from the full probabilities for the experts it
 // now uses (after rerouting), renormalised or not as the model defines.

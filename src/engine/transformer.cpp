@@ -11,8 +11,10 @@ Transformer::Transformer(const Model& model, ThreadPool* pool, int64_t n_ctx)
 
 Transformer::Transformer(const Model& model, ThreadPool* pool, int64_t n_ctx, DType kv_type)
     : n_ctx_(n_ctx),
-      kv_(make_kv_pool(model, (n_ctx + KvBlockPool::kDefaultBlockLen - 1) / KvBlockPool::kDefaultBlockLen, kv_type)),
-      fwd_(model, pool, kv_) {}
+      backend_(pool),
+      kv_(make_kv_pool(model, backend_, (n_ctx + KvBlockPool::kDefaultBlockLen - 1) / KvBlockPool::kDefaultBlockLen,
+                       kv_type)),
+      fwd_(model, backend_, kv_) {}
 
 void Transformer::eval(const int32_t* tokens, int64_t n, bool all_logits, std::vector<float>& logits) {
   if (n <= 0) throw InputError("eval: no tokens to evaluate");

@@ -1,5 +1,4 @@
-// One sequence over the forward pass: the convenience the single-stream tools and
-// tests use (generate, perplexity, the reference comparisons). It owns a KV block pool
+// One sequence over the forward pass on the CPU backend: the convenience the tests use (generate, perplexity, the reference comparisons). It owns a KV block pool
 // just large enough for n_ctx positions; the engine (include/moeflow/engine.h) runs
 // many sequences over one shared pool through the same ForwardPass.
 //
@@ -8,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "engine/forward_pass.h"
 
 namespace moeflow {
@@ -37,6 +37,7 @@ class Transformer {
 
  private:
   int64_t n_ctx_;
+  CpuBackend backend_;
   KvBlockPool kv_;
   ForwardPass fwd_;
   std::vector<int32_t> blocks_;

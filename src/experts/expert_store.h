@@ -29,10 +29,6 @@ struct ExpertPart {
   uint64_t data_offset() const { return buffer_offset + (file_offset - span_begin); }
 };
 
-struct ExpertMatrices {
-  MatrixRef gate, up, down;
-};
-
 class ExpertStore {
  public:
   // With repack, q4_0 / q8_0 parts whose shape allows it are interleaved in fours once

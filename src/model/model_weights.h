@@ -35,6 +35,11 @@ struct StackedExperts {
   }
 };
 
+// One expert's three matrices.
+struct ExpertMatrices {
+  MatrixRef gate, up, down;
+};
+
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm, q_norm, k_norm;  // q/k norms empty when unused
   MatrixRef wq, wk, wv, wo;

@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "experts/expert_store.h"
+#include "model/model_weights.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/work_ranges.h"

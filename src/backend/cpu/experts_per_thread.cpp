@@ -1,4 +1,4 @@
-#include "engine/experts_per_thread.h"
+#include "backend/cpu/experts_per_thread.h"
 
 #include <algorithm>
 

@@ -1,0 +1,73 @@
+// The seam between the engine and the hardware it runs on (DESIGN.md, "The batched
+// step"): a Backend owns the forward pass's operations, the memory of weights, expert
+// buffers and the KV cache, and the in-memory layout of weights. The engine above it
+// (forward pass, MoE layer, KV pool, model loading, expert offloading) names no
+// kernel; the CPU backend is the project's kernels and thread pool, a GPU backend
+// plugs in here.
+//
+// Thread safety: one caller at a time; a backend may use threads of its own within
+// a call.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/matmul.h"
+#include "model/model_weights.h"
+#include "tensor/dtype.h"
+
+namespace moeflow {
+
+// Y = W X for each product (matmul.h: a product of one token, or with per_token, of
+// each token alone, takes the mat-vec arithmetic; others the mat-mul's).
+using Product = cpu::MatmulJob;
+// The paged KV cache's shape and a query token's place in it (attention.h).
+using AttentionShape = cpu::AttentionShape;
+using AttentionQuery = cpu::AttentionQuery;
+
+// Memory a backend hands out (weights, expert buffers, KV blocks).
+class DeviceBuffer {
+ public:
+  virtual ~DeviceBuffer() = default;
+  virtual uint8_t* data() const = 0;
+  virtual size_t size() const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // --- memory and layout ---
+  // Null when the memory cannot be had.
+  virtual std::unique_ptr<DeviceBuffer> allocate(size_t bytes) = 0;
+  // Whether q4_0 / q8_0 matrices (and experts read into the cache) are kept with
+  // their rows interleaved in fours (tensor/rows_x4.h) for this backend's kernels.
+  virtual bool interleaves_rows() const = 0;
+
+  // --- operations on f32 activations ---
+  virtual void products(const Product* jobs, size_t n) = 0;
+  virtual void attention(const AttentionShape& s, const float* q, int64_t n_tok, const AttentionQuery* tok,
+                         const void* k_cache, const void* v_cache, float* out) = 0;
+  // Writes `rows` rows of n floats into a cache of kv_type elements, dst_stride apart.
+  virtual void kv_store(DType kv_type, const float* src, int64_t rows, int64_t n, void* dst, int64_t dst_stride) = 0;
+  // y[t] = rmsnorm(x[t]) * w for t < n_rows rows of d; y may alias x.
+  virtual void rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int64_t d, float eps) = 0;
+  virtual void softmax(float* x, int64_t n) = 0;
+  // cos/sin of position pos's rotary angles (rot_dim floats), then one head's rotation.
+  virtual void rope_angles(int64_t pos, int64_t rot_dim, float freq_base, float* cs) = 0;
+  virtual void rope_apply(float* head, int64_t rot_dim, const float* cs, bool neox) = 0;
+  // The SwiGLU FFN of experts mats[0, n), each over the (token, slot) pairs slots[i]
+  // that chose it (slot s = token s / K); row s of per_slot gets slot s's output (D
+  // floats). requests[t] names token t's sequence (null: one sequence): a token alone
+  // in its sequence within an expert's group takes the mat-vec arithmetic, the others
+  // the mat-mul's, so a sequence gets the same floats whatever shares the step.
+  virtual void expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* const* slots, size_t n,
+                           const float* x, const int64_t* requests, int64_t K, int64_t D, int64_t F,
+                           float* per_slot) = 0;
+};
+
+}  // namespace moeflow

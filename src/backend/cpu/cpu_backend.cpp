@@ -1,0 +1,171 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+
+#include "backend/cpu/experts_per_thread.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/q4_vnni.h"
+#include "tensor/anon_memory.h"
+
+namespace moeflow {
+
+namespace {
+
+class AnonBuffer final : public DeviceBuffer {
+ public:
+  explicit AnonBuffer(std::unique_ptr<AnonMemory> m) : m_(std::move(m)) {}
+  uint8_t* data() const override { return m_->data(); }
+  size_t size() const override { return m_->size(); }
+
+ private:
+  std::unique_ptr<AnonMemory> m_;
+};
+
+// The SwiGLU FFN of experts mats[0, n), each over the (token, slot) pairs slots[i]
+// that chose it, on the pool (null: the calling thread alone); row s of per_slot gets
+// slot s's output. Every expert's gate and up products run as one batch and all down
+// products as another (cpu::matmul_batch: two fork/joins per call instead of three
+// per expert, the threads' shares balanced by FLOPs across experts with very
+// different numbers of tokens). The resident experts of a layer come here together,
+// an offloaded one as soon as it is in memory: the same kernels either way, so
+// offloading is lossless bit for bit.
+//
+// Which kernel a token takes depends on its own sequence only: a token that is the
+// only one of its sequence (requests, per token) in an expert's group runs as a
+// mat-vec (a decode token; every token of a group of one), the others of its
+// sequence as a mat-mul. So a sequence gets the same floats batched with any others
+// as alone. Each expert's rows are laid out mat-vec tokens first ("lone"), then the
+// mat-mul ones.
+void split_expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* const* slots, size_t n, const float* x,
+                       const int64_t* requests, int64_t K, int64_t D, int64_t F, float* per_slot, ThreadPool* pool) {
+  thread_local std::vector<int64_t> order;  // slots of every expert, lone first
+  thread_local std::vector<size_t> first, lone;
+  thread_local std::vector<float> xe, gate, up, down;
+  first.assign(n + 1, 0);
+  lone.assign(n, 0);
+  order.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const std::vector<int64_t>& sl = *slots[i];
+    first[i + 1] = first[i] + sl.size();
+    auto alone = [&](int64_t slot) {
+      if (!requests) return sl.size() == 1;
+      const int64_t r = requests[slot / K];
+      return std::count_if(sl.begin(), sl.end(), [&](int64_t o) { return requests[o / K] == r; }) == 1;
+    };
+    const size_t at = order.size();
+    for (int64_t slot : sl)
+      if (alone(slot)) order.push_back(slot);
+    lone[i] = order.size() - at;
+    for (int64_t slot : sl)
+      if (!alone(slot)) order.push_back(slot);
+  }
+  const size_t rows = first[n];
+  xe.resize(rows * static_cast<size_t>(D));
+  gate.resize(rows * static_cast<size_t>(F));
+  up.resize(rows * static_cast<size_t>(F));
+  down.resize(rows * static_cast<size_t>(D));
+  // A group of one token reads it in place (every expert of a decode step), so experts
+  // that share the token share one pointer and the mat-vecs quantise and pack it once;
+  // larger groups read their tokens gathered into xe.
+  auto input = [&](size_t i, size_t r0, size_t nt) -> const float* {
+    if (nt == 1) return x + (order[r0] / K) * D;
+    for (size_t j = 0; j < nt; ++j) std::copy_n(x + (order[r0 + j] / K) * D, D, xe.data() + (r0 + j) * D);
+    return xe.data() + r0 * D;
+  };
+  std::vector<cpu::MatmulJob> jobs;
+  jobs.reserve(4 * n);
+  // Up to two jobs per expert and matrix: its lone tokens, then the others.
+  auto add = [&](const MatrixRef& w, size_t i, const float* const in[2], float* out, int64_t out_w, int64_t in_w) {
+    const size_t parts[2][2] = {{first[i], lone[i]}, {first[i] + lone[i], first[i + 1] - first[i] - lone[i]}};
+    for (int k = 0; k < 2; ++k) {
+      const auto [r0, nt] = parts[k];
+      if (nt == 0) continue;
+      const float* xin = in ? in[k] : gate.data() + r0 * static_cast<size_t>(in_w);
+      jobs.push_back({w.dtype, w.data, w.rows, w.cols, xin, static_cast<int64_t>(nt), out + r0 * out_w, k == 0});
+    }
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const float* in[2] = {lone[i] ? input(i, first[i], lone[i]) : nullptr,
+                          first[i + 1] - first[i] > lone[i] ? input(i, first[i] + lone[i], first[i + 1] - first[i] - lone[i])
+                                                            : nullptr};
+    add(mats[i].gate, i, in, gate.data(), F, D);
+    add(mats[i].up, i, in, up.data(), F, D);
+  }
+  cpu::matmul_batch(jobs.data(), jobs.size(), pool);
+  cpu::swiglu(gate.data(), up.data(), gate.data(), static_cast<int64_t>(rows) * F);
+  jobs.clear();
+  for (size_t i = 0; i < n; ++i) add(mats[i].down, i, nullptr, down.data(), D, F);
+  cpu::matmul_batch(jobs.data(), jobs.size(), pool);
+  for (size_t r = 0; r < rows; ++r) std::copy_n(down.data() + r * D, D, per_slot + order[r] * D);
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int threads) : owned_(std::make_unique<ThreadPool>(threads)), pool_(owned_.get()) {}
+CpuBackend::CpuBackend(ThreadPool* pool) : pool_(pool) {}
+
+std::unique_ptr<DeviceBuffer> CpuBackend::allocate(size_t bytes) {
+  std::unique_ptr<AnonMemory> m = AnonMemory::allocate(bytes);
+  if (!m) return nullptr;
+  return std::make_unique<AnonBuffer>(std::move(m));
+}
+
+bool CpuBackend::interleaves_rows() const { return cpu::q4_vnni_enabled(); }
+
+void CpuBackend::products(const Product* jobs, size_t n) { cpu::matmul_batch(jobs, n, pool_); }
+
+void CpuBackend::attention(const AttentionShape& s, const float* q, int64_t n_tok, const AttentionQuery* tok,
+                           const void* k_cache, const void* v_cache, float* out) {
+  cpu::attention(s, q, n_tok, tok, k_cache, v_cache, out, pool_);
+}
+
+void CpuBackend::kv_store(DType kv_type, const float* src, int64_t rows, int64_t n, void* dst, int64_t dst_stride) {
+  cpu::kv_store_rows(kv_type, src, rows, n, dst, dst_stride);
+}
+
+void CpuBackend::rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int64_t d, float eps) {
+  for (int64_t t = 0; t < n_rows; ++t) cpu::rmsnorm(x + t * d, w, y + t * d, d, eps);
+}
+
+void CpuBackend::softmax(float* x, int64_t n) { cpu::softmax(x, n); }
+
+void CpuBackend::rope_angles(int64_t pos, int64_t rot_dim, float freq_base, float* cs) {
+  cpu::rope_angles(pos, rot_dim, freq_base, cs);
+}
+
+void CpuBackend::rope_apply(float* head, int64_t rot_dim, const float* cs, bool neox) {
+  cpu::rope_apply(head, rot_dim, cs, neox);
+}
+
+void CpuBackend::expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* const* slots, size_t n,
+                             const float* x, const int64_t* requests, int64_t K, int64_t D, int64_t F,
+                             float* per_slot) {
+  // A decode step whose experts divide evenly among the threads (top-2 on 2 threads,
+  // top-8 on 2, 4 or 8), each expert with its one token: each thread runs whole
+  // experts, gate and up, SwiGLU, the quantising of its output and down, in one
+  // parallel section. Split by rows, the same step takes two sections, and between
+  // them the calling thread reads the other core's half of every gate and up output:
+  // the largest serial gap of a decode step (docs/performance.md). Same kernels on the
+  // same rows, so the same floats (MoeLayer tests). Tiny experts (the test fixtures')
+  // are not worth a fork/join: matmul.cpp's threshold for one, 2^15 multiply-adds,
+  // applies to all of them together.
+  const int parts = pool_ ? pool_->size() : 1;
+  const bool one_token_each = std::all_of(slots, slots + n, [](const std::vector<int64_t>* s) { return s->size() == 1; });
+  const int64_t tokens = [&] {
+    int64_t m = -1;
+    for (size_t i = 0; i < n; ++i) m = std::max(m, (*slots[i])[0] / K);
+    return m;
+  }();
+  const bool single_token = one_token_each && std::all_of(slots, slots + n, [&](const std::vector<int64_t>* s) {
+    return (*s)[0] / K == tokens;
+  });
+  const int64_t ne = static_cast<int64_t>(n);
+  if (single_token && n > 0 && parts > 1 && ne % parts == 0 && 3 * ne * D * F >= (int64_t{1} << 15)) {
+    thread_local ExpertsPerThread ept;  // the caller's; its buffers are reused
+    ept.run(mats, slots, n, x, K, D, F, per_slot, *pool_);
+    return;
+  }
+  split_expert_ffns(mats, slots, n, x, requests, K, D, F, per_slot, pool_);
+}
+
+}  // namespace moeflow

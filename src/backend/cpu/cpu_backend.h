@@ -1,0 +1,42 @@
+// The CPU backend: the project's SIMD kernels (Highway, AVX-512 VNNI where present)
+// on a thread pool, anonymous memory in huge pages where the kernel grants them, and
+// rows interleaved in fours for q4_0 / q8_0 on VNNI CPUs.
+#pragma once
+#include <memory>
+
+#include "backend/backend.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace moeflow {
+
+class CpuBackend final : public Backend {
+ public:
+  // Owns a pool of `threads` workers.
+  explicit CpuBackend(int threads);
+  // Runs on `pool` (not owned; null: the calling thread alone).
+  explicit CpuBackend(ThreadPool* pool);
+
+  std::string name() const override { return "cpu"; }
+  std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
+  bool interleaves_rows() const override;
+
+  void products(const Product* jobs, size_t n) override;
+  void attention(const AttentionShape& s, const float* q, int64_t n_tok, const AttentionQuery* tok,
+                 const void* k_cache, const void* v_cache, float* out) override;
+  void kv_store(DType kv_type, const float* src, int64_t rows, int64_t n, void* dst, int64_t dst_stride) override;
+  void rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int64_t d, float eps) override;
+  void softmax(float* x, int64_t n) override;
+  void rope_angles(int64_t pos, int64_t rot_dim, float freq_base, float* cs) override;
+  void rope_apply(float* head, int64_t rot_dim, const float* cs, bool neox) override;
+  void expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* const* slots, size_t n, const float* x,
+                   const int64_t* requests, int64_t K, int64_t D, int64_t F, float* per_slot) override;
+
+  // Null when single-threaded.
+  ThreadPool* pool() const { return pool_; }
+
+ private:
+  std::unique_ptr<ThreadPool> owned_;
+  ThreadPool* pool_;
+};
+
+}  // namespace moeflow
