@@ -141,6 +141,7 @@ int trace_record(int argc, char** argv) {
     tf.eval(tok, prefill, false, logits);
     for (int64_t d = 0; d < decode; ++d) tf.eval(tok + prefill + d, 1, false, logits);
   }
+  rec.finish();
   std::fprintf(stderr, "recorded %lld requests (%lld lines) of %s into %s\n", static_cast<long long>(n),
                static_cast<long long>(rec.lines_written()), a.str("--file").c_str(), a.str("--out").c_str());
   return 0;

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "engine/tokenizer.h"
+#include "base/atomic_file.h"
 #include "base/error.h"
 #include "kernels/cpu/q4_vnni.h"
 
@@ -106,16 +107,11 @@ nlohmann::json Offload::counters_json() const {
 
 void Offload::save_state(const Args& a) const {
   if (!active() || !a.has("--policy-state-out")) return;
-  const std::string path = a.str("--policy-state-out");
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(tmp + ": cannot create policy state file");
-    policy->save(out);
-    if (!out.flush()) throw InputError(tmp + ": write failed");
-  }
-  // Replace atomically: a crash mid-write never loses the previous state.
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw InputError(path + ": cannot replace the policy state file");
+  // Replace atomically (base/atomic_file.h): a crash mid-write never loses the previous
+  // state, and a link planted next to it never redirects the write.
+  AtomicFile out(a.str("--policy-state-out"));
+  policy->save(out.stream());
+  out.commit();
 }
 
 std::string Offload::summary() const {

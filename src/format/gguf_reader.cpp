@@ -3,10 +3,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "format/gguf.h"
 
@@ -221,6 +223,48 @@ class Parser {
       ti.file_offset = data + ti.offset;
       ti.data = f.base_ + ti.file_offset;
     }
+    check_layout(f, c, data);
+  }
+
+  // The data section must be exactly the tensors, each padded to the alignment, with
+  // no tensor overlapping another and no bytes that no tensor claims. Writers (llama.cpp,
+  // gguf-py, ours) lay tensors out this way; a file that breaks it is corrupt, or its
+  // tensor_count is too small (the unread tensor infos then shift the data section, which
+  // leaves unclaimed bytes at its end or between tensors).
+  static void check_layout(const GgufFile& f, const Cursor& c, uint64_t data) {
+    const uint64_t al = f.alignment_;
+    const uint64_t pad_end = std::min(data, f.size_);
+    for (uint64_t p = c.pos(); p < pad_end; ++p)
+      if (f.base_[p] != 0)
+        c.fail("padding before the data section",
+               "nonzero byte (tensor_count " + std::to_string(f.tensors_.size()) + " may be too small)", p);
+    std::vector<const TensorInfo*> order;
+    order.reserve(f.tensors_.size());
+    for (const TensorInfo& t : f.tensors_) order.push_back(&t);
+    std::sort(order.begin(), order.end(), [](const TensorInfo* a, const TensorInfo* b) {
+      return a->offset != b->offset ? a->offset < b->offset : a->nbytes < b->nbytes;
+    });
+    uint64_t end = 0;  // end of the claimed bytes so far, relative to the data section
+    const TensorInfo* prev = nullptr;
+    for (const TensorInfo* t : order) {
+      if (prev && t->offset < end)
+        throw InputError(f.path_ + ": tensor '" + t->name + "' data [" + std::to_string(t->offset) + ", +" +
+                         std::to_string(t->nbytes) + ") overlaps tensor '" + prev->name + "' data [" +
+                         std::to_string(prev->offset) + ", +" + std::to_string(prev->nbytes) + ") (offsets relative to the data section at " +
+                         std::to_string(data) + ")");
+      const uint64_t padded = (end + al - 1) / al * al;
+      if (t->offset > padded)
+        throw InputError(f.path_ + ": data section bytes [" + std::to_string(padded) + ", " + std::to_string(t->offset) +
+                         ") before tensor '" + t->name + "' belong to no tensor (corrupt offsets, or tensor_count " +
+                         std::to_string(f.tensors_.size()) + " is too small)");
+      end = t->offset + t->nbytes;
+      prev = t;
+    }
+    const uint64_t claimed = data + end;
+    if (claimed < f.size_ && f.size_ - claimed >= al)
+      throw InputError(f.path_ + ": " + std::to_string(f.size_ - claimed) + " bytes at offset " + std::to_string(claimed) +
+                       " after the last tensor's data belong to no tensor (tensor_count " + std::to_string(f.tensors_.size()) +
+                       " is too small, or the file has trailing data)");
   }
 };
 
