@@ -188,9 +188,10 @@ int cmd_simulate(int argc, char** argv) {
   }
   // A state for a policy that is not run, or one file for several policies, would be
   // silently ignored.
-  for (const auto& [name, file] : states) {
+  for (const auto& entry : states) {
+    const std::string& name = entry.first;
     if (name == "*" && policies.size() != 1)
-      throw UsageError("--policy-state '" + file + "': give NAME=FILE when several policies run");
+      throw UsageError("--policy-state '" + entry.second + "': give NAME=FILE when several policies run");
     if (name != "*" && std::find_if(policies.begin(), policies.end(), [&](const std::string& p) {
                          return split_reroute(p).first == name;
                        }) == policies.end())
