@@ -27,6 +27,12 @@ class Cursor {
   Cursor(const std::string& path, const uint8_t* base, uint64_t size) : path_(path), base_(base), size_(size) {}
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return size_ - pos_; }
+  uint64_t size() const { return size_; }
+  // Array elements still allowed in memory (each takes sizeof(Value), ~100 bytes, for
+  // as little as 1 byte of file): the larger of 64 MiB and a quarter of the file, so a
+  // 1 MB file cannot ask for 100 MB, while the largest real vocabularies (262k tokens,
+  // ~25 MB) fit easily.
+  uint64_t array_budget = 0;
 
   [[noreturn]] void fail(const std::string& field, const std::string& why, uint64_t at) const {
     throw InputError(path_ + ": " + field + ": " + why + " at offset " + std::to_string(at));
@@ -113,6 +119,11 @@ Value read_value(Cursor& c, ValueType t, const std::string& field, int depth) {
       // hostile count from allocating unbounded memory.
       if (n > c.remaining() / min_encoded_size(v.elem_type))
         c.fail(field, "array length " + std::to_string(n) + " exceeds the bytes left in the file", at + 4);
+      if (n > c.array_budget / sizeof(Value))
+        c.fail(field, "array length " + std::to_string(n) + ": the file's metadata arrays would take more than " +
+                          std::to_string(std::max<uint64_t>(64ull << 20, c.size() / 4) >> 20) + " MiB in memory",
+               at + 4);
+      c.array_budget -= n * sizeof(Value);
       v.array.reserve(n);
       for (uint64_t k = 0; k < n; ++k)
         v.array.push_back(read_value(c, v.elem_type, field + "[" + std::to_string(k) + "]", depth + 1));
@@ -128,6 +139,7 @@ class Parser {
  public:
   static void parse(GgufFile& f) {
     Cursor c(f.path_, f.base_, f.size_);
+    c.array_budget = std::max<uint64_t>(64ull << 20, f.size_ / 4);
     const uint32_t magic = c.read<uint32_t>("magic");
     if (magic != 0x46554747u) c.fail("magic", "not a GGUF file (expected \"GGUF\")", 0);
     f.version_ = c.read<uint32_t>("version");

@@ -267,6 +267,24 @@ TEST(Issue19, TensorCountOneLessThanTheFileHoldsIsRejected) {
   EXPECT_THROW(GgufFile::open(path), InputError);
 }
 
+// A 1 MB file whose one metadata array has a million 1-byte elements would take ~100 MB
+// as Values: refused (the fuzzing rule: no input under 1 MB allocates over 64 MB).
+TEST(Issue19, OneMegabyteOfMetadataArrayCannotAllocateAHundred) {
+  GgufWriter w;
+  w.set("general.architecture", Value::make_string("test"));
+  std::vector<Value> many(1000000, Value{});
+  for (Value& v : many) v.type = ValueType::UINT8;
+  w.set("big", Value::make_array(ValueType::UINT8, std::move(many)));
+  const std::string path = scratch_path("bigarray") + ".gguf";
+  w.write(path);
+  try {
+    GgufFile::open(path);
+    FAIL() << "a million-element array accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("metadata key 'big': array length 1000000"), std::string::npos) << e.what();
+  }
+}
+
 // ---- item 10: trace expert ids -------------------------------------------------------
 
 std::string trace_line(const std::string& experts, int layer = 0, int num_experts = 8) {
