@@ -13,3 +13,8 @@ if [ "${MOEFLOW_SKIP_SANITIZE:-0}" != "1" ]; then
   cmake --build build-asan -j"$jobs" --target moeflow_tests moeflow
   ctest --test-dir build-asan --output-on-failure -j"$jobs"
 fi
+if [ "${MOEFLOW_SKIP_FUZZ:-0}" != "1" ]; then
+  # Each libFuzzer harness over its seed corpus only (seconds); scripts/fuzz.sh fails
+  # with a message if clang or libFuzzer's runtime is missing.
+  bash scripts/fuzz.sh all seeds
+fi

@@ -1,17 +1,25 @@
 // moeflow public API: sampling.
 //
-// Picks the next token from logits: greedy (temperature 0), or temperature sampling
-// restricted by top-k then top-p (nucleus), from a seeded generator so a run with the
-// same seed repeats exactly.
+// Picks the next token from logits: greedy (temperature 0, or below
+// kGreedyTemperature), or temperature sampling restricted by top-k then top-p
+// (nucleus), from a seeded generator so a run with the same seed repeats exactly.
+// Logits that hold NaN or an infinity mean the model (its weights or metadata) is
+// broken: sample() throws InputError saying so rather than pick a token from garbage.
 //
 // Thread safety: a Sampler is used by one thread at a time; distinct Samplers are
 // independent (one per sequence).
 #pragma once
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace moeflow {
+
+// Below this temperature sampling is greedy: probabilities exp((l - max) / T) are then
+// 0 for every logit that is not the maximum, and a tiny T such as 1e-45 only invites
+// overflow.
+constexpr float kGreedyTemperature = 1e-5f;
 
 struct SamplerOptions {
   float temperature = 0.0f;  // 0: greedy (argmax, ties to the lower id)
@@ -23,14 +31,18 @@ struct SamplerOptions {
 class Sampler {
  public:
   explicit Sampler(const SamplerOptions& opt) : opt_(opt), rng_(opt.seed) {}
+  // Throws InputError if any of the n_vocab logits is NaN or infinite.
   int32_t sample(const float* logits, int64_t n_vocab);
 
  private:
+  int64_t calls_ = 0;  // tokens sampled so far, for the error message
   SamplerOptions opt_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;
 };
 
 int32_t argmax(const float* logits, int64_t n);
+// Throws InputError naming the first non-finite logit and `where` (e.g. "sampled token 3").
+void check_finite_logits(const float* logits, int64_t n, const std::string& where);
 
 }  // namespace moeflow

@@ -155,11 +155,19 @@ std::pair<size_t, size_t> parse_request_range(const std::string& flag, const std
       throw UsageError(flag + " '" + s + "': expected a request range like 0:10, :5 or 3:");
     }
   };
+  std::pair<size_t, size_t> r;
   if (colon == std::string::npos) {
     const size_t i = num(s, 0);
-    return {i, std::min(i + 1, n)};
+    r = {i, std::min(i + 1, n)};
+  } else {
+    r = {num(s.substr(0, colon), 0), num(s.substr(colon + 1), n)};
   }
-  return {num(s.substr(0, colon), 0), num(s.substr(colon + 1), n)};
+  // An empty selection (5:2, or a start past the last request) would silently learn
+  // or score nothing.
+  if (r.first >= r.second)
+    throw UsageError(flag + " '" + s + "' selects no requests (there are " + std::to_string(n) +
+                     ", numbered from 0; ranges are begin:end with begin < end)");
+  return r;
 }
 
 }  // namespace moeflow::cli

@@ -46,7 +46,8 @@ class Args {
 };
 
 // "a:b" (python-like, either side optional; "i" alone is i:i+1) over n items,
-// clamped to [0, n]; throws UsageError naming the flag.
+// clamped to [0, n]; throws UsageError naming the flag, also when the range selects
+// nothing (5:2, or a start at or past n).
 std::pair<size_t, size_t> parse_request_range(const std::string& flag, const std::string& s, size_t n);
 
 // "a,b,,c" -> {"a", "b", "c"}: a comma-separated list (policies, overrides); empty

@@ -4,6 +4,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "format/gguf.h"
+#include "engine/model_check.h"
 #include "model/model_weights.h"
 
 namespace moeflow::cli {
@@ -29,10 +30,11 @@ int cmd_inspect(int argc, char** argv) {
   auto f = gguf::GgufFile::open(a.positionals()[0]);
   uint64_t dense = 0, expert = 0;
   for (const auto& t : f->tensors()) (is_expert_tensor(t.name) ? expert : dense) += t.nbytes;
-  // Validate the model too, so inspect tells whether `run` will accept the file.
+  // Validate the model too, with every check loading for `run` makes (tokenizer
+  // included), so inspect tells whether `run` will accept the file.
   std::string model_error;
   try {
-    Model::load(a.positionals()[0]);
+    check_loadable(*Model::load(a.positionals()[0]));
   } catch (const InputError& e) {
     model_error = e.what();
   }

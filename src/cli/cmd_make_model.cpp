@@ -1,5 +1,6 @@
 #include <cstdio>
 
+#include "base/atomic_file.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "model/synthetic_model.h"
@@ -24,6 +25,7 @@ int cmd_make_model(int argc, char** argv) {
   a.flag("--seed", "random seed", true, "1");
   a.parse(argc, argv, 2);
   if (!a.has("--out")) throw UsageError("moeflow make-model: --out is required\n" + a.help());
+  check_output_path(a.str("--out"), "--out");
   SyntheticModelSpec s;
   const std::string arch = a.str("--arch");
   if (arch == "mixtral") s.arch = Arch::Mixtral;

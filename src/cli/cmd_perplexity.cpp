@@ -1,6 +1,7 @@
 // moeflow perplexity: exp(mean negative log-likelihood) of a text file under a model.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "engine/generator.h"
 #include "engine/tokenizer.h"
 #include "moeflow/engine.h"
+#include "engine/sampler.h"
 #include "base/error.h"
 
 namespace moeflow::cli {
@@ -56,6 +58,7 @@ PerplexityResult compute_perplexity(
     PerplexityWindow pw;
     for (size_t i = 0; i + 1 < win.size(); ++i) {  // logits row i predicts win[i+1]
       const float* row = logits.data() + static_cast<int64_t>(i) * V;
+      check_finite_logits(row, V, "window " + std::to_string(w) + ", position " + std::to_string(i));
       double mx = row[0];
       for (int64_t v = 1; v < V; ++v) mx = std::max(mx, static_cast<double>(row[v]));
       double sum = 0;
@@ -90,6 +93,10 @@ int cmd_perplexity(int argc, char** argv) {
   const int64_t max_windows = a.integer("--chunks", 0, INT64_MAX);
 
   const std::string path = a.str("--file");
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw InputError("cannot open '" + path + "' for reading: " +
+                     (std::filesystem::exists(path, ec) ? "not a regular file" : "no such file"));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError("cannot open '" + path + "' for reading");
   std::ostringstream ss;

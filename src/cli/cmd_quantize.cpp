@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/args.h"
 #include "cli/perplexity.h"
+#include "base/atomic_file.h"
 #include "base/error.h"
 #include "format/gguf.h"
 
@@ -123,6 +124,7 @@ int cmd_quantize(int argc, char** argv) {
   a.parse(argc, argv, 2);
   if (!a.has("--input") || !a.has("--output") || !a.has("--type"))
     throw UsageError("moeflow quantize: -i/--input, -o/--output and --type are required\n" + a.help());
+  check_output_path(a.str("--output"), "--output");  // before the quantisation, not after it
   DType type;
   if (!dtype_from_name(a.str("--type"), type))
     throw UsageError("moeflow quantize: --type: unknown type '" + a.str("--type") +

@@ -1,5 +1,7 @@
 // `moeflow simulate`: replay a routing trace through the expert cache and a policy on
 // a virtual clock (src/sim/simulator.h), or sweep every policy over cache sizes.
+#include <cctype>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/offload_flags.h"
 #include "experts/expert_cache.h"
+#include "base/atomic_file.h"
 #include "base/error.h"
 #include "policy/policy_factory.h"
 #include "sim/simulator.h"
@@ -21,10 +24,20 @@ namespace moeflow::cli {
 namespace {
 
 // The model profile that matches a trace, by its model name.
+// The trace's "model" field is data, not a path: only a plain profile name (letters,
+// digits, '.', '_', '-', not starting with '.') is looked up in the profiles folder.
+bool plain_profile_name(const std::string& s) {
+  if (s.empty() || s[0] == '.' || s.size() > 128) return false;
+  for (char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') return false;
+  return true;
+}
+
 std::string default_model_profile(const Trace& t) {
   if (t.model.find("mixtral-8x7b") != std::string::npos) return "mixtral-8x7b";
   if (t.model.find("flame-moe-290m") != std::string::npos) return "flame-moe-290m";
-  if (!t.model.empty() && std::filesystem::exists(profiles_dir() + "/models/" + t.model + ".json")) return t.model;
+  if (plain_profile_name(t.model) && std::filesystem::is_regular_file(profiles_dir() + "/models/" + t.model + ".json"))
+    return t.model;
   throw UsageError("no model profile known for the trace's model '" + t.model + "': give --model-profile NAME|FILE");
 }
 
@@ -171,11 +184,47 @@ int cmd_simulate(int argc, char** argv) {
     policies.push_back("belady");
   } else {
     policies = split_list(a.str("--policy"));
+    if (policies.empty()) throw UsageError("--policy '" + a.str("--policy") + "': names no policy");
+  }
+  // A state for a policy that is not run, or one file for several policies, would be
+  // silently ignored.
+  for (const auto& entry : states) {
+    const std::string& name = entry.first;
+    if (name == "*" && policies.size() != 1)
+      throw UsageError("--policy-state '" + entry.second + "': give NAME=FILE when several policies run");
+    if (name != "*" && std::find_if(policies.begin(), policies.end(), [&](const std::string& p) {
+                         return split_reroute(p).first == name;
+                       }) == policies.end())
+      throw UsageError("--policy-state names policy '" + name + "', which --policy does not run");
   }
   std::vector<double> fractions;
   uint64_t cache_bytes = 0;
   if (a.has("--sweep")) fractions = {0.125, 0.25, 0.5, 0.75};
   else fractions = {parse_cache(a.str("--cache"), g.total_bytes(), &cache_bytes)};
+  if (!a.has("--sweep")) {
+    const double want = cache_bytes ? static_cast<double>(cache_bytes) : fractions[0] * static_cast<double>(g.total_bytes());
+    if (want < static_cast<double>(g.min_budget()))
+      throw UsageError("--cache " + a.str("--cache") + ": below the smallest cache that can run (" +
+                       std::to_string(g.min_budget()) + " bytes = " +
+                       std::to_string(100.0 * static_cast<double>(g.min_budget()) / static_cast<double>(g.total_bytes())) +
+                       "% of the experts: one layer's top-k experts)");
+  }
+  // The sweep's folder is checked before the replay, not after it; only its last
+  // component is created (a mistyped parent is an error, not a new tree).
+  std::filesystem::path sweep_dir;
+  if (a.has("--sweep")) {
+    sweep_dir = a.str("--out-dir");
+    if (sweep_dir.empty()) throw UsageError("--out-dir: empty path");
+    std::error_code ec;
+    if (!std::filesystem::is_directory(sweep_dir, ec)) {
+      const std::filesystem::path parent = sweep_dir.parent_path().empty() ? "." : sweep_dir.parent_path();
+      if (!std::filesystem::is_directory(parent, ec))
+        throw InputError("--out-dir '" + sweep_dir.string() + "': folder '" + parent.string() + "' does not exist");
+      if (!std::filesystem::create_directory(sweep_dir, ec) && ec)
+        throw InputError("--out-dir '" + sweep_dir.string() + "': cannot create it: " + ec.message());
+    }
+    for (const char* name : {"sweep.md", "sweep.csv", "sweep.svg"}) check_output_path((sweep_dir / name).string(), "--out-dir");
+  }
 
   SweepTable table;
   table.title = "hit rate vs cache size: " + trace.model + " (" + std::to_string(trace.requests.size() - opt.warmup_requests) +
@@ -199,14 +248,9 @@ int cmd_simulate(int argc, char** argv) {
   }
 
   if (a.has("--sweep")) {
-    const std::filesystem::path dir = a.str("--out-dir");
-    std::filesystem::create_directories(dir);
     const std::pair<const char*, std::string> files[] = {
         {"sweep.md", sweep_markdown(table)}, {"sweep.csv", sweep_csv(table)}, {"sweep.svg", sweep_svg(table)}};
-    for (const auto& [name, text] : files) {
-      std::ofstream f(dir / name);
-      if (!(f << text)) throw InputError((dir / name).string() + ": cannot write");
-    }
+    for (const auto& [name, text] : files) write_file_atomic((sweep_dir / name).string(), text);
   }
   if (a.has("--json")) {
     nlohmann::json j;

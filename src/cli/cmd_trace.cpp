@@ -146,6 +146,7 @@ int trace_record(int argc, char** argv) {
     engine->remove_sequence(seq);
     rec.end_request(seq);
   }
+  rec.finish();
   std::fprintf(stderr, "recorded %lld requests (%lld lines) of %s into %s\n", static_cast<long long>(n),
                static_cast<long long>(rec.lines_written()), a.str("--file").c_str(), a.str("--out").c_str());
   return 0;

@@ -8,6 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "base/atomic_file.h"
 #include "base/error.h"
 #include "policy/duoserve.h"
 
@@ -38,6 +39,7 @@ int cmd_train_predictor(int argc, char** argv) {
   if (!a.has("--trace") || !a.has("--out"))
     throw UsageError("moeflow train-predictor: give --trace and --out\n" + a.help());
 
+  check_output_path(a.str("--out"), "--out");  // before the training, not after it
   const Trace full = load_trace(a.str("--trace"));
   auto [b0, b1] = a.has("--requests") ? parse_request_range("--requests", a.str("--requests"), full.requests.size())
                                       : std::pair<size_t, size_t>{0, full.requests.size()};
@@ -58,9 +60,9 @@ int cmd_train_predictor(int argc, char** argv) {
   std::printf("%s: learned from requests %zu:%zu (%zu token paths), %d epochs, final BCE %.4f, %.1f s\n",
               full.path.c_str(), b0, b1, pred.observed(), opt.epochs, loss, secs);
   {
-    std::ofstream out(a.str("--out"), std::ios::binary);
-    pred.save(out);
-    if (!out) throw InputError(a.str("--out") + ": cannot write the policy state");
+    AtomicFile out(a.str("--out"));  // a kill mid-write leaves the previous state intact
+    pred.save(out.stream());
+    out.commit();
   }
   std::printf("wrote %s%s\n", a.str("--out").c_str(),
               pred.trained() ? "" : " (no ExpertMLP trained: predictions use popularity and affinity only)");

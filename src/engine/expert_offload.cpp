@@ -1,8 +1,8 @@
 #include "engine/expert_offload.h"
 
 #include <cstdio>
-#include <fstream>
 
+#include "base/atomic_file.h"
 #include "base/error.h"
 #include "policy/emoe.h"
 #include "policy/policy_factory.h"
@@ -47,15 +47,11 @@ ExpertOffload make_expert_offload(const Model& model, const OffloadOptions& opt)
 
 void ExpertOffload::save_state(const std::string& path) const {
   if (!active()) return;
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(tmp + ": cannot create policy state file");
-    policy->save(out);
-    if (!out.flush()) throw InputError(tmp + ": write failed");
-  }
-  // Replace atomically: a crash mid-write never loses the previous state.
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw InputError(path + ": cannot replace the policy state file");
+  // Replace atomically (base/atomic_file.h): a crash mid-write never loses the previous
+  // state, and a link planted next to it never redirects the write.
+  AtomicFile out(path);
+  policy->save(out.stream());
+  out.commit();
 }
 
 std::string ExpertOffload::summary() const {

@@ -3,19 +3,19 @@
 #include <cstring>
 #include <fstream>
 
+#include "base/atomic_file.h"
 #include "base/error.h"
 
 namespace moeflow {
 
 void write_logits_file(const std::string& path, const LogitsRecord& r) {
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw InputError("cannot open '" + path + "' for writing");
+  AtomicFile out(path);
   const uint32_t hdr[3] = {1, static_cast<uint32_t>(r.tokens.size()), static_cast<uint32_t>(r.n_vocab)};
   out.write("MFLG", 4);
-  out.write(reinterpret_cast<const char*>(hdr), sizeof hdr);
-  out.write(reinterpret_cast<const char*>(r.tokens.data()), static_cast<std::streamsize>(r.tokens.size() * 4));
-  out.write(reinterpret_cast<const char*>(r.logits.data()), static_cast<std::streamsize>(r.logits.size() * 4));
-  if (!out) throw InputError("write to '" + path + "' failed");
+  out.write(hdr, sizeof hdr);
+  out.write(r.tokens.data(), r.tokens.size() * 4);
+  out.write(r.logits.data(), r.logits.size() * 4);
+  out.commit();
 }
 
 LogitsRecord read_logits_file(const std::string& path) {

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+
+#include "base/error.h"
 
 namespace moeflow {
 
@@ -12,8 +15,31 @@ int32_t argmax(const float* logits, int64_t n) {
   return static_cast<int32_t>(best);
 }
 
+namespace {
+
+// One branch-free pass: x * 0 is 0 for a finite x and NaN for NaN or an infinity.
+bool all_finite(const float* x, int64_t n) {
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += x[i] * 0.0f;
+  return s == 0;
+}
+
+}  // namespace
+
+void check_finite_logits(const float* logits, int64_t n, const std::string& where) {
+  if (all_finite(logits, n)) return;
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(logits[i]))
+      throw InputError("the model produced non-finite logits at " + where + " (vocabulary id " + std::to_string(i) + " is " +
+                       (std::isnan(logits[i]) ? "NaN" : "infinite") +
+                       "): its weights, scales or metadata (rms epsilon, rope base) are broken");
+}
+
 int32_t Sampler::sample(const float* logits, int64_t n_vocab) {
-  if (opt_.temperature <= 0.0f) return argmax(logits, n_vocab);
+  if (!all_finite(logits, n_vocab)) check_finite_logits(logits, n_vocab, "sampled token " + std::to_string(calls_));
+  ++calls_;
+  if (!(opt_.temperature >= kGreedyTemperature)) return argmax(logits, n_vocab);
+  const double temp = opt_.temperature;
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   size_t n;
   if (opt_.top_k > 0 && opt_.top_k < n_vocab) {
@@ -22,13 +48,13 @@ int32_t Sampler::sample(const float* logits, int64_t n_vocab) {
     // (logit, id) array and partial sort of the whole vocabulary (~20 us at 8k).
     // Ids arrive in increasing order, so a later logit equal to the worst kept one
     // loses its tie (by_logit) and strict > is the same order.
-    // Dividing by the temperature keeps the order (a logit at or below the worst kept
-    // one's cannot beat it), so whole blocks are skipped on the raw logits first.
+    // Candidates are ordered by raw logit (dividing by a positive temperature keeps the
+    // order), so whole blocks are skipped on the raw logits first.
     const size_t k = static_cast<size_t>(opt_.top_k);
     cand_.clear();
     float worst_raw = -INFINITY;  // the raw logit of the worst kept candidate, once k are kept
     auto consider = [&](int64_t i) {
-      const float v = logits[i] / opt_.temperature;
+      const float v = logits[i];
       if (cand_.size() < k) {
         cand_.push_back({v, static_cast<int32_t>(i)});
         std::push_heap(cand_.begin(), cand_.end(), by_logit);
@@ -56,14 +82,16 @@ int32_t Sampler::sample(const float* logits, int64_t n_vocab) {
     n = k;
   } else {
     cand_.resize(static_cast<size_t>(n_vocab));
-    for (int64_t i = 0; i < n_vocab; ++i) cand_[i] = {logits[i] / opt_.temperature, static_cast<int32_t>(i)};
+    for (int64_t i = 0; i < n_vocab; ++i) cand_[i] = {logits[i], static_cast<int32_t>(i)};
     std::sort(cand_.begin(), cand_.end(), by_logit);
     n = cand_.size();
   }
-  const float mx = cand_[0].first;
+  // exp((l - max) / T) in double: every exponent is <= 0, so nothing overflows
+  // however small T is (logits / T in float overflowed to Inf, then NaN, at T = 1e-45).
+  const double mx = cand_[0].first;
   double sum = 0;
   std::vector<double> p(n);
-  for (size_t i = 0; i < n; ++i) sum += (p[i] = std::exp(static_cast<double>(cand_[i].first - mx)));
+  for (size_t i = 0; i < n; ++i) sum += (p[i] = std::exp((static_cast<double>(cand_[i].first) - mx) / temp));
   // Nucleus: keep the smallest prefix whose mass reaches top_p.
   if (opt_.top_p < 1.0f) {
     double acc = 0;

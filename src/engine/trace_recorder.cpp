@@ -1,9 +1,13 @@
 #include "engine/trace_recorder.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <exception>
 
 #include "base/error.h"
 
@@ -11,8 +15,18 @@ namespace moeflow {
 
 TraceRecorder::TraceRecorder(const std::string& path, std::string model_name, int decimals, bool append)
     : path_(path), scale_(std::pow(10.0, std::clamp(decimals, 1, 8))) {
-  f_ = std::fopen(path.c_str(), append ? "a" : "w");
-  if (!f_) throw InputError(path + ": cannot create trace file: " + std::strerror(errno));
+  uncaught_ = std::uncaught_exceptions();
+  if (append) {
+    check_output_path(path, "trace");
+    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd >= 0) f_ = ::fdopen(fd, "a");
+    if (!f_) {
+      if (fd >= 0) ::close(fd);
+      throw InputError(path + ": cannot append to the trace file: " + std::strerror(errno));
+    }
+  } else {
+    whole_ = std::make_unique<AtomicFile>(path);
+  }
   rec_.model = std::move(model_name);
   rec_.source = "moeflow";
   rec_.has_weights = true;
@@ -21,6 +35,19 @@ TraceRecorder::TraceRecorder(const std::string& path, std::string model_name, in
 
 TraceRecorder::~TraceRecorder() {
   if (f_) std::fclose(f_);
+  if (!whole_) return;
+  // Unwinding from an error: drop the temporary, keep whatever `path` held before.
+  if (std::uncaught_exceptions() > uncaught_) return;
+  try {
+    whole_->commit();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moeflow: error: %s\n", e.what());
+  }
+}
+
+void TraceRecorder::finish() {
+  if (whole_) whole_->commit();
+  if (f_ && std::fflush(f_) != 0) throw InputError(path_ + ": write failed: " + std::strerror(errno));
 }
 
 void TraceRecorder::begin_request(int64_t request, const std::string& task, int64_t trace_id) {
@@ -38,6 +65,16 @@ void TraceRecorder::begin_step(const StepTokens& step) {
     spans_.push_back({step.requests[t], t, e, e - t > 1 || step.pos[t] == 0});
     t = e;
   }
+}
+
+void TraceRecorder::write_line(const std::string& line) {
+  if (whole_) {
+    if (!whole_->stream().write(line.data(), static_cast<std::streamsize>(line.size())))
+      throw InputError(path_ + ": write failed");
+  } else if (std::fwrite(line.data(), 1, line.size(), f_) != line.size()) {
+    throw InputError(path_ + ": write failed: " + std::strerror(errno));
+  }
+  ++lines_;
 }
 
 void TraceRecorder::routed(const LayerRouting& r) {
@@ -66,17 +103,14 @@ void TraceRecorder::routed(const LayerRouting& r) {
       if (rec_.has_probs)
         for (int64_t e = 0; e < E; ++e) rec_.probs[i].push_back(round(r.probs[static_cast<size_t>(t * E + e)]));
     }
-    const std::string line = format_trace_line(rec_) + "\n";
-    if (std::fwrite(line.data(), 1, line.size(), f_) != line.size())
-      throw InputError(path_ + ": write failed: " + std::strerror(errno));
-    ++lines_;
+    write_line(format_trace_line(rec_) + "\n");
   }
 }
 
 void TraceRecorder::end_step() {
   for (const Span& sp : spans_) ++requests_[sp.request].iter;
   step_ = nullptr;
-  std::fflush(f_);
+  if (f_) std::fflush(f_);
 }
 
 }  // namespace moeflow

@@ -8,9 +8,11 @@
 #pragma once
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "base/atomic_file.h"
 #include "engine/expert_source.h"
 #include "format/routing_trace.h"
 
@@ -18,9 +20,15 @@ namespace moeflow {
 
 class TraceRecorder final : public ForwardListener {
  public:
-  // Throws InputError if the file cannot be created.
+  // Throws InputError if the file cannot be created. A new trace is written to a
+  // temporary beside `path` and replaces it only at finish() (or when the recorder is
+  // destroyed other than by an exception): a run that fails or is killed leaves the
+  // previous file as it was (base/atomic_file.h). With append, lines go straight to the
+  // end of `path`, which must be a regular file (or absent), never a link.
   TraceRecorder(const std::string& path, std::string model_name, int decimals = 5, bool append = false);
   ~TraceRecorder() override;
+  // Makes the trace durable under its name; throws InputError if that fails.
+  void finish();
 
   // Labels a request's iterations with its task; its iterations restart at 0. The
   // trace names it `trace_id` (default: its id in the steps).
@@ -35,7 +43,11 @@ class TraceRecorder final : public ForwardListener {
   int64_t lines_written() const { return lines_; }
 
  private:
-  std::FILE* f_ = nullptr;
+  void write_line(const std::string& line);
+
+  std::unique_ptr<AtomicFile> whole_;  // a new trace
+  std::FILE* f_ = nullptr;             // appending
+  int uncaught_ = 0;                   // std::uncaught_exceptions() at construction
   std::string path_;
   TraceRecord rec_;
   struct RequestState {

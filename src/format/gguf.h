@@ -119,8 +119,8 @@ class GgufWriter {
   void set(const std::string& key, Value v);  // keeps insertion order; replaces same key
   void add_tensor(const std::string& name, std::vector<uint64_t> dims, DType dtype,
                   std::vector<uint8_t> bytes);  // REQUIRES bytes.size() == tensor size
-  // Writes to `path` (via a temporary file and rename, so a failed write never leaves
-  // a half-written model behind). Throws InputError on I/O failure.
+  // Writes to `path` through base/atomic_file.h's AtomicFile (a failed or killed write
+  // never leaves a half-written model behind). Throws InputError on I/O failure.
   void write(const std::string& path) const;
 
  private:

@@ -3,10 +3,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "format/gguf.h"
 
@@ -25,6 +27,12 @@ class Cursor {
   Cursor(const std::string& path, const uint8_t* base, uint64_t size) : path_(path), base_(base), size_(size) {}
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return size_ - pos_; }
+  uint64_t size() const { return size_; }
+  // Array elements still allowed in memory (each takes sizeof(Value), ~100 bytes, for
+  // as little as 1 byte of file): the larger of 64 MiB and a quarter of the file, so a
+  // 1 MB file cannot ask for 100 MB, while the largest real vocabularies (262k tokens,
+  // ~25 MB) fit easily.
+  uint64_t array_budget = 0;
 
   [[noreturn]] void fail(const std::string& field, const std::string& why, uint64_t at) const {
     throw InputError(path_ + ": " + field + ": " + why + " at offset " + std::to_string(at));
@@ -111,6 +119,11 @@ Value read_value(Cursor& c, ValueType t, const std::string& field, int depth) {
       // hostile count from allocating unbounded memory.
       if (n > c.remaining() / min_encoded_size(v.elem_type))
         c.fail(field, "array length " + std::to_string(n) + " exceeds the bytes left in the file", at + 4);
+      if (n > c.array_budget / sizeof(Value))
+        c.fail(field, "array length " + std::to_string(n) + ": the file's metadata arrays would take more than " +
+                          std::to_string(std::max<uint64_t>(64ull << 20, c.size() / 4) >> 20) + " MiB in memory",
+               at + 4);
+      c.array_budget -= n * sizeof(Value);
       v.array.reserve(n);
       for (uint64_t k = 0; k < n; ++k)
         v.array.push_back(read_value(c, v.elem_type, field + "[" + std::to_string(k) + "]", depth + 1));
@@ -126,6 +139,7 @@ class Parser {
  public:
   static void parse(GgufFile& f) {
     Cursor c(f.path_, f.base_, f.size_);
+    c.array_budget = std::max<uint64_t>(64ull << 20, f.size_ / 4);
     const uint32_t magic = c.read<uint32_t>("magic");
     if (magic != 0x46554747u) c.fail("magic", "not a GGUF file (expected \"GGUF\")", 0);
     f.version_ = c.read<uint32_t>("version");
@@ -221,6 +235,48 @@ class Parser {
       ti.file_offset = data + ti.offset;
       ti.data = f.base_ + ti.file_offset;
     }
+    check_layout(f, c, data);
+  }
+
+  // The data section must be exactly the tensors, each padded to the alignment, with
+  // no tensor overlapping another and no bytes that no tensor claims. Writers (llama.cpp,
+  // gguf-py, ours) lay tensors out this way; a file that breaks it is corrupt, or its
+  // tensor_count is too small (the unread tensor infos then shift the data section, which
+  // leaves unclaimed bytes at its end or between tensors).
+  static void check_layout(const GgufFile& f, const Cursor& c, uint64_t data) {
+    const uint64_t al = f.alignment_;
+    const uint64_t pad_end = std::min(data, f.size_);
+    for (uint64_t p = c.pos(); p < pad_end; ++p)
+      if (f.base_[p] != 0)
+        c.fail("padding before the data section",
+               "nonzero byte (tensor_count " + std::to_string(f.tensors_.size()) + " may be too small)", p);
+    std::vector<const TensorInfo*> order;
+    order.reserve(f.tensors_.size());
+    for (const TensorInfo& t : f.tensors_) order.push_back(&t);
+    std::sort(order.begin(), order.end(), [](const TensorInfo* a, const TensorInfo* b) {
+      return a->offset != b->offset ? a->offset < b->offset : a->nbytes < b->nbytes;
+    });
+    uint64_t end = 0;  // end of the claimed bytes so far, relative to the data section
+    const TensorInfo* prev = nullptr;
+    for (const TensorInfo* t : order) {
+      if (prev && t->offset < end)
+        throw InputError(f.path_ + ": tensor '" + t->name + "' data [" + std::to_string(t->offset) + ", +" +
+                         std::to_string(t->nbytes) + ") overlaps tensor '" + prev->name + "' data [" +
+                         std::to_string(prev->offset) + ", +" + std::to_string(prev->nbytes) + ") (offsets relative to the data section at " +
+                         std::to_string(data) + ")");
+      const uint64_t padded = (end + al - 1) / al * al;
+      if (t->offset > padded)
+        throw InputError(f.path_ + ": data section bytes [" + std::to_string(padded) + ", " + std::to_string(t->offset) +
+                         ") before tensor '" + t->name + "' belong to no tensor (corrupt offsets, or tensor_count " +
+                         std::to_string(f.tensors_.size()) + " is too small)");
+      end = t->offset + t->nbytes;
+      prev = t;
+    }
+    const uint64_t claimed = data + end;
+    if (claimed < f.size_ && f.size_ - claimed >= al)
+      throw InputError(f.path_ + ": " + std::to_string(f.size_ - claimed) + " bytes at offset " + std::to_string(claimed) +
+                       " after the last tensor's data belong to no tensor (tensor_count " + std::to_string(f.tensors_.size()) +
+                       " is too small, or the file has trailing data)");
   }
 };
 

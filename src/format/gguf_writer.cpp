@@ -3,6 +3,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "base/atomic_file.h"
 #include "format/gguf.h"
 
 namespace moeflow::gguf {
@@ -126,32 +127,19 @@ void GgufWriter::write(const std::string& path) const {
     off += (t.bytes.size() + alignment - 1) / alignment * alignment;
   }
   o.pad(alignment);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw InputError("cannot create '" + tmp + "'");
-    f.write(reinterpret_cast<const char*>(head.data()), static_cast<std::streamsize>(head.size()));
-    static const char zeros[64] = {};
-    for (const auto& t : tensors_) {
-      f.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
-      uint64_t padn = (alignment - t.bytes.size() % alignment) % alignment;
-      while (padn) {
-        const uint64_t k = std::min<uint64_t>(padn, sizeof zeros);
-        f.write(zeros, static_cast<std::streamsize>(k));
-        padn -= k;
-      }
-    }
-    f.flush();
-    if (!f) {
-      f.close();
-      std::remove(tmp.c_str());  // never leave a half-written file behind
-      throw InputError("write to '" + tmp + "' failed");
+  AtomicFile f(path);  // never leaves a half-written model behind (base/atomic_file.h)
+  f.write(head.data(), head.size());
+  static const char zeros[64] = {};
+  for (const auto& t : tensors_) {
+    f.write(t.bytes.data(), t.bytes.size());
+    uint64_t padn = (alignment - t.bytes.size() % alignment) % alignment;
+    while (padn) {
+      const uint64_t k = std::min<uint64_t>(padn, sizeof zeros);
+      f.write(zeros, k);
+      padn -= k;
     }
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw InputError("cannot rename '" + tmp + "' to '" + path + "'");
-  }
+  f.commit();
 }
 
 }  // namespace moeflow::gguf

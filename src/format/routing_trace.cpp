@@ -1,5 +1,11 @@
 #include "format/routing_trace.h"
 
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -23,6 +29,9 @@ const json& field(const json& j, const char* name, const std::string& where) {
 int64_t int_field(const json& j, const char* name, const std::string& where, int64_t lo, int64_t hi) {
   const json& v = field(j, name, where);
   if (!v.is_number_integer()) throw InputError(where + ": field \"" + name + "\" must be an integer");
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    throw InputError(where + ": field \"" + name + "\" = " + v.dump() + " is outside [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "]");
   const int64_t x = v.get<int64_t>();
   if (x < lo || x > hi)
     throw InputError(where + ": field \"" + name + "\" = " + std::to_string(x) + " is outside [" + std::to_string(lo) +
@@ -38,10 +47,11 @@ std::string opt_string(const json& j, const char* name, const std::string& where
 }
 
 // A [[...] | null, ...] matrix; rows may be null (kept empty). Returns false if the
-// whole field is null or absent.
-template <class T, class Check>
+// whole field is null or absent. `read` turns one JSON value into a T or throws
+// naming its position.
+template <class T, class Read>
 bool rows_field(const json& j, const char* name, const std::string& where, std::vector<std::vector<T>>& out,
-                Check check) {
+                Read read) {
   auto it = j.find(name);
   if (it == j.end() || it->is_null()) return false;
   if (!it->is_array()) throw InputError(where + ": field \"" + name + "\" must be an array of rows or null");
@@ -53,14 +63,27 @@ bool rows_field(const json& j, const char* name, const std::string& where, std::
       throw InputError(where + ": " + name + "[" + std::to_string(t) + "] must be an array or null");
     out[t].reserve(row.size());
     for (size_t k = 0; k < row.size(); ++k) {
-      const json& v = row[k];
-      if (!v.is_number())
-        throw InputError(where + ": " + name + "[" + std::to_string(t) + "][" + std::to_string(k) + "] is not a number");
-      out[t].push_back(v.get<T>());
-      check(out[t].back(), t, k);
+      const std::string at = where + ": " + name + "[" + std::to_string(t) + "][" + std::to_string(k) + "]";
+      out[t].push_back(read(row[k], at));
     }
   }
   return true;
+}
+
+// An integer in [lo, hi) exactly as written: 1.7 or 4294967297 must not become 1.
+int64_t integer_in(const json& v, int64_t lo, int64_t hi, const std::string& at, const char* what) {
+  if (!v.is_number_integer())
+    throw InputError(at + " = " + v.dump() + " is not an integer " + what);
+  if (v.is_number_unsigned() ? v.get<uint64_t>() >= static_cast<uint64_t>(hi) : (v.get<int64_t>() < lo || v.get<int64_t>() >= hi))
+    throw InputError(at + " = " + v.dump() + " is not " + what + " in [" + std::to_string(lo) + ", " + std::to_string(hi) + ")");
+  return v.get<int64_t>();
+}
+
+float finite_float(const json& v, const std::string& at) {
+  if (!v.is_number()) throw InputError(at + " is not a number");
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || std::abs(d) > 3.4e38) throw InputError(at + " = " + v.dump() + " is not a finite float");
+  return static_cast<float>(d);
 }
 
 }  // namespace
@@ -69,7 +92,8 @@ TraceRecord parse_trace_line(const std::string& line, const std::string& where) 
   json j;
   try {
     j = json::parse(line);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number such as 1e400 that no double holds.
     throw InputError(where + ": not valid JSON: " + e.what());
   }
   if (!j.is_object()) throw InputError(where + ": expected a JSON object");
@@ -79,33 +103,34 @@ TraceRecord parse_trace_line(const std::string& line, const std::string& where) 
   r.task = opt_string(j, "task", where);
   r.request = int_field(j, "request", where, 0, INT64_MAX);
   r.iter = int_field(j, "iter", where, 0, INT64_MAX);
-  r.layer = static_cast<int32_t>(int_field(j, "layer", where, 0, 1 << 16));
-  r.num_experts = static_cast<int32_t>(int_field(j, "num_experts", where, 1, 1 << 16));
+  r.layer = static_cast<int32_t>(int_field(j, "layer", where, 0, kMaxTraceLayers - 1));
+  r.num_experts = static_cast<int32_t>(int_field(j, "num_experts", where, 1, kMaxTraceExperts));
   r.top_k = static_cast<int32_t>(int_field(j, "top_k", where, 1, r.num_experts));
   const std::string phase = opt_string(j, "phase", where);
   if (phase == "prefill") r.prefill = true;
   else if (phase != "decode") throw InputError(where + ": field \"phase\" must be \"prefill\" or \"decode\"");
 
   const int32_t E = r.num_experts;
-  if (!rows_field<int32_t>(j, "experts", where, r.experts, [&](int32_t v, size_t t, size_t k) {
-        if (v < 0 || v >= E)
-          throw InputError(where + ": experts[" + std::to_string(t) + "][" + std::to_string(k) + "] = " +
-                           std::to_string(v) + " is not an expert id in [0, " + std::to_string(E) + ")");
+  if (!rows_field<int32_t>(j, "experts", where, r.experts, [&](const json& v, const std::string& at) {
+        return static_cast<int32_t>(integer_in(v, 0, E, at, "an expert id"));
       }))
     throw InputError(where + ": field \"experts\" is missing or null");
-  for (size_t t = 0; t < r.experts.size(); ++t)
-    if (!r.experts[t].empty() && static_cast<int32_t>(r.experts[t].size()) != r.top_k)
-      throw InputError(where + ": experts[" + std::to_string(t) + "] has " + std::to_string(r.experts[t].size()) +
+  for (size_t t = 0; t < r.experts.size(); ++t) {
+    const std::vector<int32_t>& row = r.experts[t];
+    if (!row.empty() && static_cast<int32_t>(row.size()) != r.top_k)
+      throw InputError(where + ": experts[" + std::to_string(t) + "] has " + std::to_string(row.size()) +
                        " ids, top_k is " + std::to_string(r.top_k));
-  auto finite = [&](float v, size_t t, size_t k) {
-    if (!(v == v)) throw InputError(where + ": a weight or probability at [" + std::to_string(t) + "][" +
-                                    std::to_string(k) + "] is NaN");
-  };
-  r.has_weights = rows_field<float>(j, "weights", where, r.weights, finite);
+    std::vector<int32_t> sorted = row;
+    std::sort(sorted.begin(), sorted.end());
+    if (auto d = std::adjacent_find(sorted.begin(), sorted.end()); d != sorted.end())
+      throw InputError(where + ": experts[" + std::to_string(t) + "] names expert " + std::to_string(*d) +
+                       " twice (a token's top-k experts are distinct)");
+  }
+  r.has_weights = rows_field<float>(j, "weights", where, r.weights, finite_float);
   if (r.has_weights && r.weights.size() != r.experts.size())
     throw InputError(where + ": \"weights\" has " + std::to_string(r.weights.size()) + " rows, \"experts\" has " +
                      std::to_string(r.experts.size()));
-  r.has_probs = rows_field<float>(j, "probs", where, r.probs, finite);
+  r.has_probs = rows_field<float>(j, "probs", where, r.probs, finite_float);
   if (r.has_probs) {
     if (r.probs.size() != r.experts.size()) throw InputError(where + ": \"probs\" and \"experts\" differ in rows");
     for (size_t t = 0; t < r.probs.size(); ++t)
@@ -115,10 +140,9 @@ TraceRecord parse_trace_line(const std::string& line, const std::string& where) 
   }
   if (auto it = j.find("tokens"); it != j.end() && !it->is_null()) {
     if (!it->is_array()) throw InputError(where + ": field \"tokens\" must be an array");
-    for (const json& v : *it) {
-      if (!v.is_number_integer()) throw InputError(where + ": \"tokens\" holds a non-integer");
-      r.tokens.push_back(v.get<int32_t>());
-    }
+    for (size_t k = 0; k < it->size(); ++k)
+      r.tokens.push_back(static_cast<int32_t>(
+          integer_in((*it)[k], 0, INT32_MAX, where + ": tokens[" + std::to_string(k) + "]", "a token id")));
   }
   return r;
 }
@@ -165,6 +189,9 @@ std::string format_trace_line(const TraceRecord& r) {
 }
 
 void read_trace_file(const std::string& path, const std::function<void(const TraceRecord&)>& fn) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw InputError(path + ": cannot open trace file: " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw InputError(path + ": is a folder, not a trace file");
   std::ifstream in(path);
   if (!in) throw InputError(path + ": cannot open trace file");
   std::string line;

@@ -33,6 +33,12 @@ struct TraceRecord {
   bool has_weights = false, has_probs = false;
 };
 
+// Bounds on a record's layer and num_experts: the layer cap is the model's
+// (model/model_config.h kMaxLayers); 4096 experts is far above any released model and
+// keeps the tables of trace consumers (layers x experts) small.
+constexpr int64_t kMaxTraceLayers = 1024;
+constexpr int64_t kMaxTraceExperts = 4096;
+
 // Parses one line; `where` (file:line) prefixes every error. Throws InputError naming
 // the field that is missing, mistyped or out of range.
 TraceRecord parse_trace_line(const std::string& line, const std::string& where);

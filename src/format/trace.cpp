@@ -41,20 +41,37 @@ Trace group_trace(const std::vector<TraceRecord>& records, const std::string& pa
     ti.iter = r.iter;
     ti.prefill = r.prefill;
     if (ti.tokens.empty()) ti.tokens = r.tokens;
-    if (static_cast<int32_t>(ti.layers.size()) <= r.layer) ti.layers.resize(static_cast<size_t>(r.layer) + 1);
-    ti.layers[static_cast<size_t>(r.layer)] = r;
+    ti.layers.push_back(r);  // in file order; placed by layer below, once the layer count is checked
     ++t.n_records;
     for (const auto& row : r.experts) t.dropped_rows += row.empty() ? 1 : 0;
   }
+  // Every iteration gets a slot per layer; a trace whose slots are mostly empty (one
+  // record at layer 1000 beside single-layer iterations) would make every consumer
+  // allocate tables for layers that do not exist. Real recorders write every layer of
+  // an iteration, so more empty slots than records means the layers are misnumbered.
+  uint64_t n_iterations = 0;
+  for (const auto& m : iters) n_iterations += m.size();
+  const uint64_t slots = n_iterations * static_cast<uint64_t>(t.n_layer);
+  if (slots > 2 * static_cast<uint64_t>(t.n_records))
+    throw InputError(path + ": " + std::to_string(t.n_records) + " records for " + std::to_string(n_iterations) +
+                     " iterations x " + std::to_string(t.n_layer) +
+                     " layers (the highest layer + 1): more than half the (iteration, layer) records are missing; "
+                     "layers must be numbered 0..n_layer-1 and each iteration should record every layer");
   for (size_t i = 0; i < t.requests.size(); ++i)
     for (auto& [k, ti] : iters[i]) {
-      ti.layers.resize(static_cast<size_t>(t.n_layer));
+      std::vector<TraceRecord> by_layer(static_cast<size_t>(t.n_layer));
+      for (TraceRecord& r : ti.layers) by_layer[static_cast<size_t>(r.layer)] = std::move(r);  // a later duplicate wins
+      ti.layers = std::move(by_layer);
       t.requests[i].iterations.push_back(std::move(ti));
     }
   return t;
 }
 
-Trace load_trace(const std::string& path) { return group_trace(read_trace_file(path), path); }
+Trace load_trace(const std::string& path) {
+  Trace t = group_trace(read_trace_file(path), path);
+  if (t.n_records == 0) throw InputError(path + ": the trace holds no records (empty file)");
+  return t;
+}
 
 Trace slice_requests(const Trace& t, size_t begin, size_t end) {
   Trace s = t;

@@ -32,8 +32,9 @@ struct Trace {
   int64_t n_records = 0, dropped_rows = 0;
 };
 
-// Reads and groups a trace. Throws InputError for malformed lines, and for records
-// that disagree on num_experts or top_k.
+// Reads and groups a trace. Throws InputError for malformed lines, for records that
+// disagree on num_experts or top_k, for a trace with no records, and for one whose
+// layer numbers leave more than half of the (iteration, layer) slots empty.
 Trace load_trace(const std::string& path);
 Trace group_trace(const std::vector<TraceRecord>& records, const std::string& path);
 

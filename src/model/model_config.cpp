@@ -1,5 +1,6 @@
 #include "model/model_config.h"
 
+#include <cmath>
 #include <string>
 
 #include "base/error.h"
@@ -60,34 +61,53 @@ ModelConfig read_model_config(const gguf::GgufFile& f) {
                      "' (key general.architecture); supported: llama (Mixtral), qwen3moe, olmoe");
   }
   const std::string p = arch + ".";
-  c.n_embd = get_int(f, p + "embedding_length");
-  c.n_layer = get_int(f, p + "block_count");
-  c.n_head = get_int(f, p + "attention.head_count");
-  c.n_head_kv = get_int_or(f, p + "attention.head_count_kv", c.n_head);
-  c.n_ctx_train = get_int_or(f, p + "context_length", 4096);
-  c.rms_eps = static_cast<float>(get_float_or(f, p + "attention.layer_norm_rms_epsilon", 1e-5));
-  c.rope_base = static_cast<float>(get_float_or(f, p + "rope.freq_base", 10000.0));
+  // Every size is bounded before it is multiplied: a head count of 2^60 + 4 times a
+  // head size of 64 wraps int64 to a small number that would pass the tensor-shape
+  // checks and crash the forward pass. The bounds are far above any released model.
+  const auto sized = [&](const std::string& key, int64_t v, int64_t hi) {
+    require(v > 0 && v <= hi, f, "key " + key + " = " + std::to_string(v) + " is outside [1, " + std::to_string(hi) + "]");
+    return v;
+  };
+  c.n_embd = sized(p + "embedding_length", get_int(f, p + "embedding_length"), kMaxEmbd);
+  c.n_layer = sized(p + "block_count", get_int(f, p + "block_count"), kMaxLayers);
+  c.n_head = sized(p + "attention.head_count", get_int(f, p + "attention.head_count"), kMaxHeads);
+  c.n_head_kv = sized(p + "attention.head_count_kv", get_int_or(f, p + "attention.head_count_kv", c.n_head), kMaxHeads);
+  c.n_ctx_train = sized(p + "context_length", get_int_or(f, p + "context_length", 4096), kMaxContext);
   c.n_expert = get_int_or(f, p + "expert_count", 0);
   c.n_expert_used = get_int_or(f, p + "expert_used_count", 0);
   require(c.n_expert >= 1, f, "key " + p + "expert_count is missing or 0: this is not a MoE model (moeflow runs MoE models)");
+  sized(p + "expert_count", c.n_expert, kMaxExperts);
   require(c.n_expert_used >= 1 && c.n_expert_used <= c.n_expert, f,
           "key " + p + "expert_used_count = " + std::to_string(c.n_expert_used) +
               " must be between 1 and expert_count = " + std::to_string(c.n_expert));
-  require(c.n_embd > 0 && c.n_embd <= (1 << 20), f, "key " + p + "embedding_length out of range");
-  require(c.n_layer > 0 && c.n_layer <= 1024, f, "key " + p + "block_count out of range");
-  require(c.n_head > 0 && c.n_head_kv > 0 && c.n_head % c.n_head_kv == 0, f,
+  require(c.n_head % c.n_head_kv == 0, f,
           "keys " + p + "attention.head_count (" + std::to_string(c.n_head) + ") must be a positive multiple of " +
               p + "attention.head_count_kv (" + std::to_string(c.n_head_kv) + ")");
-  c.head_dim = get_int_or(f, p + "attention.key_length", c.n_embd / c.n_head);
+  c.head_dim = sized(p + "attention.key_length", get_int_or(f, p + "attention.key_length", c.n_embd / c.n_head), kMaxHeadDim);
   const int64_t v_len = get_int_or(f, p + "attention.value_length", c.head_dim);
   require(v_len == c.head_dim, f, "key " + p + "attention.value_length differs from key_length (unsupported)");
-  require(c.head_dim > 0 && c.head_dim % 2 == 0, f, "key " + p + "attention.key_length must be positive and even");
+  require(c.head_dim % 2 == 0, f, "key " + p + "attention.key_length must be positive and even");
+  // Both factors are bounded above, so the product cannot overflow.
+  require(c.n_head * c.head_dim <= kMaxEmbd, f,
+          "keys " + p + "attention.head_count x attention.key_length = " + std::to_string(c.n_head * c.head_dim) +
+              " exceeds " + std::to_string(kMaxEmbd));
   c.rot_dim = get_int_or(f, p + "rope.dimension_count", c.head_dim);
   require(c.rot_dim > 0 && c.rot_dim <= c.head_dim && c.rot_dim % 2 == 0, f,
           "key " + p + "rope.dimension_count must be even and at most the head size");
   c.n_ff_expert = get_int_or(f, p + "expert_feed_forward_length", 0);
   if (c.n_ff_expert == 0) c.n_ff_expert = get_int(f, p + "feed_forward_length");
-  require(c.n_ff_expert > 0, f, "expert feed-forward length must be positive");
+  sized(p + "expert_feed_forward_length", c.n_ff_expert, kMaxFeedForward);
+  // Scalars: NaN, infinite, zero or negative values all ran to "success" with token 0
+  // repeated (NaN activations); the epsilon is added to a mean of squares, so it must
+  // be positive, and RoPE's theta_i = base^(-2i/d) needs a positive finite base.
+  const double eps = get_float_or(f, p + "attention.layer_norm_rms_epsilon", 1e-5);
+  require(std::isfinite(eps) && eps > 0 && eps <= 1, f,
+          "key " + p + "attention.layer_norm_rms_epsilon = " + std::to_string(eps) + " must be in (0, 1]");
+  c.rms_eps = static_cast<float>(eps);
+  const double base = get_float_or(f, p + "rope.freq_base", 10000.0);
+  require(std::isfinite(base) && base > 0 && base <= 1e12, f,
+          "key " + p + "rope.freq_base = " + std::to_string(base) + " must be positive and finite (at most 1e12)");
+  c.rope_base = static_cast<float>(base);
   // The vocabulary size comes from the embedding tensor (checked in model_weights).
   c.n_vocab = 0;
   return c;

@@ -34,6 +34,17 @@ struct ModelConfig {
   QkNorm qk_norm = QkNorm::None;
 };
 
+// Bounds on every size read from a file: far above any released model, and low enough
+// that products of two of them (heads x head size, experts x feed-forward) stay far
+// from int64 overflow.
+constexpr int64_t kMaxEmbd = 1 << 20;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxHeads = 4096;
+constexpr int64_t kMaxHeadDim = 4096;
+constexpr int64_t kMaxExperts = 1 << 16;
+constexpr int64_t kMaxFeedForward = 1 << 20;
+constexpr int64_t kMaxContext = 1 << 24;
+
 // Throws InputError naming the key when a required one is missing, has the wrong
 // type or an impossible value (e.g. head_count not dividing, top-k > expert count).
 ModelConfig read_model_config(const gguf::GgufFile& f);

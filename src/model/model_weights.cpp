@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "kernels/cpu/rows_x4_vnni.h"
+#include "tensor/finite_check.h"
 #include "tensor/rows_x4.h"
 
 namespace moeflow {
@@ -54,7 +55,17 @@ StackedExperts experts(const gguf::GgufFile& f, const std::string& name, int64_t
   return s;
 }
 
+bool is_expert_tensor(const std::string& name) { return name.find("_exps.") != std::string::npos; }
+
 }  // namespace
+
+void check_finite_weights(const gguf::GgufFile& f, const gguf::TensorInfo& t) {
+  const int64_t bad = first_non_finite(t.dtype, t.data, static_cast<int64_t>(t.n_elements()));
+  if (bad < 0) return;
+  throw InputError(f.path() + ": tensor '" + t.name + "' holds NaN or an infinity at element " + std::to_string(bad) +
+                   (dtype_is_quantized(t.dtype) ? " (its block's scale)" : "") + ", file offset " +
+                   std::to_string(t.file_offset) + " + " + std::to_string(bad / dtype_info(t.dtype).block_size * dtype_info(t.dtype).type_size));
+}
 
 std::unique_ptr<Model> Model::load(const std::string& path) {
   auto m = std::unique_ptr<Model>(new Model());
@@ -98,6 +109,11 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
                       static_cast<uint64_t>(c.n_expert);
     w.layers.push_back(std::move(L));
   }
+  // Dense weights are read by every token: a NaN there is checked now. Expert tensors
+  // are checked as make_resident copies them (an offloaded run streams them from the
+  // file; a NaN there shows up as non-finite logits, which the sampler reports).
+  for (const auto& t : f.tensors())
+    if (!is_expert_tensor(t.name)) check_finite_weights(f, t);
   uint64_t total = 0;
   for (const auto& t : f.tensors()) total += t.nbytes;
   w.dense_bytes = total - w.expert_bytes;
@@ -113,16 +129,17 @@ void Model::make_resident(bool include_experts, bool repack) {
     std::vector<MatrixRef*> refs;  // every matrix reading the range (data, and dtype when repacked)
     int64_t n_matrices;            // stacked experts: one matrix per expert
     bool rows_only;                // read row by row (the embedding lookup): keep GGUF's layout
+    bool experts;                  // stacked experts
   };
   std::vector<Range> ranges;
-  auto add = [&](MatrixRef& m, int64_t n_matrices, bool rows_only) {
+  auto add = [&](MatrixRef& m, int64_t n_matrices, bool rows_only, bool experts = false) {
     for (Range& r : ranges)
       if (r.src == m.data) {
         r.refs.push_back(&m);
         r.rows_only = r.rows_only || rows_only;
         return;
       }
-    ranges.push_back({m.data, m.bytes() * static_cast<size_t>(n_matrices), {&m}, n_matrices, rows_only});
+    ranges.push_back({m.data, m.bytes() * static_cast<size_t>(n_matrices), {&m}, n_matrices, rows_only, experts});
   };
   ModelWeights& w = weights_;
   add(w.tok_embd, 1, true);
@@ -130,7 +147,7 @@ void Model::make_resident(bool include_experts, bool repack) {
   for (LayerWeights& L : w.layers) {
     for (MatrixRef* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate_inp}) add(*m, 1, false);
     if (include_experts)
-      for (StackedExperts* e : {&L.gate_exps, &L.up_exps, &L.down_exps}) add(e->first, e->n_expert, false);
+      for (StackedExperts* e : {&L.gate_exps, &L.up_exps, &L.down_exps}) add(e->first, e->n_expert, false, true);
   }
   constexpr size_t kAlign = 64;
   size_t total = 0;
@@ -144,6 +161,9 @@ void Model::make_resident(bool include_experts, bool repack) {
   uint8_t* dst = region->data();
   for (Range& r : ranges) {
     const MatrixRef& m = *r.refs.front();
+    if (r.experts)  // not checked at load (see Model::load)
+      for (const gguf::TensorInfo& t : file_->tensors())
+        if (t.data == r.src) check_finite_weights(*file_, t);
     // q4_0 / q8_0 for the VNNI kernels: rows interleaved in fours (tensor/rows_x4.h
     // says why).
     if (repack && !r.rows_only && rows_x4_type(m.dtype) != m.dtype && rows_x4_fits(m.rows, m.cols)) {

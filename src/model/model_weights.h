@@ -55,6 +55,10 @@ struct ModelWeights {
   uint64_t dense_bytes = 0, expert_bytes = 0;
 };
 
+// Throws InputError naming the tensor if it holds NaN or an infinity (floats: any
+// element; q8_0 / q4_0: a block scale).
+void check_finite_weights(const gguf::GgufFile& f, const gguf::TensorInfo& t);
+
 class Model {
  public:
   // Opens, validates and binds; throws InputError naming the file and tensor.

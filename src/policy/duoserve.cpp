@@ -21,8 +21,31 @@ using binio::put;
 
 }  // namespace
 
+namespace {
+
+// Refuses a shape whose tables would not fit in memory before anything is allocated
+// (a one-line trace naming layer 255 and 1024 experts asked for 2.1 GB of affinity
+// counts, and the ExpertMLP's first layer grows with layers x experts).
+DuoserveStats checked_stats(int32_t n_layer, int32_t n_expert, int32_t top_k, const DuoserveOptions& opt) {
+  const std::string what = "DuoServe predictor";
+  DuoserveStats::check_shape(n_layer, n_expert, what);
+  if (top_k < 1 || top_k > n_expert)
+    throw InputError(what + ": top-" + std::to_string(top_k) + " of " + std::to_string(n_expert) + " experts");
+  uint64_t params = 0, prev = static_cast<uint64_t>(state_size(n_layer, n_expert));
+  for (int32_t w : opt.mlp.widths) params += prev * static_cast<uint64_t>(w), prev = static_cast<uint64_t>(w);
+  params += prev * static_cast<uint64_t>(n_expert);
+  constexpr uint64_t kMaxMlpBytes = 2ull << 30;  // parameters, gradients and two Adam moments
+  if (opt.epochs > 0 && params * 4 * sizeof(float) > kMaxMlpBytes)
+    throw InputError(what + ": an ExpertMLP for " + std::to_string(n_layer) + " layers x " + std::to_string(n_expert) +
+                     " experts would take " + std::to_string(params * 4 * sizeof(float) >> 20) + " MiB to train (limit " +
+                     std::to_string(kMaxMlpBytes >> 20) + " MiB); give smaller --widths");
+  return DuoserveStats(n_layer, n_expert);
+}
+
+}  // namespace
+
 DuoservePredictor::DuoservePredictor(int32_t n_layer, int32_t n_expert, int32_t top_k, DuoserveOptions opt)
-    : top_k_(top_k), opt_(std::move(opt)), stats_(n_layer, n_expert) {}
+    : top_k_(top_k), opt_(std::move(opt)), stats_(checked_stats(n_layer, n_expert, top_k, opt_)) {}
 
 void DuoservePredictor::observe(const ActivationPath& path) {
   stats_.add(path);
@@ -110,19 +133,16 @@ void DuoservePredictor::load(std::istream& in, const std::string& what) {
   if (!in.read(magic, sizeof magic) || std::memcmp(magic, kMagic, sizeof magic) != 0)
     throw InputError(what + ": not a DuoServe policy state (written by `moeflow train-predictor`)");
   const int32_t k = get<int32_t>(in, what);
+  if (k != top_k_)
+    throw InputError(what + ": DuoServe state is for top-" + std::to_string(k) + " routing, the model routes top-" +
+                     std::to_string(top_k_));
   DuoserveStats s;
-  s.load(in, what);
-  if (k != top_k_ || s.n_layer() != n_layer() || s.n_expert() != n_expert())
-    throw InputError(what + ": DuoServe state is for " + std::to_string(s.n_layer()) + " layers x " +
-                     std::to_string(s.n_expert()) + " experts top-" + std::to_string(k) + ", the model has " +
-                     std::to_string(n_layer()) + " x " + std::to_string(n_expert()) + " top-" + std::to_string(top_k_));
+  s.load(in, what, n_layer(), n_expert());  // checks the shape against the model before allocating
   const uint8_t trained = get<uint8_t>(in, what);
   if (trained > 1) throw InputError(what + ": DuoServe state has a bad 'trained' flag");
   ExpertMlp mlp;
   if (trained) {
-    mlp.load(in, what);
-    if (mlp.n_in() != state_size(n_layer(), n_expert()) || mlp.n_out() != n_expert())
-      throw InputError(what + ": ExpertMLP shape does not match the model");
+    mlp.load(in, what, static_cast<int32_t>(state_size(n_layer(), n_expert())), n_expert());
   }
   if (in.peek() != std::char_traits<char>::eof()) throw InputError(what + ": trailing bytes after the DuoServe state");
   stats_ = std::move(s);

@@ -1,6 +1,7 @@
 #include "policy/duoserve_stats.h"
 
 #include <algorithm>
+#include <cmath>
 #include <istream>
 #include <ostream>
 
@@ -68,15 +69,36 @@ void DuoserveStats::save(std::ostream& o) const {
   o.write(reinterpret_cast<const char*>(aff_.data()), static_cast<std::streamsize>(aff_.size() * sizeof(double)));
 }
 
-void DuoserveStats::load(std::istream& in, const std::string& what) {
+void DuoserveStats::check_shape(int32_t n_layer, int32_t n_expert, const std::string& what) {
+  if (n_layer <= 0 || n_expert <= 0 || n_layer > 4096 || n_expert > 65536)
+    throw InputError(what + ": DuoServe statistics for " + std::to_string(n_layer) + " layers x " + std::to_string(n_expert) +
+                     " experts: shape out of range");
+  const uint64_t cells = static_cast<uint64_t>(n_layer) * static_cast<uint64_t>(n_expert) * (1 + static_cast<uint64_t>(n_expert));
+  if (cells * sizeof(double) > kMaxBytes)
+    throw InputError(what + ": DuoServe's inter-layer affinity for " + std::to_string(n_layer) + " layers x " +
+                     std::to_string(n_expert) + " experts would take " + std::to_string(cells * sizeof(double) >> 20) +
+                     " MiB (limit " + std::to_string(kMaxBytes >> 20) + " MiB)");
+}
+
+void DuoserveStats::load(std::istream& in, const std::string& what, int32_t n_layer, int32_t n_expert) {
   const int32_t nl = get<int32_t>(in, what), ne = get<int32_t>(in, what);
   const int64_t np = get<int64_t>(in, what);
-  if (nl <= 0 || ne <= 0 || nl > 4096 || ne > 4096 || np < 0) throw InputError(what + ": DuoServe statistics shape out of range");
+  if (nl != n_layer || ne != n_expert)
+    throw InputError(what + ": DuoServe state is for " + std::to_string(nl) + " layers x " + std::to_string(ne) +
+                     " experts, the model has " + std::to_string(n_layer) + " x " + std::to_string(n_expert));
+  if (np < 0) throw InputError(what + ": DuoServe statistics count " + std::to_string(np) + " paths");
+  check_shape(nl, ne, what);
+  const uint64_t cells = static_cast<uint64_t>(nl) * static_cast<uint64_t>(ne) +
+                         static_cast<uint64_t>(std::max(nl - 1, 0)) * static_cast<uint64_t>(ne) * static_cast<uint64_t>(ne);
+  binio::need(in, cells * sizeof(double), what + ": DuoServe statistics");
   *this = DuoserveStats(nl, ne);
   paths_ = np;
   for (std::vector<double>* v : {&pop_, &aff_})
     if (!in.read(reinterpret_cast<char*>(v->data()), static_cast<std::streamsize>(v->size() * sizeof(double))))
       throw InputError(what + ": truncated DuoServe statistics");
+  for (const std::vector<double>* v : {&pop_, &aff_})
+    for (double x : *v)
+      if (!(x >= 0 && std::isfinite(x))) throw InputError(what + ": DuoServe statistics hold a negative or non-finite count");
 }
 
 int64_t state_size(int32_t n_layer, int32_t n_expert) {

@@ -36,7 +36,13 @@ class DuoserveStats {
   std::vector<float> affinity(int32_t layer, const std::vector<int32_t>& from) const;
 
   void save(std::ostream& out) const;
-  void load(std::istream& in, const std::string& what);
+  // Reads a state saved for n_layer x n_expert; throws InputError (naming `what`) for a
+  // different shape before allocating anything, and for a truncated stream.
+  void load(std::istream& in, const std::string& what, int32_t n_layer, int32_t n_expert);
+  // Throws InputError when the tables for this shape would exceed kMaxBytes (the
+  // inter-layer affinity is n_layer x n_expert^2 doubles).
+  static void check_shape(int32_t n_layer, int32_t n_expert, const std::string& what);
+  static constexpr uint64_t kMaxBytes = 1ull << 30;
 
  private:
   int32_t n_layer_ = 0, n_expert_ = 0;

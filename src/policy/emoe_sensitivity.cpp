@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/atomic_file.h"
 #include "base/error.h"
 #include "format/trace.h"
 
@@ -114,12 +115,7 @@ void save_task_profiles(const std::string& path, const std::vector<TaskProfile>&
     text += "    " + j.dump() + (i + 1 < profiles.size() ? ",\n" : "\n");
   }
   text += "  ]\n}\n";
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!(f << text) || !f.flush()) throw InputError(tmp + ": cannot write task profiles");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw InputError(path + ": cannot replace the task profiles");
+  write_file_atomic(path, text);
 }
 
 }  // namespace moeflow

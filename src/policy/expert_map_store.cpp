@@ -8,6 +8,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "policy/binary_io.h"
 
 namespace moeflow {
 
@@ -144,6 +145,9 @@ void ExpertMapStore::load(std::istream& in) {
     const std::string at = "map " + std::to_string(i);
     const auto dim = get<uint64_t>(in, "embedding size");
     if (dim > kMaxSemDim) bad(at + ": embedding size " + std::to_string(dim) + " is implausible");
+    const uint64_t need = (dim + static_cast<uint64_t>(n_layer_) * static_cast<uint64_t>(n_expert_)) * sizeof(float);
+    if (need > binio::bytes_left(in))
+      bad("truncated file: " + at + " needs " + std::to_string(need) + " more bytes");
     maps[i].sem.resize(dim);
     get_floats(in, maps[i].sem, at + " embedding");
     maps[i].probs.resize(static_cast<size_t>(n_layer_) * static_cast<size_t>(n_expert_));

@@ -283,19 +283,29 @@ void ExpertMlp::save(std::ostream& o) const {
   o.write(reinterpret_cast<const char*>(running_.data()), static_cast<std::streamsize>(running_.size() * sizeof(float)));
 }
 
-void ExpertMlp::load(std::istream& in, const std::string& what) {
+void ExpertMlp::load(std::istream& in, const std::string& what, int32_t n_in, int32_t n_out) {
   const int32_t ni = get<int32_t>(in, what), no = get<int32_t>(in, what), nw = get<int32_t>(in, what);
-  if (ni <= 0 || no <= 0 || ni > (1 << 20) || no > (1 << 16) || nw < 0 || nw > 64)
-    throw InputError(what + ": ExpertMLP shape out of range");
+  if (ni != n_in || no != n_out)
+    throw InputError(what + ": ExpertMLP has " + std::to_string(ni) + " inputs and " + std::to_string(no) +
+                     " outputs, the model needs " + std::to_string(n_in) + " and " + std::to_string(n_out));
+  if (nw < 0 || nw > 64) throw InputError(what + ": ExpertMLP has " + std::to_string(nw) + " hidden layers (0..64)");
   MlpConfig cfg;
   cfg.widths.clear();
+  // Parameters and running statistics the widths imply, counted before build()
+  // allocates them (four times over: parameters, gradients, two Adam moments).
+  uint64_t params = 0, running = 0, prev = static_cast<uint64_t>(ni);
   for (int32_t i = 0; i < nw; ++i) {
     const int32_t w = get<int32_t>(in, what);
-    if (w <= 0 || w > (1 << 16)) throw InputError(what + ": ExpertMLP hidden width out of range");
+    if (w <= 0 || w > (1 << 16)) throw InputError(what + ": ExpertMLP hidden width " + std::to_string(w) + " out of range");
     cfg.widths.push_back(w);
+    params += prev * static_cast<uint64_t>(w) + 2 * static_cast<uint64_t>(w);
+    running += 2 * static_cast<uint64_t>(w);
+    prev = static_cast<uint64_t>(w);
   }
+  params += prev * static_cast<uint64_t>(no) + static_cast<uint64_t>(no);
   cfg.dropout = get<float>(in, what);
   if (!(cfg.dropout >= 0 && cfg.dropout < 1)) throw InputError(what + ": ExpertMLP dropout out of range");
+  binio::need(in, (params + running) * sizeof(float), what + ": ExpertMLP weights");
   n_in_ = ni;
   n_out_ = no;
   cfg_ = cfg;
@@ -303,6 +313,8 @@ void ExpertMlp::load(std::istream& in, const std::string& what) {
   auto read_all = [&](std::vector<float>& v) {
     if (!in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float))))
       throw InputError(what + ": truncated ExpertMLP weights");
+    for (float x : v)
+      if (!std::isfinite(x)) throw InputError(what + ": ExpertMLP weights hold a non-finite value");
   };
   read_all(params_);
   read_all(running_);

@@ -48,8 +48,10 @@ class ExpertMlp {
 
   // Exact binary form (widths, dropout, parameters, batch-norm running statistics).
   void save(std::ostream& out) const;
-  // Throws InputError (naming `what`) for a truncated or inconsistent stream.
-  void load(std::istream& in, const std::string& what);
+  // Reads a network with n_in inputs and n_out outputs. Throws InputError (naming
+  // `what`) for another shape before allocating anything, for widths whose parameters
+  // the stream cannot hold, and for a truncated or inconsistent stream.
+  void load(std::istream& in, const std::string& what, int32_t n_in, int32_t n_out);
 
  private:
   struct Layer {

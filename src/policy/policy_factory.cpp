@@ -1,5 +1,6 @@
 #include "policy/policy_factory.h"
 
+#include <filesystem>
 #include <fstream>
 
 #include "base/error.h"
@@ -20,6 +21,7 @@ std::unique_ptr<ExpertPolicy> baseline(const char* name, const ExpertGeometry& g
 struct Registered {
   const char* name;
   Maker make;
+  bool keeps_state = false;  // save/load carry learned state
 };
 
 // Every policy the engine and the simulator can run, one line each. (`belady` needs
@@ -29,10 +31,10 @@ const Registered kPolicies[] = {
     {"lfu", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("lfu", g); }},
     {"on-demand", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("on-demand", g); }},
     {"next-layer", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("next-layer", g); }},
-    {"duoserve", [](const ExpertGeometry& g, const PolicyOptions&) { return make_duoserve_policy(g); }},
-    {"moe-infinity", [](const ExpertGeometry& g, const PolicyOptions&) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<MoeInfinityPolicy>(g); }},
-    {"emoe", [](const ExpertGeometry& g, const PolicyOptions& o) { return make_emoe_policy(g, o); }},
-    {"fmoe", [](const ExpertGeometry& g, const PolicyOptions& o) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<FmoePolicy>(g, FmoeOptions{.async = o.async_matching}); }},
+    {"duoserve", [](const ExpertGeometry& g, const PolicyOptions&) { return make_duoserve_policy(g); }, true},
+    {"moe-infinity", [](const ExpertGeometry& g, const PolicyOptions&) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<MoeInfinityPolicy>(g); }, true},
+    {"emoe", [](const ExpertGeometry& g, const PolicyOptions& o) { return make_emoe_policy(g, o); }, true},
+    {"fmoe", [](const ExpertGeometry& g, const PolicyOptions& o) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<FmoePolicy>(g, FmoeOptions{.async = o.async_matching}); }, true},
 };
 
 }  // namespace
@@ -41,6 +43,12 @@ std::vector<std::string> policy_names() {
   std::vector<std::string> out;
   for (const Registered& r : kPolicies) out.emplace_back(r.name);
   return out;
+}
+
+bool policy_keeps_state(const std::string& name) {
+  for (const Registered& r : kPolicies)
+    if (name == r.name) return r.keeps_state;
+  return false;
 }
 
 std::unique_ptr<ExpertPolicy> make_policy(const std::string& name, const ExpertGeometry& g, const PolicyOptions& opt) {
@@ -53,6 +61,12 @@ std::unique_ptr<ExpertPolicy> make_policy(const std::string& name, const ExpertG
     throw InputError("unknown policy '" + name + "' (known: all, " + known + ")");
   }
   if (!opt.state_path.empty()) {
+    if (!policy_keeps_state(name))
+      throw InputError("policy '" + name + "' keeps no learned state: the policy state '" + opt.state_path +
+                       "' would be ignored (states belong to duoserve, emoe, fmoe and moe-infinity)");
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(opt.state_path, ec))
+      throw InputError(opt.state_path + ": policy state is not a regular file (or does not exist)");
     std::ifstream in(opt.state_path, std::ios::binary);
     if (!in) throw InputError(opt.state_path + ": cannot open policy state");
     p->load(in);

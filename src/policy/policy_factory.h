@@ -25,6 +25,9 @@ struct PolicyOptions {
 // Throws InputError listing the known names when `name` is unknown.
 std::unique_ptr<ExpertPolicy> make_policy(const std::string& name, const ExpertGeometry& g,
                                           const PolicyOptions& opt = {});
+// Whether the policy learns state that --policy-state / --policy-state-out carry
+// (make_policy refuses a state_path for one that does not).
+bool policy_keeps_state(const std::string& name);
 // Names accepted by make_policy, for help texts.
 std::vector<std::string> policy_names();
 

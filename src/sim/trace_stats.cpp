@@ -2,13 +2,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
+#include <string>
+#include <unordered_map>
+
+#include "base/error.h"
 
 namespace moeflow {
 
 namespace {
 
 using Matrix = std::vector<std::vector<double>>;
+
+constexpr double kMaxTableBytes = 256.0 * (1 << 20);
 
 Matrix zeros(int32_t rows, int32_t cols) {
   return Matrix(static_cast<size_t>(rows), std::vector<double>(static_cast<size_t>(cols), 0.0));
@@ -34,8 +41,23 @@ TraceStats compute_trace_stats(const Trace& t) {
   s.dropped_rows = t.dropped_rows;
   const int32_t L = t.n_layer, E = t.n_expert;
   Matrix pop = zeros(L, E);
-  // affinity[l][i][j]: expert i at layer l followed by j at layer l+1 (same token).
-  std::vector<Matrix> affinity(static_cast<size_t>(std::max(L - 1, 0)), zeros(E, E));
+  // successors[l * E + i][j]: expert i at layer l followed by j at layer l+1 (same
+  // token). Sparse: a dense L x E x E table is 8.4 GB at 4096 x 4096 experts and
+  // would be allocated for a one-line trace; the counts present are at most the
+  // trace's routed pairs.
+  std::unordered_map<int64_t, std::map<int32_t, double>> successors;
+  // One L x E table per task: refuse before allocating them when a trace names so many
+  // tasks that they would not fit in a reasonable amount of memory.
+  {
+    std::set<std::string> tasks;
+    for (const TraceRequest& rq : t.requests)
+      if (!rq.task.empty()) tasks.insert(rq.task);
+    const double bytes = static_cast<double>(tasks.size() + 1) * L * E * sizeof(double);
+    if (bytes > kMaxTableBytes)
+      throw InputError(t.path + ": " + std::to_string(tasks.size()) + " tasks x " + std::to_string(L) + " layers x " +
+                       std::to_string(E) + " experts: the per-task popularity tables would take " +
+                       std::to_string(static_cast<int64_t>(bytes / (1 << 20))) + " MiB");
+  }
   double overlap_sum = 0;
   int64_t overlap_n = 0;
 
@@ -68,9 +90,10 @@ TraceStats compute_trace_stats(const Trace& t) {
           if (l + 1 < L) {
             const TraceRecord& next = it.layers[static_cast<size_t>(l) + 1];
             if (tok < next.experts.size())
-              for (int32_t i : r.experts[tok])
-                for (int32_t j : next.experts[tok])
-                  affinity[static_cast<size_t>(l)][static_cast<size_t>(i)][static_cast<size_t>(j)] += 1;
+              for (int32_t i : r.experts[tok]) {
+                auto& succ = successors[static_cast<int64_t>(l) * E + i];
+                for (int32_t j : next.experts[tok]) succ[j] += 1;
+              }
           }
         }
       }
@@ -120,7 +143,7 @@ TraceStats compute_trace_stats(const Trace& t) {
   // Affinity: for each token and layer, does the strongest successor of its experts
   // land in the next layer's top-k? (In-sample: the counts include the token itself.)
   int64_t hit = 0, n = 0;
-  std::vector<double> score(static_cast<size_t>(E));
+  std::map<int32_t, double> score;
   for (const TraceRequest& rq : t.requests)
     for (const TraceIteration& it : rq.iterations)
       for (int32_t l = 0; l + 1 < L; ++l) {
@@ -128,10 +151,15 @@ TraceStats compute_trace_stats(const Trace& t) {
         const auto& next = it.layers[static_cast<size_t>(l) + 1].experts;
         for (size_t tok = 0; tok < cur.size() && tok < next.size(); ++tok) {
           if (cur[tok].empty() || next[tok].empty()) continue;
-          std::fill(score.begin(), score.end(), 0.0);
+          score.clear();
           for (int32_t i : cur[tok])
-            for (int32_t j = 0; j < E; ++j) score[static_cast<size_t>(j)] += affinity[static_cast<size_t>(l)][static_cast<size_t>(i)][static_cast<size_t>(j)];
-          const int32_t best = static_cast<int32_t>(std::max_element(score.begin(), score.end()) - score.begin());
+            if (auto s_it = successors.find(static_cast<int64_t>(l) * E + i); s_it != successors.end())
+              for (const auto& [j, count] : s_it->second) score[j] += count;
+          // The lowest id among the highest scores (expert 0 when nothing follows).
+          int32_t best = 0;
+          double best_score = 0;
+          for (const auto& [j, v] : score)
+            if (v > best_score) best = j, best_score = v;
           hit += std::count(next[tok].begin(), next[tok].end(), best) > 0 ? 1 : 0;
           ++n;
         }
