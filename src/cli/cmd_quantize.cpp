@@ -21,6 +21,11 @@ uint32_t ftype_of(DType t) {
     case DType::Q4_0: return 2;
     case DType::Q8_0: return 7;
     case DType::BF16: return 32;
+    case DType::Q2_K: return 10;
+    case DType::Q3_K: return 12;  // Q3_K_M's id; a plain all-q3_k file has none of its own
+    case DType::Q4_K: return 15;  // likewise Q4_K_M
+    case DType::Q5_K: return 17;  // Q5_K_M
+    case DType::Q6_K: return 18;
     case DType::Q4_0_R4:
     case DType::Q8_0_R4: break;  // in-memory only; --type never names them
   }
