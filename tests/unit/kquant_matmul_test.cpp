@@ -109,6 +109,36 @@ TEST(KquantMatmul, MatvecVnniMatchesReference) {
   check_matvec(true);
 }
 
+// The AVX-512 dequantisation (Q4_K, Q6_K; what prefill's tiles and the generic mat-vec
+// use) against dequantize_row, bit for bit, on quantised and on random-byte blocks.
+TEST(KquantMatmul, Avx512DequantIsBitIdentical) {
+  if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  VnniSwitch sw(true);
+  std::mt19937 rng(3);
+  for (DType t : kKquants) {
+    const int64_t nb = 40;
+    std::vector<uint8_t> w = make_weights(t, 1, 256 * nb, rng);
+    std::vector<float> want(256 * nb), got(256 * nb);
+    for (int pass = 0; pass < 2; ++pass) {
+      if (pass == 1 && (t == DType::Q4_K || t == DType::Q6_K)) {
+        // Random bytes but the f16 super-block scales (kept finite from the quantiser):
+        // Q4_K's d, dmin at bytes 0-3, Q6_K's d at 208-209.
+        const size_t bs = static_cast<size_t>(dtype_info(t).type_size);
+        const size_t scale_at = t == DType::Q4_K ? 0 : 208, scale_len = t == DType::Q4_K ? 4 : 2;
+        for (int64_t b = 0; b < nb; ++b)
+          for (size_t i = 0; i < bs; ++i)
+            if (i < scale_at || i >= scale_at + scale_len) w[1 + static_cast<size_t>(b) * bs + i] = static_cast<uint8_t>(rng());
+      }
+      dequantize_row(t, w.data() + 1, want.data(), 256 * nb);
+      kquant_dequant(t, w.data() + 1, nb, got.data());
+      double max_err = 0;
+      for (size_t i = 0; i < want.size(); ++i) max_err = std::max(max_err, static_cast<double>(std::fabs(want[i] - got[i])));
+      if (pass == 1) std::printf("%s: kquant_dequant vs dequantize_row, max |error| %g\n", dtype_name(t), max_err);
+      EXPECT_EQ(max_err, 0.0) << dtype_name(t) << " pass " << pass;
+    }
+  }
+}
+
 // Prefill: the tiles dequantised through DequantSpan, every token against the reference.
 TEST(KquantMatmul, MatmulMatchesReference) {
   std::mt19937 rng(5);

@@ -11,6 +11,11 @@ namespace moeflow::cpu {
 
 bool kquant_vnni_type(DType t) { return (t == DType::Q4_K || t == DType::Q6_K) && q4_vnni_enabled(); }
 
+void kquant_dequant(DType t, const uint8_t* blocks, int64_t nb, float* y) {
+  if (q4_vnni_enabled() && kquant_avx512_dequant(t, blocks, nb, y)) return;
+  dequantize_row(t, blocks, y, nb * 256);
+}
+
 void kquant_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out) {
   kquant_vnni_pack_x(qx, dx, cols, out);
 }
@@ -38,7 +43,7 @@ void kquant_rows(DType t, const uint8_t* const* rows, int R, int64_t cols, const
     float acc = 0.0f;
     for (int64_t b = 0; b < cols / 256; ++b) {
       if (pf && r == 0) __builtin_prefetch(pf + static_cast<size_t>(b) * bs * static_cast<size_t>(R), 0, 0);
-      dequantize_row(t, rows[r] + static_cast<size_t>(b) * bs, w, 256);
+      kquant_dequant(t, rows[r] + static_cast<size_t>(b) * bs, 1, w);
       acc += dot_block(w, x + 256 * b);
     }
     out[r] = acc;

@@ -18,6 +18,10 @@ inline size_t kquant_x_bytes(int64_t cols) { return static_cast<size_t>(cols / 2
 // True when t's mat-vec rows take the VNNI kernel (and so want the packed activation).
 bool kquant_vnni_type(DType t);
 
+// Dequantises nb blocks of k-quant t into y, as dequantize_row does (bit-identical),
+// with AVX-512 where q4_vnni_enabled() and t has such a path (Q4_K, Q6_K).
+void kquant_dequant(DType t, const uint8_t* blocks, int64_t nb, float* y);
+
 // Packs qx (int16 per column) and dx (f32 per 32 columns) for the VNNI kernels into out
 // (64-byte aligned, kquant_x_bytes(cols) bytes).
 void kquant_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out);

@@ -18,10 +18,19 @@ struct alignas(64) PackedKq {
   uint8_t lo[256];     // qx & 255
   int32_t q6_off[16];  // lane 4k+v: -32 * sum of qx over 16-column sub-block 4v+k
   float q6_dx[16];     // lane 4k+v: dx of sub-block 4v+k's 32 columns
-  float q4_dx[16];     // lane 4k+v: dx of 32-column sub-block 2v+k/2
-  float q4_xsum[16];   // lane 4k+v: half the activation's sum over sub-block 2v+k/2
+  float q4_dx[16];     // lane 4k+v: dx of 32-column sub-block q4_lane_block(4k+v)
+  float q4_xsum[16];   // lane 4k+v: half the activation's sum over that sub-block
 };
 static_assert(sizeof(PackedKq) == kKquantXBlockBytes);
+
+// Q4_K's reduced lanes: vectors v = 0..3 are the low nibbles of qs[0..63], their high
+// nibbles, the low and high nibbles of qs[64..127]; a 64-byte load of nibbles holds
+// 32-column sub-blocks 4u (bytes 0-31, low), 4u+2 (bytes 32-63, low), 4u+1 and 4u+3
+// (high), u = v / 2. Lane 4k+v covers 128-bit lane k of vector v.
+constexpr int q4_lane_block(int lane) {
+  const int k = lane / 4, v = lane % 4;
+  return 4 * (v / 2) + v % 2 + 2 * (k / 2);
+}
 
 }  // namespace
 
@@ -40,7 +49,7 @@ void kquant_vnni_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_
     }
     for (int lane = 0; lane < 16; ++lane) {
       const int k4 = lane / 4, v = lane % 4;
-      const int s16 = 4 * v + k4, s32 = 2 * v + k4 / 2;
+      const int s16 = 4 * v + k4, s32 = q4_lane_block(lane);
       k.q6_off[lane] = -32 * sum16[s16];
       k.q6_dx[lane] = dx[s16 / 2];
       k.q4_dx[lane] = dx[s32];
@@ -76,48 +85,78 @@ struct LaneIndex {
   constexpr LaneIndex() : q4_scale{}, q4_min{}, q6{} {
     for (int lane = 0; lane < 16; ++lane) {
       const int k = lane / 4, v = lane % 4;
-      q4_scale[lane] = static_cast<uint8_t>(2 * v + k / 2);
-      q4_min[lane] = static_cast<uint8_t>(8 + 2 * v + k / 2);
+      q4_scale[lane] = static_cast<uint8_t>(q4_lane_block(lane));
+      q4_min[lane] = static_cast<uint8_t>(8 + q4_lane_block(lane));
       q6[lane] = static_cast<uint8_t>(4 * v + k);
     }
   }
 };
 constexpr LaneIndex kLanes;
 
+// Q4_K's 12 scale bytes as 8 scales (bytes 0-7) and 8 mins (bytes 8-15), as
+// kq_scale_min_k4 reads them: sub-blocks 0-3 keep 6 bits in s[0..7]; 4-7 their low 4
+// in the nibbles of s[8..11] and their top 2 in the top bits of s[0..7].
+struct Q4ScaleIndex {
+  alignas(16) uint8_t low[16], high[16];
+  constexpr Q4ScaleIndex() : low{}, high{} {
+    for (int i = 0; i < 4; ++i) {
+      low[i] = static_cast<uint8_t>(i);           // sc 0-3: s[i]
+      low[4 + i] = static_cast<uint8_t>(8 + i);   // sc 4-7: s[8+i] (low nibble)
+      low[8 + i] = static_cast<uint8_t>(4 + i);   // m 0-3: s[4+i]
+      low[12 + i] = static_cast<uint8_t>(8 + i);  // m 4-7: s[8+i] (high nibble)
+      high[i] = high[8 + i] = 0x80;               // none
+      high[4 + i] = static_cast<uint8_t>(i);      // sc 4-7: top bits of s[i]
+      high[12 + i] = static_cast<uint8_t>(4 + i); // m 4-7: top bits of s[4+i]
+    }
+  }
+};
+constexpr Q4ScaleIndex kQ4Scales;
+
+KQ_ATTR inline __m128i q4_k_scales_mins(const uint8_t* scales12, __m128i low_idx, __m128i high_idx) {
+  // 16 bytes: the 12 scale bytes and the first 4 quant bytes of the block, unused.
+  const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales12));
+  const __m128i a = _mm_shuffle_epi8(s, low_idx);
+  // Bytes 12-15 take the high nibble: shifted copy blended in.
+  const __m128i lo = _mm_and_si128(_mm_mask_blend_epi8(0xf000, a, _mm_srli_epi16(a, 4)),
+                                   _mm_set_epi32(0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f));
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(_mm_shuffle_epi8(s, high_idx), 2), _mm_set1_epi8(0x30));
+  return _mm_or_si128(lo, hi);
+}
+
 template <int R>
 KQ_ATTR void rows_q4_k(const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
   const __m512i nibble = _mm512_set1_epi8(0x0f);
   const __m128i sc_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q4_scale));
   const __m128i m_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q4_min));
+  const __m128i low_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kQ4Scales.low));
+  const __m128i high_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kQ4Scales.high));
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     if (pf) prefetch_nta(pf + b * R * static_cast<int64_t>(sizeof(BlockQ4_K)), R * sizeof(BlockQ4_K));
     const PackedKq& xb = x[b];
+    // The activation in the nibbles' order (q4_lane_block): columns 0-31 with 64-95 and
+    // 32-63 with 96-127 of each 128, once for the R rows.
     __m512i xh[4], xl[4];
-    for (int v = 0; v < 4; ++v) {
-      xh[v] = _mm512_load_si512(xb.hi + 64 * v);
-      xl[v] = _mm512_load_si512(xb.lo + 64 * v);
+    for (int u = 0; u < 2; ++u) {
+      const __m512i h0 = _mm512_load_si512(xb.hi + 128 * u), h1 = _mm512_load_si512(xb.hi + 128 * u + 64);
+      const __m512i l0 = _mm512_load_si512(xb.lo + 128 * u), l1 = _mm512_load_si512(xb.lo + 128 * u + 64);
+      xh[2 * u] = _mm512_shuffle_i64x2(h0, h1, 0x44);
+      xh[2 * u + 1] = _mm512_shuffle_i64x2(h0, h1, 0xee);
+      xl[2 * u] = _mm512_shuffle_i64x2(l0, l1, 0x44);
+      xl[2 * u + 1] = _mm512_shuffle_i64x2(l0, l1, 0xee);
     }
     const __m512 dx = _mm512_load_ps(xb.q4_dx), xsum = _mm512_load_ps(xb.q4_xsum);
     for (int r = 0; r < R; ++r) {
       const auto& blk = reinterpret_cast<const BlockQ4_K*>(rows[r])[b];
       __m512i s[4];
-      for (int v = 0; v < 4; ++v) {
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * v));
-        const __m512i w = _mm512_and_si512(
-            _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1), nibble);
-        s[v] = dot64(w, xh[v], xl[v]);
+      for (int u = 0; u < 2; ++u) {
+        const __m512i q = _mm512_loadu_si512(blk.qs + 64 * u);
+        s[2 * u] = dot64(_mm512_and_si512(q, nibble), xh[2 * u], xl[2 * u]);
+        s[2 * u + 1] = dot64(_mm512_and_si512(_mm512_srli_epi16(q, 4), nibble), xh[2 * u + 1], xl[2 * u + 1]);
       }
       const __m512i t = reduce_quads(s[0], s[1], s[2], s[3]);
-      // The 6-bit scales (bytes 0-7) and mins (bytes 8-15), as kq_scale_min_k4 reads them.
-      uint32_t u[3];
-      std::memcpy(u, blk.scales, 12);
-      const uint32_t sc_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
-      const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-      const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-      const __m128i sm = _mm_set_epi32(static_cast<int>(m_hi), static_cast<int>(m_lo), static_cast<int>(sc_hi),
-                                       static_cast<int>(sc_lo));
+      const __m128i sm = q4_k_scales_mins(blk.scales, low_idx, high_idx);
       const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(sm, sc_idx)));
       const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(sm, m_idx)));
       const __m512 d = _mm512_set1_ps(half_to_float(blk.d)), dmin = _mm512_set1_ps(half_to_float(blk.dmin));
@@ -167,6 +206,61 @@ KQ_ATTR void rows_q6_k(const uint8_t* const* rows, int64_t blocks, const PackedK
   for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
+// Dequantisation in AVX-512, bit-identical to dequantize_row: the same products in the
+// same order, and no contraction of a multiply and a subtract into one rounding.
+__attribute__((optimize("fp-contract=off"))) KQ_ATTR void dequant_q4_k(const BlockQ4_K* b, int64_t nb, float* y) {
+  const __m128i low_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kQ4Scales.low));
+  const __m128i high_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kQ4Scales.high));
+  for (int64_t i = 0; i < nb; ++i, y += 256) {
+    const __m128i sm = q4_k_scales_mins(b[i].scales, low_idx, high_idx);
+    const __m512 dd = _mm512_insertf32x8(_mm512_set1_ps(half_to_float(b[i].d)),
+                                         _mm256_set1_ps(half_to_float(b[i].dmin)), 1);
+    alignas(64) float f[16];  // d * scale (0-7), dmin * min (8-15)
+    _mm512_store_ps(f, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sm)), dd));
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * c));
+      const __m256i lo = _mm256_and_si256(q, _mm256_set1_epi8(0x0f));
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), _mm256_set1_epi8(0x0f));
+      for (int half = 0; half < 2; ++half) {
+        const __m256i n = half == 0 ? lo : hi;
+        const int j = 2 * c + half;
+        const __m512 d = _mm512_set1_ps(f[j]), m = _mm512_set1_ps(f[8 + j]);
+        for (int k = 0; k < 2; ++k) {
+          const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(k == 0 ? _mm256_castsi256_si128(n)
+                                                                           : _mm256_extracti128_si256(n, 1)));
+          _mm512_storeu_ps(y + 64 * c + 32 * half + 16 * k, _mm512_sub_ps(_mm512_mul_ps(d, qf), m));
+        }
+      }
+    }
+  }
+}
+
+__attribute__((optimize("fp-contract=off"))) KQ_ATTR void dequant_q6_k(const BlockQ6_K* b, int64_t nb, float* y) {
+  const __m512i nibble = _mm512_set1_epi8(0x0f), hi2 = _mm512_set1_epi8(0x30), k32 = _mm512_set1_epi8(32);
+  for (int64_t i = 0; i < nb; ++i, y += 256) {
+    alignas(64) float f[16];  // d * scale of each 16-weight sub-block
+    _mm512_store_ps(f, _mm512_mul_ps(_mm512_set1_ps(half_to_float(b[i].d)),
+                                     _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].scales))))));
+    for (int h = 0; h < 2; ++h) {
+      const __m512i ql = _mm512_loadu_si512(b[i].ql + 64 * h);
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qh + 32 * h));
+      const __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+      const __m512i w[2] = {
+          _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(ql, nibble), _mm512_and_si512(_mm512_slli_epi16(qh2, 4), hi2)), k32),
+          _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), nibble), _mm512_and_si512(qh2, hi2)), k32)};
+      for (int v = 0; v < 2; ++v) {
+        alignas(64) int8_t q[64];
+        _mm512_store_si512(q, w[v]);
+        for (int k = 0; k < 4; ++k) {  // 16 weights: sub-block 8h + 4v + k
+          const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(q + 16 * k))));
+          _mm512_storeu_ps(y + 128 * h + 64 * v + 16 * k, _mm512_mul_ps(_mm512_set1_ps(f[8 * h + 4 * v + k]), qf));
+        }
+      }
+    }
+  }
+}
+
 template <int R>
 void rows_r(DType t, const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
   if (t == DType::Q4_K) {
@@ -191,7 +285,21 @@ void kquant_vnni_rows(DType t, const uint8_t* const* rows, int R, int64_t blocks
   }
 }
 
+bool kquant_avx512_dequant(DType t, const uint8_t* blocks, int64_t nb, float* y) {
+  if (t == DType::Q4_K) {
+    dequant_q4_k(reinterpret_cast<const BlockQ4_K*>(blocks), nb, y);
+    return true;
+  }
+  if (t == DType::Q6_K) {
+    dequant_q6_k(reinterpret_cast<const BlockQ6_K*>(blocks), nb, y);
+    return true;
+  }
+  return false;
+}
+
 #else  // no VNNI kernel on this architecture: kquant_vnni_type() is false, never called
+
+bool kquant_avx512_dequant(DType, const uint8_t*, int64_t, float*) { return false; }
 
 void kquant_vnni_rows(DType, const uint8_t* const*, int, int64_t, const uint8_t*, float*, const uint8_t*) {
   throw std::logic_error("moeflow: kquant_vnni_rows without the VNNI kernel");

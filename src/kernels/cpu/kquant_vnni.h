@@ -31,4 +31,9 @@ void kquant_vnni_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_
 void kquant_vnni_rows(DType t, const uint8_t* const* rows, int R, int64_t blocks, const uint8_t* packed, float* out,
                       const uint8_t* pf);
 
+// nb blocks of t dequantised with AVX-512, bit-identical to dequantize_row; false (and
+// nothing written) for types without such a path (Q4_K and Q6_K have one).
+// REQUIRES q4_vnni_enabled().
+bool kquant_avx512_dequant(DType t, const uint8_t* blocks, int64_t nb, float* y);
+
 }  // namespace moeflow::cpu

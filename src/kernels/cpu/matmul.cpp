@@ -239,7 +239,7 @@ void DequantSpan(DType wt, const uint8_t* row, int64_t c0, int64_t n, float* HWY
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:  // c0, n multiples of 256 (kKc is)
-      dequantize_row(wt, row + c0 / 256 * dtype_info(wt).type_size, dst, n);
+      kquant_dequant(wt, row + c0 / 256 * dtype_info(wt).type_size, n / 256, dst);
       return;
     case DType::Q4_0_R4:
     case DType::Q8_0_R4:
