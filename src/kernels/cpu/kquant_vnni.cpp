@@ -1,10 +1,11 @@
-// Q4_K / Q6_K mat-vec rows with AVX-512 VNNI; see kquant_vnni.h for the arithmetic and
+// Q4_K / Q5_K / Q6_K mat-vec rows with AVX-512 VNNI; see kquant_vnni.h for the arithmetic and
 // vnni_target.h for how the file builds.
 #include "kernels/cpu/vnni_target.h"  // first: its pragmas must precede immintrin.h
 #include "kernels/cpu/kquant_vnni.h"
 
 #include <cstring>
 #include <stdexcept>
+#include <type_traits>
 
 #include "kernels/cpu/kquant_matvec.h"
 #include "tensor/kquants.h"
@@ -123,9 +124,25 @@ KQ_ATTR inline __m128i q4_k_scales_mins(const uint8_t* scales12, __m128i low_idx
   return _mm_or_si128(lo, hi);
 }
 
-template <int R>
-KQ_ATTR void rows_q4_k(const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
-  const __m512i nibble = _mm512_set1_epi8(0x0f);
+// Q5_K's fifth bit of 64-byte vector v (as Q4_K's vectors: sub-blocks 4u, 4u+2 in the
+// low nibbles, 4u+1, 4u+3 in the high ones, u = v / 2): qh[l] holds sub-block j's bit
+// at bit j, so bytes 0-31 of vector v test bit j0 of qh[0..31] and bytes 32-63 bit j0+2.
+struct Q5BitMasks {
+  alignas(64) uint8_t m[4][64];
+  constexpr Q5BitMasks() : m{} {
+    for (int v = 0; v < 4; ++v) {
+      const int j0 = 4 * (v / 2) + v % 2;
+      for (int i = 0; i < 64; ++i) m[v][i] = static_cast<uint8_t>(1u << (i < 32 ? j0 : j0 + 2));
+    }
+  }
+};
+constexpr Q5BitMasks kQ5Bits;
+
+// Q4_K rows, and Q5_K's (Q5: the same scales and nibbles, plus the fifth bits in qh).
+template <int R, bool Q5>
+KQ_ATTR void rows_q45_k(const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
+  using Block = std::conditional_t<Q5, BlockQ5_K, BlockQ4_K>;
+  const __m512i nibble = _mm512_set1_epi8(0x0f), k16 = _mm512_set1_epi8(16);
   const __m128i sc_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q4_scale));
   const __m128i m_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q4_min));
   const __m128i low_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kQ4Scales.low));
@@ -133,7 +150,7 @@ KQ_ATTR void rows_q4_k(const uint8_t* const* rows, int64_t blocks, const PackedK
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    if (pf) prefetch_nta(pf + b * R * static_cast<int64_t>(sizeof(BlockQ4_K)), R * sizeof(BlockQ4_K));
+    if (pf) prefetch_nta(pf + b * R * static_cast<int64_t>(sizeof(Block)), R * sizeof(Block));
     const PackedKq& xb = x[b];
     // The activation in the nibbles' order (q4_lane_block): columns 0-31 with 64-95 and
     // 32-63 with 96-127 of each 128, once for the R rows.
@@ -148,12 +165,20 @@ KQ_ATTR void rows_q4_k(const uint8_t* const* rows, int64_t blocks, const PackedK
     }
     const __m512 dx = _mm512_load_ps(xb.q4_dx), xsum = _mm512_load_ps(xb.q4_xsum);
     for (int r = 0; r < R; ++r) {
-      const auto& blk = reinterpret_cast<const BlockQ4_K*>(rows[r])[b];
+      const auto& blk = reinterpret_cast<const Block*>(rows[r])[b];
       __m512i s[4];
       for (int u = 0; u < 2; ++u) {
         const __m512i q = _mm512_loadu_si512(blk.qs + 64 * u);
-        s[2 * u] = dot64(_mm512_and_si512(q, nibble), xh[2 * u], xl[2 * u]);
-        s[2 * u + 1] = dot64(_mm512_and_si512(_mm512_srli_epi16(q, 4), nibble), xh[2 * u + 1], xl[2 * u + 1]);
+        __m512i w[2] = {_mm512_and_si512(q, nibble), _mm512_and_si512(_mm512_srli_epi16(q, 4), nibble)};
+        if constexpr (Q5) {
+          const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh)));
+          for (int k = 0; k < 2; ++k) {
+            const __mmask64 bit = _mm512_test_epi8_mask(qh, _mm512_load_si512(kQ5Bits.m[2 * u + k]));
+            w[k] = _mm512_mask_add_epi8(w[k], bit, w[k], k16);
+          }
+        }
+        s[2 * u] = dot64(w[0], xh[2 * u], xl[2 * u]);
+        s[2 * u + 1] = dot64(w[1], xh[2 * u + 1], xl[2 * u + 1]);
       }
       const __m512i t = reduce_quads(s[0], s[1], s[2], s[3]);
       const __m128i sm = q4_k_scales_mins(blk.scales, low_idx, high_idx);
@@ -264,7 +289,9 @@ __attribute__((optimize("fp-contract=off"))) KQ_ATTR void dequant_q6_k(const Blo
 template <int R>
 void rows_r(DType t, const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
   if (t == DType::Q4_K) {
-    rows_q4_k<R>(rows, blocks, x, out, pf);
+    rows_q45_k<R, false>(rows, blocks, x, out, pf);
+  } else if (t == DType::Q5_K) {
+    rows_q45_k<R, true>(rows, blocks, x, out, pf);
   } else {
     rows_q6_k<R>(rows, blocks, x, out, pf);
   }
@@ -274,7 +301,8 @@ void rows_r(DType t, const uint8_t* const* rows, int64_t blocks, const PackedKq*
 
 void kquant_vnni_rows(DType t, const uint8_t* const* rows, int R, int64_t blocks, const uint8_t* packed, float* out,
                       const uint8_t* pf) {
-  if (t != DType::Q4_K && t != DType::Q6_K) throw std::invalid_argument("moeflow: kquant_vnni_rows: not q4_k / q6_k");
+  if (t != DType::Q4_K && t != DType::Q5_K && t != DType::Q6_K)
+    throw std::invalid_argument("moeflow: kquant_vnni_rows: not q4_k, q5_k or q6_k");
   const auto* x = reinterpret_cast<const PackedKq*>(packed);
   switch (R) {
     case 1: rows_r<1>(t, rows, blocks, x, out, pf); return;

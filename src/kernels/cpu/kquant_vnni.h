@@ -1,10 +1,11 @@
-// Q4_K and Q6_K mat-vec rows in 8-bit integer dot products (AVX-512 VNNI), for CPUs
+// Q4_K, Q5_K and Q6_K mat-vec rows in 8-bit integer dot products (AVX-512 VNNI), for CPUs
 // with q4_vnni_enabled(); see kquant_matvec.h for the dispatch and q4_vnni.h for the
 // arithmetic they share: the activation is quantised to int16 per 32 columns and split
 // into bytes, x = 256*hi + lo (hi signed, lo unsigned), so that vpdpbusd computes
 // sum w*x exactly as 256*sum(w*hi) + sum(lo*w) with the weights' unsigned quants
-// (Q4_K 0..15, Q6_K 0..63). Q6_K's offset of 32 is taken off with a precomputed
-// 32*sum(x) per 16 columns; Q4_K's mins with the activation's sum per 32 columns.
+// (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63). Q6_K's offset of 32 is taken off with a precomputed
+// 32*sum(x) per 16 columns; Q4_K's and Q5_K's mins with the activation's sum per 32
+// columns. Q5_K is Q4_K's kernel with each byte's fifth bit added from qh.
 //
 // Per super-block of 256 columns a row's quants are four 64-byte vectors of 64
 // consecutive columns (Q4_K: a 32-byte load of nibbles and its high nibbles; Q6_K: low
@@ -26,8 +27,8 @@ namespace moeflow::cpu {
 // (kquant_x_bytes(cols), 64-byte aligned); both kernels read the same layout.
 void kquant_vnni_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out);
 
-// out[r] = row r times the packed activation over `blocks` super-blocks; t is Q4_K or
-// Q6_K, R 1..4. REQUIRES q4_vnni_enabled().
+// out[r] = row r times the packed activation over `blocks` super-blocks; t is Q4_K,
+// Q5_K or Q6_K, R 1..4. REQUIRES q4_vnni_enabled().
 void kquant_vnni_rows(DType t, const uint8_t* const* rows, int R, int64_t blocks, const uint8_t* packed, float* out,
                       const uint8_t* pf);
 
