@@ -194,7 +194,7 @@ KQ_ATTR void rows_q45_k(const uint8_t* const* rows, int64_t blocks, const Packed
 
 template <int R>
 KQ_ATTR void rows_q6_k(const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
-  const __m512i nibble = _mm512_set1_epi8(0x0f), hi2 = _mm512_set1_epi8(0x30);
+  const __m512i nibble = _mm512_set1_epi8(0x0f), hi2_lo2 = _mm512_set1_epi8(0x33);
   const __m128i sc_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q6));
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -215,9 +215,12 @@ KQ_ATTR void rows_q6_k(const uint8_t* const* rows, int64_t blocks, const PackedK
         const __m512i ql = _mm512_loadu_si512(blk.ql + 64 * h);
         const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
         // Second half pre-shifted by 2: columns 32-63 (and 96-127) take bits 2-3 (6-7).
-        const __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
-        const __m512i wa = _mm512_or_si512(_mm512_and_si512(ql, nibble), _mm512_and_si512(_mm512_slli_epi16(qh2, 4), hi2));
-        const __m512i wb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), nibble), _mm512_and_si512(qh2, hi2));
+        // Bits 0-1 and 4-5 of each byte: the high bits of vector wa (shifted up by 4) and wb.
+        const __m512i qhb = _mm512_and_si512(
+            _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1), hi2_lo2);
+        // Bits 0-3 from the nibble, 4-7 from the high bits (ternary logic 0xe4: c ? a : b).
+        const __m512i wa = _mm512_ternarylogic_epi32(ql, _mm512_slli_epi16(qhb, 4), nibble, 0xe4);
+        const __m512i wb = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), qhb, nibble, 0xe4);
         s[2 * h] = dot64(wa, xh[2 * h], xl[2 * h]);
         s[2 * h + 1] = dot64(wb, xh[2 * h + 1], xl[2 * h + 1]);
       }
