@@ -6,7 +6,7 @@
 // AVX-512 VNNI and the f32 Highway kernel) both are measured in the same run, and the
 // interleaved layout's kernel also as decode runs an expert's gate and up: two
 // matrices on one activation in one batch. The k-quants (when --cols is a multiple of
-// 256): Q4_K, Q5_K and Q6_K with their VNNI kernels and the generic one, the others generic.
+// 256): their VNNI kernels and the generic one.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

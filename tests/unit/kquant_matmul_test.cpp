@@ -1,6 +1,6 @@
 // Mat-vec and mat-mul products of k-quant weights against matvec_reference (each row
 // dequantised, dotted in double): the generic path (every k-quant; VNNI switched off)
-// and the VNNI kernels of kquant_vnni.h (Q4_K, Q5_K, Q6_K) on CPUs that have them.
+// and the VNNI kernels of kquant_vnni.h (every k-quant) on CPUs that have them.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -9,9 +9,7 @@
 
 namespace moeflow::cpu {
 
-bool kquant_vnni_type(DType t) {
-  return (t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K) && q4_vnni_enabled();
-}
+bool kquant_vnni_type(DType t) { return dtype_is_kquant(t) && q4_vnni_enabled(); }
 
 void kquant_dequant(DType t, const uint8_t* blocks, int64_t nb, float* y) {
   if (q4_vnni_enabled() && kquant_avx512_dequant(t, blocks, nb, y)) return;

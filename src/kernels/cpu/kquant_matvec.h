@@ -1,5 +1,5 @@
 // Mat-vec rows of k-quant weights (tensor/kquants.h). With AVX-512 VNNI (q4_vnni_enabled)
-// Q4_K, Q5_K and Q6_K rows take the integer kernels of kquant_vnni.h, which read the
+// every k-quant's rows take the integer kernels of kquant_vnni.h, which read the
 // activation quantised to int16 per 32 columns (matmul.cpp's QuantizeX16) and packed
 // by kquant_pack_x; every other case dequantises a super-block at a time into f32 and
 // dots it with x (the generic path: exact to f32 rounding, slower).

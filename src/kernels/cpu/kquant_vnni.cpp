@@ -1,4 +1,4 @@
-// Q4_K / Q5_K / Q6_K mat-vec rows with AVX-512 VNNI; see kquant_vnni.h for the arithmetic and
+// k-quant mat-vec rows with AVX-512 VNNI; see kquant_vnni.h for the arithmetic and
 // vnni_target.h for how the file builds.
 #include "kernels/cpu/vnni_target.h"  // first: its pragmas must precede immintrin.h
 #include "kernels/cpu/kquant_vnni.h"
@@ -289,12 +289,109 @@ __attribute__((optimize("fp-contract=off"))) KQ_ATTR void dequant_q6_k(const Blo
   }
 }
 
+// Q3_K's and Q2_K's quant bits for vector v (columns 64v..64v+63; half h = v / 2, j = v
+// % 2): 2-bit fields 2k of qs[32h + l] for quarters k = 2j (bytes 0-31) and 2j+1 (32-63);
+// Q3_K's third bit at bit 4h + k of hmask[l].
+struct Q3HighBits {
+  alignas(64) uint8_t m[4][64];
+  constexpr Q3HighBits() : m{} {
+    for (int v = 0; v < 4; ++v)
+      for (int i = 0; i < 64; ++i) m[v][i] = static_cast<uint8_t>(1u << (4 * (v / 2) + 2 * (v % 2) + (i < 32 ? 0 : 1)));
+  }
+};
+constexpr Q3HighBits kQ3High;
+// Q3_K's 16 6-bit scales (kq_scale_q3) from the 16 bytes at block offset 94 (the scales
+// sit at 96-107: indices 2-13): low 4 bits from byte 2 + j % 8 (high nibble for j >= 8),
+// top 2 bits from byte 10 + j % 4 at bit 2 * (j / 4).
+struct Q3ScaleIndex {
+  alignas(16) uint8_t low[16], high[16];
+  alignas(16) uint16_t shift[8];
+  constexpr Q3ScaleIndex() : low{}, high{}, shift{} {
+    for (int j = 0; j < 16; ++j) {
+      low[j] = static_cast<uint8_t>(2 + j % 8);
+      high[j] = static_cast<uint8_t>(10 + j % 4);
+    }
+    for (int w = 0; w < 8; ++w) shift[w] = static_cast<uint16_t>(2 * (w / 2));  // word w: j = 2w, 2w+1
+  }
+};
+constexpr Q3ScaleIndex kQ3Scales;
+
+// Q3_K (Q3) and Q2_K rows: 16-column sub-blocks in Q6_K's lane order (lane 4k+v is
+// sub-block 4v+k). Q3_K: (q - 4) with q's offset taken off as -4 * sum(x) per sub-block,
+// signed 6-bit scales; Q2_K: q with 4-bit scales and mins (mins against the activation's
+// sum per sub-block).
+template <int R, bool Q3>
+KQ_ATTR void rows_q23_k(const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
+  using Block = std::conditional_t<Q3, BlockQ3_K, BlockQ2_K>;
+  const __m512i k03 = _mm512_set1_epi8(0x03), k4 = _mm512_set1_epi8(4);
+  const __m128i lane_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q6));
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (pf) prefetch_nta(pf + b * R * static_cast<int64_t>(sizeof(Block)), R * sizeof(Block));
+    const PackedKq& xb = x[b];
+    __m512i xh[4], xl[4];
+    for (int v = 0; v < 4; ++v) {
+      xh[v] = _mm512_load_si512(xb.hi + 64 * v);
+      xl[v] = _mm512_load_si512(xb.lo + 64 * v);
+    }
+    const __m512i off32 = _mm512_load_si512(xb.q6_off);  // -32 * sum(qx) per sub-block
+    const __m512 dx = _mm512_load_ps(xb.q6_dx);
+    // Q2_K: the activation's sum per sub-block (dx * sum(qx)).
+    const __m512 xsum = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(off32), dx), _mm512_set1_ps(-1.0f / 32.0f));
+    for (int r = 0; r < R; ++r) {
+      const auto& blk = reinterpret_cast<const Block*>(rows[r])[b];
+      __m512i s[4];
+      __m512i hm;
+      if constexpr (Q3) hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.hmask)));
+      for (int h = 0; h < 2; ++h) {
+        const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * h));
+        const __m512i qs2 = _mm512_inserti64x4(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 2), 1);
+        for (int j = 0; j < 2; ++j) {
+          const int v = 2 * h + j;
+          __m512i w = _mm512_and_si512(j == 0 ? qs2 : _mm512_srli_epi16(qs2, 4), k03);
+          if constexpr (Q3) w = _mm512_mask_add_epi8(w, _mm512_test_epi8_mask(hm, _mm512_load_si512(kQ3High.m[v])), w, k4);
+          s[v] = dot64(w, xh[v], xl[v]);
+        }
+      }
+      const __m512i t = reduce_quads(s[0], s[1], s[2], s[3]);
+      if constexpr (Q3) {
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint8_t*>(&blk) + 94));
+        const __m128i a = _mm_shuffle_epi8(raw, _mm_load_si128(reinterpret_cast<const __m128i*>(kQ3Scales.low)));
+        const __m128i low = _mm_and_si128(_mm_mask_blend_epi8(0xff00, a, _mm_srli_epi16(a, 4)), _mm_set1_epi8(0x0f));
+        const __m128i hb = _mm_shuffle_epi8(raw, _mm_load_si128(reinterpret_cast<const __m128i*>(kQ3Scales.high)));
+        const __m128i high = _mm_and_si128(
+            _mm_srlv_epi16(hb, _mm_load_si128(reinterpret_cast<const __m128i*>(kQ3Scales.shift))), _mm_set1_epi8(0x03));
+        const __m128i sc6 = _mm_or_si128(low, _mm_slli_epi16(high, 4));
+        const __m512 sc = _mm512_cvtepi32_ps(
+            _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(sc6, lane_idx)), _mm512_set1_epi32(32)));
+        const __m512i tq = _mm512_add_epi32(t, _mm512_srai_epi32(off32, 3));  // -4 * sum(qx)
+        const __m512 d = _mm512_set1_ps(half_to_float(blk.d));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tq), _mm512_mul_ps(_mm512_mul_ps(sc, d), dx), acc[r]);
+      } else {
+        const __m128i sm = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)), lane_idx);
+        const __m512i smw = _mm512_cvtepu8_epi32(sm);
+        const __m512 sc = _mm512_cvtepi32_ps(_mm512_and_si512(smw, _mm512_set1_epi32(0x0f)));
+        const __m512 mn = _mm512_cvtepi32_ps(_mm512_srli_epi32(smw, 4));
+        const __m512 d = _mm512_set1_ps(half_to_float(blk.d)), dmin = _mm512_set1_ps(half_to_float(blk.dmin));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(_mm512_mul_ps(sc, d), dx), acc[r]);
+        acc[r] = _mm512_fnmadd_ps(_mm512_mul_ps(mn, dmin), xsum, acc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
 template <int R>
 void rows_r(DType t, const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
   if (t == DType::Q4_K) {
     rows_q45_k<R, false>(rows, blocks, x, out, pf);
   } else if (t == DType::Q5_K) {
     rows_q45_k<R, true>(rows, blocks, x, out, pf);
+  } else if (t == DType::Q3_K) {
+    rows_q23_k<R, true>(rows, blocks, x, out, pf);
+  } else if (t == DType::Q2_K) {
+    rows_q23_k<R, false>(rows, blocks, x, out, pf);
   } else {
     rows_q6_k<R>(rows, blocks, x, out, pf);
   }
@@ -304,8 +401,7 @@ void rows_r(DType t, const uint8_t* const* rows, int64_t blocks, const PackedKq*
 
 void kquant_vnni_rows(DType t, const uint8_t* const* rows, int R, int64_t blocks, const uint8_t* packed, float* out,
                       const uint8_t* pf) {
-  if (t != DType::Q4_K && t != DType::Q5_K && t != DType::Q6_K)
-    throw std::invalid_argument("moeflow: kquant_vnni_rows: not q4_k, q5_k or q6_k");
+  if (!dtype_is_kquant(t)) throw std::invalid_argument("moeflow: kquant_vnni_rows: not a k-quant");
   const auto* x = reinterpret_cast<const PackedKq*>(packed);
   switch (R) {
     case 1: rows_r<1>(t, rows, blocks, x, out, pf); return;
