@@ -5,7 +5,8 @@
 // than the caches), without a model. Where a CPU has a second kernel for a type (q4_0:
 // AVX-512 VNNI and the f32 Highway kernel) both are measured in the same run, and the
 // interleaved layout's kernel also as decode runs an expert's gate and up: two
-// matrices on one activation in one batch.
+// matrices on one activation in one batch. The k-quants (when --cols is a multiple of
+// 256): their VNNI kernels and the generic one.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +18,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "kernels/cpu/kquant_matvec.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/roofline.h"
@@ -97,7 +99,12 @@ int cmd_bench_kernels(int argc, char** argv) {
 
   const bool vnni = cpu::q4_vnni_enabled();
   std::vector<KernelRun> runs;
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}) {
+  std::vector<DType> types = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
+  if (cols % 256 == 0)
+    types.insert(types.end(), {DType::Q4_K, DType::Q6_K, DType::Q5_K, DType::Q3_K, DType::Q2_K});
+  else
+    std::fprintf(stderr, "note: --cols %lld is not a multiple of 256: no k-quant rows\n", static_cast<long long>(cols));
+  for (DType t : types) {
     // One matrix of random weights, copied as often as the streaming test needs (its
     // values do not matter for speed).
     const size_t rb = row_bytes(t, cols);
@@ -130,9 +137,11 @@ int cmd_bench_kernels(int argc, char** argv) {
       // Two matrices on one activation read together (rows_x4_quads_multi).
       kernels.push_back({"rows x4, pairs on one x", true, true, true});
     }
-    if (t == DType::Q4_0 && vnni) {
+    if ((t == DType::Q4_0 || cpu::kquant_vnni_type(t)) && vnni) {
       kernels.push_back({"avx512-vnni", true, false});
-      kernels.push_back({"f32 (" + target + ")", false, false});
+      kernels.push_back({dtype_is_kquant(t) ? "generic f32" : "f32 (" + target + ")", false, false});
+    } else if (dtype_is_kquant(t)) {
+      kernels.push_back({"generic f32", false, false});
     } else {
       kernels.push_back({(t == DType::Q8_0 ? "int16 (" : "f32 (") + target + ")", vnni, false});
     }

@@ -11,7 +11,8 @@ int cmd_make_model(int argc, char** argv) {
   Args a("make-model");
   a.flag("-o,--out", "output GGUF path (required)");
   a.flag("--arch", "mixtral | qwen3moe | olmoe", true, "mixtral");
-  a.flag("--dtype", "f32 | f16 | bf16 | q8_0 | q4_0 (big matrices)", true, "f32");
+  a.flag("--dtype", "f32 | f16 | bf16 | q8_0 | q4_0 | q2_k .. q6_k (big matrices; the k-quants need --embd, --ff "
+                    "and heads x head-dim multiples of 256)", true, "f32");
   a.flag("--vocab", "vocabulary size", true, "300");
   a.flag("--embd", "hidden size", true, "64");
   a.flag("--layers", "number of blocks", true, "2");
@@ -33,7 +34,7 @@ int cmd_make_model(int argc, char** argv) {
   else if (arch == "olmoe") s.arch = Arch::Olmoe;
   else throw UsageError("moeflow make-model: --arch must be mixtral, qwen3moe or olmoe, got '" + arch + "'");
   if (!dtype_from_name(a.str("--dtype"), s.dtype))
-    throw UsageError("moeflow make-model: --dtype must be f32, f16, bf16, q8_0 or q4_0, got '" + a.str("--dtype") + "'");
+    throw UsageError("moeflow make-model: --dtype must be f32, f16, bf16, q8_0, q4_0 or q2_k..q6_k, got '" + a.str("--dtype") + "'");
   s.n_vocab = a.integer("--vocab", 257, 1 << 20);
   s.n_embd = a.integer("--embd", 32, 1 << 16);
   s.n_layer = a.integer("--layers", 1, 256);

@@ -1,5 +1,7 @@
 #include "tensor/dtype.h"
 
+#include "tensor/kquants.h"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -13,6 +15,11 @@ constexpr DTypeInfo kF16{"f16", 1, 2};
 constexpr DTypeInfo kBF16{"bf16", 1, 2};
 constexpr DTypeInfo kQ8_0{"q8_0", 32, 34};
 constexpr DTypeInfo kQ4_0{"q4_0", 32, 18};
+constexpr DTypeInfo kQ2_K{"q2_k", 256, sizeof(BlockQ2_K)};
+constexpr DTypeInfo kQ3_K{"q3_k", 256, sizeof(BlockQ3_K)};
+constexpr DTypeInfo kQ4_K{"q4_k", 256, sizeof(BlockQ4_K)};
+constexpr DTypeInfo kQ5_K{"q5_k", 256, sizeof(BlockQ5_K)};
+constexpr DTypeInfo kQ6_K{"q6_k", 256, sizeof(BlockQ6_K)};
 constexpr DTypeInfo kQ4_0_R4{"q4_0_r4", 32, 18};  // four rows take four q4_0 rows' bytes
 constexpr DTypeInfo kQ8_0_R4{"q8_0_r4", 32, 34};
 
@@ -44,6 +51,11 @@ bool dtype_from_ggml(uint32_t ggml_type, DType& out) {
     case 1: out = DType::F16; return true;
     case 2: out = DType::Q4_0; return true;
     case 8: out = DType::Q8_0; return true;
+    case 10: out = DType::Q2_K; return true;
+    case 11: out = DType::Q3_K; return true;
+    case 12: out = DType::Q4_K; return true;
+    case 13: out = DType::Q5_K; return true;
+    case 14: out = DType::Q6_K; return true;
     case 30: out = DType::BF16; return true;
     default: return false;
   }
@@ -56,6 +68,11 @@ const DTypeInfo& dtype_info(DType t) {
     case DType::BF16: return kBF16;
     case DType::Q8_0: return kQ8_0;
     case DType::Q4_0: return kQ4_0;
+    case DType::Q2_K: return kQ2_K;
+    case DType::Q3_K: return kQ3_K;
+    case DType::Q4_K: return kQ4_K;
+    case DType::Q5_K: return kQ5_K;
+    case DType::Q6_K: return kQ6_K;
     case DType::Q4_0_R4: return kQ4_0_R4;
     case DType::Q8_0_R4: return kQ8_0_R4;
   }
@@ -66,7 +83,8 @@ const DTypeInfo& dtype_info(DType t) {
 const char* dtype_name(DType t) { return dtype_info(t).name; }
 
 bool dtype_from_name(const std::string& name, DType& out) {
-  static const DType all[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
+  static const DType all[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
+                              DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
   for (DType t : all) {
     if (name == dtype_info(t).name) {
       out = t;
@@ -76,7 +94,9 @@ bool dtype_from_name(const std::string& name, DType& out) {
   return false;
 }
 
-bool dtype_is_quantized(DType t) { return dtype_in_file(t) == DType::Q8_0 || dtype_in_file(t) == DType::Q4_0; }
+bool dtype_is_quantized(DType t) {
+  return dtype_in_file(t) == DType::Q8_0 || dtype_in_file(t) == DType::Q4_0 || dtype_is_kquant(t);
+}
 
 bool dtype_is_file_type(DType t) {
   DType back;
@@ -182,6 +202,11 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
       }
       return;
     }
+    case DType::Q2_K: dequantize_q2_k(static_cast<const BlockQ2_K*>(src), dst, n / kQK_K); return;
+    case DType::Q3_K: dequantize_q3_k(static_cast<const BlockQ3_K*>(src), dst, n / kQK_K); return;
+    case DType::Q4_K: dequantize_q4_k(static_cast<const BlockQ4_K*>(src), dst, n / kQK_K); return;
+    case DType::Q5_K: dequantize_q5_k(static_cast<const BlockQ5_K*>(src), dst, n / kQK_K); return;
+    case DType::Q6_K: dequantize_q6_k(static_cast<const BlockQ6_K*>(src), dst, n / kQK_K); return;
     case DType::Q4_0_R4:
     case DType::Q8_0_R4:
       throw std::invalid_argument(std::string("moeflow: dequantize_row: ") + dtype_name(t) +
@@ -245,6 +270,11 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
       }
       return;
     }
+    case DType::Q2_K: quantize_q2_k(src, static_cast<BlockQ2_K*>(dst), n / kQK_K); return;
+    case DType::Q3_K: quantize_q3_k(src, static_cast<BlockQ3_K*>(dst), n / kQK_K); return;
+    case DType::Q4_K: quantize_q4_k(src, static_cast<BlockQ4_K*>(dst), n / kQK_K); return;
+    case DType::Q5_K: quantize_q5_k(src, static_cast<BlockQ5_K*>(dst), n / kQK_K); return;
+    case DType::Q6_K: quantize_q6_k(src, static_cast<BlockQ6_K*>(dst), n / kQK_K); return;
     case DType::Q4_0_R4:
     case DType::Q8_0_R4:
       throw std::invalid_argument(std::string("moeflow: quantize_row: ") + dtype_name(t) +

@@ -5,6 +5,8 @@
 //   Q8_0 : blocks of 32: f16 scale d, int8 q[32];          x = d * q.      34 bytes
 //   Q4_0 : blocks of 32: f16 scale d, uint8 qs[16];        x = d * (nib - 8), element j
 //          in the low nibble of qs[j] for j < 16, element j+16 in the high nibble.  18 bytes
+//   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K: ggml's k-quants, super-blocks of 256 (tensor/kquants.h
+//          has their layouts and formulas).
 //   Q4_0_R4, Q8_0_R4: q4_0 / q8_0 matrices with their rows interleaved in fours
 //          (tensor/rows_x4.h), an in-memory layout the resident copy uses on CPUs with
 //          AVX-512 VNNI; never in a file.
@@ -18,7 +20,11 @@ namespace moeflow {
 
 // Values are the ggml type ids, so they round-trip through GGUF unchanged; the *_R4
 // layouts are no ggml types (dtype_is_file_type false), so no file can name them.
-enum class DType : uint32_t { F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8, BF16 = 30, Q4_0_R4 = 0x8002, Q8_0_R4 = 0x8008 };
+enum class DType : uint32_t {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8,
+  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14,
+  BF16 = 30, Q4_0_R4 = 0x8002, Q8_0_R4 = 0x8008
+};
 
 struct DTypeInfo {
   const char* name;
@@ -30,9 +36,11 @@ struct DTypeInfo {
 bool dtype_from_ggml(uint32_t ggml_type, DType& out);
 const DTypeInfo& dtype_info(DType t);
 const char* dtype_name(DType t);
-// Parses "f32", "f16", "bf16", "q8_0", "q4_0"; returns false otherwise.
+// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "q2_k" .. "q6_k"; returns false otherwise.
 bool dtype_from_name(const std::string& name, DType& out);
 bool dtype_is_quantized(DType t);
+// The k-quants (Q2_K .. Q6_K): blocks of 256, so rows must be multiples of 256 columns.
+inline bool dtype_is_kquant(DType t) { return t >= DType::Q2_K && t <= DType::Q6_K; }
 // False for the in-memory layouts (*_R4), which no GGUF file may hold.
 bool dtype_is_file_type(DType t);
 // The file dtype an in-memory layout was made from (Q4_0 for Q4_0_R4, Q8_0 for
@@ -48,7 +56,8 @@ size_t row_bytes(DType t, int64_t n);
 // rows are not contiguous (tensor/rows_x4.h has their accessors): throws.
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 // Quantise n elements the way ggml's reference quantiser does (round to nearest,
-// q8_0: d = amax/127; q4_0: d = max/-8 where max is the signed value of largest magnitude).
+// q8_0: d = amax/127; q4_0: d = max/-8 where max is the signed value of largest magnitude);
+// the k-quants with a least-squares scale search (tensor/kquants.h).
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 
 // Scalar conversions (round-to-nearest-even), the reference for the SIMD paths.

@@ -51,7 +51,7 @@ TEST(DType, InfoAndNames) {
   DType out;
   EXPECT_FALSE(dtype_from_name("q4_1", out));
   EXPECT_FALSE(dtype_from_ggml(3, out));   // q4_1
-  EXPECT_FALSE(dtype_from_ggml(12, out));  // q4_K
+  EXPECT_FALSE(dtype_from_ggml(15, out));  // q8_K (no file holds it)
   EXPECT_TRUE(dtype_is_quantized(DType::Q8_0));
   EXPECT_TRUE(dtype_is_quantized(DType::Q4_0));
   EXPECT_FALSE(dtype_is_quantized(DType::BF16));
@@ -337,6 +337,7 @@ TEST(DType, QuantizeErrorBounds) {
           }
           case DType::Q4_0_R4:
           case DType::Q8_0_R4: FAIL() << "not a row type";
+          default: FAIL() << "k-quants: kquant_test.cpp";
         }
         for (int j = 0; j < 32; ++j) {
           const int64_t i = b * 32 + j;

@@ -585,6 +585,27 @@ TEST(GgufCorrupt, BadDims) {
   h3.tensors[0].type = 8;  // q8_0: 33 is not a whole number of 32-element blocks
   write_hand(h3, "blk");
   expect_error(h3.path, {"tensor 'w' dims[0]", "block size", at(h3.tensor_ndims_at[0] + 4)});
+  // k-quants: super-blocks of 256 columns; 128 columns of q4_k / q6_k is no whole block.
+  for (uint32_t type : {12u, 14u}) {
+    HandFile h4 = simple_file();
+    h4.tensors[0].dims = {128, 2};
+    h4.tensors[0].type = type;
+    write_hand(h4, "kblk" + std::to_string(type));
+    expect_error(h4.path, {"tensor 'w' dims[0]", "block size 256", at(h4.tensor_ndims_at[0] + 4)});
+  }
+}
+
+// A q4_k tensor of whole super-blocks reads, with the row size of its 144-byte blocks.
+TEST(Gguf, ReadsKquantTensors) {
+  HandFile h = simple_file();
+  h.tensors[0].dims = {512, 3};
+  h.tensors[0].type = 12;
+  h.data_bytes = 3 * 2 * 144;
+  write_hand(h, "q4k");
+  auto f = gguf::GgufFile::open(h.path);
+  ASSERT_EQ(f->tensors().size(), 1u);
+  EXPECT_EQ(f->tensors()[0].dtype, DType::Q4_K);
+  EXPECT_EQ(f->tensors()[0].nbytes, 3u * 2u * 144u);
 }
 
 TEST(GgufCorrupt, Duplicates) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/kquant_matvec.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/work_ranges.h"
 #include "kernels/cpu/rows_x4_vnni.h"
@@ -93,6 +94,7 @@ struct MvInput {
   const float* dx;
   const uint8_t* q4x;
   const uint8_t* rx4;
+  const uint8_t* kq = nullptr;  // k-quant VNNI kernels' packing (kquant_matvec.h)
 };
 }  // namespace moeflow::cpu
 #endif
@@ -232,6 +234,13 @@ void DequantSpan(DType wt, const uint8_t* row, int64_t c0, int64_t n, float* HWY
       }
       return;
     }
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:  // c0, n multiples of 256 (kKc is)
+      kquant_dequant(wt, row + c0 / 256 * dtype_info(wt).type_size, n / 256, dst);
+      return;
     case DType::Q4_0_R4:
     case DType::Q8_0_R4:
       throw std::invalid_argument("moeflow: DequantSpan: interleaved rows (MatmulRows dequantises them by quads)");
@@ -419,6 +428,11 @@ HWY_INLINE void MvRows(DType wt, const uint8_t* const* rows, int64_t cols, const
     case DType::F32: MvFloatRows<DType::F32, R>(rows, cols, in.x, out); return;
     case DType::F16: MvFloatRows<DType::F16, R>(rows, cols, in.x, out); return;
     case DType::BF16: MvFloatRows<DType::BF16, R>(rows, cols, in.x, out); return;
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K: kquant_rows(wt, rows, R, cols, in.x, in.kq, out, pf); return;
     case DType::Q4_0_R4:
     case DType::Q8_0_R4: break;  // MatvecRows takes them (MatvecQuadsX4)
   }
@@ -607,18 +621,25 @@ void check_shape(DType wt, int64_t rows, int64_t cols) {
 // packed as that kernel reads it.
 bool wants_int16(const MatvecJob& j) {
   const DType ft = dtype_in_file(j.dtype);
-  return j.x && (ft == DType::Q8_0 || (q4_vnni_enabled() && ft == DType::Q4_0));
+  return j.x && (ft == DType::Q8_0 || (q4_vnni_enabled() && ft == DType::Q4_0) || kquant_vnni_type(ft));
 }
 bool wants_packed(const MatvecJob& j) {
-  return j.x && q4_vnni_enabled() && (j.dtype == DType::Q4_0 || dtype_is_rows_x4(j.dtype));
+  return j.x && q4_vnni_enabled() && (j.dtype == DType::Q4_0 || dtype_is_rows_x4(j.dtype) || kquant_vnni_type(j.dtype));
 }
 size_t packed_lines(const MatvecJob& j) {
-  const size_t bytes = dtype_is_rows_x4(j.dtype) ? rows_x4_x_bytes(j.cols) : q4_vnni_x_bytes(j.cols);
+  const size_t bytes = dtype_is_rows_x4(j.dtype) ? rows_x4_x_bytes(j.cols)
+                       : dtype_is_kquant(j.dtype) ? kquant_x_bytes(j.cols)
+                                                  : q4_vnni_x_bytes(j.cols);
   return (bytes + sizeof(CacheLine) - 1) / sizeof(CacheLine);
 }
 // Packs in's int16 blocks (in.qx, in.dx) into `packed` in the layout j's VNNI kernel
 // reads, and points in at it.
 void pack_input(const MatvecJob& j, MvInput& in, uint8_t* packed) {
+  if (dtype_is_kquant(j.dtype)) {
+    kquant_pack_x(in.qx, in.dx, j.cols, packed);
+    in.kq = packed;
+    return;
+  }
   const bool x4 = dtype_is_rows_x4(j.dtype);
   (x4 ? rows_x4_pack_x : q4_vnni_pack_x)(in.qx, in.dx, j.cols, packed);
   (x4 ? in.rx4 : in.q4x) = packed;
@@ -663,7 +684,9 @@ const MvInput* matvec_inputs(const MatvecJob* jobs, size_t n_jobs) {
     in[j] = {jobs[j].x, nullptr, nullptr, nullptr, nullptr};
     if (!wants_int16(jobs[j])) continue;
     const int64_t cols = jobs[j].cols;
-    const uint8_t* MvInput::*const packed_of = dtype_is_rows_x4(jobs[j].dtype) ? &MvInput::rx4 : &MvInput::q4x;
+    const uint8_t* MvInput::*const packed_of = dtype_is_rows_x4(jobs[j].dtype) ? &MvInput::rx4
+                                               : dtype_is_kquant(jobs[j].dtype) ? &MvInput::kq
+                                                                                : &MvInput::q4x;
     // Same activation as an earlier job: share what it computed.
     for (size_t i = 0; i < j && !in[j].qx; ++i)
       if (in[i].qx && jobs[i].x == jobs[j].x && jobs[i].cols == cols) in[j] = {jobs[j].x, in[i].qx, in[i].dx, nullptr, nullptr};
@@ -871,6 +894,7 @@ void MatvecPlan::prepare(const MatvecJob& job) {
   in_dx_ = in.dx;
   in_q4x_ = in.q4x;
   in_rx4_ = in.rx4;
+  in_kq_ = in.kq;
 }
 
 void MatvecPlan::rows(int64_t r0, int64_t r1) const {
@@ -883,7 +907,7 @@ void MatvecPlan::rows(int64_t r0, int64_t r1) const {
     std::fill(job_.y + r0, job_.y + r1, 0.0f);  // empty sums
     return;
   }
-  const MvInput in{job_.x, in_qx_, in_dx_, in_q4x_, in_rx4_};
+  const MvInput in{job_.x, in_qx_, in_dx_, in_q4x_, in_rx4_, in_kq_};
   HWY_DYNAMIC_DISPATCH(MatvecRows)(job_.dtype, static_cast<const uint8_t*>(job_.W), r0, r1, job_.rows, job_.cols,
                                    in, job_.y);
 }

@@ -70,6 +70,7 @@ class MatvecPlan {
   const float* in_dx_ = nullptr;
   const uint8_t* in_q4x_ = nullptr;
   const uint8_t* in_rx4_ = nullptr;
+  const uint8_t* in_kq_ = nullptr;
 };
 
 // Y[t][r] = sum_c W[r][c] * X[t][c] for t in [0, n_tok). X is [n_tok][cols],

@@ -1,0 +1,35 @@
+// Mat-vec rows of k-quant weights (tensor/kquants.h). With AVX-512 VNNI (q4_vnni_enabled)
+// every k-quant's rows take the integer kernels of kquant_vnni.h, which read the
+// activation quantised to int16 per 32 columns (matmul.cpp's QuantizeX16) and packed
+// by kquant_pack_x; every other case dequantises a super-block at a time into f32 and
+// dots it with x (the generic path: exact to f32 rounding, slower).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace moeflow::cpu {
+
+// Bytes of the packed activation for `cols` columns (a multiple of 256).
+constexpr size_t kKquantXBlockBytes = 768;
+inline size_t kquant_x_bytes(int64_t cols) { return static_cast<size_t>(cols / 256) * kKquantXBlockBytes; }
+
+// True when t's mat-vec rows take the VNNI kernel (and so want the packed activation).
+bool kquant_vnni_type(DType t);
+
+// Dequantises nb blocks of k-quant t into y, as dequantize_row does (bit-identical),
+// with AVX-512 where q4_vnni_enabled() and t has such a path (Q4_K, Q6_K).
+void kquant_dequant(DType t, const uint8_t* blocks, int64_t nb, float* y);
+
+// Packs qx (int16 per column) and dx (f32 per 32 columns) for the VNNI kernels into out
+// (64-byte aligned, kquant_x_bytes(cols) bytes).
+void kquant_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out);
+
+// out[r] = sum_c W_r[c] * x[c] for the R (1..4) rows at rows[r] (each cols / 256
+// blocks of type t). packed: kquant_pack_x's output, or null for the generic path.
+// pf, when not null, is prefetched a little at every block (the next rows' bytes).
+void kquant_rows(DType t, const uint8_t* const* rows, int R, int64_t cols, const float* x, const uint8_t* packed,
+                 float* out, const uint8_t* pf);
+
+}  // namespace moeflow::cpu

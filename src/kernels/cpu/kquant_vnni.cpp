@@ -1,0 +1,437 @@
+// k-quant mat-vec rows with AVX-512 VNNI; see kquant_vnni.h for the arithmetic and
+// vnni_target.h for how the file builds.
+#include "kernels/cpu/vnni_target.h"  // first: its pragmas must precede immintrin.h
+#include "kernels/cpu/kquant_vnni.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <type_traits>
+
+#include "kernels/cpu/kquant_matvec.h"
+#include "tensor/kquants.h"
+
+namespace moeflow::cpu {
+namespace {
+
+// One super-block's packed activation (lanes as kquant_vnni.h describes).
+struct alignas(64) PackedKq {
+  int8_t hi[256];      // qx >> 8, columns in order
+  uint8_t lo[256];     // qx & 255
+  int32_t q6_off[16];  // lane 4k+v: -32 * sum of qx over 16-column sub-block 4v+k
+  float q6_dx[16];     // lane 4k+v: dx of sub-block 4v+k's 32 columns
+  float q4_dx[16];     // lane 4k+v: dx of 32-column sub-block q4_lane_block(4k+v)
+  float q4_xsum[16];   // lane 4k+v: half the activation's sum over that sub-block
+};
+static_assert(sizeof(PackedKq) == kKquantXBlockBytes);
+
+// Q4_K's reduced lanes: vectors v = 0..3 are the low nibbles of qs[0..63], their high
+// nibbles, the low and high nibbles of qs[64..127]; a 64-byte load of nibbles holds
+// 32-column sub-blocks 4u (bytes 0-31, low), 4u+2 (bytes 32-63, low), 4u+1 and 4u+3
+// (high), u = v / 2. Lane 4k+v covers 128-bit lane k of vector v.
+constexpr int q4_lane_block(int lane) {
+  const int k = lane / 4, v = lane % 4;
+  return 4 * (v / 2) + v % 2 + 2 * (k / 2);
+}
+
+}  // namespace
+
+void kquant_vnni_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out) {
+  auto* p = reinterpret_cast<PackedKq*>(out);
+  for (int64_t b = 0; b < cols / 256; ++b, qx += 256, dx += 8) {
+    PackedKq& k = p[b];
+    for (int i = 0; i < 256; ++i) {
+      k.hi[i] = static_cast<int8_t>(qx[i] >> 8);
+      k.lo[i] = static_cast<uint8_t>(qx[i] & 255);
+    }
+    int32_t sum16[16];
+    for (int s = 0; s < 16; ++s) {
+      sum16[s] = 0;
+      for (int i = 0; i < 16; ++i) sum16[s] += qx[16 * s + i];
+    }
+    for (int lane = 0; lane < 16; ++lane) {
+      const int k4 = lane / 4, v = lane % 4;
+      const int s16 = 4 * v + k4, s32 = q4_lane_block(lane);
+      k.q6_off[lane] = -32 * sum16[s16];
+      k.q6_dx[lane] = dx[s16 / 2];
+      k.q4_dx[lane] = dx[s32];
+      k.q4_xsum[lane] = 0.5f * dx[s32] * static_cast<float>(sum16[2 * s32] + sum16[2 * s32 + 1]);
+    }
+  }
+}
+
+#ifdef MOEFLOW_HAVE_VNNI_KERNEL
+
+#define KQ_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,f16c,fma")))
+
+namespace {
+
+// Lane 4k+v of the result: the sum of s_v's 128-bit lane k.
+KQ_ATTR inline __m512i reduce_quads(__m512i s0, __m512i s1, __m512i s2, __m512i s3) {
+  const __m512i u01 = _mm512_add_epi32(_mm512_unpacklo_epi32(s0, s1), _mm512_unpackhi_epi32(s0, s1));
+  const __m512i u23 = _mm512_add_epi32(_mm512_unpacklo_epi32(s2, s3), _mm512_unpackhi_epi32(s2, s3));
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(u01, u23), _mm512_unpackhi_epi64(u01, u23));
+}
+
+// sum over 64 columns of w * x per 4-column lane, exactly (x = 256*hi + lo).
+KQ_ATTR inline __m512i dot64(__m512i w, __m512i xhi, __m512i xlo) {
+  const __m512i h = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xhi);
+  return _mm512_add_epi32(_mm512_slli_epi32(h, 8), _mm512_dpbusd_epi32(_mm512_setzero_si512(), xlo, w));
+}
+
+KQ_ATTR inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+
+// Byte indices turning 8 / 16 per-sub-block bytes into the reduced lanes' order.
+struct LaneIndex {
+  alignas(16) uint8_t q4_scale[16], q4_min[16], q6[16];
+  constexpr LaneIndex() : q4_scale{}, q4_min{}, q6{} {
+    for (int lane = 0; lane < 16; ++lane) {
+      const int k = lane / 4, v = lane % 4;
+      q4_scale[lane] = static_cast<uint8_t>(q4_lane_block(lane));
+      q4_min[lane] = static_cast<uint8_t>(8 + q4_lane_block(lane));
+      q6[lane] = static_cast<uint8_t>(4 * v + k);
+    }
+  }
+};
+constexpr LaneIndex kLanes;
+
+// Q4_K's 12 scale bytes as 8 scales (bytes 0-7) and 8 mins (bytes 8-15), as
+// kq_scale_min_k4 reads them: sub-blocks 0-3 keep 6 bits in s[0..7]; 4-7 their low 4
+// in the nibbles of s[8..11] and their top 2 in the top bits of s[0..7].
+struct Q4ScaleIndex {
+  alignas(16) uint8_t low[16], high[16];
+  constexpr Q4ScaleIndex() : low{}, high{} {
+    for (int i = 0; i < 4; ++i) {
+      low[i] = static_cast<uint8_t>(i);           // sc 0-3: s[i]
+      low[4 + i] = static_cast<uint8_t>(8 + i);   // sc 4-7: s[8+i] (low nibble)
+      low[8 + i] = static_cast<uint8_t>(4 + i);   // m 0-3: s[4+i]
+      low[12 + i] = static_cast<uint8_t>(8 + i);  // m 4-7: s[8+i] (high nibble)
+      high[i] = high[8 + i] = 0x80;               // none
+      high[4 + i] = static_cast<uint8_t>(i);      // sc 4-7: top bits of s[i]
+      high[12 + i] = static_cast<uint8_t>(4 + i); // m 4-7: top bits of s[4+i]
+    }
+  }
+};
+constexpr Q4ScaleIndex kQ4Scales;
+
+KQ_ATTR inline __m128i q4_k_scales_mins(const uint8_t* scales12, __m128i low_idx, __m128i high_idx) {
+  // 16 bytes: the 12 scale bytes and the first 4 quant bytes of the block, unused.
+  const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales12));
+  const __m128i a = _mm_shuffle_epi8(s, low_idx);
+  // Bytes 12-15 take the high nibble: shifted copy blended in.
+  const __m128i lo = _mm_and_si128(_mm_mask_blend_epi8(0xf000, a, _mm_srli_epi16(a, 4)),
+                                   _mm_set_epi32(0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f));
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(_mm_shuffle_epi8(s, high_idx), 2), _mm_set1_epi8(0x30));
+  return _mm_or_si128(lo, hi);
+}
+
+// Q5_K's fifth bit of 64-byte vector v (as Q4_K's vectors: sub-blocks 4u, 4u+2 in the
+// low nibbles, 4u+1, 4u+3 in the high ones, u = v / 2): qh[l] holds sub-block j's bit
+// at bit j, so bytes 0-31 of vector v test bit j0 of qh[0..31] and bytes 32-63 bit j0+2.
+struct Q5BitMasks {
+  alignas(64) uint8_t m[4][64];
+  constexpr Q5BitMasks() : m{} {
+    for (int v = 0; v < 4; ++v) {
+      const int j0 = 4 * (v / 2) + v % 2;
+      for (int i = 0; i < 64; ++i) m[v][i] = static_cast<uint8_t>(1u << (i < 32 ? j0 : j0 + 2));
+    }
+  }
+};
+constexpr Q5BitMasks kQ5Bits;
+
+// Q4_K rows, and Q5_K's (Q5: the same scales and nibbles, plus the fifth bits in qh).
+template <int R, bool Q5>
+KQ_ATTR void rows_q45_k(const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
+  using Block = std::conditional_t<Q5, BlockQ5_K, BlockQ4_K>;
+  const __m512i nibble = _mm512_set1_epi8(0x0f), k16 = _mm512_set1_epi8(16);
+  const __m128i sc_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q4_scale));
+  const __m128i m_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q4_min));
+  const __m128i low_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kQ4Scales.low));
+  const __m128i high_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kQ4Scales.high));
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (pf) prefetch_nta(pf + b * R * static_cast<int64_t>(sizeof(Block)), R * sizeof(Block));
+    const PackedKq& xb = x[b];
+    // The activation in the nibbles' order (q4_lane_block): columns 0-31 with 64-95 and
+    // 32-63 with 96-127 of each 128, once for the R rows.
+    __m512i xh[4], xl[4];
+    for (int u = 0; u < 2; ++u) {
+      const __m512i h0 = _mm512_load_si512(xb.hi + 128 * u), h1 = _mm512_load_si512(xb.hi + 128 * u + 64);
+      const __m512i l0 = _mm512_load_si512(xb.lo + 128 * u), l1 = _mm512_load_si512(xb.lo + 128 * u + 64);
+      xh[2 * u] = _mm512_shuffle_i64x2(h0, h1, 0x44);
+      xh[2 * u + 1] = _mm512_shuffle_i64x2(h0, h1, 0xee);
+      xl[2 * u] = _mm512_shuffle_i64x2(l0, l1, 0x44);
+      xl[2 * u + 1] = _mm512_shuffle_i64x2(l0, l1, 0xee);
+    }
+    const __m512 dx = _mm512_load_ps(xb.q4_dx), xsum = _mm512_load_ps(xb.q4_xsum);
+    for (int r = 0; r < R; ++r) {
+      const auto& blk = reinterpret_cast<const Block*>(rows[r])[b];
+      __m512i s[4];
+      for (int u = 0; u < 2; ++u) {
+        const __m512i q = _mm512_loadu_si512(blk.qs + 64 * u);
+        __m512i w[2] = {_mm512_and_si512(q, nibble), _mm512_and_si512(_mm512_srli_epi16(q, 4), nibble)};
+        if constexpr (Q5) {
+          const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh)));
+          for (int k = 0; k < 2; ++k) {
+            const __mmask64 bit = _mm512_test_epi8_mask(qh, _mm512_load_si512(kQ5Bits.m[2 * u + k]));
+            w[k] = _mm512_mask_add_epi8(w[k], bit, w[k], k16);
+          }
+        }
+        s[2 * u] = dot64(w[0], xh[2 * u], xl[2 * u]);
+        s[2 * u + 1] = dot64(w[1], xh[2 * u + 1], xl[2 * u + 1]);
+      }
+      const __m512i t = reduce_quads(s[0], s[1], s[2], s[3]);
+      const __m128i sm = q4_k_scales_mins(blk.scales, low_idx, high_idx);
+      const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(sm, sc_idx)));
+      const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(sm, m_idx)));
+      const __m512 d = _mm512_set1_ps(half_to_float(blk.d)), dmin = _mm512_set1_ps(half_to_float(blk.dmin));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(_mm512_mul_ps(sc, d), dx), acc[r]);
+      acc[r] = _mm512_fnmadd_ps(_mm512_mul_ps(mn, dmin), xsum, acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+template <int R>
+KQ_ATTR void rows_q6_k(const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
+  const __m512i nibble = _mm512_set1_epi8(0x0f), hi2_lo2 = _mm512_set1_epi8(0x33);
+  const __m128i sc_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q6));
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (pf) prefetch_nta(pf + b * R * static_cast<int64_t>(sizeof(BlockQ6_K)), R * sizeof(BlockQ6_K));
+    const PackedKq& xb = x[b];
+    __m512i xh[4], xl[4];
+    for (int v = 0; v < 4; ++v) {
+      xh[v] = _mm512_load_si512(xb.hi + 64 * v);
+      xl[v] = _mm512_load_si512(xb.lo + 64 * v);
+    }
+    const __m512i off = _mm512_load_si512(xb.q6_off);
+    const __m512 dx = _mm512_load_ps(xb.q6_dx);
+    for (int r = 0; r < R; ++r) {
+      const auto& blk = reinterpret_cast<const BlockQ6_K*>(rows[r])[b];
+      __m512i s[4];
+      for (int h = 0; h < 2; ++h) {
+        const __m512i ql = _mm512_loadu_si512(blk.ql + 64 * h);
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
+        // Second half pre-shifted by 2: columns 32-63 (and 96-127) take bits 2-3 (6-7).
+        // Bits 0-1 and 4-5 of each byte: the high bits of vector wa (shifted up by 4) and wb.
+        const __m512i qhb = _mm512_and_si512(
+            _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1), hi2_lo2);
+        // Bits 0-3 from the nibble, 4-7 from the high bits (ternary logic 0xe4: c ? a : b).
+        const __m512i wa = _mm512_ternarylogic_epi32(ql, _mm512_slli_epi16(qhb, 4), nibble, 0xe4);
+        const __m512i wb = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), qhb, nibble, 0xe4);
+        s[2 * h] = dot64(wa, xh[2 * h], xl[2 * h]);
+        s[2 * h + 1] = dot64(wb, xh[2 * h + 1], xl[2 * h + 1]);
+      }
+      const __m512i t = _mm512_add_epi32(reduce_quads(s[0], s[1], s[2], s[3]), off);
+      const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
+      const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc8, sc_idx)));
+      const __m512 d = _mm512_set1_ps(half_to_float(blk.d));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(_mm512_mul_ps(sc, d), dx), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+// Dequantisation in AVX-512, bit-identical to dequantize_row: the same products in the
+// same order, and no contraction of a multiply and a subtract into one rounding.
+__attribute__((optimize("fp-contract=off"))) KQ_ATTR void dequant_q4_k(const BlockQ4_K* b, int64_t nb, float* y) {
+  const __m128i low_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kQ4Scales.low));
+  const __m128i high_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kQ4Scales.high));
+  for (int64_t i = 0; i < nb; ++i, y += 256) {
+    const __m128i sm = q4_k_scales_mins(b[i].scales, low_idx, high_idx);
+    const __m512 dd = _mm512_insertf32x8(_mm512_set1_ps(half_to_float(b[i].d)),
+                                         _mm256_set1_ps(half_to_float(b[i].dmin)), 1);
+    alignas(64) float f[16];  // d * scale (0-7), dmin * min (8-15)
+    _mm512_store_ps(f, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sm)), dd));
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * c));
+      const __m256i lo = _mm256_and_si256(q, _mm256_set1_epi8(0x0f));
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), _mm256_set1_epi8(0x0f));
+      for (int half = 0; half < 2; ++half) {
+        const __m256i n = half == 0 ? lo : hi;
+        const int j = 2 * c + half;
+        const __m512 d = _mm512_set1_ps(f[j]), m = _mm512_set1_ps(f[8 + j]);
+        for (int k = 0; k < 2; ++k) {
+          const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(k == 0 ? _mm256_castsi256_si128(n)
+                                                                           : _mm256_extracti128_si256(n, 1)));
+          _mm512_storeu_ps(y + 64 * c + 32 * half + 16 * k, _mm512_sub_ps(_mm512_mul_ps(d, qf), m));
+        }
+      }
+    }
+  }
+}
+
+__attribute__((optimize("fp-contract=off"))) KQ_ATTR void dequant_q6_k(const BlockQ6_K* b, int64_t nb, float* y) {
+  const __m512i nibble = _mm512_set1_epi8(0x0f), hi2 = _mm512_set1_epi8(0x30), k32 = _mm512_set1_epi8(32);
+  for (int64_t i = 0; i < nb; ++i, y += 256) {
+    alignas(64) float f[16];  // d * scale of each 16-weight sub-block
+    _mm512_store_ps(f, _mm512_mul_ps(_mm512_set1_ps(half_to_float(b[i].d)),
+                                     _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].scales))))));
+    for (int h = 0; h < 2; ++h) {
+      const __m512i ql = _mm512_loadu_si512(b[i].ql + 64 * h);
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qh + 32 * h));
+      const __m512i qh2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+      const __m512i w[2] = {
+          _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(ql, nibble), _mm512_and_si512(_mm512_slli_epi16(qh2, 4), hi2)), k32),
+          _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), nibble), _mm512_and_si512(qh2, hi2)), k32)};
+      for (int v = 0; v < 2; ++v) {
+        alignas(64) int8_t q[64];
+        _mm512_store_si512(q, w[v]);
+        for (int k = 0; k < 4; ++k) {  // 16 weights: sub-block 8h + 4v + k
+          const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(q + 16 * k))));
+          _mm512_storeu_ps(y + 128 * h + 64 * v + 16 * k, _mm512_mul_ps(_mm512_set1_ps(f[8 * h + 4 * v + k]), qf));
+        }
+      }
+    }
+  }
+}
+
+// Q3_K's and Q2_K's quant bits for vector v (columns 64v..64v+63; half h = v / 2, j = v
+// % 2): 2-bit fields 2k of qs[32h + l] for quarters k = 2j (bytes 0-31) and 2j+1 (32-63);
+// Q3_K's third bit at bit 4h + k of hmask[l].
+struct Q3HighBits {
+  alignas(64) uint8_t m[4][64];
+  constexpr Q3HighBits() : m{} {
+    for (int v = 0; v < 4; ++v)
+      for (int i = 0; i < 64; ++i) m[v][i] = static_cast<uint8_t>(1u << (4 * (v / 2) + 2 * (v % 2) + (i < 32 ? 0 : 1)));
+  }
+};
+constexpr Q3HighBits kQ3High;
+// Q3_K's 16 6-bit scales (kq_scale_q3) from the 16 bytes at block offset 94 (the scales
+// sit at 96-107: indices 2-13): low 4 bits from byte 2 + j % 8 (high nibble for j >= 8),
+// top 2 bits from byte 10 + j % 4 at bit 2 * (j / 4).
+struct Q3ScaleIndex {
+  alignas(16) uint8_t low[16], high[16];
+  alignas(16) uint16_t shift[8];
+  constexpr Q3ScaleIndex() : low{}, high{}, shift{} {
+    for (int j = 0; j < 16; ++j) {
+      low[j] = static_cast<uint8_t>(2 + j % 8);
+      high[j] = static_cast<uint8_t>(10 + j % 4);
+    }
+    for (int w = 0; w < 8; ++w) shift[w] = static_cast<uint16_t>(2 * (w / 2));  // word w: j = 2w, 2w+1
+  }
+};
+constexpr Q3ScaleIndex kQ3Scales;
+
+// Q3_K (Q3) and Q2_K rows: 16-column sub-blocks in Q6_K's lane order (lane 4k+v is
+// sub-block 4v+k). Q3_K: (q - 4) with q's offset taken off as -4 * sum(x) per sub-block,
+// signed 6-bit scales; Q2_K: q with 4-bit scales and mins (mins against the activation's
+// sum per sub-block).
+template <int R, bool Q3>
+KQ_ATTR void rows_q23_k(const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
+  using Block = std::conditional_t<Q3, BlockQ3_K, BlockQ2_K>;
+  const __m512i k03 = _mm512_set1_epi8(0x03), k4 = _mm512_set1_epi8(4);
+  const __m128i lane_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q6));
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (pf) prefetch_nta(pf + b * R * static_cast<int64_t>(sizeof(Block)), R * sizeof(Block));
+    const PackedKq& xb = x[b];
+    __m512i xh[4], xl[4];
+    for (int v = 0; v < 4; ++v) {
+      xh[v] = _mm512_load_si512(xb.hi + 64 * v);
+      xl[v] = _mm512_load_si512(xb.lo + 64 * v);
+    }
+    const __m512i off32 = _mm512_load_si512(xb.q6_off);  // -32 * sum(qx) per sub-block
+    const __m512 dx = _mm512_load_ps(xb.q6_dx);
+    // Q2_K: the activation's sum per sub-block (dx * sum(qx)).
+    const __m512 xsum = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(off32), dx), _mm512_set1_ps(-1.0f / 32.0f));
+    for (int r = 0; r < R; ++r) {
+      const auto& blk = reinterpret_cast<const Block*>(rows[r])[b];
+      __m512i s[4];
+      __m512i hm;
+      if constexpr (Q3) hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.hmask)));
+      for (int h = 0; h < 2; ++h) {
+        const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * h));
+        const __m512i qs2 = _mm512_inserti64x4(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 2), 1);
+        for (int j = 0; j < 2; ++j) {
+          const int v = 2 * h + j;
+          __m512i w = _mm512_and_si512(j == 0 ? qs2 : _mm512_srli_epi16(qs2, 4), k03);
+          if constexpr (Q3) w = _mm512_mask_add_epi8(w, _mm512_test_epi8_mask(hm, _mm512_load_si512(kQ3High.m[v])), w, k4);
+          s[v] = dot64(w, xh[v], xl[v]);
+        }
+      }
+      const __m512i t = reduce_quads(s[0], s[1], s[2], s[3]);
+      if constexpr (Q3) {
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint8_t*>(&blk) + 94));
+        const __m128i a = _mm_shuffle_epi8(raw, _mm_load_si128(reinterpret_cast<const __m128i*>(kQ3Scales.low)));
+        const __m128i low = _mm_and_si128(_mm_mask_blend_epi8(0xff00, a, _mm_srli_epi16(a, 4)), _mm_set1_epi8(0x0f));
+        const __m128i hb = _mm_shuffle_epi8(raw, _mm_load_si128(reinterpret_cast<const __m128i*>(kQ3Scales.high)));
+        const __m128i high = _mm_and_si128(
+            _mm_srlv_epi16(hb, _mm_load_si128(reinterpret_cast<const __m128i*>(kQ3Scales.shift))), _mm_set1_epi8(0x03));
+        const __m128i sc6 = _mm_or_si128(low, _mm_slli_epi16(high, 4));
+        const __m512 sc = _mm512_cvtepi32_ps(
+            _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(sc6, lane_idx)), _mm512_set1_epi32(32)));
+        const __m512i tq = _mm512_add_epi32(t, _mm512_srai_epi32(off32, 3));  // -4 * sum(qx)
+        const __m512 d = _mm512_set1_ps(half_to_float(blk.d));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tq), _mm512_mul_ps(_mm512_mul_ps(sc, d), dx), acc[r]);
+      } else {
+        const __m128i sm = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)), lane_idx);
+        const __m512i smw = _mm512_cvtepu8_epi32(sm);
+        const __m512 sc = _mm512_cvtepi32_ps(_mm512_and_si512(smw, _mm512_set1_epi32(0x0f)));
+        const __m512 mn = _mm512_cvtepi32_ps(_mm512_srli_epi32(smw, 4));
+        const __m512 d = _mm512_set1_ps(half_to_float(blk.d)), dmin = _mm512_set1_ps(half_to_float(blk.dmin));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(_mm512_mul_ps(sc, d), dx), acc[r]);
+        acc[r] = _mm512_fnmadd_ps(_mm512_mul_ps(mn, dmin), xsum, acc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+template <int R>
+void rows_r(DType t, const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
+  if (t == DType::Q4_K) {
+    rows_q45_k<R, false>(rows, blocks, x, out, pf);
+  } else if (t == DType::Q5_K) {
+    rows_q45_k<R, true>(rows, blocks, x, out, pf);
+  } else if (t == DType::Q3_K) {
+    rows_q23_k<R, true>(rows, blocks, x, out, pf);
+  } else if (t == DType::Q2_K) {
+    rows_q23_k<R, false>(rows, blocks, x, out, pf);
+  } else {
+    rows_q6_k<R>(rows, blocks, x, out, pf);
+  }
+}
+
+}  // namespace
+
+void kquant_vnni_rows(DType t, const uint8_t* const* rows, int R, int64_t blocks, const uint8_t* packed, float* out,
+                      const uint8_t* pf) {
+  if (!dtype_is_kquant(t)) throw std::invalid_argument("moeflow: kquant_vnni_rows: not a k-quant");
+  const auto* x = reinterpret_cast<const PackedKq*>(packed);
+  switch (R) {
+    case 1: rows_r<1>(t, rows, blocks, x, out, pf); return;
+    case 2: rows_r<2>(t, rows, blocks, x, out, pf); return;
+    case 3: rows_r<3>(t, rows, blocks, x, out, pf); return;
+    case 4: rows_r<4>(t, rows, blocks, x, out, pf); return;
+    default: throw std::invalid_argument("moeflow: kquant_vnni_rows: R must be 1..4");
+  }
+}
+
+bool kquant_avx512_dequant(DType t, const uint8_t* blocks, int64_t nb, float* y) {
+  if (t == DType::Q4_K) {
+    dequant_q4_k(reinterpret_cast<const BlockQ4_K*>(blocks), nb, y);
+    return true;
+  }
+  if (t == DType::Q6_K) {
+    dequant_q6_k(reinterpret_cast<const BlockQ6_K*>(blocks), nb, y);
+    return true;
+  }
+  return false;
+}
+
+#else  // no VNNI kernel on this architecture: kquant_vnni_type() is false, never called
+
+bool kquant_avx512_dequant(DType, const uint8_t*, int64_t, float*) { return false; }
+
+void kquant_vnni_rows(DType, const uint8_t* const*, int, int64_t, const uint8_t*, float*, const uint8_t*) {
+  throw std::logic_error("moeflow: kquant_vnni_rows without the VNNI kernel");
+}
+
+#endif
+
+}  // namespace moeflow::cpu
