@@ -439,6 +439,56 @@ TEST(Matmul, InterleavedBatchReadInPairsMatchesSeparateMatvecsBitForBit) {
   expect_batch_gives(jobs, alone);
 }
 
+// Per-token jobs (a batched decode step: each token its own mat-vec, the matrix read
+// once for all) give each token the lone mat-vec's floats: every file type and, on
+// VNNI CPUs, both interleaved types (the multi-token kernel, 1 to 4 tokens a pass and
+// a remainder); 1-3 threads; beside a mat-mul job in the same batch.
+TEST(Matmul, PerTokenJobsMatchSeparateMatvecsBitForBit) {
+  std::mt19937 rng(49);
+  struct Case {
+    DType t;
+    int64_t rows, cols;
+  };
+  std::vector<Case> cases;
+  for (DType t : kAllTypes) cases.push_back({t, 72, 256});
+  cases.push_back({DType::Q8_0, 300, 768});
+  if (q4_vnni_enabled()) {
+    cases.push_back({rows_x4_type(DType::Q4_0), 264, 768});
+    cases.push_back({rows_x4_type(DType::Q8_0), 96, 2048});
+    cases.push_back({rows_x4_type(DType::Q4_0), 8, 128});
+  }
+  for (const Case& c : cases) {
+    const DType ft = dtype_is_rows_x4(c.t) ? dtype_in_file(c.t) : c.t;
+    const Weights w = make_weights(ft, c.rows, c.cols, rng);
+    std::vector<uint8_t> wx(w.bytes.size());
+    if (dtype_is_rows_x4(c.t)) rows_x4_repack(ft, w.bytes.data(), c.rows, c.cols, wx.data());
+    const uint8_t* W = dtype_is_rows_x4(c.t) ? wx.data() : w.bytes.data();
+    for (int64_t n : {2, 3, 4, 5, 9}) {
+      const std::vector<float> X = random_vec(static_cast<size_t>(n * c.cols), rng);
+      std::vector<float> alone(static_cast<size_t>(n * c.rows));
+      for (int64_t t = 0; t < n; ++t)
+        matvec(c.t, W, c.rows, c.cols, X.data() + t * c.cols, alone.data() + t * c.rows, nullptr);
+      for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        std::vector<float> got(alone.size(), NAN);
+        const MatmulJob job{c.t, W, c.rows, c.cols, X.data(), n, got.data(), true};
+        matmul_batch(&job, 1, &pool);
+        EXPECT_EQ(got, alone) << dtype_name(c.t) << " " << c.rows << "x" << c.cols << ", " << n << " tokens, "
+                              << threads << " threads";
+        // Beside a mat-mul of the same matrix: neither changes the other.
+        std::vector<float> mm(static_cast<size_t>(n * c.rows)), mm_alone(mm.size());
+        matmul(c.t, W, c.rows, c.cols, X.data(), n, mm_alone.data(), nullptr);
+        std::fill(got.begin(), got.end(), NAN);
+        const MatmulJob both[2] = {{c.t, W, c.rows, c.cols, X.data(), n, got.data(), true},
+                                   {c.t, W, c.rows, c.cols, X.data(), n, mm.data()}};
+        matmul_batch(both, 2, &pool);
+        EXPECT_EQ(got, alone) << dtype_name(c.t) << ", per-token beside a mat-mul";
+        EXPECT_EQ(mm, mm_alone) << dtype_name(c.t) << ", the mat-mul beside per-token jobs";
+      }
+    }
+  }
+}
+
 // A prepared mat-vec whose rows two threads take in chunks, from the front and the
 // back (moe_forward's expert-per-thread decode), gives the lone mat-vec's floats.
 TEST(Matmul, PlanRowsInAnyChunksMatchTheMatvecBitForBit) {

@@ -837,9 +837,27 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
       const int64_t rb = static_cast<int64_t>(row_bytes(a.dtype, a.cols));
       const int64_t piece = std::max<int64_t>(kGroup, (16384 / std::max<int64_t>(rb, 1)) / kGroup * kGroup);
       const auto* W = static_cast<const uint8_t*>(a.W);
+      // Interleaved rows whose activations are all packed for the VNNI kernel take it
+      // once per piece for all the tokens (each quad's weights loaded once per four).
+      const bool x4 = dtype_is_rows_x4(a.dtype) &&
+                      std::all_of(in + it.a, in + it.a + it.n, [](const MvInput& v) { return v.rx4 != nullptr; });
+      thread_local std::vector<const uint8_t*> xs;
+      thread_local std::vector<float*> outs;
+      if (x4) {
+        xs.resize(it.n);
+        outs.resize(it.n);
+        for (size_t k = 0; k < it.n; ++k) xs[k] = in[it.a + k].rx4;
+      }
+      const size_t qb = x4 ? rows_x4_quad_bytes(a.dtype, a.cols) : 0;
       for (int64_t s0 = r0; s0 < r1; s0 += piece) {
         const int64_t s1 = std::min(r1, s0 + piece), s2 = std::min(a.rows, s1 + piece);
         for (const uint8_t *p = W + rb * s1, *e = W + rb * s2; p < e; p += 64) __builtin_prefetch(p, 0, 2);
+        if (x4) {
+          for (size_t k = 0; k < it.n; ++k) outs[k] = jobs[it.a + k].y + s0;
+          rows_x4_quads_tokens(a.dtype, W + qb * static_cast<size_t>(s0 / kRowsX4), (s1 - s0) / kRowsX4, a.cols,
+                               xs.data(), static_cast<int>(it.n), outs.data());
+          continue;
+        }
         for (size_t k = 0; k < it.n; ++k) {
           const MatvecJob& m = jobs[it.a + k];
           fn(m.dtype, W, s0, s1, s1, m.cols, in[it.a + k], m.y);

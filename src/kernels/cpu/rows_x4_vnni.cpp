@@ -207,6 +207,90 @@ MOEFLOW_VNNI_ATTR void quads_multi(const RowsX4Stream* s, int n, int64_t n_quads
       one_quad<T>(s[k].W, i, qb, groups, reinterpret_cast<const PackedX4*>(s[k].x), s[k].out, s[k].pf_end);
 }
 
+// One quad against NT tokens' packed activations: each weight vector is loaded (and
+// its nibbles split, or its bias flipped) once for all NT, then multiplied with every
+// token's broadcasts as group_sums does for one. The integer sums are exact and the
+// float steps per token are add_scaled's in group order, so token t gets the floats
+// one_quad gives it alone.
+template <DType T, int NT>
+MOEFLOW_VNNI_ATTR inline void quad_tokens(const uint8_t* quad, int64_t groups, const PackedX4* const* x,
+                                          float* const* out) {
+  constexpr bool kQ4 = T == DType::Q4_0_R4;
+  constexpr int64_t kQuant = kQuadQuant<T>;
+  const __m512i nibble = _mm512_set1_epi8(0x0f), bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[NT];
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* q = quad + g * kQuant;
+    __m512i hi0[NT], hi1[NT], lo0[NT], lo1[NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+      hi1[t] = lo1[t] = _mm512_setzero_si512();
+      hi0[t] = kQ4 ? _mm512_setzero_si512() : bcast(x[t][g].q8_offset);
+      lo0[t] = kQ4 ? bcast(x[t][g].q4_offset) : _mm512_setzero_si512();
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+      const int ka = kQ4 ? s : 2 * s, kb = kQ4 ? 4 + s : 2 * s + 1;
+      __m512i ua, ub, sa, sb;
+      if constexpr (kQ4) {
+        const __m512i w = _mm512_loadu_si512(q + 64 * s);
+        ua = sa = _mm512_and_si512(w, nibble);
+        ub = sb = _mm512_and_si512(_mm512_srli_epi16(w, 4), nibble);
+      } else {
+        sa = _mm512_loadu_si512(q + 128 * s);
+        sb = _mm512_loadu_si512(q + 128 * s + 64);
+        ua = _mm512_xor_si512(sa, bias);
+        ub = _mm512_xor_si512(sb, bias);
+      }
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) {
+        const PackedX4& p = x[t][g];
+        hi0[t] = _mm512_dpbusd_epi32(hi0[t], ua, bcast(p.hi[ka]));
+        hi1[t] = _mm512_dpbusd_epi32(hi1[t], ub, bcast(p.hi[kb]));
+        lo0[t] = _mm512_dpbusd_epi32(lo0[t], bcast(p.lo[ka]), sa);
+        lo1[t] = _mm512_dpbusd_epi32(lo1[t], bcast(p.lo[kb]), sb);
+      }
+    }
+    const uint8_t* scales = quad + groups * kQuant + g * kRowsX4GroupScaleBytes;
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t)
+      acc[t] = add_scaled(acc[t], _mm512_add_epi32(hi0[t], hi1[t]), _mm512_add_epi32(lo0[t], lo1[t]), scales, x[t][g]);
+  }
+  alignas(64) float lanes[16];
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) {
+    _mm512_store_ps(lanes, acc[t]);
+    for (int r = 0; r < 4; ++r) out[t][r] = lanes[4 * r] + lanes[4 * r + 1] + lanes[4 * r + 2] + lanes[4 * r + 3];
+  }
+}
+
+template <DType T>
+MOEFLOW_VNNI_ATTR void quads_tokens(const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* const* xs,
+                                    int n_tok, float* const* outs) {
+  const int64_t groups = cols / kRowsX4GroupCols;
+  const size_t qb = static_cast<size_t>(groups * kQuadStep<T>);
+  for (int64_t i = 0; i < n_quads; ++i) {
+    const uint8_t* quad = W + static_cast<size_t>(i) * qb;
+    for (int t0 = 0; t0 < n_tok; t0 += 4) {
+      const PackedX4* x[4];
+      float* o[4];
+      const int nt = std::min(4, n_tok - t0);
+      for (int t = 0; t < nt; ++t) {
+        x[t] = reinterpret_cast<const PackedX4*>(xs[t0 + t]);
+        o[t] = outs[t0 + t] + 4 * i;
+      }
+      switch (nt) {
+        case 1: quad_tokens<T, 1>(quad, groups, x, o); break;
+        case 2: quad_tokens<T, 2>(quad, groups, x, o); break;
+        case 3: quad_tokens<T, 3>(quad, groups, x, o); break;
+        default: quad_tokens<T, 4>(quad, groups, x, o); break;
+      }
+    }
+  }
+}
+
 // Four quant vectors (steps k0..k0+3) of a group to each row's 64 bytes: [b][16 bytes].
 MOEFLOW_VNNI_ATTR inline void rows_of_steps(const uint8_t* q, uint8_t (*rows)[64]) {
   // Within a row's gathered vector, dword 4k+b (128-bit lane k) goes to 4b+k.
@@ -327,6 +411,17 @@ void rows_x4_quads_multi(DType t, const RowsX4Stream* s, int n, int64_t n_quads,
   }
 }
 
+void rows_x4_quads_tokens(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* const* xs,
+                          int n_tok, float* const* outs) {
+  if (t == DType::Q4_0_R4) {
+    quads_tokens<DType::Q4_0_R4>(W, n_quads, cols, xs, n_tok, outs);
+  } else if (t == DType::Q8_0_R4) {
+    quads_tokens<DType::Q8_0_R4>(W, n_quads, cols, xs, n_tok, outs);
+  } else {
+    throw std::invalid_argument("moeflow: rows_x4_quads_tokens: not an interleaved type");
+  }
+}
+
 #else  // no such kernels here: q4_vnni_enabled() is false, so nothing is repacked
 
 void rows_x4_pack_x(const int16_t*, const float*, int64_t, uint8_t*) {}
@@ -335,6 +430,9 @@ void rows_x4_quads(DType, const uint8_t*, int64_t, int64_t, const uint8_t*, floa
 }
 void rows_x4_quads_multi(DType, const RowsX4Stream*, int, int64_t, int64_t) {
   throw std::logic_error("moeflow: rows_x4_quads_multi without AVX-512 VNNI");
+}
+void rows_x4_quads_tokens(DType, const uint8_t*, int64_t, int64_t, const uint8_t* const*, int, float* const*) {
+  throw std::logic_error("moeflow: rows_x4_quads_tokens without AVX-512 VNNI");
 }
 
 #endif
