@@ -99,7 +99,7 @@ void Engine::remove_sequence(SeqId id) {
   Impl::Sequence& s = impl_->at(id, "remove_sequence");
   impl_->kv->release(s.blocks);
   impl_->seqs.erase(id);
-  if (impl_->offload.active() && impl_->seqs.empty()) impl_->offload.source->end_request();
+  if (impl_->offload.active()) impl_->offload.source->end_request(id);
 }
 
 int64_t Engine::sequence_length(SeqId id) const { return impl_->at(id, "sequence_length").length; }

@@ -35,20 +35,27 @@ OffloadedExperts::OffloadedExperts(const ModelConfig& config, const ExpertStore&
     : config_(config), store_(store), cache_(cache), policy_(cache.policy()), protocol_(cache), on_miss_(on_miss) {}
 
 void OffloadedExperts::begin_request(const RequestInfo& info) {
-  if (in_request_) end_request();
-  in_request_ = true;
-  iter_ = 0;
+  if (running_.count(info.id)) end_request(info.id);
+  running_.insert(info.id);
   policy_.begin_request(info);
 }
 
+void OffloadedExperts::end_request(int64_t id) {
+  if (running_.erase(id)) policy_.end_request(id);
+}
+
 void OffloadedExperts::end_request() {
-  if (!in_request_) return;
-  in_request_ = false;
-  policy_.end_request();
+  while (!running_.empty()) end_request(*running_.begin());
 }
 
 void OffloadedExperts::begin_step(const StepTokens& step) {
-  if (!in_request_) begin_request(RequestInfo{step.requests.empty() ? 0 : step.requests.front(), step.tokens, {}, {}});
+  // A request the caller did not announce starts with the step that first carries it.
+  for (int64_t t = 0; t < step.size(); ++t)
+    if (!running_.count(step.requests[t])) {
+      int64_t e = t;
+      while (e < step.size() && step.requests[e] == step.requests[t]) ++e;
+      begin_request(RequestInfo{step.requests[t], std::vector<int32_t>(step.tokens.begin() + t, step.tokens.begin() + e), {}, {}});
+    }
   // A step with a chunk of several tokens of one sequence, or a first position, is
   // prompt processing.
   bool prefill = step.n_single < step.size();

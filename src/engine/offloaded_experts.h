@@ -11,6 +11,7 @@
 // the policy streams prefill (DuoServe), through the two-slot pipeline.
 #pragma once
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,8 +36,11 @@ class OffloadedExperts final : public ExpertSource {
  public:
   OffloadedExperts(const ModelConfig& config, const ExpertStore& store, ExpertCache& cache, OnMiss on_miss);
 
+  // Requests join and leave; several may run at once (the policy keeps each one's
+  // state by its id).
   void begin_request(const RequestInfo& info);
-  void end_request();
+  void end_request(int64_t id);
+  void end_request();  // every running request
 
   void begin_step(const StepTokens& step) override;
   void routed(const LayerRouting& r) override;
@@ -57,7 +61,7 @@ class OffloadedExperts final : public ExpertSource {
   ExpertPolicy& policy_;
   LayerProtocol protocol_;
   OnMiss on_miss_;
-  bool in_request_ = false;
+  std::set<int64_t> running_;
   int64_t iter_ = 0;
   uint64_t rerouted_ = 0;
 };

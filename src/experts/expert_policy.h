@@ -51,6 +51,11 @@ class ExpertPolicy {
   // Prefetch requests this policy makes (false: the cache never asks plan_prefetch).
   virtual bool prefetches() const { return false; }
 
+  // Requests join and leave; several may run at once (an engine step carries the
+  // tokens of several, LayerRouting::requests names each token's). A policy keeps
+  // what it learns about a running request keyed by its id, so concurrent requests
+  // never overwrite each other's state (MoE-Infinity's EAMs). begin_iteration and
+  // end_iteration bracket one step of every running request.
   virtual void begin_request(const RequestInfo&) {}
   virtual void begin_iteration(Phase, int64_t /*iter*/) {}
   // Router output of one layer (before any rerouting).
@@ -70,7 +75,7 @@ class ExpertPolicy {
   virtual size_t victim(const CacheView& view, const ExpertKey& incoming) = 0;
   static constexpr size_t kDecline = static_cast<size_t>(-1);
   virtual void end_iteration() {}
-  virtual void end_request() {}
+  virtual void end_request(int64_t /*id*/) {}
   // The simulator's learning requests are over (e.g. train a predictor on what was
   // observed); the engine calls it never.
   virtual void finish_learning() {}

@@ -308,7 +308,7 @@ size_t EmoePolicy::victim(const CacheView& view, const ExpertKey&) {
   return best;
 }
 
-void EmoePolicy::end_request() {
+void EmoePolicy::end_request(int64_t) {
   if (all_zero(cur_)) return;
   TaskStats& s = stats_[task_];
   s.last = cur_;
@@ -466,7 +466,7 @@ EmoeAccuracy emoe_predictor_accuracy(const Trace& learn, const Trace& measure, E
       }
       p.end_iteration();
     }
-    p.end_request();
+    p.end_request(rq.id);
   };
   for (const TraceRequest& rq : learn.requests) replay(rq, false);
   p.finish_learning();

@@ -79,7 +79,7 @@ class EmoePolicy : public ExpertPolicy {
   void routed(const LayerRouting& r) override;
   void plan_prefetch(int32_t layer_now, PrefetchPlan& plan) override;
   size_t victim(const CacheView& view, const ExpertKey& incoming) override;
-  void end_request() override;
+  void end_request(int64_t id) override;
   void save(std::ostream& out) const override;
   void load(std::istream& in) override;
 

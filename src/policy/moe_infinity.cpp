@@ -44,49 +44,87 @@ MoeInfinityPolicy::MoeInfinityPolicy(const ExpertGeometry& g, MoeInfinityOptions
   opt_.capacity = std::max<size_t>(opt_.capacity, 1);
   opt_.n_match = std::max<size_t>(opt_.n_match, 1);
   const size_t n = static_cast<size_t>(n_layer_) * static_cast<size_t>(n_expert_);
-  ieam_.assign(n, 0);
-  ream_[0].assign(n, 0);
-  ream_[1].assign(n, 0);
   agg_.assign(n, 0);
   peam_.assign(n, 0);
 }
 
-void MoeInfinityPolicy::begin_request(const RequestInfo&) {
-  std::fill(ieam_.begin(), ieam_.end(), 0);
-  for (auto& r : ream_) std::fill(r.begin(), r.end(), 0);
-  phase_ = Phase::Prefill;
+MoeInfinityPolicy::Running& MoeInfinityPolicy::running(int64_t id) {
+  auto [it, fresh] = running_.try_emplace(id);
+  if (fresh) {
+    const size_t n = static_cast<size_t>(n_layer_) * static_cast<size_t>(n_expert_);
+    it->second.ieam.assign(n, 0);
+    it->second.ream[0].assign(n, 0);
+    it->second.ream[1].assign(n, 0);
+  }
+  return it->second;
+}
+
+Phase MoeInfinityPolicy::phase_of(const Running& r) const {
+  if (phase_ == Phase::Decode) return Phase::Decode;
+  return r.iterations == 0 || r.tokens > 1 ? Phase::Prefill : Phase::Decode;
+}
+
+void MoeInfinityPolicy::begin_request(const RequestInfo& info) {
+  running_.erase(info.id);
+  running(info.id);
+  last_request_ = info.id;
   dirty_ = true;
 }
 
 void MoeInfinityPolicy::begin_iteration(Phase phase, int64_t) {
   phase_ = phase;
-  std::fill(ieam_.begin(), ieam_.end(), 0);
+  step_layer_ = -1;
+  for (auto& [id, r] : running_) {
+    std::fill(r.ieam.begin(), r.ieam.end(), 0);
+    r.tokens = 0;
+    r.in_step = false;
+  }
   dirty_ = true;
 }
 
 void MoeInfinityPolicy::routed(const LayerRouting& r) {
   if (r.layer < 0 || r.layer >= n_layer_) return;
   const size_t row = static_cast<size_t>(r.layer) * static_cast<size_t>(n_expert_);
-  // An EAM counts tokens per expert (§4.3); ids out of range (dropped rows) are skipped.
-  for (int32_t e : r.experts)
-    if (e >= 0 && e < n_expert_) ++ieam_[row + static_cast<size_t>(e)];
+  const bool first_layer_seen = step_layer_ < 0 || step_layer_ == r.layer;
+  if (step_layer_ < 0) step_layer_ = static_cast<int32_t>(r.layer);
+  const int64_t K = r.top_k;
+  for (int64_t t = 0; t < r.n_tok; ++t) {
+    Running& run = running(r.requests.empty() ? last_request_ : r.requests[static_cast<size_t>(t)]);
+    run.in_step = true;
+    if (first_layer_seen) ++run.tokens;
+    // An EAM counts tokens per expert (§4.3); ids out of range (dropped rows) are skipped.
+    for (int64_t k = 0; k < K; ++k) {
+      const int32_t e = r.experts[static_cast<size_t>(t * K + k)];
+      if (e >= 0 && e < n_expert_) ++run.ieam[row + static_cast<size_t>(e)];
+    }
+  }
   dirty_ = true;
+}
+
+void MoeInfinityPolicy::end_iteration_of(Running& r) {
+  if (!r.in_step) return;
+  // "At the end of each iteration, the iteration-level EAM is added to an accumulated
+  // request-level EAM" (§4.3), per phase.
+  auto& acc = r.ream[phase_of(r) == Phase::Prefill ? 0 : 1];
+  for (size_t i = 0; i < acc.size(); ++i) acc[i] += r.ieam[i];
+  std::fill(r.ieam.begin(), r.ieam.end(), 0);
+  ++r.iterations;
+  r.tokens = 0;
+  r.in_step = false;
 }
 
 void MoeInfinityPolicy::end_iteration() {
-  // "At the end of each iteration, the iteration-level EAM is added to an accumulated
-  // request-level EAM" (§4.3), per phase.
-  auto& r = ream_[phase_ == Phase::Prefill ? 0 : 1];
-  for (size_t i = 0; i < r.size(); ++i) r[i] += ieam_[i];
-  std::fill(ieam_.begin(), ieam_.end(), 0);
+  for (auto& [id, r] : running_) end_iteration_of(r);
   dirty_ = true;
 }
 
-void MoeInfinityPolicy::end_request() {
-  end_iteration();  // an iteration left open still belongs to the request
-  Entry e{ream_[0], ream_[1]};
+void MoeInfinityPolicy::end_request(int64_t id) {
+  auto it = running_.find(id);
+  if (it == running_.end()) return;
+  end_iteration_of(it->second);  // an iteration left open still belongs to the request
+  Entry e{it->second.ream[0], it->second.ream[1]};
   if (!(all_zero(e.prefill) && all_zero(e.decode))) insert(std::move(e));
-  for (auto& r : ream_) std::fill(r.begin(), r.end(), 0);
+  running_.erase(it);
   dirty_ = true;
 }
 
@@ -112,11 +150,26 @@ void MoeInfinityPolicy::insert(Entry e) {
 void MoeInfinityPolicy::refresh() {
   if (!dirty_) return;
   dirty_ = false;
-  const int ph = phase_ == Phase::Prefill ? 0 : 1;
-  std::vector<uint32_t> query = ream_[ph];
-  for (size_t i = 0; i < query.size(); ++i) query[i] += ieam_[i];
+  std::fill(agg_.begin(), agg_.end(), 0);
+  // The requests of this step (all running ones before any of its routing is known).
+  bool any = false;
+  for (const auto& [id, r] : running_) any = any || r.in_step;
+  for (const auto& [id, r] : running_)
+    if (r.in_step || !any) add_prediction(r);
+  for (int32_t l = 0; l < n_layer_; ++l) {
+    const size_t row = static_cast<size_t>(l) * static_cast<size_t>(n_expert_);
+    const double sum = std::accumulate(agg_.begin() + static_cast<std::ptrdiff_t>(row),
+                                       agg_.begin() + static_cast<std::ptrdiff_t>(row + static_cast<size_t>(n_expert_)), 0.0);
+    for (int32_t e = 0; e < n_expert_; ++e) peam_[row + static_cast<size_t>(e)] = sum > 0 ? agg_[row + static_cast<size_t>(e)] / sum : 0;
+  }
+}
+
+void MoeInfinityPolicy::add_prediction(const Running& r) {
+  const int ph = phase_of(r) == Phase::Prefill ? 0 : 1;
+  std::vector<uint32_t> query = r.ream[ph];
+  for (size_t i = 0; i < query.size(); ++i) query[i] += r.ieam[i];
   int match_ph = ph;
-  if (all_zero(query) && ph == 1) query = ream_[0], match_ph = 0;  // decode not started: match on the prompt
+  if (all_zero(query) && ph == 1) query = r.ream[0], match_ph = 0;  // decode not started: match on the prompt
 
   std::vector<std::pair<double, size_t>> sims;
   if (!all_zero(query))
@@ -126,25 +179,18 @@ void MoeInfinityPolicy::refresh() {
       if (s > 0) sims.emplace_back(-s, i);  // ascending: most similar first, ties by age
     }
   std::sort(sims.begin(), sims.end());
-  std::fill(agg_.begin(), agg_.end(), 0);
   if (sims.empty()) {
     // Nothing matches (empty collection, first layer of a first request): the running
     // request's own counts are the best guess of its reuse (§4.2, request-level reuse).
-    for (size_t i = 0; i < agg_.size(); ++i) agg_[i] = static_cast<double>(query[i]);
-  } else {
-    for (size_t m = 0; m < std::min(sims.size(), opt_.n_match); ++m) {
-      const Entry& e = eamc_[sims[m].second];
-      // The prediction is for the phase that runs: a stored request without that
-      // phase (traces may lack prefill) lends the other one.
-      const auto& src = ph == 0 ? (all_zero(e.prefill) ? e.decode : e.prefill) : (all_zero(e.decode) ? e.prefill : e.decode);
-      for (size_t i = 0; i < agg_.size(); ++i) agg_[i] += static_cast<double>(src[i]);
-    }
+    for (size_t i = 0; i < agg_.size(); ++i) agg_[i] += static_cast<double>(query[i]);
+    return;
   }
-  for (int32_t l = 0; l < n_layer_; ++l) {
-    const size_t row = static_cast<size_t>(l) * static_cast<size_t>(n_expert_);
-    const double sum = std::accumulate(agg_.begin() + static_cast<std::ptrdiff_t>(row),
-                                       agg_.begin() + static_cast<std::ptrdiff_t>(row + static_cast<size_t>(n_expert_)), 0.0);
-    for (int32_t e = 0; e < n_expert_; ++e) peam_[row + static_cast<size_t>(e)] = sum > 0 ? agg_[row + static_cast<size_t>(e)] / sum : 0;
+  for (size_t m = 0; m < std::min(sims.size(), opt_.n_match); ++m) {
+    const Entry& e = eamc_[sims[m].second];
+    // The prediction is for the phase that runs: a stored request without that phase
+    // (traces may lack prefill) lends the other one.
+    const auto& src = ph == 0 ? (all_zero(e.prefill) ? e.decode : e.prefill) : (all_zero(e.decode) ? e.prefill : e.decode);
+    for (size_t i = 0; i < agg_.size(); ++i) agg_[i] += static_cast<double>(src[i]);
   }
 }
 

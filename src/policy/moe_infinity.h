@@ -2,9 +2,12 @@
 // request-level Expert Activation Matrices (EAM: [layer][expert] token counts) kept in a
 // fixed-capacity collection (EAMC), matched by cosine distance against the running
 // request's partial EAM; the matches' aggregate predicts activation (pEAM), which drives
-// prefetching (weighted by layer proximity) and eviction (Algorithm 1).
+// prefetching (weighted by layer proximity) and eviction (Algorithm 1). Each running
+// request keeps its own EAMs; with several in one step, the prediction is the sum of
+// theirs (the step needs every one's experts).
 #pragma once
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "experts/expert_policy.h"
@@ -36,7 +39,7 @@ class MoeInfinityPolicy : public ExpertPolicy {
   void plan_prefetch(int32_t layer_now, PrefetchPlan& plan) override;
   size_t victim(const CacheView& view, const ExpertKey& incoming) override;
   void end_iteration() override;
-  void end_request() override;
+  void end_request(int64_t id) override;
   void save(std::ostream& out) const override;
   void load(std::istream& in) override;
 
@@ -53,13 +56,30 @@ class MoeInfinityPolicy : public ExpertPolicy {
   void refresh();
   void insert(Entry e);
 
+  // A running request's EAMs (§4.3).
+  struct Running {
+    std::vector<uint32_t> ieam;     // this iteration (§4.3 (1))
+    std::vector<uint32_t> ream[2];  // this request, [prefill, decode] (§4.3 (2))
+    int64_t iterations = 0;         // ended so far
+    int64_t tokens = 0;             // routed in this step (first layer seen)
+    bool in_step = false;
+  };
+  Running& running(int64_t id);
+  // The phase a request's current iteration belongs to: prefill for its first and for
+  // any chunk of several tokens (the step's phase says only that some request prefills).
+  Phase phase_of(const Running& r) const;
+  void end_iteration_of(Running& r);
+  // Adds request r's matched prediction (§4.5 steps 1-2, unnormalised) to agg_.
+  void add_prediction(const Running& r);
+
   int32_t n_layer_, n_expert_;
   MoeInfinityOptions opt_;
   std::vector<Entry> eamc_;
-  Phase phase_ = Phase::Prefill;
-  std::vector<uint32_t> ieam_;             // this iteration (§4.3 (1))
-  std::vector<uint32_t> ream_[2];          // this request, [prefill, decode] (§4.3 (2))
-  std::vector<double> agg_, peam_;         // summed matches, and row-normalised
+  Phase phase_ = Phase::Prefill;          // the step's
+  std::map<int64_t, Running> running_;
+  int64_t last_request_ = 0;              // tokens of a routing without request ids belong to it
+  int32_t step_layer_ = -1;               // the layer whose tokens were counted per request
+  std::vector<double> agg_, peam_;        // summed matches, and row-normalised
   bool dirty_ = true;
 };
 

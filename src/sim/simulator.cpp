@@ -175,7 +175,7 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
         res.scored_decode_tokens += 1;
       }
     }
-    policy->end_request();
+    policy->end_request(rq.id);
     if (scored_request) {
       ++res.scored_requests;
       if (prefill_end >= 0) {

@@ -67,7 +67,7 @@ void learn_mapping(ExpertPolicy& p, int32_t n_layer, int32_t m, int iters) {
     const ActivationPath path = mapped_path(a, b, n_layer, m);
     feed(p, Phase::Decode, path, 2, m);
   }
-  p.end_request();
+  p.end_request(0);
 }
 
 std::vector<int32_t> keys_of(const PrefetchPlan& plan, int32_t* layer) {

@@ -42,7 +42,7 @@ void run_request(EmoePolicy& p, const std::string& task, const std::vector<std::
     for (size_t l = 0; l < dec[i].size(); ++l) p.routed(route(static_cast<int64_t>(l), dec[i][l]));
     p.end_iteration();
   }
-  p.end_request();
+  p.end_request(0);
 }
 
 std::string saved(const EmoePolicy& p) {
@@ -63,7 +63,7 @@ TEST(Emoe, PredictsEveryPPromptsAndLoadsByEquationTwo) {
   p.begin_iteration(Phase::Decode, 1);
   p.routed(route(0, {0}));
   p.routed(route(1, {2}));
-  p.end_request();
+  p.end_request(0);
 
   p.begin_request(RequestInfo{1, {1, 1, 1}, {}, "code"});
   ASSERT_TRUE(p.predicted_this_request());
@@ -84,11 +84,11 @@ TEST(Emoe, PredictsEveryPPromptsAndLoadsByEquationTwo) {
   plan.clear();
   p.plan_prefetch(1, plan);
   EXPECT_TRUE(plan.empty()) << "the set is loaded once per request";
-  p.end_request();
+  p.end_request(1);
 
   p.begin_request(RequestInfo{2, {}, {}, "code"});
   EXPECT_FALSE(p.predicted_this_request()) << "the prediction is reused until p prompts have passed";
-  p.end_request();
+  p.end_request(2);
   p.begin_request(RequestInfo{3, {}, {}, "code"});
   EXPECT_TRUE(p.predicted_this_request());
 }
@@ -136,7 +136,7 @@ TEST(Emoe, TaskProfilesClassifyAndMarkInsensitiveLayers) {
   EXPECT_EQ(p.task(), "code");
   // Layer 1 is insensitive for code: s = 0, nothing of it is loaded.
   EXPECT_EQ(p.expected_tokens(), (std::vector<double>{1, 0, 0, 0, 0, 0, 0, 0}));
-  p.end_request();
+  p.end_request(1);
   p.begin_request(RequestInfo{2, {7}, {}, "french"});
   EXPECT_EQ(p.task(), "french") << "a request's label takes precedence over keywords";
 }

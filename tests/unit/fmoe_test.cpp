@@ -22,7 +22,7 @@ const ExpertGeometry kGeo = ExpertGeometry::uniform(4, 4, 1, 100);
 const FmoeOptions kOpt{.distance = 2, .capacity = 8};
 
 LayerRouting full(int64_t layer, std::vector<float> p) {
-  LayerRouting r{layer, 1, static_cast<int64_t>(p.size()), 1, {0}, {}, p};
+  LayerRouting r{layer, 1, static_cast<int64_t>(p.size()), 1, {0}, {}, p, {}};
   r.experts[0] = static_cast<int32_t>(std::max_element(p.begin(), p.end()) - p.begin());
   return r;
 }
@@ -45,7 +45,7 @@ void one_iteration(FmoePolicy& f, const std::vector<std::vector<float>>& layers)
 void learn(FmoePolicy& f) {
   f.begin_request(RequestInfo{1, {}, {1, 0}, {}});
   one_iteration(f, {peaked(0), peaked(1), peaked(2), peaked(3)});
-  f.end_request();
+  f.end_request(1);
   f.wait_idle();
 }
 
@@ -168,10 +168,10 @@ TEST(Fmoe, MapsFromTopKWeightsWhenProbabilitiesAreMissing) {
   FmoePolicy f(g, kOpt);
   f.begin_request(RequestInfo{1, {5, 6, 7}, {}, {}});
   f.begin_iteration(Phase::Prefill, 0);
-  f.routed(LayerRouting{0, 2, 4, 2, {1, 2, 1, 3}, {0.6f, 0.2f, 1.0f, 1.0f}, {}});
+  f.routed(LayerRouting{0, 2, 4, 2, {1, 2, 1, 3}, {0.6f, 0.2f, 1.0f, 1.0f}, {}, {}});
   f.end_iteration();
   f.begin_iteration(Phase::Decode, 1);
-  f.routed(LayerRouting{0, 1, 4, 2, {0, 3}, {}, {}});
+  f.routed(LayerRouting{0, 1, 4, 2, {0, 3}, {}, {}, {}});
   f.end_iteration();
   EXPECT_TRUE(f.used_sparse_fallback());
   ASSERT_EQ(f.store().size(), 2u);

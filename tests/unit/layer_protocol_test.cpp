@@ -78,7 +78,7 @@ Replay replay(const std::string& policy_name, uint64_t budget_experts, int decod
     }
     policy->end_iteration();
   }
-  policy->end_request();
+  policy->end_request(0);
   out.pipe = protocol.pipeline();
   out.counters = cache.counters();
   out.seconds = link.now();

@@ -33,7 +33,13 @@ void run_request(MoeInfinityPolicy& p, const std::vector<std::vector<int32_t>>& 
     for (size_t l = 0; l < dec.size(); ++l) p.routed(route(static_cast<int64_t>(l), dec[l]));
     p.end_iteration();
   }
-  p.end_request();
+  p.end_request(0);
+}
+
+LayerRouting route_of(int64_t layer, std::vector<int32_t> ids, std::vector<int64_t> requests) {
+  LayerRouting r = route(layer, std::move(ids));
+  r.requests = std::move(requests);
+  return r;
 }
 
 std::string saved(const MoeInfinityPolicy& p) {
@@ -49,6 +55,68 @@ TEST(MoeInfinity, RequestEamsAreTracedPerPhase) {
   const auto& e = p.collection()[0];
   EXPECT_EQ(e.prefill, (std::vector<uint32_t>{2, 0, 0, 0, 0, 2, 0, 0, 0, 0, 1, 1}));
   EXPECT_EQ(e.decode, (std::vector<uint32_t>{0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1}));
+}
+
+// Two requests whose steps interleave (an engine step carries tokens of both) keep
+// separate EAMs: the collection gets the entries they get run one after the other,
+// where a single shared EAM would have merged them into one.
+TEST(MoeInfinity, InterleavedRequestsKeepTheirOwnEams) {
+  const std::vector<std::vector<int32_t>> a_pre = {{0, 0}, {1, 1}, {2, 3}}, a_dec = {{3}, {3}, {3}};
+  const std::vector<std::vector<int32_t>> b_pre = {{1, 2, 2}, {0, 0, 3}, {1, 1, 1}}, b_dec = {{2}, {0}, {1}};
+  MoeInfinityPolicy seq(kGeo);
+  auto run_alone = [&](int64_t id, const auto& pre, const auto& dec) {
+    seq.begin_request(RequestInfo{id, {}, {}, {}});
+    seq.begin_iteration(Phase::Prefill, 0);
+    for (size_t l = 0; l < pre.size(); ++l) seq.routed(route(static_cast<int64_t>(l), pre[l]));
+    seq.end_iteration();
+    seq.begin_iteration(Phase::Decode, 1);
+    for (size_t l = 0; l < dec.size(); ++l) seq.routed(route(static_cast<int64_t>(l), dec[l]));
+    seq.end_iteration();
+    seq.end_request(id);
+  };
+  run_alone(7, a_pre, a_dec);
+  run_alone(9, b_pre, b_dec);
+
+  MoeInfinityPolicy mixed(kGeo);
+  mixed.begin_request(RequestInfo{7, {}, {}, {}});
+  mixed.begin_request(RequestInfo{9, {}, {}, {}});
+  // Step 1: both prompts. Step 2: a decodes while b decodes.
+  mixed.begin_iteration(Phase::Prefill, 0);
+  for (size_t l = 0; l < 3; ++l) {
+    std::vector<int32_t> ids = a_pre[l];
+    ids.insert(ids.end(), b_pre[l].begin(), b_pre[l].end());
+    mixed.routed(route_of(static_cast<int64_t>(l), ids, {7, 7, 9, 9, 9}));
+  }
+  mixed.end_iteration();
+  mixed.begin_iteration(Phase::Decode, 1);
+  for (size_t l = 0; l < 3; ++l)
+    mixed.routed(route_of(static_cast<int64_t>(l), {a_dec[l][0], b_dec[l][0]}, {7, 9}));
+  mixed.end_iteration();
+  mixed.end_request(7);
+  mixed.end_request(9);
+  ASSERT_EQ(mixed.collection().size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(mixed.collection()[i].prefill, seq.collection()[i].prefill) << "request " << i;
+    EXPECT_EQ(mixed.collection()[i].decode, seq.collection()[i].decode) << "request " << i;
+  }
+}
+
+// A step's prefill phase belongs to the requests that prefill in it: a request that
+// decodes beside another's prompt counts its token as decode.
+TEST(MoeInfinity, ADecodeBesideAPromptIsCountedAsDecode) {
+  MoeInfinityPolicy p(kGeo);
+  p.begin_request(RequestInfo{1, {}, {}, {}});
+  p.begin_iteration(Phase::Prefill, 0);
+  for (int64_t l = 0; l < 3; ++l) p.routed(route_of(l, {0, 0}, {1, 1}));
+  p.end_iteration();
+  p.begin_request(RequestInfo{2, {}, {}, {}});
+  p.begin_iteration(Phase::Prefill, 1);  // 2's prompt beside 1's decode token
+  for (int64_t l = 0; l < 3; ++l) p.routed(route_of(l, {3, 1, 1}, {1, 2, 2}));
+  p.end_iteration();
+  p.end_request(1);
+  ASSERT_EQ(p.collection().size(), 1u);
+  EXPECT_EQ(p.collection()[0].prefill, (std::vector<uint32_t>{2, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0}));
+  EXPECT_EQ(p.collection()[0].decode, (std::vector<uint32_t>{0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1}));
 }
 
 TEST(MoeInfinity, PrefetchesTheMatchedEamWeightedByLayerProximity) {
