@@ -126,7 +126,6 @@ EmoePolicy::EmoePolicy(const ExpertGeometry& g, EmoeOptions opt)
   const size_t n = static_cast<size_t>(n_layer_) * static_cast<size_t>(n_expert_);
   bytes_.resize(n, 1);
   last_any_.assign(n, 0);
-  cur_.assign(n, 0);
   transitions_.assign(n * static_cast<size_t>(n_expert_), 0);
 }
 
@@ -145,14 +144,22 @@ double EmoePolicy::sensitivity(const std::string& task, int32_t layer) const {
   return n ? sum / n : 1;
 }
 
+EmoePolicy::Running& EmoePolicy::running(int64_t id) {
+  auto [it, fresh] = running_.try_emplace(id);
+  if (fresh) {
+    it->second.cur.assign(static_cast<size_t>(n_layer_) * static_cast<size_t>(n_expert_), 0);
+    it->second.prev.layer = -2;
+  }
+  return it->second;
+}
+
 void EmoePolicy::begin_request(const RequestInfo& info) {
   task_ = info.task;
   if (task_.empty() && opt_.detokenize && !opt_.tasks.empty()) task_ = classify_task(opt_.detokenize(info.prompt), opt_.tasks);
-  std::fill(cur_.begin(), cur_.end(), 0);
-  cur_prompt_ = cur_generated_ = 0;
-  decoding_ = planned_ = predicted_now_ = false;
-  prev_ = {};
-  prev_.layer = -2;
+  running_.erase(info.id);
+  running(info.id).task = task_;
+  last_request_ = info.id;
+  planned_ = predicted_now_ = false;
   // §3.3: the predictor runs for the first prompt that has a history, then every p
   // prompts; in between the experts it chose stay loaded. (The paper's first prompt,
   // with no history, runs with everything loaded: here, plain demand loading.)
@@ -244,16 +251,48 @@ void EmoePolicy::choose_held() {
 
 void EmoePolicy::begin_iteration(Phase phase, int64_t) {
   decoding_ = phase == Phase::Decode;
-  prev_.layer = -2;
+  for (auto& [id, r] : running_) {
+    r.prev.layer = -2;
+    r.tokens = 0;
+    r.in_step = false;
+  }
+}
+
+void EmoePolicy::end_iteration() {
+  for (auto& [id, r] : running_)
+    if (r.in_step) ++r.iterations;
 }
 
 void EmoePolicy::routed(const LayerRouting& r) {
   if (r.layer < 0 || r.layer >= n_layer_ || r.top_k <= 0) return;
+  if (r.requests.empty()) return observe(running(last_request_), r);
+  // Each request's rows (contiguous in an engine step) as a routing of their own.
+  const int64_t K = r.top_k;
+  for (int64_t t = 0; t < r.n_tok;) {
+    int64_t e = t + 1;
+    while (e < r.n_tok && r.requests[static_cast<size_t>(e)] == r.requests[static_cast<size_t>(t)]) ++e;
+    sub_.layer = r.layer;
+    sub_.n_tok = e - t;
+    sub_.n_expert = r.n_expert;
+    sub_.top_k = K;
+    sub_.experts.assign(r.experts.begin() + t * K, r.experts.begin() + e * K);
+    observe(running(r.requests[static_cast<size_t>(t)]), sub_);
+    t = e;
+  }
+}
+
+void EmoePolicy::observe(Running& run, const LayerRouting& r) {
   const int32_t layer = static_cast<int32_t>(r.layer);
   for (int32_t e : r.experts)
-    if (e >= 0 && e < n_expert_) ++cur_[at(layer, e)];
-  if (layer == 0) (decoding_ ? cur_generated_ : cur_prompt_) += static_cast<uint64_t>(r.n_tok);
+    if (e >= 0 && e < n_expert_) ++run.cur[at(layer, e)];
+  if (!run.in_step) run.tokens = r.n_tok;
+  run.in_step = true;
+  // A request decodes in a decode step, and in a prefill step unless this is its prompt
+  // (its first iteration, or a chunk of several tokens).
+  const bool decoding = decoding_ || (run.iterations > 0 && run.tokens == 1);
+  if (layer == 0) (decoding ? run.generated : run.prompt) += static_cast<uint64_t>(r.n_tok);
   // eMoE-L's transition counts pair each token's experts at layer-1 and layer.
+  LayerRouting& prev_ = run.prev;
   if (prev_.layer == r.layer - 1 && prev_.n_tok == r.n_tok && prev_.experts.size() == r.experts.size()) {
     const size_t k_prev = static_cast<size_t>(prev_.top_k), k = static_cast<size_t>(r.top_k);
     for (size_t t = 0; t < static_cast<size_t>(r.n_tok); ++t)
@@ -308,15 +347,19 @@ size_t EmoePolicy::victim(const CacheView& view, const ExpertKey&) {
   return best;
 }
 
-void EmoePolicy::end_request(int64_t) {
-  if (all_zero(cur_)) return;
-  TaskStats& s = stats_[task_];
-  s.last = cur_;
-  ++s.requests;
-  s.prompt_tokens += cur_prompt_;
-  s.generated += cur_generated_;
-  last_any_ = cur_;
-  std::fill(cur_.begin(), cur_.end(), 0);
+void EmoePolicy::end_request(int64_t id) {
+  auto it = running_.find(id);
+  if (it == running_.end()) return;
+  Running& r = it->second;
+  if (!all_zero(r.cur)) {
+    TaskStats& s = stats_[r.task];
+    s.last = r.cur;
+    ++s.requests;
+    s.prompt_tokens += r.prompt;
+    s.generated += r.generated;
+    last_any_ = r.cur;
+  }
+  running_.erase(it);
 }
 
 // Text; doubles with 17 significant digits, which read back to the same value, so a

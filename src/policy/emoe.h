@@ -77,6 +77,7 @@ class EmoePolicy : public ExpertPolicy {
   void begin_request(const RequestInfo& info) override;
   void begin_iteration(Phase phase, int64_t iter) override;
   void routed(const LayerRouting& r) override;
+  void end_iteration() override;
   void plan_prefetch(int32_t layer_now, PrefetchPlan& plan) override;
   size_t victim(const CacheView& view, const ExpertKey& incoming) override;
   void end_request(int64_t id) override;
@@ -88,6 +89,7 @@ class EmoePolicy : public ExpertPolicy {
   const std::vector<double>& frequency() const { return freq_; }
   const std::vector<double>& expected_tokens() const { return expected_; }
   bool predicted_this_request() const { return predicted_now_; }
+  // The task of the request that began last.
   const std::string& task() const { return task_; }
   // L of each layer in the current prediction: how many of its experts are held.
   const std::vector<int32_t>& held_per_layer() const { return top_l_; }
@@ -117,12 +119,24 @@ class EmoePolicy : public ExpertPolicy {
   std::vector<double> freq_, expected_;
   std::vector<char> held_;      // the top-L set of every layer (derived from expected_)
   std::vector<int32_t> top_l_;  // its size per layer
-  // The running request.
-  std::string task_;
+  // A running request: what it routes is its own (several run at once in the engine).
+  struct Running {
+    std::string task;
+    std::vector<uint64_t> cur;  // its routing counts, [n_layer * n_expert]
+    uint64_t prompt = 0, generated = 0;
+    int64_t iterations = 0, tokens = 0;  // ended iterations; tokens of this step
+    bool in_step = false;
+    LayerRouting prev;  // its tokens at the layer before, to pair them across layers
+  };
+  Running& running(int64_t id);
+  // Counts one request's tokens of a layer (its rows of the step's routing).
+  void observe(Running& run, const LayerRouting& r);
+
+  std::map<int64_t, Running> running_;
+  int64_t last_request_ = 0;  // tokens of a routing without request ids belong to it
+  std::string task_;          // the last begun request's
   bool predicted_now_ = false, planned_ = false, decoding_ = false;
-  std::vector<uint64_t> cur_;
-  uint64_t cur_prompt_ = 0, cur_generated_ = 0;
-  LayerRouting prev_;  // the layer before, to pair tokens across layers
+  LayerRouting sub_;          // scratch: one request's rows of a routing
 };
 
 // eMoE's predictor accuracy (emoe.txt Table 2): `learn` is observed first; then for each

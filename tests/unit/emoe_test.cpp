@@ -51,6 +51,60 @@ std::string saved(const EmoePolicy& p) {
   return s.str();
 }
 
+// Two requests of different tasks whose steps interleave keep their own counts: the
+// learned state (each task's last routing and token counts, the transitions) is what
+// running them one after the other leaves.
+TEST(Emoe, InterleavedRequestsLearnWhatSequentialOnesLearn) {
+  const std::vector<std::vector<int32_t>> a_pre = {{0, 1}, {2, 2}}, b_pre = {{3, 3, 1}, {0, 1, 1}};
+  const std::vector<std::vector<int32_t>> a_dec = {{1}, {2}}, b_dec = {{3}, {0}};
+  EmoePolicy seq(kGeo);
+  auto alone = [&](int64_t id, const std::string& task, const auto& pre, const auto& dec) {
+    seq.begin_request(RequestInfo{id, std::vector<int32_t>(pre[0].size(), 1), {}, task});
+    seq.begin_iteration(Phase::Prefill, 0);
+    for (size_t l = 0; l < 2; ++l) seq.routed(route(static_cast<int64_t>(l), pre[l]));
+    seq.end_iteration();
+    seq.begin_iteration(Phase::Decode, 1);
+    for (size_t l = 0; l < 2; ++l) seq.routed(route(static_cast<int64_t>(l), dec[l]));
+    seq.end_iteration();
+    seq.end_request(id);
+  };
+  alone(1, "code", a_pre, a_dec);
+  alone(2, "prose", b_pre, b_dec);
+
+  EmoePolicy mixed(kGeo);
+  mixed.begin_request(RequestInfo{1, {1, 1}, {}, "code"});
+  mixed.begin_request(RequestInfo{2, {1, 1, 1}, {}, "prose"});
+  mixed.begin_iteration(Phase::Prefill, 0);
+  for (size_t l = 0; l < 2; ++l) {
+    LayerRouting r = route(static_cast<int64_t>(l), {a_pre[l][0], a_pre[l][1], b_pre[l][0], b_pre[l][1], b_pre[l][2]});
+    r.requests = {1, 1, 2, 2, 2};
+    mixed.routed(r);
+  }
+  mixed.end_iteration();
+  mixed.begin_iteration(Phase::Decode, 1);
+  for (size_t l = 0; l < 2; ++l) {
+    LayerRouting r = route(static_cast<int64_t>(l), {a_dec[l][0], b_dec[l][0]});
+    r.requests = {1, 2};
+    mixed.routed(r);
+  }
+  mixed.end_iteration();
+  mixed.end_request(1);
+  mixed.end_request(2);
+  // The saved state's lines after the magic, the header (with the prompts since the
+  // last prediction) and the current prediction (f_i, N_i): the previous prompt's
+  // counts, the transitions and every task's statistics. The predictions differ by
+  // definition: the second request began with no finished prompt to predict from.
+  auto learned = [](const std::string& text) {
+    std::istringstream in(text);
+    std::string line, out;
+    for (int i = 0; std::getline(in, line); ++i)
+      if (i >= 4) out += line + "\n";
+    return out;
+  };
+  EXPECT_EQ(learned(saved(mixed)), learned(saved(seq)));
+  EXPECT_NE(learned(saved(mixed)), "");
+}
+
 TEST(Emoe, PredictsEveryPPromptsAndLoadsByEquationTwo) {
   EmoePolicy p(kGeo, {.period = 2});
   p.begin_request(RequestInfo{0, {1, 1, 1}, {}, "code"});
