@@ -259,3 +259,29 @@ TEST(EngineKv, BlocksAreAccountedRefusedWhenShortAndReusedAtOnce) {
 
 }  // namespace
 }  // namespace moeflow
+
+namespace moeflow {
+namespace {
+
+// The example client (examples/batched_generation.cpp) links only the public API and
+// generates for three prompts together on the built-in model; the same prompt twice
+// gives the same text (each sequence's floats do not depend on its neighbours).
+TEST(EngineExample, GeneratesForSeveralPromptsTogether) {
+  const std::string model = std::string(MOEFLOW_SOURCE_DIR_FOR_TESTS) + "/models/default.gguf";
+  int status = 0;
+  const std::string out = moeflow::testing::run_command(std::string(MOEFLOW_EXAMPLE) + " " + model +
+                                                            " 'Once upon a time' 'The king' 'Once upon a time' 2>&1",
+                                                        &status);
+  ASSERT_EQ(status, 0) << out;
+  const size_t a = out.find("[0] Once upon a time"), b = out.find("[1] The king"), c = out.find("[2] Once upon a time");
+  ASSERT_NE(a, std::string::npos) << out;
+  ASSERT_NE(b, std::string::npos) << out;
+  ASSERT_NE(c, std::string::npos) << out;
+  EXPECT_EQ(out.substr(a + 4, b - a - 4), out.substr(c + 4)) << out;
+  EXPECT_NE(moeflow::testing::run_command(std::string(MOEFLOW_EXAMPLE) + " 2>&1", &status).find("usage"),
+            std::string::npos);
+  EXPECT_NE(status, 0);
+}
+
+}  // namespace
+}  // namespace moeflow
