@@ -64,6 +64,23 @@ struct ParallelRun {
 
 }  // namespace
 
+std::vector<std::string> bench_policies(const Args& a) {
+  std::vector<std::string> policies = split_list(a.str("--policy"));
+  policies.erase(std::remove(policies.begin(), policies.end(), "all"), policies.end());
+  policies.insert(policies.begin(), "all");
+  if (policies.size() == 1 && a.has("--expert-budget"))
+    throw UsageError("moeflow bench: --expert-budget needs --policy with at least one policy other than all");
+  return policies;
+}
+
+std::unique_ptr<Engine> open_bench_engine(const Args& a, const std::string& policy, int64_t ctx, int n_parallel) {
+  EngineOptions o = engine_options_from_flags(a, policy);
+  if (policy == "all") o.expert_budget.clear();
+  o.ctx_size = ctx;
+  o.n_parallel = n_parallel;
+  return Engine::open(o);
+}
+
 int bench_parallel(const Args& a) {
   std::vector<int64_t> ns;
   for (int32_t v : parse_int_list("--parallel", a.str("--parallel"))) {
@@ -73,22 +90,16 @@ int bench_parallel(const Args& a) {
   const int64_t n_prompt = a.integer("--n-prompt", 1, 1 << 16);
   const int64_t n_gen = a.integer("--n-gen", 1, 1 << 16);
   const int64_t reps = a.integer("--repetitions", 1, 100);
-  std::vector<std::string> policies = split_list(a.str("--policy"));
-  policies.erase(std::remove(policies.begin(), policies.end(), "all"), policies.end());
-  policies.insert(policies.begin(), "all");
+  const std::vector<std::string> policies = bench_policies(a);
   const int64_t n_max = *std::max_element(ns.begin(), ns.end());
   std::vector<ParallelRun> runs;
   std::string model_path, layout;
   int threads = 0;
   double peak = 0;
   for (const std::string& pol : policies) {
-    EngineOptions o = engine_options_from_flags(a, pol);
-    if (pol == "all") o.expert_budget.clear();
-    o.n_parallel = static_cast<int>(n_max);
-    o.ctx_size = n_prompt + n_gen + 1;
-    auto e = Engine::open(o);
+    auto e = open_bench_engine(a, pol, n_prompt + n_gen + 1, static_cast<int>(n_max));
     const Model& m = e->model();
-    model_path = o.model_path;
+    model_path = m.file().path();
     layout = dtype_name(m.weights().layers.front().gate_exps.first.dtype);
     threads = e->thread_pool().size();
     StepBytes counter(m);

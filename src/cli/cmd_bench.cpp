@@ -82,17 +82,8 @@ int cmd_bench(int argc, char** argv) {
   // --policy may name several (comma-separated): each runs in this same process, so
   // their speeds compare as ratios; "all" (no offloading) always runs first, with every
   // weight resident.
-  std::vector<std::string> policies = split_list(a.str("--policy"));
-  policies.erase(std::remove(policies.begin(), policies.end(), "all"), policies.end());
-  policies.insert(policies.begin(), "all");
-  if (policies.size() == 1 && a.has("--expert-budget"))
-    throw UsageError("moeflow bench: --expert-budget needs --policy with at least one policy other than all");
-  auto open_engine = [&](const std::string& pol) {
-    EngineOptions o = engine_options_from_flags(a, pol);
-    if (pol == "all") o.expert_budget.clear();
-    o.ctx_size = n_prompt + n_gen + 1;
-    return Engine::open(o);
-  };
+  const std::vector<std::string> policies = bench_policies(a);
+  auto open_engine = [&](const std::string& pol) { return open_bench_engine(a, pol, n_prompt + n_gen + 1, 1); };
   std::unique_ptr<Engine> resident = open_engine("all");
   const Model& m = resident->model();
   const ModelConfig& c = m.config();

@@ -75,6 +75,38 @@ TEST(Cli, BenchKernelsJsonHasEveryTypeBesideTheTriad) {
 
 // bench reports each speed beside its bound, and where generation's time went (inside
 // the pool's parallel sections or between them); with a policy, one row per policy.
+// bench --parallel: N sequences decoding together, tokens/s summed, against the bytes
+// a step reads (dense weights once, the distinct experts its tokens select once each).
+TEST(Cli, BenchParallelJsonHasSummedSpeedsAndStepBounds) {
+  const Result r = run("bench -m " + kModel + " -p 4 -n 3 -r 1 --threads 2 --json --parallel 1,4 --policy lru "
+                       "--expert-budget 50%");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  ASSERT_EQ(j["runs"].size(), 4u) << "all and lru, each at 1 and 4";
+  double bytes1 = 0, bytes4 = 0;
+  for (const auto& run : j["runs"]) {
+    const int n = run["parallel"].get<int>();
+    EXPECT_TRUE(n == 1 || n == 4);
+    for (const char* f : {"tg_tokens_per_second", "tg_bound_tokens_per_second", "weight_bytes_per_step"})
+      EXPECT_GT(run[f].get<double>(), 0.0) << f;
+    EXPECT_NEAR(run["tg_fraction_of_bound"].get<double>(),
+                run["tg_tokens_per_second"].get<double>() / run["tg_bound_tokens_per_second"].get<double>(), 1e-9);
+    const double share = run["distinct_expert_share"].get<double>();
+    EXPECT_GT(share, 0.0);
+    EXPECT_LE(share, 1.0);
+    if (run["policy"] == "all") (n == 1 ? bytes1 : bytes4) = run["weight_bytes_per_step"].get<double>();
+    if (run["policy"] == "lru") {
+      EXPECT_TRUE(run.contains("hit_rate"));
+    }
+  }
+  // Four tokens read the dense weights once but more experts than one token does.
+  EXPECT_GT(bytes4, bytes1);
+  EXPECT_LT(bytes4, 4 * bytes1);
+  const Result bad = run("bench -m " + kModel + " --parallel 0");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("--parallel"), std::string::npos) << bad.out;
+}
+
 TEST(Cli, BenchJsonHasSpeedsBoundsAndSections) {
   const Result r = run("bench -m " + kModel + " -p 8 -n 4 -r 1 --threads 2 --json --policy lru --expert-budget 50%");
   ASSERT_EQ(r.code, 0) << r.out;
