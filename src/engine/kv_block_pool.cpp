@@ -13,9 +13,11 @@ KvBlockPool::KvBlockPool(Backend& backend, int64_t n_layer, int64_t n_head_kv, i
       type_(type), elem_(type == DType::F16 ? 2 : 4) {
   if (type != DType::F32 && type != DType::F16)
     throw std::invalid_argument(std::string("moeflow: a ") + dtype_name(type) + " KV cache (f32 or f16 only)");
-  if (n_layer <= 0 || n_head_kv <= 0 || head_dim <= 0 || n_blocks <= 0 || block_len <= 0 ||
-      n_blocks > (int64_t{1} << 31) - 1)
+  if (n_layer <= 0 || n_head_kv <= 0 || head_dim <= 0 || n_blocks <= 0 || block_len <= 0)
     throw std::invalid_argument("moeflow: KvBlockPool: bad shape");
+  if (n_blocks > (int64_t{1} << 31) - 1)
+    throw InputError("a KV cache of " + std::to_string(n_blocks) + " blocks of " + std::to_string(block_len) +
+                     " positions is more than the pool can index: lower --ctx-size or --parallel");
   const uint64_t half = bytes() / 2;
   k_ = backend.allocate(half);
   v_ = backend.allocate(half);
