@@ -889,9 +889,10 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
   }
   auto work_of = [jobs, items](size_t i) {
     const MatvecJob& a = jobs[items[i].a];
-    // A shared matrix is read once; its other tokens' passes (from L1) cost about as
-    // much again between them as one read from memory.
-    return RowWork{a.rows, row_bytes(a.dtype, a.cols) * (items[i].shared ? 2 : items[i].n)};
+    // A shared matrix is read once from memory, plus a pass from cache per four tokens
+    // (the multi-token kernel's width), each costing about as much as the read.
+    const size_t n = items[i].n;
+    return RowWork{a.rows, row_bytes(a.dtype, a.cols) * (items[i].shared ? 1 + (n + 3) / 4 : n)};
   };
   // Measured (2 threads, 330M q8_0, medians of 5-6 alternating runs): own chunks of
   // 8 groups ran ~10% slower than no stealing (the software prefetch and the stream
