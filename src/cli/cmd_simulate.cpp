@@ -119,6 +119,8 @@ int cmd_simulate(int argc, char** argv) {
   a.flag("--measure", "requests scored, replayed after --learn (range a:b; default: all others)");
   a.flag("--learn-fraction", "learn on this leading share of the requests instead of --learn", true, "0");
   a.flag("--score-prefill", "count prefill accesses in the hit rate (default: decode only)", false);
+  a.flag("--batch", "requests in flight at once: each step carries the next iteration of each (continuous "
+                    "batching, the serving setting); 1 replays them one after the other", true, "1");
   a.flag("--on-miss", "load (lossless) or reroute (eMoE, lossy)", true, "load");
   a.flag("--policy-state", "learned state to load first: FILE (one policy) or NAME=FILE[,NAME=FILE] (per policy)");
   a.flag("--tasks", "eMoE task profiles: keywords, per-layer sensitivity (default: profiles/tasks.json)");
@@ -155,6 +157,7 @@ int cmd_simulate(int argc, char** argv) {
   opt.warmup_requests = learn.second - learn.first;
   if (opt.warmup_requests >= trace.requests.size()) throw UsageError("no requests left to measure after --learn");
   opt.score_prefill = a.has("--score-prefill");
+  opt.batch = static_cast<size_t>(a.integer("--batch", 1, 4096));
   opt.reroute = a.str("--on-miss") == "reroute";
   if (a.has("--tasks")) opt.tasks_path = a.str("--tasks");
   opt.emoe_variant = a.str("--emoe-variant");
@@ -258,6 +261,7 @@ int cmd_simulate(int argc, char** argv) {
     j["model_profile"] = model.name;
     j["hw"] = hw.name;
     j["learn_requests"] = opt.warmup_requests;
+    j["batch"] = opt.batch;
     j["measured_requests"] = trace.requests.size() - opt.warmup_requests;
     if (table.cell.size() == 1 && fractions.size() == 1) {
       j.update(result_json(table.cell[0][0]));
@@ -269,9 +273,9 @@ int cmd_simulate(int argc, char** argv) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("trace %s: %s, %d layers x %d experts top-%d; learn %zu requests, measure %zu; %s, %s\n", trace.path.c_str(),
-              trace.model.c_str(), g.n_layer, g.n_expert, g.top_k, opt.warmup_requests,
-              trace.requests.size() - opt.warmup_requests, model.name.c_str(), hw.name.c_str());
+  std::printf("trace %s: %s, %d layers x %d experts top-%d; learn %zu requests, measure %zu, %zu at a time; %s, %s\n",
+              trace.path.c_str(), trace.model.c_str(), g.n_layer, g.n_expert, g.top_k, opt.warmup_requests,
+              trace.requests.size() - opt.warmup_requests, opt.batch, model.name.c_str(), hw.name.c_str());
   for (const std::string& note : table.cell[0][0].notes) std::printf("note: %s\n", note.c_str());
   std::printf("| policy       | cache  | hit rate | coverage | prefetch acc | stall s  | TTFT ms  | TPOT ms  | GB moved |\n");
   std::printf("|--------------|--------|----------|----------|--------------|----------|----------|----------|----------|\n");

@@ -46,18 +46,68 @@ std::vector<int32_t> distinct(const std::vector<int32_t>& ids) {
   return d;
 }
 
-// Every layer step of the replay, in order (what Belady needs to know).
-std::vector<LayerStep> replay_steps(const Trace& t) {
-  std::vector<LayerStep> steps;
-  for (const TraceRequest& rq : t.requests)
-    for (const TraceIteration& it : rq.iterations)
-      for (int32_t l = 0; l < t.n_layer; ++l) {
-        const LayerRouting r = to_routing(it.layers[static_cast<size_t>(l)], l, t.n_expert, t.top_k);
-        if (r.n_tok > 0) steps.push_back({l, distinct(r.experts)});
+// One step of the replay: the next iteration of each request in the batch (request
+// index, iteration index), in the order the requests joined.
+using SimStep = std::vector<std::pair<size_t, size_t>>;
+
+// The replay's steps with `batch` requests in flight (continuous batching: a request
+// that finishes leaves after its last step and the next one joins the step after).
+// The learning requests [0, warmup) run before any scored one, so a policy learns
+// from them alone. batch 1: the requests one after the other, as they were traced.
+std::vector<SimStep> schedule(const Trace& t, size_t batch, size_t warmup) {
+  std::vector<SimStep> steps;
+  const size_t n = t.requests.size();
+  for (const auto& [begin, end] : {std::pair<size_t, size_t>{0, std::min(warmup, n)}, {std::min(warmup, n), n}}) {
+    std::vector<std::pair<size_t, size_t>> slots;  // (request, next iteration)
+    size_t next = begin;
+    while (true) {
+      while (slots.size() < batch && next < end) {
+        if (!t.requests[next].iterations.empty()) slots.push_back({next, 0});
+        ++next;
       }
+      if (slots.empty()) break;
+      steps.push_back(slots);
+      for (auto& s : slots) ++s.second;
+      slots.erase(std::remove_if(slots.begin(), slots.end(),
+                                 [&](const auto& s) { return s.second >= t.requests[s.first].iterations.size(); }),
+                  slots.end());
+    }
+  }
   return steps;
 }
 
+// A step's routing of one layer: its requests' token rows one after the other, each
+// token tagged with its request.
+LayerRouting merged_routing(const Trace& t, const SimStep& step, int32_t layer) {
+  LayerRouting out;
+  out.layer = layer;
+  out.n_expert = t.n_expert;
+  out.top_k = t.top_k;
+  bool probs = true;
+  for (const auto& [ri, ii] : step) {
+    const TraceRequest& rq = t.requests[ri];
+    const LayerRouting r = to_routing(rq.iterations[ii].layers[static_cast<size_t>(layer)], layer, t.n_expert, t.top_k);
+    out.experts.insert(out.experts.end(), r.experts.begin(), r.experts.end());
+    out.weights.insert(out.weights.end(), r.weights.begin(), r.weights.end());
+    probs = probs && (r.n_tok == 0 || !r.probs.empty());
+    out.probs.insert(out.probs.end(), r.probs.begin(), r.probs.end());
+    out.requests.insert(out.requests.end(), static_cast<size_t>(r.n_tok), rq.id);
+    out.n_tok += r.n_tok;
+  }
+  if (!probs) out.probs.clear();
+  return out;
+}
+
+// Every layer step of the replay, in order (what Belady needs to know).
+std::vector<LayerStep> replay_steps(const Trace& t, const std::vector<SimStep>& plan) {
+  std::vector<LayerStep> steps;
+  for (const SimStep& step : plan)
+    for (int32_t l = 0; l < t.n_layer; ++l) {
+      const LayerRouting r = merged_routing(t, step, l);
+      if (r.n_tok > 0) steps.push_back({l, distinct(r.experts)});
+    }
+  return steps;
+}
 
 }  // namespace
 
@@ -89,6 +139,8 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
     best.policy = "belady";
     return best;
   }
+  if (opt.batch < 1) throw InputError("simulate: a batch of " + std::to_string(opt.batch) + " requests (at least 1)");
+  const std::vector<SimStep> plan = schedule(trace, opt.batch, opt.warmup_requests);
   SimResult res;
   res.policy = opt.policy;
   const uint64_t total = g.total_bytes();
@@ -99,7 +151,7 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
   res.cache_fraction = static_cast<double>(budget) / static_cast<double>(total);
   if (!policy) {
     if (opt.policy == "belady-min" || opt.policy == "belady-prefetch") {
-      policy = std::make_unique<BeladyPolicy>(g, replay_steps(trace), static_cast<int64_t>(budget / model.expert_bytes),
+      policy = std::make_unique<BeladyPolicy>(g, replay_steps(trace, plan), static_cast<int64_t>(budget / model.expert_bytes),
                                               opt.policy == "belady-prefetch");
     } else {
       PolicyOptions po;
@@ -121,65 +173,88 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
   double ttft_sum = 0, tpot_sum = 0;
   int64_t ttft_n = 0, tpot_n = 0;
 
-  for (size_t ri = 0; ri < trace.requests.size(); ++ri) {
-    const TraceRequest& rq = trace.requests[ri];
-    const bool scored_request = ri >= opt.warmup_requests;
-    if (ri == opt.warmup_requests && ri > 0) policy->finish_learning();
-    RequestInfo info;
-    info.id = rq.id;
-    info.task = rq.task;
-    if (!rq.iterations.empty() && rq.iterations[0].prefill) info.prompt = rq.iterations[0].tokens;
-    policy->begin_request(info);
-    const double t_request = link.now();
-    double prefill_end = -1;
-    for (const TraceIteration& it : rq.iterations) {
-      const Phase phase = it.prefill ? Phase::Prefill : Phase::Decode;
-      policy->begin_iteration(phase, it.iter);
-      const CacheCounters before = cache.counters();
-      const double t0 = link.now();
-      for (int32_t l = 0; l < trace.n_layer; ++l) {
-        const TraceRecord& rec = it.layers[static_cast<size_t>(l)];
-        LayerRouting r = to_routing(rec, l, g.n_expert, g.top_k);
-        link.advance(model.dense_seconds(std::max<int64_t>(it.n_tokens(), 1)));
-        if (r.n_tok == 0) continue;
-        policy->routed(r);
-        const bool scored_phase = scored_request && (!it.prefill || opt.score_prefill);
-        if (scored_phase) res.scored_slots += static_cast<uint64_t>(r.n_tok * g.top_k);
-        if (opt.reroute) {
-          // Traces without probabilities rank resident experts by their popularity so far.
-          uint64_t n = 0;
-          reroute_to_resident(r, cache.resident_experts(l),
-                              [&](int32_t x) { return static_cast<double>(popularity[static_cast<size_t>(g.index({l, x}))]); },
-                              &n);
-          if (scored_phase) res.rerouted_slots += n;
-        }
-        std::map<int32_t, int64_t> tokens_of;
-        for (int32_t e : r.experts) {
-          ++tokens_of[e];
-          ++popularity[static_cast<size_t>(g.index({l, e}))];
-        }
-        std::vector<int32_t> needed;
-        for (const auto& [e, n] : tokens_of) needed.push_back(e);
-        protocol.run(l, needed, [&](int32_t e, const uint8_t*) { link.advance(model.expert_compute_seconds(tokens_of[e])); });
+  std::vector<double> t_request(trace.requests.size(), 0), prefill_end(trace.requests.size(), -1);
+  bool learned = false;
+  for (const SimStep& step : plan) {
+    // Requests join: the first scored one ends the learning.
+    for (const auto& [ri, ii] : step) {
+      if (ii != 0) continue;
+      if (opt.warmup_requests > 0 && ri >= opt.warmup_requests && !learned) {
+        policy->finish_learning();
+        learned = true;
       }
-      policy->end_iteration();
-      const double dt = link.now() - t0;
-      if (!scored_request) continue;
-      if (it.prefill) {
-        prefill_end = link.now();
-        if (opt.score_prefill) res.counters += cache.counters() - before;
-      } else {
-        res.counters += cache.counters() - before;
-        tpot_sum += dt;
-        ++tpot_n;
-        res.scored_decode_tokens += 1;
-      }
+      const TraceRequest& rq = trace.requests[ri];
+      RequestInfo info;
+      info.id = rq.id;
+      info.task = rq.task;
+      if (rq.iterations[0].prefill) info.prompt = rq.iterations[0].tokens;
+      policy->begin_request(info);
+      t_request[ri] = link.now();
     }
-    policy->end_request(rq.id);
-    if (scored_request) {
+    // The step is a prefill step when any of its requests prefills; it is scored when
+    // it serves a scored request's decode (or any scored request, with score_prefill).
+    bool prefill = false, scored_step = false;
+    int64_t n_tokens = 0;
+    for (const auto& [ri, ii] : step) {
+      const TraceIteration& it = trace.requests[ri].iterations[ii];
+      prefill = prefill || it.prefill;
+      if (ri >= opt.warmup_requests && (!it.prefill || opt.score_prefill)) scored_step = true;
+      n_tokens += std::max<int64_t>(it.n_tokens(), 1);
+    }
+    const Phase phase = prefill ? Phase::Prefill : Phase::Decode;
+    policy->begin_iteration(phase, trace.requests[step[0].first].iterations[step[0].second].iter);
+    const CacheCounters before = cache.counters();
+    const double t0 = link.now();
+    for (int32_t l = 0; l < trace.n_layer; ++l) {
+      LayerRouting r = merged_routing(trace, step, l);
+      link.advance(model.dense_seconds(n_tokens));
+      if (r.n_tok == 0) continue;
+      policy->routed(r);
+      if (scored_step) {
+        // The (token, slot) pairs of the scored requests' scored phases.
+        for (const auto& [ri, ii] : step) {
+          const TraceIteration& it = trace.requests[ri].iterations[ii];
+          if (ri >= opt.warmup_requests && (!it.prefill || opt.score_prefill))
+            res.scored_slots += static_cast<uint64_t>(
+                to_routing(it.layers[static_cast<size_t>(l)], l, g.n_expert, g.top_k).n_tok * g.top_k);
+        }
+      }
+      if (opt.reroute) {
+        // Traces without probabilities rank resident experts by their popularity so far.
+        uint64_t n = 0;
+        reroute_to_resident(r, cache.resident_experts(l),
+                            [&](int32_t x) { return static_cast<double>(popularity[static_cast<size_t>(g.index({l, x}))]); },
+                            &n);
+        if (scored_step) res.rerouted_slots += n;
+      }
+      std::map<int32_t, int64_t> tokens_of;
+      for (int32_t e : r.experts) {
+        ++tokens_of[e];
+        ++popularity[static_cast<size_t>(g.index({l, e}))];
+      }
+      std::vector<int32_t> needed;
+      for (const auto& [e, n] : tokens_of) needed.push_back(e);
+      protocol.run(l, needed, [&](int32_t e, const uint8_t*) { link.advance(model.expert_compute_seconds(tokens_of[e])); });
+    }
+    policy->end_iteration();
+    const double dt = link.now() - t0;
+    if (scored_step) res.counters += cache.counters() - before;
+    for (const auto& [ri, ii] : step) {
+      const TraceRequest& rq = trace.requests[ri];
+      const bool scored_request = ri >= opt.warmup_requests;
+      if (rq.iterations[ii].prefill) {
+        prefill_end[ri] = link.now();
+      } else if (scored_request) {
+        tpot_sum += dt;  // the request's token waited for the whole step
+        ++tpot_n;
+        ++res.scored_decode_tokens;
+      }
+      if (ii + 1 < rq.iterations.size()) continue;
+      policy->end_request(rq.id);  // its last iteration: it leaves
+      if (!scored_request) continue;
       ++res.scored_requests;
-      if (prefill_end >= 0) {
-        ttft_sum += prefill_end - t_request;
+      if (prefill_end[ri] >= 0) {
+        ttft_sum += prefill_end[ri] - t_request[ri];
         ++ttft_n;
       }
     }

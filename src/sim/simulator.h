@@ -6,9 +6,13 @@
 // (on demand, or DuoServe's two-slot prefill pipeline); a miss stalls until its copy
 // lands.
 //
-// Requests run back to back on one cache. The first `warmup_requests` requests (the
-// "learn" part) train learned policies and warm the cache without being scored; of
-// the rest, the phases in `score` are counted.
+// Requests run on one cache, `batch` at a time (continuous batching: each step carries
+// the next iteration of every request in flight, a finished request's place goes to
+// the next one). The first `warmup_requests` requests (the "learn" part) train learned
+// policies and warm the cache without being scored, before any scored request runs; of
+// the rest, the phases in `score` are counted (a step counts when it serves a scored
+// request's counted phase). TPOT is per request and decode token: the time of the step
+// that token waited for.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -34,6 +38,10 @@ struct SimOptions {
   std::string tasks_path;         // emoe: task profiles (empty: profiles/tasks.json if present)
   std::string emoe_variant;       // emoe: all-layer (default) or layer-by-layer
   int32_t emoe_top_l = 0;         // emoe: L per layer (0: derived from the cache budget)
+  // Requests in flight at once (the serving setting): each step carries the next
+  // iteration of each, their tokens tagged with their request; 1 replays requests one
+  // after the other.
+  size_t batch = 1;
 };
 
 struct SimResult {
