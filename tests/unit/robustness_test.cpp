@@ -632,6 +632,18 @@ TEST(Issue19, SimulateFlagsThatSilentlyDidSomethingElse) {
   expect_failure("simulate --trace " + esc, 2, "no model profile known for the trace's model '../hw/pcie4'");
 }
 
+// Found while checking "never internal error": a profile whose name is a number, and
+// --cache errors that named --expert-budget.
+TEST(Issue19, ProfileAndCacheMistakesAreUserErrors) {
+  const std::string t = small_trace();
+  const std::string hw = scratch_path("hw") + ".json";
+  write_all(hw, R"({"name": 5, "bandwidth_gbs": 16, "latency_us": 10, "copy_engines": 1})");
+  const std::string base = "simulate --trace " + t + " --model-profile moeflow-default";
+  expect_failure(base + " --hw " + hw, 1, "field \"name\" must be a string");
+  expect_failure(base + " --cache 1e400%", 2, "--cache '1e400%'");
+  expect_failure(base + " --cache -5%", 2, "--cache '-5%'");
+}
+
 TEST(Issue19, UnwritableOutputIsReportedBeforeTheWork) {
   const std::string t = small_trace();
   const auto r = run("train-predictor --trace " + t + " --out /nonexistent-dir/p.bin");
