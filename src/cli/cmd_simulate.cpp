@@ -43,8 +43,12 @@ std::string default_model_profile(const Trace& t) {
 
 double parse_cache(const std::string& s, uint64_t total, uint64_t* bytes) {
   *bytes = 0;
-  if (!s.empty() && s.back() == '%') return static_cast<double>(parse_budget(s, 1000000000000ull)) / 1e12;
-  *bytes = parse_budget(s, total);
+  try {
+    if (!s.empty() && s.back() == '%') return static_cast<double>(parse_budget(s, 1000000000000ull)) / 1e12;
+    *bytes = parse_budget(s, total);
+  } catch (const InputError&) {  // parse_budget names --expert-budget
+    throw UsageError("--cache '" + s + "': expected a share of all experts (25%) or a size (512MiB, 40GiB)");
+  }
   return static_cast<double>(*bytes) / static_cast<double>(total);
 }
 

@@ -71,7 +71,10 @@ std::vector<TaskProfile> load_task_profiles(const std::string& path) {
     if (t.contains("insensitive_layers")) {
       if (!t["insensitive_layers"].is_array()) throw InputError(where + ".insensitive_layers: not an array");
       for (const auto& l : t["insensitive_layers"]) {
-        if (!l.is_number_integer() || l.get<int64_t>() < 0) throw InputError(where + ".insensitive_layers: not a layer index");
+        const bool index = l.is_number_unsigned() ? l.get<uint64_t>() < 1024
+                                                  : l.is_number_integer() && l.get<int64_t>() >= 0 && l.get<int64_t>() < 1024;
+        if (!index)
+          throw InputError(where + ".insensitive_layers: " + l.dump() + " is not a layer index (0..1023)");
         p.insensitive_layers.push_back(l.get<int32_t>());
       }
     }

@@ -86,7 +86,8 @@ SensitivityTable routing_sensitivity(const Trace& t) {
 
 void merge_sensitivity(std::vector<TaskProfile>& profiles, const SensitivityTable& s, double insensitive_below) {
   for (const auto& [task, row] : s.by_task) {
-    auto it = std::find_if(profiles.begin(), profiles.end(), [&](const TaskProfile& p) { return p.name == task; });
+    const std::string& name = task;  // (clang 14 cannot capture a structured binding)
+    auto it = std::find_if(profiles.begin(), profiles.end(), [&](const TaskProfile& p) { return p.name == name; });
     if (it == profiles.end()) it = profiles.insert(profiles.end(), TaskProfile{task, {}, {}});
     it->sensitivity.clear();
     for (double v : row) it->sensitivity.push_back(rounded(v));

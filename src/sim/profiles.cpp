@@ -41,6 +41,13 @@ json read_json(const std::string& path, const char* kind) {
   }
 }
 
+std::string name_field(const json& j, const std::string& dflt, const std::string& path) {
+  auto it = j.find("name");
+  if (it == j.end()) return dflt;
+  if (!it->is_string()) throw InputError(path + ": field \"name\" must be a string");
+  return it->get<std::string>();
+}
+
 double number(const json& j, const char* key, const std::string& path, double lo, double hi) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_number()) throw InputError(path + ": field \"" + key + "\" is missing or not a number");
@@ -62,7 +69,7 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path) {
   const std::string path = resolve(name_or_path, "hw");
   const json j = read_json(path, "hardware");
   HardwareProfile h;
-  h.name = j.value("name", name_or_path);
+  h.name = name_field(j, name_or_path, path);
   h.link.bandwidth_bytes_per_s = number(j, "bandwidth_gbs", path, 1e-6, 1e6) * 1e9;
   h.link.latency_s = number(j, "latency_us", path, 0, 1e9) * 1e-6;
   h.link.copy_engines = static_cast<int>(number(j, "copy_engines", path, 1, 64));
@@ -73,7 +80,7 @@ ModelProfile load_model_profile(const std::string& name_or_path) {
   const std::string path = resolve(name_or_path, "models");
   const json j = read_json(path, "model");
   ModelProfile m;
-  m.name = j.value("name", name_or_path);
+  m.name = name_field(j, name_or_path, path);
   m.n_layer = static_cast<int32_t>(number(j, "n_layer", path, 1, 1 << 16));
   m.n_expert = static_cast<int32_t>(number(j, "n_expert", path, 1, 1 << 16));
   m.top_k = static_cast<int32_t>(number(j, "top_k", path, 1, m.n_expert));

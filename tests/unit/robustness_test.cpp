@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -31,6 +32,7 @@
 #include "model/model_weights.h"
 #include "policy/duoserve.h"
 #include "policy/expert_mlp.h"
+#include "sim/trace_stats.h"
 #include "test_paths.h"
 
 namespace moeflow {
@@ -363,6 +365,57 @@ TEST(Issue19, TraceWithHugeLayerOrExpertCountStaysSmall) {
   EXPECT_LT(w.max_rss_mib, kSmallInputRssMib);
 }
 
+// The sparse successor counts give the dense table's answer (a reference computed
+// here the old way, on random routing).
+TEST(Issue19, SparseAffinityMatchesADenseReference) {
+  const int32_t L = 3, E = 6, K = 2;
+  uint32_t rng = 7;
+  auto next = [&rng](uint32_t n) {
+    rng = rng * 1103515245u + 12345u;
+    return static_cast<int32_t>((rng >> 16) % n);
+  };
+  std::vector<TraceRecord> recs;
+  for (int it = 0; it < 30; ++it)
+    for (int l = 0; l < L; ++l) {
+      TraceRecord r;
+      r.iter = it;
+      r.layer = l;
+      r.num_experts = E;
+      r.top_k = K;
+      for (int t = 0; t < 3; ++t) {
+        const int32_t a = next(E), b = (a + 1 + next(E - 1)) % E;
+        r.experts.push_back({a, b});
+      }
+      recs.push_back(r);
+    }
+  const Trace t = group_trace(recs, "random");
+  // Dense reference.
+  std::vector<double> aff(static_cast<size_t>(L) * E * E, 0);
+  for (const auto& rq : t.requests)
+    for (const auto& it : rq.iterations)
+      for (int l = 0; l + 1 < L; ++l)
+        for (size_t tok = 0; tok < it.layers[l].experts.size(); ++tok)
+          for (int32_t i : it.layers[l].experts[tok])
+            for (int32_t j : it.layers[l + 1].experts[tok]) aff[(static_cast<size_t>(l) * E + i) * E + j] += 1;
+  int64_t hit = 0, n = 0;
+  for (const auto& rq : t.requests)
+    for (const auto& it : rq.iterations)
+      for (int l = 0; l + 1 < L; ++l)
+        for (size_t tok = 0; tok < it.layers[l].experts.size(); ++tok) {
+          std::vector<double> score(E, 0);
+          for (int32_t i : it.layers[l].experts[tok])
+            for (int32_t j = 0; j < E; ++j) score[j] += aff[(static_cast<size_t>(l) * E + i) * E + j];
+          const int32_t best = static_cast<int32_t>(std::max_element(score.begin(), score.end()) - score.begin());
+          const auto& nx = it.layers[l + 1].experts[tok];
+          hit += std::count(nx.begin(), nx.end(), best) > 0;
+          ++n;
+        }
+  const TraceStats s = compute_trace_stats(t);
+  EXPECT_DOUBLE_EQ(s.affinity_top1_hit, static_cast<double>(hit) / static_cast<double>(n));
+  std::printf("affinity top-1 hit: %.4f (dense reference %lld of %lld)\n", s.affinity_top1_hit, static_cast<long long>(hit),
+              static_cast<long long>(n));
+}
+
 // ---- item 3: policy states claiming shapes the model does not have -------------------
 
 std::string duoserve_header(int32_t top_k, int32_t n_layer, int32_t n_expert) {
@@ -577,6 +630,18 @@ TEST(Issue19, SimulateFlagsThatSilentlyDidSomethingElse) {
   for (size_t p; (p = text.find("moeflow-default")) != std::string::npos;) text.replace(p, 15, "../hw/pcie4");
   write_all(esc, text);
   expect_failure("simulate --trace " + esc, 2, "no model profile known for the trace's model '../hw/pcie4'");
+}
+
+// Found while checking "never internal error": a profile whose name is a number, and
+// --cache errors that named --expert-budget.
+TEST(Issue19, ProfileAndCacheMistakesAreUserErrors) {
+  const std::string t = small_trace();
+  const std::string hw = scratch_path("hw") + ".json";
+  write_all(hw, R"({"name": 5, "bandwidth_gbs": 16, "latency_us": 10, "copy_engines": 1})");
+  const std::string base = "simulate --trace " + t + " --model-profile moeflow-default";
+  expect_failure(base + " --hw " + hw, 1, "field \"name\" must be a string");
+  expect_failure(base + " --cache 1e400%", 2, "--cache '1e400%'");
+  expect_failure(base + " --cache -5%", 2, "--cache '-5%'");
 }
 
 TEST(Issue19, UnwritableOutputIsReportedBeforeTheWork) {
