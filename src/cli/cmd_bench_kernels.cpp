@@ -6,7 +6,7 @@
 // AVX-512 VNNI and the f32 Highway kernel) both are measured in the same run, and the
 // interleaved layout's kernel also as decode runs an expert's gate and up: two
 // matrices on one activation in one batch. The k-quants (when --cols is a multiple of
-// 256): their VNNI kernels and the generic one.
+// 256): their VNNI kernels and the f32 ones (Highway for Q4_K..Q6_K, generic for Q2_K, Q3_K).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -137,11 +137,13 @@ int cmd_bench_kernels(int argc, char** argv) {
       // Two matrices on one activation read together (rows_x4_quads_multi).
       kernels.push_back({"rows x4, pairs on one x", true, true, true});
     }
+    // k-quants without VNNI: Q4_K..Q6_K an f32 Highway kernel, Q2_K, Q3_K the generic path.
+    const std::string kquant_f32 = t == DType::Q2_K || t == DType::Q3_K ? "generic f32" : "f32 (" + target + ")";
     if ((t == DType::Q4_0 || cpu::kquant_vnni_type(t)) && vnni) {
       kernels.push_back({"avx512-vnni", true, false});
-      kernels.push_back({dtype_is_kquant(t) ? "generic f32" : "f32 (" + target + ")", false, false});
+      kernels.push_back({dtype_is_kquant(t) ? kquant_f32 : "f32 (" + target + ")", false, false});
     } else if (dtype_is_kquant(t)) {
-      kernels.push_back({"generic f32", false, false});
+      kernels.push_back({kquant_f32, false, false});
     } else {
       kernels.push_back({(t == DType::Q8_0 ? "int16 (" : "f32 (") + target + ")", vnni, false});
     }

@@ -37,6 +37,7 @@ void kquant_rows(DType t, const uint8_t* const* rows, int R, int64_t cols, const
     return;
   }
   if (!dtype_is_kquant(t)) throw std::invalid_argument(std::string("moeflow: kquant_rows: ") + dtype_name(t));
+  if (kquant_rows_simd(t, rows, R, cols, x, out)) return;
   const size_t bs = static_cast<size_t>(dtype_info(t).type_size);
   alignas(64) float w[256];
   for (int r = 0; r < R; ++r) {

@@ -1,8 +1,9 @@
 // Mat-vec rows of k-quant weights (tensor/kquants.h). With AVX-512 VNNI (q4_vnni_enabled)
 // every k-quant's rows take the integer kernels of kquant_vnni.h, which read the
 // activation quantised to int16 per 32 columns (matmul.cpp's QuantizeX16) and packed
-// by kquant_pack_x; every other case dequantises a super-block at a time into f32 and
-// dots it with x (the generic path: exact to f32 rounding, slower).
+// by kquant_pack_x. Otherwise Q4_K, Q5_K and Q6_K take an f32 SIMD kernel (Highway,
+// kquant_hwy.cpp), and Q2_K, Q3_K the generic path: a super-block at a time dequantised
+// into f32 and dotted with x. Both are exact to f32 rounding.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +18,10 @@ inline size_t kquant_x_bytes(int64_t cols) { return static_cast<size_t>(cols / 2
 
 // True when t's mat-vec rows take the VNNI kernel (and so want the packed activation).
 bool kquant_vnni_type(DType t);
+
+// The f32 SIMD kernel of kquant_hwy.cpp for R rows (Q4_K, Q5_K, Q6_K): false, with
+// nothing written, for the other types.
+bool kquant_rows_simd(DType t, const uint8_t* const* rows, int R, int64_t cols, const float* x, float* out);
 
 // Dequantises nb blocks of k-quant t into y, as dequantize_row does (bit-identical),
 // with AVX-512 where q4_vnni_enabled() and t has such a path (Q4_K, Q6_K).
