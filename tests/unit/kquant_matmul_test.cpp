@@ -17,7 +17,8 @@
 namespace moeflow::cpu {
 namespace {
 
-const DType kKquants[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+// The k-quants, and the 4-bit non-linear types that share their generic path.
+const DType kKquants[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
 
 std::vector<uint8_t> make_weights(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
   std::normal_distribution<float> g(0.0f, 1.0f);

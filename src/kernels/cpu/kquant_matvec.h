@@ -23,7 +23,8 @@ bool kquant_vnni_type(DType t);
 // nothing written, for the other types.
 bool kquant_rows_simd(DType t, const uint8_t* const* rows, int R, int64_t cols, const float* x, float* out);
 
-// Dequantises nb blocks of k-quant t into y, as dequantize_row does (bit-identical),
+// Dequantises nb * 256 columns of t (k-quant blocks, or whole blocks of another type)
+// into y, as dequantize_row does (bit-identical),
 // with AVX-512 where q4_vnni_enabled() and t has such a path (Q4_K, Q6_K).
 void kquant_dequant(DType t, const uint8_t* blocks, int64_t nb, float* y);
 
@@ -31,8 +32,8 @@ void kquant_dequant(DType t, const uint8_t* blocks, int64_t nb, float* y);
 // (64-byte aligned, kquant_x_bytes(cols) bytes).
 void kquant_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out);
 
-// out[r] = sum_c W_r[c] * x[c] for the R (1..4) rows at rows[r] (each cols / 256
-// blocks of type t). packed: kquant_pack_x's output, or null for the generic path.
+// out[r] = sum_c W_r[c] * x[c] for the R (1..4) rows at rows[r] (each cols columns of
+// type t: a k-quant, or IQ4_NL / IQ4_XS, which always take the generic path). packed: kquant_pack_x's output, or null for the generic path.
 // pf, when not null, is prefetched a little at every block (the next rows' bytes).
 void kquant_rows(DType t, const uint8_t* const* rows, int R, int64_t cols, const float* x, const uint8_t* packed,
                  float* out, const uint8_t* pf);
