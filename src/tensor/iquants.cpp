@@ -133,4 +133,59 @@ void quantize_iq4_xs(const float* x, BlockIQ4_XS* b, int64_t nb) {
   }
 }
 
+float mxfp4_scale(uint8_t e) { return std::ldexp(1.0f, static_cast<int>(e) - 128); }
+
+void dequantize_mxfp4(const BlockMXFP4* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += 32) {
+    const float d = mxfp4_scale(b[i].e);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = d * static_cast<float>(kMxfp4Levels[b[i].qs[j] & 0x0f]);
+      y[j + 16] = d * static_cast<float>(kMxfp4Levels[b[i].qs[j] >> 4]);
+    }
+  }
+}
+
+namespace {
+int nearest_mxfp4(float v) {  // index of the level nearest v (0 for zero)
+  int best = 0;
+  float err = std::fabs(v);
+  for (int k = 1; k < 16; ++k) {
+    const float e = std::fabs(v - kMxfp4Levels[k]);
+    if (e < err) {
+      err = e;
+      best = k;
+    }
+  }
+  return best;
+}
+}  // namespace
+
+void quantize_mxfp4(const float* x, BlockMXFP4* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 32) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    // Smallest e with amax <= 12 * 2^(e - 128).
+    int e = 0;
+    if (amax > 0.0f) e = std::clamp(static_cast<int>(std::ceil(std::log2(amax / 12.0f))) + 128, 0, 254);
+    int best_e = e;
+    double best_err = -1;
+    for (int cand = std::max(e - 1, 0); cand <= e; ++cand) {
+      const float d = mxfp4_scale(static_cast<uint8_t>(cand));
+      double err = 0;
+      for (int j = 0; j < 32; ++j) {
+        const double r = d * kMxfp4Levels[nearest_mxfp4(x[j] / d)] - x[j];
+        err += r * r;
+      }
+      if (best_err < 0 || err < best_err) {
+        best_err = err;
+        best_e = cand;
+      }
+    }
+    b[i].e = static_cast<uint8_t>(best_e);
+    const float d = mxfp4_scale(b[i].e);
+    for (int j = 0; j < 16; ++j)
+      b[i].qs[j] = static_cast<uint8_t>(nearest_mxfp4(x[j] / d) | (nearest_mxfp4(x[j + 16] / d) << 4));
+  }
+}
+
 }  // namespace moeflow

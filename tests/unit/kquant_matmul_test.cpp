@@ -18,7 +18,7 @@ namespace moeflow::cpu {
 namespace {
 
 // The k-quants, and the 4-bit non-linear types that share their generic path.
-const DType kKquants[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
+const DType kKquants[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
 
 std::vector<uint8_t> make_weights(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
   std::normal_distribution<float> g(0.0f, 1.0f);

@@ -33,7 +33,7 @@ void kquant_dequant(DType t, const uint8_t* blocks, int64_t nb, float* y);
 void kquant_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out);
 
 // out[r] = sum_c W_r[c] * x[c] for the R (1..4) rows at rows[r] (each cols columns of
-// type t: a k-quant, or IQ4_NL / IQ4_XS, which always take the generic path). packed: kquant_pack_x's output, or null for the generic path.
+// type t: a k-quant, or IQ4_NL / IQ4_XS / MXFP4, which always take the generic path). packed: kquant_pack_x's output, or null for the generic path.
 // pf, when not null, is prefetched a little at every block (the next rows' bytes).
 void kquant_rows(DType t, const uint8_t* const* rows, int R, int64_t cols, const float* x, const uint8_t* packed,
                  float* out, const uint8_t* pf);
