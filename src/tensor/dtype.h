@@ -61,7 +61,8 @@ size_t row_bytes(DType t, int64_t n);
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 // Quantise n elements the way ggml's reference quantiser does (round to nearest,
 // q8_0: d = amax/127; q4_0: d = max/-8 where max is the signed value of largest magnitude);
-// the k-quants with a least-squares scale search (tensor/kquants.h).
+// the k-quants, IQ4_NL, IQ4_XS and MXFP4 with a scale search of their own (tensor/kquants.h,
+// tensor/iquants.h).
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 
 // Scalar conversions (round-to-nearest-even), the reference for the SIMD paths.
