@@ -6,7 +6,8 @@
 // AVX-512 VNNI and the f32 Highway kernel) both are measured in the same run, and the
 // interleaved layout's kernel also as decode runs an expert's gate and up: two
 // matrices on one activation in one batch. The k-quants (when --cols is a multiple of
-// 256): their VNNI kernels and the generic one.
+// 256): their VNNI kernels and the f32 ones (Highway for Q4_K..Q6_K, generic for Q2_K, Q3_K);
+// IQ4_NL, IQ4_XS and MXFP4 on the generic path.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -101,8 +102,9 @@ int cmd_bench_kernels(int argc, char** argv) {
   std::vector<KernelRun> runs;
   std::vector<DType> types = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
   if (cols % 256 == 0)
-    types.insert(types.end(), {DType::Q4_K, DType::Q6_K, DType::Q5_K, DType::Q3_K, DType::Q2_K});
-  else
+    types.insert(types.end(), {DType::Q4_K, DType::Q6_K, DType::Q5_K, DType::Q3_K, DType::Q2_K, DType::IQ4_XS});
+  types.insert(types.end(), {DType::IQ4_NL, DType::MXFP4});
+  if (cols % 256 != 0)
     std::fprintf(stderr, "note: --cols %lld is not a multiple of 256: no k-quant rows\n", static_cast<long long>(cols));
   for (DType t : types) {
     // One matrix of random weights, copied as often as the streaming test needs (its
@@ -137,10 +139,14 @@ int cmd_bench_kernels(int argc, char** argv) {
       // Two matrices on one activation read together (rows_x4_quads_multi).
       kernels.push_back({"rows x4, pairs on one x", true, true, true});
     }
+    // k-quants without VNNI: Q4_K..Q6_K an f32 Highway kernel, Q2_K, Q3_K the generic path.
+    const std::string kquant_f32 = t == DType::Q2_K || t == DType::Q3_K ? "generic f32" : "f32 (" + target + ")";
     if ((t == DType::Q4_0 || cpu::kquant_vnni_type(t)) && vnni) {
       kernels.push_back({"avx512-vnni", true, false});
-      kernels.push_back({dtype_is_kquant(t) ? "generic f32" : "f32 (" + target + ")", false, false});
+      kernels.push_back({dtype_is_kquant(t) ? kquant_f32 : "f32 (" + target + ")", false, false});
     } else if (dtype_is_kquant(t)) {
+      kernels.push_back({kquant_f32, false, false});
+    } else if (t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::MXFP4) {
       kernels.push_back({"generic f32", false, false});
     } else {
       kernels.push_back({(t == DType::Q8_0 ? "int16 (" : "f32 (") + target + ")", vnni, false});
@@ -193,10 +199,10 @@ int cmd_bench_kernels(int argc, char** argv) {
               "streaming: %.0f MiB of matrices per type\n",
               static_cast<long long>(rows), static_cast<long long>(cols), threads,
               static_cast<double>(stream_bytes) / 1048576.0);
-  std::printf("| type | kernel                  | from cache GB/s | streaming GB/s | triad GB/s | of triad |\n");
-  std::printf("|------|-------------------------|-----------------|----------------|------------|----------|\n");
+  std::printf("| type   | kernel                  | from cache GB/s | streaming GB/s | triad GB/s | of triad |\n");
+  std::printf("|--------|-------------------------|-----------------|----------------|------------|----------|\n");
   for (const KernelRun& r : runs)
-    std::printf("| %-4s | %-23s | %15.1f | %14.1f | %10.1f | %7.1f%% |\n", dtype_name(r.dtype), r.kernel.c_str(),
+    std::printf("| %-6s | %-23s | %15.1f | %14.1f | %10.1f | %7.1f%% |\n", dtype_name(r.dtype), r.kernel.c_str(),
                 r.cache_gbs, r.stream_gbs, r.triad_gbs, 100.0 * r.stream_gbs / r.triad_gbs);
   std::printf("plain reads of %.0f MiB, no arithmetic: one stream per thread %.1f GB/s, two streams per thread "
               "%.1f GB/s (triad just before: %.1f GB/s)\n",

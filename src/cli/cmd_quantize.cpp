@@ -29,6 +29,9 @@ uint32_t ftype_of(DType t) {
     case DType::Q4_K: return 14;  // Q4_K_S
     case DType::Q5_K: return 16;  // Q5_K_S
     case DType::Q6_K: return 18;
+    case DType::IQ4_NL: return 25;
+    case DType::IQ4_XS: return 30;
+    case DType::MXFP4: return 38;  // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
     case DType::Q4_0_R4:
     case DType::Q8_0_R4: break;  // in-memory only; --type never names them
   }
@@ -177,7 +180,7 @@ int cmd_quantize(int argc, char** argv) {
   Args a("quantize");
   a.flag("-i,--input", "GGUF model to read (required)");
   a.flag("-o,--output", "GGUF model to write (required; not the input)");
-  a.flag("--type", "element type of the weight matrices: q8_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k, f16, bf16 or "
+  a.flag("--type", "element type of the weight matrices: q8_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4, f16, bf16 or "
                    "f32; or a llama.cpp mix: q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q2_k_mix, q6_k_mix "
                    "(docs/kquants.md) (required)");
   a.flag("-v,--verbose", "print what happens to every tensor", false);
@@ -192,7 +195,7 @@ int cmd_quantize(int argc, char** argv) {
   const bool is_mix = quant_mix_from_name(a.str("--type"), mix);
   if (!is_mix && !dtype_from_name(a.str("--type"), type))
     throw UsageError("moeflow quantize: --type: unknown type '" + a.str("--type") +
-                     "' (expected q8_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k, f16, bf16, f32, or a mix: q3_k_s, "
+                     "' (expected q8_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4, f16, bf16, f32, or a mix: q3_k_s, "
                      "q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q2_k_mix, q6_k_mix)");
   const bool verbose = a.has("--verbose");
   std::vector<std::pair<std::string, gguf::Value>> overrides;

@@ -209,7 +209,7 @@ class Parser {
       const uint64_t tpos = c.pos();
       const uint32_t gt = c.read<uint32_t>(field + " type");
       if (!dtype_from_ggml(gt, ti.dtype))
-        c.fail(field + " type", "unsupported ggml type " + std::to_string(gt) + " (moeflow reads f32, f16, bf16, q8_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k)", tpos);
+        c.fail(field + " type", "unsupported ggml type " + std::to_string(gt) + " (moeflow reads f32, f16, bf16, q8_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4)", tpos);
       const DTypeInfo& info = dtype_info(ti.dtype);
       if (ti.dims[0] % static_cast<uint64_t>(info.block_size) != 0)
         c.fail(field + " dims[0]", std::to_string(ti.dims[0]) + " is not a multiple of the " + info.name + " block size " + std::to_string(info.block_size) + " (a row must be whole blocks)", dat + 4);

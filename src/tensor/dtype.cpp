@@ -1,5 +1,6 @@
 #include "tensor/dtype.h"
 
+#include "tensor/iquants.h"
 #include "tensor/kquants.h"
 
 #include <algorithm>
@@ -20,6 +21,9 @@ constexpr DTypeInfo kQ3_K{"q3_k", 256, sizeof(BlockQ3_K)};
 constexpr DTypeInfo kQ4_K{"q4_k", 256, sizeof(BlockQ4_K)};
 constexpr DTypeInfo kQ5_K{"q5_k", 256, sizeof(BlockQ5_K)};
 constexpr DTypeInfo kQ6_K{"q6_k", 256, sizeof(BlockQ6_K)};
+constexpr DTypeInfo kIQ4_NL{"iq4_nl", 32, sizeof(BlockIQ4_NL)};
+constexpr DTypeInfo kIQ4_XS{"iq4_xs", 256, sizeof(BlockIQ4_XS)};
+constexpr DTypeInfo kMXFP4{"mxfp4", 32, sizeof(BlockMXFP4)};
 constexpr DTypeInfo kQ4_0_R4{"q4_0_r4", 32, 18};  // four rows take four q4_0 rows' bytes
 constexpr DTypeInfo kQ8_0_R4{"q8_0_r4", 32, 34};
 
@@ -56,6 +60,9 @@ bool dtype_from_ggml(uint32_t ggml_type, DType& out) {
     case 12: out = DType::Q4_K; return true;
     case 13: out = DType::Q5_K; return true;
     case 14: out = DType::Q6_K; return true;
+    case 20: out = DType::IQ4_NL; return true;
+    case 23: out = DType::IQ4_XS; return true;
+    case 39: out = DType::MXFP4; return true;
     case 30: out = DType::BF16; return true;
     default: return false;
   }
@@ -73,6 +80,9 @@ const DTypeInfo& dtype_info(DType t) {
     case DType::Q4_K: return kQ4_K;
     case DType::Q5_K: return kQ5_K;
     case DType::Q6_K: return kQ6_K;
+    case DType::IQ4_NL: return kIQ4_NL;
+    case DType::IQ4_XS: return kIQ4_XS;
+    case DType::MXFP4: return kMXFP4;
     case DType::Q4_0_R4: return kQ4_0_R4;
     case DType::Q8_0_R4: return kQ8_0_R4;
   }
@@ -84,7 +94,8 @@ const char* dtype_name(DType t) { return dtype_info(t).name; }
 
 bool dtype_from_name(const std::string& name, DType& out) {
   static const DType all[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                              DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+                              DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                              DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
   for (DType t : all) {
     if (name == dtype_info(t).name) {
       out = t;
@@ -95,7 +106,8 @@ bool dtype_from_name(const std::string& name, DType& out) {
 }
 
 bool dtype_is_quantized(DType t) {
-  return dtype_in_file(t) == DType::Q8_0 || dtype_in_file(t) == DType::Q4_0 || dtype_is_kquant(t);
+  return dtype_in_file(t) == DType::Q8_0 || dtype_in_file(t) == DType::Q4_0 || dtype_is_kquant(t) ||
+         t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::MXFP4;
 }
 
 bool dtype_is_file_type(DType t) {
@@ -207,6 +219,9 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::Q4_K: dequantize_q4_k(static_cast<const BlockQ4_K*>(src), dst, n / kQK_K); return;
     case DType::Q5_K: dequantize_q5_k(static_cast<const BlockQ5_K*>(src), dst, n / kQK_K); return;
     case DType::Q6_K: dequantize_q6_k(static_cast<const BlockQ6_K*>(src), dst, n / kQK_K); return;
+    case DType::IQ4_NL: dequantize_iq4_nl(static_cast<const BlockIQ4_NL*>(src), dst, n / 32); return;
+    case DType::IQ4_XS: dequantize_iq4_xs(static_cast<const BlockIQ4_XS*>(src), dst, n / 256); return;
+    case DType::MXFP4: dequantize_mxfp4(static_cast<const BlockMXFP4*>(src), dst, n / 32); return;
     case DType::Q4_0_R4:
     case DType::Q8_0_R4:
       throw std::invalid_argument(std::string("moeflow: dequantize_row: ") + dtype_name(t) +
@@ -275,6 +290,9 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
     case DType::Q4_K: quantize_q4_k(src, static_cast<BlockQ4_K*>(dst), n / kQK_K); return;
     case DType::Q5_K: quantize_q5_k(src, static_cast<BlockQ5_K*>(dst), n / kQK_K); return;
     case DType::Q6_K: quantize_q6_k(src, static_cast<BlockQ6_K*>(dst), n / kQK_K); return;
+    case DType::IQ4_NL: quantize_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), n / 32); return;
+    case DType::IQ4_XS: quantize_iq4_xs(src, static_cast<BlockIQ4_XS*>(dst), n / 256); return;
+    case DType::MXFP4: quantize_mxfp4(src, static_cast<BlockMXFP4*>(dst), n / 32); return;
     case DType::Q4_0_R4:
     case DType::Q8_0_R4:
       throw std::invalid_argument(std::string("moeflow: quantize_row: ") + dtype_name(t) +

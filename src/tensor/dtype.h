@@ -7,6 +7,8 @@
 //          in the low nibble of qs[j] for j < 16, element j+16 in the high nibble.  18 bytes
 //   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K: ggml's k-quants, super-blocks of 256 (tensor/kquants.h
 //          has their layouts and formulas).
+//   IQ4_NL, IQ4_XS, MXFP4: ggml's 4-bit non-linear types (blocks of 32 / 256 / 32;
+//          tensor/iquants.h).
 //   Q4_0_R4, Q8_0_R4: q4_0 / q8_0 matrices with their rows interleaved in fours
 //          (tensor/rows_x4.h), an in-memory layout the resident copy uses on CPUs with
 //          AVX-512 VNNI; never in a file.
@@ -23,6 +25,7 @@ namespace moeflow {
 enum class DType : uint32_t {
   F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8,
   Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14,
+  IQ4_NL = 20, IQ4_XS = 23, MXFP4 = 39,
   BF16 = 30, Q4_0_R4 = 0x8002, Q8_0_R4 = 0x8008
 };
 
@@ -36,7 +39,8 @@ struct DTypeInfo {
 bool dtype_from_ggml(uint32_t ggml_type, DType& out);
 const DTypeInfo& dtype_info(DType t);
 const char* dtype_name(DType t);
-// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "q2_k" .. "q6_k"; returns false otherwise.
+// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "q2_k" .. "q6_k", "iq4_nl", "iq4_xs", "mxfp4";
+// returns false otherwise.
 bool dtype_from_name(const std::string& name, DType& out);
 bool dtype_is_quantized(DType t);
 // The k-quants (Q2_K .. Q6_K): blocks of 256, so rows must be multiples of 256 columns.
@@ -57,7 +61,8 @@ size_t row_bytes(DType t, int64_t n);
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 // Quantise n elements the way ggml's reference quantiser does (round to nearest,
 // q8_0: d = amax/127; q4_0: d = max/-8 where max is the signed value of largest magnitude);
-// the k-quants with a least-squares scale search (tensor/kquants.h).
+// the k-quants, IQ4_NL, IQ4_XS and MXFP4 with a scale search of their own (tensor/kquants.h,
+// tensor/iquants.h).
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 
 // Scalar conversions (round-to-nearest-even), the reference for the SIMD paths.

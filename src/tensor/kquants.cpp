@@ -102,7 +102,9 @@ void dequantize_q6_k(const BlockQ6_K* b, float* y, int64_t nb) {
 
 namespace {
 
-int nearest(float v) { return static_cast<int>(std::lrintf(v)); }
+// Rounds to nearest; the clamp keeps absurd inputs (huge or infinite weights) inside int
+// before the callers clamp to their quant range.
+int nearest(float v) { return static_cast<int>(std::lrintf(std::clamp(v, -1e9f, 1e9f))); }
 
 // x[0..n) ~= a * q - m with q in [0, nmax], a >= 0, m >= 0 (the offset only ever lowers
 // the grid: zero stays representable as a quant times a, as the formats' unsigned mins

@@ -17,7 +17,8 @@
 namespace moeflow::cpu {
 namespace {
 
-const DType kKquants[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+// The k-quants, and the 4-bit non-linear types that share their generic path.
+const DType kKquants[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
 
 std::vector<uint8_t> make_weights(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
   std::normal_distribution<float> g(0.0f, 1.0f);
@@ -163,6 +164,28 @@ TEST(KquantMatmul, MatmulMatchesReference) {
       }
     std::printf("%s mat-mul: worst relative error vs matvec_reference %.3g (bound 1e-5)\n", dtype_name(t), worst);
   }
+}
+
+// 32-column blocks (IQ4_NL, MXFP4) in rows that are no whole number of 256 columns: the
+// generic path's last chunk is short.
+TEST(KquantMatmul, ShortLastChunkOf32ColumnTypes) {
+  std::mt19937 rng(17);
+  for (DType t : {DType::IQ4_NL, DType::MXFP4})
+    for (int64_t cols : {32, 96, 288}) {
+      const int64_t rows = 7;
+      const std::vector<uint8_t> w = make_weights(t, rows, cols, rng);
+      const std::vector<float> x = random_vec(static_cast<size_t>(cols * 3), rng);
+      std::vector<float> ref(rows), y(rows), Y(static_cast<size_t>(rows * 3));
+      matvec_reference(t, w.data() + 1, rows, cols, x.data(), ref.data());
+      matvec(t, w.data() + 1, rows, cols, x.data(), y.data(), nullptr);
+      EXPECT_LT(magnitude_err(t, w.data() + 1, rows, cols, x.data(), y.data(), ref.data()), 1e-6) << dtype_name(t) << cols;
+      matmul(t, w.data() + 1, rows, cols, x.data(), 3, Y.data(), nullptr);
+      for (int k = 0; k < 3; ++k) {
+        matvec_reference(t, w.data() + 1, rows, cols, x.data() + k * cols, ref.data());
+        EXPECT_LT(magnitude_err(t, w.data() + 1, rows, cols, x.data() + k * cols, Y.data() + k * rows, ref.data()), 1e-6)
+            << dtype_name(t) << cols << " token " << k;
+      }
+    }
 }
 
 // A batch mixing k-quants with one activation (attn_k q4_k and attn_v q6_k in a

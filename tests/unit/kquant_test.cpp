@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tensor/dtype.h"
+#include "tensor/iquants.h"
 
 namespace moeflow {
 namespace {
@@ -206,6 +207,108 @@ TEST(Kquant, ZeroAndConstantRows) {
     quantize_row(t, c.data(), q.data(), 512);
     dequantize_row(t, q.data(), y.data(), 512);
     for (float v : y) ASSERT_NEAR(v, 0.75f, 0.75f * 0.02f) << dtype_name(t);
+  }
+}
+
+// IQ4_NL / IQ4_XS: weight i decoded from the definition (block_iq4_nl = d qs[16];
+// block_iq4_xs = d scales_h scales_l[4] qs[128]; levels -127 .. 113).
+float reference_iq4(DType t, const uint8_t* p, int i) {
+  static const int levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  const float d = fp16_to_fp32(u16(p));
+  if (t == DType::IQ4_NL) {
+    const uint8_t q = p[2 + i % 16];
+    return d * static_cast<float>(levels[i < 16 ? (q & 15) : (q >> 4)]);
+  }
+  const int ib = i / 32, j = i % 32;
+  const int scales_h = u16(p + 2);
+  const int ls = ((p[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((scales_h >> (2 * ib)) & 3) << 4);
+  const uint8_t q = p[8 + 16 * ib + j % 16];
+  return (d * static_cast<float>(ls - 32)) * static_cast<float>(levels[j < 16 ? (q & 15) : (q >> 4)]);
+}
+
+// MXFP4 weight i of a block (block_mxfp4 = e qs[16]; scale 2^(e - 128); doubled E2M1 levels).
+float reference_mxfp4(const uint8_t* p, int i) {
+  static const int levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  const uint8_t q = p[1 + i % 16];
+  return static_cast<float>(std::ldexp(1.0, p[0] - 128)) * static_cast<float>(levels[i < 16 ? (q & 15) : (q >> 4)]);
+}
+
+TEST(Iquant, Mxfp4) {
+  DType t;
+  ASSERT_TRUE(dtype_from_ggml(39, t));
+  EXPECT_EQ(t, DType::MXFP4);
+  EXPECT_EQ(dtype_info(t).block_size, 32);
+  EXPECT_EQ(dtype_info(t).type_size, 17);
+  std::mt19937 rng(5);
+  std::vector<uint8_t> blocks(17 * 512);
+  for (auto& b : blocks) b = static_cast<uint8_t>(rng());
+  std::vector<float> got(32 * 512);
+  dequantize_row(t, blocks.data(), got.data(), 32 * 512);
+  double max_err = 0;
+  for (int i = 0; i < 32 * 512; ++i)
+    max_err = std::max(max_err, static_cast<double>(std::fabs(got[i] - reference_mxfp4(blocks.data() + 17 * (i / 32), i % 32))));
+  std::printf("mxfp4: dequantize_row vs definition, 512 random blocks (exponents 0..255): max |error| %g\n", max_err);
+  EXPECT_EQ(max_err, 0.0);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  std::vector<float> x(256 * 64);
+  for (auto& v : x) v = gauss(rng);
+  const double x_rms = rms(x, std::vector<float>(x.size(), 0.0f));
+  const double e = round_trip_rms(t, x) / x_rms, q40 = round_trip_rms(DType::Q4_0, x) / x_rms;
+  std::printf("gaussian data, RMS error / RMS: mxfp4 %.4f | q4_0 %.4f\n", e, q40);
+  EXPECT_LT(e, 2.0 * q40);  // 4.25 bits with a power-of-two scale: a little coarser than q4_0
+}
+
+TEST(Iquant, FormatsDequantizationAndError) {
+  DType t;
+  ASSERT_TRUE(dtype_from_ggml(20, t));
+  EXPECT_EQ(t, DType::IQ4_NL);
+  EXPECT_EQ(dtype_info(t).block_size, 32);
+  EXPECT_EQ(dtype_info(t).type_size, 18);
+  ASSERT_TRUE(dtype_from_ggml(23, t));
+  EXPECT_EQ(t, DType::IQ4_XS);
+  EXPECT_EQ(dtype_info(t).block_size, 256);
+  EXPECT_EQ(dtype_info(t).type_size, 136);
+  ASSERT_TRUE(dtype_from_name("iq4_xs", t));
+  EXPECT_TRUE(dtype_is_quantized(t));
+  EXPECT_FALSE(dtype_is_kquant(t));
+  std::mt19937 rng(99);
+  for (DType type : {DType::IQ4_NL, DType::IQ4_XS}) {
+    const int n = 256 * 32;
+    const size_t bs = static_cast<size_t>(dtype_info(type).type_size);
+    const int per_block = static_cast<int>(dtype_info(type).block_size);
+    std::vector<uint8_t> blocks(row_bytes(type, n));
+    for (auto& b : blocks) b = static_cast<uint8_t>(rng());
+    std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+    for (size_t k = 0; k < blocks.size() / bs; ++k) {  // finite f16 scales
+      const uint16_t h = fp32_to_fp16(scale(rng));
+      blocks[k * bs] = static_cast<uint8_t>(h);
+      blocks[k * bs + 1] = static_cast<uint8_t>(h >> 8);
+    }
+    std::vector<float> got(n);
+    dequantize_row(type, blocks.data(), got.data(), n);
+    double max_err = 0;
+    for (int i = 0; i < n; ++i)
+      max_err = std::max(max_err, static_cast<double>(std::fabs(
+                                      got[i] - reference_iq4(type, blocks.data() + bs * static_cast<size_t>(i / per_block), i % per_block))));
+    std::printf("%s: dequantize_row vs definition, %d random weights: max |error| %g\n", dtype_name(type), n, max_err);
+    EXPECT_EQ(max_err, 0.0);
+  }
+  for (int dist = 0; dist < 2; ++dist) {
+    std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    std::vector<float> x(256 * 256);
+    for (auto& v : x) v = dist == 0 ? uni(rng) : gauss(rng);
+    const double x_rms = rms(x, std::vector<float>(x.size(), 0.0f));
+    const double nl = round_trip_rms(DType::IQ4_NL, x) / x_rms, xs = round_trip_rms(DType::IQ4_XS, x) / x_rms;
+    const double q40 = round_trip_rms(DType::Q4_0, x) / x_rms, q4k = round_trip_rms(DType::Q4_K, x) / x_rms;
+    std::printf("%s data, RMS error / RMS: iq4_nl %.4f iq4_xs %.4f | q4_0 %.4f q4_k %.4f\n",
+                dist == 0 ? "uniform" : "gaussian", nl, xs, q40, q4k);
+    if (dist == 1) {  // the non-linear levels fit bell-shaped weights, not uniform ones
+      EXPECT_LT(nl, q40);
+      EXPECT_LT(xs, q40);
+    }
+    EXPECT_LT(nl, 1.5 * q40);
+    EXPECT_LT(xs, 1.5 * q40);
   }
 }
 

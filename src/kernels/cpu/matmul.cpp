@@ -241,6 +241,11 @@ void DequantSpan(DType wt, const uint8_t* row, int64_t c0, int64_t n, float* HWY
     case DType::Q6_K:  // c0, n multiples of 256 (kKc is)
       kquant_dequant(wt, row + c0 / 256 * dtype_info(wt).type_size, n / 256, dst);
       return;
+    case DType::IQ4_NL:
+    case DType::IQ4_XS:
+    case DType::MXFP4:  // c0, n multiples of the block (kKc is of 256)
+      dequantize_row(wt, row + c0 / dtype_info(wt).block_size * dtype_info(wt).type_size, dst, n);
+      return;
     case DType::Q4_0_R4:
     case DType::Q8_0_R4:
       throw std::invalid_argument("moeflow: DequantSpan: interleaved rows (MatmulRows dequantises them by quads)");
@@ -432,7 +437,10 @@ HWY_INLINE void MvRows(DType wt, const uint8_t* const* rows, int64_t cols, const
     case DType::Q3_K:
     case DType::Q4_K:
     case DType::Q5_K:
-    case DType::Q6_K: kquant_rows(wt, rows, R, cols, in.x, in.kq, out, pf); return;
+    case DType::Q6_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS:
+    case DType::MXFP4: kquant_rows(wt, rows, R, cols, in.x, in.kq, out, pf); return;
     case DType::Q4_0_R4:
     case DType::Q8_0_R4: break;  // MatvecRows takes them (MatvecQuadsX4)
   }

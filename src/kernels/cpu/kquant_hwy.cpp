@@ -1,0 +1,145 @@
+// Q4_K, Q5_K and Q6_K mat-vec rows in f32 SIMD (Highway foreach_target), for CPUs
+// without the VNNI kernels (AVX2, SSE4, other architectures): each sub-block's quants are
+// widened to f32 lanes and dotted with x, then scaled once per sub-block:
+//   Q4_K / Q5_K: acc += (d*sc) * sum(q*x) - (dmin*m) * sum(x)   (32 columns)
+//   Q6_K:        acc += (d*sc) * sum((q-32)*x)                   (16 columns)
+// The unscaled sums are exact up to f32 rounding, so the result matches the reference
+// (rows dequantised, then dotted) to f32 rounding. The activation's sums per 32 columns
+// are computed once per block for the R rows. ~3x the generic path (dequantise a block,
+// then dot).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/kquant_hwy.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <type_traits>
+
+#include "kernels/cpu/kquant_matvec.h"
+#include "tensor/kquants.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace moeflow::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// At most 16 lanes, so a 16-column sub-block is whole vectors on every target.
+using DF = hn::CappedTag<float, 16>;
+using VF = hn::Vec<DF>;
+using DI = hn::RebindToSigned<DF>;
+using D8 = hn::Rebind<uint8_t, DF>;
+
+HWY_INLINE VF Bytes(DF df, const uint8_t* p) { return hn::ConvertTo(df, hn::PromoteTo(DI(), hn::LoadU(D8(), p))); }
+HWY_INLINE hn::Vec<DI> Ints(const uint8_t* p) { return hn::PromoteTo(DI(), hn::LoadU(D8(), p)); }
+HWY_INLINE float Sum(DF df, VF v) { return hn::GetLane(hn::SumOfLanes(df, v)); }
+
+template <int R, bool Q5>
+void RowsQ45(const uint8_t* const* rows, int64_t blocks, const float* HWY_RESTRICT x, float* out) {
+  using Block = std::conditional_t<Q5, BlockQ5_K, BlockQ4_K>;
+  const DF df;
+  const DI di;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  float acc[R] = {};
+  for (int64_t b = 0; b < blocks; ++b, x += 256) {
+    float xsum[8];
+    for (int j = 0; j < 8; ++j) {
+      VF s = hn::Zero(df);
+      for (int64_t l = 0; l < 32; l += N) s = hn::Add(s, hn::LoadU(df, x + 32 * j + l));
+      xsum[j] = Sum(df, s);
+    }
+    for (int r = 0; r < R; ++r) {
+      const Block& blk = reinterpret_cast<const Block*>(rows[r])[b];
+      const float d = fp16_to_fp32(blk.d), dmin = fp16_to_fp32(blk.dmin);
+      float row = 0.0f;
+      for (int c = 0; c < 4; ++c) {
+        VF lo = hn::Zero(df), hi = hn::Zero(df);
+        for (int64_t l = 0; l < 32; l += N) {
+          const auto q = Ints(blk.qs + 32 * c + l);
+          auto ql = hn::And(q, hn::Set(di, 0x0f)), qh = hn::ShiftRight<4>(q);
+          if constexpr (Q5) {
+            const auto h = Ints(blk.qh + l);
+            ql = hn::Or(ql, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(h, 2 * c), hn::Set(di, 1))));
+            qh = hn::Or(qh, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(h, 2 * c + 1), hn::Set(di, 1))));
+          }
+          lo = hn::MulAdd(hn::ConvertTo(df, ql), hn::LoadU(df, x + 64 * c + l), lo);
+          hi = hn::MulAdd(hn::ConvertTo(df, qh), hn::LoadU(df, x + 64 * c + 32 + l), hi);
+        }
+        int sc0, m0, sc1, m1;
+        kq_scale_min_k4(blk.scales, 2 * c, sc0, m0);
+        kq_scale_min_k4(blk.scales, 2 * c + 1, sc1, m1);
+        row += d * static_cast<float>(sc0) * Sum(df, lo) - dmin * static_cast<float>(m0) * xsum[2 * c];
+        row += d * static_cast<float>(sc1) * Sum(df, hi) - dmin * static_cast<float>(m1) * xsum[2 * c + 1];
+      }
+      acc[r] += row;
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = acc[r];
+}
+
+template <int R>
+void RowsQ6(const uint8_t* const* rows, int64_t blocks, const float* HWY_RESTRICT x, float* out) {
+  const DF df;
+  const DI di;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  float acc[R] = {};
+  for (int64_t b = 0; b < blocks; ++b, x += 256) {
+    for (int r = 0; r < R; ++r) {
+      const BlockQ6_K& blk = reinterpret_cast<const BlockQ6_K*>(rows[r])[b];
+      float row = 0.0f;
+      for (int h = 0; h < 2; ++h)
+        for (int k = 0; k < 4; ++k)      // quarter: columns 128h + 32k ..
+          for (int s = 0; s < 2; ++s) {  // its two sub-blocks of 16
+            VF dot = hn::Zero(df);
+            for (int64_t l = 16 * s; l < 16 * s + 16; l += N) {
+              const auto lb = Ints(blk.ql + 64 * h + 32 * (k % 2) + l);
+              const auto nib = k < 2 ? hn::And(lb, hn::Set(di, 0x0f)) : hn::ShiftRight<4>(lb);
+              const auto hb = hn::And(hn::ShiftRightSame(Ints(blk.qh + 32 * h + l), 2 * k), hn::Set(di, 3));
+              const auto q = hn::Sub(hn::Or(nib, hn::ShiftLeft<4>(hb)), hn::Set(di, 32));
+              dot = hn::MulAdd(hn::ConvertTo(df, q), hn::LoadU(df, x + 128 * h + 32 * k + l), dot);
+            }
+            row += static_cast<float>(blk.scales[8 * h + 2 * k + s]) * Sum(df, dot);
+          }
+      acc[r] += fp16_to_fp32(blk.d) * row;
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = acc[r];
+}
+
+// Returns false for types this file has no kernel for.
+bool KquantRowsHwy(DType t, const uint8_t* const* rows, int R, int64_t blocks, const float* x, float* out) {
+  for (int r = 0; r < R; r += 4) {  // groups of up to 4 rows share the activation's loads
+    const int n = R - r < 4 ? R - r : 4;
+    const uint8_t* const* rr = rows + r;
+    float* o = out + r;
+    switch (t) {
+      case DType::Q4_K:
+        n == 4 ? RowsQ45<4, false>(rr, blocks, x, o) : n == 3 ? RowsQ45<3, false>(rr, blocks, x, o)
+        : n == 2 ? RowsQ45<2, false>(rr, blocks, x, o) : RowsQ45<1, false>(rr, blocks, x, o);
+        break;
+      case DType::Q5_K:
+        n == 4 ? RowsQ45<4, true>(rr, blocks, x, o) : n == 3 ? RowsQ45<3, true>(rr, blocks, x, o)
+        : n == 2 ? RowsQ45<2, true>(rr, blocks, x, o) : RowsQ45<1, true>(rr, blocks, x, o);
+        break;
+      case DType::Q6_K:
+        n == 4 ? RowsQ6<4>(rr, blocks, x, o) : n == 3 ? RowsQ6<3>(rr, blocks, x, o)
+        : n == 2 ? RowsQ6<2>(rr, blocks, x, o) : RowsQ6<1>(rr, blocks, x, o);
+        break;
+      default:
+        return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace moeflow::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace moeflow::cpu {
+HWY_EXPORT(KquantRowsHwy);
+
+bool kquant_rows_simd(DType t, const uint8_t* const* rows, int R, int64_t cols, const float* x, float* out) {
+  return HWY_DYNAMIC_DISPATCH(KquantRowsHwy)(t, rows, R, cols / 256, x, out);
+}
+}  // namespace moeflow::cpu
+#endif  // HWY_ONCE
