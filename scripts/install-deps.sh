@@ -3,7 +3,7 @@
 # Idempotent: skips apt-get when every package is already present.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-      libhwy-dev nlohmann-json3-dev)
+      libhwy-dev nlohmann-json3-dev coinor-libcbc-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -22,10 +22,11 @@ namespace {
 
 // The model profile that matches a trace, by its model name.
 std::string default_model_profile(const Trace& t) {
-  if (t.model.find("mixtral-8x7b") != std::string::npos) return "mixtral-8x7b";
-  if (t.model.find("flame-moe-290m") != std::string::npos) return "flame-moe-290m";
-  if (!t.model.empty() && std::filesystem::exists(profiles_dir() + "/models/" + t.model + ".json")) return t.model;
-  throw UsageError("no model profile known for the trace's model '" + t.model + "': give --model-profile NAME|FILE");
+  try {
+    return model_profile_for_trace_model(t.model);
+  } catch (const InputError& e) {
+    throw UsageError(e.what());
+  }
 }
 
 double parse_cache(const std::string& s, uint64_t total, uint64_t* bytes) {
