@@ -134,7 +134,7 @@ int cmd_plan(int argc, char** argv) {
     o.max_iterations = static_cast<int>(a.integer("--bo-iterations", 0, 10000));
     o.seed = static_cast<uint64_t>(a.integer("--seed", 0, INT64_MAX));
     o.time_limit_per_solve_s = a.number("--bo-time-limit", 0.01, 86400);
-    const BoResult r = bayesian_optimisation(in, table, learn_tok, batch_tokens, Features::token_and_position, o);
+    const BoResult r = bayesian_optimisation(in, table, held, learn_tok, batch_tokens, Features::token_and_position, o);
     feasible = r.feasible, dep = r.deployment, solver_s = r.seconds;
     extra["bo_iterations"] = r.iterations;
     extra["bo_trial_costs"] = r.trial_costs;

@@ -96,8 +96,9 @@ PopularityTable with_pairs(const PopularityTable& base, const std::vector<Pair>&
 
 }  // namespace
 
-BoResult bayesian_optimisation(const Instance& plan, const PopularityTable& table, const std::vector<RoutedToken>& tokens,
-                               int64_t batch_tokens, Features features, const BoOptions& opt) {
+BoResult bayesian_optimisation(const Instance& plan, const PopularityTable& table, const std::vector<RoutedToken>& serve,
+                               const std::vector<RoutedToken>& tokens, int64_t batch_tokens, Features features,
+                               const BoOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   const int32_t L = table.n_layer(), E = table.n_expert();
   const std::vector<Load> batches = batch_loads(tokens, batch_tokens, L, E);
@@ -107,7 +108,7 @@ BoResult bayesian_optimisation(const Instance& plan, const PopularityTable& tabl
 
   const std::vector<Key> all_keys = table.keys();  // K2's existing keys
   std::vector<int32_t> token_ids, positions;       // values K2 may create keys with
-  for (const RoutedToken& t : tokens) {
+  for (const RoutedToken& t : serve) {
     if (t.token_id >= 0) token_ids.push_back(t.token_id);
     positions.push_back(t.position);
   }
@@ -119,9 +120,10 @@ BoResult bayesian_optimisation(const Instance& plan, const PopularityTable& tabl
 
   // One trial (lines 5-29): predict, plan with ODS, serve with repair.
   bool hit_limits = false;
-  auto run_trial = [&](Trial& trial) {
+  auto run_trial = [&](Trial& trial, bool anchor) {
     const PopularityTable t = with_pairs(table, trial.vars);
-    const Load predicted = per_batch(t.predicted_load(tokens, features), static_cast<int64_t>(tokens.size()), batch_tokens);
+    const Load predicted =
+        anchor ? plan.tokens : per_batch(t.predicted_load(serve, features), static_cast<int64_t>(serve.size()), batch_tokens);
     trial.x.clear();
     for (const auto& layer : predicted)
       for (int64_t v : layer) trial.x.push_back(static_cast<double>(v) / static_cast<double>(batch_tokens));
@@ -156,14 +158,15 @@ BoResult bayesian_optimisation(const Instance& plan, const PopularityTable& tabl
         }
     limited.clear();
     for (uint64_t k : new_limited) limited.push_back(Key::unpack(k));
-    const ServingReport rep = serve(plan, d, batches, false);
+    const ServingReport rep = moeflow::plan::serve(plan, d, batches, false);
+    const Evaluation on_plan = evaluate(plan, d);
     trial.deployment = d;
-    trial.feasible = rep.slo_attainment >= 1.0 && rep.failed_runs == 0;
+    trial.feasible = on_plan.feasible && on_plan.latency_s <= plan.slo_s * (1 + 1e-9);
     trial.cost = trial.feasible ? rep.cost : kInfeasible;
   };
 
   std::vector<Trial> history(1);
-  run_trial(history[0]);  // the unadjusted predictor
+  run_trial(history[0], true);  // ODS on the instance as given
   size_t best = 0;
   std::vector<double> best_at{history[0].cost};
   int iter = 0;
@@ -195,13 +198,13 @@ BoResult bayesian_optimisation(const Instance& plan, const PopularityTable& tabl
         prop.vars.push_back({k, std::floor(uniform(1, 2 * (now + 1) + 1))});
       }
       const PopularityTable t = with_pairs(table, prop.vars);
-      const Load pred = per_batch(t.predicted_load(tokens, features), static_cast<int64_t>(tokens.size()), batch_tokens);
+      const Load pred = per_batch(t.predicted_load(serve, features), static_cast<int64_t>(serve.size()), batch_tokens);
       for (const auto& layer : pred)
         for (int64_t v : layer) prop.x.push_back(static_cast<double>(v) / static_cast<double>(batch_tokens));
       const double m = gp.predict(prop.x);
       if (m < chosen_mean || chosen.vars.empty()) chosen = std::move(prop), chosen_mean = m;
     }
-    run_trial(chosen);
+    run_trial(chosen, false);
     history.push_back(std::move(chosen));
     if (history.back().cost < history[best].cost) best = history.size() - 1;
     best_at.push_back(history[best].cost);

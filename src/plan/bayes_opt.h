@@ -18,11 +18,9 @@
 //   - the evaluation serves every batch under the ODS deployment, replicating an expert
 //     whose real tokens overflow its memory (case i) or its payload (case ii) and keeping
 //     it when all constraints of (12) hold (case iii); the trial's cost is the billed
-//     total, and a trial whose repaired deployment still misses the SLO on a batch is
-//     rejected (its cost is infinite).
+//     total over the profiled batches.
 // Stops when the best cost improved by less than `threshold` (relative) over `patience`
-// iterations, or after `max_iterations` (line 33). Trial 0 is the unadjusted table, so
-// the result is never worse than ODS on the unadjusted prediction.
+// iterations, or after `max_iterations` (line 33).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -44,17 +42,22 @@ struct BoResult {
   bool feasible = false;
   PopularityTable table;       // the adjusted table of the best trial
   Deployment deployment;       // the best trial's repaired deployment
-  double cost = kInfeasible;   // its billed cost on the evaluation batches
+  double cost = kInfeasible;   // its billed cost on the profiled batches (the BO objective)
   int iterations = 0;
   std::vector<double> trial_costs;
   double seconds = 0;
 };
 
-// `plan` supplies the platform, shape, SLO and non-MoE constant. Each trial predicts the
-// loads of `tokens` (the evaluation requests, with their real routing), scales them to
-// one batch of `batch_tokens`, plans with ODS and serves the tokens' real batches.
-BoResult bayesian_optimisation(const Instance& plan, const PopularityTable& table, const std::vector<RoutedToken>& tokens,
-                               int64_t batch_tokens, Features features, const BoOptions& opt);
+// `plan` is the instance being planned (platform, shape, SLO, and the predicted per-batch
+// loads of the requests to serve). Trial 0 is ODS on `plan` itself; every later trial
+// predicts the loads of `serve` (features only) with its adjusted table, scales them to
+// one batch of `batch_tokens` and plans with ODS. Each trial's deployment is repaired and
+// billed on the real batches of `profiled` (requests whose routing is known: the
+// black box of Alg. 2), and is kept only if it still meets the SLO on `plan` (so exact on
+// `plan` bounds BO's cost, and BO finds a deployment whenever ODS does).
+BoResult bayesian_optimisation(const Instance& plan, const PopularityTable& table, const std::vector<RoutedToken>& serve,
+                               const std::vector<RoutedToken>& profiled, int64_t batch_tokens, Features features,
+                               const BoOptions& opt);
 
 // The predicted per-batch load: loads over `n_tokens` tokens scaled to `batch_tokens`,
 // rounded up (a deployment sized for the mean batch).

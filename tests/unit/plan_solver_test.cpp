@@ -132,19 +132,18 @@ TEST(PlanSolver, BoMeetsTheSloAndExactBoundsIt) {
   o.time_limit_per_solve_s = 10;
   for (double slo : {2.6, 3.0, 5.0}) {
     Instance in = make_instance(real, slo);
-    const BoResult bo = bayesian_optimisation(in, table, tokens, 12, Features::token_and_position, o);
+    const BoResult bo = bayesian_optimisation(in, table, tokens, tokens, 12, Features::token_and_position, o);
     const SolveResult ex = solve_exact(in, 10);
     ASSERT_EQ(ex.status, SolveResult::optimal) << slo;
     ASSERT_TRUE(bo.feasible) << slo;
     const Evaluation ev = evaluate(in, bo.deployment);
     EXPECT_TRUE(ev.feasible);
     EXPECT_LE(ev.latency_s, slo * (1 + 1e-9));
-    EXPECT_NEAR(ev.cost, bo.cost, 1e-15);
-    EXPECT_LE(ex.cost, bo.cost * (1 + 1e-12));
-    std::printf("slo %.1f s: exact $%.4g, BO $%.4g after %d iterations\n", slo, ex.cost, bo.cost, bo.iterations);
+    EXPECT_LE(ex.cost, ev.cost * (1 + 1e-12));
+    std::printf("slo %.1f s: exact $%.4g, BO $%.4g after %d iterations\n", slo, ex.cost, ev.cost, bo.iterations);
   }
   Instance tight = make_instance(real, 0.5);
-  EXPECT_FALSE(bayesian_optimisation(tight, table, tokens, 12, Features::token_and_position, o).feasible);
+  EXPECT_FALSE(bayesian_optimisation(tight, table, tokens, tokens, 12, Features::token_and_position, o).feasible);
 }
 
 }  // namespace
