@@ -63,6 +63,7 @@ int cmd_plan(int argc, char** argv) {
   a.flag("--non-moe-ms", "time of the non-MoE layers, a constant inside the SLO", true, "0");
   a.flag("--bo-iterations", "most BO iterations", true, "12");
   a.flag("--seed", "BO's random seed", true, "1");
+  a.flag("--baseline-memory-mb", "also report the baseline with every function at this memory (LambdaML ran at 3008)");
   a.flag("--json", "print one JSON object", false);
   a.parse(argc, argv, 2);
   if (!a.has("--trace")) throw UsageError("moeflow plan: --trace FILE is required\n" + a.help());
@@ -171,6 +172,14 @@ int cmd_plan(int argc, char** argv) {
                           {"failed_runs", r.failed_runs}};
   };
   j["baseline_served"] = served_json(base_served);
+  if (a.has("--baseline-memory-mb")) {
+    const int32_t mem = static_cast<int32_t>(a.integer("--baseline-memory-mb", platform.memory_min_mb, platform.memory_max_mb));
+    const Deployment other = max_memory_deployment(in, mem);
+    const Evaluation ev = evaluate(in, other);
+    j["baseline_at_memory"] = {{"memory_mb", mem}, {"cost", ev.cost}, {"latency_ms", ev.latency_s * 1e3},
+                               {"meets_slo_on_plan", ev.feasible && ev.latency_s <= in.slo_s * (1 + 1e-9)},
+                               {"served", served_json(serve(in, other, batches, true))}};
+  }
   if (feasible) {
     const Evaluation ev = evaluate(in, dep);
     const ServingReport served = serve(in, dep, batches, true);

@@ -60,7 +60,8 @@ Evaluation evaluate(const Instance& in, const Deployment& d) {
   return ev;
 }
 
-Deployment max_memory_deployment(const Instance& in) {
+Deployment max_memory_deployment(const Instance& in, int32_t memory_mb) {
+  const int32_t mem = memory_mb > 0 ? memory_mb : in.platform.memory_max_mb;
   Deployment best;
   double best_cost = kInfeasible;
   for (int c = 0; c < kNumComm; ++c) {
@@ -69,13 +70,13 @@ Deployment max_memory_deployment(const Instance& in) {
     // The pipelined design needs a minibatch; LambdaML has none, so it gets the largest.
     const int32_t beta = c == 0 ? in.platform.minibatch_options.back() : 0;
     for (const auto& layer : in.tokens)
-      d.expert.emplace_back(layer.size(), FunctionConfig{in.platform.memory_max_mb, 1, beta});
+      d.expert.emplace_back(layer.size(), FunctionConfig{mem, 1, beta});
     const Evaluation ev = evaluate(in, d);
     if (ev.feasible && ev.cost < best_cost) best = d, best_cost = ev.cost;
   }
   if (best.method.empty()) {  // nothing fits: report the storage design's (infeasible) one
     best.method.assign(in.tokens.size(), Comm::indirect);
-    for (const auto& layer : in.tokens) best.expert.emplace_back(layer.size(), FunctionConfig{in.platform.memory_max_mb, 1, 0});
+    for (const auto& layer : in.tokens) best.expert.emplace_back(layer.size(), FunctionConfig{mem, 1, 0});
   }
   return best;
 }

@@ -52,7 +52,8 @@ struct Evaluation {
 Evaluation evaluate(const Instance& in, const Deployment& d);
 
 // Every function at the largest memory, one replica, the same design on every layer
-// (LambdaML-style, Sec. V-G): the cheapest of the designs that are feasible.
-Deployment max_memory_deployment(const Instance& in);
+// (LambdaML-style, Sec. V-G): the cheapest of the designs that are feasible. memory_mb 0
+// means the platform's largest; the paper's LambdaML ran at 3008 MB, Lambda's largest then.
+Deployment max_memory_deployment(const Instance& in, int32_t memory_mb = 0);
 
 }  // namespace moeflow::plan
