@@ -203,8 +203,11 @@ int cmd_plan(int argc, char** argv) {
                 v["relative_error"].get<double>());
   std::printf("SLO %.1f ms per batch of MoE layers\n", in.slo_s * 1e3);
   if (!feasible) {
-    std::printf("infeasible: %s finds no deployment that meets the SLO (exact: %s)\n", method.c_str(),
-                exact_run ? status_name(exact.status) : "not run");
+    const bool proven = method == "exact" ? exact.status == SolveResult::infeasible
+                                          : extra.value("ods_subproblems_proven", true);
+    std::printf("%s: %s finds no deployment that meets the SLO (exact: %s)\n",
+                proven ? "infeasible" : "no deployment found within the time limit (not proven infeasible)",
+                method.c_str(), exact_run ? status_name(exact.status) : "not run");
     return 4;
   }
   print_deployment(dep);
