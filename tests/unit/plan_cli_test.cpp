@@ -25,6 +25,17 @@ TEST(PlanCli, OdsJsonHasTheIssueFields) {
               j["optimal_cost"].get<double>(), j["baseline_cost"].get<double>(), j["slo_attainment"].get<double>());
 }
 
+TEST(PlanCli, BoAndExactMeetTheSloAndExactBoundsBo) {
+  for (const char* m : {"bo --bo-iterations 3", "exact"}) {
+    const auto r = testing::run_moeflow("plan --trace " + kTrace + " --json --batch-tokens 64 --time-limit 20 --method " + m);
+    ASSERT_EQ(r.code, 0) << m << "\n" << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_TRUE(j["meets_slo_on_plan"].get<bool>()) << m;
+    EXPECT_LE(j["optimal_cost"].get<double>(), j["cost"].get<double>() * (1 + 1e-12)) << m;
+    EXPECT_LT(j["cost"].get<double>(), j["baseline_cost"].get<double>()) << m;
+  }
+}
+
 TEST(PlanCli, InfeasibleSloIsReported) {
   const auto r = testing::run_moeflow("plan --trace " + kTrace + " --slo-ms 1 --method exact");
   EXPECT_EQ(r.code, 4) << r.out;
