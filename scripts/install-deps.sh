@@ -4,7 +4,8 @@
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev
       libhwy-dev nlohmann-json3-dev
-      clang libclang-rt-14-dev)  # the libFuzzer harnesses (scripts/fuzz.sh)
+      coinor-libcbc-dev            # the planner's exact solver (moeflow plan)
+      clang libclang-rt-14-dev)    # the libFuzzer harnesses (scripts/fuzz.sh)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -24,21 +24,12 @@ namespace moeflow::cli {
 namespace {
 
 // The model profile that matches a trace, by its model name.
-// The trace's "model" field is data, not a path: only a plain profile name (letters,
-// digits, '.', '_', '-', not starting with '.') is looked up in the profiles folder.
-bool plain_profile_name(const std::string& s) {
-  if (s.empty() || s[0] == '.' || s.size() > 128) return false;
-  for (char c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') return false;
-  return true;
-}
-
 std::string default_model_profile(const Trace& t) {
-  if (t.model.find("mixtral-8x7b") != std::string::npos) return "mixtral-8x7b";
-  if (t.model.find("flame-moe-290m") != std::string::npos) return "flame-moe-290m";
-  if (plain_profile_name(t.model) && std::filesystem::is_regular_file(profiles_dir() + "/models/" + t.model + ".json"))
-    return t.model;
-  throw UsageError("no model profile known for the trace's model '" + t.model + "': give --model-profile NAME|FILE");
+  try {
+    return model_profile_for_trace_model(t.model);
+  } catch (const InputError& e) {
+    throw UsageError(e.what());
+  }
 }
 
 double parse_cache(const std::string& s, uint64_t total, uint64_t* bytes) {

@@ -14,5 +14,6 @@ int cmd_quantize(int argc, char** argv);
 int cmd_trace(int argc, char** argv);
 int cmd_simulate(int argc, char** argv);
 int cmd_train_predictor(int argc, char** argv);
+int cmd_plan(int argc, char** argv);
 
 }  // namespace moeflow::cli

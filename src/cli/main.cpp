@@ -23,6 +23,7 @@ const char* kUsage =
     "  trace       routing-trace tools: trace stats FILE\n"
     "  simulate    replay a routing trace through the expert cache and a policy (or --sweep)\n"
     "  train-predictor  train DuoServe's expert predictor from a routing trace\n"
+    "  plan        plan a serverless deployment of the MoE layers for a trace (ODS, BO, exact)\n"
     "run 'moeflow <command> --help' for its flags\n";
 
 }  // namespace
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
     if (cmd == "trace") return cmd_trace(argc, argv);
     if (cmd == "simulate") return cmd_simulate(argc, argv);
     if (cmd == "train-predictor") return cmd_train_predictor(argc, argv);
+    if (cmd == "plan") return cmd_plan(argc, argv);
     std::fprintf(stderr, "moeflow: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const UsageError& e) {

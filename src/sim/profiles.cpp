@@ -1,6 +1,7 @@
 #include "sim/profiles.h"
 
 #include <cstdlib>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -89,7 +90,27 @@ ModelProfile load_model_profile(const std::string& name_or_path) {
   m.dense_seconds_per_layer_token = number(j, "dense_seconds_per_layer_token", path, 0, 1e3);
   m.expert_seconds = number(j, "expert_seconds", path, 0, 1e3);
   m.expert_seconds_per_token = number(j, "expert_seconds_per_token", path, 0, 1e3);
+  if (j.contains("hidden_size")) m.hidden_size = static_cast<int32_t>(number(j, "hidden_size", path, 1, 1 << 20));
   return m;
+}
+
+namespace {
+// The trace's "model" field is data, not a path: only a plain profile name (letters,
+// digits, '.', '_', '-', not starting with '.') is looked up in the profiles folder.
+bool plain_profile_name(const std::string& s) {
+  if (s.empty() || s[0] == '.' || s.size() > 128) return false;
+  for (char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') return false;
+  return true;
+}
+}  // namespace
+
+std::string model_profile_for_trace_model(const std::string& model) {
+  if (model.find("mixtral-8x7b") != std::string::npos) return "mixtral-8x7b";
+  if (model.find("flame-moe-290m") != std::string::npos) return "flame-moe-290m";
+  if (plain_profile_name(model) && std::filesystem::is_regular_file(profiles_dir() + "/models/" + model + ".json"))
+    return model;
+  throw InputError("no model profile known for the trace's model '" + model + "': give --model-profile NAME|FILE");
 }
 
 }  // namespace moeflow

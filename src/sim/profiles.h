@@ -4,7 +4,9 @@
 // hardware: {"name", "bandwidth_gbs", "latency_us", "copy_engines"}
 // model:    {"name", "n_layer", "n_expert", "top_k", "expert_bytes",
 //            "dense_seconds_per_layer", "dense_seconds_per_layer_token",
-//            "expert_seconds", "expert_seconds_per_token"}
+//            "expert_seconds", "expert_seconds_per_token", "hidden_size"?}
+// hidden_size (optional, 0 when absent) is the width of a token's activation; the
+// serverless planner (src/plan) needs it for payload sizes.
 // Dense time of a layer for n tokens: dense_seconds_per_layer + n * ..._token.
 // Expert time for n tokens routed to it: expert_seconds + n * expert_seconds_per_token
 // (the fixed part is reading its weights from fast memory once).
@@ -25,6 +27,7 @@ struct ModelProfile {
   std::string name;
   int32_t n_layer = 0, n_expert = 0, top_k = 0;
   uint64_t expert_bytes = 0;
+  int32_t hidden_size = 0;
   double dense_seconds_per_layer = 0, dense_seconds_per_layer_token = 0;
   double expert_seconds = 0, expert_seconds_per_token = 0;
 
@@ -42,5 +45,9 @@ struct ModelProfile {
 HardwareProfile load_hardware_profile(const std::string& name_or_path);
 ModelProfile load_model_profile(const std::string& name_or_path);
 std::string profiles_dir();
+
+// The model profile that matches a trace's model name (what `simulate` and `plan` use
+// when no --model-profile is given); throws InputError when none is known.
+std::string model_profile_for_trace_model(const std::string& trace_model);
 
 }  // namespace moeflow
