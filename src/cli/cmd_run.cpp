@@ -1,6 +1,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "base/atomic_file.h"
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "cli/offload_flags.h"
@@ -51,6 +52,9 @@ int cmd_run(int argc, char** argv) {
   opt.record_logits = a.has("--logits-out");
   opt.feed_last = opt.record_logits;
   const bool json = a.has("--json");
+  // Outputs that cannot be written are reported now, not after the whole generation.
+  if (a.has("--logits-out")) check_output_path(a.str("--logits-out"), "--logits-out");
+  if (a.has("--policy-state-out")) check_output_path(a.str("--policy-state-out"), "--policy-state-out");
 
   auto engine = Engine::open(eo);
   const Tokenizer& tok = engine->tokenizer();
@@ -114,6 +118,7 @@ int cmd_run(int argc, char** argv) {
                                 }
                               });
   engine->remove_sequence(seq);
+  if (trace) trace->finish();
   if (engine->offloaded() && a.has("--policy-state-out")) engine->save_policy_state(a.str("--policy-state-out"));
   const std::string rest = detok.flush();
   text += rest;

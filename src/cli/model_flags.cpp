@@ -38,6 +38,7 @@ std::string default_model_path() {
 
 EngineOptions engine_options_from_flags(const Args& a, const std::string& policy) {
   EngineOptions o;
+  if (a.has("--model") && a.str("--model").empty()) throw UsageError("-m/--model: empty path");
   o.model_path = a.str("--model");
   if (o.model_path.empty()) o.model_path = default_model_path();
   if (o.model_path.empty())

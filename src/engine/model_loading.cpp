@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "engine/forward_pass.h"
+#include "engine/model_check.h"
 
 namespace moeflow {
 
@@ -11,10 +12,7 @@ LoadedWeights load_model_and_tokenizer(const std::string& path, bool mmap, bool 
   LoadedWeights m;
   m.model = Model::load(path);
   if (!mmap) m.model->make_resident(!offloaded, repack);
-  m.tokenizer = std::make_unique<Tokenizer>(tokenizer_data_from_gguf(m.model->file()));
-  if (static_cast<int64_t>(m.tokenizer->vocab_size()) != m.model->config().n_vocab)
-    throw InputError(path + ": tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
-                     " tokens but token_embd.weight has " + std::to_string(m.model->config().n_vocab) + " rows");
+  m.tokenizer = load_checked_tokenizer(*m.model);  // the checks `inspect` runs too
   return m;
 }
 

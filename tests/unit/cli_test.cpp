@@ -32,6 +32,7 @@ void expect_failure(const std::string& args, const std::string& needle) {
 TEST(Cli, BadFlagsExitNonZeroAndSayWhatToFix) {
   expect_failure("", "usage");
   expect_failure("frobnicate", "unknown command");
+  expect_failure("run -m '' -n 1", "empty path");  // not the built-in model
   expect_failure("run -m " + kModel + " --no-such-flag", "--no-such-flag");
   expect_failure("run -m " + kModel + " -n lots", "-n");
   expect_failure("run -m " + kModel + " --temp -1", "--temp");
