@@ -9,6 +9,8 @@
 #include "cli/model_flags.h"
 #include "engine/expert_offload.h"
 #include "engine/expert_source.h"
+#include "experts/expert_store.h"
+#include "experts/file_transport.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/roofline.h"
 #include "moeflow/engine.h"
@@ -60,6 +62,7 @@ struct ParallelRun {
   double triad = 0;            // the larger triad around it (all resident)
   double unique_share = 0;     // distinct experts per layer over selections
   double hit_rate = -1;        // offloaded: during the decode steps
+  uint64_t bytes_read = 0;     // offloaded: expert bytes read from storage in those steps
 };
 
 }  // namespace
@@ -81,6 +84,13 @@ std::unique_ptr<Engine> open_bench_engine(const Args& a, const std::string& poli
   return Engine::open(o);
 }
 
+double bench_disk_bandwidth(const Args& a, const Model& m) {
+  const ExpertStore store(m);
+  const uint64_t chunk = store.geometry().bytes.empty() ? (1u << 20) : store.geometry().bytes[0];
+  return measure_file_read_bandwidth(m.file().path(), static_cast<int>(a.integer("--io-threads", 1, 64)), chunk,
+                                     256ull << 20);
+}
+
 int bench_parallel(const Args& a) {
   std::vector<int64_t> ns;
   for (int32_t v : parse_int_list("--parallel", a.str("--parallel"))) {
@@ -93,6 +103,7 @@ int bench_parallel(const Args& a) {
   const std::vector<std::string> policies = bench_policies(a);
   const int64_t n_max = *std::max_element(ns.begin(), ns.end());
   std::vector<ParallelRun> runs;
+  double disk_bw = 0;
   std::string model_path, layout;
   int threads = 0;
   double peak = 0;
@@ -147,22 +158,30 @@ int bench_parallel(const Args& a) {
           run.unique_share = static_cast<double>(counter.unique) / static_cast<double>(counter.selected);
           const ExpertCacheStats after = e->cache_stats();
           const uint64_t h = after.hits - before.hits, mi = after.misses - before.misses;
-          if (e->offloaded()) run.hit_rate = h + mi ? static_cast<double>(h) / static_cast<double>(h + mi) : 0;
+          if (e->offloaded()) {
+            run.hit_rate = h + mi ? static_cast<double>(h) / static_cast<double>(h + mi) : 0;
+            run.bytes_read = after.bytes_read - before.bytes_read;
+          }
         }
         for (SeqId id : seqs) e->remove_sequence(id);
       }
       runs.push_back(run);
     }
     if (pol == "all") peak = cpu::measure_peak_fma_gflops(&e->thread_pool());
+    if (pol != "all" && disk_bw == 0) disk_bw = bench_disk_bandwidth(a, m);
   }
   // Offloaded runs are set against the all-resident run's bound at the same N.
   auto tps = [&](const ParallelRun& r) { return static_cast<double>(r.n * n_gen) / r.seconds; };
   auto resident = [&](int64_t n) -> const ParallelRun& {
     return *std::find_if(runs.begin(), runs.end(), [&](const ParallelRun& r) { return r.policy == "all" && r.n == n; });
   };
+  // The memory bound: the all-resident run's step bytes at its triad; an offloaded run
+  // is also bound by its storage reads (the smaller of the two, perfect overlap).
   auto bound = [&](const ParallelRun& r) {
     const ParallelRun& a0 = resident(r.n);
-    return static_cast<double>(a0.n * n_gen) / (static_cast<double>(a0.bytes) / (a0.triad * 1e9));
+    const double mem = static_cast<double>(a0.n * n_gen) / (static_cast<double>(a0.bytes) / (a0.triad * 1e9));
+    if (r.policy == "all" || r.bytes_read == 0 || disk_bw <= 0) return mem;
+    return std::min(mem, static_cast<double>(r.n * n_gen) / (static_cast<double>(r.bytes_read) / disk_bw));
   };
   const double tps1 = std::count(ns.begin(), ns.end(), 1) ? tps(resident(1)) : 0;
   if (a.has("--json")) {
@@ -179,7 +198,11 @@ int bench_parallel(const Args& a) {
                           {"distinct_expert_share", r.unique_share},
                           {"triad_bandwidth_gbs", resident(r.n).triad}};
       if (tps1 > 0) k["tg_ratio_to_parallel_1"] = tps(r) / tps1;
-      if (r.hit_rate >= 0) k["hit_rate"] = r.hit_rate;
+      if (r.hit_rate >= 0) {
+        k["hit_rate"] = r.hit_rate;
+        k["bytes_read_per_step"] = static_cast<double>(r.bytes_read) / static_cast<double>(n_gen);
+        k["disk_read_gbs"] = disk_bw / 1e9;
+      }
       j["runs"].push_back(k);
     }
     if (runs.size() == 1)
@@ -191,6 +214,9 @@ int bench_parallel(const Args& a) {
   std::printf("model %s, %d threads, experts in memory as %s, %s kernels; %lld-token prompts, %lld decode steps\n",
               model_path.c_str(), threads, layout.c_str(), cpu::simd_target_name(), static_cast<long long>(n_prompt),
               static_cast<long long>(n_gen));
+  if (disk_bw > 0)
+    std::printf("storage reads %.2f GB/s: an offloaded row's bound is the smaller of its memory and storage bounds\n",
+                disk_bw / 1e9);
   std::printf("| policy       | parallel | tg tok/s | per seq | vs N=1 | MiB read/step | distinct/selected | bound tok/s "
               "(triad GB/s) | of bound | hit rate |\n");
   std::printf("|--------------|---------:|---------:|--------:|-------:|--------------:|------------------:|----------"

@@ -19,5 +19,8 @@ std::vector<std::string> bench_policies(const Args& a);
 // An engine for one bench run of `policy` (all: every weight resident, no budget),
 // with room for n_parallel sequences of ctx positions.
 std::unique_ptr<Engine> open_bench_engine(const Args& a, const std::string& policy, int64_t ctx, int n_parallel);
+// The storage's read bandwidth (bytes/s) for expert-sized reads of the model file with
+// --io-threads readers: the bound of an offloaded run's missed bytes.
+double bench_disk_bandwidth(const Args& a, const Model& m);
 
 }  // namespace moeflow::cli

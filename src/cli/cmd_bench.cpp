@@ -200,12 +200,7 @@ int cmd_bench(int argc, char** argv) {
   // each generated token actually missed (perfect overlap with compute: the smaller
   // of this and the memory-bandwidth bound).
   double disk_bw = 0;
-  if (runs.size() > 1) {
-    const ExpertStore store(m);
-    const uint64_t chunk = store.geometry().bytes.empty() ? (1u << 20) : store.geometry().bytes[0];
-    disk_bw = measure_file_read_bandwidth(m.file().path(), static_cast<int>(a.integer("--io-threads", 1, 64)), chunk,
-                                          256ull << 20);
-  }
+  if (runs.size() > 1) disk_bw = bench_disk_bandwidth(a, m);
   auto policy_json = [&](const PolicyRun& r) {
     const double tps = static_cast<double>(n_gen) / r.tg_seconds;
     nlohmann::json j = {{"policy", r.policy},

@@ -839,9 +839,9 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
     const MatvecJob& a = jobs[it.a];
     if (it.shared) {
       // Rows in pieces of ~16 KiB (whole groups of 8, so quads stay whole) that stay
-      // in cache while every token reads them; the next piece is prefetched as a
-      // whole before this one's passes, so memory streams while they compute instead
-      // of only during the first token's pass.
+      // in cache while every token reads them; the first pass over a piece prefetches
+      // ahead as a lone mat-vec does (to the matrix's end: the next chunk is usually
+      // this thread's too).
       const int64_t rb = static_cast<int64_t>(row_bytes(a.dtype, a.cols));
       const int64_t piece = std::max<int64_t>(kGroup, (16384 / std::max<int64_t>(rb, 1)) / kGroup * kGroup);
       const auto* W = static_cast<const uint8_t*>(a.W);
@@ -858,17 +858,17 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
       }
       const size_t qb = x4 ? rows_x4_quad_bytes(a.dtype, a.cols) : 0;
       for (int64_t s0 = r0; s0 < r1; s0 += piece) {
-        const int64_t s1 = std::min(r1, s0 + piece), s2 = std::min(a.rows, s1 + piece);
-        for (const uint8_t *p = W + rb * s1, *e = W + rb * s2; p < e; p += 64) __builtin_prefetch(p, 0, 2);
+        const int64_t s1 = std::min(r1, s0 + piece);
         if (x4) {
           for (size_t k = 0; k < it.n; ++k) outs[k] = jobs[it.a + k].y + s0;
           rows_x4_quads_tokens(a.dtype, W + qb * static_cast<size_t>(s0 / kRowsX4), (s1 - s0) / kRowsX4, a.cols,
-                               xs.data(), static_cast<int>(it.n), outs.data());
+                               xs.data(), static_cast<int>(it.n), outs.data(),
+                               W + qb * static_cast<size_t>(a.rows / kRowsX4));
           continue;
         }
         for (size_t k = 0; k < it.n; ++k) {
           const MatvecJob& m = jobs[it.a + k];
-          fn(m.dtype, W, s0, s1, s1, m.cols, in[it.a + k], m.y);
+          fn(m.dtype, W, s0, s1, k == 0 ? m.rows : s1, m.cols, in[it.a + k], m.y);
         }
       }
       return;

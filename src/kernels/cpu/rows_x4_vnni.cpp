@@ -214,7 +214,7 @@ MOEFLOW_VNNI_ATTR void quads_multi(const RowsX4Stream* s, int n, int64_t n_quads
 // one_quad gives it alone.
 template <DType T, int NT>
 MOEFLOW_VNNI_ATTR inline void quad_tokens(const uint8_t* quad, int64_t groups, const PackedX4* const* x,
-                                          float* const* out) {
+                                          float* const* out, const uint8_t* pf) {
   constexpr bool kQ4 = T == DType::Q4_0_R4;
   constexpr int64_t kQuant = kQuadQuant<T>;
   const __m512i nibble = _mm512_set1_epi8(0x0f), bias = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -222,6 +222,7 @@ MOEFLOW_VNNI_ATTR inline void quad_tokens(const uint8_t* quad, int64_t groups, c
 #pragma GCC unroll 4
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
+    if (pf) prefetch_lines_nta(pf + g * kQuadStep<T>, kQuadStep<T>, g == 0);
     const uint8_t* q = quad + g * kQuant;
     __m512i hi0[NT], hi1[NT], lo0[NT], lo1[NT];
 #pragma GCC unroll 4
@@ -268,7 +269,7 @@ MOEFLOW_VNNI_ATTR inline void quad_tokens(const uint8_t* quad, int64_t groups, c
 
 template <DType T>
 MOEFLOW_VNNI_ATTR void quads_tokens(const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* const* xs,
-                                    int n_tok, float* const* outs) {
+                                    int n_tok, float* const* outs, const uint8_t* pf_end) {
   const int64_t groups = cols / kRowsX4GroupCols;
   const size_t qb = static_cast<size_t>(groups * kQuadStep<T>);
   for (int64_t i = 0; i < n_quads; ++i) {
@@ -277,15 +278,18 @@ MOEFLOW_VNNI_ATTR void quads_tokens(const uint8_t* W, int64_t n_quads, int64_t c
       const PackedX4* x[4];
       float* o[4];
       const int nt = std::min(4, n_tok - t0);
+      // The first pass over a quad prefetches the quad kRowsX4PrefetchQuads on, at the
+      // pace it reads, as one_quad does; the others read it from cache.
+      const uint8_t* pf = t0 == 0 ? prefetch_of(W, i, qb, pf_end) : nullptr;
       for (int t = 0; t < nt; ++t) {
         x[t] = reinterpret_cast<const PackedX4*>(xs[t0 + t]);
         o[t] = outs[t0 + t] + 4 * i;
       }
       switch (nt) {
-        case 1: quad_tokens<T, 1>(quad, groups, x, o); break;
-        case 2: quad_tokens<T, 2>(quad, groups, x, o); break;
-        case 3: quad_tokens<T, 3>(quad, groups, x, o); break;
-        default: quad_tokens<T, 4>(quad, groups, x, o); break;
+        case 1: quad_tokens<T, 1>(quad, groups, x, o, pf); break;
+        case 2: quad_tokens<T, 2>(quad, groups, x, o, pf); break;
+        case 3: quad_tokens<T, 3>(quad, groups, x, o, pf); break;
+        default: quad_tokens<T, 4>(quad, groups, x, o, pf); break;
       }
     }
   }
@@ -412,11 +416,11 @@ void rows_x4_quads_multi(DType t, const RowsX4Stream* s, int n, int64_t n_quads,
 }
 
 void rows_x4_quads_tokens(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* const* xs,
-                          int n_tok, float* const* outs) {
+                          int n_tok, float* const* outs, const uint8_t* pf_end) {
   if (t == DType::Q4_0_R4) {
-    quads_tokens<DType::Q4_0_R4>(W, n_quads, cols, xs, n_tok, outs);
+    quads_tokens<DType::Q4_0_R4>(W, n_quads, cols, xs, n_tok, outs, pf_end);
   } else if (t == DType::Q8_0_R4) {
-    quads_tokens<DType::Q8_0_R4>(W, n_quads, cols, xs, n_tok, outs);
+    quads_tokens<DType::Q8_0_R4>(W, n_quads, cols, xs, n_tok, outs, pf_end);
   } else {
     throw std::invalid_argument("moeflow: rows_x4_quads_tokens: not an interleaved type");
   }
@@ -431,7 +435,8 @@ void rows_x4_quads(DType, const uint8_t*, int64_t, int64_t, const uint8_t*, floa
 void rows_x4_quads_multi(DType, const RowsX4Stream*, int, int64_t, int64_t) {
   throw std::logic_error("moeflow: rows_x4_quads_multi without AVX-512 VNNI");
 }
-void rows_x4_quads_tokens(DType, const uint8_t*, int64_t, int64_t, const uint8_t* const*, int, float* const*) {
+void rows_x4_quads_tokens(DType, const uint8_t*, int64_t, int64_t, const uint8_t* const*, int, float* const*,
+                          const uint8_t*) {
   throw std::logic_error("moeflow: rows_x4_quads_tokens without AVX-512 VNNI");
 }
 

@@ -54,9 +54,9 @@ void rows_x4_quads_multi(DType t, const RowsX4Stream* s, int n, int64_t n_quads,
 // One matrix against n_tok packed activations (xs[t], outputs outs[t] as
 // rows_x4_quads takes them): each quad's weights are loaded once for up to four
 // tokens, and token t gets the floats rows_x4_quads gives it alone (a batched decode
-// step's per-token mat-vecs, matmul.h). No prefetch: the caller streams the matrix.
+// step's per-token mat-vecs, matmul.h). Prefetches as rows_x4_quads does, up to pf_end.
 void rows_x4_quads_tokens(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* const* xs,
-                          int n_tok, float* const* outs);
+                          int n_tok, float* const* outs, const uint8_t* pf_end);
 
 // repack_rows_x4 (tensor/rows_x4.h, the reference) with AVX-512 shuffles where the CPU
 // has them: the scalar one moves 4 bytes at a time, ~1 GB/s, seconds of load time for
