@@ -7,7 +7,7 @@
 namespace moeflow::cli {
 
 void add_offload_flags(Args& a) {
-  a.flag("--expert-budget", "fast-tier bytes for experts: 512MiB, 2GiB or 25% of all expert bytes (default: all resident)");
+  a.flag("--expert-budget", "fast-tier bytes for experts: 512MiB, 2GiB, or 25% of what all experts take in memory (100%: every expert; default: all resident)");
   std::string names = "all";
   for (const std::string& n : policy_names()) names += ", " + n;
   a.flag("--policy", "expert cache policy: " + names, true, "all");
