@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/json_fields.h"
 #include "sim/profiles.h"
 
 namespace moeflow::plan {
@@ -14,13 +15,7 @@ namespace {
 using nlohmann::json;
 
 double number(const json& j, const char* key, const std::string& path, double lo, double hi) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number()) throw InputError(path + ": field \"" + key + "\" is missing or not a number");
-  const double v = it->get<double>();
-  if (!(v >= lo && v <= hi))
-    throw InputError(path + ": field \"" + key + "\" = " + std::to_string(v) + " is outside [" + std::to_string(lo) +
-                     ", " + std::to_string(hi) + "]");
-  return v;
+  return json_number(j, key, path, lo, hi);
 }
 
 std::vector<int32_t> int_list(const json& j, const char* key, const std::string& path, int64_t lo, int64_t hi) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/json_fields.h"
 
 namespace moeflow {
 
@@ -50,13 +51,7 @@ std::string name_field(const json& j, const std::string& dflt, const std::string
 }
 
 double number(const json& j, const char* key, const std::string& path, double lo, double hi) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number()) throw InputError(path + ": field \"" + key + "\" is missing or not a number");
-  const double v = it->get<double>();
-  if (!(v >= lo && v <= hi))
-    throw InputError(path + ": field \"" + key + "\" = " + std::to_string(v) + " is outside [" + std::to_string(lo) +
-                     ", " + std::to_string(hi) + "]");
-  return v;
+  return json_number(j, key, path, lo, hi);
 }
 
 }  // namespace

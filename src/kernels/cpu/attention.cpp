@@ -305,7 +305,9 @@ void attention_typed(const AttentionShape& s, const float* q, int64_t n_tok, con
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   int64_t n_ctx = 0;
   for (int64_t t = 0; t < n_tok; ++t) n_ctx = std::max(n_ctx, tok[t].pos + 1);
-  const auto [scores_fn, weighted_fn] = kernels_for<T>();
+  const auto kernels = kernels_for<T>();  // not a structured binding: clang 14 cannot capture one
+  const auto scores_fn = kernels.first;
+  const auto weighted_fn = kernels.second;
   auto softmax_fn = HWY_DYNAMIC_DISPATCH(Softmax);
   // A job: one token's chunk of up to kHeads query heads of one kv head.
   const int64_t jobs = n_tok * s.n_head_kv * chunks;
