@@ -62,28 +62,6 @@ EngineOptions engine_options_from_flags(const Args& a, const std::string& policy
   return o;
 }
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\r': o += "\\r"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
-        } else {
-          o += static_cast<char>(c);
-        }
-    }
-  }
-  return o;
-}
-
 std::string model_name(const Model& model) {
   if (const gguf::Value* v = model.file().find("general.name"); v && v->type == gguf::ValueType::STRING && !v->s.empty())
     return v->s;

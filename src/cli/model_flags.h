@@ -19,8 +19,6 @@ std::string default_model_path();
 // instead of --policy.
 EngineOptions engine_options_from_flags(const Args& a, const std::string& policy);
 
-std::string json_escape(const std::string& s);
-
 // general.name from the file, else the file name without directory and extension.
 std::string model_name(const Model& model);
 
