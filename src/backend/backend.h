@@ -36,7 +36,9 @@ class DeviceBuffer {
   virtual size_t size() const = 0;
 };
 
-class Backend {
+// Also the WeightPlacer of the weights it computes with: it chooses their in-memory
+// row layouts (tensor/row_layout.h) for the resident copy and the expert cache.
+class Backend : public WeightPlacer {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
@@ -44,9 +46,6 @@ class Backend {
   // --- memory and layout ---
   // Null when the memory cannot be had.
   virtual std::unique_ptr<DeviceBuffer> allocate(size_t bytes) = 0;
-  // Whether q4_0 / q8_0 matrices (and experts read into the cache) are kept with
-  // their rows interleaved in fours (tensor/rows_x4.h) for this backend's kernels.
-  virtual bool interleaves_rows() const = 0;
 
   // --- operations on f32 activations ---
   virtual void products(const Product* jobs, size_t n) = 0;

@@ -111,7 +111,8 @@ int bench_parallel(const Args& a) {
     auto e = open_bench_engine(a, pol, n_prompt + n_gen + 1, static_cast<int>(n_max));
     const Model& m = e->model();
     model_path = m.file().path();
-    layout = dtype_name(m.weights().layers.front().gate_exps.first.dtype);
+    const MatrixRef& gate0 = m.weights().layers.front().gate_exps.first;
+    layout = std::string(dtype_name(gate0.dtype)) + " " + row_layout_name(gate0.layout);
     threads = e->thread_pool().size();
     StepBytes counter(m);
     e->add_listener(&counter);

@@ -222,8 +222,9 @@ int cmd_bench(int argc, char** argv) {
   };
 
   // How the experts' weights sit in memory, which picks the decode kernel: GGUF's
-  // layout, or rows interleaved in fours (q4_0_r4 / q8_0_r4, Model::make_resident).
-  const std::string expert_layout = dtype_name(m.weights().layers.front().gate_exps.first.dtype);
+  // layout, or rows interleaved in fours ("q4_0 rows_x4", the backend's choice).
+  const MatrixRef& gate0 = m.weights().layers.front().gate_exps.first;
+  const std::string expert_layout = std::string(dtype_name(gate0.dtype)) + " " + row_layout_name(gate0.layout);
   if (a.has("--json")) {
     nlohmann::json j = {{"model", m.file().path()},
                         {"expert_weight_layout", expert_layout},

@@ -44,7 +44,7 @@ struct KernelRun {
 // GB/s of mat-vecs over the n_mat matrices at W (each mat_bytes), cycled: the best of
 // 3 passes of at least min_seconds each. Paired: matrices m and m + 1 as one batch on
 // the same x, as a decode step runs an expert's gate and up (y: 2 * rows floats).
-double matvec_gbs(DType t, const uint8_t* W, size_t mat_bytes, int64_t n_mat, int64_t rows, int64_t cols,
+double matvec_gbs(DType t, RowLayout layout, const uint8_t* W, size_t mat_bytes, int64_t n_mat, int64_t rows, int64_t cols,
                   const float* x, float* y, ThreadPool* pool, double min_seconds, bool paired) {
   auto mat = [&](int64_t m) { return W + mat_bytes * static_cast<size_t>(m); };
   double best = 0;
@@ -55,12 +55,13 @@ double matvec_gbs(DType t, const uint8_t* W, size_t mat_bytes, int64_t n_mat, in
     do {
       for (int64_t m = 0; m < n_mat; ++m, ++calls) {
         if (paired && m + 1 < n_mat) {
-          const cpu::MatvecJob jobs[2] = {{t, mat(m), rows, cols, x, y}, {t, mat(m + 1), rows, cols, x, y + rows}};
+          const cpu::MatvecJob jobs[2] = {{t, layout, mat(m), rows, cols, x, y},
+                                          {t, layout, mat(m + 1), rows, cols, x, y + rows}};
           cpu::matvec_batch(jobs, 2, pool);
           ++m, ++calls;
           continue;
         }
-        cpu::matvec(t, mat(m), rows, cols, x, y, pool);
+        cpu::matvec(t, mat(m), rows, cols, x, y, pool, layout);
       }
       dt = now() - t0;
     } while (dt < min_seconds);
@@ -134,7 +135,7 @@ int cmd_bench_kernels(int argc, char** argv) {
     };
     const std::string target = cpu::simd_target_name();
     std::vector<Kernel> kernels;
-    if (vnni && rows_x4_type(t) != t && rows_x4_fits(rows, cols)) {
+    if (vnni && rows_x4_supports(t) && rows_x4_fits(rows, cols)) {
       kernels.push_back({"avx512-vnni rows x4", true, true});
       // Two matrices on one activation read together (rows_x4_quads_multi).
       kernels.push_back({"rows x4, pairs on one x", true, true, true});
@@ -161,14 +162,14 @@ int cmd_bench_kernels(int argc, char** argv) {
       cpu::set_q4_vnni_enabled(k.vnni);
       if (k.interleaved)  // every copy from the one GGUF-layout matrix, as the resident copy is made
         for (int64_t m = 0; m < n_mat; ++m) cpu::rows_x4_repack(t, w0.data(), rows, cols, w + mat_bytes * static_cast<size_t>(m));
-      const DType kt = k.interleaved ? rows_x4_type(t) : t;
+      const RowLayout kl = k.interleaved ? RowLayout::rows_x4 : RowLayout::gguf;
       KernelRun run{t, k.name};
       const bool pair_cache = k.paired && cache_rows % 8 == 0;
       const int64_t cache_mats = pair_cache ? 2 : 1;
-      run.cache_gbs = matvec_gbs(kt, w, rb * static_cast<size_t>(cache_rows / cache_mats), cache_mats,
+      run.cache_gbs = matvec_gbs(t, kl, w, rb * static_cast<size_t>(cache_rows / cache_mats), cache_mats,
                                  cache_rows / cache_mats, cols, x.data(), y.data(), p, min_seconds, pair_cache);
       run.triad_gbs = cpu::measure_triad_bandwidth_gbs(p, triad_bytes);
-      run.stream_gbs = matvec_gbs(kt, w, mat_bytes, n_mat, rows, cols, x.data(), y.data(), p, min_seconds, k.paired);
+      run.stream_gbs = matvec_gbs(t, kl, w, mat_bytes, n_mat, rows, cols, x.data(), y.data(), p, min_seconds, k.paired);
       runs.push_back(run);
       if (k.interleaved)  // back to GGUF's rows for the next kernels
         for (int64_t m = 0; m < n_mat; ++m) std::memcpy(w + mat_bytes * static_cast<size_t>(m), w0.data(), mat_bytes);

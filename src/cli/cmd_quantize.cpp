@@ -32,8 +32,6 @@ uint32_t ftype_of(DType t) {
     case DType::IQ4_NL: return 25;
     case DType::IQ4_XS: return 30;
     case DType::MXFP4: return 38;  // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
-    case DType::Q4_0_R4:
-    case DType::Q8_0_R4: break;  // in-memory only; --type never names them
   }
   return 0;
 }

@@ -62,7 +62,7 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
   const bool offloaded = o.policy != "all";
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   im->backend = std::make_unique<CpuBackend>(threads);
-  LoadedWeights lw = load_model_and_tokenizer(o.model_path, o.mmap, offloaded, o.repack && im->backend->interleaves_rows());
+  LoadedWeights lw = load_model_and_tokenizer(o.model_path, o.mmap, offloaded, o.repack ? im->backend.get() : nullptr);
   im->model = std::move(lw.model);
   im->tokenizer = std::move(lw.tokenizer);
   im->ctx = o.ctx_size > 0 ? o.ctx_size : default_ctx_size(*im->model);
@@ -79,7 +79,7 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
   oo.tasks_path = o.tasks_path;
   oo.emoe_variant = o.emoe_variant;
   oo.emoe_top_l = o.emoe_top_l;
-  oo.repack = o.repack && im->backend->interleaves_rows();
+  oo.placer = o.repack ? im->backend.get() : nullptr;
   const Tokenizer* tok = im->tokenizer.get();
   oo.detokenize = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids); };
   im->offload = make_expert_offload(*im->model, oo);

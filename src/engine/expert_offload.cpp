@@ -25,7 +25,7 @@ ExpertOffload make_expert_offload(const Model& model, const OffloadOptions& opt)
   }
   // Experts read into the cache take the resident model's layout (rows interleaved in
   // fours on VNNI CPUs), so offloaded and all-resident runs run the same kernels.
-  o.store = std::make_unique<ExpertStore>(model, opt.repack);
+  o.store = std::make_unique<ExpertStore>(model, opt.placer);
   const ExpertGeometry& g = o.store->geometry();
   // A share of what the experts take in the cache, so 100% never evicts.
   const uint64_t budget = opt.budget.empty() ? g.total_bytes() : parse_budget(opt.budget, g.total_bytes());

@@ -28,7 +28,9 @@ struct OffloadOptions {
   std::string tasks_path;          // eMoE task profiles (empty: profiles/tasks.json if present)
   std::string emoe_variant = "all-layer";
   int32_t emoe_top_l = 0;          // eMoE: experts held per layer (0: from the budget)
-  bool repack = true;              // experts' rows interleaved in fours, as the resident model's (the backend's choice)
+  // The backend's weight layouts for experts read into the cache (null: the file's);
+  // must outlive the offload.
+  const WeightPlacer* placer = nullptr;
   // eMoE's keyword task detection reads a request's prompt as text.
   std::function<std::string(const std::vector<int32_t>&)> detokenize;
 };

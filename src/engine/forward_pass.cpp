@@ -88,12 +88,12 @@ void ForwardPass::run(const StepTokens& step, std::vector<float>& logits) {
     const int64_t t = step.logits_rows[i];
     const bool several = i + 1 < n_out && t >= step.n_single && step.requests[step.logits_rows[i + 1]] == step.requests[t];
     if (!several) {
-      jobs_.push_back({o.dtype, o.data, o.rows, o.cols, xn_.data() + i * D, 1, logits.data() + i * c.n_vocab, true});
+      jobs_.push_back({o.dtype, o.layout, o.data, o.rows, o.cols, xn_.data() + i * D, 1, logits.data() + i * c.n_vocab, true});
       continue;
     }
     int64_t j = i;
     while (j + 1 < n_out && step.requests[step.logits_rows[j + 1]] == step.requests[t]) ++j;
-    jobs_.push_back({o.dtype, o.data, o.rows, o.cols, xn_.data() + i * D, j - i + 1, logits.data() + i * c.n_vocab});
+    jobs_.push_back({o.dtype, o.layout, o.data, o.rows, o.cols, xn_.data() + i * D, j - i + 1, logits.data() + i * c.n_vocab});
     i = j;
   }
   backend_.products(jobs_.data(), jobs_.size());
@@ -101,9 +101,9 @@ void ForwardPass::run(const StepTokens& step, std::vector<float>& logits) {
 
 void ForwardPass::add_products(const MatrixRef& w, const float* x, int64_t n, int64_t n_single, float* y,
                                std::vector<Product>& jobs) const {
-  if (n_single > 0) jobs.push_back({w.dtype, w.data, w.rows, w.cols, x, n_single, y, true});
+  if (n_single > 0) jobs.push_back({w.dtype, w.layout, w.data, w.rows, w.cols, x, n_single, y, true});
   if (n > n_single)
-    jobs.push_back({w.dtype, w.data, w.rows, w.cols, x + n_single * w.cols, n - n_single, y + n_single * w.rows});
+    jobs.push_back({w.dtype, w.layout, w.data, w.rows, w.cols, x + n_single * w.cols, n - n_single, y + n_single * w.rows});
 }
 
 void ForwardPass::attention_block(int64_t l, const StepTokens& step, std::vector<float>& x) {

@@ -8,10 +8,11 @@
 
 namespace moeflow {
 
-LoadedWeights load_model_and_tokenizer(const std::string& path, bool mmap, bool offloaded, bool repack) {
+LoadedWeights load_model_and_tokenizer(const std::string& path, bool mmap, bool offloaded,
+                                       const WeightPlacer* placer) {
   LoadedWeights m;
   m.model = Model::load(path);
-  if (!mmap) m.model->make_resident(!offloaded, repack);
+  if (!mmap) m.model->make_resident(!offloaded, placer);
   m.tokenizer = load_checked_tokenizer(*m.model);  // the checks `inspect` runs too
   return m;
 }

@@ -18,9 +18,10 @@ struct LoadedWeights {
 
 // Weights the forward pass reads go to anonymous memory unless `mmap` (Model::
 // make_resident says why); with `offloaded`, only the dense ones: experts stream from
-// the file. `repack`: q4_0 / q8_0 rows interleaved in fours (the backend's choice,
-// Backend::interleaves_rows). Throws InputError naming the file and what is wrong.
-LoadedWeights load_model_and_tokenizer(const std::string& path, bool mmap, bool offloaded, bool repack);
+// the file. `placer` (the backend; null: GGUF's layout) chooses the resident matrices'
+// row layouts. Throws InputError naming the file and what is wrong.
+LoadedWeights load_model_and_tokenizer(const std::string& path, bool mmap, bool offloaded,
+                                       const WeightPlacer* placer);
 
 // The model's trained context, at most 4096.
 int64_t default_ctx_size(const Model& model);

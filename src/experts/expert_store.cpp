@@ -2,7 +2,6 @@
 
 #include <vector>
 
-#include "kernels/cpu/rows_x4_vnni.h"
 #include "tensor/rows_x4.h"
 
 namespace moeflow {
@@ -12,7 +11,8 @@ uint64_t align_down(uint64_t x) { return x & ~(kDirectIoAlign - 1); }
 uint64_t align_up(uint64_t x) { return (x + kDirectIoAlign - 1) & ~(kDirectIoAlign - 1); }
 }  // namespace
 
-ExpertStore::ExpertStore(const Model& model, bool repack) : model_(model), path_(model.file().path()) {
+ExpertStore::ExpertStore(const Model& model, const WeightPlacer* placer)
+    : model_(model), placer_(placer), path_(model.file().path()) {
   const ModelConfig& c = model.config();
   geometry_.n_layer = static_cast<int32_t>(c.n_layer);
   geometry_.n_expert = static_cast<int32_t>(c.n_expert);
@@ -32,10 +32,8 @@ ExpertStore::ExpertStore(const Model& model, bool repack) : model_(model), path_
         ExpertPart& part = ps[static_cast<size_t>(p)];
         part.shape = s.first;
         part.shape.data = nullptr;
-        // Read from the file: its layout, even when the resident copy was repacked.
-        part.shape.dtype = dtype_in_file(s.first.dtype);
-        part.repacked = repack && rows_x4_type(part.shape.dtype) != part.shape.dtype &&
-                        rows_x4_fits(part.shape.rows, part.shape.cols);
+        // Read from the file, then put in the placer's layout.
+        part.shape.layout = placer ? placer->layout_for(s.first.dtype, s.first.rows, s.first.cols) : RowLayout::gguf;
         part.bytes = s.first.bytes();
         part.file_offset = s.file_offset + static_cast<uint64_t>(e) * part.bytes;
         part.span_begin = align_down(part.file_offset);
@@ -61,13 +59,13 @@ void ExpertStore::prepare(const ExpertKey& k, uint8_t* buf) const {
   // large models, outside the budget).
   thread_local std::vector<uint8_t> scratch;
   for (const ExpertPart& p : parts(k)) {
-    if (!p.repacked) continue;
-    const size_t qb = rows_x4_quad_bytes(p.shape.dtype, p.shape.cols);
+    if (p.shape.layout == RowLayout::gguf) continue;
+    const size_t qb = static_cast<size_t>(kRowsX4) * row_bytes(p.shape.dtype, p.shape.cols);
     uint8_t* data = buf + p.data_offset();
     for (int64_t q = 0; q < p.shape.rows / kRowsX4; ++q) {
       uint8_t* quad = data + static_cast<size_t>(q) * qb;
       scratch.assign(quad, quad + qb);
-      cpu::rows_x4_repack(p.shape.dtype, scratch.data(), kRowsX4, p.shape.cols, quad);
+      placer_->place(p.shape.layout, p.shape.dtype, scratch.data(), kRowsX4, p.shape.cols, quad);
     }
   }
 }
@@ -75,11 +73,6 @@ void ExpertStore::prepare(const ExpertKey& k, uint8_t* buf) const {
 ExpertMatrices ExpertStore::matrices(const ExpertKey& k, const uint8_t* buf) const {
   const auto& ps = parts(k);
   ExpertMatrices m{ps[0].shape, ps[1].shape, ps[2].shape};
-  for (int i = 0; i < 3; ++i)
-    if (ps[static_cast<size_t>(i)].repacked) {
-      MatrixRef& r = i == 0 ? m.gate : i == 1 ? m.up : m.down;
-      r.dtype = rows_x4_type(r.dtype);
-    }
   m.gate.data = buf + ps[0].data_offset();
   m.up.data = buf + ps[1].data_offset();
   m.down.data = buf + ps[2].data_offset();

@@ -23,18 +23,18 @@ struct ExpertPart {
   uint64_t span_begin = 0;   // aligned file range read for it: [span_begin, span_end)
   uint64_t span_end = 0;
   uint64_t buffer_offset = 0;  // where span_begin lands in the expert's buffer
-  MatrixRef shape;           // dtype (the file's), rows, cols (data unset)
-  bool repacked = false;     // rows interleaved in fours once read (ExpertStore::prepare)
+  MatrixRef shape;           // dtype (the file's), the layout its rows take once read
+                             // (ExpertStore::prepare), rows, cols (data unset)
   // Where the slice starts inside the expert's buffer.
   uint64_t data_offset() const { return buffer_offset + (file_offset - span_begin); }
 };
 
 class ExpertStore {
  public:
-  // With repack, q4_0 / q8_0 parts whose shape allows it are interleaved in fours once
-  // read (prepare), for the VNNI kernels the resident model uses; callers pass
-  // cpu::q4_vnni_enabled() (and honour --no-repack), as Model::make_resident does.
-  explicit ExpertStore(const Model& model, bool repack = false);
+  // With a placer (the backend, unless --no-repack), each part takes the row layout
+  // the placer chooses once read (prepare), as in Model::make_resident; without, the
+  // file's. The placer must outlive the store.
+  explicit ExpertStore(const Model& model, const WeightPlacer* placer = nullptr);
 
   const std::string& path() const { return path_; }
   const ExpertGeometry& geometry() const { return geometry_; }
@@ -45,8 +45,8 @@ class ExpertStore {
   // Bytes of the expert as stored (without alignment padding).
   uint64_t file_bytes(const ExpertKey& k) const;
   uint64_t total_file_bytes() const { return total_file_bytes_; }
-  // Called by the transport once an expert's spans are in its buffer: interleaves the
-  // repacked parts' rows in place (tensor/rows_x4.h). Thread-safe (per-thread scratch).
+  // Called by the transport once an expert's spans are in its buffer: puts parts whose
+  // layout is not the file's into it, in place. Thread-safe (per-thread scratch).
   void prepare(const ExpertKey& k, uint8_t* buf) const;
   // The matrices of an expert whose buffer starts at `buf` (prepared).
   ExpertMatrices matrices(const ExpertKey& k, const uint8_t* buf) const;
@@ -55,6 +55,7 @@ class ExpertStore {
 
  private:
   const Model& model_;
+  const WeightPlacer* placer_;
   std::string path_;
   ExpertGeometry geometry_;
   std::vector<std::array<ExpertPart, 3>> parts_;

@@ -8,7 +8,6 @@
 #include <string>
 
 #include "base/error.h"
-#include "kernels/cpu/rows_x4_vnni.h"
 #include "tensor/finite_check.h"
 #include "tensor/rows_x4.h"
 
@@ -33,7 +32,7 @@ void check_dims(const gguf::GgufFile& f, const gguf::TensorInfo& t, std::vector<
 MatrixRef matrix(const gguf::GgufFile& f, const std::string& name, int64_t cols, int64_t rows) {
   const gguf::TensorInfo& t = f.tensor(name);
   check_dims(f, t, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)});
-  return MatrixRef{t.dtype, t.data, rows, cols};
+  return MatrixRef{t.dtype, RowLayout::gguf, t.data, rows, cols};
 }
 
 std::vector<float> vector_f32(const gguf::GgufFile& f, const std::string& name, int64_t n) {
@@ -49,7 +48,7 @@ StackedExperts experts(const gguf::GgufFile& f, const std::string& name, int64_t
   const gguf::TensorInfo& t = f.tensor(name);
   check_dims(f, t, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), static_cast<uint64_t>(n_expert)});
   StackedExperts s;
-  s.first = MatrixRef{t.dtype, t.data, rows, cols};
+  s.first = MatrixRef{t.dtype, RowLayout::gguf, t.data, rows, cols};
   s.n_expert = n_expert;
   s.file_offset = t.file_offset;
   return s;
@@ -120,7 +119,7 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   return m;
 }
 
-void Model::make_resident(bool include_experts, bool repack) {
+void Model::make_resident(bool include_experts, const WeightPlacer* placer) {
   if (resident_) return;
   // Every distinct byte range the forward pass reads (output may alias tok_embd).
   struct Range {
@@ -164,14 +163,15 @@ void Model::make_resident(bool include_experts, bool repack) {
     if (r.experts)  // not checked at load (see Model::load)
       for (const gguf::TensorInfo& t : file_->tensors())
         if (t.data == r.src) check_finite_weights(*file_, t);
-    // q4_0 / q8_0 for the VNNI kernels: rows interleaved in fours (tensor/rows_x4.h
-    // says why).
-    if (repack && !r.rows_only && rows_x4_type(m.dtype) != m.dtype && rows_x4_fits(m.rows, m.cols)) {
+    // The backend's layout (e.g. rows interleaved in fours for the CPU's VNNI
+    // kernels, tensor/rows_x4.h says why).
+    const RowLayout layout =
+        placer && !r.rows_only ? placer->layout_for(m.dtype, m.rows, m.cols) : RowLayout::gguf;
+    if (layout != RowLayout::gguf) {
       for (int64_t i = 0; i < r.n_matrices; ++i)
-        cpu::rows_x4_repack(m.dtype, r.src + static_cast<size_t>(i) * m.bytes(), m.rows, m.cols,
-                            dst + static_cast<size_t>(i) * m.bytes());
-      const DType x4 = rows_x4_type(m.dtype);
-      for (MatrixRef* ref : r.refs) ref->dtype = x4;
+        placer->place(layout, m.dtype, r.src + static_cast<size_t>(i) * m.bytes(), m.rows, m.cols,
+                      dst + static_cast<size_t>(i) * m.bytes());
+      for (MatrixRef* ref : r.refs) ref->layout = layout;
     } else {
       std::memcpy(dst, r.src, r.bytes);
     }

@@ -11,12 +11,15 @@
 #include "model/model_config.h"
 #include "tensor/anon_memory.h"
 #include "tensor/dtype.h"
+#include "tensor/row_layout.h"
 
 namespace moeflow {
 
-// A matrix [rows][cols] in `dtype`, applied as y = W x (ggml dims {cols, rows}).
+// A matrix [rows][cols] in `dtype`, applied as y = W x (ggml dims {cols, rows}), its
+// rows in `layout` (the file's GGUF layout unless a WeightPlacer chose another).
 struct MatrixRef {
   DType dtype = DType::F32;
+  RowLayout layout = RowLayout::gguf;
   const uint8_t* data = nullptr;
   int64_t rows = 0, cols = 0;
   size_t row_bytes() const;
@@ -69,11 +72,10 @@ class Model {
   // measured 26 GB/s reading the page cache's scattered 4 KiB pages against 44 GB/s
   // from anonymous memory (one thread, 2-vCPU EPYC): the hardware prefetcher stops
   // at every 4 KiB page boundary. The file pages are released as each tensor is
-  // copied, so the peak is one copy plus one tensor. With repack, q4_0 and q8_0
-  // matrices that fit take the interleaved layout of tensor/rows_x4.h (dtypes Q4_0_R4,
-  // Q8_0_R4; the embedding table, read row by row, stays as is); callers pass
-  // cpu::q4_vnni_enabled(), as only the VNNI kernels read it.
-  void make_resident(bool include_experts, bool repack);
+  // copied, so the peak is one copy plus one tensor. A placer (the backend) chooses
+  // each matrix's row layout and writes it (the embedding table, read row by row,
+  // keeps GGUF's); null keeps every matrix in GGUF's layout.
+  void make_resident(bool include_experts, const WeightPlacer* placer);
   uint64_t resident_bytes() const { return resident_bytes_; }
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }

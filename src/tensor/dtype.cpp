@@ -24,8 +24,6 @@ constexpr DTypeInfo kQ6_K{"q6_k", 256, sizeof(BlockQ6_K)};
 constexpr DTypeInfo kIQ4_NL{"iq4_nl", 32, sizeof(BlockIQ4_NL)};
 constexpr DTypeInfo kIQ4_XS{"iq4_xs", 256, sizeof(BlockIQ4_XS)};
 constexpr DTypeInfo kMXFP4{"mxfp4", 32, sizeof(BlockMXFP4)};
-constexpr DTypeInfo kQ4_0_R4{"q4_0_r4", 32, 18};  // four rows take four q4_0 rows' bytes
-constexpr DTypeInfo kQ8_0_R4{"q8_0_r4", 32, 34};
 
 inline uint32_t f32_bits(float f) {
   uint32_t u;
@@ -83,8 +81,6 @@ const DTypeInfo& dtype_info(DType t) {
     case DType::IQ4_NL: return kIQ4_NL;
     case DType::IQ4_XS: return kIQ4_XS;
     case DType::MXFP4: return kMXFP4;
-    case DType::Q4_0_R4: return kQ4_0_R4;
-    case DType::Q8_0_R4: return kQ8_0_R4;
   }
   throw std::invalid_argument("moeflow: unknown dtype " +
                               std::to_string(static_cast<uint32_t>(t)));
@@ -106,7 +102,7 @@ bool dtype_from_name(const std::string& name, DType& out) {
 }
 
 bool dtype_is_quantized(DType t) {
-  return dtype_in_file(t) == DType::Q8_0 || dtype_in_file(t) == DType::Q4_0 || dtype_is_kquant(t) ||
+  return t == DType::Q8_0 || t == DType::Q4_0 || dtype_is_kquant(t) ||
          t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::MXFP4;
 }
 
@@ -222,10 +218,6 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::IQ4_NL: dequantize_iq4_nl(static_cast<const BlockIQ4_NL*>(src), dst, n / 32); return;
     case DType::IQ4_XS: dequantize_iq4_xs(static_cast<const BlockIQ4_XS*>(src), dst, n / 256); return;
     case DType::MXFP4: dequantize_mxfp4(static_cast<const BlockMXFP4*>(src), dst, n / 32); return;
-    case DType::Q4_0_R4:
-    case DType::Q8_0_R4:
-      throw std::invalid_argument(std::string("moeflow: dequantize_row: ") + dtype_name(t) +
-                                  " rows are interleaved; use rows_x4_row_blocks");
   }
   throw std::invalid_argument("moeflow: dequantize_row: unknown dtype");
 }
@@ -293,10 +285,6 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
     case DType::IQ4_NL: quantize_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), n / 32); return;
     case DType::IQ4_XS: quantize_iq4_xs(src, static_cast<BlockIQ4_XS*>(dst), n / 256); return;
     case DType::MXFP4: quantize_mxfp4(src, static_cast<BlockMXFP4*>(dst), n / 32); return;
-    case DType::Q4_0_R4:
-    case DType::Q8_0_R4:
-      throw std::invalid_argument(std::string("moeflow: quantize_row: ") + dtype_name(t) +
-                                  " is made by repack_rows_x4 from rows in GGUF's layout");
   }
   throw std::invalid_argument("moeflow: quantize_row: unknown dtype");
 }

@@ -9,9 +9,9 @@
 //          has their layouts and formulas).
 //   IQ4_NL, IQ4_XS, MXFP4: ggml's 4-bit non-linear types (blocks of 32 / 256 / 32;
 //          tensor/iquants.h).
-//   Q4_0_R4, Q8_0_R4: q4_0 / q8_0 matrices with their rows interleaved in fours
-//          (tensor/rows_x4.h), an in-memory layout the resident copy uses on CPUs with
-//          AVX-512 VNNI; never in a file.
+// These are the types a file names. How a matrix's rows sit in memory (GGUF's row
+// order, or the backend's interleaved copy) is a separate property, RowLayout
+// (tensor/row_layout.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -20,13 +20,12 @@
 
 namespace moeflow {
 
-// Values are the ggml type ids, so they round-trip through GGUF unchanged; the *_R4
-// layouts are no ggml types (dtype_is_file_type false), so no file can name them.
+// Values are the ggml type ids, so they round-trip through GGUF unchanged.
 enum class DType : uint32_t {
   F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8,
   Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14,
   IQ4_NL = 20, IQ4_XS = 23, MXFP4 = 39,
-  BF16 = 30, Q4_0_R4 = 0x8002, Q8_0_R4 = 0x8008
+  BF16 = 30
 };
 
 struct DTypeInfo {
@@ -45,19 +44,13 @@ bool dtype_from_name(const std::string& name, DType& out);
 bool dtype_is_quantized(DType t);
 // The k-quants (Q2_K .. Q6_K): blocks of 256, so rows must be multiples of 256 columns.
 inline bool dtype_is_kquant(DType t) { return t >= DType::Q2_K && t <= DType::Q6_K; }
-// False for the in-memory layouts (*_R4), which no GGUF file may hold.
+// Whether t is one of the enum's ggml types (a value cast from elsewhere may not be).
 bool dtype_is_file_type(DType t);
-// The file dtype an in-memory layout was made from (Q4_0 for Q4_0_R4, Q8_0 for
-// Q8_0_R4); t itself otherwise.
-inline DType dtype_in_file(DType t) {
-  return t == DType::Q4_0_R4 ? DType::Q4_0 : t == DType::Q8_0_R4 ? DType::Q8_0 : t;
-}
-inline bool dtype_is_rows_x4(DType t) { return t == DType::Q4_0_R4 || t == DType::Q8_0_R4; }
 // Bytes of a row of n elements. REQUIRES n % block_size == 0.
 size_t row_bytes(DType t, int64_t n);
 
-// Dequantise n elements (REQUIRES n % block_size == 0). Not for the *_R4 layouts, whose
-// rows are not contiguous (tensor/rows_x4.h has their accessors): throws.
+// Dequantise n elements (REQUIRES n % block_size == 0) of a row in GGUF's layout (rows
+// interleaved in memory have their own accessors, tensor/rows_x4.h).
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 // Quantise n elements the way ggml's reference quantiser does (round to nearest,
 // q8_0: d = amax/127; q4_0: d = max/-8 where max is the signed value of largest magnitude);

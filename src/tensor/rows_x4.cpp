@@ -12,7 +12,7 @@ struct BlockShape {
   size_t block_bytes, quant_bytes;
 };
 BlockShape block_shape(DType t) {
-  switch (dtype_in_file(t)) {
+  switch (t) {
     case DType::Q4_0: return {sizeof(BlockQ4_0), sizeof(BlockQ4_0::qs)};
     case DType::Q8_0: return {sizeof(BlockQ8_0), sizeof(BlockQ8_0::qs)};
     default: throw std::invalid_argument(std::string("moeflow: no interleaved layout for ") + dtype_name(t));
@@ -29,14 +29,6 @@ inline size_t scale_offset(int64_t group_quant_bytes, int64_t groups, int64_t bl
   return static_cast<size_t>(groups * group_quant_bytes + g * kRowsX4GroupScaleBytes + 2 * (4 * r + b));
 }
 }  // namespace
-
-DType rows_x4_type(DType t) {
-  switch (t) {
-    case DType::Q4_0: return DType::Q4_0_R4;
-    case DType::Q8_0: return DType::Q8_0_R4;
-    default: return t;
-  }
-}
 
 int64_t rows_x4_group_quant_bytes(DType t) {
   return static_cast<int64_t>(16 * block_shape(t).quant_bytes);

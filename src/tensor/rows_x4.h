@@ -1,4 +1,4 @@
-// Q4_0_R4 and Q8_0_R4: q4_0 / q8_0 matrices with their rows interleaved in fours, so
+// RowLayout::rows_x4: q4_0 / q8_0 matrices with their rows interleaved in fours, so
 // that one 512-bit load holds 4 bytes of each of 16 (row, block) pairs and the VNNI
 // kernels (kernels/cpu/q4_vnni.h) accumulate every pair in its own 32-bit lane: no
 // gather of 18- or 34-byte blocks, no reduction across lanes, one scale conversion per
@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include "tensor/dtype.h"
+#include "tensor/row_layout.h"
 
 namespace moeflow {
 
@@ -42,16 +43,14 @@ inline bool rows_x4_fits(int64_t rows, int64_t cols) {
   return rows > 0 && cols > 0 && rows % kRowsX4 == 0 && cols % kRowsX4GroupCols == 0;
 }
 
-// The interleaved type of a file type (Q4_0 -> Q4_0_R4, Q8_0 -> Q8_0_R4); t itself
-// for types without one.
-DType rows_x4_type(DType t);
+// Whether matrices of type t can be interleaved (q4_0 and q8_0).
+inline bool rows_x4_supports(DType t) { return t == DType::Q4_0 || t == DType::Q8_0; }
 
-// Quant bytes per group of one quad (256 for q4_0, 512 for q8_0); t either the file
-// or the interleaved type.
+// Quant bytes per group of one quad (256 for q4_0, 512 for q8_0).
 int64_t rows_x4_group_quant_bytes(DType t);
 
 // Bytes of one quad (four rows).
-inline size_t rows_x4_quad_bytes(DType t, int64_t cols) { return kRowsX4 * row_bytes(dtype_in_file(t), cols); }
+inline size_t rows_x4_quad_bytes(DType t, int64_t cols) { return kRowsX4 * row_bytes(t, cols); }
 
 // Writes the interleaved copy of the rows x cols matrix src (GGUF layout, type
 // file_type: q4_0 or q8_0) to dst (same size; they must not overlap).

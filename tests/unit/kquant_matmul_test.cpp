@@ -200,7 +200,7 @@ TEST(KquantMatmul, MixedBatchSharesTheActivation) {
   std::vector<MatvecJob> jobs;
   for (int k = 0; k < 6; ++k) {
     ws.push_back(make_weights(types[k], rows, cols, rng));
-    jobs.push_back({types[k], ws.back().data() + 1, rows, cols, x.data(), ys[static_cast<size_t>(k)].data()});
+    jobs.push_back({types[k], RowLayout::gguf, ws.back().data() + 1, rows, cols, x.data(), ys[static_cast<size_t>(k)].data()});
   }
   ThreadPool two(2);
   matvec_batch(jobs.data(), jobs.size(), &two);

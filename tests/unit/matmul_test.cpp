@@ -259,7 +259,7 @@ TEST(Matmul, Q4VnniMatchesF32Kernel) {
               worst_vnni, worst_f32, worst_diff);
 }
 
-// Rows interleaved in fours (Q4_0_R4, Q8_0_R4) against GGUF's layout. Bit for bit on
+// Rows interleaved in fours (RowLayout::rows_x4) against GGUF's layout. Bit for bit on
 // every path but one: the VNNI kernels of both q4_0 layouts (same integer sums, same
 // order of float operations), the Highway kernels on rebuilt rows when VNNI is off,
 // prefill's tiles, mat-vec batches that mix layouts over one activation (each packs
@@ -270,7 +270,7 @@ TEST(Matmul, RowsX4MatchGgufLayout) {
   std::mt19937 rng(11);
   ThreadPool pool2(2);
   for (DType ft : {DType::Q4_0, DType::Q8_0}) {
-    const DType xt = rows_x4_type(ft);
+    constexpr RowLayout kX4 = RowLayout::rows_x4;
     double worst = 0;
     for (int64_t rows : {4, 12, 132}) {  // 132: the threads' groups of 8 rows leave a quad
       for (int64_t cols : {128, 768, 2048, 4224}) {  // 4224: prefill's tiles span 4096 columns, then 128
@@ -282,7 +282,7 @@ TEST(Matmul, RowsX4MatchGgufLayout) {
         const size_t n = static_cast<size_t>(rows);
         std::vector<float> ref(n), ref4(n), y(n), y4(n);
         matvec_reference(ft, w.bytes.data(), rows, cols, x.data(), ref.data());
-        matvec_reference(xt, W4, rows, cols, x.data(), ref4.data());
+        matvec_reference(ft, W4, rows, cols, x.data(), ref4.data(), kX4);
         EXPECT_EQ(ref4, ref) << "the reference reads the interleaved rows";
         for (bool vnni : {true, false}) {
           if (vnni && !q4_vnni_enabled()) continue;
@@ -290,28 +290,28 @@ TEST(Matmul, RowsX4MatchGgufLayout) {
           const bool same_floats = ft == DType::Q4_0 || !vnni;
           for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2}) {
             matvec(ft, w.bytes.data(), rows, cols, x.data(), y.data(), pool);
-            matvec(xt, W4, rows, cols, x.data(), y4.data(), pool);
+            matvec(ft, W4, rows, cols, x.data(), y4.data(), pool, kX4);
             if (same_floats) {
-              EXPECT_EQ(y4, y) << dtype_name(xt) << " " << rows << "x" << cols << (vnni ? " VNNI" : " Highway");
+              EXPECT_EQ(y4, y) << dtype_name(ft) << " rows_x4 " << rows << "x" << cols << (vnni ? " VNNI" : " Highway");
             }
           }
           worst = std::max(worst, rel_err(y4, ref));
-          EXPECT_LT(rel_err(y4, ref), matvec_tolerance(ft)) << dtype_name(xt) << " " << rows << "x" << cols;
+          EXPECT_LT(rel_err(y4, ref), matvec_tolerance(ft)) << dtype_name(ft) << " rows_x4 " << rows << "x" << cols;
           for (int64_t n_tok : {2, 7}) {
             const std::vector<float> X = random_vec(static_cast<size_t>(cols * n_tok), rng);
             std::vector<float> Y(n * static_cast<size_t>(n_tok)), Y4(Y.size());
             matmul(ft, w.bytes.data(), rows, cols, X.data(), n_tok, Y.data(), &pool2);
-            matmul(xt, W4, rows, cols, X.data(), n_tok, Y4.data(), &pool2);
-            EXPECT_EQ(Y4, Y) << dtype_name(xt) << " " << rows << "x" << cols << " n_tok " << n_tok;
+            matmul(ft, W4, rows, cols, X.data(), n_tok, Y4.data(), &pool2, kX4);
+            EXPECT_EQ(Y4, Y) << dtype_name(ft) << " rows_x4 " << rows << "x" << cols << " n_tok " << n_tok;
           }
           // A batch: both layouts over one x (the packings differ), and a second x.
           const std::vector<float> x2 = random_vec(static_cast<size_t>(cols), rng);
           std::vector<float> b_plain(n), b_x4(n), b_x4_x2(n), want_x2(n);
-          const MatvecJob jobs[3] = {{xt, W4, rows, cols, x.data(), b_x4.data()},
-                                     {ft, w.bytes.data(), rows, cols, x.data(), b_plain.data()},
-                                     {xt, W4, rows, cols, x2.data(), b_x4_x2.data()}};
+          const MatvecJob jobs[3] = {{ft, kX4, W4, rows, cols, x.data(), b_x4.data()},
+                                     {ft, RowLayout::gguf, w.bytes.data(), rows, cols, x.data(), b_plain.data()},
+                                     {ft, kX4, W4, rows, cols, x2.data(), b_x4_x2.data()}};
           matvec_batch(jobs, 3, &pool2);
-          matvec(xt, W4, rows, cols, x2.data(), want_x2.data(), nullptr);
+          matvec(ft, W4, rows, cols, x2.data(), want_x2.data(), nullptr, kX4);
           EXPECT_EQ(b_x4, y4);
           EXPECT_EQ(b_plain, y);
           EXPECT_EQ(b_x4_x2, want_x2);
@@ -319,11 +319,11 @@ TEST(Matmul, RowsX4MatchGgufLayout) {
         set_q4_vnni_enabled(true);
       }
     }
-    std::printf("  %s matvec worst relative error vs reference: %.3e (VNNI %s)\n", dtype_name(xt), worst,
+    std::printf("  %s rows_x4 matvec worst relative error vs reference: %.3e (VNNI %s)\n", dtype_name(ft), worst,
                 q4_vnni_enabled() ? "on this CPU" : "absent: the Highway kernels on rebuilt rows");
     std::vector<float> x(128), y(6);
     std::vector<uint8_t> w(6 * row_bytes(ft, 128));
-    EXPECT_THROW(matvec(xt, w.data(), 6, 128, x.data(), y.data(), nullptr), std::invalid_argument);
+    EXPECT_THROW(matvec(ft, w.data(), 6, 128, x.data(), y.data(), nullptr, kX4), std::invalid_argument);
   }
 }
 
@@ -402,7 +402,8 @@ TEST(Matmul, BatchMatchesSeparateMatvecsBitForBit) {
   }
   std::vector<MatvecJob> jobs;
   for (size_t i = 0; i < std::size(cases); ++i)
-    jobs.push_back({cases[i].t, ws[i].bytes.data(), cases[i].rows, cases[i].cols, xs[cases[i].x].data(), nullptr});
+    jobs.push_back({cases[i].t, RowLayout::gguf, ws[i].bytes.data(), cases[i].rows, cases[i].cols,
+                    xs[cases[i].x].data(), nullptr});
   expect_batch_gives(jobs, alone);
 }
 
@@ -429,12 +430,12 @@ TEST(Matmul, InterleavedBatchReadInPairsMatchesSeparateMatvecsBitForBit) {
     w4.emplace_back(w.bytes.size());
     rows_x4_repack(c.t, w.bytes.data(), c.rows, c.cols, w4.back().data());
     alone.emplace_back(static_cast<size_t>(c.rows), NAN);
-    matvec(rows_x4_type(c.t), w4.back().data(), c.rows, c.cols, xs[static_cast<size_t>(c.x)].data(),
-           alone.back().data(), nullptr);
+    matvec(c.t, w4.back().data(), c.rows, c.cols, xs[static_cast<size_t>(c.x)].data(), alone.back().data(), nullptr,
+           RowLayout::rows_x4);
   }
   std::vector<MatvecJob> jobs;
   for (size_t i = 0; i < std::size(cases); ++i)
-    jobs.push_back({rows_x4_type(cases[i].t), w4[i].data(), cases[i].rows, cases[i].cols,
+    jobs.push_back({cases[i].t, RowLayout::rows_x4, w4[i].data(), cases[i].rows, cases[i].cols,
                     xs[static_cast<size_t>(cases[i].x)].data(), nullptr});
   expect_batch_gives(jobs, alone);
 }
@@ -448,42 +449,44 @@ TEST(Matmul, PerTokenJobsMatchSeparateMatvecsBitForBit) {
   struct Case {
     DType t;
     int64_t rows, cols;
+    RowLayout layout = RowLayout::gguf;
   };
   std::vector<Case> cases;
   for (DType t : kAllTypes) cases.push_back({t, 72, 256});
   cases.push_back({DType::Q8_0, 300, 768});
   if (q4_vnni_enabled()) {
-    cases.push_back({rows_x4_type(DType::Q4_0), 264, 768});
-    cases.push_back({rows_x4_type(DType::Q8_0), 96, 2048});
-    cases.push_back({rows_x4_type(DType::Q4_0), 8, 128});
+    cases.push_back({DType::Q4_0, 264, 768, RowLayout::rows_x4});
+    cases.push_back({DType::Q8_0, 96, 2048, RowLayout::rows_x4});
+    cases.push_back({DType::Q4_0, 8, 128, RowLayout::rows_x4});
   }
   for (const Case& c : cases) {
-    const DType ft = dtype_is_rows_x4(c.t) ? dtype_in_file(c.t) : c.t;
-    const Weights w = make_weights(ft, c.rows, c.cols, rng);
+    const bool x4 = c.layout == RowLayout::rows_x4;
+    const Weights w = make_weights(c.t, c.rows, c.cols, rng);
     std::vector<uint8_t> wx(w.bytes.size());
-    if (dtype_is_rows_x4(c.t)) rows_x4_repack(ft, w.bytes.data(), c.rows, c.cols, wx.data());
-    const uint8_t* W = dtype_is_rows_x4(c.t) ? wx.data() : w.bytes.data();
+    if (x4) rows_x4_repack(c.t, w.bytes.data(), c.rows, c.cols, wx.data());
+    const uint8_t* W = x4 ? wx.data() : w.bytes.data();
+    const std::string name = std::string(dtype_name(c.t)) + (x4 ? " rows_x4" : "");
     for (int64_t n : {2, 3, 4, 5, 9}) {
       const std::vector<float> X = random_vec(static_cast<size_t>(n * c.cols), rng);
       std::vector<float> alone(static_cast<size_t>(n * c.rows));
       for (int64_t t = 0; t < n; ++t)
-        matvec(c.t, W, c.rows, c.cols, X.data() + t * c.cols, alone.data() + t * c.rows, nullptr);
+        matvec(c.t, W, c.rows, c.cols, X.data() + t * c.cols, alone.data() + t * c.rows, nullptr, c.layout);
       for (int threads : {1, 2, 3}) {
         ThreadPool pool(threads);
         std::vector<float> got(alone.size(), NAN);
-        const MatmulJob job{c.t, W, c.rows, c.cols, X.data(), n, got.data(), true};
+        const MatmulJob job{c.t, c.layout, W, c.rows, c.cols, X.data(), n, got.data(), true};
         matmul_batch(&job, 1, &pool);
-        EXPECT_EQ(got, alone) << dtype_name(c.t) << " " << c.rows << "x" << c.cols << ", " << n << " tokens, "
+        EXPECT_EQ(got, alone) << name << " " << c.rows << "x" << c.cols << ", " << n << " tokens, "
                               << threads << " threads";
         // Beside a mat-mul of the same matrix: neither changes the other.
         std::vector<float> mm(static_cast<size_t>(n * c.rows)), mm_alone(mm.size());
-        matmul(c.t, W, c.rows, c.cols, X.data(), n, mm_alone.data(), nullptr);
+        matmul(c.t, W, c.rows, c.cols, X.data(), n, mm_alone.data(), nullptr, c.layout);
         std::fill(got.begin(), got.end(), NAN);
-        const MatmulJob both[2] = {{c.t, W, c.rows, c.cols, X.data(), n, got.data(), true},
-                                   {c.t, W, c.rows, c.cols, X.data(), n, mm.data()}};
+        const MatmulJob both[2] = {{c.t, c.layout, W, c.rows, c.cols, X.data(), n, got.data(), true},
+                                   {c.t, c.layout, W, c.rows, c.cols, X.data(), n, mm.data()}};
         matmul_batch(both, 2, &pool);
-        EXPECT_EQ(got, alone) << dtype_name(c.t) << ", per-token beside a mat-mul";
-        EXPECT_EQ(mm, mm_alone) << dtype_name(c.t) << ", the mat-mul beside per-token jobs";
+        EXPECT_EQ(got, alone) << name << ", per-token beside a mat-mul";
+        EXPECT_EQ(mm, mm_alone) << name << ", the mat-mul beside per-token jobs";
       }
     }
   }
@@ -496,22 +499,21 @@ TEST(Matmul, PlanRowsInAnyChunksMatchTheMatvecBitForBit) {
   for (DType t : kAllTypes)
     for (bool interleaved : {false, true}) {
       const int64_t rows = 96, cols = 256;
-      if (interleaved && rows_x4_type(t) == t) continue;
+      if (interleaved && !rows_x4_supports(t)) continue;
       const Weights w = make_weights(t, rows, cols, rng);
       std::vector<uint8_t> w4;
       const void* W = w.bytes.data();
-      DType wt = t;
+      const RowLayout layout = interleaved ? RowLayout::rows_x4 : RowLayout::gguf;
       if (interleaved) {
         w4.resize(w.bytes.size());
         rows_x4_repack(t, w.bytes.data(), rows, cols, w4.data());
         W = w4.data();
-        wt = rows_x4_type(t);
       }
       const std::vector<float> x = random_vec(cols, rng);
       std::vector<float> alone(rows, NAN), y(rows, NAN);
-      matvec(wt, W, rows, cols, x.data(), alone.data(), nullptr);
+      matvec(t, W, rows, cols, x.data(), alone.data(), nullptr, layout);
       MatvecPlan plan;
-      plan.prepare({wt, W, rows, cols, x.data(), y.data()});
+      plan.prepare({t, layout, W, rows, cols, x.data(), y.data()});
       EXPECT_EQ(plan.n_rows(), rows);
       std::thread back([&] {
         for (int64_t r = rows; r > 48; r -= 8) plan.rows(r - 8, r);
@@ -519,7 +521,7 @@ TEST(Matmul, PlanRowsInAnyChunksMatchTheMatvecBitForBit) {
       for (int64_t r = 0; r < 48; r += 16) plan.rows(r, r + 16);
       back.join();
       for (int64_t r = 0; r < rows; ++r)
-        ASSERT_EQ(y[r], alone[r]) << dtype_name(wt) << " row " << r;
+        ASSERT_EQ(y[r], alone[r]) << dtype_name(t) << " " << row_layout_name(layout) << " row " << r;
       EXPECT_THROW(plan.rows(0, rows + 1), std::invalid_argument);
       if (interleaved) {
         EXPECT_THROW(plan.rows(2, 8), std::invalid_argument);  // quads only
@@ -555,7 +557,7 @@ TEST(Matmul, BatchMatchesSeparateMatmulsBitForBit) {
     for (size_t i = 0; i < std::size(cases); ++i) {
       const Case& c = cases[i];
       ys.emplace_back(static_cast<size_t>(c.rows * c.n_tok), NAN);
-      jobs.push_back({c.t, ws[i].bytes.data(), c.rows, c.cols, xs[i].data(), c.n_tok, ys[i].data()});
+      jobs.push_back({c.t, RowLayout::gguf, ws[i].bytes.data(), c.rows, c.cols, xs[i].data(), c.n_tok, ys[i].data()});
     }
     matmul_batch(jobs.data(), jobs.size(), pool);
     for (size_t i = 0; i < std::size(cases); ++i)

@@ -14,6 +14,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "model/model_weights.h"
 #include "model/synthetic_model.h"
+#include "cpu_placer.h"
 #include "test_paths.h"
 
 namespace moeflow {
@@ -42,7 +43,7 @@ TEST(MoeLayer, DecodeGivesTheSameLogitsOnOneTwoAndThreeThreads) {
   for (const char* name : {"qwen3moe-q8_0", "olmoe-q4_0", "mixtral-f32"}) {
     for (bool resident : {false, true}) {
       auto m = Model::load(fixture_path(std::string(name) + ".gguf"));
-      if (resident) m->make_resident(true, cpu::q4_vnni_enabled());
+      if (resident) m->make_resident(true, testing::cpu_placer());
       const GenerateResult one = decode(*m, 1);
       for (int threads : {2, 3}) {
         const GenerateResult r = decode(*m, threads);
@@ -70,7 +71,7 @@ TEST(MoeLayer, TopFourGivesTheSameLogitsOnOneToFourThreads) {
     write_synthetic_model(spec, path);
     for (bool resident : {false, true}) {
       auto m = Model::load(path);
-      if (resident) m->make_resident(true, cpu::q4_vnni_enabled());
+      if (resident) m->make_resident(true, testing::cpu_placer());
       const GenerateResult one = decode(*m, 1);
       for (int threads : {2, 3, 4}) {
         const GenerateResult r = decode(*m, threads);

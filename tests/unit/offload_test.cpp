@@ -25,6 +25,7 @@
 #include "model/model_weights.h"
 #include "policy/emoe.h"
 #include "policy/policy_factory.h"
+#include "cpu_placer.h"
 #include "test_paths.h"
 
 namespace moeflow {
@@ -55,7 +56,7 @@ RunResult generate_with(const Model& model, const std::string& policy, double bu
     out.tokens = generate(tf, kPrompt, opt, nullptr, nullptr).generated;
     return out;
   }
-  ExpertStore store(model, repack);
+  ExpertStore store(model, repack ? testing::cpu_placer() : nullptr);
   const ExpertGeometry& g = store.geometry();
   const uint64_t budget = budget_fraction < 0 ? g.min_budget()
                                               : static_cast<uint64_t>(budget_fraction * static_cast<double>(g.total_bytes()));
@@ -102,14 +103,14 @@ TEST(Offload, ExpertsReadIntoTheCacheTakeTheResidentLayout) {
   const bool vnni = cpu::q4_vnni_enabled();
   for (const char* name : {"qwen3moe-q8_0.gguf", "olmoe-q4_0.gguf"}) {
     auto resident = Model::load(fixture_path(name));
-    resident->make_resident(true, vnni);
+    resident->make_resident(true, testing::cpu_placer());
     const std::vector<int32_t> ref = generate_with(*resident, "", 1.0, OnMiss::Load).tokens;
     auto dense = Model::load(fixture_path(name));
-    dense->make_resident(false, vnni);
-    const ExpertStore store(*dense, vnni);
-    EXPECT_EQ(store.parts({0, 0})[0].repacked, vnni) << name << ": every fixture expert is 128 wide";
-    EXPECT_EQ(store.matrices({0, 0}, nullptr).down.dtype,
-              vnni ? resident->weights().layers[0].down_exps.first.dtype : dense->weights().layers[0].down_exps.first.dtype);
+    dense->make_resident(false, testing::cpu_placer());
+    const ExpertStore store(*dense, testing::cpu_placer());
+    EXPECT_EQ(store.parts({0, 0})[0].shape.layout == RowLayout::rows_x4, vnni)
+        << name << ": every fixture expert is 128 wide";
+    EXPECT_EQ(store.matrices({0, 0}, nullptr).down.layout, resident->weights().layers[0].down_exps.first.layout);
     for (const std::string policy : {"lru", "fmoe"})
       for (double f : {0.5, -1.0}) {
         const RunResult r = generate_with(*dense, policy, f, OnMiss::Load, 512, vnni);

@@ -17,6 +17,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "model/model_weights.h"
+#include "cpu_placer.h"
 
 namespace moeflow {
 namespace {
@@ -48,7 +49,7 @@ TEST_P(ReferenceTest, LogitsAndGreedyTokensMatchTheReference) {
   const LogitsRecord ref = read_logits_file(fixture(std::string(c.name) + ".logits"));
   auto mapped = Model::load(fixture(std::string(c.name) + ".gguf"));
   auto resident = Model::load(fixture(std::string(c.name) + ".gguf"));
-  resident->make_resident(true, cpu::q4_vnni_enabled());
+  resident->make_resident(true, testing::cpu_placer());
   ASSERT_EQ(ref.n_vocab, mapped->config().n_vocab);
   const int64_t n_decode = 8;
   const int64_t n_prompt = static_cast<int64_t>(ref.tokens.size()) - n_decode;

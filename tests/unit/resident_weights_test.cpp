@@ -1,8 +1,8 @@
 // Model::make_resident: the copied weights give bit-identical logits to the file
 // mapping, for every dtype, with and without the experts, and with q4_0 rows
-// interleaved in fours (Q4_0_R4): the VNNI kernels of both layouts add the same
+// interleaved in fours (RowLayout::rows_x4): the VNNI kernels of both layouts add the same
 // integer sums in the same order, and without VNNI the interleaved rows are rebuilt
-// for the plain kernel. q8_0 rows interleaved (Q8_0_R4) decode with a kernel that
+// for the plain kernel. q8_0 rows interleaved (rows_x4) decode with a kernel that
 // converts whole block sums rather than partial ones: within 1e-5 there.
 #include <gtest/gtest.h>
 
@@ -17,6 +17,7 @@
 #include "kernels/cpu/q4_vnni.h"
 #include "model/model_weights.h"
 #include "tensor/rows_x4.h"
+#include "cpu_placer.h"
 #include "test_paths.h"
 
 namespace moeflow {
@@ -43,7 +44,7 @@ TEST(ResidentWeights, CopiedWeightsGiveTheLogitsOfTheMapping) {
     const std::vector<float> want = logits_of(*mapped, pool);
     for (const auto& [experts, repack] : {std::pair{true, false}, {false, false}, {true, true}, {false, true}}) {
       auto resident = Model::load(path);
-      resident->make_resident(experts, repack);
+      resident->make_resident(experts, repack ? testing::cpu_placer() : nullptr);
       const ModelWeights& w = resident->weights();
       // Everything the forward pass reads moved: the dense matrices always, the experts
       // when asked (norm vectors are f32 copies from the start).
@@ -52,9 +53,12 @@ TEST(ResidentWeights, CopiedWeightsGiveTheLogitsOfTheMapping) {
       EXPECT_EQ(w.layers[0].gate_exps.first.data != f.tensor("blk.0.ffn_gate_exps.weight").data, experts) << name;
       EXPECT_GE(resident->resident_bytes(), experts ? w.expert_bytes : 0) << name;
       const DType ft = f.tensor("blk.0.attn_q.weight").dtype;
-      const bool interleaves = rows_x4_type(ft) != ft;
-      EXPECT_EQ(w.layers[0].wq.dtype, repack ? rows_x4_type(ft) : ft) << name << ": every fixture is 128 wide or float";
-      EXPECT_EQ(dtype_is_rows_x4(w.layers[0].gate_exps.first.dtype), interleaves && repack && experts) << name;
+      const bool interleaves = rows_x4_supports(ft) && cpu::q4_vnni_enabled();
+      EXPECT_EQ(w.layers[0].wq.dtype, ft) << name;
+      EXPECT_EQ(w.layers[0].wq.layout == RowLayout::rows_x4, interleaves && repack)
+          << name << ": every fixture is 128 wide or float";
+      EXPECT_EQ(w.layers[0].gate_exps.first.layout == RowLayout::rows_x4, interleaves && repack && experts) << name;
+      EXPECT_EQ(w.tok_embd.layout, RowLayout::gguf) << name;
       EXPECT_EQ(w.tok_embd.dtype, f.tensor("token_embd.weight").dtype) << name << ": the embedding table is read by rows";
       const std::vector<float> got = logits_of(*resident, pool);
       const std::string what = std::string(name) + (experts ? " (all weights" : " (dense only") + (repack ? ", repacked)" : ")");

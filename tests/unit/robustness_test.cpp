@@ -170,7 +170,7 @@ TEST(Issue19, NanWeightsAndScalesAreNamedNotSampledFrom) {
   });
   ASSERT_EQ(GgufFile::open(expert)->get("qwen3moe.expert_count").as_int(""), 8);
   auto m = Model::load(expert);
-  EXPECT_THROW(m->make_resident(true, false), InputError);
+  EXPECT_THROW(m->make_resident(true, nullptr), InputError);
   EXPECT_NE(load_error(expert).find("blk.1.ffn_down_exps.weight"), std::string::npos) << load_error(expert);
   // A run that reads the NaN (mapped, not checked up front) says so instead of
   // printing token 0 forever.

@@ -13,6 +13,9 @@
 
 #include "base/error.h"
 #include "format/gguf.h"
+#include "cpu_placer.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/rows_x4_vnni.h"
 #include "tensor/dtype.h"
 
@@ -37,7 +40,7 @@ TEST(RowsX4, BytesSitWhereTheLayoutSays) {
     const auto src = random_rows(t, rows, cols, rng);
     std::vector<uint8_t> dst(src.size());
     repack_rows_x4(t, src.data(), rows, cols, dst.data());
-    const size_t quad_bytes = rows_x4_quad_bytes(rows_x4_type(t), cols);
+    const size_t quad_bytes = rows_x4_quad_bytes(t, cols);
     ASSERT_EQ(quad_bytes, 4 * row_bytes(t, cols));
     ASSERT_EQ(rows_x4_group_quant_bytes(t), static_cast<int64_t>(16 * qbytes));
     for (int64_t row = 0; row < rows; ++row)
@@ -80,11 +83,11 @@ TEST(RowsX4, RowBlocksRebuildEveryBlock) {
         const int64_t nb = cols / 32;
         std::vector<uint8_t> back(static_cast<size_t>(nb) * bb);
         for (int64_t row = 0; row < rows; ++row) {
-          rows_x4_row_blocks(rows_x4_type(t), dst.data(), cols, row, 0, nb, back.data());
+          rows_x4_row_blocks(t, dst.data(), cols, row, 0, nb, back.data());
           ASSERT_EQ(std::memcmp(back.data(), src.data() + row * nb * bb, nb * bb), 0)
               << dtype_name(t) << " " << rows << "x" << cols << " row " << row;
           // A span in the middle.
-          rows_x4_row_blocks(rows_x4_type(t), dst.data(), cols, row, 1, nb - 2, back.data());
+          rows_x4_row_blocks(t, dst.data(), cols, row, 1, nb - 2, back.data());
           ASSERT_EQ(std::memcmp(back.data(), src.data() + (row * nb + 1) * bb, (nb - 2) * bb), 0);
         }
       }
@@ -108,7 +111,7 @@ TEST(RowsX4, DequantQuadMatchesGgufRows) {
     for (int64_t q = 0; q < rows / 4; ++q)
       for (const auto& [g0, ng] : {std::pair<int64_t, int64_t>{0, 6}, {2, 3}, {5, 1}}) {
         std::vector<float> out(static_cast<size_t>(4 * ld), -1.0f);
-        cpu::rows_x4_dequant_quad(rows_x4_type(t), dst.data() + q * rows_x4_quad_bytes(t, cols), cols, g0, ng, out.data(), ld);
+        cpu::rows_x4_dequant_quad(t, dst.data() + q * rows_x4_quad_bytes(t, cols), cols, g0, ng, out.data(), ld);
         for (int r = 0; r < 4; ++r) {
           dequantize_row(t, src.data() + (4 * q + r) * row_bytes(t, cols), want.data(), cols);
           for (int64_t c = 0; c < 128 * ng; ++c)
@@ -125,32 +128,25 @@ TEST(RowsX4, ShapesAndGuards) {
   EXPECT_FALSE(rows_x4_fits(6, 128));
   EXPECT_FALSE(rows_x4_fits(8, 160));  // a tail of blocks after the last group
   EXPECT_FALSE(rows_x4_fits(0, 128));
-  EXPECT_EQ(rows_x4_type(DType::Q4_0), DType::Q4_0_R4);
-  EXPECT_EQ(rows_x4_type(DType::Q8_0), DType::Q8_0_R4);
-  EXPECT_EQ(rows_x4_type(DType::F16), DType::F16) << "no interleaved float layout";
+  EXPECT_TRUE(rows_x4_supports(DType::Q4_0));
+  EXPECT_TRUE(rows_x4_supports(DType::Q8_0));
+  EXPECT_FALSE(rows_x4_supports(DType::F16)) << "no interleaved float layout";
+  EXPECT_FALSE(rows_x4_supports(DType::Q4_K));
   std::vector<uint8_t> buf(6 * row_bytes(DType::Q8_0, 128));
   EXPECT_THROW(repack_rows_x4(DType::Q4_0, buf.data(), 6, 128, buf.data()), std::invalid_argument);
   EXPECT_THROW(repack_rows_x4(DType::F32, buf.data(), 4, 128, buf.data() + 2048), std::invalid_argument);
-
-  for (DType t : {DType::Q4_0_R4, DType::Q8_0_R4}) {
-    EXPECT_FALSE(dtype_is_file_type(t));
-    EXPECT_TRUE(dtype_is_rows_x4(t));
-    EXPECT_TRUE(dtype_is_quantized(t));
-    EXPECT_EQ(row_bytes(t, 256), row_bytes(dtype_in_file(t), 256));
-    DType back;
-    EXPECT_FALSE(dtype_from_name(dtype_name(t), back)) << "not a type a user can ask a file to be written in";
-    EXPECT_FALSE(dtype_from_ggml(static_cast<uint32_t>(t), back));
-    std::vector<float> row(128);
-    EXPECT_THROW(dequantize_row(t, buf.data(), row.data(), 128), std::invalid_argument);
-    EXPECT_THROW(quantize_row(t, row.data(), buf.data(), 128), std::invalid_argument);
-    gguf::GgufWriter w;
-    try {
-      w.add_tensor("t", {128, 4}, t, std::vector<uint8_t>(4 * row_bytes(t, 128)));
-      FAIL() << "the writer took an in-memory layout";
-    } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find(dtype_name(t)), std::string::npos) << e.what();
-    }
-  }
+  // The kernels refuse an interleaved matrix of a type or shape the layout cannot take.
+  std::vector<float> x(128), y(6);
+  EXPECT_THROW(cpu::matvec(DType::F16, buf.data(), 4, 128, x.data(), y.data(), nullptr, RowLayout::rows_x4),
+               std::invalid_argument);
+  EXPECT_THROW(cpu::matvec(DType::Q8_0, buf.data(), 6, 128, x.data(), y.data(), nullptr, RowLayout::rows_x4),
+               std::invalid_argument);
+  // The CPU backend chooses the layout only where it fits and its kernels run.
+  const WeightPlacer* p = testing::cpu_placer();
+  EXPECT_EQ(p->layout_for(DType::Q4_0, 8, 256), cpu::q4_vnni_enabled() ? RowLayout::rows_x4 : RowLayout::gguf);
+  EXPECT_EQ(p->layout_for(DType::Q4_0, 6, 256), RowLayout::gguf);
+  EXPECT_EQ(p->layout_for(DType::Q6_K, 8, 256), RowLayout::gguf);
+  EXPECT_EQ(p->layout_for(DType::F32, 8, 256), RowLayout::gguf);
   EXPECT_TRUE(dtype_is_file_type(DType::Q4_0));
   EXPECT_TRUE(dtype_is_file_type(DType::Q8_0));
 }

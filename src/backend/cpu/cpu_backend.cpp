@@ -1,10 +1,13 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "backend/cpu/experts_per_thread.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/q4_vnni.h"
+#include "kernels/cpu/rows_x4_vnni.h"
+#include "tensor/rows_x4.h"
 #include "tensor/anon_memory.h"
 
 namespace moeflow {
@@ -81,7 +84,7 @@ void split_expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* c
       const auto [r0, nt] = parts[k];
       if (nt == 0) continue;
       const float* xin = in ? in[k] : gate.data() + r0 * static_cast<size_t>(in_w);
-      jobs.push_back({w.dtype, w.data, w.rows, w.cols, xin, static_cast<int64_t>(nt), out + r0 * out_w, k == 0});
+      jobs.push_back({w.dtype, w.layout, w.data, w.rows, w.cols, xin, static_cast<int64_t>(nt), out + r0 * out_w, k == 0});
     }
   };
   for (size_t i = 0; i < n; ++i) {
@@ -110,7 +113,18 @@ std::unique_ptr<DeviceBuffer> CpuBackend::allocate(size_t bytes) {
   return std::make_unique<AnonBuffer>(std::move(m));
 }
 
-bool CpuBackend::interleaves_rows() const { return cpu::q4_vnni_enabled(); }
+RowLayout CpuBackend::layout_for(DType t, int64_t rows, int64_t cols) const {
+  return cpu::q4_vnni_enabled() && rows_x4_supports(t) && rows_x4_fits(rows, cols) ? RowLayout::rows_x4
+                                                                                   : RowLayout::gguf;
+}
+
+void CpuBackend::place(RowLayout layout, DType t, const void* src, int64_t rows, int64_t cols, void* dst) const {
+  if (layout == RowLayout::rows_x4) {
+    cpu::rows_x4_repack(t, src, rows, cols, dst);
+  } else {
+    std::memcpy(dst, src, row_bytes(t, cols) * static_cast<size_t>(rows));
+  }
+}
 
 void CpuBackend::products(const Product* jobs, size_t n) { cpu::matmul_batch(jobs, n, pool_); }
 

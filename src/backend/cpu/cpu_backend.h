@@ -18,7 +18,10 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return "cpu"; }
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
-  bool interleaves_rows() const override;
+  // q4_0 / q8_0 matrices that fit are interleaved in fours on AVX-512 VNNI CPUs
+  // (tensor/rows_x4.h says why); everything else keeps GGUF's layout.
+  RowLayout layout_for(DType t, int64_t rows, int64_t cols) const override;
+  void place(RowLayout layout, DType t, const void* src, int64_t rows, int64_t cols, void* dst) const override;
 
   void products(const Product* jobs, size_t n) override;
   void attention(const AttentionShape& s, const float* q, int64_t n_tok, const AttentionQuery* tok,

@@ -42,11 +42,11 @@ void ExpertsPerThread::own_expert(size_t e, const ExpertMatrices& m, int64_t slo
   s.gate.resize(static_cast<size_t>(F));
   s.up.resize(static_cast<size_t>(F));
   const float* xt = x + (slot / K) * D;
-  const cpu::MatvecJob gate_up[2] = {{m.gate.dtype, m.gate.data, m.gate.rows, m.gate.cols, xt, s.gate.data()},
-                                     {m.up.dtype, m.up.data, m.up.rows, m.up.cols, xt, s.up.data()}};
+  const cpu::MatvecJob gate_up[2] = {{m.gate.dtype, m.gate.layout, m.gate.data, m.gate.rows, m.gate.cols, xt, s.gate.data()},
+                                     {m.up.dtype, m.up.layout, m.up.data, m.up.rows, m.up.cols, xt, s.up.data()}};
   cpu::matvec_batch(gate_up, 2, nullptr);
   cpu::swiglu(s.gate.data(), s.up.data(), s.gate.data(), F);
-  s.down.prepare({m.down.dtype, m.down.data, m.down.rows, m.down.cols, s.gate.data(), per_slot + slot * D});
+  s.down.prepare({m.down.dtype, m.down.layout, m.down.data, m.down.rows, m.down.cols, s.gate.data(), per_slot + slot * D});
   s.ready.store(true, std::memory_order_release);
   uint32_t b = 0, end = 0;
   while (ranges_.take_front(static_cast<int>(e), kOwn, kSteal, b, end)) down_rows(e, b, end, D, groups);

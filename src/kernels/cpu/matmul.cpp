@@ -246,9 +246,6 @@ void DequantSpan(DType wt, const uint8_t* row, int64_t c0, int64_t n, float* HWY
     case DType::MXFP4:  // c0, n multiples of the block (kKc is of 256)
       dequantize_row(wt, row + c0 / dtype_info(wt).block_size * dtype_info(wt).type_size, dst, n);
       return;
-    case DType::Q4_0_R4:
-    case DType::Q8_0_R4:
-      throw std::invalid_argument("moeflow: DequantSpan: interleaved rows (MatmulRows dequantises them by quads)");
   }
 }
 
@@ -441,10 +438,8 @@ HWY_INLINE void MvRows(DType wt, const uint8_t* const* rows, int64_t cols, const
     case DType::IQ4_NL:
     case DType::IQ4_XS:
     case DType::MXFP4: kquant_rows(wt, rows, R, cols, in.x, in.kq, out, pf); return;
-    case DType::Q4_0_R4:
-    case DType::Q8_0_R4: break;  // MatvecRows takes them (MatvecQuadsX4)
   }
-  throw std::invalid_argument("moeflow: MvRows: interleaved rows");
+  throw std::invalid_argument("moeflow: MvRows: unknown dtype");
 }
 
 // Rows [r0, r1) of a matrix interleaved in fours (r0, r1 multiples of 4): the VNNI
@@ -459,7 +454,7 @@ void MatvecQuadsX4(DType wt, const uint8_t* W, int64_t r0, int64_t r1, int64_t p
                   W + qb * static_cast<size_t>(pf_end / kRowsX4));
     return;
   }
-  const DType ft = dtype_in_file(wt);
+  const DType ft = wt;
   const size_t rb = row_bytes(ft, cols);
   thread_local std::vector<uint8_t> plain;
   plain.resize(kRowsX4 * rb);
@@ -500,10 +495,10 @@ void MatvecRowsR(DType wt, const uint8_t* W, size_t rb, int64_t r0, int64_t r1, 
   }
 }
 
-void MatvecRows(DType wt, const uint8_t* W, int64_t r0, int64_t r1, int64_t pf_end, int64_t cols,
+void MatvecRows(DType wt, RowLayout layout, const uint8_t* W, int64_t r0, int64_t r1, int64_t pf_end, int64_t cols,
                 const MvInput& x, float* y) {
   const size_t rb = row_bytes(wt, cols);
-  if (dtype_is_rows_x4(wt)) {
+  if (layout == RowLayout::rows_x4) {
     MatvecQuadsX4(wt, W, r0, r1, pf_end, cols, x, y);
   } else if (dtype_is_quantized(wt)) {
     MatvecRowsR<kMvRowsQ>(wt, W, rb, r0, r1, pf_end, cols, x, y);
@@ -564,7 +559,7 @@ HWY_INLINE void TileTokens(const float* w, int64_t ws, const float* x, int64_t x
   if (t < n_tok) TileRest<R, kToks - 1>(n_tok - t, w, ws, x + t * xs, xs, kc, y + t * ys, ys, add);
 }
 
-void MatmulRows(DType wt, const uint8_t* W, int64_t r0, int64_t r1, int64_t cols,
+void MatmulRows(DType wt, RowLayout layout, const uint8_t* W, int64_t r0, int64_t r1, int64_t cols,
                 const float* X, int64_t n_tok, float* Y, int64_t ldy) {
   const size_t rb = row_bytes(wt, cols);
   // Every dtype (f32 too: a contiguous, padded tile beats striding through W) goes
@@ -578,7 +573,7 @@ void MatmulRows(DType wt, const uint8_t* W, int64_t r0, int64_t r1, int64_t cols
     const int64_t nr = std::min<int64_t>(kRows, r1 - r);
     for (int64_t c0 = 0; c0 < cols; c0 += kKc) {
       const int64_t kc = std::min<int64_t>(kKc, cols - c0);
-      if (dtype_is_rows_x4(wt)) {  // a tile is one quad (kRows == 4, r a multiple of 4)
+      if (layout == RowLayout::rows_x4) {  // a tile is one quad (kRows == 4, r a multiple of 4)
         rows_x4_dequant_quad(wt, W + rb * static_cast<size_t>(r), cols, c0 / kRowsX4GroupCols, kc / kRowsX4GroupCols,
                              tile, kWs);
       } else {
@@ -616,11 +611,13 @@ namespace {
 // Below this many multiply-adds the fork/join costs more than it saves.
 constexpr int64_t kMinParallelWork = int64_t{1} << 15;
 
-void check_shape(DType wt, int64_t rows, int64_t cols) {
+void check_shape(DType wt, RowLayout layout, int64_t rows, int64_t cols) {
   if (rows < 0 || cols < 0) throw std::invalid_argument("moeflow: negative matrix shape");
   (void)row_bytes(wt, cols);  // throws if cols is not a whole number of blocks
-  if (dtype_is_rows_x4(wt) && rows > 0 && !rows_x4_fits(rows, cols))
-    throw std::invalid_argument(std::string("moeflow: a ") + dtype_name(wt) + " matrix of " + std::to_string(rows) +
+  if (layout == RowLayout::rows_x4 && !rows_x4_supports(wt))
+    throw std::invalid_argument(std::string("moeflow: ") + dtype_name(wt) + " rows cannot be interleaved");
+  if (layout == RowLayout::rows_x4 && rows > 0 && !rows_x4_fits(rows, cols))
+    throw std::invalid_argument(std::string("moeflow: an interleaved ") + dtype_name(wt) + " matrix of " + std::to_string(rows) +
                                 " x " + std::to_string(cols) + " (needs rows % 4 == 0 and cols % 128 == 0)");
 }
 
@@ -628,14 +625,14 @@ void check_shape(DType wt, int64_t rows, int64_t cols) {
 // q8_0 weights (q4_0 ones too when the VNNI kernel runs) and for every VNNI kernel,
 // packed as that kernel reads it.
 bool wants_int16(const MatvecJob& j) {
-  const DType ft = dtype_in_file(j.dtype);
+  const DType ft = j.dtype;
   return j.x && (ft == DType::Q8_0 || (q4_vnni_enabled() && ft == DType::Q4_0) || kquant_vnni_type(ft));
 }
 bool wants_packed(const MatvecJob& j) {
-  return j.x && q4_vnni_enabled() && (j.dtype == DType::Q4_0 || dtype_is_rows_x4(j.dtype) || kquant_vnni_type(j.dtype));
+  return j.x && q4_vnni_enabled() && (j.dtype == DType::Q4_0 || j.layout == RowLayout::rows_x4 || kquant_vnni_type(j.dtype));
 }
 size_t packed_lines(const MatvecJob& j) {
-  const size_t bytes = dtype_is_rows_x4(j.dtype) ? rows_x4_x_bytes(j.cols)
+  const size_t bytes = j.layout == RowLayout::rows_x4 ? rows_x4_x_bytes(j.cols)
                        : dtype_is_kquant(j.dtype) ? kquant_x_bytes(j.cols)
                                                   : q4_vnni_x_bytes(j.cols);
   return (bytes + sizeof(CacheLine) - 1) / sizeof(CacheLine);
@@ -648,7 +645,7 @@ void pack_input(const MatvecJob& j, MvInput& in, uint8_t* packed) {
     in.kq = packed;
     return;
   }
-  const bool x4 = dtype_is_rows_x4(j.dtype);
+  const bool x4 = j.layout == RowLayout::rows_x4;
   (x4 ? rows_x4_pack_x : q4_vnni_pack_x)(in.qx, in.dx, j.cols, packed);
   (x4 ? in.rx4 : in.q4x) = packed;
 }
@@ -692,7 +689,7 @@ const MvInput* matvec_inputs(const MatvecJob* jobs, size_t n_jobs) {
     in[j] = {jobs[j].x, nullptr, nullptr, nullptr, nullptr};
     if (!wants_int16(jobs[j])) continue;
     const int64_t cols = jobs[j].cols;
-    const uint8_t* MvInput::*const packed_of = dtype_is_rows_x4(jobs[j].dtype) ? &MvInput::rx4
+    const uint8_t* MvInput::*const packed_of = jobs[j].layout == RowLayout::rows_x4 ? &MvInput::rx4
                                                : dtype_is_kquant(jobs[j].dtype) ? &MvInput::kq
                                                                                 : &MvInput::q4x;
     // Same activation as an earlier job: share what it computed.
@@ -788,7 +785,7 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
   uint64_t total = 0;
   int64_t work = 0;
   for (size_t j = 0; j < n_jobs; ++j) {
-    check_shape(jobs[j].dtype, jobs[j].rows, jobs[j].cols);
+    check_shape(jobs[j].dtype, jobs[j].layout, jobs[j].rows, jobs[j].cols);
     if (jobs[j].cols == 0) std::fill(jobs[j].y, jobs[j].y + jobs[j].rows, 0.0f);  // empty sums
     total += row_bytes(jobs[j].dtype, jobs[j].cols) * static_cast<uint64_t>(jobs[j].rows);
     work += jobs[j].rows * jobs[j].cols;
@@ -828,7 +825,7 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
       j += n;
       continue;
     }
-    if (dtype_is_rows_x4(p.dtype) && in[j].rx4)
+    if (p.layout == RowLayout::rows_x4 && in[j].rx4)
       while (n < kStreams && j + n < n_jobs && same_shape(jobs[j + n]) && in[j + n].rx4) ++n;
     item_buf.push_back({j, n, false});
     j += n;
@@ -847,7 +844,7 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
       const auto* W = static_cast<const uint8_t*>(a.W);
       // Interleaved rows whose activations are all packed for the VNNI kernel take it
       // once per piece for all the tokens (each quad's weights loaded once per four).
-      const bool x4 = dtype_is_rows_x4(a.dtype) &&
+      const bool x4 = a.layout == RowLayout::rows_x4 &&
                       std::all_of(in + it.a, in + it.a + it.n, [](const MvInput& v) { return v.rx4 != nullptr; });
       thread_local std::vector<const uint8_t*> xs;
       thread_local std::vector<float*> outs;
@@ -868,7 +865,7 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
         }
         for (size_t k = 0; k < it.n; ++k) {
           const MatvecJob& m = jobs[it.a + k];
-          fn(m.dtype, W, s0, s1, k == 0 ? m.rows : s1, m.cols, in[it.a + k], m.y);
+          fn(m.dtype, m.layout, W, s0, s1, k == 0 ? m.rows : s1, m.cols, in[it.a + k], m.y);
         }
       }
       return;
@@ -876,7 +873,7 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
     if (it.n == 1) {
       // Prefetch may run on past the chunk, to the end of the matrix: the next chunk
       // is usually this thread's too.
-      fn(a.dtype, static_cast<const uint8_t*>(a.W), r0, r1, a.rows, a.cols, in[it.a], a.y);
+      fn(a.dtype, a.layout, static_cast<const uint8_t*>(a.W), r0, r1, a.rows, a.cols, in[it.a], a.y);
       return;
     }
     const size_t qb = rows_x4_quad_bytes(a.dtype, a.cols);
@@ -909,7 +906,7 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
 }
 
 void MatvecPlan::prepare(const MatvecJob& job) {
-  check_shape(job.dtype, job.rows, job.cols);
+  check_shape(job.dtype, job.layout, job.rows, job.cols);
   job_ = job;
   if (wants_int16(job)) {
     qx_.resize(static_cast<size_t>(job.cols));
@@ -925,7 +922,7 @@ void MatvecPlan::prepare(const MatvecJob& job) {
 }
 
 void MatvecPlan::rows(int64_t r0, int64_t r1) const {
-  if (r0 < 0 || r1 > job_.rows || r0 > r1 || (dtype_is_rows_x4(job_.dtype) && (r0 % kRowsX4 || r1 % kRowsX4)))
+  if (r0 < 0 || r1 > job_.rows || r0 > r1 || (job_.layout == RowLayout::rows_x4 && (r0 % kRowsX4 || r1 % kRowsX4)))
     throw std::invalid_argument("moeflow: MatvecPlan::rows [" + std::to_string(r0) + ", " + std::to_string(r1) +
                                 ") of a " + dtype_name(job_.dtype) + " matrix of " + std::to_string(job_.rows) +
                                 " rows (interleaved rows go in fours)");
@@ -935,13 +932,13 @@ void MatvecPlan::rows(int64_t r0, int64_t r1) const {
     return;
   }
   const MvInput in{job_.x, in_qx_, in_dx_, in_q4x_, in_rx4_, in_kq_};
-  HWY_DYNAMIC_DISPATCH(MatvecRows)(job_.dtype, static_cast<const uint8_t*>(job_.W), r0, r1, job_.rows, job_.cols,
+  HWY_DYNAMIC_DISPATCH(MatvecRows)(job_.dtype, job_.layout, static_cast<const uint8_t*>(job_.W), r0, r1, job_.rows, job_.cols,
                                    in, job_.y);
 }
 
 void matvec(DType wt, const void* W, int64_t rows, int64_t cols, const float* x, float* y,
-            ThreadPool* pool) {
-  const MatvecJob job{wt, W, rows, cols, x, y};
+            ThreadPool* pool, RowLayout layout) {
+  const MatvecJob job{wt, layout, W, rows, cols, x, y};
   matvec_batch(&job, 1, pool);
 }
 
@@ -949,7 +946,7 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool) {
   int64_t work = 0;
   for (size_t j = 0; j < n_jobs; ++j) {
     const MatmulJob& m = jobs[j];
-    check_shape(m.dtype, m.rows, m.cols);
+    check_shape(m.dtype, m.layout, m.rows, m.cols);
     if (m.cols == 0 && m.n_tok > 0) std::fill(m.Y, m.Y + m.rows * m.n_tok, 0.0f);  // empty sums
     if (m.n_tok > 0) work += m.rows * m.cols * m.n_tok;
   }
@@ -971,7 +968,7 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool) {
         mm_jobs.push_back(m);
         continue;
       }
-      for (int64_t t = 0; t < m.n_tok; ++t) mv_jobs.push_back({m.dtype, m.W, m.rows, m.cols, m.X + t * m.cols, m.Y + t * m.rows});
+      for (int64_t t = 0; t < m.n_tok; ++t) mv_jobs.push_back({m.dtype, m.layout, m.W, m.rows, m.cols, m.X + t * m.cols, m.Y + t * m.rows});
     }
     const std::vector<MatmulJob> gemms = mm_jobs;  // the recursive call reuses the thread_local
     matvec_batch(mv_jobs.data(), mv_jobs.size(), pool);
@@ -982,7 +979,7 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool) {
   one_tok.resize(n_jobs);
   for (size_t j = 0; j < n_jobs; ++j) {
     const MatmulJob& m = jobs[j];
-    one_tok[j] = {m.dtype, m.W, m.rows, m.cols, m.n_tok == 1 ? m.X : nullptr, m.Y};
+    one_tok[j] = {m.dtype, m.layout, m.W, m.rows, m.cols, m.n_tok == 1 ? m.X : nullptr, m.Y};
   }
   const MvInput* const in = matvec_inputs(one_tok.data(), n_jobs);
   auto fn = HWY_DYNAMIC_DISPATCH(MatmulRows);
@@ -990,9 +987,9 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool) {
   auto run = [&](size_t k, int64_t r0, int64_t r1) {
     const MatmulJob& m = jobs[k];
     if (m.n_tok == 1 && m.cols > 0) {
-      mv(m.dtype, static_cast<const uint8_t*>(m.W), r0, r1, m.rows, m.cols, in[k], m.Y);
+      mv(m.dtype, m.layout, static_cast<const uint8_t*>(m.W), r0, r1, m.rows, m.cols, in[k], m.Y);
     } else if (m.n_tok > 1 && m.cols > 0) {
-      fn(m.dtype, static_cast<const uint8_t*>(m.W), r0, r1, m.cols, m.X, m.n_tok, m.Y, m.rows);
+      fn(m.dtype, m.layout, static_cast<const uint8_t*>(m.W), r0, r1, m.cols, m.X, m.n_tok, m.Y, m.rows);
     }
   };
   if (!pool || pool->size() <= 1 || work < kMinParallelWork) {
@@ -1011,23 +1008,24 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool) {
 }
 
 void matmul(DType wt, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tok,
-            float* Y, ThreadPool* pool) {
-  const MatmulJob job{wt, W, rows, cols, X, n_tok, Y};  // n_tok == 1: the mat-vec path
+            float* Y, ThreadPool* pool, RowLayout layout) {
+  const MatmulJob job{wt, layout, W, rows, cols, X, n_tok, Y};  // n_tok == 1: the mat-vec path
   matmul_batch(&job, 1, pool);
 }
 
 const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
 
 void matvec_reference(DType wt, const void* W, int64_t rows, int64_t cols, const float* x,
-                      float* y) {
+                      float* y, RowLayout layout) {
   const auto* w = static_cast<const uint8_t*>(W);
   const size_t rb = row_bytes(wt, cols);
   std::vector<float> buf(static_cast<size_t>(cols));
-  std::vector<uint8_t> blocks(dtype_is_rows_x4(wt) ? rb : 0);
+  const bool x4 = layout == RowLayout::rows_x4;
+  std::vector<uint8_t> blocks(x4 ? rb : 0);
   for (int64_t r = 0; r < rows; ++r) {
-    if (dtype_is_rows_x4(wt)) {
+    if (x4) {
       rows_x4_row_blocks(wt, W, cols, r, 0, cols / 32, blocks.data());
-      dequantize_row(dtype_in_file(wt), blocks.data(), buf.data(), cols);
+      dequantize_row(wt, blocks.data(), buf.data(), cols);
     } else {
       dequantize_row(wt, w + rb * static_cast<size_t>(r), buf.data(), cols);
     }

@@ -7,26 +7,28 @@
 // rounding; except q8_0 mat-vecs (one token), and q4_0 ones on CPUs with AVX-512 VNNI
 // (q4_vnni.h), which multiply the integer weights with the activation quantised to
 // int16 per 32-element block (~2e-5 relative error, see matmul.cpp). SIMD via Highway
-// with runtime dispatch. The in-memory types Q4_0_R4 / Q8_0_R4 (rows interleaved in
-// fours, tensor/rows_x4.h) take the VNNI kernels of rows_x4_vnni.h for mat-vecs and
-// are dequantised quad by quad for mat-muls; their shapes must fit (rows % 4 == 0,
-// cols % 128 == 0).
+// with runtime dispatch. q4_0 / q8_0 matrices with RowLayout::rows_x4 (rows
+// interleaved in fours, tensor/rows_x4.h) take the VNNI kernels of rows_x4_vnni.h for
+// mat-vecs and are dequantised quad by quad for mat-muls; their shapes must fit
+// (rows % 4 == 0, cols % 128 == 0). Every other matrix is in GGUF's row layout.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "kernels/cpu/thread_pool.h"
 #include "tensor/dtype.h"
+#include "tensor/row_layout.h"
 
 namespace moeflow::cpu {
 
 // y[r] = sum_c W[r][c] * x[c], r in [0, rows). pool may be null (single thread).
 void matvec(DType wt, const void* W, int64_t rows, int64_t cols, const float* x, float* y,
-            ThreadPool* pool);
+            ThreadPool* pool, RowLayout layout = RowLayout::gguf);
 
 // One mat-vec of a batch: y[r] = sum_c W[r][c] * x[c].
 struct MatvecJob {
   DType dtype;
+  RowLayout layout;
   const void* W;
   int64_t rows, cols;
   const float* x;
@@ -76,11 +78,12 @@ class MatvecPlan {
 // Y[t][r] = sum_c W[r][c] * X[t][c] for t in [0, n_tok). X is [n_tok][cols],
 // Y is [n_tok][rows]. Blocked so each weight block is read once per group of tokens.
 void matmul(DType wt, const void* W, int64_t rows, int64_t cols, const float* X,
-            int64_t n_tok, float* Y, ThreadPool* pool);
+            int64_t n_tok, float* Y, ThreadPool* pool, RowLayout layout = RowLayout::gguf);
 
 // One mat-mul of a batch: Y[t][r] = sum_c W[r][c] * X[t][c], t < n_tok.
 struct MatmulJob {
   DType dtype;
+  RowLayout layout;
   const void* W;
   int64_t rows, cols;
   const float* X;
@@ -103,6 +106,6 @@ const char* simd_target_name();
 
 // Plain scalar reference (dequantise each row, then dot in double). Kept for tests.
 void matvec_reference(DType wt, const void* W, int64_t rows, int64_t cols, const float* x,
-                      float* y);
+                      float* y, RowLayout layout = RowLayout::gguf);
 
 }  // namespace moeflow::cpu

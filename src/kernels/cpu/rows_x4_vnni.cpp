@@ -81,7 +81,7 @@ MOEFLOW_VNNI_ATTR inline __m512 add_scaled(__m512 acc, __m512i hi, __m512i lo, c
 // of its 16 multiply-adds.
 template <DType T, int NQ>
 MOEFLOW_VNNI_ATTR inline void group_sums(const uint8_t* const* q, const PackedX4& p, __m512i* hi, __m512i* lo) {
-  constexpr bool kQ4 = T == DType::Q4_0_R4;
+  constexpr bool kQ4 = T == DType::Q4_0;
   const __m512i nibble = _mm512_set1_epi8(0x0f), bias = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512i hi0[NQ], hi1[NQ], lo0[NQ], lo1[NQ];
 #pragma GCC unroll 4
@@ -122,7 +122,7 @@ MOEFLOW_VNNI_ATTR inline void group_sums(const uint8_t* const* q, const PackedX4
 }
 
 template <DType T>
-constexpr int64_t kQuadQuant = T == DType::Q4_0_R4 ? 256 : 512;  // a quad's quant bytes per group
+constexpr int64_t kQuadQuant = T == DType::Q4_0 ? 256 : 512;  // a quad's quant bytes per group
 template <DType T>
 constexpr int64_t kQuadStep = kQuadQuant<T> + kRowsX4GroupScaleBytes;  // a quad's bytes per group
 
@@ -215,7 +215,7 @@ MOEFLOW_VNNI_ATTR void quads_multi(const RowsX4Stream* s, int n, int64_t n_quads
 template <DType T, int NT>
 MOEFLOW_VNNI_ATTR inline void quad_tokens(const uint8_t* quad, int64_t groups, const PackedX4* const* x,
                                           float* const* out, const uint8_t* pf) {
-  constexpr bool kQ4 = T == DType::Q4_0_R4;
+  constexpr bool kQ4 = T == DType::Q4_0;
   constexpr int64_t kQuant = kQuadQuant<T>;
   const __m512i nibble = _mm512_set1_epi8(0x0f), bias = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[NT];
@@ -314,7 +314,7 @@ MOEFLOW_VNNI_ATTR inline void rows_of_steps(const uint8_t* q, uint8_t (*rows)[64
 // the products DequantSpan forms from GGUF's blocks, so prefill is unchanged.
 MOEFLOW_VNNI_ATTR void dequant_avx512(DType t, const uint8_t* quad, int64_t cols, int64_t g0, int64_t n_groups,
                                       float* out, int64_t ld) {
-  const bool q8 = dtype_in_file(t) == DType::Q8_0;
+  const bool q8 = t == DType::Q8_0;
   const int64_t gq = q8 ? 512 : 256;
   const int64_t groups = cols / kRowsX4GroupCols;
   const uint16_t* scales = reinterpret_cast<const uint16_t*>(quad + groups * gq);
@@ -396,33 +396,33 @@ void rows_x4_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* o
 void rows_x4_quads(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* xp, float* out,
                    const uint8_t* pf_end) {
   const auto* x = reinterpret_cast<const PackedX4*>(xp);
-  if (t == DType::Q4_0_R4) {
-    quads<DType::Q4_0_R4>(W, n_quads, cols, x, out, pf_end);
-  } else if (t == DType::Q8_0_R4) {
-    quads<DType::Q8_0_R4>(W, n_quads, cols, x, out, pf_end);
+  if (t == DType::Q4_0) {
+    quads<DType::Q4_0>(W, n_quads, cols, x, out, pf_end);
+  } else if (t == DType::Q8_0) {
+    quads<DType::Q8_0>(W, n_quads, cols, x, out, pf_end);
   } else {
-    throw std::invalid_argument("moeflow: rows_x4_quads: not an interleaved type");
+    throw std::invalid_argument("moeflow: rows_x4_quads: no interleaved layout for this type");
   }
 }
 
 void rows_x4_quads_multi(DType t, const RowsX4Stream* s, int n, int64_t n_quads, int64_t cols) {
-  if (t == DType::Q4_0_R4) {
-    quads_multi<DType::Q4_0_R4>(s, n, n_quads, cols);
-  } else if (t == DType::Q8_0_R4) {
-    quads_multi<DType::Q8_0_R4>(s, n, n_quads, cols);
+  if (t == DType::Q4_0) {
+    quads_multi<DType::Q4_0>(s, n, n_quads, cols);
+  } else if (t == DType::Q8_0) {
+    quads_multi<DType::Q8_0>(s, n, n_quads, cols);
   } else {
-    throw std::invalid_argument("moeflow: rows_x4_quads_multi: not an interleaved type");
+    throw std::invalid_argument("moeflow: rows_x4_quads_multi: no interleaved layout for this type");
   }
 }
 
 void rows_x4_quads_tokens(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* const* xs,
                           int n_tok, float* const* outs, const uint8_t* pf_end) {
-  if (t == DType::Q4_0_R4) {
-    quads_tokens<DType::Q4_0_R4>(W, n_quads, cols, xs, n_tok, outs, pf_end);
-  } else if (t == DType::Q8_0_R4) {
-    quads_tokens<DType::Q8_0_R4>(W, n_quads, cols, xs, n_tok, outs, pf_end);
+  if (t == DType::Q4_0) {
+    quads_tokens<DType::Q4_0>(W, n_quads, cols, xs, n_tok, outs, pf_end);
+  } else if (t == DType::Q8_0) {
+    quads_tokens<DType::Q8_0>(W, n_quads, cols, xs, n_tok, outs, pf_end);
   } else {
-    throw std::invalid_argument("moeflow: rows_x4_quads_tokens: not an interleaved type");
+    throw std::invalid_argument("moeflow: rows_x4_quads_tokens: no interleaved layout for this type");
   }
 }
 
@@ -444,7 +444,7 @@ void rows_x4_quads_tokens(DType, const uint8_t*, int64_t, int64_t, const uint8_t
 
 void rows_x4_repack(DType file_type, const void* src, int64_t rows, int64_t cols, void* dst) {
 #ifdef MOEFLOW_HAVE_VNNI_KERNEL
-  if (cpu_has_avx512_vnni() && rows_x4_fits(rows, cols) && rows_x4_type(file_type) != file_type) {
+  if (cpu_has_avx512_vnni() && rows_x4_fits(rows, cols) && rows_x4_supports(file_type)) {
     repack_avx512(file_type, static_cast<const uint8_t*>(src), rows, cols, static_cast<uint8_t*>(dst));
     return;
   }
@@ -461,7 +461,7 @@ void rows_x4_dequant_quad(DType t, const uint8_t* quad, int64_t cols, int64_t g0
   }
 #endif
   // Tests build interleaved matrices on any CPU: the portable path.
-  const DType ft = dtype_in_file(t);
+  const DType ft = t;
   std::vector<uint8_t> blocks(row_bytes(ft, n_groups * kRowsX4GroupCols));
   for (int r = 0; r < kRowsX4; ++r) {
     rows_x4_row_blocks(t, quad, cols, r, 4 * g0, 4 * n_groups, blocks.data());

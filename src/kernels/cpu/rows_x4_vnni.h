@@ -1,5 +1,5 @@
-// Mat-vec kernels for q4_0 and q8_0 rows interleaved in fours (DType::Q4_0_R4,
-// Q8_0_R4; tensor/rows_x4.h), the layout the resident model uses on CPUs with AVX-512
+// Mat-vec kernels for q4_0 and q8_0 rows interleaved in fours (RowLayout::rows_x4;
+// tensor/rows_x4.h), the layout the resident model uses on CPUs with AVX-512
 // VNNI (q4_vnni_enabled()). Every (row, block) pair has its own 32-bit lane, so a
 // group of 4 blocks of 4 rows needs no gather and no reduction: 4 (q4_0) or 8 (q8_0)
 // aligned loads, `vpdpbusd` with the activation's bytes broadcast from 16-byte
@@ -33,7 +33,7 @@ inline size_t rows_x4_x_bytes(int64_t cols) { return static_cast<size_t>(cols / 
 void rows_x4_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out);
 
 // out[4i + r] = row r of quad i (at W + i * rows_x4_quad_bytes(t, cols)) times the
-// packed activation, for i < n_quads; t is Q4_0_R4 or Q8_0_R4. Every quad prefetches
+// packed activation, for i < n_quads; t is Q4_0 or Q8_0 (the file type). Every quad prefetches
 // the one kRowsX4PrefetchQuads ahead when that starts before pf_end.
 constexpr int64_t kRowsX4PrefetchQuads = 2;
 void rows_x4_quads(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* xp, float* out,
