@@ -13,6 +13,7 @@
 #include "format/trace.h"
 #include "plan/bayes_opt.h"
 #include "plan/exact_solver.h"
+#include "plan/load_margin.h"
 #include "plan/ods.h"
 #include "plan/serving.h"
 #include "sim/profiles.h"
@@ -57,6 +58,8 @@ int cmd_plan(int argc, char** argv) {
   a.flag("--method", "ods (Alg. 1), bo (Alg. 2) or exact (CBC)", true, "ods");
   a.flag("--learn", "requests that profile the popularity table, a:b (default: the first half)");
   a.flag("--batch-tokens", "tokens per served batch", true, "256");
+  a.flag("--load-quantile", "plan each expert for this quantile of its per-batch load on the learning requests "
+                            "(0: for the predicted mean, as the paper does)", true, "0.9");
   a.flag("--time-limit", "seconds per ODS sub-problem (the paper's 60 s), and for --method exact", true, "60");
   a.flag("--exact-time-limit", "seconds for the exact solve behind optimal_cost (0: skip it)", true, "60");
   a.flag("--bo-time-limit", "seconds per sub-problem of the ODS run inside each BO trial", true, "5");
@@ -71,6 +74,7 @@ int cmd_plan(int argc, char** argv) {
   if (method != "ods" && method != "bo" && method != "exact")
     throw UsageError("--method '" + method + "': expected ods, bo or exact");
   const int64_t batch_tokens = a.integer("--batch-tokens", 1, 1 << 24);
+  const double load_q = a.number("--load-quantile", 0, 1);
   const double time_limit = a.number("--time-limit", 0.01, 86400);
   const double exact_limit = a.number("--exact-time-limit", 0, 86400);
   const double non_moe_s = a.number("--non-moe-ms", 0, 1e9) / 1e3;
@@ -113,8 +117,15 @@ int cmd_plan(int argc, char** argv) {
   in.tokens = per_batch(table.predicted_load(held, Features::token_and_position), static_cast<int64_t>(held.size()), batch_tokens);
   const Deployment baseline = max_memory_deployment(in);
   in.slo_s = 1e30;
-  const Evaluation base_plan = evaluate(in, baseline);
-  in.slo_s = a.has("--slo-ms") ? a.number("--slo-ms", 1e-3, 1e12) / 1e3 : 1.2 * base_plan.latency_s;
+  const Evaluation base_mean = evaluate(in, baseline);  // at the predicted mean load, which sets the default SLO
+  in.slo_s = a.has("--slo-ms") ? a.number("--slo-ms", 1e-3, 1e12) / 1e3 : 1.2 * base_mean.latency_s;
+  // The margin for the batches to come: per-expert load quantiles of the learning
+  // requests' own batches (plan/load_margin.h).
+  const LoadFactors factors =
+      load_q > 0 ? load_quantile_factors(batch_loads(learn_tok, batch_tokens, trace.n_layer, trace.n_expert), load_q)
+                 : LoadFactors{};
+  in.tokens = apply_load_factors(in.tokens, factors);
+  const Evaluation base_plan = evaluate(in, baseline);  // the baseline on the planned loads
 
   SolveResult exact;
   if (method == "exact" || exact_limit > 0) exact = solve_exact(in, method == "exact" ? time_limit : exact_limit);
@@ -135,6 +146,7 @@ int cmd_plan(int argc, char** argv) {
     o.max_iterations = static_cast<int>(a.integer("--bo-iterations", 0, 10000));
     o.seed = static_cast<uint64_t>(a.integer("--seed", 0, INT64_MAX));
     o.time_limit_per_solve_s = a.number("--bo-time-limit", 0.01, 86400);
+    o.load_factors = factors;
     const BoResult r = bayesian_optimisation(in, table, held, learn_tok, batch_tokens, Features::token_and_position, o);
     feasible = r.feasible, dep = r.deployment, solver_s = r.seconds;
     extra["bo_iterations"] = r.iterations;
@@ -151,6 +163,7 @@ int cmd_plan(int argc, char** argv) {
   j["method"] = method;
   j["slo_ms"] = in.slo_s * 1e3;
   j["batch_tokens"] = batch_tokens;
+  j["load_quantile"] = load_q;
   j["learn_requests"] = {learn.first, learn.second};
   j["heldout_in_sample"] = in_sample;
   j["token_ids_recorded"] = has_token_ids;

@@ -123,7 +123,9 @@ BoResult bayesian_optimisation(const Instance& plan, const PopularityTable& tabl
   auto run_trial = [&](Trial& trial, bool anchor) {
     const PopularityTable t = with_pairs(table, trial.vars);
     const Load predicted =
-        anchor ? plan.tokens : per_batch(t.predicted_load(serve, features), static_cast<int64_t>(serve.size()), batch_tokens);
+        anchor ? plan.tokens
+               : apply_load_factors(per_batch(t.predicted_load(serve, features), static_cast<int64_t>(serve.size()), batch_tokens),
+                                    opt.load_factors);
     trial.x.clear();
     for (const auto& layer : predicted)
       for (int64_t v : layer) trial.x.push_back(static_cast<double>(v) / static_cast<double>(batch_tokens));

@@ -28,6 +28,7 @@
 #include "plan/ods.h"
 #include "plan/popularity.h"
 #include "plan/serving.h"
+#include "plan/load_margin.h"
 
 namespace moeflow::plan {
 
@@ -36,6 +37,7 @@ struct BoOptions {
   double threshold = 0.002, rho = 0.5, gamma = 2.0, eps0 = 0.9, kappa = 0.25, delta = 2.0;
   double time_limit_per_solve_s = 20;
   uint64_t seed = 1;
+  LoadFactors load_factors;  // margins on each trial's predicted loads (plan/load_margin.h); empty: none
 };
 
 struct BoResult {
