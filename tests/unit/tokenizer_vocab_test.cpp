@@ -1,0 +1,100 @@
+// Token ids against the reference tokenizers on llama.cpp's vocabulary test pairs:
+// models/ggml-vocab-NAME.gguf (vocabulary only) with NAME.gguf.inp (texts separated by
+// "\n__ggml_vocab_test__\n") and NAME.gguf.out (the ids the model's Hugging Face
+// tokenizer gives, encode(text, add_special_tokens=False), one line per text). The
+// vocabularies are megabytes, so they are not in the repository: set
+// MOEFLOW_VOCAB_DIR to a directory holding them (docs/tokenizers.md says where they come
+// from); without it the test is skipped. The committed subset check is
+// tokenizer_subset_test.cpp.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/tokenizer.h"
+#include "format/gguf.h"
+
+namespace moeflow {
+namespace {
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> split_inputs(const std::string& raw) {
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> out;
+  for (size_t pos = 0; pos < raw.size();) {
+    const size_t next = raw.find(sep, pos);
+    if (next == std::string::npos) {
+      out.push_back(raw.substr(pos));
+      break;
+    }
+    out.push_back(raw.substr(pos, next - pos));
+    pos = next + sep.size();
+  }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> read_ids(const std::string& path) {
+  std::vector<std::vector<int32_t>> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream ss(line);
+    std::vector<int32_t> ids;
+    for (int32_t id; ss >> id;) ids.push_back(id);
+    out.push_back(ids);
+  }
+  return out;
+}
+
+TEST(TokenizerVocab, LlamaCppReferenceIds) {
+  const char* dir = std::getenv("MOEFLOW_VOCAB_DIR");
+  if (!dir) GTEST_SKIP() << "MOEFLOW_VOCAB_DIR is not set: point it at llama.cpp's models/ directory "
+                            "(ggml-vocab-*.gguf with .inp/.out) to check token ids against the reference";
+  size_t vocabs = 0;
+  for (const char* name : {"gpt-2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder", "deepseek-v3", "gpt-4o",
+                           "llama-spm", "mpt", "phi-3"}) {
+    const std::string base = std::string(dir) + "/ggml-vocab-" + name + ".gguf";
+    if (!std::filesystem::exists(base) || !std::filesystem::exists(base + ".inp") ||
+        !std::filesystem::exists(base + ".out")) {
+      std::printf("%-15s not in %s, skipped\n", name, dir);
+      continue;
+    }
+    ++vocabs;
+    const auto file = gguf::GgufFile::open(base);
+    const Tokenizer tok(tokenizer_data_from_gguf(*file));
+    const std::vector<std::string> inputs = split_inputs(read_all(base + ".inp"));
+    const std::vector<std::vector<int32_t>> want = read_ids(base + ".out");
+    ASSERT_EQ(inputs.size(), want.size()) << base;
+    size_t same = 0, round_trips = 0;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const std::vector<int32_t> got = tok.encode(inputs[i], false);
+      if (got == want[i]) {
+        ++same;
+      } else {
+        std::string g, w;
+        for (int32_t id : got) g += " " + std::to_string(id);
+        for (int32_t id : want[i]) w += " " + std::to_string(id);
+        ADD_FAILURE() << name << " text #" << i << " \"" << inputs[i] << "\"\n  got " << g << "\n want" << w;
+      }
+      const std::string back = tok.decode(got);
+      round_trips += back == inputs[i] || back == " " + inputs[i];  // SentencePiece adds the space prefix
+    }
+    std::printf("%-15s pre '%s': %zu/%zu texts give the reference ids, %zu/%zu decode back to the text\n", name,
+                tok.data().pre.c_str(), same, inputs.size(), round_trips, inputs.size());
+    EXPECT_EQ(round_trips, inputs.size()) << name;
+  }
+  EXPECT_GT(vocabs, 0u) << "no ggml-vocab-*.gguf with .inp/.out in " << dir;
+}
+
+}  // namespace
+}  // namespace moeflow
