@@ -71,6 +71,7 @@ void check_subset(const std::string& name) {
 TEST(TokenizerSubset, Gpt2ReferenceIds) { check_subset("gpt-2"); }
 TEST(TokenizerSubset, DeepseekLlmReferenceIds) { check_subset("deepseek-llm"); }
 TEST(TokenizerSubset, DeepseekCoderReferenceIds) { check_subset("deepseek-coder"); }
+TEST(TokenizerSubset, Llama3ReferenceIds) { check_subset("llama-bpe"); }
 
 }  // namespace
 }  // namespace moeflow
