@@ -72,6 +72,7 @@ TEST(TokenizerSubset, Gpt2ReferenceIds) { check_subset("gpt-2"); }
 TEST(TokenizerSubset, DeepseekLlmReferenceIds) { check_subset("deepseek-llm"); }
 TEST(TokenizerSubset, DeepseekCoderReferenceIds) { check_subset("deepseek-coder"); }
 TEST(TokenizerSubset, Llama3ReferenceIds) { check_subset("llama-bpe"); }
+TEST(TokenizerSubset, Qwen2ReferenceIds) { check_subset("qwen2"); }
 
 }  // namespace
 }  // namespace moeflow
