@@ -8,6 +8,7 @@
 // tokenizer_subset_test.cpp.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -92,6 +93,24 @@ TEST(TokenizerVocab, LlamaCppReferenceIds) {
     std::printf("%-15s pre '%s': %zu/%zu texts give the reference ids, %zu/%zu decode back to the text\n", name,
                 tok.data().pre.c_str(), same, inputs.size(), round_trips, inputs.size());
     EXPECT_EQ(round_trips, inputs.size()) << name;
+
+    // Speed: the test texts (English, code, CJK, emoji, whitespace runs) repeated to 100 KB.
+    std::string big;
+    while (big.size() < 100 * 1024)
+      for (const std::string& s : inputs) big += s + "\n";
+    const auto t0 = std::chrono::steady_clock::now();
+    const size_t n_ids = tok.encode(big, false).size();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%-15s encodes %zu bytes into %zu tokens in %.1f ms\n", name, big.size(), n_ids, ms);
+    EXPECT_LT(ms, 1000.0) << name;
+    // One 100 KB piece (a single letter run; CJK and Latin mixed): BPE over the whole of it.
+    std::string run;
+    while (run.size() < 100 * 1024) run += "abc\xE4\xBD\xA0\xE5\xA5\xBDxyz";
+    const auto t1 = std::chrono::steady_clock::now();
+    const size_t n_run = tok.encode(run, false).size();
+    const double ms_run = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+    std::printf("%-15s encodes one %zu-byte word into %zu tokens in %.1f ms\n", name, run.size(), n_run, ms_run);
+    EXPECT_LT(ms_run, 1000.0) << name;
   }
   EXPECT_GT(vocabs, 0u) << "no ggml-vocab-*.gguf with .inp/.out in " << dir;
 }
