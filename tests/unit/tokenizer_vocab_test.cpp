@@ -5,7 +5,8 @@
 // vocabularies are megabytes, so they are not in the repository: set
 // MOEFLOW_VOCAB_DIR to a directory holding them (docs/tokenizers.md says where they come
 // from); without it the test is skipped. The committed subset check is
-// tokenizer_subset_test.cpp.
+// tokenizer_subset_test.cpp. Where tools/tokenizer/reference_ids.py has written
+// NAME.gguf.edge.inp/.out beside a vocabulary, the edge-case corpus is checked too.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -93,6 +94,24 @@ TEST(TokenizerVocab, LlamaCppReferenceIds) {
     std::printf("%-15s pre '%s': %zu/%zu texts give the reference ids, %zu/%zu decode back to the text\n", name,
                 tok.data().pre.c_str(), same, inputs.size(), round_trips, inputs.size());
     EXPECT_EQ(round_trips, inputs.size()) << name;
+
+    // The edge-case corpus with ids from the independent Python BPE
+    // (tools/tokenizer/reference_ids.py), where it was generated.
+    if (std::filesystem::exists(base + ".edge.inp") && std::filesystem::exists(base + ".edge.out")) {
+      const std::vector<std::string> edge = split_inputs(read_all(base + ".edge.inp"));
+      const std::vector<std::vector<int32_t>> edge_ids = read_ids(base + ".edge.out");
+      ASSERT_EQ(edge.size(), edge_ids.size()) << base;
+      size_t edge_same = 0, edge_round = 0;
+      for (size_t i = 0; i < edge.size(); ++i) {
+        const std::vector<int32_t> got = tok.encode(edge[i], false);
+        edge_same += got == edge_ids[i];
+        EXPECT_EQ(got, edge_ids[i]) << name << " edge text #" << i << " \"" << edge[i] << "\"";
+        edge_round += tok.decode(got) == edge[i];
+      }
+      std::printf("%-15s edge cases: %zu/%zu give the Python reference's ids, %zu/%zu decode back\n", name, edge_same,
+                  edge.size(), edge_round, edge.size());
+      EXPECT_EQ(edge_round, edge.size()) << name;
+    }
 
     // Speed: the test texts (English, code, CJK, emoji, whitespace runs) repeated to 100 KB.
     std::string big;
