@@ -283,12 +283,14 @@ std::optional<PreTokenizerSpec> pretokenizer_for(const std::string& pre) {
     return PreTokenizerSpec{PreTokenizer::Gpt2, false, false};
   if (is({"llama-bpe", "llama3", "llama-v3", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"}))
     return PreTokenizerSpec{PreTokenizer::Llama3, true, true};
-  if (is({"dbrx", "smaug-bpe"})) return PreTokenizerSpec{PreTokenizer::Llama3, false, false};
-  if (is({"qwen2", "deepseek-r1-qwen", "stablelm2", "megrez"})) return PreTokenizerSpec{PreTokenizer::Qwen2, false, false};
+  // Same pattern, without Llama 3's ignore_merges and bos default (llama.cpp's table).
+  if (is({"dbrx", "smaug-bpe", "glm4", "chatglm-bpe"})) return PreTokenizerSpec{PreTokenizer::Llama3, false, false};
+  if (is({"qwen2", "deepseek-r1-qwen", "stablelm2", "megrez", "hunyuan", "grok-2"}))
+    return PreTokenizerSpec{PreTokenizer::Qwen2, false, false};
   if (is({"gpt-4o", "llama4"})) return PreTokenizerSpec{PreTokenizer::Gpt4o, true, false};
   if (pre == "deepseek-llm") return PreTokenizerSpec{PreTokenizer::DeepseekLlm, false, false};
   if (pre == "deepseek-coder") return PreTokenizerSpec{PreTokenizer::DeepseekCoder, false, false};
-  if (pre == "deepseek-v3") return PreTokenizerSpec{PreTokenizer::DeepseekV3, false, false};
+  if (pre == "deepseek-v3" || pre == "hunyuan-dense") return PreTokenizerSpec{PreTokenizer::DeepseekV3, false, false};
   return std::nullopt;
 }
 
