@@ -285,7 +285,8 @@ std::optional<PreTokenizerSpec> pretokenizer_for(const std::string& pre) {
     return PreTokenizerSpec{PreTokenizer::Llama3, true, true};
   // Same pattern, without Llama 3's ignore_merges and bos default (llama.cpp's table).
   if (is({"dbrx", "smaug-bpe", "glm4", "chatglm-bpe"})) return PreTokenizerSpec{PreTokenizer::Llama3, false, false};
-  if (is({"qwen2", "deepseek-r1-qwen", "stablelm2", "megrez", "hunyuan", "grok-2"}))
+  if (pre == "qwen2") return PreTokenizerSpec{PreTokenizer::Qwen2, false, false, true};
+  if (is({"deepseek-r1-qwen", "stablelm2", "megrez", "hunyuan", "grok-2"}))
     return PreTokenizerSpec{PreTokenizer::Qwen2, false, false};
   if (is({"gpt-4o", "llama4"})) return PreTokenizerSpec{PreTokenizer::Gpt4o, true, false};
   if (pre == "deepseek-llm") return PreTokenizerSpec{PreTokenizer::DeepseekLlm, false, false};

@@ -38,6 +38,8 @@ struct PreTokenizerSpec {
   bool ignore_merges = false;
   // llama.cpp's default for tokenizer.ggml.add_bos_token when the key is absent.
   bool add_bos = false;
+  // The text is normalised to NFC first (tokenizer.json "normalizer": NFC: Qwen's).
+  bool nfc = false;
 };
 
 // The spec for a tokenizer.ggml.pre value, with the aliases llama.cpp accepts for the same

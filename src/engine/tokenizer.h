@@ -13,8 +13,9 @@
 // it starts the text or follows a special token, as llama.cpp does).
 // decode() is the plain concatenation of token_bytes(): for "llama" the leading space
 // that the prefix added is kept (encode("hi") decodes to " hi"); for "gpt2" decode is
-// the exact inverse of encode, ill-formed UTF-8 included. Text normalisers that some
-// tokenizer.json files declare (Qwen2's NFC) are not applied, as in llama.cpp.
+// the exact inverse of encode, ill-formed UTF-8 included, except that "qwen2" first
+// normalises the text between special tokens to NFC as its tokenizer.json says
+// (llama.cpp does not), so it decodes to the NFC form of non-NFC input.
 // Thread safety: a Tokenizer is immutable after construction.
 #pragma once
 #include <cstdint>

@@ -8,6 +8,7 @@
 
 #include "engine/pretokenizer.h"
 #include "engine/tokenizer.h"
+#include "engine/unicode_normalize.h"
 #include "engine/utf8.h"
 
 namespace moeflow {
@@ -70,7 +71,9 @@ std::vector<Sym> bpe(const std::string& s, F&& pair_priority) {
 
 }  // namespace
 
-void Tokenizer::encode_gpt2(const std::string& text, std::vector<int32_t>& out) const {
+void Tokenizer::encode_gpt2(const std::string& raw, std::vector<int32_t>& out) const {
+  const std::string normalized = pre_.nfc ? unicode::to_nfc(raw) : std::string();
+  const std::string& text = pre_.nfc ? normalized : raw;
   std::string mapped, key;
   for (const auto& [b, e] : pretokenize(pre_.kind, text)) {
     mapped.clear();

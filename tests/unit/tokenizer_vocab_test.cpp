@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/tokenizer.h"
+#include "engine/unicode_normalize.h"
 #include "format/gguf.h"
 
 namespace moeflow {
@@ -106,7 +107,8 @@ TEST(TokenizerVocab, LlamaCppReferenceIds) {
         const std::vector<int32_t> got = tok.encode(edge[i], false);
         edge_same += got == edge_ids[i];
         EXPECT_EQ(got, edge_ids[i]) << name << " edge text #" << i << " \"" << edge[i] << "\"";
-        edge_round += tok.decode(got) == edge[i];
+        // qwen2 normalises to NFC first, so it decodes to the NFC form.
+        edge_round += tok.decode(got) == (tok.pretokenizer().nfc ? unicode::to_nfc(edge[i]) : edge[i]);
       }
       std::printf("%-15s edge cases: %zu/%zu give the Python reference's ids, %zu/%zu decode back\n", name, edge_same,
                   edge.size(), edge_round, edge.size());

@@ -1,13 +1,15 @@
 #!/usr/bin/python3
 """Token ids for the edge-case corpus of reference_splits.py (CJK, emoji with ZWJ and
 skin tones, combining marks, digit runs, whitespace runs, contractions, ...) from an
-independent Python byte-level BPE: the reference splits (patterns.py run by Python's
-regex), GPT-2's byte-to-unicode mapping, then the Hugging Face BPE rule (repeatedly merge
-the adjacent pair of lowest merge rank, leftmost first; with ignore_merges a piece that is
-a token is taken whole), after cutting out the control and user-defined tokens written
-in the text (longest match first, as the tokenizers library does with added tokens;
-DeepSeek's vocabularies have such tokens for single characters like "ö"). It extends the check of llama.cpp's 46 reference texts to the
-edge cases, against a second implementation rather than the models' own tokenizers.
+independent Python byte-level BPE: the control and user-defined tokens written in the
+text cut out first (longest match, as the tokenizers library does with added tokens;
+DeepSeek's vocabularies have such tokens for single characters like "ö"), Qwen2's text
+normalised to NFC (Python's unicodedata), the reference splits (patterns.py run by
+Python's regex), GPT-2's byte-to-unicode mapping, then the Hugging Face BPE rule
+(repeatedly merge the adjacent pair of lowest merge rank, leftmost first; with
+ignore_merges a piece that is a token is taken whole). It extends the check of
+llama.cpp's 46 reference texts to the edge cases, against a second implementation rather
+than the models' own tokenizers.
 
 Writes ggml-vocab-NAME.gguf.edge.inp/.out beside each vocabulary, in llama.cpp's .inp/.out
 format; tokenizer_vocab_test.cpp checks them when MOEFLOW_VOCAB_DIR is set. Inputs that
@@ -17,6 +19,7 @@ Usage: tools/tokenizer/reference_ids.py VOCAB_DIR NAME...
 """
 import os
 import sys
+import unicodedata
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import patterns  # noqa: E402
@@ -24,6 +27,7 @@ from reference_splits import EDGE_CASES, split  # noqa: E402
 from vocab_subset import bytes_to_unicode, gguf_metadata  # noqa: E402
 
 IGNORE_MERGES = {"llama-bpe", "gpt-4o"}
+NFC = {"qwen2"}  # tokenizer.json "normalizer": NFC, applied between the added tokens
 
 
 def bpe(word, ranks):
@@ -91,6 +95,8 @@ def main():
                 if added_id is not None:
                     out.append(added_id)
                     continue
+                if pre in NFC:
+                    frag = unicodedata.normalize("NFC", frag)
                 for b, e in split(pats, frag):
                     word = "".join(b2u[x] for x in frag[b:e].encode("utf-8"))
                     if pre in IGNORE_MERGES and word in ids:
