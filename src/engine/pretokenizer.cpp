@@ -207,10 +207,10 @@ size_t match_numbers3(const Chars& c, size_t i, size_t end) {
   return std::min<size_t>(3, run(c, i, end, kNumber) - i);
 }
 size_t match_ds_coder_letters(const Chars& c, size_t i, size_t end) {
-  return ws_opt_run(c, i, end, [&](uint32_t cp) { return (classes(cp) & kLetter) != 0; });
+  return ws_opt_run(c, i, end, [](uint32_t cp) { return (classes(cp) & kLetter) != 0; });
 }
 size_t match_ds_coder_punct(const Chars& c, size_t i, size_t end) {
-  return ws_opt_run(c, i, end, [&](uint32_t cp) { return (classes(cp) & kPunct) != 0; });
+  return ws_opt_run(c, i, end, [](uint32_t cp) { return (classes(cp) & kPunct) != 0; });
 }
 size_t match_ds_v3_cjk(const Chars& c, size_t i, size_t end) { return run_if(c, i, end, in_deepseek_v3_cjk) - i; }
 

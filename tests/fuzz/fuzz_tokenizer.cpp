@@ -1,6 +1,7 @@
 // The tokenizer: any bytes encode to ids inside the vocabulary that decode back to the
 // same bytes (byte-level BPE loses nothing), with and without special-token parsing; and
-// every pre-tokenizer cuts any bytes into non-empty pieces that cover them in order.
+// every pre-tokenizer cuts any bytes into non-empty pieces that cover them in order; and
+// NFC is idempotent on any bytes (NFC(NFC(x)) == NFC(x)).
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -9,6 +10,7 @@
 #include "base/error.h"
 #include "engine/model_check.h"
 #include "engine/pretokenizer.h"
+#include "engine/unicode_normalize.h"
 #include "engine/tokenizer.h"
 #include "fuzz_input.h"
 #include "model/model_weights.h"
@@ -37,6 +39,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       if (at != text.size()) std::abort();
     }
+    const std::string nfc = unicode::to_nfc(text);
+    if (unicode::to_nfc(nfc) != nfc) std::abort();
     for (bool bos : {false, true}) {
       const std::vector<int32_t> ids = tok.encode(text, bos);
       for (int32_t id : ids)
