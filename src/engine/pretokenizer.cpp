@@ -17,11 +17,13 @@ namespace {
 
 using namespace unicode;  // ClassBit
 
-// The text as characters: code point, class bits, byte offset (off has n + 1 entries).
+// The text as characters: code point, class bits, byte offset (off has n + 1 entries),
+// and where each whitespace run ends (so that \s+$ is not rescanned from every start).
 struct Chars {
   std::vector<uint32_t> cp;
   std::vector<uint16_t> cls;
   std::vector<size_t> off;
+  std::vector<size_t> ws_end;  // k: end of the whitespace run holding k (k if none)
   size_t size() const { return cp.size(); }
   bool has(size_t k, uint16_t bits) const { return (cls[k] & bits) != 0; }
 };
@@ -43,6 +45,10 @@ Chars decode_chars(std::string_view s) {
     i += len;
   }
   c.off.push_back(s.size());
+  const size_t n = c.cp.size();
+  c.ws_end.resize(n);
+  for (size_t k = n; k-- > 0;)
+    c.ws_end[k] = !c.has(k, kWhiteSpace) ? k : (k + 1 < n && c.has(k + 1, kWhiteSpace) ? c.ws_end[k + 1] : k + 1);
   return c;
 }
 
@@ -50,6 +56,12 @@ Chars decode_chars(std::string_view s) {
 size_t run(const Chars& c, size_t k, size_t end, uint16_t bits) {
   while (k < end && c.has(k, bits)) ++k;
   return k;
+}
+
+// As run(), but at most `max` characters long: bounded quantifiers such as \p{N}{1,3}
+// must not scan a whole run from every start (quadratic on a long digit run).
+size_t run_at_most(const Chars& c, size_t k, size_t end, uint16_t bits, size_t max) {
+  return run(c, k, std::min(end, k + max), bits);
 }
 
 template <class Pred>
@@ -89,7 +101,7 @@ size_t contraction(const Chars& c, size_t i, size_t end, bool ignore_case) {
 //   \s+         the whole run.
 size_t whitespace_tail(const Chars& c, size_t i, size_t end, bool newline_rule) {
   if (!c.has(i, kWhiteSpace)) return 0;
-  const size_t j = run(c, i, end, kWhiteSpace);
+  const size_t j = std::min(c.ws_end[i], end);
   if (newline_rule) {
     for (size_t k = j; k > i; --k)
       if (c.has(k - 1, kCrLf)) return k - i;
@@ -128,7 +140,7 @@ size_t match_llama3(const Chars& c, size_t i, size_t end, size_t max_digits) {
     return run(c, i + 1, end, kLetter) - i;
   if (c.has(i, kLetter)) return run(c, i, end, kLetter) - i;
   // \p{N}{1,3}
-  if (c.has(i, kNumber)) return std::min(max_digits, run(c, i, end, kNumber) - i);
+  if (c.has(i, kNumber)) return run_at_most(c, i, end, kNumber, max_digits) - i;
   // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
   const uint16_t kNotOther = kWhiteSpace | kLetter | kNumber;
   if (size_t n = space_run_trailing(
@@ -166,7 +178,7 @@ size_t match_gpt4o(const Chars& c, size_t i, size_t end) {
       if (p == 0) break;
     }
   }
-  if (c.has(i, kNumber)) return std::min<size_t>(3, run(c, i, end, kNumber) - i);
+  if (c.has(i, kNumber)) return run_at_most(c, i, end, kNumber, 3) - i;
   // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
   const uint16_t kNotOther = kWhiteSpace | kLetter | kNumber;
   if (size_t n = space_run_trailing(
@@ -197,15 +209,13 @@ size_t match_ds_llm_punct(const Chars& c, size_t i, size_t end) {
 // \s+$ (newlines are pieces of their own by then, so $ is the end of the piece).
 size_t match_trailing_space(const Chars& c, size_t i, size_t end) {
   if (!c.has(i, kWhiteSpace)) return 0;
-  const size_t j = run(c, i, end, kWhiteSpace);
+  const size_t j = std::min(c.ws_end[i], end);
   return j == end ? j - i : 0;
 }
 size_t match_ds_cjk(const Chars& c, size_t i, size_t end) { return run_if(c, i, end, in_deepseek_cjk) - i; }
 size_t match_numbers(const Chars& c, size_t i, size_t end) { return run(c, i, end, kNumber) - i; }
 size_t match_number(const Chars& c, size_t i, size_t) { return c.has(i, kNumber) ? 1 : 0; }
-size_t match_numbers3(const Chars& c, size_t i, size_t end) {
-  return std::min<size_t>(3, run(c, i, end, kNumber) - i);
-}
+size_t match_numbers3(const Chars& c, size_t i, size_t end) { return run_at_most(c, i, end, kNumber, 3) - i; }
 size_t match_ds_coder_letters(const Chars& c, size_t i, size_t end) {
   return ws_opt_run(c, i, end, [](uint32_t cp) { return (classes(cp) & kLetter) != 0; });
 }

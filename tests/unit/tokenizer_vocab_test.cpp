@@ -9,6 +9,7 @@
 // NAME.gguf.edge.inp/.out beside a vocabulary, the edge-case corpus is checked too.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -132,6 +133,18 @@ TEST(TokenizerVocab, LlamaCppReferenceIds) {
     const double ms_run = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
     std::printf("%-15s encodes one %zu-byte word into %zu tokens in %.1f ms\n", name, run.size(), n_run, ms_run);
     EXPECT_LT(ms_run, 1000.0) << name;
+    // Long runs of one kind (digits, spaces, combining marks, newlines): no quadratic path.
+    std::string marks = "a";
+    while (marks.size() < 100 * 1024) marks += "\xCC\x81";
+    double worst = 0;
+    for (const std::string& t : {std::string(100 * 1024, '7'), std::string(100 * 1024, ' ') + "1", marks,
+                                 std::string(100 * 1024, '\n'), std::string(100 * 1024, '<')}) {
+      const auto t2 = std::chrono::steady_clock::now();
+      tok.encode(t, false);
+      worst = std::max(worst, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t2).count());
+    }
+    std::printf("%-15s slowest of 5 single-kind 100 KB runs: %.1f ms\n", name, worst);
+    EXPECT_LT(worst, 1000.0) << name;
   }
   EXPECT_GT(vocabs, 0u) << "no ggml-vocab-*.gguf with .inp/.out in " << dir;
 }
