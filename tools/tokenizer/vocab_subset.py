@@ -9,7 +9,9 @@ byte-to-unicode mapped form), every merge whose result is such a substring (in t
 original order), and every control or user-defined token that occurs in a text leaves
 the encoding of those texts unchanged, whatever the pre-tokenizer: a wrong split still
 shows up as different ids.
-Token ids are kept; the C++ test fills the ids left out with placeholders.
+Token ids are kept; the C++ test fills the ids left out with placeholders. Where
+reference_ids.py wrote NAME.gguf.edge.inp/.out, the edge-case texts and their ids (from
+the independent Python BPE, not the model's tokenizer) go in too, as "edge_tests".
 
 Usage (from the repository root; VOCAB_DIR holds llama.cpp's models/ggml-vocab-*):
   tools/tokenizer/vocab_subset.py VOCAB_DIR gpt-2 deepseek-llm deepseek-coder
@@ -18,6 +20,7 @@ import json
 import os
 import struct
 import sys
+import unicodedata
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import patterns  # noqa: E402
@@ -79,6 +82,20 @@ def bytes_to_unicode():
     return out
 
 
+def read_pairs(inp, out):
+    """llama.cpp's test pair format: texts separated by the separator line, ids per line."""
+    with open(inp, "rb") as f:
+        raw = f.read().decode("utf-8")
+    texts = raw.split("\n__ggml_vocab_test__\n")
+    if texts and texts[-1] == "":
+        texts.pop()
+    with open(out) as f:
+        ids = [[int(x) for x in line.split()] for line in f]
+    if len(texts) != len(ids):
+        sys.exit(inp + ": the .inp and .out files disagree on the number of texts")
+    return texts, ids
+
+
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
@@ -93,21 +110,18 @@ def main():
         pre = meta.get("tokenizer.ggml.pre", "")
         if pre not in patterns.BY_NAME:
             sys.exit(base + ": tokenizer.ggml.pre '%s' is not in patterns.py" % pre)
-        with open(base + ".inp", "rb") as f:
-            raw = f.read().decode("utf-8")
-        texts = raw.split("\n__ggml_vocab_test__\n")
-        if texts and texts[-1] == "":
-            texts.pop()
-        with open(base + ".out") as f:
-            ids = [[int(x) for x in line.split()] for line in f]
-        if len(texts) != len(ids):
-            sys.exit(base + ": .inp and .out disagree on the number of texts")
+        texts, ids = read_pairs(base + ".inp", base + ".out")
+        edge_texts, edge_ids = [], []
+        if os.path.exists(base + ".edge.inp"):
+            edge_texts, edge_ids = read_pairs(base + ".edge.inp", base + ".edge.out")
+        all_texts = texts + edge_texts
+        all_texts += [unicodedata.normalize("NFC", t) for t in all_texts]  # qwen2 encodes the NFC form
 
         # Substrings of the whole mapped texts, not only of their pieces: then the subset
         # encodes the texts as the full vocabulary would under any split into pieces, so a
         # wrong pre-tokenizer still shows up as different ids.
         substrings = set()
-        for t in texts:
+        for t in all_texts:
             m = "".join(b2u[x] for x in t.encode("utf-8"))
             for i in range(len(m)):
                 for j in range(i + 1, min(len(m), i + MAX_TOKEN_CHARS) + 1):
@@ -119,7 +133,7 @@ def main():
         types = meta.get("tokenizer.ggml.token_type", [1] * len(tokens))
         keep = {}
         for i, (tok, ty) in enumerate(zip(tokens, types)):
-            if tok in substrings or (ty in (3, 4) and any(tok in t for t in texts)):
+            if tok in substrings or (ty in (3, 4) and any(tok in t for t in all_texts)):
                 keep[i] = [ty, tok]
         merges = [m for m in meta["tokenizer.ggml.merges"] if m.replace(" ", "", 1) in substrings]
         fixture = {
@@ -131,13 +145,15 @@ def main():
             "tokens": [[i] + keep[i] for i in sorted(keep)],
             "merges": merges,
             "tests": [[t, i] for t, i in zip(texts, ids)],
+            # ids from the independent Python BPE (reference_ids.py), where written
+            "edge_tests": [[t, i] for t, i in zip(edge_texts, edge_ids)],
         }
         out = os.path.join(root, "tests", "fixtures", "tokenizer", "vocab_subset_%s.json" % name)
         with open(out, "w", encoding="utf-8") as f:
             json.dump(fixture, f, ensure_ascii=False, separators=(",", ":"))
             f.write("\n")
-        print("wrote %s: %d of %d tokens, %d of %d merges, %d texts" % (
-            out, len(keep), len(tokens), len(merges), len(meta["tokenizer.ggml.merges"]), len(texts)))
+        print("wrote %s: %d of %d tokens, %d of %d merges, %d texts, %d edge cases" % (
+            out, len(keep), len(tokens), len(merges), len(meta["tokenizer.ggml.merges"]), len(texts), len(edge_texts)))
 
 
 if __name__ == "__main__":
