@@ -5,7 +5,8 @@ set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev
       libhwy-dev nlohmann-json3-dev
       coinor-libcbc-dev            # the planner's exact solver (moeflow plan)
-      clang libclang-rt-14-dev)    # the libFuzzer harnesses (scripts/fuzz.sh)
+      clang libclang-rt-14-dev     # the libFuzzer harnesses (scripts/fuzz.sh)
+      unicode-data python3-regex)  # regenerating the tokenizer's Unicode tables and splits (tools/tokenizer)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

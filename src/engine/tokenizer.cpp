@@ -72,6 +72,14 @@ void validate_tokenizer_data(const TokenizerData& d) {
   check_id("tokenizer.ggml.padding_token_id", d.pad, n);
 }
 
+std::string pretokenizer_warning(const TokenizerData& d) {
+  if (d.model != "gpt2" || pretokenizer_for(d.pre)) return {};
+  return "tokenizer.ggml.pre '" + d.pre +
+         "' names a pre-tokenizer moeflow does not implement (it implements gpt-2, llama-bpe, qwen2, gpt-4o, "
+         "deepseek-llm, deepseek-coder, deepseek-v3 and their llama.cpp aliases); text is split with GPT-2's rule, "
+         "so token ids may differ from the model's own tokenizer (--prompt-tokens gives exact ids)";
+}
+
 int32_t Tokenizer::type_of(int32_t id) const {
   if (d_.types.empty()) return kTypeNormal;
   return d_.types[static_cast<size_t>(id)];
@@ -86,6 +94,7 @@ Tokenizer::Tokenizer(TokenizerData data) : d_(std::move(data)) {
   for (size_t i = 0; i < n; ++i) token_to_id_.emplace(d_.tokens[i], static_cast<int32_t>(i));  // first wins
 
   if (gpt2) {
+    pre_ = pretokenizer_for(d_.pre).value_or(PreTokenizerSpec{});
     // GPT-2 bytes_to_unicode: printable Latin-1 bytes map to themselves, the other 68
     // bytes to U+0100.. in byte order.
     gpt2_byte_to_cp_.assign(256, 0);

@@ -1,7 +1,9 @@
 // Tokenizers described by GGUF metadata (tokenizer.ggml.*), as llama.cpp writes them:
 //   "gpt2"  : byte-level BPE (tokens are byte-to-unicode mapped strings, merges ranked
-//             by position in tokenizer.ggml.merges), pre-tokenised with the GPT-2 regex
-//             split (letters, digits, punctuation, whitespace runs, contractions).
+//             by position in tokenizer.ggml.merges), pre-tokenised by the regex split
+//             that tokenizer.ggml.pre names (pretokenizer.h: gpt-2, llama-bpe, qwen2,
+//             gpt-4o, deepseek-llm, deepseek-coder, deepseek-v3 and their aliases; an
+//             unknown name falls back to GPT-2's split, see pretokenizer_warning).
 //   "llama" : SentencePiece-style BPE over scores (highest-score merge first), spaces
 //             as U+2581 with a leading one added, byte fallback tokens <0xNN> for bytes
 //             that have no piece.
@@ -10,9 +12,10 @@
 // them is encoded normally (for "llama", each such piece gets the space prefix when
 // it starts the text or follows a special token, as llama.cpp does).
 // decode() is the plain concatenation of token_bytes(): for "llama" the leading space
-// that the prefix added is kept (encode("hi") decodes to " hi"). The GPT-2 regex is
-// matched by hand with approximate Unicode classes (see tokenizer_bpe.cpp), and
-// tokenizer.ggml.pre is informational: every gpt2 vocabulary uses the GPT-2 split.
+// that the prefix added is kept (encode("hi") decodes to " hi"); for "gpt2" decode is
+// the exact inverse of encode, ill-formed UTF-8 included, except that "qwen2" first
+// normalises the text between special tokens to NFC as its tokenizer.json says
+// (llama.cpp does not), so it decodes to the NFC form of non-NFC input.
 // Thread safety: a Tokenizer is immutable after construction.
 #pragma once
 #include <cstdint>
@@ -20,18 +23,20 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/pretokenizer.h"
+
 namespace moeflow {
 namespace gguf { class GgufFile; }
 
 struct TokenizerData {
   std::string model;                // "gpt2" or "llama"
-  std::string pre;                  // tokenizer.ggml.pre, informational
+  std::string pre;                  // tokenizer.ggml.pre: the pre-tokenizer (gpt2 only)
   std::vector<std::string> tokens;  // tokenizer.ggml.tokens
   std::vector<float> scores;        // tokenizer.ggml.scores (may be empty for gpt2)
   std::vector<int32_t> types;       // tokenizer.ggml.token_type (1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte)
   std::vector<std::string> merges;  // tokenizer.ggml.merges ("a b"), gpt2 only
   int32_t bos = -1, eos = -1, unk = -1, pad = -1;
-  bool add_bos = false;             // tokenizer.ggml.add_bos_token (default: llama true, gpt2 false)
+  bool add_bos = false;             // tokenizer.ggml.add_bos_token (default: llama and llama-bpe true, else false)
   bool add_space_prefix = true;     // tokenizer.ggml.add_space_prefix, llama only (default true)
 };
 
@@ -42,6 +47,10 @@ TokenizerData tokenizer_data_from_gguf(const gguf::GgufFile& f);
 // Checks the model name, array lengths and special ids; throws InputError naming the
 // tokenizer.ggml.* key at fault. The Tokenizer constructor calls it too.
 void validate_tokenizer_data(const TokenizerData& d);
+
+// The warning to print for a vocabulary whose tokenizer.ggml.pre names a split that is not
+// implemented (it names the value; text is then split with GPT-2's rule), or "".
+std::string pretokenizer_warning(const TokenizerData& d);
 
 class Tokenizer {
  public:
@@ -57,9 +66,11 @@ class Tokenizer {
   size_t vocab_size() const { return d_.tokens.size(); }
   bool is_end_of_generation(int32_t id) const;
   const TokenizerData& data() const { return d_; }
+  const PreTokenizerSpec& pretokenizer() const { return pre_; }
 
  private:
   TokenizerData d_;
+  PreTokenizerSpec pre_;                   // gpt2: from d_.pre (GPT-2's if unknown)
   // implementation state (token -> id map, merge ranks, byte maps) lives here
   std::unordered_map<std::string, int32_t> token_to_id_;
   std::unordered_map<std::string, int32_t> merge_rank_;   // gpt2: "left right" -> rank

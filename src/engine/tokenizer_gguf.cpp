@@ -34,14 +34,6 @@ TokenizerData tokenizer_data_from_gguf(const gguf::GgufFile& f) {
     throw InputError("unsupported tokenizer model '" + d.model + "' (key " + kModel + ")");
   }
   if (const gguf::Value* v = f.find(kPre)) d.pre = v->as_string(kPre);
-  // Byte-level BPE files name their pre-tokenisation regex here (llama3, qwen2, ...);
-  // only GPT-2's is implemented. Say so rather than silently produce other ids.
-  if (d.model == "gpt2" && !d.pre.empty() && d.pre != "gpt-2" && d.pre != "gpt2" && d.pre != "default")
-    std::fprintf(stderr,
-                 "moeflow: warning: %s: %s '%s' is not implemented; text is split with GPT-2's rule, so token "
-                 "ids may differ from the model's own tokenizer (--prompt-tokens gives exact ids)\n",
-                 f.path().c_str(), kPre.c_str(), d.pre.c_str());
-
   const auto& toks = f.get(kTokens).as_array(kTokens);
   d.tokens.reserve(toks.size());
   for (const auto& t : toks) d.tokens.push_back(t.as_string(kTokens));
@@ -70,9 +62,14 @@ TokenizerData tokenizer_data_from_gguf(const gguf::GgufFile& f) {
   d.unk = read_id(f, "tokenizer.ggml.unknown_token_id");
   d.pad = read_id(f, "tokenizer.ggml.padding_token_id");
   d.add_bos = d.model == "llama";
+  if (d.model == "gpt2") {
+    if (const auto spec = pretokenizer_for(d.pre)) d.add_bos = spec->add_bos;  // llama.cpp: llama-bpe adds bos
+  }
   if (const gguf::Value* v = f.find(kAddBos)) d.add_bos = v->as_bool(kAddBos);
   if (const gguf::Value* v = f.find(kSpacePrefix)) d.add_space_prefix = v->as_bool(kSpacePrefix);
   validate_tokenizer_data(d);
+  const std::string warning = pretokenizer_warning(d);
+  if (!warning.empty()) std::fprintf(stderr, "moeflow: warning: %s: %s\n", f.path().c_str(), warning.c_str());
   return d;
 }
 

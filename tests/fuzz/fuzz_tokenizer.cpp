@@ -1,5 +1,7 @@
 // The tokenizer: any bytes encode to ids inside the vocabulary that decode back to the
-// same bytes (byte-level BPE loses nothing), with and without special-token parsing.
+// same bytes (byte-level BPE loses nothing), with and without special-token parsing; and
+// every pre-tokenizer cuts any bytes into non-empty pieces that cover them in order; and
+// NFC is idempotent on any bytes (NFC(NFC(x)) == NFC(x)).
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -7,6 +9,8 @@
 
 #include "base/error.h"
 #include "engine/model_check.h"
+#include "engine/pretokenizer.h"
+#include "engine/unicode_normalize.h"
 #include "engine/tokenizer.h"
 #include "fuzz_input.h"
 #include "model/model_weights.h"
@@ -26,6 +30,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Tokenizer& tok = tokenizer();
   const std::string text(reinterpret_cast<const char*>(data), size);
   MOEFLOW_FUZZ_BODY({
+    for (PreTokenizer k : {PreTokenizer::Gpt2, PreTokenizer::Llama3, PreTokenizer::Qwen2, PreTokenizer::Gpt4o,
+                           PreTokenizer::DeepseekLlm, PreTokenizer::DeepseekCoder, PreTokenizer::DeepseekV3}) {
+      size_t at = 0;
+      for (const auto& piece : pretokenize(k, text)) {
+        if (piece.first != at || piece.second <= piece.first) std::abort();
+        at = piece.second;
+      }
+      if (at != text.size()) std::abort();
+    }
+    const std::string nfc = unicode::to_nfc(text);
+    if (unicode::to_nfc(nfc) != nfc) std::abort();
     for (bool bos : {false, true}) {
       const std::vector<int32_t> ids = tok.encode(text, bos);
       for (int32_t id : ids)

@@ -1,0 +1,58 @@
+"""The pre-tokenizer regexes selected by the GGUF key tokenizer.ggml.pre, exactly as the
+models' Hugging Face tokenizer.json files define them (facts, as also listed in llama.cpp's
+llama-vocab.cpp). Each entry is a list of regexes applied one after another: every regex
+splits each piece left by the previous one into its matches and the gaps between them
+("Isolated" behaviour of a tokenizers Split pre-tokenizer). Used by reference_splits.py
+(which runs them with Python's `regex` module) and gen_unicode_tables.py (which takes the
+explicit character classes of the DeepSeek patterns from here)."""
+
+CONTRACTIONS_CI = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)"
+
+GPT2 = [r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"]
+
+LLAMA3 = [CONTRACTIONS_CI + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"]
+
+QWEN2 = [CONTRACTIONS_CI + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"]
+
+GPT4O = [r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+" + CONTRACTIONS_CI + "?"
+         r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*" + CONTRACTIONS_CI + "?"
+         r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"]
+
+DEEPSEEK_LLM_LETTERS = '\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+'
+DEEPSEEK_LLM_PUNCT = '\\s?[!-/:-~！-／：-～‘-‟\u3000-。]+'
+DEEPSEEK_CJK = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
+
+DEEPSEEK_LLM = [
+    "[\r\n]",
+    DEEPSEEK_LLM_LETTERS,
+    DEEPSEEK_LLM_PUNCT,
+    r"\s+$",
+    DEEPSEEK_CJK,
+    r"\p{N}+",
+]
+
+DEEPSEEK_CODER = [
+    "[\r\n]",
+    r"\s?\p{L}+",
+    r"\s?\p{P}+",
+    DEEPSEEK_CJK,
+    r"\p{N}",
+]
+
+DEEPSEEK_V3_CJK = '[一-龥\u3040-ゟ゠-ヿ]+'
+DEEPSEEK_V3 = [
+    r"\p{N}{1,3}",
+    DEEPSEEK_V3_CJK,
+    '[!"#$%&\'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+',
+]
+
+# tokenizer.ggml.pre value -> patterns (the names llama.cpp's converter writes).
+BY_NAME = {
+    "gpt-2": GPT2,
+    "llama-bpe": LLAMA3,
+    "qwen2": QWEN2,
+    "deepseek-llm": DEEPSEEK_LLM,
+    "deepseek-coder": DEEPSEEK_CODER,
+    "deepseek-v3": DEEPSEEK_V3,
+    "gpt-4o": GPT4O,
+}
