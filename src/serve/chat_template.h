@@ -1,0 +1,64 @@
+// A model's chat template (GGUF `tokenizer.chat_template`, Jinja) turned into the prompt
+// text for a conversation, the way Hugging Face's apply_chat_template renders it: Python's
+// jinja2 with trim_blocks and lstrip_blocks, raise_exception, strftime_now and HF's
+// tojson. The interpreter (serve/jinja/) covers the subset real templates use
+// (docs/chat_templates.md lists it); anything else is refused when the template is parsed.
+//
+// The template comes from a model file, so it is untrusted: parse() and render() throw
+// moeflow::InputError naming line:column for malformed or unsupported input, and render()
+// is bounded (steps, loop iterations, output and value sizes, nesting depth: Limits), so
+// a hostile template fails cleanly instead of hanging or exhausting memory or stack.
+//
+// Thread safety: a parsed ChatTemplate is immutable; render() may run on several threads.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "serve/jinja/call_context.h"
+
+namespace moeflow::serve {
+
+namespace jinja {
+struct Template;
+}
+
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+struct ChatTemplateInput {
+  std::vector<ChatMessage> messages;
+  bool add_generation_prompt = true;
+  std::string bos_token, eos_token;
+  // strftime_now()'s time, seconds since the epoch formatted as UTC; unset: the local clock.
+  std::optional<int64_t> now_unix_seconds;
+};
+
+class ChatTemplate {
+ public:
+  using Limits = jinja::RenderLimits;
+
+  // Parses once; throws moeflow::InputError naming line:column and the construct for
+  // anything unsupported or malformed.
+  static ChatTemplate parse(std::string_view source);
+
+  // Renders the conversation. The template sees `messages` (a list of {role, content}
+  // dicts), `add_generation_prompt`, `bos_token`, `eos_token`, and `tools` and `documents`
+  // as none (as Hugging Face passes them without tools). Throws InputError for runtime
+  // errors (raise_exception('...') included, with its message) and exceeded limits.
+  std::string render(const ChatTemplateInput& input) const;
+
+  const Limits& limits() const { return limits_; }
+  void set_limits(const Limits& limits) { limits_ = limits; }
+
+ private:
+  std::shared_ptr<const jinja::Template> tpl_;
+  Limits limits_;
+};
+
+}  // namespace moeflow::serve

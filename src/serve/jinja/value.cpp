@@ -1,0 +1,272 @@
+#include "serve/jinja/value.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+
+#include "base/error.h"
+#include "serve/jinja/text.h"
+
+namespace moeflow::serve::jinja {
+namespace {
+
+// Python hashes 1, 1.0 and True alike, so they name the same dict entry.
+bool hash_key(const Value& k, std::string* out) {
+  switch (k.kind()) {
+    case Value::Kind::kNone: *out = "0"; return true;
+    case Value::Kind::kBool: *out = k.as_bool() ? "n1" : "n0"; return true;
+    case Value::Kind::kInt: *out = "n" + std::to_string(k.as_int()); return true;
+    case Value::Kind::kFloat: {
+      const double d = k.as_float();
+      if (std::isfinite(d) && d == std::trunc(d) && std::fabs(d) < 9e18) {
+        *out = "n" + std::to_string(static_cast<int64_t>(d));
+      } else {
+        *out = "f" + float_repr(d);
+      }
+      return true;
+    }
+    case Value::Kind::kString: *out = "s" + k.as_string(); return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+const Value* DictData::find(const Value& key) const {
+  std::string h;
+  if (!hash_key(key, &h)) return nullptr;
+  const auto it = index_.find(h);
+  return it == index_.end() ? nullptr : &items_[it->second].second;
+}
+
+void DictData::set(const Value& key, Value value) {
+  std::string h;
+  if (!hash_key(key, &h)) throw InputError(std::string("unhashable type: '") + key.type_name() + "' as a dict key");
+  depth = std::max(depth, value.depth() + 1);
+  has_namespace = has_namespace || value.contains_namespace();
+  const auto it = index_.find(h);
+  if (it != index_.end()) {
+    items_[it->second].second = std::move(value);
+    return;
+  }
+  index_.emplace(std::move(h), items_.size());
+  items_.emplace_back(key, std::move(value));
+}
+
+Value Value::undefined(std::string name) {
+  return Value(Undefined{std::make_shared<const std::string>(std::move(name))});
+}
+Value Value::string(std::string s) { return Value(std::make_shared<const std::string>(std::move(s))); }
+Value Value::list(std::vector<Value> items, bool tuple) {
+  auto d = std::make_shared<ListData>();
+  for (const Value& v : items) {
+    d->depth = std::max(d->depth, v.depth() + 1);
+    d->has_namespace = d->has_namespace || v.contains_namespace();
+  }
+  d->items = std::move(items);
+  d->tuple = tuple;
+  return Value(std::shared_ptr<const ListData>(std::move(d)));
+}
+Value Value::dict(DictData d) { return Value(std::shared_ptr<const DictData>(std::make_shared<DictData>(std::move(d)))); }
+Value Value::namespace_(std::shared_ptr<NamespaceData> ns) { return Value(std::move(ns)); }
+Value Value::callable(std::string name, std::function<Value(CallArgs&, CallContext&)> fn) {
+  return Value(std::shared_ptr<const Callable>(std::make_shared<Callable>(Callable{std::move(name), std::move(fn)})));
+}
+
+double Value::as_double() const {
+  if (is_int()) return static_cast<double>(as_int());
+  if (is_bool()) return as_bool() ? 1.0 : 0.0;
+  return as_float();
+}
+
+const std::string& Value::undefined_name() const {
+  static const std::string empty;
+  const auto& u = std::get<Undefined>(v_);
+  return u.name ? *u.name : empty;
+}
+
+int Value::depth() const {
+  switch (kind()) {
+    case Kind::kList: return list_data().depth;
+    case Kind::kDict: return dict_data().depth;
+    case Kind::kNamespace: return namespace_data().attrs.depth;
+    default: return 0;
+  }
+}
+
+bool Value::contains_namespace() const {
+  switch (kind()) {
+    case Kind::kList: return list_data().has_namespace;
+    case Kind::kDict: return dict_data().has_namespace;
+    case Kind::kNamespace: return true;
+    default: return false;
+  }
+}
+
+bool Value::truthy() const {
+  switch (kind()) {
+    case Kind::kUndefined:
+    case Kind::kNone: return false;
+    case Kind::kBool: return as_bool();
+    case Kind::kInt: return as_int() != 0;
+    case Kind::kFloat: return as_float() != 0.0;
+    case Kind::kString: return !as_string().empty();
+    case Kind::kList: return !items().empty();
+    case Kind::kDict: return dict_data().size() != 0;
+    default: return true;
+  }
+}
+
+std::string float_repr(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  char buf[64];
+  // Shortest round-trip digits, then Python's layout: fixed for 1e-4 <= |d| < 1e16.
+  const auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
+  std::string sci(buf, r.ptr);
+  const size_t e = sci.find('e');
+  std::string mant = sci.substr(0, e);
+  const int exp = std::atoi(sci.c_str() + e + 1);
+  bool neg = false;
+  if (!mant.empty() && mant[0] == '-') neg = true, mant.erase(0, 1);
+  std::string digits;
+  for (char c : mant)
+    if (c != '.') digits += c;
+  std::string out;
+  if (exp >= -4 && exp < 16) {
+    if (exp >= 0) {
+      if (static_cast<int>(digits.size()) <= exp + 1) {
+        out = digits + std::string(static_cast<size_t>(exp + 1) - digits.size(), '0') + ".0";
+      } else {
+        out = digits.substr(0, static_cast<size_t>(exp + 1)) + "." + digits.substr(static_cast<size_t>(exp + 1));
+      }
+    } else {
+      out = "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;
+    }
+    return neg ? "-" + out : out;
+  }
+  out = digits.substr(0, 1);
+  if (digits.size() > 1) out += "." + digits.substr(1);
+  out += exp < 0 ? "e-" : "e+";
+  const int a = exp < 0 ? -exp : exp;
+  if (a < 10) out += '0';
+  out += std::to_string(a);
+  return neg ? "-" + out : out;
+}
+
+std::string Value::str() const {
+  switch (kind()) {
+    case Kind::kUndefined: return "";
+    case Kind::kString: return as_string();
+    default: return repr();
+  }
+}
+
+std::string Value::repr() const {
+  switch (kind()) {
+    case Kind::kUndefined: return "";
+    case Kind::kNone: return "None";
+    case Kind::kBool: return as_bool() ? "True" : "False";
+    case Kind::kInt: return std::to_string(as_int());
+    case Kind::kFloat: return float_repr(as_float());
+    case Kind::kString: return text::py_repr(as_string());
+    case Kind::kList: {
+      const ListData& l = list_data();
+      std::string out = l.tuple ? "(" : "[";
+      for (size_t i = 0; i < l.items.size(); ++i) {
+        if (i) out += ", ";
+        out += l.items[i].repr();
+      }
+      if (l.tuple && l.items.size() == 1) out += ",";
+      out += l.tuple ? ")" : "]";
+      return out;
+    }
+    case Kind::kDict:
+    case Kind::kNamespace: {
+      const DictData& d = is_dict() ? dict_data() : namespace_data().attrs;
+      std::string out = is_dict() ? "{" : "<Namespace {";
+      bool first = true;
+      for (const auto& [k, v] : d.items()) {
+        if (!first) out += ", ";
+        first = false;
+        out += k.repr() + ": " + v.repr();
+      }
+      out += is_dict() ? "}" : "}>";
+      return out;
+    }
+    case Kind::kCallable: return "<function " + callable_data().name + ">";
+  }
+  return "";
+}
+
+const char* Value::type_name() const {
+  switch (kind()) {
+    case Kind::kUndefined: return "Undefined";
+    case Kind::kNone: return "NoneType";
+    case Kind::kBool: return "bool";
+    case Kind::kInt: return "int";
+    case Kind::kFloat: return "float";
+    case Kind::kString: return "str";
+    case Kind::kList: return is_tuple() ? "tuple" : "list";
+    case Kind::kDict: return "dict";
+    case Kind::kNamespace: return "Namespace";
+    case Kind::kCallable: return "function";
+  }
+  return "?";
+}
+
+bool equal(const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) {
+    if (a.is_float() || b.is_float()) return a.as_double() == b.as_double();
+    const int64_t x = a.is_bool() ? a.as_bool() : a.as_int();
+    const int64_t y = b.is_bool() ? b.as_bool() : b.as_int();
+    return x == y;
+  }
+  if (a.kind() != b.kind()) return false;
+  switch (a.kind()) {
+    case Value::Kind::kUndefined:
+    case Value::Kind::kNone: return true;
+    case Value::Kind::kString: return a.as_string() == b.as_string();
+    case Value::Kind::kList: {
+      if (a.is_tuple() != b.is_tuple() || a.items().size() != b.items().size()) return false;
+      for (size_t i = 0; i < a.items().size(); ++i)
+        if (!equal(a.items()[i], b.items()[i])) return false;
+      return true;
+    }
+    case Value::Kind::kDict: {
+      const DictData& x = a.dict_data();
+      const DictData& y = b.dict_data();
+      if (x.size() != y.size()) return false;
+      for (const auto& [k, v] : x.items()) {
+        const Value* w = y.find(k);
+        if (!w || !equal(v, *w)) return false;
+      }
+      return true;
+    }
+    case Value::Kind::kNamespace: return &a.namespace_data() == &b.namespace_data();
+    case Value::Kind::kCallable: return &a.callable_data() == &b.callable_data();
+    default: return false;
+  }
+}
+
+bool less(const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) {
+    if (a.is_float() || b.is_float()) return a.as_double() < b.as_double();
+    const int64_t x = a.is_bool() ? a.as_bool() : a.as_int();
+    const int64_t y = b.is_bool() ? b.as_bool() : b.as_int();
+    return x < y;
+  }
+  if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();  // UTF-8 byte order = code point order
+  if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+    const auto& x = a.items();
+    const auto& y = b.items();
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+      if (!equal(x[i], y[i])) return less(x[i], y[i]);
+    }
+    return x.size() < y.size();
+  }
+  throw InputError(std::string("'<' not supported between instances of '") + a.type_name() + "' and '" +
+                   b.type_name() + "'");
+}
+
+}  // namespace moeflow::serve::jinja

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Renders the chat-template fixtures with Python's jinja2, configured as Hugging Face's
+apply_chat_template configures it, into tests/fixtures/chat_templates/NAME.expected.json.
+tests/unit/chat_template_test.cpp renders the same conversations with moeflow's
+interpreter and compares byte for byte.
+
+Hugging Face's environment (transformers' chat-template utilities): an
+ImmutableSandboxedEnvironment with trim_blocks=True, lstrip_blocks=True and the
+loopcontrols extension; globals raise_exception (raises TemplateError with the message)
+and strftime_now (datetime.now().strftime; fixed here so the output is reproducible);
+tojson replaced by json.dumps(ensure_ascii=False, indent, separators, sort_keys); render
+variables messages, tools=None, documents=None, add_generation_prompt and the special
+tokens.
+
+Usage: tools/chat_template/render_expected.py [FIXTURE_DIR]   (Debian: python3-jinja2)
+"""
+import datetime
+import json
+import os
+import sys
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+# strftime_now's clock for the fixtures: 2024-07-26 00:00:00 UTC.
+NOW_UNIX_SECONDS = 1721952000
+
+# Per template: (bos_token, eos_token) as the model's tokenizer defines them.
+TEMPLATES = {
+    "chatml": ("", "<|im_end|>"),
+    "deepseek-v2": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
+    "deepseek-v3": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
+    "gpt-oss": ("<|startoftext|>", "<|return|>"),
+    "llama3": ("<|begin_of_text|>", "<|eot_id|>"),
+    "llama3.3": ("<|begin_of_text|>", "<|eot_id|>"),
+    "mixtral": ("<s>", "</s>"),
+    "moeflow-default": ("", "<|endoftext|>"),
+    "olmoe": ("<|endoftext|>", "<|endoftext|>"),
+    "qwen2": ("", "<|im_end|>"),
+    "qwen3": ("", "<|im_end|>"),
+}
+
+SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+CONVERSATIONS = [
+    ("system_user", [SYSTEM, {"role": "user", "content": "What is 2+2?"}], True),
+    ("system_user_no_generation_prompt", [SYSTEM, {"role": "user", "content": "What is 2+2?"}], False),
+    ("user_only", [{"role": "user", "content": "Hello"}], True),
+    ("multi_turn", [
+        {"role": "user", "content": "Hello!"},
+        {"role": "assistant", "content": "Hi! How can I help you today?"},
+        {"role": "user", "content": "Tell me a joke."},
+    ], True),
+    ("multi_turn_ends_with_assistant", [
+        {"role": "user", "content": "Hello!"},
+        {"role": "assistant", "content": "Hi! How can I help you today?"},
+    ], False),
+    ("system_multi_turn", [
+        SYSTEM,
+        {"role": "user", "content": "Name a prime."},
+        {"role": "assistant", "content": "7"},
+        {"role": "user", "content": "Another?"},
+    ], True),
+    ("unicode", [
+        {"role": "system", "content": "Réponds en français — s'il te plaît."},
+        {"role": "user", "content": "Grüße aus Köln! 你好，世界 🚀 \"quotes\" and \\backslash\\ and <tags>"},
+    ], True),
+    ("whitespace_and_newlines", [
+        {"role": "user", "content": "  padded question  \n\n"},
+        {"role": "assistant", "content": "\nline one\nline two\n"},
+        {"role": "user", "content": "\tand a tab"},
+    ], True),
+    ("thinking_in_history", [
+        {"role": "user", "content": "Think first."},
+        {"role": "assistant", "content": "<think>\nsome reasoning\n</think>\n\nThe answer."},
+        {"role": "user", "content": "Again."},
+    ], True),
+    ("roles_not_alternating", [
+        {"role": "user", "content": "one"},
+        {"role": "user", "content": "two"},
+    ], True),
+]
+
+
+def make_environment(now):
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    def strftime_now(format):
+        return now.strftime(format)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env
+
+
+def main():
+    fixture_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "fixtures", "chat_templates")
+    env = make_environment(datetime.datetime.fromtimestamp(NOW_UNIX_SECONDS, tz=datetime.timezone.utc))
+    for name, (bos, eos) in TEMPLATES.items():
+        with open(os.path.join(fixture_dir, name + ".jinja"), encoding="utf-8") as f:
+            template = env.from_string(f.read())
+        cases = []
+        for case_name, messages, add_generation_prompt in CONVERSATIONS:
+            case = {"name": case_name, "messages": messages, "add_generation_prompt": add_generation_prompt}
+            try:
+                case["expected"] = template.render(messages=messages, tools=None, documents=None,
+                                                   add_generation_prompt=add_generation_prompt,
+                                                   bos_token=bos, eos_token=eos)
+            except jinja2.exceptions.TemplateError as e:
+                case["error"] = str(e)
+            cases.append(case)
+        out = {
+            "template": name + ".jinja",
+            "generator": "tools/chat_template/render_expected.py (jinja2 %s)" % jinja2.__version__,
+            "bos_token": bos,
+            "eos_token": eos,
+            "now_unix_seconds": NOW_UNIX_SECONDS,
+            "cases": cases,
+        }
+        with open(os.path.join(fixture_dir, name + ".expected.json"), "w", encoding="utf-8") as f:
+            json.dump(out, f, ensure_ascii=False, indent=1)
+            f.write("\n")
+        errors = sum(1 for c in cases if "error" in c)
+        print("%-16s %d conversations (%d refused by the template)" % (name, len(cases), errors))
+
+
+if __name__ == "__main__":
+    main()
