@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (clang, ASan + UBSan) and runs one.
-#   scripts/fuzz.sh TARGET SECONDS   fuzz TARGET (gguf, tokenizer, trace, policy_state)
+#   scripts/fuzz.sh TARGET SECONDS   fuzz TARGET (gguf, tokenizer, trace, policy_state,
+#                                    completion_request)
 #                                    for SECONDS, growing build-fuzz/corpus/TARGET from
 #                                    the seeds in tests/fuzz/TARGET
 #   scripts/fuzz.sh TARGET seeds     run TARGET once over its seeds only (what CI does)
@@ -11,11 +12,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -ne 2 ]; then
-  sed -n '2,10p' "$0" >&2
+  sed -n '2,11p' "$0" >&2
   exit 2
 fi
 target=$1 seconds=$2
-targets=(gguf tokenizer trace policy_state)
+targets=(gguf tokenizer trace policy_state completion_request)
 if [ "$target" = all ]; then
   [ "$seconds" = seeds ] || { echo "fuzz.sh: 'all' runs the seeds only" >&2; exit 2; }
   for t in "${targets[@]}"; do "$0" "$t" seeds; done

@@ -15,5 +15,8 @@ int cmd_trace(int argc, char** argv);
 int cmd_simulate(int argc, char** argv);
 int cmd_train_predictor(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
+int cmd_bench_serve(int argc, char** argv);
+int cmd_simulate_serve(int argc, char** argv);
 
 }  // namespace moeflow::cli

@@ -24,6 +24,9 @@ const char* kUsage =
     "  simulate    replay a routing trace through the expert cache and a policy (or --sweep)\n"
     "  train-predictor  train DuoServe's expert predictor from a routing trace\n"
     "  plan        plan a serverless deployment of the MoE layers for a trace (ODS, BO, exact)\n"
+    "  serve       OpenAI-compatible HTTP server with continuous batching (/v1/chat/completions, /metrics)\n"
+    "  bench-serve load-test an OpenAI-compatible server (TTFT, TPOT, ITL, latency; concurrency or request rate)\n"
+    "  simulate-serve  FCFS against eMoE's request scheduler on a simulated clock (mixed workloads, arrival traces)\n"
     "run 'moeflow <command> --help' for its flags\n";
 
 }  // namespace
@@ -47,6 +50,9 @@ int main(int argc, char** argv) {
     if (cmd == "simulate") return cmd_simulate(argc, argv);
     if (cmd == "train-predictor") return cmd_train_predictor(argc, argv);
     if (cmd == "plan") return cmd_plan(argc, argv);
+    if (cmd == "serve") return cmd_serve(argc, argv);
+    if (cmd == "bench-serve") return cmd_bench_serve(argc, argv);
+    if (cmd == "simulate-serve") return cmd_simulate_serve(argc, argv);
     std::fprintf(stderr, "moeflow: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const UsageError& e) {

@@ -14,6 +14,7 @@ tools/reference/gguf_reader.py both read it back).
 """
 import argparse
 import os
+import pathlib
 import struct
 import sys
 
@@ -25,6 +26,8 @@ import bpe  # noqa: E402
 
 U32, I32, F32, BOOL, STRING, ARRAY = 4, 5, 6, 7, 8, 9
 ALIGN = 32
+# What `moeflow serve` renders chat requests with (tokenizer.chat_template).
+CHAT_TEMPLATE = pathlib.Path(__file__).resolve().parent / "chat_template.jinja"
 
 
 def s_bytes(s):
@@ -119,6 +122,7 @@ def main():
         ("tokenizer.ggml.bos_token_id", U32, tok.eot),
         ("tokenizer.ggml.eos_token_id", U32, tok.eot),
         ("tokenizer.ggml.add_bos_token", BOOL, True),
+        ("tokenizer.chat_template", STRING, CHAT_TEMPLATE.read_text()),
     ]
     t = [("token_embd.weight", sd["tok_embd"])]
     for i in range(c["n_layer"]):

@@ -1,0 +1,229 @@
+#include "serve/completion_request.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "serve/api_error.h"
+
+namespace moeflow::serve {
+namespace {
+
+using nlohmann::json;
+
+const char* type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    case json::value_t::number_float: return "a number";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    default: return "an unsupported value";
+  }
+}
+
+[[noreturn]] void wrong_type(const std::string& field, const char* expected, const json& v) {
+  throw ApiError::bad_request("'" + field + "' must be " + expected + ", not " + type_name(v), field);
+}
+
+double number_in(const json& v, const std::string& field, double lo, double hi) {
+  if (!v.is_number()) wrong_type(field, "a number", v);
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi)
+    throw ApiError::bad_request("'" + field + "' must be between " + json(lo).dump() + " and " + json(hi).dump() +
+                                    ", got " + v.dump(),
+                                field);
+  return x;
+}
+
+int64_t integer_in(const json& v, const std::string& field, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) wrong_type(field, "an integer", v);
+  // Unsigned values past INT64_MAX read back negative; compare as unsigned first.
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi))
+    throw ApiError::bad_request("'" + field + "' must be at most " + std::to_string(hi) + ", got " + v.dump(), field);
+  const int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi)
+    throw ApiError::bad_request("'" + field + "' must be between " + std::to_string(lo) + " and " +
+                                    std::to_string(hi) + ", got " + v.dump(),
+                                field);
+  return x;
+}
+
+bool boolean(const json& v, const std::string& field) {
+  if (!v.is_boolean()) wrong_type(field, "a boolean", v);
+  return v.get<bool>();
+}
+
+std::string string_of(const json& v, const std::string& field) {
+  if (!v.is_string()) wrong_type(field, "a string", v);
+  return v.get<std::string>();
+}
+
+// Content is a string or an array of parts, of which only {"type":"text","text":...}
+// carry text the model can read.
+std::string message_content(const json& c, const std::string& field) {
+  if (c.is_null()) return "";
+  if (c.is_string()) return c.get<std::string>();
+  if (!c.is_array()) wrong_type(field, "a string or an array of content parts", c);
+  std::string text;
+  for (size_t i = 0; i < c.size(); ++i) {
+    const std::string pf = field + "[" + std::to_string(i) + "]";
+    const json& part = c[i];
+    if (!part.is_object()) wrong_type(pf, "an object", part);
+    const auto type = part.find("type");
+    if (type == part.end()) throw ApiError::bad_request("'" + pf + ".type' is required", pf + ".type");
+    const std::string t = string_of(*type, pf + ".type");
+    if (t != "text")
+      throw ApiError::bad_request("content part type '" + t + "' is not supported (text only)", pf + ".type");
+    const auto tx = part.find("text");
+    if (tx == part.end()) throw ApiError::bad_request("'" + pf + ".text' is required", pf + ".text");
+    text += string_of(*tx, pf + ".text");
+  }
+  return text;
+}
+
+std::vector<ChatMessage> parse_messages(const json& v) {
+  if (!v.is_array()) wrong_type("messages", "an array", v);
+  if (v.empty()) throw ApiError::bad_request("'messages' must hold at least one message", "messages");
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string f = "messages[" + std::to_string(i) + "]";
+    const json& m = v[i];
+    if (!m.is_object()) wrong_type(f, "an object", m);
+    const auto role = m.find("role");
+    if (role == m.end()) throw ApiError::bad_request("'" + f + ".role' is required", f + ".role");
+    ChatMessage msg;
+    msg.role = string_of(*role, f + ".role");
+    static const char* kRoles[] = {"system", "developer", "user", "assistant", "tool"};
+    bool known = false;
+    for (const char* r : kRoles) known = known || msg.role == r;
+    if (!known)
+      throw ApiError::bad_request("'" + f + ".role' must be one of system, developer, user, assistant, tool; got '" +
+                                      msg.role + "'",
+                                  f + ".role");
+    const auto content = m.find("content");
+    if (content == m.end()) throw ApiError::bad_request("'" + f + ".content' is required", f + ".content");
+    msg.content = message_content(*content, f + ".content");
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+void parse_prompt(const json& v, CompletionRequest& r) {
+  if (v.is_string()) {
+    r.prompt = v.get<std::string>();
+  } else if (v.is_array() && !v.empty() && v[0].is_string()) {
+    if (v.size() != 1)
+      throw ApiError::bad_request("'prompt' as an array of strings must hold exactly one (batches are not supported)",
+                                  "prompt");
+    r.prompt = v[0].get<std::string>();
+  } else if (v.is_array() && !v.empty()) {
+    for (size_t i = 0; i < v.size(); ++i)
+      r.prompt_tokens.push_back(
+          static_cast<int32_t>(integer_in(v[i], "prompt[" + std::to_string(i) + "]", 0, INT32_MAX)));
+  } else {
+    wrong_type("prompt", "a non-empty string, array of one string or array of token ids", v);
+  }
+  if (r.prompt.empty() && r.prompt_tokens.empty()) throw ApiError::bad_request("'prompt' is empty", "prompt");
+}
+
+void parse_stop(const json& v, CompletionRequest& r) {
+  if (v.is_null()) return;
+  if (v.is_string()) {
+    r.stop.push_back(v.get<std::string>());
+  } else if (v.is_array()) {
+    if (v.size() > 4) throw ApiError::bad_request("'stop' holds at most 4 strings", "stop");
+    for (size_t i = 0; i < v.size(); ++i) r.stop.push_back(string_of(v[i], "stop[" + std::to_string(i) + "]"));
+  } else {
+    wrong_type("stop", "a string or an array of strings", v);
+  }
+  for (const std::string& s : r.stop)
+    if (s.empty()) throw ApiError::bad_request("'stop' strings must not be empty", "stop");
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(const std::string& body, Endpoint endpoint) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::parse_error& e) {
+    throw ApiError::bad_request(std::string("the body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw ApiError::bad_request(std::string("the body must be a JSON object, not ") + type_name(j));
+  CompletionRequest r;
+  r.endpoint = endpoint;
+  const bool chat = endpoint == Endpoint::chat;
+  if (chat) {
+    if (!j.contains("messages")) throw ApiError::bad_request("'messages' is required", "messages");
+  } else if (!j.contains("prompt")) {
+    throw ApiError::bad_request("'prompt' is required", "prompt");
+  }
+  for (const auto& [key, v] : j.items()) {
+    if (key == "model") {
+      r.model = string_of(v, key);
+    } else if (chat && key == "messages") {
+      r.messages = parse_messages(v);
+    } else if (!chat && key == "prompt") {
+      parse_prompt(v, r);
+    } else if (key == "max_tokens" || (chat && key == "max_completion_tokens")) {
+      if (!v.is_null()) r.max_tokens = integer_in(v, key, 1, INT32_MAX);
+    } else if (key == "temperature") {
+      if (!v.is_null()) r.temperature = number_in(v, key, 0.0, 2.0);
+    } else if (key == "top_p") {
+      if (!v.is_null()) r.top_p = number_in(v, key, 0.0, 1.0);
+    } else if (key == "top_k") {
+      if (!v.is_null()) r.top_k = static_cast<int32_t>(integer_in(v, key, 0, INT32_MAX));
+    } else if (key == "seed") {
+      if (!v.is_null()) {
+        if (!v.is_number_integer()) wrong_type(key, "an integer", v);
+        r.seed = v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>());
+      }
+    } else if (key == "stop") {
+      parse_stop(v, r);
+    } else if (key == "n") {
+      if (!v.is_null() && integer_in(v, key, 1, INT32_MAX) != 1)
+        throw ApiError::bad_request("'n' must be 1 (one choice per request)", key);
+    } else if (key == "stream") {
+      if (!v.is_null()) r.stream = boolean(v, key);
+    } else if (key == "stream_options") {
+      if (v.is_null()) continue;
+      if (!v.is_object()) wrong_type(key, "an object", v);
+      for (const auto& [k2, v2] : v.items())
+        if (k2 == "include_usage") r.include_usage = boolean(v2, "stream_options.include_usage");
+    } else if (key == "logprobs") {
+      if (v.is_null()) continue;
+      if (chat) {
+        r.logprobs = boolean(v, key);
+      } else {
+        r.top_logprobs = static_cast<int>(integer_in(v, key, 0, 5));
+        r.logprobs = true;
+      }
+    } else if (chat && key == "top_logprobs") {
+      if (!v.is_null()) r.top_logprobs = static_cast<int>(integer_in(v, key, 0, 20));
+    } else if (key == "slo_ms") {
+      if (!v.is_null()) r.slo_ms = number_in(v, key, 0.0, 86400e3);
+    } else if (key == "task") {
+      if (!v.is_null()) r.task = string_of(v, key);
+    } else if (key == "ignore_eos") {
+      if (!v.is_null()) r.ignore_eos = boolean(v, key);
+    } else if (key == "presence_penalty" || key == "frequency_penalty") {
+      if (!v.is_null()) number_in(v, key, -2.0, 2.0);
+    } else if (key == "user") {
+      if (!v.is_null()) string_of(v, key);
+    } else if (key == "echo") {
+      if (!v.is_null() && boolean(v, key)) throw ApiError::bad_request("'echo' is not supported", key);
+    }
+    // Other fields (logit_bias, response_format, tools, ...) are not implemented and
+    // are ignored, as llama-server does, so that stock clients keep working.
+  }
+  if (chat && r.top_logprobs > 0 && !r.logprobs)
+    throw ApiError::bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+  if (r.include_usage && !r.stream)
+    throw ApiError::bad_request("'stream_options' is only allowed with 'stream': true", "stream_options");
+  return r;
+}
+
+}  // namespace moeflow::serve

@@ -1,0 +1,51 @@
+// The body of POST /v1/chat/completions and POST /v1/completions, validated.
+//
+// Fields follow the OpenAI API: model, messages (chat) or prompt (completions: a
+// string, a one-string array, or an array of token ids), max_tokens
+// (max_completion_tokens for chat), temperature, top_p, seed, stop (a string or up to
+// 4 strings), n (1 only), stream, stream_options.include_usage, logprobs and
+// top_logprobs (chat: a bool and 0-20; completions: an integer 0-5). Extensions:
+// top_k, slo_ms (the request's latency target for the eMoE scheduler), task (the
+// task label for task-aware policies), ignore_eos (generate max_tokens whatever the
+// model says; llama-server's name, for benchmarks).
+//
+// Every field is type-checked; a field the server does not implement but a client may
+// send (user, presence_penalty, frequency_penalty, ...) is type-checked and ignored.
+// Any violation throws ApiError 400 naming the field (`param`).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "serve/chat_template.h"
+
+namespace moeflow::serve {
+
+enum class Endpoint { chat, completions };
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::chat;
+  std::string model;                    // empty: not given
+  std::vector<ChatMessage> messages;    // chat
+  std::string prompt;                   // completions, as text
+  std::vector<int32_t> prompt_tokens;   // completions, as token ids (then prompt is empty)
+  std::optional<int64_t> max_tokens;    // absent: completions 16 (OpenAI's default), chat up to the context
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int32_t top_k = 0;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;
+  bool logprobs = false;
+  int top_logprobs = 0;
+  double slo_ms = 0;                    // 0: the server's default
+  std::string task;
+  bool ignore_eos = false;
+};
+
+// Parses and validates `body`; throws ApiError (400) naming the offending field.
+CompletionRequest parse_completion_request(const std::string& body, Endpoint endpoint);
+
+}  // namespace moeflow::serve

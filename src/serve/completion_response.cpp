@@ -1,0 +1,104 @@
+#include "serve/completion_response.h"
+
+namespace moeflow::serve {
+namespace {
+
+using nlohmann::json;
+
+const char* object_name(Endpoint ep, bool chunk) {
+  if (ep == Endpoint::completions) return "text_completion";
+  return chunk ? "chat.completion.chunk" : "chat.completion";
+}
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+json header_json(Endpoint ep, const ResponseHeader& h, bool chunk) {
+  return {{"id", h.id}, {"object", object_name(ep, chunk)}, {"created", h.created}, {"model", h.model}};
+}
+
+json finish_json(const std::string& reason) { return reason.empty() ? json(nullptr) : json(reason); }
+
+}  // namespace
+
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+json logprobs_json(Endpoint ep, const std::vector<TokenLogprob>& lp, int64_t text_offset0) {
+  if (ep == Endpoint::chat) {
+    json content = json::array();
+    for (const TokenLogprob& t : lp) {
+      json top = json::array();
+      for (const auto& [tok, p] : t.top) top.push_back({{"token", tok}, {"logprob", p}, {"bytes", bytes_of(tok)}});
+      content.push_back({{"token", t.token}, {"logprob", t.logprob}, {"bytes", bytes_of(t.token)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
+  int64_t off = text_offset0;
+  for (const TokenLogprob& t : lp) {
+    tokens.push_back(t.token);
+    token_logprobs.push_back(t.logprob);
+    json top = json::object();
+    for (const auto& [tok, p] : t.top) top[tok] = p;
+    top_logprobs.push_back(top);
+    offsets.push_back(off);
+    off += static_cast<int64_t>(t.token.size());
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs},
+          {"text_offset", offsets}};
+}
+
+json full_response(Endpoint ep, const ResponseHeader& h, const std::string& text, const std::string& finish_reason,
+                   int64_t prompt_tokens, int64_t completion_tokens, const std::vector<TokenLogprob>* logprobs) {
+  json r = header_json(ep, h, false);
+  json choice = {{"index", 0}};
+  if (ep == Endpoint::chat)
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  else
+    choice["text"] = text;
+  choice["logprobs"] = logprobs ? logprobs_json(ep, *logprobs, 0) : json(nullptr);
+  choice["finish_reason"] = finish_json(finish_reason);
+  r["choices"] = json::array({choice});
+  r["usage"] = usage_json(prompt_tokens, completion_tokens);
+  return r;
+}
+
+json stream_chunk(Endpoint ep, const ResponseHeader& h, const std::string& text, bool first,
+                  const std::string& finish_reason, const json& logprobs, bool include_usage) {
+  json r = header_json(ep, h, true);
+  json choice = {{"index", 0}};
+  if (ep == Endpoint::chat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || (first && finish_reason.empty())) delta["content"] = text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] = logprobs;
+  choice["finish_reason"] = finish_json(finish_reason);
+  r["choices"] = json::array({choice});
+  // With include_usage OpenAI sends "usage": null on every chunk but the last.
+  if (include_usage) r["usage"] = nullptr;
+  return r;
+}
+
+json usage_chunk(Endpoint ep, const ResponseHeader& h, int64_t prompt_tokens, int64_t completion_tokens) {
+  json r = header_json(ep, h, true);
+  r["choices"] = json::array();
+  r["usage"] = usage_json(prompt_tokens, completion_tokens);
+  return r;
+}
+
+std::string sse_event(const json& j) {
+  return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+}  // namespace moeflow::serve

@@ -1,0 +1,43 @@
+// The JSON the OpenAI API answers with: whole responses (chat.completion,
+// text_completion) and stream chunks (chat.completion.chunk, text_completion), with
+// usage and the log-probability objects of each endpoint's format.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "serve/completion_request.h"
+#include "serve/request_stream.h"
+
+namespace moeflow::serve {
+
+struct ResponseHeader {
+  std::string id;       // "chatcmpl-..." or "cmpl-..."
+  int64_t created = 0;  // unix seconds
+  std::string model;
+};
+
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+
+// Log-probabilities in the endpoint's format: chat {"content":[{token,logprob,bytes,
+// top_logprobs}]}, completions {tokens, token_logprobs, top_logprobs, text_offset};
+// text_offset counts from `text_offset0` bytes into the completion.
+nlohmann::json logprobs_json(Endpoint ep, const std::vector<TokenLogprob>& lp, int64_t text_offset0);
+
+// The whole response of a request that was not streamed.
+nlohmann::json full_response(Endpoint ep, const ResponseHeader& h, const std::string& text,
+                             const std::string& finish_reason, int64_t prompt_tokens, int64_t completion_tokens,
+                             const std::vector<TokenLogprob>* logprobs);
+
+// One stream chunk. `first` adds the assistant role (chat); `finish_reason` empty: null.
+nlohmann::json stream_chunk(Endpoint ep, const ResponseHeader& h, const std::string& text, bool first,
+                            const std::string& finish_reason, const nlohmann::json& logprobs, bool include_usage);
+
+// The last chunk when stream_options.include_usage: no choices, only usage.
+nlohmann::json usage_chunk(Endpoint ep, const ResponseHeader& h, int64_t prompt_tokens, int64_t completion_tokens);
+
+// A JSON value as one SSE event ("data: ...\n\n"); invalid UTF-8 becomes U+FFFD.
+std::string sse_event(const nlohmann::json& j);
+
+}  // namespace moeflow::serve

@@ -1,0 +1,282 @@
+#include "serve/openai_server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+
+#include "base/error.h"
+#include "engine/tokenizer.h"
+#include "moeflow/engine.h"
+#include "serve/api_error.h"
+#include "serve/completion_request.h"
+#include "serve/completion_response.h"
+#include "serve/serving_loop.h"
+
+namespace moeflow::serve {
+namespace {
+
+using nlohmann::json;
+
+void send_json(httplib::Response& res, int status, const json& j) {
+  res.status = status;
+  res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  if (e.status() == 503) res.set_header("Retry-After", "1");
+  send_json(res, e.status(), e.to_json());
+}
+
+int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
+
+// The prompt's tokens: the chat template's rendering (which writes its own BOS when
+// the model wants one), or the completion prompt as text or ids.
+std::vector<int32_t> prompt_tokens(const CompletionRequest& r, const ServedModel& m) {
+  const Engine& engine = *m.engine;
+  const Tokenizer& tok = engine.tokenizer();
+  if (r.endpoint == Endpoint::completions) {
+    if (r.prompt_tokens.empty()) return engine.tokenize(r.prompt, engine.add_bos_default());
+    for (size_t i = 0; i < r.prompt_tokens.size(); ++i)
+      if (r.prompt_tokens[i] >= engine.n_vocab())
+        throw ApiError::bad_request("'prompt[" + std::to_string(i) + "]' = " + std::to_string(r.prompt_tokens[i]) +
+                                        " is not a token id (the vocabulary has " + std::to_string(engine.n_vocab()) +
+                                        ")",
+                                    "prompt");
+    return r.prompt_tokens;
+  }
+  ChatTemplateInput in;
+  in.messages = r.messages;
+  in.add_generation_prompt = true;
+  if (tok.bos() >= 0) in.bos_token = tok.token_bytes(tok.bos(), true);
+  if (tok.eos() >= 0) in.eos_token = tok.token_bytes(tok.eos(), true);
+  std::string text;
+  try {
+    text = m.chat_template->render(in);
+  } catch (const InputError& e) {
+    // The template's own raise_exception (e.g. "roles must alternate") is the client's fault.
+    throw ApiError::bad_request(std::string("the chat template refused the messages: ") + e.what(), "messages");
+  }
+  const bool has_bos = !in.bos_token.empty() && text.rfind(in.bos_token, 0) == 0;
+  return engine.tokenize(text, engine.add_bos_default() && !has_bos);
+}
+
+GenerationJob make_job(const CompletionRequest& r, const ServedModel& m) {
+  const Engine& engine = *m.engine;
+  GenerationJob job;
+  job.prompt = prompt_tokens(r, m);
+  if (job.prompt.empty()) throw ApiError::bad_request("the prompt encodes to no tokens", "prompt");
+  const int64_t ctx = engine.ctx_size();
+  const int64_t n = static_cast<int64_t>(job.prompt.size());
+  if (n > ctx)
+    throw ApiError::bad_request("the prompt is " + std::to_string(n) + " tokens, longer than the context of " +
+                                    std::to_string(ctx) + " tokens",
+                                r.endpoint == Endpoint::chat ? "messages" : "prompt", "context_length_exceeded");
+  // The last prompt position yields the first token; each later one needs a position.
+  const int64_t room = ctx - n + 1;
+  if (r.max_tokens) {
+    if (*r.max_tokens > room)
+      throw ApiError::bad_request("max_tokens " + std::to_string(*r.max_tokens) + " + the prompt's " +
+                                      std::to_string(n) + " tokens exceed the context of " + std::to_string(ctx) +
+                                      " tokens (at most " + std::to_string(room) + " new tokens fit)",
+                                  "max_tokens", "context_length_exceeded");
+    job.max_tokens = *r.max_tokens;
+  } else {
+    job.max_tokens = r.endpoint == Endpoint::completions ? std::min<int64_t>(16, room) : room;
+  }
+  job.sampler.temperature = static_cast<float>(r.temperature);
+  job.sampler.top_p = static_cast<float>(r.top_p);
+  job.sampler.top_k = r.top_k;
+  job.sampler.seed = r.seed ? *r.seed : std::random_device{}();
+  job.stop = r.stop;
+  job.stop_at_eog = !r.ignore_eos;
+  job.top_logprobs = r.logprobs ? r.top_logprobs : -1;
+  job.slo_s = (r.slo_ms > 0 ? r.slo_ms : m.default_slo_ms) / 1e3;
+  job.task = r.task;
+  if (job.task.empty() && !m.task_profiles.empty()) {
+    std::string text;
+    for (const ChatMessage& msg : r.messages)
+      if (msg.role == "user") text += msg.content + "\n";
+    if (r.endpoint == Endpoint::completions) text = r.prompt.empty() ? engine.detokenize(job.prompt) : r.prompt;
+    job.task = classify_task(text, m.task_profiles);
+  }
+  job.stream = std::make_shared<RequestStream>();
+  return job;
+}
+
+// Streams a request's events as SSE until it ends or the client goes away.
+bool stream_events(const CompletionRequest& r, const ResponseHeader& h, RequestStream& stream,
+                   httplib::DataSink& sink) {
+  bool first = true;
+  int64_t text_offset = 0;
+  auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+  for (;;) {
+    std::vector<StreamEvent> events = stream.take(std::chrono::milliseconds(1000));
+    // An SSE comment while nothing happens finds out whether the client is still there.
+    if (events.empty() && !write(": keep-alive\n\n")) return false;
+    for (StreamEvent& e : events) {
+      if (e.error) {
+        if (!write(sse_event(e.error->to_json()))) return false;
+        write("data: [DONE]\n\n");
+        sink.done();
+        return true;
+      }
+      if (!e.text.empty() || !e.logprobs.empty()) {
+        const json lp = r.logprobs ? logprobs_json(r.endpoint, e.logprobs, text_offset) : json(nullptr);
+        text_offset += static_cast<int64_t>(e.text.size());
+        if (!write(sse_event(stream_chunk(r.endpoint, h, e.text, first, "", lp, r.include_usage)))) return false;
+        first = false;
+      }
+      if (e.finished) {
+        if (!write(sse_event(stream_chunk(r.endpoint, h, "", first, e.finish_reason, json(nullptr), r.include_usage))))
+          return false;
+        if (r.include_usage && !write(sse_event(usage_chunk(r.endpoint, h, e.prompt_tokens, e.completion_tokens))))
+          return false;
+        write("data: [DONE]\n\n");
+        sink.done();
+        return true;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+OpenAiServer::OpenAiServer(const ServerOptions& opt, ServerMetrics& metrics)
+    : opt_(opt), metrics_(metrics), http_(std::make_unique<httplib::Server>()) {
+  const size_t threads = static_cast<size_t>(std::max(4, opt_.http_threads));
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http_->set_payload_max_length(opt_.max_body_bytes);
+  // Tokens go out as small writes one step apart: with Nagle's algorithm each waits for
+  // the client's delayed ACK of the last (tens of ms per token).
+  http_->set_tcp_nodelay(true);
+  routes();
+}
+
+OpenAiServer::~OpenAiServer() = default;
+
+std::shared_ptr<const ServedModel> OpenAiServer::served() const {
+  std::lock_guard<std::mutex> lock(model_mu_);
+  return model_;
+}
+
+void OpenAiServer::set_ready(ServedModel model) {
+  std::lock_guard<std::mutex> lock(model_mu_);
+  model_ = std::make_shared<const ServedModel>(std::move(model));
+}
+
+void OpenAiServer::set_draining() { draining_ = true; }
+
+int OpenAiServer::bind() {
+  int port = opt_.port == 0 ? http_->bind_to_any_port(opt_.host) : (http_->bind_to_port(opt_.host, opt_.port) ? opt_.port : -1);
+  if (port < 0)
+    throw InputError("cannot listen on " + opt_.host + ":" + std::to_string(opt_.port) +
+                     " (address in use, not an address of this machine, or a privileged port)");
+  return port;
+}
+
+void OpenAiServer::listen() { http_->listen_after_bind(); }
+
+void OpenAiServer::stop() { http_->stop(); }
+
+void OpenAiServer::routes() {
+  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (draining_) return send_json(res, 503, {{"status", "shutting down"}});
+    if (!served()) return send_json(res, 503, {{"status", "loading model"}});
+    send_json(res, 200, {{"status", "ok"}});
+  });
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  auto model_object = [](const ServedModel& m) {
+    return json{{"id", m.id}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "moeflow"}};
+  };
+  http_->Get("/v1/models", [this, model_object](const httplib::Request&, httplib::Response& res) {
+    const auto m = served();
+    if (!m) return send_error(res, ApiError(503, "the model is loading", "server_error", "", "loading"));
+    send_json(res, 200, {{"object", "list"}, {"data", json::array({model_object(*m)})}});
+  });
+  http_->Get(R"(/v1/models/(.+))", [this, model_object](const httplib::Request& req, httplib::Response& res) {
+    const auto m = served();
+    if (!m) return send_error(res, ApiError(503, "the model is loading", "server_error", "", "loading"));
+    if (req.matches[1] != m->id)
+      return send_error(res, ApiError(404, "the model '" + std::string(req.matches[1]) + "' does not exist",
+                                      "invalid_request_error", "model", "model_not_found"));
+    send_json(res, 200, model_object(*m));
+  });
+  auto completion = [this](Endpoint ep) {
+    return [this, ep](const httplib::Request& req, httplib::Response& res) {
+      try {
+        const auto m = served();
+        if (!m) throw ApiError(503, "the model is loading", "server_error", "", "loading");
+        if (draining_) throw ApiError(503, "the server is shutting down", "server_error", "", "shutting_down");
+        const CompletionRequest r = parse_completion_request(req.body, ep);
+        if (!r.model.empty() && r.model != m->id)
+          throw ApiError(404, "the model '" + r.model + "' does not exist (this server serves '" + m->id + "')",
+                         "invalid_request_error", "model", "model_not_found");
+        if (ep == Endpoint::chat && !m->chat_template)
+          throw ApiError::bad_request("this model has no chat template; use /v1/completions", "messages");
+        GenerationJob job = make_job(r, *m);
+        auto stream = job.stream;
+        m->loop->submit(std::move(job));
+        ResponseHeader h{(ep == Endpoint::chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++), unix_now(), m->id};
+        if (r.stream) {
+          res.set_header("Cache-Control", "no-cache");
+          res.set_chunked_content_provider(
+              "text/event-stream",
+              [r, h, stream](size_t, httplib::DataSink& sink) {
+                if (stream_events(r, h, *stream, sink)) return true;
+                stream->cancel();  // the client went away: its slot is freed before the next step
+                return false;
+              },
+              [stream](bool success) {
+                if (!success) stream->cancel();
+              });
+          return;
+        }
+        std::string text;
+        std::vector<TokenLogprob> lps;
+        for (;;) {
+          for (StreamEvent& e : stream->take(std::chrono::milliseconds(1000))) {
+            if (e.error) throw *e.error;
+            text += e.text;
+            for (TokenLogprob& t : e.logprobs) lps.push_back(std::move(t));
+            if (e.finished)
+              return send_json(res, 200, full_response(ep, h, text, e.finish_reason, e.prompt_tokens,
+                                                       e.completion_tokens, r.logprobs ? &lps : nullptr));
+          }
+        }
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      } catch (const InputError& e) {
+        send_error(res, ApiError::bad_request(e.what()));
+      }
+    };
+  };
+  http_->Post("/v1/chat/completions", completion(Endpoint::chat));
+  http_->Post("/v1/completions", completion(Endpoint::completions));
+  // Routes and methods that do not exist get OpenAI's error object, not an empty body.
+  http_->set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,
+                                                                    httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    const int status = res.status;
+    std::string msg = status == 404 ? "unknown route " + req.method + " " + req.path
+                                    : "HTTP " + std::to_string(status) + " for " + req.method + " " + req.path;
+    if (status == 413) msg = "the request body is too large";
+    send_error(res, ApiError(status, msg, status >= 500 ? "server_error" : "invalid_request_error"));
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string msg = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      msg = e.what();
+    } catch (...) {
+    }
+    send_error(res, ApiError(500, msg, "server_error"));
+  });
+}
+
+}  // namespace moeflow::serve

@@ -1,0 +1,309 @@
+#include "serve/serving_loop.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+
+#include "engine/tokenizer.h"
+#include "serve/stop_strings.h"
+#include "serve/token_logprobs.h"
+
+namespace moeflow::serve {
+
+// A request holding a slot: its sequence in the engine and its generation state.
+struct ServingLoop::Slot {
+  int64_t id = 0;
+  GenerationJob job;
+  SeqId seq = 0;
+  int64_t prefilled = 0;        // prompt tokens in the KV cache
+  int64_t generated = 0;        // tokens sampled
+  int32_t next_token = -1;      // sampled, to be fed in the next step
+  bool waiting_logits = false;  // a token of the last step asked for this slot's logits
+  size_t logits_index = 0;
+  Sampler sampler;
+  StreamingDetokenizer detok;
+  StopStrings stops;
+  double arrival = 0, last_token = 0;
+  bool done = false;
+
+  Slot(int64_t id_, GenerationJob j, const Tokenizer& tok)
+      : id(id_), job(std::move(j)), sampler(job.sampler), detok(tok), stops(job.stop) {}
+  int64_t prompt_len() const { return static_cast<int64_t>(job.prompt.size()); }
+  bool prefilling() const { return prefilled < prompt_len(); }
+};
+
+ServingLoop::ServingLoop(Engine& engine, const LoopOptions& opt, ServerMetrics& metrics)
+    : engine_(engine),
+      opt_(opt),
+      metrics_(metrics),
+      scheduler_(make_scheduler(opt.sched, opt.sched_options)),
+      t0_(std::chrono::steady_clock::now()) {
+  metrics_.kv_blocks_total = engine_.kv_blocks_total();
+  thread_ = std::thread([this] { run(); });
+}
+
+ServingLoop::~ServingLoop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+double ServingLoop::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+}
+
+void ServingLoop::submit(GenerationJob job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (draining_ || stop_) {
+      ++metrics_.rejected_full;
+      throw ApiError(503, "the server is shutting down", "server_error", "", "shutting_down");
+    }
+    if (waiting_.size() >= opt_.max_waiting) {
+      ++metrics_.rejected_full;
+      throw ApiError(503, "the server is full: " + std::to_string(waiting_.size()) +
+                              " requests are already waiting; retry later",
+                     "server_error", "", "queue_full");
+    }
+    const int64_t id = next_id_++;
+    const double t = now();
+    QueuedRequest q;
+    q.id = id;
+    q.arrival_s = t;
+    q.slo_s = job.slo_s;
+    q.prompt_tokens = static_cast<int>(job.prompt.size());
+    q.max_tokens = static_cast<int>(std::min<int64_t>(job.max_tokens, INT32_MAX));
+    q.task = job.task;
+    scheduler_->push(q);
+    waiting_.emplace(id, std::move(job));
+    metrics_.requests_waiting = static_cast<int64_t>(waiting_.size());
+  }
+  cv_.notify_all();
+}
+
+void ServingLoop::drain() {
+  std::map<int64_t, GenerationJob> refused;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+    for (auto& [id, job] : waiting_) scheduler_->remove(id);
+    refused.swap(waiting_);
+    metrics_.requests_waiting = 0;
+  }
+  for (auto& [id, job] : refused) {
+    StreamEvent e;
+    e.finished = true;
+    e.error = ApiError(503, "the server is shutting down", "server_error", "", "shutting_down");
+    job.stream->push(std::move(e));
+  }
+  cv_.notify_all();
+}
+
+bool ServingLoop::draining() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return draining_;
+}
+
+bool ServingLoop::idle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiting_.empty() && running_ == 0;
+}
+
+void ServingLoop::admit(double t) {
+  // Waiting requests whose client left are dropped before they take a slot.
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (it->second.stream->cancelled()) {
+      scheduler_->remove(it->first);
+      ++metrics_.finished_cancelled;
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  const int free_slots = opt_.n_parallel - static_cast<int>(slots_.size());
+  if (free_slots > 0 && scheduler_->size() > 0) {
+    std::vector<RunningRequest> running;
+    for (const auto& s : slots_)
+      running.push_back({s->id, s->arrival, s->job.slo_s, static_cast<int>(std::min<int64_t>(s->job.max_tokens, INT32_MAX)),
+                         s->generated, s->job.task});
+    for (const QueuedRequest& q : scheduler_->admit(t, free_slots, running)) {
+      auto it = waiting_.find(q.id);
+      if (it == waiting_.end()) continue;
+      auto slot = std::make_unique<Slot>(q.id, std::move(it->second), engine_.tokenizer());
+      waiting_.erase(it);
+      slot->arrival = q.arrival_s;
+      metrics_.queue_time.observe(t - slot->arrival);
+      slot->seq = engine_.add_sequence({slot->job.prompt, slot->job.task});
+      slots_.push_back(std::move(slot));
+    }
+  }
+  running_ = slots_.size();
+  metrics_.requests_waiting = static_cast<int64_t>(waiting_.size());
+  metrics_.requests_running = static_cast<int64_t>(running_);
+}
+
+void ServingLoop::drop_cancelled() {
+  for (auto& s : slots_)
+    if (!s->done && s->job.stream->cancelled()) {
+      s->done = true;
+      ++metrics_.finished_cancelled;
+    }
+}
+
+void ServingLoop::finish(Slot& s, const std::string& reason, double t) {
+  StreamEvent e;
+  e.text = s.stops.stopped() ? std::string() : s.stops.push(s.detok.flush());
+  e.text += s.stops.flush();
+  e.finished = true;
+  e.finish_reason = reason;
+  e.prompt_tokens = s.prompt_len();
+  e.completion_tokens = s.generated;
+  s.job.stream->push(std::move(e));
+  s.done = true;
+  (reason == "stop" ? metrics_.finished_stop : metrics_.finished_length)++;
+  const double e2e = t - s.arrival;
+  metrics_.e2e_latency.observe(e2e);
+  const double slo = s.job.slo_s > 0 ? s.job.slo_s : opt_.sched_options.default_slo_s;
+  if (slo > 0) (e2e <= slo ? metrics_.slo_met : metrics_.slo_missed)++;
+  std::lock_guard<std::mutex> lock(mu_);
+  scheduler_->completed(s.job.task, s.generated);
+}
+
+void ServingLoop::fail(Slot& s, const ApiError& err) {
+  StreamEvent e;
+  e.finished = true;
+  e.error = err;
+  s.job.stream->push(std::move(e));
+  s.done = true;
+  ++metrics_.finished_error;
+}
+
+void ServingLoop::step_once() {
+  std::vector<BatchToken> batch;
+  std::vector<Slot*> owners;  // per batch token: the slot it belongs to
+  // Decode tokens first: every running decode advances by one token per step.
+  for (auto& s : slots_) {
+    if (s->done || s->prefilling()) continue;
+    batch.push_back({s->seq, s->next_token, s->prompt_len() + s->generated - 1, true});
+    owners.push_back(s.get());
+  }
+  // Then whole prompt chunks, oldest request first, while the step has room; at least
+  // one chunk per step so that prefill always progresses.
+  int64_t room = opt_.step_tokens - static_cast<int64_t>(batch.size());
+  bool any_prefill = false;
+  for (auto& s : slots_) {
+    if (s->done || !s->prefilling()) continue;
+    const int64_t end = std::min(s->prompt_len(), (s->prefilled / opt_.prefill_chunk + 1) * opt_.prefill_chunk);
+    const int64_t n = end - s->prefilled;
+    if (any_prefill && n > room) break;
+    for (int64_t p = s->prefilled; p < end; ++p) {
+      batch.push_back({s->seq, s->job.prompt[static_cast<size_t>(p)], p, p == s->prompt_len() - 1});
+      owners.push_back(s.get());
+    }
+    room -= n;
+    any_prefill = true;
+  }
+  if (batch.empty()) return;
+  const double t_step = now();
+  try {
+    engine_.step(batch);
+  } catch (const std::exception& ex) {
+    // The step changed nothing; its requests cannot go on.
+    std::fprintf(stderr, "serve: engine step of %zu tokens failed: %s\n", batch.size(), ex.what());
+    for (Slot* s : owners)
+      if (!s->done) fail(*s, ApiError(500, std::string("the engine failed: ") + ex.what(), "server_error"));
+    return;
+  }
+  ++metrics_.steps;
+  metrics_.step_tokens += batch.size();
+  const double t = now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    scheduler_->observed_step(t - t_step, static_cast<int64_t>(batch.size()));
+  }
+  const Tokenizer& tok = engine_.tokenizer();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Slot& s = *owners[i];
+    const BatchToken& b = batch[i];
+    if (s.prefilling()) {
+      s.prefilled = b.pos + 1;
+      ++metrics_.prompt_tokens;
+    }
+    if (!b.logits || s.done) continue;
+    const float* logits = engine_.logits(i);
+    int32_t id;
+    try {
+      id = s.sampler.sample(logits, engine_.n_vocab());
+    } catch (const std::exception& ex) {
+      fail(s, ApiError(500, ex.what(), "server_error"));
+      continue;
+    }
+    ++s.generated;
+    ++metrics_.generated_tokens;
+    if (s.generated == 1)
+      metrics_.time_to_first_token.observe(t - s.arrival);
+    else
+      metrics_.inter_token_latency.observe(t - s.last_token);
+    s.last_token = t;
+    if (s.job.stop_at_eog && engine_.is_end_of_generation(id)) {
+      finish(s, "stop", t);
+      continue;
+    }
+    StreamEvent e;
+    e.text = s.stops.push(s.detok.push(id));
+    if (s.job.top_logprobs >= 0)
+      e.logprobs.push_back(token_logprobs(logits, engine_.n_vocab(), id, s.job.top_logprobs,
+                                          [&](int32_t t2) { return tok.token_bytes(t2, true); }));
+    if (!e.text.empty() || !e.logprobs.empty()) s.job.stream->push(std::move(e));
+    if (s.stops.stopped()) {
+      finish(s, "stop", t);
+    } else if (s.generated >= s.job.max_tokens || s.prompt_len() + s.generated > engine_.ctx_size()) {
+      // The next token would need a position past the context.
+      finish(s, "length", t);
+    } else {
+      s.next_token = id;
+    }
+  }
+}
+
+void ServingLoop::run() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !slots_.empty() || !waiting_.empty(); });
+      if (stop_) break;
+      admit(now());
+    }
+    drop_cancelled();
+    step_once();
+    // Finished and cancelled requests give their KV blocks back before the next step.
+    for (auto& s : slots_)
+      if (s->done) engine_.remove_sequence(s->seq);
+    slots_.erase(std::remove_if(slots_.begin(), slots_.end(), [](const auto& s) { return s->done; }), slots_.end());
+    metrics_.kv_blocks_used = engine_.kv_blocks_total() - engine_.kv_blocks_free();
+    if (engine_.offloaded()) {
+      const ExpertCacheStats c = engine_.cache_stats();
+      metrics_.set_expert_cache({c.hits, c.misses, c.bytes_read, c.prefetches_issued, c.prefetch_hits, c.evictions,
+                                 c.stall_seconds},
+                                true);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = slots_.size();
+    metrics_.requests_running = static_cast<int64_t>(running_);
+  }
+  // Stopped with requests still in flight: their clients get an error, not silence.
+  for (auto& s : slots_)
+    if (!s->done) fail(*s, ApiError(503, "the server stopped", "server_error", "", "shutting_down"));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, job] : waiting_) {
+    StreamEvent e;
+    e.finished = true;
+    e.error = ApiError(503, "the server stopped", "server_error", "", "shutting_down");
+    job.stream->push(std::move(e));
+  }
+}
+
+}  // namespace moeflow::serve

@@ -1,0 +1,95 @@
+// Continuous batching over one Engine. Requests wait in a bounded queue ordered by a
+// RequestScheduler (FCFS or eMoE's SLO-aware order); a free slot takes the next one.
+// Every step carries one token of each decoding request and whole prefill chunks of
+// the requests still reading their prompts, up to a per-step token budget, so a long
+// prompt is read over several steps while the others keep decoding.
+//
+// A prompt is always split at the same positions (multiples of prefill_chunk), and a
+// token alone in its sequence is computed the same way whatever else is in the step,
+// so a request gets the same tokens whether it runs alone or among others (the engine's
+// batching guarantee, include/moeflow/engine.h).
+//
+// Thread safety: submit(), drain(), idle() and the metrics may be used from any
+// thread; the Engine is used only by the loop's own thread.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "moeflow/engine.h"
+#include "moeflow/sampler.h"
+#include "serve/metrics.h"
+#include "serve/request_stream.h"
+#include "serve/scheduler.h"
+
+namespace moeflow::serve {
+
+struct GenerationJob {
+  std::vector<int32_t> prompt;
+  SamplerOptions sampler;
+  int64_t max_tokens = 16;      // tokens to generate at most
+  bool stop_at_eog = true;
+  std::vector<std::string> stop;
+  int top_logprobs = -1;        // -1: no log-probabilities; else how many alternatives
+  double slo_s = 0;             // 0: the scheduler's default
+  std::string task;
+  std::shared_ptr<RequestStream> stream;
+};
+
+struct LoopOptions {
+  int n_parallel = 4;            // slots: requests running at once
+  int64_t prefill_chunk = 128;   // prompt tokens per chunk
+  int64_t step_tokens = 256;     // tokens per step at most (decode tokens always fit)
+  size_t max_waiting = 64;       // queue bound; beyond it submit() refuses with 503
+  SchedPolicy sched = SchedPolicy::fcfs;
+  SchedulerOptions sched_options;
+};
+
+class ServingLoop {
+ public:
+  ServingLoop(Engine& engine, const LoopOptions& opt, ServerMetrics& metrics);
+  ~ServingLoop();  // stops the loop; requests still running get an error event
+  ServingLoop(const ServingLoop&) = delete;
+  ServingLoop& operator=(const ServingLoop&) = delete;
+
+  // Queues a request; throws ApiError 503 when the queue is full or the loop drains.
+  void submit(GenerationJob job);
+  // Refuses new requests from now on; those waiting get 503; running ones finish.
+  void drain();
+  bool draining() const;
+  // No request running or waiting.
+  bool idle() const;
+
+ private:
+  struct Slot;
+  void run();
+  void admit(double now);
+  void drop_cancelled();
+  void step_once();
+  void finish(Slot& s, const std::string& reason, double now);
+  void fail(Slot& s, const ApiError& e);
+  double now() const;
+
+  Engine& engine_;
+  LoopOptions opt_;
+  ServerMetrics& metrics_;
+  std::unique_ptr<RequestScheduler> scheduler_;
+  const std::chrono::steady_clock::time_point t0_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<int64_t, GenerationJob> waiting_;  // by request id; the scheduler orders them
+  int64_t next_id_ = 1;
+  bool draining_ = false, stop_ = false;
+  size_t running_ = 0;  // slots in use (written by the loop thread under mu_)
+
+  std::vector<std::unique_ptr<Slot>> slots_;  // loop thread only
+  std::thread thread_;
+};
+
+}  // namespace moeflow::serve

@@ -1,0 +1,43 @@
+// The server's request parsing (both endpoints) and what it builds from a request:
+// any bytes either parse into a request or give a 400 ApiError naming the field; a
+// parsed request's text runs through the stop strings and the response builders, whose
+// JSON must serialise whatever bytes the text holds.
+#include <cstdint>
+#include <string>
+
+#include "base/error.h"
+#include "fuzz_input.h"
+#include "serve/api_error.h"
+#include "serve/completion_request.h"
+#include "serve/completion_response.h"
+#include "serve/stop_strings.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace moeflow::serve;
+  const std::string body(reinterpret_cast<const char*>(data), size);
+  for (Endpoint ep : {Endpoint::chat, Endpoint::completions}) {
+    MOEFLOW_FUZZ_BODY({
+      try {
+        const CompletionRequest r = parse_completion_request(body, ep);
+        std::string text = r.prompt;
+        for (const ChatMessage& m : r.messages) text += m.content;
+        StopStrings stops(r.stop);
+        std::string shown;
+        for (size_t i = 0; i < text.size(); i += 3) shown += stops.push(text.substr(i, 3));
+        shown += stops.flush();
+        if (shown.size() > text.size()) std::abort();  // stop strings only ever cut
+        const ResponseHeader h{"id", 0, r.model};
+        TokenLogprob lp;
+        lp.token = text.substr(0, 8);
+        lp.top.emplace_back(lp.token, -1.0);
+        const std::vector<TokenLogprob> lps{lp};
+        sse_event(stream_chunk(ep, h, shown, true, "", logprobs_json(ep, lps, 0), r.include_usage));
+        sse_event(full_response(ep, h, shown, "stop", 1, 1, r.logprobs ? &lps : nullptr));
+      } catch (const ApiError& e) {
+        if (e.status() != 400) std::abort();  // parsing knows only bad requests
+        e.to_json().dump();
+      }
+    })
+  }
+  return 0;
+}

@@ -1,0 +1,276 @@
+// `moeflow serve` driven by the official openai client (and raw fetch for malformed
+// bodies): both endpoints streamed and not, batching that changes no output, stop
+// strings, log-probabilities, every bad-input status, a full queue, a client that
+// disconnects, /metrics, and a graceful SIGTERM.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { startServer, stopServer, metric, metricsText } from './server_harness.mjs';
+
+let s;
+let client;
+const MODEL = 'moeflow-default';
+
+before(async () => {
+  s = await startServer(['-np', '4', '-c', '256']);
+  client = new OpenAI({ baseURL: `${s.baseURL}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+});
+after(async () => stopServer(s));
+
+const chat = (content, extra = {}) => ({
+  model: MODEL,
+  messages: [{ role: 'user', content }],
+  temperature: 0,
+  max_tokens: 24,
+  ...extra,
+});
+
+async function collectChat(stream) {
+  let text = '';
+  let finish = null;
+  let usage = null;
+  let chunks = 0;
+  for await (const c of stream) {
+    chunks++;
+    if (c.usage) usage = c.usage;
+    for (const ch of c.choices) {
+      text += ch.delta?.content ?? '';
+      if (ch.finish_reason) finish = ch.finish_reason;
+    }
+  }
+  return { text, finish, usage, chunks };
+}
+
+test('health, models', async () => {
+  const h = await fetch(`${s.baseURL}/health`);
+  assert.equal(h.status, 200);
+  assert.deepEqual(await h.json(), { status: 'ok' });
+  const models = await client.models.list();
+  assert.deepEqual(models.data.map((m) => m.id), [MODEL]);
+});
+
+test('chat completion, not streamed and streamed, agree', async () => {
+  const r = await client.chat.completions.create(chat('Tell me about the sea.'));
+  const m = r.choices[0];
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(m.message.role, 'assistant');
+  assert.ok(m.message.content.length > 0);
+  assert.ok(['stop', 'length'].includes(m.finish_reason));
+  assert.ok(r.usage.prompt_tokens > 0);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+  const st = await collectChat(
+    await client.chat.completions.create({ ...chat('Tell me about the sea.'), stream: true, stream_options: { include_usage: true } }),
+  );
+  assert.equal(st.text, m.message.content);
+  assert.equal(st.finish, m.finish_reason);
+  assert.deepEqual(st.usage, r.usage);
+});
+
+test("chat renders the model's template: the built-in one is question-and-answer prose", async () => {
+  const messages = [
+    { role: 'system', content: 'Be brief.' },
+    { role: 'user', content: 'What is a river?' },
+    { role: 'assistant', content: 'Water that flows.' },
+    { role: 'user', content: 'And the sea?' },
+  ];
+  const r = await client.chat.completions.create({ model: MODEL, messages, temperature: 0, max_tokens: 12 });
+  // tools/train/chat_template.jinja, as Python's jinja2 renders it.
+  const text = 'Be brief.\n\nQuestion: What is a river?\nAnswer: Water that flows.\n\nQuestion: And the sea?\nAnswer:';
+  const c = await client.completions.create({ model: MODEL, prompt: text, temperature: 0, max_tokens: 12 });
+  assert.equal(r.usage.prompt_tokens, c.usage.prompt_tokens);
+  assert.equal(r.choices[0].message.content, c.choices[0].text);
+});
+
+test('completion, not streamed and streamed, agree; length ends at max_tokens', async () => {
+  const r = await client.completions.create({ model: MODEL, prompt: 'In the beginning', max_tokens: 12, temperature: 0 });
+  assert.equal(r.object, 'text_completion');
+  assert.equal(r.usage.completion_tokens, 12);
+  assert.equal(r.choices[0].finish_reason, 'length');
+  let text = '';
+  for await (const c of await client.completions.create({ model: MODEL, prompt: 'In the beginning', max_tokens: 12, temperature: 0, stream: true }))
+    text += c.choices[0]?.text ?? '';
+  assert.equal(text, r.choices[0].text);
+});
+
+test('8 concurrent temperature-0 requests give the outputs they give one at a time', async () => {
+  const prompts = ['The king', 'Once upon a time', 'The function returns', 'In the morning the', 'Water is',
+    'And God said', 'The cat sat on', 'Chapter one'];
+  const req = (p, i) => ({ model: MODEL, prompt: p, max_tokens: 10 + 3 * i, temperature: 0 });
+  const alone = [];
+  for (const [i, p] of prompts.entries()) alone.push((await client.completions.create(req(p, i))).choices[0].text);
+  const together = await Promise.all(prompts.map((p, i) => client.completions.create(req(p, i))));
+  assert.deepEqual(together.map((r) => r.choices[0].text), alone);
+  // Chat, streamed, with a seeded temperature: the same again.
+  const creq = (p, i) => ({ ...chat(p, { temperature: 0.8, seed: 100 + i, max_tokens: 16 }), stream: true });
+  const calone = [];
+  for (const [i, p] of prompts.entries()) calone.push((await collectChat(await client.chat.completions.create(creq(p, i)))).text);
+  const ctogether = await Promise.all(prompts.map(async (p, i) => (await collectChat(await client.chat.completions.create(creq(p, i)))).text));
+  assert.deepEqual(ctogether, calone);
+});
+
+test('stop strings end the text before them', async () => {
+  const full = (await client.completions.create({ model: MODEL, prompt: 'In the beginning', max_tokens: 20, temperature: 0 })).choices[0].text;
+  const words = full.trim().split(/\s+/);
+  const stop = ' ' + words[Math.min(3, words.length - 1)];
+  const cut = full.indexOf(stop);
+  assert.ok(cut >= 0);
+  const r = await client.completions.create({ model: MODEL, prompt: 'In the beginning', max_tokens: 20, temperature: 0, stop: [stop] });
+  assert.equal(r.choices[0].text, full.slice(0, cut));
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  let text = '';
+  for await (const c of await client.completions.create({ model: MODEL, prompt: 'In the beginning', max_tokens: 20, temperature: 0, stop, stream: true }))
+    text += c.choices[0]?.text ?? '';
+  assert.equal(text, full.slice(0, cut));
+});
+
+test('log-probabilities in both formats', async () => {
+  const r = await client.chat.completions.create(chat('Hello', { logprobs: true, top_logprobs: 3, max_tokens: 5 }));
+  const content = r.choices[0].logprobs.content;
+  assert.equal(content.length, 5);
+  for (const t of content) {
+    assert.ok(t.logprob <= 0);
+    assert.equal(t.top_logprobs.length, 3);
+    // Temperature 0 picks the most likely token.
+    assert.equal(t.top_logprobs[0].token, t.token);
+    assert.ok(t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob);
+  }
+  const c = await client.completions.create({ model: MODEL, prompt: 'Hello', max_tokens: 4, temperature: 0, logprobs: 2 });
+  const lp = c.choices[0].logprobs;
+  assert.equal(lp.tokens.length, 4);
+  assert.equal(lp.token_logprobs.length, 4);
+  assert.equal(Object.keys(lp.top_logprobs[0]).length, 2);
+  assert.equal(lp.tokens.join(''), c.choices[0].text);
+});
+
+async function expectError(promise, status, param) {
+  await assert.rejects(promise, (e) => {
+    assert.equal(e.status, status, `status of ${e.message}`);
+    assert.equal(typeof e.error?.message, 'string');
+    if (param !== undefined) assert.equal(e.param, param);
+    return true;
+  });
+}
+
+async function rawPost(route, body) {
+  const r = await fetch(`${s.baseURL}${route}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+  return { status: r.status, body: await r.json(), headers: r.headers };
+}
+
+test('bad input gets 400/404 with an OpenAI error object', async () => {
+  const malformed = await rawPost('/v1/chat/completions', '{"messages": [');
+  assert.equal(malformed.status, 400);
+  assert.equal(malformed.body.error.type, 'invalid_request_error');
+  assert.ok(malformed.body.error.message.includes('JSON'));
+  assert.equal((await rawPost('/v1/completions', '[1,2]')).status, 400);
+  await expectError(client.chat.completions.create(chat('x', { temperature: 'hot' })), 400, 'temperature');
+  await expectError(client.chat.completions.create(chat('x', { max_tokens: 0 })), 400, 'max_tokens');
+  await expectError(client.chat.completions.create(chat('x', { max_tokens: 100000 })), 400, 'max_tokens');
+  await expectError(client.chat.completions.create({ model: MODEL, messages: [] }), 400, 'messages');
+  await expectError(client.chat.completions.create({ model: MODEL, messages: [{ role: 'user' }] }), 400, 'messages[0].content');
+  await expectError(client.chat.completions.create({ model: MODEL, messages: [{ role: 'wizard', content: 'x' }] }), 400, 'messages[0].role');
+  await expectError(client.chat.completions.create(chat('x', { stop: 7 })), 400, 'stop');
+  await expectError(client.chat.completions.create(chat('x', { n: 2 })), 400, 'n');
+  await expectError(client.chat.completions.create(chat('x', { stream: 'yes' })), 400, 'stream');
+  await expectError(client.completions.create({ model: MODEL, prompt: 'word '.repeat(400) }), 400, 'prompt');
+  await expectError(client.completions.create({ model: MODEL, prompt: [1, 2, 999999] }), 400, 'prompt');
+  await expectError(client.chat.completions.create({ ...chat('x'), model: 'gpt-4' }), 404, 'model');
+  const unknown = await fetch(`${s.baseURL}/v1/engines`);
+  assert.equal(unknown.status, 404);
+  assert.equal(typeof (await unknown.json()).error.message, 'string');
+  // The server is still well: no slot leaked.
+  assert.equal(await metric(s, 'moeflow_requests_running'), 0);
+  const ok = await client.completions.create({ model: MODEL, prompt: 'Hello', max_tokens: 2 });
+  assert.equal(ok.usage.completion_tokens, 2);
+});
+
+test('a client that disconnects mid-stream frees its slot', async () => {
+  // A generation far longer than the test, so that only the disconnect can end it early.
+  const one = await startServer(['-np', '1', '-c', '4096']);
+  try {
+    const c = new OpenAI({ baseURL: `${one.baseURL}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const ctl = new AbortController();
+    const stream = await c.completions.create({ model: MODEL, prompt: 'The', max_tokens: 4000, temperature: 0, stream: true }, { signal: ctl.signal });
+    let n = 0;
+    try {
+      for await (const _ of stream) {
+        if (++n === 2) {
+          ctl.abort();
+          break;
+        }
+      }
+    } catch {
+      // the abort surfaces as an error in some client versions, as an ended stream in others
+    }
+    assert.equal(n, 2);
+    // The only slot must come back: a second request completes.
+    const t0 = Date.now();
+    const r = await c.completions.create({ model: MODEL, prompt: 'Hello', max_tokens: 3 });
+    assert.equal(r.usage.completion_tokens, 3);
+    assert.ok(Date.now() - t0 < 30000);
+    assert.equal(await metric(one, 'moeflow_requests_finished_total{reason="cancelled"}'), 1);
+    assert.equal(await metric(one, 'moeflow_requests_running'), 0);
+  } finally {
+    await stopServer(one);
+  }
+});
+
+test('a full queue answers 503 with Retry-After', async () => {
+  const small = await startServer(['-np', '1', '--queue', '1', '-c', '256']);
+  try {
+    const body = JSON.stringify({ model: MODEL, prompt: 'The', max_tokens: 200, temperature: 0 });
+    const post = () => fetch(`${small.baseURL}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    const results = await Promise.all([post(), post(), post(), post()]);
+    const statuses = results.map((r) => r.status).sort();
+    assert.ok(statuses.filter((x) => x === 200).length >= 1);
+    const full = results.filter((r) => r.status === 503);
+    assert.ok(full.length >= 1, `statuses ${statuses}`);
+    assert.equal(full[0].headers.get('retry-after'), '1');
+    const bodies = await Promise.all(results.map((r) => r.json()));
+    assert.equal(bodies[results.indexOf(full[0])].error.code, 'queue_full');
+  } finally {
+    await stopServer(small);
+  }
+});
+
+test('/metrics speaks Prometheus with the moeflow_* names', async () => {
+  const text = await metricsText(s);
+  for (const name of ['moeflow_requests_running', 'moeflow_requests_waiting', 'moeflow_prompt_tokens_total',
+    'moeflow_generation_tokens_total', 'moeflow_time_to_first_token_seconds_bucket', 'moeflow_inter_token_latency_seconds_count',
+    'moeflow_e2e_request_latency_seconds_sum', 'moeflow_request_queue_time_seconds_count', 'moeflow_kv_blocks_used',
+    'moeflow_expert_cache_hits_total', 'moeflow_expert_cache_misses_total', 'moeflow_expert_bytes_read_total',
+    'moeflow_expert_stall_seconds_total', 'moeflow_expert_prefetches_issued_total', 'moeflow_expert_prefetches_used_total'])
+    assert.ok(text.includes(`\n${name}`) || text.startsWith(name), `missing ${name}`);
+  assert.ok((await metric(s, 'moeflow_generation_tokens_total')) > 0);
+  assert.ok((await metric(s, 'moeflow_time_to_first_token_seconds_count')) > 0);
+});
+
+test('offloaded under a 25% expert budget: same outputs as all-resident', async () => {
+  const off = await startServer(['-np', '2', '-c', '256', '--expert-budget', '25%', '--policy', 'lru']);
+  try {
+    const c = new OpenAI({ baseURL: `${off.baseURL}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const req = { model: MODEL, prompt: 'The king', max_tokens: 12, temperature: 0 };
+    const [a, b] = await Promise.all([c.completions.create(req), client.completions.create(req)]);
+    assert.equal(a.choices[0].text, b.choices[0].text);
+    assert.ok((await metric(off, 'moeflow_expert_cache_misses_total')) > 0);
+    assert.ok((await metric(off, 'moeflow_expert_bytes_read_total')) > 0);
+  } finally {
+    await stopServer(off);
+  }
+});
+
+test('SIGTERM lets the running request finish, then the server exits 0', async () => {
+  const t = await startServer(['-np', '2', '-c', '256']);
+  const c = new OpenAI({ baseURL: `${t.baseURL}/v1`, apiKey: 'unused', maxRetries: 0 });
+  const stream = await c.completions.create({ model: MODEL, prompt: 'The', max_tokens: 40, temperature: 0, stream: true });
+  let text = '';
+  let finish = null;
+  let n = 0;
+  for await (const ch of stream) {
+    text += ch.choices[0]?.text ?? '';
+    finish = ch.choices[0]?.finish_reason ?? finish;
+    if (++n === 1) t.proc.kill('SIGTERM');
+  }
+  assert.equal(finish, 'length');
+  assert.equal(await t.exited, 0);
+  assert.match(t.log(), /finishing running requests/);
+});

@@ -1,0 +1,321 @@
+// The server's parts without HTTP: request validation, stop strings, log-probabilities,
+// Prometheus rendering, and the serving loop over a real engine (chunked prefill beside
+// running decodes, cancellation, a full queue). tests/server drives the HTTP layer.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "moeflow/engine.h"
+#include "serve/api_error.h"
+#include "serve/completion_request.h"
+#include "serve/metrics.h"
+#include "serve/openai_server.h"
+#include "serve/serving_loop.h"
+#include "serve/stop_strings.h"
+#include "serve/token_logprobs.h"
+#include "test_paths.h"
+
+namespace moeflow::serve {
+namespace {
+
+using moeflow::testing::fixture_path;
+
+ApiError error_of(const std::string& body, Endpoint ep = Endpoint::chat) {
+  try {
+    parse_completion_request(body, ep);
+  } catch (const ApiError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "accepted: " << body;
+  return ApiError(0, "");
+}
+
+TEST(CompletionRequest, ReadsEveryField) {
+  const CompletionRequest r = parse_completion_request(
+      R"({"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi "},{"type":"text","text":"there"}]}],
+          "max_tokens":7,"temperature":0.5,"top_p":0.9,"top_k":5,"seed":3,"stop":["\n","END"],"stream":true,
+          "stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":4,"slo_ms":250,"task":"code",
+          "user":"u","presence_penalty":0,"tools":[]})",
+      Endpoint::chat);
+  EXPECT_EQ(r.model, "m");
+  ASSERT_EQ(r.messages.size(), 2u);
+  EXPECT_EQ(r.messages[1].content, "hi there");
+  EXPECT_EQ(*r.max_tokens, 7);
+  EXPECT_EQ(r.temperature, 0.5);
+  EXPECT_FLOAT_EQ(static_cast<float>(r.top_p), 0.9f);
+  EXPECT_EQ(r.top_k, 5);
+  EXPECT_EQ(*r.seed, 3u);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"\n", "END"}));
+  EXPECT_TRUE(r.stream && r.include_usage && r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 4);
+  EXPECT_EQ(r.slo_ms, 250);
+  EXPECT_EQ(r.task, "code");
+
+  const CompletionRequest c = parse_completion_request(R"({"prompt":[1,2,3],"logprobs":2,"stop":"x"})",
+                                                       Endpoint::completions);
+  EXPECT_EQ(c.prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_TRUE(c.logprobs);
+  EXPECT_EQ(c.top_logprobs, 2);
+  EXPECT_FALSE(c.max_tokens.has_value());
+  EXPECT_EQ(parse_completion_request(R"({"prompt":["one"]})", Endpoint::completions).prompt, "one");
+}
+
+TEST(CompletionRequest, RefusesBadBodiesNamingTheField) {
+  struct Case { const char* body; Endpoint ep; const char* param; };
+  const Case cases[] = {
+      {R"({"messages": [)", Endpoint::chat, ""},
+      {R"([1])", Endpoint::chat, ""},
+      {R"({})", Endpoint::chat, "messages"},
+      {R"({"messages":[]})", Endpoint::chat, "messages"},
+      {R"({"messages":"hi"})", Endpoint::chat, "messages"},
+      {R"({"messages":[{"content":"x"}]})", Endpoint::chat, "messages[0].role"},
+      {R"({"messages":[{"role":"user"}]})", Endpoint::chat, "messages[0].content"},
+      {R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})", Endpoint::chat, "messages[0].content[0].type"},
+      {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":0})", Endpoint::chat, "max_tokens"},
+      {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":1.5})", Endpoint::chat, "max_tokens"},
+      {R"({"messages":[{"role":"user","content":"x"}],"max_tokens":18446744073709551615})", Endpoint::chat, "max_tokens"},
+      {R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})", Endpoint::chat, "temperature"},
+      {R"({"messages":[{"role":"user","content":"x"}],"temperature":3})", Endpoint::chat, "temperature"},
+      {R"({"messages":[{"role":"user","content":"x"}],"top_p":-1})", Endpoint::chat, "top_p"},
+      {R"({"messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})", Endpoint::chat, "stop"},
+      {R"({"messages":[{"role":"user","content":"x"}],"stop":[""]})", Endpoint::chat, "stop"},
+      {R"({"messages":[{"role":"user","content":"x"}],"n":3})", Endpoint::chat, "n"},
+      {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":21,"logprobs":true})", Endpoint::chat, "top_logprobs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", Endpoint::chat, "top_logprobs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}})", Endpoint::chat, "stream_options"},
+      {R"({"messages":[{"role":"user","content":"x"}],"seed":"s"})", Endpoint::chat, "seed"},
+      {R"({"prompt":""})", Endpoint::completions, "prompt"},
+      {R"({"prompt":[]})", Endpoint::completions, "prompt"},
+      {R"({"prompt":[1,-2]})", Endpoint::completions, "prompt[1]"},
+      {R"({"prompt":["a","b"]})", Endpoint::completions, "prompt"},
+      {R"({"prompt":"x","logprobs":6})", Endpoint::completions, "logprobs"},
+  };
+  for (const Case& c : cases) {
+    const ApiError e = error_of(c.body, c.ep);
+    EXPECT_EQ(e.status(), 400) << c.body;
+    EXPECT_EQ(e.param(), c.param) << c.body << " -> " << e.what();
+    EXPECT_EQ(e.to_json()["error"]["type"], "invalid_request_error");
+  }
+}
+
+// A parser error quotes the bytes it read: bytes that are not UTF-8 must not make the
+// error object unserialisable (found by fuzz_completion_request).
+TEST(CompletionRequest, ErrorsQuotingBadBytesStillSerialise) {
+  const ApiError e = error_of(std::string("{\"prompt\":[1,2,3],\"stop\":\"x\",\xde") + "n\":1}", Endpoint::completions);
+  EXPECT_EQ(e.status(), 400);
+  EXPECT_NO_THROW(e.to_json().dump());
+  EXPECT_NE(std::string(e.what()).find("\xEF\xBF\xBD"), std::string::npos) << "U+FFFD in place of 0xde";
+}
+
+TEST(StopStrings, HoldsBackWhatMayBecomeAStopString) {
+  StopStrings s({"END", "\n\n"});
+  EXPECT_EQ(s.push("Hello E"), "Hello ");  // "E" may start "END"
+  EXPECT_EQ(s.push("N"), "");
+  EXPECT_EQ(s.push("X"), "ENX");           // it did not
+  EXPECT_EQ(s.push(" ok\n"), " ok");
+  EXPECT_EQ(s.push("\nmore"), "");         // "\n\n" completed: nothing after it
+  EXPECT_TRUE(s.stopped());
+  EXPECT_EQ(s.push("later"), "");
+  EXPECT_EQ(s.flush(), "");
+
+  StopStrings t({"abc"});
+  EXPECT_EQ(t.push("xxab"), "xx");
+  EXPECT_EQ(t.flush(), "ab");  // generation ended for another reason: the held text is sent
+  StopStrings u({"lo w"});
+  EXPECT_EQ(u.push("hello world"), "hel");  // the stop string inside one piece
+  EXPECT_TRUE(u.stopped());
+  StopStrings none({});
+  EXPECT_EQ(none.push("anything"), "anything");
+}
+
+TEST(TokenLogprobs, MatchesLogSoftmaxByHand) {
+  const float logits[4] = {1.0f, 3.0f, 2.0f, 3.0f};
+  const double z = std::log(std::exp(1.0) + 2 * std::exp(3.0) + std::exp(2.0));
+  const TokenLogprob t = token_logprobs(logits, 4, 2, 3, [](int32_t id) { return "t" + std::to_string(id); });
+  EXPECT_EQ(t.token, "t2");
+  EXPECT_NEAR(t.logprob, 2.0 - z, 1e-12);
+  ASSERT_EQ(t.top.size(), 3u);
+  EXPECT_EQ(t.top[0].first, "t1");  // ties go to the lower id
+  EXPECT_EQ(t.top[1].first, "t3");
+  EXPECT_EQ(t.top[2].first, "t2");
+  EXPECT_NEAR(t.top[0].second, 3.0 - z, 1e-12);
+  double p = 0;
+  for (int i = 0; i < 4; ++i) p += std::exp(token_logprobs(logits, 4, i, 0, [](int32_t) { return ""; }).logprob);
+  EXPECT_NEAR(p, 1.0, 1e-12);
+}
+
+TEST(ServerMetrics, RendersPrometheusText) {
+  ServerMetrics m;
+  m.generated_tokens += 5;
+  m.time_to_first_token.observe(0.003);
+  m.time_to_first_token.observe(0.2);
+  m.time_to_first_token.observe(1000);
+  m.set_expert_cache({10, 4, 4096, 3, 2, 1, 0.5}, true);
+  const std::string t = m.render();
+  EXPECT_NE(t.find("# TYPE moeflow_generation_tokens_total counter\nmoeflow_generation_tokens_total 5\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("moeflow_time_to_first_token_seconds_bucket{le=\"0.0025\"} 0\n"), std::string::npos);
+  EXPECT_NE(t.find("moeflow_time_to_first_token_seconds_bucket{le=\"0.005\"} 1\n"), std::string::npos);
+  EXPECT_NE(t.find("moeflow_time_to_first_token_seconds_bucket{le=\"0.2\"} 2\n"), std::string::npos);
+  EXPECT_NE(t.find("moeflow_time_to_first_token_seconds_bucket{le=\"300\"} 2\n"), std::string::npos);
+  EXPECT_NE(t.find("moeflow_time_to_first_token_seconds_bucket{le=\"+Inf\"} 3\n"), std::string::npos);
+  EXPECT_NE(t.find("moeflow_time_to_first_token_seconds_count 3\n"), std::string::npos);
+  EXPECT_NE(t.find("moeflow_expert_cache_misses_total 4\n"), std::string::npos);
+  EXPECT_NE(t.find("moeflow_expert_stall_seconds_total 0.5\n"), std::string::npos);
+  // Every sample line is "name[{labels}] value".
+  std::istringstream in(t);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    EXPECT_EQ(line.rfind("moeflow_", 0), 0u) << line;
+    EXPECT_NE(line.find(' '), std::string::npos) << line;
+  }
+}
+
+// The serving loop over the q8_0 fixture: requests collected to the end.
+struct Outcome {
+  std::string text, reason;
+  int64_t completion_tokens = 0;
+  std::optional<ApiError> error;
+};
+
+Outcome wait_for(RequestStream& s) {
+  Outcome o;
+  for (;;)
+    for (StreamEvent& e : s.take(std::chrono::milliseconds(5000))) {
+      o.text += e.text;
+      if (e.finished) {
+        o.reason = e.finish_reason;
+        o.completion_tokens = e.completion_tokens;
+        o.error = e.error;
+        return o;
+      }
+    }
+}
+
+GenerationJob job_of(std::vector<int32_t> prompt, int64_t max_tokens) {
+  GenerationJob j;
+  j.prompt = std::move(prompt);
+  j.max_tokens = max_tokens;
+  j.stop_at_eog = false;
+  j.stream = std::make_shared<RequestStream>();
+  return j;
+}
+
+std::unique_ptr<Engine> open_fixture(int n_parallel, int64_t ctx_size = 64) {
+  EngineOptions o;
+  o.model_path = fixture_path("qwen3moe-q8_0.gguf");
+  o.threads = 2;
+  o.ctx_size = ctx_size;
+  o.n_parallel = n_parallel;
+  return Engine::open(o);
+}
+
+std::vector<int32_t> prompt_of(int n, int seed) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(static_cast<int32_t>((seed * 131 + i * 17) % 200 + 1));
+  return p;
+}
+
+TEST(ServingLoop, ChunkedPrefillBesideDecodesChangesNoToken) {
+  auto engine = open_fixture(4);
+  ServerMetrics metrics;
+  LoopOptions lo;
+  lo.n_parallel = 4;
+  lo.prefill_chunk = 5;  // prompts of 3-23 tokens take 1-5 chunks
+  lo.step_tokens = 8;    // and no step holds two whole chunks beside decodes
+  const int lens[] = {3, 23, 11, 17, 5, 9};
+  std::vector<std::string> alone;
+  {
+    ServingLoop loop(*engine, lo, metrics);
+    for (int i = 0; i < 6; ++i) {
+      GenerationJob j = job_of(prompt_of(lens[i], i), 6 + i);
+      auto s = j.stream;
+      loop.submit(std::move(j));
+      const Outcome o = wait_for(*s);
+      EXPECT_EQ(o.completion_tokens, 6 + i);
+      EXPECT_EQ(o.reason, "length");
+      alone.push_back(o.text);
+    }
+  }
+  ServingLoop loop(*engine, lo, metrics);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 6; ++i) {
+    GenerationJob j = job_of(prompt_of(lens[i], i), 6 + i);
+    streams.push_back(j.stream);
+    loop.submit(std::move(j));
+  }
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(wait_for(*streams[static_cast<size_t>(i)]).text, alone[static_cast<size_t>(i)]) << i;
+  EXPECT_GT(metrics.steps.load(), 0u);
+  while (!loop.idle()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(engine->kv_blocks_free(), engine->kv_blocks_total());
+}
+
+TEST(ServingLoop, CancelledRequestsFreeTheirSlotAndAFullQueueRefuses) {
+  auto engine = open_fixture(1, 4096);
+  ServerMetrics metrics;
+  LoopOptions lo;
+  lo.n_parallel = 1;
+  lo.max_waiting = 1;
+  ServingLoop loop(*engine, lo, metrics);
+  GenerationJob a = job_of(prompt_of(4, 1), 4000);  // runs until cancelled
+  auto sa = a.stream;
+  loop.submit(std::move(a));
+  ASSERT_FALSE(sa->take(std::chrono::milliseconds(5000)).empty());  // a holds the slot
+  GenerationJob b = job_of(prompt_of(4, 2), 3);  // waits for the slot
+  auto sb = b.stream;
+  loop.submit(std::move(b));
+  try {
+    loop.submit(job_of(prompt_of(4, 3), 3));
+    ADD_FAILURE() << "a third request fitted a queue of 1";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 503);
+    EXPECT_EQ(e.code(), "queue_full");
+  }
+  sa->cancel();
+  const Outcome ob = wait_for(*sb);
+  EXPECT_EQ(ob.completion_tokens, 3);
+  EXPECT_EQ(metrics.finished_cancelled.load(), 1u);
+  loop.drain();
+  try {
+    loop.submit(job_of(prompt_of(4, 4), 3));
+    ADD_FAILURE() << "a draining loop took a request";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.code(), "shutting_down");
+  }
+}
+
+TEST(OpenAiServer, AnswersLoadingUntilTheModelIsReady) {
+  ServerMetrics metrics;
+  ServerOptions so;
+  so.port = 0;
+  OpenAiServer server(so, metrics);
+  const int port = server.bind();
+  std::thread http([&] { server.listen(); });
+  httplib::Client c("127.0.0.1", port);
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_NE(health->body.find("loading"), std::string::npos);
+  auto chat = c.Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})", "application/json");
+  ASSERT_TRUE(chat);
+  EXPECT_EQ(chat->status, 503);
+  EXPECT_EQ(chat->get_header_value("Retry-After"), "1");
+  EXPECT_EQ(nlohmann::json::parse(chat->body)["error"]["code"], "loading");
+  auto metrics_page = c.Get("/metrics");
+  ASSERT_TRUE(metrics_page);
+  EXPECT_EQ(metrics_page->status, 200);
+  auto unknown = c.Delete("/v1/models");
+  ASSERT_TRUE(unknown);
+  EXPECT_GE(unknown->status, 400);
+  EXPECT_TRUE(nlohmann::json::parse(unknown->body).contains("error"));
+  server.set_draining();
+  EXPECT_EQ(c.Get("/health")->status, 503);
+  server.stop();
+  http.join();
+}
+
+}  // namespace
+}  // namespace moeflow::serve
