@@ -1,11 +1,17 @@
 // Fork/join pool tuned for many small jobs (a decode step issues hundreds of
 // parallel_for calls per token).
 //
-// Publication: generation_ packs (sequence << 16) | parts into one atomic word, so a
-// worker learns in a single load whether the new job has a chunk for it. Only the
-// workers that own a chunk (index < parts) touch the job fields and count in
-// pending_; the caller does not rewrite those fields until pending_ drops to zero,
-// so an idle worker can never see a half-written job.
+// Publication: generation_ packs (sequence << 16) | parts into one atomic word and
+// wakes the workers. Parts 1.. are not assigned to threads but claimed: claim_ packs
+// (sequence << 16) | the next unclaimed part, and a thread takes a part with one
+// compare-and-swap that fails once the job has moved on. The caller runs part 0, then
+// claims whatever parts no worker has started. So a worker that the OS has not
+// scheduled (cores shared with other processes) does not hold up the join: before,
+// every parallel_for waited for every worker to run its own part, which on a busy
+// 2-core machine cost a scheduler time slice per call and slowed a decode step 30-50x.
+// Only a thread holding a claimed part touches the job fields and counts in pending_;
+// the caller does not rewrite them until pending_ drops to zero, so no thread ever
+// sees a half-written job.
 //
 // Waiting: both sides spin (with a pause instruction) for a short time before
 // blocking on a condition variable; sleepers_/caller_sleeping_ tell the other side
@@ -83,7 +89,7 @@ Range chunk_of(int64_t n, int64_t grain, int parts, int index) {
 ThreadPool::ThreadPool(int n_threads)
     : n_threads_(std::clamp(n_threads, 1, kMaxThreads)), part_times_(static_cast<size_t>(n_threads_)) {
   workers_.reserve(static_cast<size_t>(n_threads_ - 1));
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -126,6 +132,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   worker_error_ = nullptr;
   pending_.store(parts - 1, std::memory_order_relaxed);
   const uint64_t seq = (generation_.load(std::memory_order_relaxed) >> kPartsBits) + 1;
+  claim_.store(seq << kPartsBits | 1);                                     // parts 1.. open
   generation_.store((seq << kPartsBits) | static_cast<uint64_t>(parts));  // seq_cst publish
   if (sleepers_.load() > 0) {
     { std::lock_guard<std::mutex> lk(mu_); }
@@ -140,6 +147,11 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     mine = std::current_exception();
   }
   if (timing_) part_times_[0].finish_ns = now_ns();
+  // The parts no worker has taken yet: a worker that is not running must not make us wait.
+  for (int p; claim_part(seq, parts, &p);) {
+    run_part(p, &mine);
+    pending_.fetch_sub(1);
+  }
 
   auto done = [this] { return pending_.load(std::memory_order_acquire) == 0; };
   if (!spin_until(done, spin_ns(n_threads_))) {
@@ -170,7 +182,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   if (err) std::rethrow_exception(err);
 }
 
-void ThreadPool::worker(int index) {
+void ThreadPool::worker() {
   uint64_t seen = 0;  // the value before any job (a late-starting worker must not skip one)
   const int64_t budget = spin_ns(n_threads_);
   for (;;) {
@@ -189,28 +201,46 @@ void ThreadPool::worker(int index) {
     }
     if (stop_.load()) return;
     seen = g;
+    const uint64_t seq = g >> kPartsBits;
     const int parts = static_cast<int>(g & kPartsMask);
-    if (index >= parts) continue;  // no chunk for us; the job fields are not ours to read
-
-    std::exception_ptr err;
-    const bool timed = job_timed_;
-    PartTimes& times = part_times_[static_cast<size_t>(index)];
-    if (timed) times.start_ns = now_ns();
-    try {
-      run_chunk(job_n_, job_grain_, parts, index, *job_);
-    } catch (...) {
-      err = std::current_exception();
-    }
-    if (timed) times.finish_ns = now_ns();
-    if (err) {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (!worker_error_) worker_error_ = err;
-    }
-    if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
-      { std::lock_guard<std::mutex> lk(mu_); }
-      cv_done_.notify_one();
+    for (int p; claim_part(seq, parts, &p);) {
+      std::exception_ptr err;
+      run_part(p, &err);
+      if (err) {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!worker_error_) worker_error_ = err;
+      }
+      if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
+        { std::lock_guard<std::mutex> lk(mu_); }
+        cv_done_.notify_one();
+      }
     }
   }
+}
+
+bool ThreadPool::claim_part(uint64_t seq, int parts, int* part) {
+  uint64_t c = claim_.load(std::memory_order_acquire);
+  for (;;) {
+    if ((c >> kPartsBits) != seq) return false;
+    const int p = static_cast<int>(c & kPartsMask);
+    if (p >= parts) return false;
+    if (claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel)) {
+      *part = p;
+      return true;
+    }
+  }
+}
+
+void ThreadPool::run_part(int part, std::exception_ptr* err) {
+  const bool timed = job_timed_;
+  PartTimes& times = part_times_[static_cast<size_t>(part)];
+  if (timed) times.start_ns = now_ns();
+  try {
+    run_chunk(job_n_, job_grain_, job_parts_, part, *job_);
+  } catch (...) {
+    if (!*err) *err = std::current_exception();
+  }
+  if (timed) times.finish_ns = now_ns();
 }
 
 }  // namespace moeflow

@@ -50,7 +50,11 @@ class ThreadPool {
   Stats stats() const { return stats_; }
 
  private:
-  void worker(int index);
+  void worker();
+  // Takes the next unclaimed part of job `seq`; false when none is left (or the job ended).
+  bool claim_part(uint64_t seq, int parts, int* part);
+  // Runs part `part` of the current job, recording its time and its exception.
+  void run_part(int part, std::exception_ptr* err);
   void run_chunk(int64_t n, int64_t grain, int parts, int index,
                  const std::function<void(int64_t, int64_t, int)>& fn);
   int n_threads_;
@@ -61,6 +65,7 @@ class ThreadPool {
   int64_t job_n_ = 0, job_grain_ = 1;
   int job_parts_ = 1;                        // chunks in the current job (<= n_threads_)
   std::atomic<uint64_t> generation_{0};      // bumped once per parallel_for
+  std::atomic<uint64_t> claim_{0};           // (sequence << 16) | the next part no thread has taken
   std::atomic<int> pending_{0};              // worker chunks not yet finished
   std::atomic<int> sleepers_{0};             // workers blocked on cv_start_
   std::atomic<bool> caller_sleeping_{false}; // caller blocked on cv_done_
