@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "base/error.h"
+#include "policy/adaptive.h"
 #include "policy/baseline_policies.h"
 #include "policy/duoserve.h"
 #include "policy/emoe.h"
@@ -35,7 +36,12 @@ const Registered kPolicies[] = {
     {"moe-infinity", [](const ExpertGeometry& g, const PolicyOptions&) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<MoeInfinityPolicy>(g); }, true},
     {"emoe", [](const ExpertGeometry& g, const PolicyOptions& o) { return make_emoe_policy(g, o); }, true},
     {"fmoe", [](const ExpertGeometry& g, const PolicyOptions& o) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<FmoePolicy>(g, FmoeOptions{.async = o.async_matching}); }, true},
+    {"adaptive", [](const ExpertGeometry& g, const PolicyOptions&) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<AdaptivePolicy>(g); }},
 };
+
+// adaptive-<ablation>[-...] (adaptive.h): the same policy with signals switched off,
+// for the ablation table; not listed among the policy names.
+bool is_adaptive_ablation(const std::string& name) { return name.rfind("adaptive-", 0) == 0; }
 
 }  // namespace
 
@@ -55,6 +61,7 @@ std::unique_ptr<ExpertPolicy> make_policy(const std::string& name, const ExpertG
   std::unique_ptr<ExpertPolicy> p;
   for (const Registered& r : kPolicies)
     if (name == r.name) p = r.make(g, opt);
+  if (!p && is_adaptive_ablation(name)) p = std::make_unique<AdaptivePolicy>(g, adaptive_options_from_name(name), name);
   if (!p) {
     std::string known;
     for (const std::string& n : policy_names()) known += (known.empty() ? "" : ", ") + n;
