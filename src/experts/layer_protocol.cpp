@@ -33,8 +33,15 @@ void LayerProtocol::run_on_demand(int32_t layer, const std::vector<int32_t>& nee
     if (cache_.room_for_demand({layer, e})) cache_.request({layer, e});
   if (policy.prefetches()) {
     PrefetchPlan plan;
+    policy.link_state(cache_.copies_in_flight(), cache_.prefetches_in_flight());
     policy.plan_prefetch(layer, plan);
-    for (const PrefetchRequest& p : plan) cache_.prefetch(p.key, p.priority);
+    size_t started = 0;
+    for (const PrefetchRequest& p : plan) {
+      if (started >= policy.prefetch_limit()) break;
+      const bool known = cache_.resident(p.key) || cache_.in_flight(p.key);
+      cache_.prefetch(p.key, p.priority);
+      if (!known && cache_.in_flight(p.key)) ++started;
+    }
   }
   for (size_t i = 0; i < pinned.size(); ++i) {
     compute(pinned[i], bufs[i]);

@@ -117,10 +117,12 @@ double AdaptivePolicy::value(const ExpertKey& key, int32_t layer_now) const {
 }
 
 void AdaptivePolicy::plan_prefetch(int32_t layer_now, PrefetchPlan& plan) {
+  if (opt_.prefetch_only_idle && link_busy_) return;
   for (int32_t h = 1; h <= opt_.lookahead && h < g_.n_layer; ++h) {
     const int32_t l = (layer_now + h) % g_.n_layer;
     std::vector<std::pair<double, int32_t>> ranked;
-    for (int32_t e = 0; e < g_.n_expert; ++e) ranked.push_back({value({l, e}, layer_now), e});
+    for (int32_t e = 0; e < g_.n_expert; ++e)
+      if (reuse_probability({l, e}) > opt_.prefetch_min_probability) ranked.push_back({value({l, e}, layer_now), e});
     std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
       return a.first != b.first ? a.first > b.first : a.second < b.second;
     });

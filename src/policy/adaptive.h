@@ -17,10 +17,12 @@
 // the simulator the learning requests fill it before any measured one runs; in the
 // engine it keeps learning as it serves.
 //
-// Prefetch (optional): after layer l's router, the most probable experts of the next
-// `lookahead` layers are asked for; the cache admits one only if the resident expert it
-// would evict is worth less (victim() declines otherwise), so a prefetch never trades a
-// better expert for a worse guess.
+// Prefetch (optional), only when it pays: while the link is idle (no copy queued or
+// running once the layer's demand loads are issued), and for an expert more likely
+// routed than not (a wrong guess costs a whole copy, a right one saves one). The
+// most probable experts of the next `lookahead` layers are asked for; the cache
+// admits one only if the resident expert it would evict is worth less (victim()
+// declines otherwise), so a prefetch never trades a better expert for a worse guess.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -38,6 +40,8 @@ struct AdaptiveOptions {
   bool prefetch = true;   // fetch the next layers' likely experts when worth more than the victim
   int32_t lookahead = 2;  // layers ahead that prefetch considers
   int32_t prefetch_per_layer = 2;  // most experts asked for per layer ahead
+  double prefetch_min_probability = 0.5;  // below it a guess costs more link time than it saves
+  bool prefetch_only_idle = true;  // no prefetch while copies are queued or running
 };
 
 // Parses "adaptive" or "adaptive-<ablation>[-<ablation>...]" with ablations
@@ -52,6 +56,7 @@ class AdaptivePolicy final : public ExpertPolicy {
   bool prefetches() const override { return opt_.prefetch; }
   void begin_iteration(Phase phase, int64_t) override { phase_ = phase; }
   void routed(const LayerRouting& r) override;
+  void link_state(size_t copies_in_flight, size_t) override { link_busy_ = copies_in_flight > 0; }
   void plan_prefetch(int32_t layer_now, PrefetchPlan& plan) override;
   size_t victim(const CacheView& view, const ExpertKey& incoming) override;
 
@@ -86,6 +91,7 @@ class AdaptivePolicy final : public ExpertPolicy {
   AdaptiveOptions opt_;
   std::string name_;
   Phase phase_ = Phase::Decode;
+  bool link_busy_ = false;
   std::vector<ExpertState> experts_;
   std::vector<int64_t> visits_;  // per layer
   std::vector<Cell> table_;

@@ -1,0 +1,127 @@
+// The `adaptive` policy (policy/adaptive.h) on hand-computed cases: the layer cycle's
+// distance, the learned reuse table and its prior, the value that ranks victims, the
+// prefetch admission test, and when prefetching is held back.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "base/error.h"
+#include "policy/adaptive.h"
+#include "policy/policy_factory.h"
+
+namespace moeflow {
+namespace {
+
+LayerRouting routing(int32_t layer, std::vector<int32_t> experts) {
+  LayerRouting r;
+  r.layer = layer;
+  r.n_expert = 4;
+  r.top_k = 1;
+  r.n_tok = static_cast<int64_t>(experts.size());
+  r.experts = std::move(experts);
+  return r;
+}
+
+TEST(Adaptive, DistanceIsTheLayerCycle) {
+  const ExpertGeometry g = ExpertGeometry::uniform(4, 4, 1, 100);
+  AdaptivePolicy p(g);
+  EXPECT_EQ(p.distance(2, 1), 1);  // next layer of this iteration
+  EXPECT_EQ(p.distance(0, 3), 1);  // layer 0 of the next iteration
+  EXPECT_EQ(p.distance(0, 1), 3);
+  EXPECT_EQ(p.distance(1, 1), 4);  // the layer computing now: a whole cycle away
+}
+
+// Layer 0 of a 2 x 4 model, top-1, three decode visits routing experts 0, 0, 1.
+// Each visit adds one observation per expert to the cell of the features it had just
+// before the visit (recency bucket, short-term rate bucket, long-term rate bucket):
+//   visit 0: all four never routed          -> cell (never, 0, 0): n 4, hits 1 (e0)
+//   visit 1: e0 (since 1, recent .125 -> 0, rate 1 -> 5): cell (0, 0, 5) n 1 hit 1;
+//            e1..e3 never                    -> cell (never, 0, 0): n 7, hits 1
+//   visit 2: e0 (since 1, recent .234 -> 1, rate 1 -> 5): cell (0, 1, 5) n 1 hit 0;
+//            e1 never (routed now)           -> cell (never, 0, 0): n 8, hits 2
+//            e2, e3 never                    -> cell (never, 0, 0): n 10, hits 2
+// 12 observations, 3 hits: prior 0.25. A cell's estimate is (hits + 2 prior) / (n + 2).
+TEST(Adaptive, LearnsReuseRatesPerFeatureCell) {
+  const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
+  AdaptivePolicy p(g);
+  p.begin_iteration(Phase::Decode, 0);
+  for (const std::vector<int32_t>& e : {std::vector<int32_t>{0}, {0}, {1}}) p.routed(routing(0, e));
+  EXPECT_EQ(p.observations(), 12u);
+  const double never = (2 + 2 * 0.25) / (10 + 2);
+  EXPECT_NEAR(p.reuse_probability({0, 2}), never, 1e-12) << "e2: never routed";
+  EXPECT_NEAR(p.reuse_probability({1, 3}), never, 1e-12) << "an expert of an unvisited layer is never routed too";
+  // e1, routed at the last visit with a short-term rate of .125 and a long-term rate
+  // of 1/3, lands in a cell never observed: the prior.
+  EXPECT_NEAR(p.reuse_probability({0, 1}), 0.25, 1e-12);
+  // Prefill visits update the state but teach nothing.
+  p.begin_iteration(Phase::Prefill, 1);
+  p.routed(routing(1, {0, 1, 2, 3}));
+  EXPECT_EQ(p.observations(), 12u);
+  // Without the table, the long-term rate alone: e0 routed 2 of 3 visits.
+  AdaptivePolicy plain(g, adaptive_options_from_name("adaptive-nolearned"), "adaptive-nolearned");
+  for (const std::vector<int32_t>& e : {std::vector<int32_t>{0}, {0}, {1}}) plain.routed(routing(0, e));
+  EXPECT_NEAR(plain.reuse_probability({0, 0}), 2.0 / 3.0, 1e-12);
+}
+
+// value = p / (p d + L (1 - p)): expected hits per layer step held until the next use.
+TEST(Adaptive, EvictsTheLeastValuableAndAdmitsOnlyBetterPrefetches) {
+  const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
+  AdaptivePolicy p(g);
+  p.begin_iteration(Phase::Decode, 0);
+  for (const std::vector<int32_t>& e : {std::vector<int32_t>{0}, {0}, {1}}) p.routed(routing(0, e));
+  const double q = (2 + 2 * 0.25) / (10 + 2);  // (0,2), (1,2), (1,3): never routed
+  EXPECT_NEAR(p.value({1, 2}, 0), q / (q * 1 + 2 * (1 - q)), 1e-12);  // next layer: d = 1
+  EXPECT_NEAR(p.value({0, 2}, 0), q / (q * 2 + 2 * (1 - q)), 1e-12);  // this layer: d = L = 2
+  // Same probability: the one further away goes.
+  const std::vector<CacheEntryView> cands = {{{1, 2}, 5}, {{0, 2}, 9}};
+  EXPECT_EQ(p.victim(CacheView{&cands, 10, 0, false}, {1, 3}), 1u);
+  // A prefetch of (1,3) (d = 1) may replace (0,2) (d = 2), not its equal (1,2).
+  const std::vector<CacheEntryView> far = {{{0, 2}}}, equal = {{{1, 2}}};
+  EXPECT_EQ(p.victim(CacheView{&far, 10, 0, true}, {1, 3}), 0u);
+  EXPECT_EQ(p.victim(CacheView{&equal, 10, 0, true}, {1, 3}), ExpertPolicy::kDecline);
+  EXPECT_EQ(p.victim(CacheView{&equal, 10, 0, false}, {1, 3}), 0u) << "a demand is never declined";
+  // Without the distance, the probability alone ranks them: a tie, the older use goes.
+  AdaptivePolicy nd(g, adaptive_options_from_name("adaptive-nodistance"), "adaptive-nodistance");
+  nd.begin_iteration(Phase::Decode, 0);
+  for (const std::vector<int32_t>& e : {std::vector<int32_t>{0}, {0}, {1}}) nd.routed(routing(0, e));
+  EXPECT_EQ(nd.victim(CacheView{&cands, 10, 0, false}, {1, 3}), 0u);
+}
+
+// Prefetch asks only for experts more likely routed than not, and only while the link
+// is idle.
+TEST(Adaptive, PrefetchesOnlyLikelyExpertsOnAnIdleLink) {
+  const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
+  AdaptivePolicy p(g);
+  p.begin_iteration(Phase::Decode, 0);
+  for (int i = 0; i < 40; ++i) p.routed(routing(0, {0}));  // layer 0 always routes expert 0
+  EXPECT_GT(p.reuse_probability({0, 0}), 0.9);
+  EXPECT_LT(p.reuse_probability({0, 1}), 0.1);
+  p.link_state(0, 0);
+  PrefetchPlan plan;
+  p.plan_prefetch(1, plan);  // lookahead 2 of a 2-layer cycle: layer 0 only
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].key, (ExpertKey{0, 0}));
+  EXPECT_NEAR(plan[0].priority, p.value({0, 0}, 1), 1e-12);
+  p.link_state(1, 0);
+  plan.clear();
+  p.plan_prefetch(1, plan);
+  EXPECT_TRUE(plan.empty()) << "a copy is on the link";
+  AdaptivePolicy off(g, adaptive_options_from_name("adaptive-noprefetch"), "adaptive-noprefetch");
+  EXPECT_FALSE(off.prefetches());
+}
+
+TEST(Adaptive, AblationNamesParseAndBadOnesAreNamed) {
+  const AdaptiveOptions o = adaptive_options_from_name("adaptive-nodistance-noprefetch");
+  EXPECT_FALSE(o.distance);
+  EXPECT_FALSE(o.prefetch);
+  EXPECT_TRUE(o.learned);
+  const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
+  EXPECT_EQ(make_policy("adaptive-nolearned", g)->name(), "adaptive-nolearned");
+  EXPECT_EQ(make_policy("adaptive", g)->name(), "adaptive");
+  EXPECT_THROW(adaptive_options_from_name("adaptive-fast"), InputError);
+  EXPECT_THROW(make_policy("adaptive-", g), InputError);
+  EXPECT_THROW(make_policy("adaptive--noprefetch", g), InputError);
+}
+
+}  // namespace
+}  // namespace moeflow
