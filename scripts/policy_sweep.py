@@ -38,6 +38,32 @@ def resolve(path):
     sys.exit(f"trace not found: {path}")
 
 
+def targets_table(rows, args):
+    """The issue's targets per (trace, batch, cache): adaptive's hit rate at least 5
+    points above the better of LRU/LFU, its TPOT at most 0.9x the better one's, and at
+    least a third of the gap from the better of LRU/LFU to Belady closed."""
+    out = ["\n**Targets** (adaptive against the better of LRU/LFU by hit rate; TPOT against the faster of the two)\n",
+           "| trace | batch | cache | best of lru/lfu | adaptive | +points (>= 5) | gap to belady closed (>= 1/3) | TPOT ratio (<= 0.9) | met |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for name in args.traces.split(","):
+        for batch in args.batches.split(","):
+            for c in args.caches.split(","):
+                sel = {r["policy"]: r for r in rows if r["trace"] == name and r["batch"] == int(batch) and r["cache"] == c}
+                base = max((sel["lru"], sel["lfu"]), key=lambda r: r["hit_rate"])
+                fast = min(sel["lru"]["tpot_ms"], sel["lfu"]["tpot_ms"])
+                a, b = sel["adaptive"], sel["belady"]
+                dp = 100 * (a["hit_rate"] - base["hit_rate"])
+                gap = b["hit_rate"] - base["hit_rate"]
+                closed = (a["hit_rate"] - base["hit_rate"]) / gap if gap > 1e-9 else float("nan")
+                ratio = a["tpot_ms"] / fast if fast > 0 else float("nan")
+                met = dp >= 5 and closed >= 1 / 3 and (ratio <= 0.9 or c != "25%")
+                out.append(f"| {name} | {batch} | {c} | {base['policy']} {100 * base['hit_rate']:.1f} | "
+                           f"{100 * a['hit_rate']:.1f} | {dp:+.1f} | "
+                           + ("belady = best (no gap)" if gap <= 1e-9 else f"{closed:.2f}")
+                           + f" | {ratio:.2f} | {'yes' if met else 'no'} |")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--moeflow", default="build/moeflow")
@@ -48,10 +74,14 @@ def main():
     ap.add_argument("--caches", default="12.5%,25%,50%")
     ap.add_argument("--policies", default=DEFAULT_POLICIES)
     ap.add_argument("--duo-dir", default="", help="folder with NAME.duo DuoServe states (trained if missing)")
+    ap.add_argument("--from-json", default="", help="render the tables of an earlier --json instead of running")
     args = ap.parse_args()
 
     rows = []
-    for name in args.traces.split(","):
+    if args.from_json:
+        with open(args.from_json) as f:
+            rows = json.load(f)
+    for name in ([] if args.from_json else args.traces.split(",")):
         trace, learn, measure, hw = TRACES[name]
         trace = resolve(trace)
         policies = args.policies
@@ -92,6 +122,9 @@ def main():
                     m = [r for r in sel if r["policy"] == p and r["cache"] == c]
                     cells.append(f"{100 * m[0]['hit_rate']:.1f} / {m[0]['tpot_ms']:.2f}" if m else "-")
                 lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    pols = args.policies.split(",")
+    if all(p in pols for p in ("lru", "lfu", "adaptive", "belady")):
+        lines += targets_table(rows, args)
     text = "\n".join(lines) + "\n"
     if args.out == "-":
         sys.stdout.write(text)
