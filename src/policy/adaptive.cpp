@@ -23,6 +23,15 @@ int recency_bucket(int64_t visits_since) {
   return 5;
 }
 
+// The running requests' rate is small for most experts (FLAME: 6 of 64 per token):
+// finer buckets at the low end.
+int request_bucket(double rate) {
+  static constexpr double kEdges[] = {0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7};
+  int b = 0;
+  while (b < 7 && rate >= kEdges[b]) ++b;
+  return b;
+}
+
 int rate_bucket(double rate) {
   return std::clamp(static_cast<int>(rate * AdaptivePolicy::kRateBuckets), 0, AdaptivePolicy::kRateBuckets - 1);
 }
@@ -34,13 +43,14 @@ AdaptiveOptions adaptive_options_from_name(const std::string& name) {
   if (name.compare(0, base.size(), base) != 0) throw InputError("not an adaptive policy name: '" + name + "'");
   AdaptiveOptions o;
   for (size_t b = base.size(); b < name.size();) {
-    if (name[b] != '-') throw InputError("policy '" + name + "': expected adaptive[-nodistance][-nolearned][-noprefetch]");
+    if (name[b] != '-') throw InputError("policy '" + name + "': expected adaptive[-nodistance][-nolearned][-norequest][-noprefetch]");
     const size_t e = std::min(name.find('-', b + 1), name.size());
     const std::string part = name.substr(b + 1, e - b - 1);
     if (part == "nodistance") o.distance = false;
     else if (part == "nolearned") o.learned = false;
     else if (part == "noprefetch") o.prefetch = false;
-    else throw InputError("policy '" + name + "': unknown ablation '" + part + "' (nodistance, nolearned, noprefetch)");
+    else if (part == "norequest") o.request = false;
+    else throw InputError("policy '" + name + "': unknown ablation '" + part + "' (nodistance, nolearned, norequest, noprefetch)");
     b = e;
   }
   return o;
@@ -48,7 +58,7 @@ AdaptiveOptions adaptive_options_from_name(const std::string& name) {
 
 AdaptivePolicy::AdaptivePolicy(const ExpertGeometry& g, AdaptiveOptions opt, std::string name)
     : g_(g), opt_(opt), name_(std::move(name)), experts_(g.bytes.size()), visits_(static_cast<size_t>(g.n_layer), 0),
-      table_(static_cast<size_t>(kRecencyBuckets * kRateBuckets * kRateBuckets)) {
+      table_(static_cast<size_t>(kRecencyBuckets * kRateBuckets * kRateBuckets * kRequestBuckets)) {
   if (opt_.lookahead < 0 || opt_.prefetch_per_layer < 0) throw InputError("adaptive: negative lookahead or prefetch count");
 }
 
@@ -57,7 +67,32 @@ AdaptivePolicy::Features AdaptivePolicy::features(const ExpertKey& key) const {
   const int64_t visits = visits_[static_cast<size_t>(key.layer)];
   const int64_t since = s.last_visit < 0 ? -1 : visits - s.last_visit;
   const double long_rate = visits > 0 ? static_cast<double>(s.routed) / static_cast<double>(visits) : 0.0;
-  return {recency_bucket(since), rate_bucket(s.recent), rate_bucket(long_rate)};
+  return {recency_bucket(since), rate_bucket(s.recent), rate_bucket(long_rate),
+          opt_.request ? request_bucket(request_rate(key)) : 0};
+}
+
+void AdaptivePolicy::begin_request(const RequestInfo& info) {
+  running_[info.id] = RequestCounts{std::vector<int64_t>(static_cast<size_t>(g_.n_layer), 0),
+                                    std::vector<int32_t>(g_.bytes.size(), 0)};
+  last_request_ = info.id;
+}
+
+AdaptivePolicy::RequestCounts& AdaptivePolicy::counts_of(int64_t id) {
+  auto it = running_.find(id);
+  if (it == running_.end())  // a routing of a request never announced: start counting it now
+    it = running_.emplace(id, RequestCounts{std::vector<int64_t>(static_cast<size_t>(g_.n_layer), 0),
+                                            std::vector<int32_t>(g_.bytes.size(), 0)}).first;
+  return it->second;
+}
+
+double AdaptivePolicy::request_rate(const ExpertKey& key) const {
+  double none = 1;
+  for (const auto& entry : running_) {
+    const RequestCounts& c = entry.second;
+    const int64_t n = c.tokens[static_cast<size_t>(key.layer)];
+    if (n > 0) none *= 1 - static_cast<double>(c.routed[static_cast<size_t>(g_.index(key))]) / static_cast<double>(n);
+  }
+  return 1 - none;
 }
 
 void AdaptivePolicy::routed(const LayerRouting& r) {
@@ -77,6 +112,17 @@ void AdaptivePolicy::routed(const LayerRouting& r) {
       n_ += 1;
       hits_ += used[static_cast<size_t>(e)];
       ++observations_;
+    }
+  }
+  // The requests' own counts, token by token (a token names its request, or the one
+  // request running).
+  for (int64_t t = 0; t < r.n_tok; ++t) {
+    RequestCounts& c = counts_of(r.requests.empty() ? last_request_ : r.requests[static_cast<size_t>(t)]);
+    ++c.tokens[static_cast<size_t>(l)];
+    for (int64_t k = 0; k < r.top_k; ++k) {
+      const size_t slot = static_cast<size_t>(t * r.top_k + k);
+      if (slot < r.experts.size() && r.experts[slot] >= 0 && r.experts[slot] < g_.n_expert)
+        ++c.routed[static_cast<size_t>(g_.index({l, r.experts[slot]}))];
     }
   }
   const int64_t visit = visits_[static_cast<size_t>(l)]++;

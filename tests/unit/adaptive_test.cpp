@@ -31,15 +31,13 @@ TEST(Adaptive, DistanceIsTheLayerCycle) {
   EXPECT_EQ(p.distance(1, 1), 4);  // the layer computing now: a whole cycle away
 }
 
-// Layer 0 of a 2 x 4 model, top-1, three decode visits routing experts 0, 0, 1.
-// Each visit adds one observation per expert to the cell of the features it had just
-// before the visit (recency bucket, short-term rate bucket, long-term rate bucket):
-//   visit 0: all four never routed          -> cell (never, 0, 0): n 4, hits 1 (e0)
-//   visit 1: e0 (since 1, recent .125 -> 0, rate 1 -> 5): cell (0, 0, 5) n 1 hit 1;
-//            e1..e3 never                    -> cell (never, 0, 0): n 7, hits 1
-//   visit 2: e0 (since 1, recent .234 -> 1, rate 1 -> 5): cell (0, 1, 5) n 1 hit 0;
-//            e1 never (routed now)           -> cell (never, 0, 0): n 8, hits 2
-//            e2, e3 never                    -> cell (never, 0, 0): n 10, hits 2
+// Layer 0 of a 2 x 4 model, top-1, three decode visits routing experts 0, 0, 1 (one
+// request). Each visit adds one observation per expert to the cell of the features it
+// had just before the visit (recency, short-term rate, long-term rate, the request's
+// own rate); the never-routed experts all share one cell, (never, 0, 0, 0):
+//   visit 0: all four never routed          -> n 4, hits 1 (e0)
+//   visit 1: e1..e3 never                    -> n 7, hits 1   (e0: another cell, a hit)
+//   visit 2: e1 never (routed now), e2, e3   -> n 10, hits 2  (e0: another cell, no hit)
 // 12 observations, 3 hits: prior 0.25. A cell's estimate is (hits + 2 prior) / (n + 2).
 TEST(Adaptive, LearnsReuseRatesPerFeatureCell) {
   const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
@@ -110,6 +108,29 @@ TEST(Adaptive, PrefetchesOnlyLikelyExpertsOnAnIdleLink) {
   EXPECT_FALSE(off.prefetches());
 }
 
+// The running requests' own rate: the share of each one's tokens routed to the
+// expert, combined as the chance that any of them routes it; a request that leaves
+// stops counting.
+TEST(Adaptive, RequestRateCombinesTheRunningRequests) {
+  const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
+  AdaptivePolicy p(g);
+  p.begin_request(RequestInfo{7, {}, {}, {}});
+  p.begin_request(RequestInfo{9, {}, {}, {}});
+  p.begin_iteration(Phase::Prefill, 0);
+  // Request 7: four tokens, experts 0 0 0 1; request 9: two tokens, experts 0 2.
+  LayerRouting r = routing(0, {0, 0, 0, 1, 0, 2});
+  r.requests = {7, 7, 7, 7, 9, 9};
+  p.routed(r);
+  EXPECT_NEAR(p.request_rate({0, 0}), 1 - (1 - 0.75) * (1 - 0.5), 1e-12);
+  EXPECT_NEAR(p.request_rate({0, 1}), 0.25, 1e-12);
+  EXPECT_NEAR(p.request_rate({0, 2}), 0.5, 1e-12);
+  EXPECT_EQ(p.request_rate({0, 3}), 0.0);
+  EXPECT_EQ(p.request_rate({1, 0}), 0.0) << "no token at layer 1 yet";
+  p.end_request(9);
+  EXPECT_NEAR(p.request_rate({0, 0}), 0.75, 1e-12);
+  EXPECT_EQ(p.request_rate({0, 2}), 0.0);
+}
+
 TEST(Adaptive, AblationNamesParseAndBadOnesAreNamed) {
   const AdaptiveOptions o = adaptive_options_from_name("adaptive-nodistance-noprefetch");
   EXPECT_FALSE(o.distance);
@@ -118,6 +139,7 @@ TEST(Adaptive, AblationNamesParseAndBadOnesAreNamed) {
   const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
   EXPECT_EQ(make_policy("adaptive-nolearned", g)->name(), "adaptive-nolearned");
   EXPECT_EQ(make_policy("adaptive", g)->name(), "adaptive");
+  EXPECT_FALSE(adaptive_options_from_name("adaptive-norequest").request);
   EXPECT_THROW(adaptive_options_from_name("adaptive-fast"), InputError);
   EXPECT_THROW(make_policy("adaptive-", g), InputError);
   EXPECT_THROW(make_policy("adaptive--noprefetch", g), InputError);
