@@ -41,6 +41,12 @@ class TransferQueue {
       }
     return false;
   }
+  // Jobs queued with at least this priority.
+  size_t count_at_least(double priority) const {
+    size_t n = 0;
+    for (const TransferJob& j : jobs_) n += j.priority >= priority;
+    return n;
+  }
   void set_priority(const ExpertKey& key, double priority) {
     for (TransferJob& j : jobs_)
       if (j.key == key) j.priority = priority;
