@@ -142,9 +142,32 @@ TEST(Emoe, PredictsEveryPPromptsAndLoadsByEquationTwo) {
 
   p.begin_request(RequestInfo{2, {}, {}, "code"});
   EXPECT_FALSE(p.predicted_this_request()) << "the prediction is reused until p prompts have passed";
+  plan.clear();
+  p.plan_prefetch(0, plan);
+  EXPECT_TRUE(plan.empty()) << "the set is issued when the predictor runs, not for every request (§3.3)";
   p.end_request(2);
   p.begin_request(RequestInfo{3, {}, {}, "code"});
   EXPECT_TRUE(p.predicted_this_request());
+  plan.clear();
+  p.plan_prefetch(0, plan);
+  EXPECT_EQ(plan.size(), 4u) << "a new prediction issues its set";
+  p.end_request(3);
+}
+
+// Eq. 2 over a batch: N_i = (ΣW_j + T·W_o)·s·f_i. Learned: one "code" request, a
+// 3-token prompt and one generated token (W_o = 1), layer 0 routing 0 0 1 then 0:
+// f of layer 0 = (3/4, 1/4, 0, 0). Then a request of 5 prompt tokens is running when
+// one of 3 begins: ΣW = 3 + 5, T = 2: N = (8 + 2·1)·f -> 7.5, 2.5.
+TEST(Emoe, EquationTwoCountsTheBatch) {
+  EmoePolicy p(kGeo, {.period = 1});
+  run_request(p, "code", {{0, 0, 1}, {2, 2, 3}}, {{{0}, {2}}});
+  p.begin_request(RequestInfo{5, {1, 1, 1, 1, 1}, {}, "code"});
+  p.begin_iteration(Phase::Prefill, 0);
+  p.routed(route(0, {0, 0, 1, 1, 1}));
+  p.begin_request(RequestInfo{6, {1, 1, 1}, {}, "code"});
+  ASSERT_TRUE(p.predicted_this_request());
+  EXPECT_NEAR(p.expected_tokens()[0], 7.5, 1e-12);
+  EXPECT_NEAR(p.expected_tokens()[1], 2.5, 1e-12);
 }
 
 TEST(Emoe, EvictsExpertsOutsideThePredictionFirst) {
