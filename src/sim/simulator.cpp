@@ -1,6 +1,7 @@
 #include "sim/simulator.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 
 #include "experts/layer_protocol.h"
@@ -157,6 +158,13 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
       PolicyOptions po;
       po.state_path = opt.policy_state;
       po.tasks_path = opt.tasks_path;
+      // eMoE's sensitivity is per model: profiles/tasks/<model profile>.json when there
+      // is one (written by `moeflow trace sensitivity --task`), else profiles/tasks.json.
+      if (po.tasks_path.empty()) {
+        const std::string own = profiles_dir() + "/tasks/" + model.name + ".json";
+        std::error_code ec;
+        if (std::filesystem::is_regular_file(own, ec)) po.tasks_path = own;
+      }
       po.emoe_variant = opt.emoe_variant;
       po.emoe_top_l = opt.emoe_top_l;
       po.budget_bytes = budget;  // eMoE derives its top-L per layer from it
