@@ -33,7 +33,11 @@ const Registered kPolicies[] = {
     {"on-demand", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("on-demand", g); }},
     {"next-layer", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("next-layer", g); }},
     {"duoserve", [](const ExpertGeometry& g, const PolicyOptions&) { return make_duoserve_policy(g); }, true},
-    {"moe-infinity", [](const ExpertGeometry& g, const PolicyOptions&) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<MoeInfinityPolicy>(g); }, true},
+    {"moe-infinity", [](const ExpertGeometry& g, const PolicyOptions& o) -> std::unique_ptr<ExpertPolicy> {
+       MoeInfinityOptions mo;
+       if (o.eamc_capacity > 0) mo.capacity = o.eamc_capacity;
+       return std::make_unique<MoeInfinityPolicy>(g, mo);
+     }, true},
     {"emoe", [](const ExpertGeometry& g, const PolicyOptions& o) { return make_emoe_policy(g, o); }, true},
     {"fmoe", [](const ExpertGeometry& g, const PolicyOptions& o) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<FmoePolicy>(g, FmoeOptions{.async = o.async_matching}); }, true},
     {"adaptive", [](const ExpertGeometry& g, const PolicyOptions&) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<AdaptivePolicy>(g); }},

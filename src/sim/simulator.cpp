@@ -167,6 +167,7 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
       }
       po.emoe_variant = opt.emoe_variant;
       po.emoe_top_l = opt.emoe_top_l;
+      po.eamc_capacity = opt.eamc_capacity;
       po.budget_bytes = budget;  // eMoE derives its top-L per layer from it
       policy = make_policy(opt.policy, g, po);
     }
