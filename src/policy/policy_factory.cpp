@@ -33,6 +33,7 @@ const Registered kPolicies[] = {
     {"on-demand", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("on-demand", g); }},
     {"next-layer", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("next-layer", g); }},
     {"duoserve", [](const ExpertGeometry& g, const PolicyOptions&) { return make_duoserve_policy(g); }, true},
+    {"duoserve-k", [](const ExpertGeometry& g, const PolicyOptions&) { return make_duoserve_policy(g, DuoserveOptions{.k_cache = true}); }, true},
     {"moe-infinity", [](const ExpertGeometry& g, const PolicyOptions& o) -> std::unique_ptr<ExpertPolicy> {
        MoeInfinityOptions mo;
        if (o.eamc_capacity > 0) mo.capacity = o.eamc_capacity;
@@ -74,7 +75,7 @@ std::unique_ptr<ExpertPolicy> make_policy(const std::string& name, const ExpertG
   if (!opt.state_path.empty()) {
     if (!policy_keeps_state(name))
       throw InputError("policy '" + name + "' keeps no learned state: the policy state '" + opt.state_path +
-                       "' would be ignored (states belong to duoserve, emoe, fmoe and moe-infinity)");
+                       "' would be ignored (states belong to duoserve, duoserve-k, emoe, fmoe and moe-infinity)");
     std::error_code ec;
     if (!std::filesystem::is_regular_file(opt.state_path, ec))
       throw InputError(opt.state_path + ": policy state is not a regular file (or does not exist)");

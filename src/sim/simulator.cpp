@@ -148,6 +148,11 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
   uint64_t budget = opt.cache_bytes ? opt.cache_bytes
                                     : static_cast<uint64_t>(opt.cache_fraction * static_cast<double>(total) + 0.5);
   budget = std::max(budget - budget % model.expert_bytes, g.min_budget());  // whole experts
+  // DuoServe's k-slot mode (§5.1): the cache holds the k experts in use, whatever --cache says.
+  if (opt.policy == "duoserve-k") {
+    budget = g.min_budget();
+    res.notes.push_back("duoserve-k: the cache holds top-k = " + std::to_string(g.top_k) + " experts (§5.1), not --cache");
+  }
   res.cache_bytes = budget;
   res.cache_fraction = static_cast<double>(budget) / static_cast<double>(total);
   if (!policy) {

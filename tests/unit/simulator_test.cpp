@@ -178,6 +178,12 @@ TEST(Simulator, BeladyIsNeverBeaten) {
         o.policy = "belady";
         const double bound = simulate(t, m, h, o).hit_rate;
         for (const std::string& p : policy_names()) {
+          // duoserve-k runs another cache model: a k-slot cache whose slots change hands
+          // within a layer (a computed expert's slot takes the next layer's guess). MIN
+          // keeps a layer's experts until the layer is done and does not bound that:
+          // on the tiny trace at batch 4 it hits 27% in one slot against Belady's 18%
+          // in two.
+          if (p == "duoserve-k") continue;
           o.policy = p;
           EXPECT_LE(simulate(t, m, h, o).hit_rate, bound + 1e-12)
               << p << " beat Belady on " << t.path << " at " << f << ", batch " << batch;
