@@ -4,10 +4,13 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "policy/binary_io.h"
 
 namespace moeflow {
 
 namespace {
+
+constexpr char kMagic[8] = {'m', 'f', 'a', 'd', 'a', 'p', 't', '1'};
 
 // Weight of one visit in the short-term rate: about the last eight visits count.
 constexpr double kRecentWeight = 1.0 / 8.0;
@@ -194,6 +197,67 @@ size_t AdaptivePolicy::victim(const CacheView& view, const ExpertKey& incoming) 
   // A prefetch is admitted only in place of something worth less than itself.
   if (view.for_prefetch && best_value >= value(incoming, view.layer_now)) return kDecline;
   return best;
+}
+
+// Layout: magic, n_layer, n_expert, table cells, then the cells (hits, n), the
+// totals, the visits per layer and each expert's (last visit, recent, routed).
+void AdaptivePolicy::save(std::ostream& out) const {
+  using binio::put;
+  out.write(kMagic, sizeof kMagic);
+  put<int32_t>(out, g_.n_layer);
+  put<int32_t>(out, g_.n_expert);
+  put<uint64_t>(out, table_.size());
+  for (const Cell& c : table_) put(out, c.hits), put(out, c.n);
+  put(out, hits_), put(out, n_), put(out, observations_);
+  for (int64_t v : visits_) put(out, v);
+  for (const ExpertState& e : experts_) put(out, e.last_visit), put(out, e.recent), put(out, e.routed);
+}
+
+void AdaptivePolicy::load(std::istream& in) {
+  using binio::get;
+  const std::string what = "adaptive policy state";
+  char magic[sizeof kMagic];
+  if (!in.read(magic, sizeof magic) || !std::equal(magic, magic + sizeof magic, kMagic))
+    throw InputError(what + ": not an adaptive state (bad magic)");
+  const int32_t n_layer = get<int32_t>(in, what), n_expert = get<int32_t>(in, what);
+  const uint64_t cells = get<uint64_t>(in, what);
+  if (n_layer != g_.n_layer || n_expert != g_.n_expert || cells != table_.size())
+    throw InputError(what + ": saved for " + std::to_string(n_layer) + " layers x " + std::to_string(n_expert) +
+                     " experts (" + std::to_string(cells) + " cells), the model has " + std::to_string(g_.n_layer) +
+                     " x " + std::to_string(g_.n_expert) + " (" + std::to_string(table_.size()) + ")");
+  binio::need(in, cells * 16 + 24 + visits_.size() * 8 + experts_.size() * 24, what);
+  auto count = [&](double x, const char* field) {
+    if (!std::isfinite(x) || x < 0) throw InputError(what + ": bad " + field + " " + std::to_string(x));
+    return x;
+  };
+  std::vector<Cell> table(table_.size());
+  for (Cell& c : table) {
+    c.hits = count(get<double>(in, what), "cell hits");
+    c.n = count(get<double>(in, what), "cell count");
+    if (c.hits > c.n) throw InputError(what + ": a cell with more hits than observations");
+  }
+  const double hits = count(get<double>(in, what), "hits"), n = count(get<double>(in, what), "observations");
+  const uint64_t observations = get<uint64_t>(in, what);
+  if (hits > n) throw InputError(what + ": more hits than observations");
+  std::vector<int64_t> visits(visits_.size());
+  for (int64_t& v : visits)
+    if ((v = get<int64_t>(in, what)) < 0) throw InputError(what + ": negative visit count");
+  std::vector<ExpertState> experts(experts_.size());
+  for (size_t i = 0; i < experts.size(); ++i) {
+    ExpertState& e = experts[i];
+    e.last_visit = get<int64_t>(in, what);
+    e.recent = count(get<double>(in, what), "short-term rate");
+    e.routed = get<int64_t>(in, what);
+    const int64_t layer_visits = visits[i / static_cast<size_t>(g_.n_expert)];
+    if (e.recent > 1 || e.routed < 0 || e.routed > layer_visits || e.last_visit < -1 || e.last_visit >= layer_visits)
+      throw InputError(what + ": expert " + std::to_string(i) + " has counts its layer's visits cannot hold");
+  }
+  char extra;
+  if (in.read(&extra, 1)) throw InputError(what + ": unexpected data after the state");
+  table_ = std::move(table);
+  hits_ = hits, n_ = n, observations_ = observations;
+  visits_ = std::move(visits);
+  experts_ = std::move(experts);
 }
 
 }  // namespace moeflow

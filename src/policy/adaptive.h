@@ -65,6 +65,10 @@ class AdaptivePolicy final : public ExpertPolicy {
   void link_state(size_t copies_in_flight, size_t) override { link_busy_ = copies_in_flight > 0; }
   void plan_prefetch(int32_t layer_now, PrefetchPlan& plan) override;
   size_t victim(const CacheView& view, const ExpertKey& incoming) override;
+  // The learned table and each expert's counts (what the engine would otherwise have to
+  // learn again on every start); a state for another shape is an InputError.
+  void save(std::ostream& out) const override;
+  void load(std::istream& in) override;
 
   // The learned probability that `key` is routed at its layer's next visit.
   double reuse_probability(const ExpertKey& key) const;

@@ -41,7 +41,7 @@ const Registered kPolicies[] = {
      }, true},
     {"emoe", [](const ExpertGeometry& g, const PolicyOptions& o) { return make_emoe_policy(g, o); }, true},
     {"fmoe", [](const ExpertGeometry& g, const PolicyOptions& o) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<FmoePolicy>(g, FmoeOptions{.async = o.async_matching}); }, true},
-    {"adaptive", [](const ExpertGeometry& g, const PolicyOptions&) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<AdaptivePolicy>(g); }},
+    {"adaptive", [](const ExpertGeometry& g, const PolicyOptions&) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<AdaptivePolicy>(g); }, true},
 };
 
 // adaptive-<ablation>[-...] (adaptive.h): the same policy with signals switched off,
@@ -57,6 +57,7 @@ std::vector<std::string> policy_names() {
 }
 
 bool policy_keeps_state(const std::string& name) {
+  if (is_adaptive_ablation(name)) return true;
   for (const Registered& r : kPolicies)
     if (name == r.name) return r.keeps_state;
   return false;
@@ -75,7 +76,7 @@ std::unique_ptr<ExpertPolicy> make_policy(const std::string& name, const ExpertG
   if (!opt.state_path.empty()) {
     if (!policy_keeps_state(name))
       throw InputError("policy '" + name + "' keeps no learned state: the policy state '" + opt.state_path +
-                       "' would be ignored (states belong to duoserve, duoserve-k, emoe, fmoe and moe-infinity)");
+                       "' would be ignored (states belong to adaptive, duoserve, duoserve-k, emoe, fmoe and moe-infinity)");
     std::error_code ec;
     if (!std::filesystem::is_regular_file(opt.state_path, ec))
       throw InputError(opt.state_path + ": policy state is not a regular file (or does not exist)");

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sstream>
 
 #include "base/error.h"
 #include "policy/adaptive.h"
@@ -129,6 +130,45 @@ TEST(Adaptive, RequestRateCombinesTheRunningRequests) {
   p.end_request(9);
   EXPECT_NEAR(p.request_rate({0, 0}), 0.75, 1e-12);
   EXPECT_EQ(p.request_rate({0, 2}), 0.0);
+}
+
+// The learned state survives a save and a load exactly (the same bytes, the same
+// estimates); a state for another shape, a truncated one and foreign bytes are refused.
+TEST(Adaptive, SaveLoadRoundTripsAndBadStatesAreRefused) {
+  const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
+  AdaptivePolicy a(g);
+  a.begin_iteration(Phase::Decode, 0);
+  for (int i = 0; i < 10; ++i) {
+    a.routed(routing(0, {i % 3}));
+    a.routed(routing(1, {(i * 7) % 4}));
+  }
+  a.end_request(0);  // what a running request routed is its own, not learned state
+  std::ostringstream saved;
+  a.save(saved);
+  AdaptivePolicy b(g);
+  std::istringstream in(saved.str());
+  b.load(in);
+  std::ostringstream again;
+  b.save(again);
+  EXPECT_EQ(again.str(), saved.str());
+  EXPECT_EQ(b.observations(), a.observations());
+  for (int32_t l = 0; l < 2; ++l)
+    for (int32_t e = 0; e < 4; ++e) EXPECT_EQ(b.reuse_probability({l, e}), a.reuse_probability({l, e}));
+  auto load = [](const ExpertGeometry& geo, const std::string& bytes) {
+    AdaptivePolicy p(geo);
+    std::istringstream s(bytes);
+    p.load(s);
+  };
+  EXPECT_THROW(load(ExpertGeometry::uniform(2, 8, 1, 100), saved.str()), InputError) << "another shape";
+  EXPECT_THROW(load(g, saved.str().substr(0, saved.str().size() - 5)), InputError) << "truncated";
+  EXPECT_THROW(load(g, saved.str() + "x"), InputError) << "trailing bytes";
+  EXPECT_THROW(load(g, "not a state at all, not at all"), InputError);
+  std::string bad = saved.str();
+  bad[8 + 4 + 4 + 8] = '\x7f';  // the first cell's hits: a huge or NaN double
+  bad[8 + 4 + 4 + 8 + 7] = '\x7f';
+  EXPECT_THROW(load(g, bad), InputError) << "a cell with impossible counts";
+  EXPECT_TRUE(policy_keeps_state("adaptive"));
+  EXPECT_TRUE(policy_keeps_state("adaptive-noprefetch"));
 }
 
 TEST(Adaptive, AblationNamesParseAndBadOnesAreNamed) {
