@@ -121,6 +121,7 @@ int cmd_simulate(int argc, char** argv) {
   a.flag("--tasks", "eMoE task profiles: keywords, per-layer sensitivity (default: profiles/tasks.json)");
   a.flag("--emoe-variant", "eMoE expert predictor: all-layer or layer-by-layer", true, "all-layer");
   a.flag("--emoe-top-l", "eMoE: experts held per layer (0: derived from --cache, weighted by sensitivity)", true, "0");
+  a.flag("--eamc-capacity", "moe-infinity: EAM collection capacity (0: 120, the largest of the paper's Fig. 9)", true, "0");
   a.flag("--sweep", "every policy (or those of --policy) over cache sizes 12.5/25/50/75% (Markdown, CSV and SVG)", false);
   a.flag("--out-dir", "where --sweep writes sweep.md, sweep.csv, sweep.svg", true, ".");
   a.flag("--json", "print one JSON object", false);
@@ -157,6 +158,7 @@ int cmd_simulate(int argc, char** argv) {
   if (a.has("--tasks")) opt.tasks_path = a.str("--tasks");
   opt.emoe_variant = a.str("--emoe-variant");
   opt.emoe_top_l = static_cast<int32_t>(a.integer("--emoe-top-l", 0, 1 << 20));
+  opt.eamc_capacity = static_cast<size_t>(a.integer("--eamc-capacity", 0, 1 << 20));
   // Policy states: "FILE" for a single policy, or "name=FILE,..." per policy.
   std::map<std::string, std::string> states;
   if (a.has("--policy-state")) {

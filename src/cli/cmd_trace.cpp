@@ -193,7 +193,8 @@ int trace_sensitivity(int argc, char** argv) {
   Args a("trace sensitivity");
   a.positional("FILE", "routing trace (.jsonl) whose requests carry task labels");
   a.flag("--requests", "requests to measure (range a:b; e.g. the learning split only)", true, ":");
-  a.flag("--tasks", "task profiles whose keywords to keep (default: profiles/tasks.json)");
+  a.flag("--tasks", "task profiles whose keywords to keep (default: profiles/tasks.json; none with --task)");
+  a.flag("--task", "count requests without a task label as this task (a trace of one workload)");
   a.flag("--out", "write the profiles with the sensitivity table here (may be the --tasks file)");
   a.flag("--insensitive-below", "also mark layers under this sensitivity insensitive (s = 0; the paper's binary s)", true, "0");
   a.flag("--json", "print one JSON object", false);
@@ -203,9 +204,13 @@ int trace_sensitivity(int argc, char** argv) {
   const auto range = parse_request_range("--requests", a.str("--requests"), t.requests.size());
   if (range.first >= range.second) throw UsageError("--requests selects no requests");
   const double below = a.number("--insensitive-below", 0, 1);
-  const SensitivityTable s = routing_sensitivity(slice_requests(t, range.first, range.second));
-  if (s.by_task.empty()) throw InputError(t.path + ": no request in the range carries a task label");
-  std::vector<TaskProfile> profiles = task_profiles_or_default(a.str("--tasks"));
+  if (a.has("--task") && a.str("--task").empty()) throw UsageError("--task: empty task name");
+  const SensitivityTable s = routing_sensitivity(slice_requests(t, range.first, range.second), a.str("--task"));
+  if (s.by_task.empty()) throw InputError(t.path + ": no request in the range carries a task label (give --task NAME)");
+  // With --task the profiles start empty unless --tasks names some: another model's
+  // sensitivity rows (profiles/tasks.json is the built-in model's) would not fit.
+  std::vector<TaskProfile> profiles =
+      a.has("--task") && !a.has("--tasks") ? std::vector<TaskProfile>{} : task_profiles_or_default(a.str("--tasks"));
   merge_sensitivity(profiles, s, below);
   const nlohmann::ordered_json source = {{"trace", t.path},
                                          {"model", t.model},

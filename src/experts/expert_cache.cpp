@@ -360,6 +360,13 @@ bool ExpertCache::room_for_demand(const ExpertKey& key) const {
   return room >= geometry_.bytes_of(key);
 }
 
+size_t ExpertCache::prefetches_in_flight() const {
+  if (in_flight_ == 0) return 0;
+  size_t n = 0;
+  for (const Entry& e : entries_) n += e.state == State::InFlight && !e.demand;
+  return n;
+}
+
 bool ExpertCache::resident(const ExpertKey& key) const { return at(key).state == State::Resident; }
 
 bool ExpertCache::in_flight(const ExpertKey& key) const { return at(key).state == State::InFlight; }

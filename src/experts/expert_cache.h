@@ -95,6 +95,10 @@ class ExpertCache {
   bool room_for_demand(const ExpertKey& key) const;
   bool resident(const ExpertKey& key) const;
   bool in_flight(const ExpertKey& key) const;
+  // Copies queued or running (demand loads and prefetches).
+  size_t copies_in_flight() const { return in_flight_; }
+  // Prefetches among them (copies no demand waits for yet).
+  size_t prefetches_in_flight() const;
   // Resident experts of a layer (for rerouting), ascending ids.
   std::vector<int32_t> resident_experts(int32_t layer) const;
   // Takes in every finished copy without waiting.

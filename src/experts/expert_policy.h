@@ -60,6 +60,19 @@ class ExpertPolicy {
   virtual void begin_iteration(Phase, int64_t /*iter*/) {}
   // Router output of one layer (before any rerouting).
   virtual void routed(const LayerRouting&) {}
+  // How many copies are queued or running on the link when plan_prefetch is about to
+  // be asked (all of them, and the prefetches among them): no copy means the link is
+  // idle while the layer computes. Called right before each plan_prefetch.
+  virtual void link_state(size_t /*copies_in_flight*/, size_t /*prefetches_in_flight*/) {}
+  // The most new copies one plan may start (the rest of the plan is ignored): a copy
+  // reserves its bytes from the moment it is queued, so a policy that wants its
+  // fetches issued one at a time, as the link frees up, says so here.
+  virtual size_t prefetch_limit() const { return static_cast<size_t>(-1); }
+  // A cache sized to the experts in use (DuoServe's k slots, §5.1): each expert of
+  // the layer gives up its slot once it has computed, and the plan's prefetches that
+  // found no room are asked again then (the next layer's guesses stream into the
+  // slots the layer frees).
+  virtual bool frees_computed_experts() const { return false; }
   // Experts to fetch ahead, planned once the routing of `layer_now` is known.
   virtual void plan_prefetch(int32_t /*layer_now*/, PrefetchPlan&) {}
   // DuoServe's prefill (§5.2): true when `layer` streams its experts through the

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "base/error.h"
+#include "experts/expert_cache.h"
 
 namespace moeflow {
 
@@ -27,7 +28,9 @@ struct FreeDeleter {
 
 }  // namespace
 
-FileTransport::FileTransport(const ExpertStore& store, int n_threads, bool try_direct) : store_(store) {
+FileTransport::FileTransport(const ExpertStore& store, int n_threads, bool try_direct, uint64_t chunk_bytes)
+    : store_(store),
+      chunk_bytes_(chunk_bytes == 0 ? 0 : std::max<uint64_t>(kDirectIoAlign, (chunk_bytes + kDirectIoAlign - 1) & ~(kDirectIoAlign - 1))) {
   fd_buffered_ = ::open(store.path().c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_buffered_ < 0)
     throw InputError(store.path() + ": cannot open for expert reads: " + std::strerror(errno));
@@ -61,6 +64,24 @@ void FileTransport::submit(const ExpertKey& key, uint8_t* dst, double priority) 
 void FileTransport::reprioritize(const ExpertKey& key, double priority) {
   std::lock_guard<std::mutex> lock(mu_);
   queue_.set_priority(key, priority);
+  for (auto& [k, p] : running_jobs_)
+    if (k == key) p = priority;  // a copy that became a demand is not given up
+}
+
+uint64_t FileTransport::preemptions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return preemptions_;
+}
+
+bool FileTransport::should_yield(const ExpertKey& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (running_ < threads_.size()) return false;  // a free reader takes the demand
+  const size_t demands = queue_.count_at_least(kDemandPriority);
+  if (demands <= yielding_) return false;
+  for (const auto& [k, p] : running_jobs_)
+    if (k == key && p >= kDemandPriority) return false;
+  ++yielding_;
+  return true;
 }
 
 bool FileTransport::cancel(const ExpertKey& key) {
@@ -92,16 +113,30 @@ void FileTransport::worker() {
       if (stop_) return;
       job = *queue_.pop();
       ++running_;
+      running_jobs_.push_back({job.key, job.priority});
     }
     std::exception_ptr err;
+    bool finished = true;
     try {
-      read_expert(job);
+      finished = read_expert(job);
     } catch (...) {
       err = std::current_exception();
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
       --running_;
+      for (size_t i = 0; i < running_jobs_.size(); ++i)
+        if (running_jobs_[i].first == job.key) {
+          job.priority = running_jobs_[i].second;
+          running_jobs_.erase(running_jobs_.begin() + static_cast<int64_t>(i));
+          break;
+        }
+      if (!finished && !err) {
+        --yielding_;
+        ++preemptions_;
+        queue_.push_back(job);  // this reader takes the demand next
+        continue;
+      }
       if (err && !error_) error_ = err;
       done_.push_back(job.key);
       for (const ExpertPart& p : store_.parts(job.key)) bytes_moved_ += p.span_end - p.span_begin;
@@ -110,9 +145,24 @@ void FileTransport::worker() {
   }
 }
 
-void FileTransport::read_expert(const TransferJob& job) {
-  for (const ExpertPart& p : store_.parts(job.key)) read_span(job.dst + p.buffer_offset, p.span_begin, p.span_end - p.span_begin);
+bool FileTransport::read_expert(TransferJob& job) {
+  // The expert's spans one after the other; job.done counts bytes across them.
+  uint64_t start = 0;
+  for (const ExpertPart& p : store_.parts(job.key)) {
+    const uint64_t len = p.span_end - p.span_begin;
+    while (job.done < start + len) {
+      const uint64_t at = job.done - start;
+      const uint64_t n = chunk_bytes_ ? std::min(chunk_bytes_, len - at) : len - at;
+      read_span(job.dst + p.buffer_offset + at, p.span_begin + at, n);
+      job.done += n;
+      if (chunk_hook_) chunk_hook_(job.key, job.done);
+      const bool last = job.done == start + len && &p == &store_.parts(job.key).back();
+      if (!last && chunk_bytes_ && should_yield(job.key)) return false;
+    }
+    start += len;
+  }
   store_.prepare(job.key, job.dst);  // on this I/O thread, before the expert is reported done
+  return true;
 }
 
 void FileTransport::read_span(uint8_t* dst, uint64_t offset, uint64_t len) {

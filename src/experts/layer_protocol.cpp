@@ -31,19 +31,39 @@ void LayerProtocol::run_on_demand(int32_t layer, const std::vector<int32_t>& nee
   }
   for (int32_t e : missing)
     if (cache_.room_for_demand({layer, e})) cache_.request({layer, e});
+  PrefetchPlan plan;
+  auto issue = [&] {
+    size_t started = 0;
+    for (const PrefetchRequest& p : plan) {
+      if (started >= policy.prefetch_limit()) break;
+      const bool known = cache_.resident(p.key) || cache_.in_flight(p.key);
+      cache_.prefetch(p.key, p.priority);
+      if (!known && cache_.in_flight(p.key)) ++started;
+    }
+  };
   if (policy.prefetches()) {
-    PrefetchPlan plan;
+    policy.link_state(cache_.copies_in_flight(), cache_.prefetches_in_flight());
     policy.plan_prefetch(layer, plan);
-    for (const PrefetchRequest& p : plan) cache_.prefetch(p.key, p.priority);
+    issue();
   }
+  // A k-slot cache: the computed expert's slot goes to the plan (DuoServe §5.3, "after
+  // the first expert ... completes its computation, the communication stream
+  // immediately starts prefetching the experts for the next layer").
+  const bool frees = policy.frees_computed_experts();
+  auto done = [&](int32_t e) {
+    cache_.release({layer, e});
+    if (!frees) return;
+    cache_.retire({layer, e});
+    issue();
+  };
   for (size_t i = 0; i < pinned.size(); ++i) {
     compute(pinned[i], bufs[i]);
-    cache_.release({layer, pinned[i]});
+    done(pinned[i]);
   }
   for (int32_t e : missing) {
     const uint8_t* b = cache_.acquire({layer, e});
     compute(e, b);
-    cache_.release({layer, e});
+    done(e);
   }
 }
 

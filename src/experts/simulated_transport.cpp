@@ -3,31 +3,72 @@
 #include <limits>
 #include <stdexcept>
 
+#include "experts/expert_cache.h"
+
 namespace moeflow {
 
 SimulatedTransport::SimulatedTransport(const ExpertGeometry& geometry, const LinkProfile& link)
     : geometry_(geometry), link_(link), engines_(static_cast<size_t>(std::max(1, link.copy_engines))) {}
 
-double SimulatedTransport::transfer_seconds(const ExpertKey& key) const {
-  return link_.latency_s + static_cast<double>(geometry_.bytes_of(key)) / link_.bandwidth_bytes_per_s;
-}
+double SimulatedTransport::transfer_seconds(const ExpertKey& key) const { return seconds_for(geometry_.bytes_of(key)); }
 
 void SimulatedTransport::submit(const ExpertKey& key, uint8_t*, double priority) {
   queue_.push(key, nullptr, priority);
   start_idle(now_);
+  preempt_for(priority);
 }
 
-void SimulatedTransport::reprioritize(const ExpertKey& key, double priority) { queue_.set_priority(key, priority); }
+void SimulatedTransport::reprioritize(const ExpertKey& key, double priority) {
+  queue_.set_priority(key, priority);
+  for (Engine& e : engines_)
+    if (e.busy && e.key == key) e.priority = priority;  // a running copy that is now a demand is not pre-empted
+  preempt_for(priority);
+}
 
-bool SimulatedTransport::cancel(const ExpertKey& key) { return queue_.remove(key); }
+bool SimulatedTransport::cancel(const ExpertKey& key) {
+  if (!queue_.remove(key)) return false;
+  left_.erase(key);
+  return true;
+}
+
+void SimulatedTransport::preempt_for(double priority) {
+  if (link_.chunk_bytes == 0 || priority < kDemandPriority) return;
+  // One engine freed for each queued demand: those idle or already yielding count.
+  size_t freeing = 0;
+  for (const Engine& e : engines_)
+    if (!e.busy || e.yields) ++freeing;
+  if (freeing >= queue_.count_at_least(kDemandPriority)) return;
+  Engine* victim = nullptr;
+  for (Engine& e : engines_)
+    if (e.busy && !e.yields && e.priority < kDemandPriority && (!victim || e.priority < victim->priority)) victim = &e;
+  if (!victim) return;
+  // It stops at the end of the chunk under way (its first chunk if the latency has
+  // not passed yet); if that is the end of the copy, there is nothing to pre-empt.
+  const double moving = std::max(0.0, now_ - victim->start - link_.latency_s);
+  const uint64_t moved = static_cast<uint64_t>(moving * link_.bandwidth_bytes_per_s);
+  const uint64_t chunks = moved / link_.chunk_bytes + 1;
+  const uint64_t boundary = std::min(victim->bytes, chunks * link_.chunk_bytes);
+  if (boundary >= victim->bytes) return;
+  left_[victim->key] = victim->bytes - boundary;
+  bytes_moved_ += boundary;
+  victim->finish = victim->start + seconds_for(boundary);
+  victim->yields = true;
+  ++preemptions_;
+}
 
 void SimulatedTransport::start_idle(double t) {
   for (Engine& e : engines_) {
     if (e.busy || queue_.empty()) continue;
     const TransferJob j = *queue_.pop();
     e.busy = true;
+    e.yields = false;
     e.key = j.key;
-    e.finish = t + transfer_seconds(j.key);
+    e.priority = j.priority;
+    e.start = t;
+    const auto left = left_.find(j.key);
+    e.bytes = left != left_.end() ? left->second : geometry_.bytes_of(j.key);
+    if (left != left_.end()) left_.erase(left);
+    e.finish = t + seconds_for(e.bytes);
   }
 }
 
@@ -38,8 +79,12 @@ void SimulatedTransport::settle(double t) {
       if (e.busy && e.finish <= t && (!first || e.finish < first->finish)) first = &e;
     if (!first) return;
     first->busy = false;
-    done_.push_back(first->key);
-    bytes_moved_ += geometry_.bytes_of(first->key);
+    if (first->yields) {
+      queue_.push(first->key, nullptr, first->priority);  // resumes with left_[key] bytes
+    } else {
+      done_.push_back(first->key);
+      bytes_moved_ += first->bytes;
+    }
     start_idle(first->finish);
   }
 }
@@ -51,7 +96,7 @@ void SimulatedTransport::advance(double seconds) {
 
 void SimulatedTransport::collect(std::vector<ExpertKey>& done, bool block) {
   settle(now_);
-  if (block && done_.empty()) {
+  while (block && done_.empty()) {  // a pre-empted piece ends without a copy done
     double next = std::numeric_limits<double>::infinity();
     for (const Engine& e : engines_)
       if (e.busy) next = std::min(next, e.finish);

@@ -13,13 +13,19 @@ struct TransferJob {
   ExpertKey key;
   uint8_t* dst = nullptr;
   double priority = 0;
-  uint64_t seq = 0;  // submission order
+  uint64_t seq = 0;   // submission order
+  uint64_t done = 0;  // bytes already copied (a pre-empted copy resumes there)
 };
 
 class TransferQueue {
  public:
   void push(const ExpertKey& key, uint8_t* dst, double priority) {
     jobs_.push_back({key, dst, priority, next_seq_++});
+  }
+  // Puts back a pre-empted job, its progress kept (it queues after its equals).
+  void push_back(TransferJob job) {
+    job.seq = next_seq_++;
+    jobs_.push_back(job);
   }
   bool empty() const { return jobs_.empty(); }
   size_t size() const { return jobs_.size(); }
@@ -40,6 +46,12 @@ class TransferQueue {
         return true;
       }
     return false;
+  }
+  // Jobs queued with at least this priority.
+  size_t count_at_least(double priority) const {
+    size_t n = 0;
+    for (const TransferJob& j : jobs_) n += j.priority >= priority;
+    return n;
   }
   void set_priority(const ExpertKey& key, double priority) {
     for (TransferJob& j : jobs_)

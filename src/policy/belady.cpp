@@ -17,7 +17,10 @@ size_t BeladyPolicy::next_use(const ExpertKey& key, size_t from) const {
 }
 
 void BeladyPolicy::plan_prefetch(int32_t, PrefetchPlan& plan) {
-  // The experts of the coming steps in order of first use, until the cache is full.
+  // The experts of the coming steps in order of first use, until the cache is full;
+  // the protocol starts the first that is missing (prefetch_limit), the cache admits
+  // it only past victim()'s do-no-harm test.
+  if (link_busy_) return;
   const size_t now = static_cast<size_t>(std::max<int64_t>(pos_, 0));
   std::vector<ExpertKey> upcoming;
   for (size_t s = now + 1; s < steps_.size() && static_cast<int64_t>(upcoming.size()) < capacity_; ++s)

@@ -176,8 +176,9 @@ namespace {
 class DuoservePolicy : public ExpertPolicy {
  public:
   DuoservePolicy(const ExpertGeometry& g, DuoserveOptions opt)
-      : n_layer_(g.n_layer), pred_(g.n_layer, g.n_expert, g.top_k, std::move(opt)) {}
-  std::string name() const override { return "duoserve"; }
+      : n_layer_(g.n_layer), k_cache_(opt.k_cache), pred_(g.n_layer, g.n_expert, g.top_k, std::move(opt)) {}
+  std::string name() const override { return k_cache_ ? "duoserve-k" : "duoserve"; }
+  bool frees_computed_experts() const override { return k_cache_; }
   bool prefetches() const override { return true; }
 
   void begin_iteration(Phase phase, int64_t) override {
@@ -296,6 +297,7 @@ class DuoservePolicy : public ExpertPolicy {
   }
 
   int32_t n_layer_;
+  bool k_cache_;
   DuoservePredictor pred_;
   Phase phase_ = Phase::Decode;
   std::vector<std::vector<int32_t>> rows_;

@@ -26,6 +26,10 @@ struct DuoserveOptions {
   MlpConfig mlp;         // the paper's widths by default
   int32_t epochs = 15;   // §6.4: "only 15 to 20 epochs are needed for Mixtral 8x7B"
   size_t max_paths = 20000;  // training paths kept (the engine observes without end)
+  // §5.1's GPU expert cache of k experts ("duoserve-k"): each computed expert frees its
+  // slot for the next layer's predicted experts (ExpertPolicy::frees_computed_experts);
+  // the simulator sizes the cache to k experts for it.
+  bool k_cache = false;
 };
 
 class DuoservePredictor {

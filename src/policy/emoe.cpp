@@ -162,13 +162,16 @@ void EmoePolicy::begin_request(const RequestInfo& info) {
   running_.erase(info.id);
   running(info.id).task = task_;
   last_request_ = info.id;
-  planned_ = predicted_now_ = false;
+  predicted_now_ = false;
   // §3.3: the predictor runs for the first prompt that has a history, then every p
-  // prompts; in between the experts it chose stay loaded. (The paper's first prompt,
+  // prompts; in between the experts it chose stay loaded: the set is issued when the
+  // predictor runs, not again for each request (demand loads may push some of it out
+  // until the next prediction, as they do in the paper). (The paper's first prompt,
   // with no history, runs with everything loaded: here, plain demand loading.)
   if (!all_zero(last_any_) && (freq_.empty() || since_prediction_ >= opt_.period)) {
     predict(info);
     predicted_now_ = true;
+    planned_ = false;
     since_prediction_ = 0;
   }
   ++since_prediction_;
@@ -198,14 +201,19 @@ void EmoePolicy::predict(const RequestInfo& info) {
       if (std::all_of(row, row + n_expert_, [](double x) { return x == 0; })) std::copy_n(&base[at(l, 0)], n_expert_, row);
     }
   }
-  // Eq. 2 with batch size one (T = 1): N_i = (W + W_o)·s·f_i, W the prompt's tokens,
-  // W_o the task's mean output length so far.
+  // Eq. 2: N_i = (ΣW_j + T·W_o)·s·f_i over the batch of T requests running now (this
+  // one and those already in flight), W_j their prompts' tokens, W_o the task's mean
+  // output length so far. (A factor common to every expert: it scales N, the choice of
+  // the held set depends on s·f alone.)
   uint64_t reqs = 0, prompt = 0, gen = 0;
   for (const auto& [name, s] : stats_)
     if (!known || name == task_) reqs += s.requests, prompt += s.prompt_tokens, gen += s.generated;
   const double mean_prompt = reqs ? static_cast<double>(prompt) / static_cast<double>(reqs) : 1.0;
-  const double w = info.prompt.empty() ? mean_prompt : static_cast<double>(info.prompt.size());
-  const double wo = reqs ? static_cast<double>(gen) / static_cast<double>(reqs) : 0.0;
+  double w = info.prompt.empty() ? mean_prompt : static_cast<double>(info.prompt.size());
+  double batch = 1;
+  for (const auto& [id, run] : running_)
+    if (id != info.id) w += run.prompt > 0 ? static_cast<double>(run.prompt) : mean_prompt, batch += 1;
+  const double wo = batch * (reqs ? static_cast<double>(gen) / static_cast<double>(reqs) : 0.0);
   expected_.assign(n, 0);
   for (int32_t l = 0; l < n_layer_; ++l) {
     const double s = sensitivity(task_, l);
@@ -312,9 +320,9 @@ void EmoePolicy::observe(Running& run, const LayerRouting& r) {
   prev_.experts = r.experts;
 }
 
-// §3.4: the held (top-L) experts of every layer, by N_i. Issued once per request (the set the
-// predictor chose is loaded before the prompt runs; re-issuing each request brings back
-// what demand loads pushed out). Ranks interleave across layers (every layer's best,
+// §3.4: the held (top-L) experts of every layer, by N_i. Issued once per prediction (§3.3:
+// the set the predictor chose is loaded before the prompt runs, then stays until the
+// next prediction). Ranks interleave across layers (every layer's best,
 // then every layer's second, ...) so that a budget too small for L per layer still gets
 // an even top-L' everywhere; within a rank the next layers come first.
 void EmoePolicy::plan_prefetch(int32_t layer_now, PrefetchPlan& plan) {

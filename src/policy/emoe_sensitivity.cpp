@@ -24,7 +24,7 @@ double rounded(double x) { return std::round(x * 1000.0) / 1000.0; }
 
 }  // namespace
 
-SensitivityTable routing_sensitivity(const Trace& t) {
+SensitivityTable routing_sensitivity(const Trace& t, const std::string& unlabelled_task) {
   SensitivityTable out;
   out.method = t.has_probs ? "gate-mass" : "concentration";
   out.n_layer = t.n_layer;
@@ -32,11 +32,11 @@ SensitivityTable routing_sensitivity(const Trace& t) {
   const double chance = E > 0 ? static_cast<double>(k) / E : 0;
   std::map<std::string, Acc> acc;
   for (const TraceRequest& rq : t.requests) {
-    if (rq.task.empty()) {
+    if (rq.task.empty() && unlabelled_task.empty()) {
       ++out.unlabelled_requests;
       continue;
     }
-    Acc& a = acc[rq.task];
+    Acc& a = acc[rq.task.empty() ? unlabelled_task : rq.task];
     if (a.rows.empty()) {
       a.mass.assign(static_cast<size_t>(t.n_layer), 0);
       a.rows.assign(static_cast<size_t>(t.n_layer), 0);

@@ -38,7 +38,9 @@ struct SensitivityTable {
 
 // Over every request of `t` (slice it first to keep measured requests out). A layer
 // where a task routed nothing gets s = 1 (no evidence: sensitive, as the paper's default).
-SensitivityTable routing_sensitivity(const Trace& t);
+// Requests without a task label count as `unlabelled_task` when it is given (a trace of
+// one workload, e.g. HumanEval, is one task), else they are skipped.
+SensitivityTable routing_sensitivity(const Trace& t, const std::string& unlabelled_task = "");
 
 // Puts each task's row into `profiles` (adding tasks the profiles lack, with no
 // keywords). With `insensitive_below` > 0, layers under it are also listed as

@@ -255,7 +255,10 @@ const float* FmoePolicy::predicted(int32_t layer, bool next, double* score) cons
 void FmoePolicy::plan_prefetch(int32_t layer_now, PrefetchPlan& plan) {
   refresh_results();
   const size_t first = plan.size();
-  for (int32_t t = layer_now + 1; t <= layer_now + opt_.distance; ++t) {
+  // §4.2: at layer l the matched map's P_{l+d} guides the prefetch of layer l+d alone
+  // (layers l+1..l+d-1 were targets of the layers before; the first d layers of an
+  // iteration are the targets of the previous iteration's last d, by the semantic map).
+  for (int32_t t = layer_now + opt_.distance; t <= layer_now + opt_.distance; ++t) {
     const bool next = t >= n_layer_;  // a layer of the next iteration
     const int32_t layer = next ? t - n_layer_ : t;
     if (layer < 0 || layer >= n_layer_) continue;

@@ -1,8 +1,8 @@
 // fMoE (fmoe.txt §3.2, §4): fine-grained expert offloading guided by expert maps.
 // Every iteration's gate distributions are recorded as an expert map (§4.1); the map
 // matching the request's semantic embedding guides the first d layers of an iteration
-// and the map matching the trajectory seen so far guides the rest (§4.2); the experts
-// of the matched layer are prefetched until their probability reaches δ = clip(1 −
+// and the map matching the trajectory seen so far guides the rest (§4.2); after layer
+// l's gate, the experts of layer l+d alone (P_{l+d} of the matched map) are prefetched until their probability reaches δ = clip(1 −
 // score, 0, 1), at least top-k (§4.3), in the order p/(l − l_now), and the cache evicts
 // the expert with the smallest p·freq, i.e. the highest eviction priority 1/(p·freq)
 // (§4.5); a prefetch whose expert is worth less than that victim is declined.

@@ -31,10 +31,17 @@ bool all_zero(const std::vector<uint32_t>& v) {
   return std::all_of(v.begin(), v.end(), [](uint32_t x) { return x == 0; });
 }
 
-// Similarity of two stored requests: both phases count equally, since a prompt has far
-// more tokens than its output and would otherwise decide alone.
+// Similarity of two stored requests (App. B.1): the cosine of their EAMs flattened
+// into one vector, prefill and decode end to end.
 double entry_similarity(const MoeInfinityPolicy::Entry& a, const MoeInfinityPolicy::Entry& b) {
-  return (cosine(a.prefill, b.prefill) + cosine(a.decode, b.decode)) / 2;
+  double dot = 0, na = 0, nb = 0;
+  for (const auto& [x, y] : {std::pair{&a.prefill, &b.prefill}, std::pair{&a.decode, &b.decode}})
+    for (size_t i = 0; i < x->size(); ++i) {
+      dot += static_cast<double>((*x)[i]) * static_cast<double>((*y)[i]);
+      na += static_cast<double>((*x)[i]) * static_cast<double>((*x)[i]);
+      nb += static_cast<double>((*y)[i]) * static_cast<double>((*y)[i]);
+    }
+  return na > 0 && nb > 0 ? dot / std::sqrt(na * nb) : 0;
 }
 
 }  // namespace
@@ -166,10 +173,13 @@ void MoeInfinityPolicy::refresh() {
 
 void MoeInfinityPolicy::add_prediction(const Running& r) {
   const int ph = phase_of(r) == Phase::Prefill ? 0 : 1;
-  std::vector<uint32_t> query = r.ream[ph];
-  for (size_t i = 0; i < query.size(); ++i) query[i] += r.ieam[i];
+  // Algorithm 1 line 8, PredictEAM(eamc, curEAM): the current iteration's EAM is the
+  // query. Before its first routing (nothing to match yet) the request's own EAM of
+  // this phase stands in, and before the first decode iteration its prompt's.
+  std::vector<uint32_t> query = r.ieam;
   int match_ph = ph;
-  if (all_zero(query) && ph == 1) query = r.ream[0], match_ph = 0;  // decode not started: match on the prompt
+  if (all_zero(query)) query = r.ream[ph];
+  if (all_zero(query) && ph == 1) query = r.ream[0], match_ph = 0;
 
   std::vector<std::pair<double, size_t>> sims;
   if (!all_zero(query))
@@ -198,7 +208,9 @@ void MoeInfinityPolicy::add_prediction(const Running& r) {
 // Layers at or before l belong to the next iteration: their distance wraps (i + L - l).
 void MoeInfinityPolicy::plan_prefetch(int32_t layer_now, PrefetchPlan& plan) {
   refresh();
-  for (int32_t d = 1; d < n_layer_ && d <= opt_.prefetch_distance; ++d) {
+  const size_t first = plan.size();
+  const int32_t reach = opt_.prefetch_distance > 0 ? opt_.prefetch_distance : n_layer_ - 1;
+  for (int32_t d = 1; d < n_layer_ && d <= reach; ++d) {
     const int32_t layer = (layer_now + d) % n_layer_;
     const double w = 1.0 - static_cast<double>(d) / static_cast<double>(n_layer_);
     for (int32_t e = 0; e < n_expert_; ++e) {
@@ -206,6 +218,9 @@ void MoeInfinityPolicy::plan_prefetch(int32_t layer_now, PrefetchPlan& plan) {
       if (p > 0) plan.push_back({{layer, e}, p * w});
     }
   }
+  // The cache takes the plan in order: the most likely and nearest first.
+  std::stable_sort(plan.begin() + static_cast<std::ptrdiff_t>(first), plan.end(),
+                   [](const PrefetchRequest& a, const PrefetchRequest& b) { return a.priority > b.priority; });
 }
 
 // Algorithm 1, lines 8-16: p = (peam[l][e] + ϵ)·(1 − l/L) / Σ_j peam[l][j], lowest p goes;

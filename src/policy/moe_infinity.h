@@ -1,8 +1,11 @@
 // MoE-Infinity's sparsity-aware expert cache (moe-infinity.txt §4.3-4.7, App. B.1):
 // request-level Expert Activation Matrices (EAM: [layer][expert] token counts) kept in a
 // fixed-capacity collection (EAMC), matched by cosine distance against the running
-// request's partial EAM; the matches' aggregate predicts activation (pEAM), which drives
-// prefetching (weighted by layer proximity) and eviction (Algorithm 1). Each running
+// request's current iteration-level EAM (Algorithm 1's curEAM, §4.5 "This iEAM is
+// matched with prior EAMs"); the matches' aggregate predicts activation (pEAM), which
+// drives prefetching of every future layer weighted by layer proximity, and eviction
+// (Algorithm 1). EAMC replacement compares entries as one flattened vector (App. B.1),
+// the prefill and decode rEAMs (traced separately, §4.3) laid end to end. Each running
 // request keeps its own EAMs; with several in one step, the prediction is the sum of
 // theirs (the step needs every one's experts).
 #pragma once
@@ -21,10 +24,12 @@ struct MoeInfinityOptions {
   // How many closest EAMs are aggregated (§4.5 "several matched EAMs might be returned";
   // the paper gives no number).
   size_t n_match = 3;
-  // Layers ahead to prefetch. §4.6 prefetches "the experts that are likely to be
-  // activated for the next layer"; prefetching every future layer (Fig. 5's full pEAM)
-  // floods a small cache with far-layer guesses that evict what is needed sooner.
-  int32_t prefetch_distance = 1;
+  // Layers ahead to prefetch (0: every future layer). Fig. 5 step 3 weighs each
+  // future layer i by its proximity 1 - (i - l)/L, which only ranks anything when
+  // several layers are asked for; the cache admits a far guess only in place of an
+  // expert of lower priority (victim() declines otherwise), and with chunked copies a
+  // demand no longer waits behind one.
+  int32_t prefetch_distance = 0;
 };
 
 class MoeInfinityPolicy : public ExpertPolicy {

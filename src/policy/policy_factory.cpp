@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "base/error.h"
+#include "policy/adaptive.h"
 #include "policy/baseline_policies.h"
 #include "policy/duoserve.h"
 #include "policy/emoe.h"
@@ -32,10 +33,20 @@ const Registered kPolicies[] = {
     {"on-demand", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("on-demand", g); }},
     {"next-layer", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("next-layer", g); }},
     {"duoserve", [](const ExpertGeometry& g, const PolicyOptions&) { return make_duoserve_policy(g); }, true},
-    {"moe-infinity", [](const ExpertGeometry& g, const PolicyOptions&) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<MoeInfinityPolicy>(g); }, true},
+    {"duoserve-k", [](const ExpertGeometry& g, const PolicyOptions&) { return make_duoserve_policy(g, DuoserveOptions{.k_cache = true}); }, true},
+    {"moe-infinity", [](const ExpertGeometry& g, const PolicyOptions& o) -> std::unique_ptr<ExpertPolicy> {
+       MoeInfinityOptions mo;
+       if (o.eamc_capacity > 0) mo.capacity = o.eamc_capacity;
+       return std::make_unique<MoeInfinityPolicy>(g, mo);
+     }, true},
     {"emoe", [](const ExpertGeometry& g, const PolicyOptions& o) { return make_emoe_policy(g, o); }, true},
     {"fmoe", [](const ExpertGeometry& g, const PolicyOptions& o) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<FmoePolicy>(g, FmoeOptions{.async = o.async_matching}); }, true},
+    {"adaptive", [](const ExpertGeometry& g, const PolicyOptions&) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<AdaptivePolicy>(g); }, true},
 };
+
+// adaptive-<ablation>[-...] (adaptive.h): the same policy with signals switched off,
+// for the ablation table; not listed among the policy names.
+bool is_adaptive_ablation(const std::string& name) { return name.rfind("adaptive-", 0) == 0; }
 
 }  // namespace
 
@@ -46,6 +57,7 @@ std::vector<std::string> policy_names() {
 }
 
 bool policy_keeps_state(const std::string& name) {
+  if (is_adaptive_ablation(name)) return true;
   for (const Registered& r : kPolicies)
     if (name == r.name) return r.keeps_state;
   return false;
@@ -55,6 +67,7 @@ std::unique_ptr<ExpertPolicy> make_policy(const std::string& name, const ExpertG
   std::unique_ptr<ExpertPolicy> p;
   for (const Registered& r : kPolicies)
     if (name == r.name) p = r.make(g, opt);
+  if (!p && is_adaptive_ablation(name)) p = std::make_unique<AdaptivePolicy>(g, adaptive_options_from_name(name), name);
   if (!p) {
     std::string known;
     for (const std::string& n : policy_names()) known += (known.empty() ? "" : ", ") + n;
@@ -63,7 +76,7 @@ std::unique_ptr<ExpertPolicy> make_policy(const std::string& name, const ExpertG
   if (!opt.state_path.empty()) {
     if (!policy_keeps_state(name))
       throw InputError("policy '" + name + "' keeps no learned state: the policy state '" + opt.state_path +
-                       "' would be ignored (states belong to duoserve, emoe, fmoe and moe-infinity)");
+                       "' would be ignored (states belong to adaptive, duoserve, duoserve-k, emoe, fmoe and moe-infinity)");
     std::error_code ec;
     if (!std::filesystem::is_regular_file(opt.state_path, ec))
       throw InputError(opt.state_path + ": policy state is not a regular file (or does not exist)");

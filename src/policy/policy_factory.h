@@ -19,6 +19,7 @@ struct PolicyOptions {
   uint64_t budget_bytes = 0;  // the cache budget the policy runs under (0: unknown)
   // emoe: prompt text for keyword task detection when a request has no task label.
   std::function<std::string(const std::vector<int32_t>&)> detokenize = {};
+  size_t eamc_capacity = 0;  // moe-infinity: EAM collection capacity (0: its default, Fig. 9's largest)
   bool async_matching = false;  // fmoe: match expert maps on a worker thread (engine only; the simulator stays deterministic)
 };
 

@@ -69,6 +69,9 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path) {
   h.link.bandwidth_bytes_per_s = number(j, "bandwidth_gbs", path, 1e-6, 1e6) * 1e9;
   h.link.latency_s = number(j, "latency_us", path, 0, 1e9) * 1e-6;
   h.link.copy_engines = static_cast<int>(number(j, "copy_engines", path, 1, 64));
+  // Optional: copies move in chunks of this size and a demand pre-empts a prefetch
+  // at a chunk boundary (absent: copies are whole).
+  if (j.contains("chunk_kib")) h.link.chunk_bytes = static_cast<uint64_t>(number(j, "chunk_kib", path, 4, 1 << 30) * 1024.0);
   return h;
 }
 

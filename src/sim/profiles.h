@@ -1,7 +1,7 @@
 // Hardware and model profiles for the simulator's cost model: data files, not code
 // (profiles/hw/*.json, profiles/models/*.json).
 //
-// hardware: {"name", "bandwidth_gbs", "latency_us", "copy_engines"}
+// hardware: {"name", "bandwidth_gbs", "latency_us", "copy_engines"[, "chunk_kib"]}
 // model:    {"name", "n_layer", "n_expert", "top_k", "expert_bytes",
 //            "dense_seconds_per_layer", "dense_seconds_per_layer_token",
 //            "expert_seconds", "expert_seconds_per_token", "hidden_size"?}

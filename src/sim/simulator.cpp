@@ -1,6 +1,7 @@
 #include "sim/simulator.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 
 #include "experts/layer_protocol.h"
@@ -147,6 +148,11 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
   uint64_t budget = opt.cache_bytes ? opt.cache_bytes
                                     : static_cast<uint64_t>(opt.cache_fraction * static_cast<double>(total) + 0.5);
   budget = std::max(budget - budget % model.expert_bytes, g.min_budget());  // whole experts
+  // DuoServe's k-slot mode (§5.1): the cache holds the k experts in use, whatever --cache says.
+  if (opt.policy == "duoserve-k") {
+    budget = g.min_budget();
+    res.notes.push_back("duoserve-k: the cache holds top-k = " + std::to_string(g.top_k) + " experts (§5.1), not --cache");
+  }
   res.cache_bytes = budget;
   res.cache_fraction = static_cast<double>(budget) / static_cast<double>(total);
   if (!policy) {
@@ -157,8 +163,16 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
       PolicyOptions po;
       po.state_path = opt.policy_state;
       po.tasks_path = opt.tasks_path;
+      // eMoE's sensitivity is per model: profiles/tasks/<model profile>.json when there
+      // is one (written by `moeflow trace sensitivity --task`), else profiles/tasks.json.
+      if (po.tasks_path.empty()) {
+        const std::string own = profiles_dir() + "/tasks/" + model.name + ".json";
+        std::error_code ec;
+        if (std::filesystem::is_regular_file(own, ec)) po.tasks_path = own;
+      }
       po.emoe_variant = opt.emoe_variant;
       po.emoe_top_l = opt.emoe_top_l;
+      po.eamc_capacity = opt.eamc_capacity;
       po.budget_bytes = budget;  // eMoE derives its top-L per layer from it
       policy = make_policy(opt.policy, g, po);
     }

@@ -38,6 +38,7 @@ struct SimOptions {
   std::string tasks_path;         // emoe: task profiles (empty: profiles/tasks.json if present)
   std::string emoe_variant;       // emoe: all-layer (default) or layer-by-layer
   int32_t emoe_top_l = 0;         // emoe: L per layer (0: derived from the cache budget)
+  size_t eamc_capacity = 0;       // moe-infinity: EAM collection capacity (0: its default)
   // Requests in flight at once (the serving setting): each step carries the next
   // iteration of each, their tokens tagged with their request; 1 replays requests one
   // after the other.

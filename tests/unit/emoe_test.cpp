@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -142,9 +144,32 @@ TEST(Emoe, PredictsEveryPPromptsAndLoadsByEquationTwo) {
 
   p.begin_request(RequestInfo{2, {}, {}, "code"});
   EXPECT_FALSE(p.predicted_this_request()) << "the prediction is reused until p prompts have passed";
+  plan.clear();
+  p.plan_prefetch(0, plan);
+  EXPECT_TRUE(plan.empty()) << "the set is issued when the predictor runs, not for every request (§3.3)";
   p.end_request(2);
   p.begin_request(RequestInfo{3, {}, {}, "code"});
   EXPECT_TRUE(p.predicted_this_request());
+  plan.clear();
+  p.plan_prefetch(0, plan);
+  EXPECT_EQ(plan.size(), 4u) << "a new prediction issues its set";
+  p.end_request(3);
+}
+
+// Eq. 2 over a batch: N_i = (ΣW_j + T·W_o)·s·f_i. Learned: one "code" request, a
+// 3-token prompt and one generated token (W_o = 1), layer 0 routing 0 0 1 then 0:
+// f of layer 0 = (3/4, 1/4, 0, 0). Then a request of 5 prompt tokens is running when
+// one of 3 begins: ΣW = 3 + 5, T = 2: N = (8 + 2·1)·f -> 7.5, 2.5.
+TEST(Emoe, EquationTwoCountsTheBatch) {
+  EmoePolicy p(kGeo, {.period = 1});
+  run_request(p, "code", {{0, 0, 1}, {2, 2, 3}}, {{{0}, {2}}});
+  p.begin_request(RequestInfo{5, {1, 1, 1, 1, 1}, {}, "code"});
+  p.begin_iteration(Phase::Prefill, 0);
+  p.routed(route(0, {0, 0, 1, 1, 1}));
+  p.begin_request(RequestInfo{6, {1, 1, 1}, {}, "code"});
+  ASSERT_TRUE(p.predicted_this_request());
+  EXPECT_NEAR(p.expected_tokens()[0], 7.5, 1e-12);
+  EXPECT_NEAR(p.expected_tokens()[1], 2.5, 1e-12);
 }
 
 TEST(Emoe, EvictsExpertsOutsideThePredictionFirst) {
@@ -352,6 +377,40 @@ TEST(EmoeSensitivity, MergedIntoProfilesAndReadBack) {
   EXPECT_EQ(back[2].name, "sharp") << "tasks the profiles lack are added";
   EXPECT_EQ(back[2].sensitivity, (std::vector<double>{1.0, 0.0}));
   std::remove(path.c_str());
+}
+
+// A trace of one unlabelled workload is one task when named: both requests of the
+// labelled trace, stripped of their labels, pooled as "all" (layer 0: tokens 0 0 0 1 2 3
+// of six, f = (1/2, 1/6, 1/6, 1/6): 1 − H(f)/log 4, H = ½ log 2 + 3·(1/6) log 6).
+TEST(EmoeSensitivity, UnlabelledRequestsCountAsTheNamedTask) {
+  Trace t = labelled_trace(false);
+  for (TraceRequest& rq : t.requests) rq.task.clear();
+  EXPECT_TRUE(routing_sensitivity(t).by_task.empty());
+  EXPECT_EQ(routing_sensitivity(t).unlabelled_requests, 2);
+  const SensitivityTable s = routing_sensitivity(t, "all");
+  ASSERT_EQ(s.by_task.size(), 1u);
+  const double h = 0.5 * std::log(2.0) + 0.5 * std::log(6.0);
+  EXPECT_NEAR(s.by_task.at("all")[0], 1 - h / std::log(4.0), 1e-9);
+  EXPECT_EQ(s.tokens.at("all"), 12);
+}
+
+// The per-model profiles the simulator picks (profiles/tasks/<model>.json) are what
+// `moeflow trace sensitivity --task` measures on the learning split of each shared trace.
+TEST(EmoeSensitivity, PerModelProfilesReproduceFromTheSharedTraces) {
+  struct Case { const char* profile; const char* trace; size_t learn; const char* task; };
+  for (const Case& c : {Case{"mixtral-8x7b", "mixtral-8x7b-instruct-v0.1-fp8_humaneval.jsonl", 1, "humaneval"},
+                        Case{"flame-moe-290m", "flame-moe-290m_pretrain-shard0.jsonl", 22, "pretrain"}}) {
+    const std::string trace = std::string(MOEFLOW_FIXTURES) + "/../../../shared/traces/" + c.trace;
+    if (!std::filesystem::exists(trace)) continue;
+    const Trace t = load_trace(trace);
+    const auto tasks = load_task_profiles(std::string(MOEFLOW_FIXTURES) + "/../../profiles/tasks/" + c.profile + ".json");
+    ASSERT_EQ(tasks.size(), 1u);
+    EXPECT_EQ(tasks[0].name, c.task);
+    const SensitivityTable s = routing_sensitivity(slice_requests(t, 0, c.learn), c.task);
+    ASSERT_EQ(tasks[0].sensitivity.size(), static_cast<size_t>(t.n_layer));
+    for (size_t l = 0; l < tasks[0].sensitivity.size(); ++l)
+      EXPECT_NEAR(tasks[0].sensitivity[l], s.by_task.at(c.task)[l], 5e-4) << c.profile << " layer " << l << " (saved to 3 decimals)";
+  }
 }
 
 // The shipped profile is for the built-in model: its task names are the labels of the

@@ -190,6 +190,30 @@ TEST(EngineBatch, OffloadedUnderEveryPolicyIsLossless) {
   }
 }
 
+// `adaptive` (and its ablations) with --on-miss load give the all-resident logits at
+// every budget, down to the smallest that runs.
+TEST(EngineBatch, AdaptiveIsLosslessAtEveryBudget) {
+  const char* fixture = "mixtral-f32.gguf";
+  auto resident = Engine::open(options_for(fixture));
+  const std::vector<Script> scripts = make_scripts(6, resident->n_vocab(), 7);
+  std::vector<Transcript> ref;
+  for (const Script& s : scripts) ref.push_back(run_alone(*resident, s));
+  for (const char* policy : {"adaptive", "adaptive-noprefetch", "adaptive-nodistance-nolearned"})
+    for (const char* budget : {"12.5%", "25%", "50%", "75%"}) {
+      auto e = Engine::open(options_for(fixture, policy, budget));
+      ASSERT_TRUE(e->offloaded());
+      const std::vector<Transcript> together = run_together(*e, scripts, 5);
+      for (size_t i = 0; i < scripts.size(); ++i) {
+        ASSERT_EQ(together[i].logits.size(), ref[i].logits.size());
+        for (size_t k = 0; k < ref[i].logits.size(); ++k)
+          ASSERT_TRUE(together[i].logits[k] == ref[i].logits[k]) << policy << " at " << budget << ": sequence " << i << ", logits " << k;
+      }
+      const ExpertCacheStats st = e->cache_stats();
+      std::printf("%s at %s: hit rate %.1f%%\n", policy, budget,
+                  100.0 * static_cast<double>(st.hits) / static_cast<double>(std::max<uint64_t>(st.hits + st.misses, 1)));
+    }
+}
+
 // "100%" is of what the experts take in memory: it holds every expert, so nothing is
 // ever evicted.
 TEST(EngineBatch, FullBudgetNeverEvicts) {

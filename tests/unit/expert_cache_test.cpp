@@ -124,5 +124,69 @@ TEST(SimulatedTransport, HigherPriorityStartsFirstAndCancelWorksOnlyWhileQueued)
   EXPECT_EQ(order, (std::vector<ExpertKey>{{0, 0}, {0, 1}, {0, 2}}));
 }
 
+// Chunked copies: 100-byte experts at 100 B/s in 25-byte chunks, latency 0.1 s. A
+// prefetch of A starts at 0 (bytes move from 0.1 s); at 0.3 s, 20 bytes in, a demand
+// for B arrives: A stops at its chunk boundary (25 bytes, 0.35 s), B runs 0.35 to
+// 1.45, and A resumes with its 75 bytes, latency again: 1.45 to 2.30. Unchunked, B
+// would wait for the whole of A (done at 1.1) and land at 2.2.
+TEST(SimulatedTransport, DemandPreemptsAPrefetchAtAChunkBoundary) {
+  ExpertGeometry g = ExpertGeometry::uniform(1, 4, 1, 100);
+  for (uint64_t chunk : {uint64_t{25}, uint64_t{0}}) {
+    SimulatedTransport link{g, LinkProfile{100.0, 0.1, 1, chunk}};
+    link.submit({0, 0}, nullptr, 1.0);
+    link.advance(0.3);
+    link.submit({0, 1}, nullptr, kDemandPriority);
+    std::vector<ExpertKey> done;
+    link.collect(done, true);
+    ASSERT_EQ(done.size(), 1u);
+    if (chunk) {
+      EXPECT_EQ(done[0], (ExpertKey{0, 1})) << "the demand lands first";
+      EXPECT_NEAR(link.now(), 1.45, 1e-12);
+      EXPECT_EQ(link.preemptions(), 1u);
+    } else {
+      EXPECT_EQ(done[0], (ExpertKey{0, 0}));
+      EXPECT_NEAR(link.now(), 1.1, 1e-12);
+      EXPECT_EQ(link.preemptions(), 0u);
+    }
+    done.clear();
+    link.collect(done, true);
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_NEAR(link.now(), chunk ? 2.30 : 2.2, 1e-12);
+    EXPECT_EQ(link.bytes_moved(), 200u) << "every byte moved once";
+  }
+  // A prefetch is never pre-empted by another prefetch, nor by a demand when an engine
+  // is free, nor in its last chunk.
+  SimulatedTransport link{g, LinkProfile{100.0, 0.0, 1, 25}};
+  link.submit({0, 0}, nullptr, 1.0);
+  link.submit({0, 1}, nullptr, 5.0);
+  link.advance(0.8);  // 80 bytes in: the chunk under way is the last
+  link.submit({0, 2}, nullptr, kDemandPriority);
+  EXPECT_EQ(link.preemptions(), 0u);
+  std::vector<ExpertKey> order;
+  while (order.size() < 3) link.collect(order, true);
+  EXPECT_EQ(order, (std::vector<ExpertKey>{{0, 0}, {0, 2}, {0, 1}}));
+}
+
+// In the cache: a demand promoted from a queued prefetch pre-empts the prefetch that
+// is copying. 1 s per expert, 4 chunks; prefetch A at 0, prefetch B queued behind it;
+// at 0.1 s B is demanded: A yields at 0.25, B lands at 1.25.
+TEST(ExpertCache, PromotedDemandPreemptsTheRunningPrefetch) {
+  ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
+  auto policy = make_baseline_policy("lru", g);
+  SimulatedTransport link{g, LinkProfile{100.0, 0.0, 1, 25}};
+  ExpertCache cache{g, 400, link, *policy};
+  cache.prefetch({0, 0}, 1.0);
+  cache.prefetch({1, 0}, 1.0);
+  link.advance(0.1);
+  cache.acquire({1, 0});
+  EXPECT_NEAR(link.now(), 1.25, 1e-12);
+  cache.release({1, 0});
+  EXPECT_EQ(link.preemptions(), 1u);
+  EXPECT_EQ(cache.counters().late_prefetches, 1u);
+  cache.acquire({0, 0});
+  EXPECT_NEAR(link.now(), 2.0, 1e-12) << "A's 75 bytes left";
+  cache.release({0, 0});
+}
+
 }  // namespace
 }  // namespace moeflow

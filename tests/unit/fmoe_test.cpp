@@ -89,31 +89,36 @@ TEST(Fmoe, PrefetchesTheMatchedMapStepByStep) {
   EXPECT_TRUE(plan_at(f, 0).empty()) << "an empty store predicts nothing";
   learn(f);
   ASSERT_EQ(f.store().size(), 1u);
-  // Same embedding and trajectory: scores 1, δ = 0, top-1 per layer at p/(l − l_now).
-  // Layers < d follow the semantic match, the rest the trajectory; past the last layer
-  // the next iteration's first layers (semantic).
+  // Same embedding and trajectory: scores 1, δ = 0, top-1 of layer l+d alone (§4.2's
+  // P_{l+d}) at p/d. Targets below d follow the semantic match, the rest the
+  // trajectory; past the last layer the next iteration's first layers (semantic).
   f.begin_request(RequestInfo{2, {}, {2, 0}, {}});
   f.begin_iteration(Phase::Prefill, 0);
   f.routed(full(0, peaked(0)));
-  expect_plan(plan_at(f, 0), {{1, 1, 0.7}, {2, 2, 0.35}});
+  expect_plan(plan_at(f, 0), {{2, 2, 0.35}});
   f.routed(full(1, peaked(1)));
-  expect_plan(plan_at(f, 1), {{2, 2, 0.7}, {3, 3, 0.35}});
+  expect_plan(plan_at(f, 1), {{3, 3, 0.35}});
   f.routed(full(2, peaked(2)));
-  expect_plan(plan_at(f, 2), {{3, 3, 0.7}, {0, 0, 0.35}});
+  expect_plan(plan_at(f, 2), {{0, 0, 0.35}});
   f.routed(full(3, peaked(3)));
-  expect_plan(plan_at(f, 3), {{0, 0, 0.7}, {1, 1, 0.35}});
+  expect_plan(plan_at(f, 3), {{1, 1, 0.35}});
 }
 
 TEST(Fmoe, LowSimilarityWidensTheSelection) {
   FmoePolicy f(kGeo, kOpt);
   learn(f);
-  // Orthogonal embedding: semantic score 0, δ = 1: all of layer 1's experts.
   // Trajectory (0,0,0,1) vs (.7,.1,.1,.1): score .1/√.52 ≈ .139, δ ≈ .861: experts
-  // 2 (.7), 0 (.8), 1 (.9) of layer 2.
+  // 2 (.7), 0 (.8), 1 (.9) of layer 2, at p/2.
   f.begin_request(RequestInfo{2, {}, {0, 1}, {}});
   f.begin_iteration(Phase::Prefill, 0);
   f.routed(full(0, {0, 0, 0, 1}));
-  expect_plan(plan_at(f, 0), {{1, 1, 0.7}, {2, 2, 0.35}, {1, 0, 0.1}, {1, 2, 0.1}, {1, 3, 0.1}, {2, 0, 0.05}, {2, 1, 0.05}});
+  expect_plan(plan_at(f, 0), {{2, 2, 0.35}, {2, 0, 0.05}, {2, 1, 0.05}});
+  // Orthogonal embedding: semantic score 0, δ = 1: at layer 3 the target is the next
+  // iteration's layer 1, all four of its experts.
+  f.routed(full(1, peaked(1)));
+  f.routed(full(2, peaked(2)));
+  f.routed(full(3, peaked(3)));
+  expect_plan(plan_at(f, 3), {{1, 1, 0.35}, {1, 0, 0.05}, {1, 2, 0.05}, {1, 3, 0.05}});
 }
 
 TEST(Fmoe, EvictsTheSmallestProbabilityTimesFrequency) {

@@ -119,5 +119,47 @@ TEST(PrefillPipeline, OnDemandHasMoreInFlightAndDecodeDoesNotStream) {
   EXPECT_EQ(duo.pipe.layers, static_cast<uint64_t>(kLayers)) << "decode layers must not stream";
 }
 
+// DuoServe's k-slot cache (§5.1, §5.3): a cache of one expert (k = 1), 2 layers x 4
+// experts; the policy plans layer 1's expert 2 after layer 0's gate. Copies take 1 s,
+// computing an expert 0.25 s. Layer 0 demands (0,0): the plan finds no room (the slot
+// is (0,0)'s) and is dropped. With frees_computed_experts, (0,0)'s slot goes to (1,2)
+// once it has computed (t = 1.25), so after 2 s of dense work layer 1 hits; without,
+// layer 1 misses and loads on demand.
+class FixedPlan : public ExpertPolicy {
+ public:
+  explicit FixedPlan(bool frees) : frees_(frees) {}
+  std::string name() const override { return "fixed-plan"; }
+  bool prefetches() const override { return true; }
+  bool frees_computed_experts() const override { return frees_; }
+  void plan_prefetch(int32_t layer_now, PrefetchPlan& plan) override {
+    if (layer_now == 0) plan.push_back({{1, 2}, 1.0});
+  }
+  size_t victim(const CacheView&, const ExpertKey&) override { return 0; }
+
+ private:
+  bool frees_;
+};
+
+TEST(LayerProtocol, KSlotCacheStreamsTheNextLayerIntoAFreedSlot) {
+  for (bool frees : {true, false}) {
+    const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
+    SimulatedTransport link(g, LinkProfile{100.0, 0.0, 1});
+    FixedPlan policy(frees);
+    ExpertCache cache(g, 100, link, policy);
+    LayerProtocol protocol(cache);
+    auto compute = [&](int32_t, const uint8_t*) { link.advance(0.25); };
+    protocol.run(0, {0}, compute);
+    EXPECT_NEAR(link.now(), 1.25, 1e-12);
+    link.advance(2.0);
+    protocol.run(1, {2}, compute);
+    const CacheCounters& c = cache.counters();
+    EXPECT_EQ(c.prefetches_dropped, 1u) << "the first try, while (0,0) holds the slot";
+    EXPECT_EQ(c.prefetches_issued, frees ? 1u : 0u);
+    EXPECT_EQ(c.hits, frees ? 1u : 0u);
+    EXPECT_EQ(c.misses, frees ? 1u : 2u);
+    EXPECT_NEAR(link.now(), frees ? 3.5 : 4.5, 1e-12);
+  }
+}
+
 }  // namespace
 }  // namespace moeflow

@@ -156,8 +156,67 @@ TEST(MoeInfinity, MatchesTheClosestEamsOnly) {
   p.routed(route(0, {3}));
   PrefetchPlan plan;
   p.plan_prefetch(0, plan);
-  ASSERT_EQ(plan.size(), 1u) << "one layer ahead by default (§4.6)";
+  // Every future layer by default, nearer first: (1,3) at 1 - 1/3, (2,3) at 1 - 2/3.
+  ASSERT_EQ(plan.size(), 2u);
   EXPECT_EQ(plan[0].key, (ExpertKey{1, 3}));
+  EXPECT_DOUBLE_EQ(plan[0].priority, 2.0 / 3.0);
+  EXPECT_EQ(plan[1].key, (ExpertKey{2, 3}));
+  EXPECT_DOUBLE_EQ(plan[1].priority, 1.0 / 3.0);
+}
+
+// Algorithm 1 matches the current iteration's EAM (curEAM), not the request's whole
+// history. Stored: A decodes 0,1,2 and B decodes 3,3,3 (per layer). The running
+// request's first decode iteration went 0,1,2 (like A); its second routes 3 at layer 0.
+// The iteration's EAM {(0,3)} matches B alone (cosine 1/sqrt(3) against A's 0), so
+// layer 1's prediction is B's expert 3; its history {(0,0),(0,3),(1,1),(2,2)} would
+// have matched A (cosine 3/sqrt(12) = 0.87 against B's 1/sqrt(12) = 0.29), expert 1.
+TEST(MoeInfinity, MatchesTheCurrentIterationsEam) {
+  MoeInfinityPolicy p(kGeo, {.capacity = 8, .n_match = 1, .prefetch_distance = 1});
+  run_request(p, {{0}, {1}, {2}}, {{0}, {1}, {2}});
+  run_request(p, {{3}, {3}, {3}}, {{3}, {3}, {3}});
+  p.begin_request(RequestInfo{});
+  p.begin_iteration(Phase::Prefill, 0);
+  for (int64_t l = 0; l < 3; ++l) p.routed(route(l, {static_cast<int32_t>(l)}));
+  p.end_iteration();
+  p.begin_iteration(Phase::Decode, 1);
+  for (int64_t l = 0; l < 3; ++l) p.routed(route(l, {static_cast<int32_t>(l)}));
+  p.end_iteration();
+  p.begin_iteration(Phase::Decode, 2);
+  p.routed(route(0, {3}));
+  PrefetchPlan plan;
+  p.plan_prefetch(0, plan);
+  ASSERT_EQ(plan.size(), 1u);
+  EXPECT_EQ(plan[0].key, (ExpertKey{1, 3}));
+}
+
+// EAMC replacement (App. B.1) compares entries as one flattened vector. One layer of
+// 4 experts, capacity 2. E1: prompt 10 x e0, output e2. E2: prompt e0 + 10 x e3,
+// output e1. The new N: prompt 10 x e0, output e1. Flattened [prefill | decode]:
+// cos(N, E1) = 100 / 101 = 0.990, cos(N, E2) = (10 + 1) / sqrt(101 * 102) = 0.108:
+// E1 goes. (Averaging the two phases' cosines would have said E2: (0.0995 + 1) / 2 =
+// 0.55 against E1's (1 + 0) / 2 = 0.5.)
+TEST(MoeInfinity, ReplacementComparesTheFlattenedEam) {
+  const ExpertGeometry one = ExpertGeometry::uniform(1, 4, 1, 100);
+  MoeInfinityPolicy p(one, {.capacity = 2, .n_match = 1});
+  auto request = [&](std::vector<int32_t> prompt, int32_t out) {
+    p.begin_request(RequestInfo{});
+    p.begin_iteration(Phase::Prefill, 0);
+    p.routed(route(0, std::move(prompt)));
+    p.end_iteration();
+    p.begin_iteration(Phase::Decode, 1);
+    p.routed(route(0, {out}));
+    p.end_iteration();
+    p.end_request(0);
+  };
+  request(std::vector<int32_t>(10, 0), 2);
+  std::vector<int32_t> e2(10, 3);
+  e2.push_back(0);
+  request(e2, 1);
+  request(std::vector<int32_t>(10, 0), 1);
+  ASSERT_EQ(p.collection().size(), 2u);
+  EXPECT_EQ(p.collection()[0].prefill, (std::vector<uint32_t>{10, 0, 0, 0}));
+  EXPECT_EQ(p.collection()[0].decode, (std::vector<uint32_t>{0, 1, 0, 0})) << "N took E1's place";
+  EXPECT_EQ(p.collection()[1].prefill, (std::vector<uint32_t>{1, 0, 0, 10}));
 }
 
 TEST(MoeInfinity, EvictsByAlgorithmOneFavouringEarlyLayers) {

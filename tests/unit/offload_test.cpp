@@ -4,7 +4,10 @@
 // streams through two slots, and rerouting is reported as lossy.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <sys/resource.h>
 
 #include <functional>
@@ -324,6 +327,40 @@ TEST(Offload, ExpertStoreMatricesMatchTheMapping) {
     }
   EXPECT_EQ(cache.counters().misses, static_cast<uint64_t>(store.geometry().n_layer * store.geometry().n_expert));
   EXPECT_EQ(cache.counters().bytes_read, store.geometry().total_bytes());
+}
+
+// The expert reader gives up a prefetch between chunks for a demand: one reader,
+// 4 KiB chunks; after the prefetch's first chunk a demand arrives (from the chunk
+// hook, so the timing is fixed): the demand lands first, the prefetch resumes where
+// it stopped, and both buffers hold exactly the expert's bytes.
+TEST(Offload, ReaderPreemptsAPrefetchForADemand) {
+  auto model = Model::load(fixture_path("qwen3moe-q8_0.gguf"));
+  ExpertStore store(*model);
+  const ExpertKey a{0, 0}, b{1, 1};
+  ASSERT_GT(store.geometry().bytes_of(a), 2 * kDirectIoAlign) << "the fixture's experts must span several chunks";
+  auto buffer = [&](const ExpertKey& k) {
+    const uint64_t n = (store.geometry().bytes_of(k) + kDirectIoAlign - 1) & ~(kDirectIoAlign - 1);
+    return std::unique_ptr<uint8_t, decltype(&std::free)>(static_cast<uint8_t*>(std::aligned_alloc(kDirectIoAlign, n)), &std::free);
+  };
+  auto buf_a = buffer(a), buf_b = buffer(b);
+  for (bool preempt : {true, false}) {
+    FileTransport t(store, 1, true, preempt ? kDirectIoAlign : 0);
+    std::atomic<bool> fired{false};
+    t.set_chunk_hook([&](const ExpertKey& k, uint64_t) {
+      if (k == a && !fired.exchange(true)) t.submit(b, buf_b.get(), kDemandPriority);
+    });
+    t.submit(a, buf_a.get(), 1.0);
+    std::vector<ExpertKey> order;
+    while (order.size() < 2) t.collect(order, true);
+    EXPECT_EQ(order, preempt ? (std::vector<ExpertKey>{b, a}) : (std::vector<ExpertKey>{a, b}));
+    EXPECT_EQ(t.preemptions(), preempt ? 1u : 0u);
+    for (const auto& [k, buf] : {std::pair{a, buf_a.get()}, std::pair{b, buf_b.get()}}) {
+      const ExpertMatrices got = store.matrices(k, buf), want = store.mapped(k);
+      EXPECT_EQ(0, std::memcmp(got.gate.data, want.gate.data, want.gate.bytes()));
+      EXPECT_EQ(0, std::memcmp(got.up.data, want.up.data, want.up.bytes()));
+      EXPECT_EQ(0, std::memcmp(got.down.data, want.down.data, want.down.bytes()));
+    }
+  }
 }
 
 TEST(Offload, ParseBudget) {

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "base/error.h"
 #include "policy/policy_factory.h"
@@ -177,11 +178,83 @@ TEST(Simulator, BeladyIsNeverBeaten) {
         o.policy = "belady";
         const double bound = simulate(t, m, h, o).hit_rate;
         for (const std::string& p : policy_names()) {
+          // duoserve-k runs another cache model: a k-slot cache whose slots change hands
+          // within a layer (a computed expert's slot takes the next layer's guess). MIN
+          // keeps a layer's experts until the layer is done and does not bound that:
+          // on the tiny trace at batch 4 it hits 27% in one slot against Belady's 18%
+          // in two.
+          if (p == "duoserve-k") continue;
           o.policy = p;
           EXPECT_LE(simulate(t, m, h, o).hit_rate, bound + 1e-12)
               << p << " beat Belady on " << t.path << " at " << f << ", batch " << batch;
         }
       }
+}
+
+// Belady's two bounds, ordered: the simulator's `belady` is at least the better of
+// demand MIN and the conservative prefetching oracle; with copies faster than a
+// layer's compute the oracle never has fewer hits than MIN (its prefetches land in
+// time); with copies 40x slower than a layer it may fall below MIN, by the measured
+// margin this test bounds (copies in flight hold their bytes and cannot be evicted,
+// which Cao et al.'s model does not have; belady.h). Random skewed routing, 4 layers
+// x 8 experts top-2, seeded.
+TEST(Simulator, BeladyBoundsAreOrdered) {
+  std::mt19937 rng(7);
+  uint64_t fast_prefetch_hits = 0, worst_shortfall = 0, slow_min_hits = 0;
+  for (int trial = 0; trial < 6; ++trial) {
+    std::vector<TraceRecord> recs;
+    for (int q = 0; q < 4; ++q)
+      for (int it = 0; it < 12; ++it)
+        for (int l = 0; l < 4; ++l) {
+          TraceRecord r;
+          r.request = q;
+          r.iter = it;
+          r.prefill = false;
+          r.layer = l;
+          r.num_experts = 8;
+          r.top_k = 2;
+          // Skewed: experts 0..5 lead more often than 6..7 (a hot set, as real routers have).
+          const int a = static_cast<int>(rng() % 6), b = (a + 1 + static_cast<int>(rng() % 7)) % 8;
+          r.experts = {{a, b}};
+          recs.push_back(r);
+        }
+    const Trace t = group_trace(recs, "random");
+    ModelProfile m = tiny_model();
+    m.n_layer = 4;
+    m.n_expert = 8;
+    m.top_k = 2;
+    for (double link_seconds : {0.01, 20.0})
+      for (size_t batch : {1, 4})
+        for (double f : {0.25, 0.5}) {
+          HardwareProfile h = tiny_link();
+          h.link.bandwidth_bytes_per_s = 100.0 / link_seconds;
+          SimOptions o;
+          o.cache_fraction = f;
+          o.batch = batch;
+          o.policy = "belady-min";
+          const SimResult min = simulate(t, m, h, o);
+          o.policy = "belady-prefetch";
+          const SimResult pre = simulate(t, m, h, o);
+          o.policy = "belady";
+          const SimResult bound = simulate(t, m, h, o);
+          EXPECT_GE(bound.hit_rate, std::max(min.hit_rate, pre.hit_rate));
+          const std::string where = "trial " + std::to_string(trial) + ", copy " + std::to_string(link_seconds) +
+                                    " s, batch " + std::to_string(batch) + ", cache " + std::to_string(f);
+          if (link_seconds < 1) {
+            EXPECT_GE(pre.counters.hits, min.counters.hits) << where;
+            fast_prefetch_hits += pre.counters.prefetch_hits;
+          } else {
+            slow_min_hits += min.counters.hits;
+            if (pre.counters.hits < min.counters.hits)
+              worst_shortfall = std::max(worst_shortfall, min.counters.hits - pre.counters.hits);
+            EXPECT_GE(pre.counters.hits + min.counters.hits / 20, min.counters.hits) << where << ": more than 5% below MIN";
+          }
+        }
+  }
+  std::printf("prefetch hits on the fast link: %llu; slow link: worst shortfall %llu hits (MIN's hits %llu in all)\n",
+              static_cast<unsigned long long>(fast_prefetch_hits), static_cast<unsigned long long>(worst_shortfall),
+              static_cast<unsigned long long>(slow_min_hits));
+  EXPECT_GT(fast_prefetch_hits, 0u) << "a fast link lands prefetches in time";
 }
 
 // Batched replay (the serving setting): every token of every request is replayed once

@@ -1,0 +1,263 @@
+#include "policy/adaptive.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+#include "policy/binary_io.h"
+
+namespace moeflow {
+
+namespace {
+
+constexpr char kMagic[8] = {'m', 'f', 'a', 'd', 'a', 'p', 't', '1'};
+
+// Weight of one visit in the short-term rate: about the last eight visits count.
+constexpr double kRecentWeight = 1.0 / 8.0;
+// Pseudo-observations of the prior in each table cell (a cell seen rarely falls back
+// to the mean reuse rate instead of 0 or 1).
+constexpr double kPriorWeight = 2.0;
+
+int recency_bucket(int64_t visits_since) {
+  if (visits_since < 0) return AdaptivePolicy::kRecencyBuckets - 1;  // never routed
+  if (visits_since <= 3) return static_cast<int>(visits_since) - 1;  // 1, 2, 3
+  if (visits_since <= 5) return 3;
+  if (visits_since <= 9) return 4;
+  return 5;
+}
+
+// The running requests' rate is small for most experts (FLAME: 6 of 64 per token):
+// finer buckets at the low end.
+int request_bucket(double rate) {
+  static constexpr double kEdges[] = {0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7};
+  int b = 0;
+  while (b < 7 && rate >= kEdges[b]) ++b;
+  return b;
+}
+
+int rate_bucket(double rate) {
+  return std::clamp(static_cast<int>(rate * AdaptivePolicy::kRateBuckets), 0, AdaptivePolicy::kRateBuckets - 1);
+}
+
+}  // namespace
+
+AdaptiveOptions adaptive_options_from_name(const std::string& name) {
+  const std::string base = "adaptive";
+  if (name.compare(0, base.size(), base) != 0) throw InputError("not an adaptive policy name: '" + name + "'");
+  AdaptiveOptions o;
+  for (size_t b = base.size(); b < name.size();) {
+    if (name[b] != '-') throw InputError("policy '" + name + "': expected adaptive[-nodistance][-nolearned][-norequest][-noprefetch]");
+    const size_t e = std::min(name.find('-', b + 1), name.size());
+    const std::string part = name.substr(b + 1, e - b - 1);
+    if (part == "nodistance") o.distance = false;
+    else if (part == "nolearned") o.learned = false;
+    else if (part == "noprefetch") o.prefetch = false;
+    else if (part == "norequest") o.request = false;
+    else throw InputError("policy '" + name + "': unknown ablation '" + part + "' (nodistance, nolearned, norequest, noprefetch)");
+    b = e;
+  }
+  return o;
+}
+
+AdaptivePolicy::AdaptivePolicy(const ExpertGeometry& g, AdaptiveOptions opt, std::string name)
+    : g_(g), opt_(opt), name_(std::move(name)), experts_(g.bytes.size()), visits_(static_cast<size_t>(g.n_layer), 0),
+      table_(static_cast<size_t>(kRecencyBuckets * kRateBuckets * kRateBuckets * kRequestBuckets)) {
+  if (opt_.lookahead < 0 || opt_.prefetch_per_layer < 0) throw InputError("adaptive: negative lookahead or prefetch count");
+}
+
+AdaptivePolicy::Features AdaptivePolicy::features(const ExpertKey& key) const {
+  const ExpertState& s = state(key);
+  const int64_t visits = visits_[static_cast<size_t>(key.layer)];
+  const int64_t since = s.last_visit < 0 ? -1 : visits - s.last_visit;
+  const double long_rate = visits > 0 ? static_cast<double>(s.routed) / static_cast<double>(visits) : 0.0;
+  return {recency_bucket(since), rate_bucket(s.recent), rate_bucket(long_rate),
+          opt_.request ? request_bucket(request_rate(key)) : 0};
+}
+
+void AdaptivePolicy::begin_request(const RequestInfo& info) {
+  running_[info.id] = RequestCounts{std::vector<int64_t>(static_cast<size_t>(g_.n_layer), 0),
+                                    std::vector<int32_t>(g_.bytes.size(), 0)};
+  last_request_ = info.id;
+}
+
+AdaptivePolicy::RequestCounts& AdaptivePolicy::counts_of(int64_t id) {
+  auto it = running_.find(id);
+  if (it == running_.end())  // a routing of a request never announced: start counting it now
+    it = running_.emplace(id, RequestCounts{std::vector<int64_t>(static_cast<size_t>(g_.n_layer), 0),
+                                            std::vector<int32_t>(g_.bytes.size(), 0)}).first;
+  return it->second;
+}
+
+double AdaptivePolicy::request_rate(const ExpertKey& key) const {
+  double none = 1;
+  for (const auto& entry : running_) {
+    const RequestCounts& c = entry.second;
+    const int64_t n = c.tokens[static_cast<size_t>(key.layer)];
+    if (n > 0) none *= 1 - static_cast<double>(c.routed[static_cast<size_t>(g_.index(key))]) / static_cast<double>(n);
+  }
+  return 1 - none;
+}
+
+void AdaptivePolicy::routed(const LayerRouting& r) {
+  const int32_t l = static_cast<int32_t>(r.layer);
+  if (l < 0 || l >= g_.n_layer) return;
+  std::vector<char> used(static_cast<size_t>(g_.n_expert), 0);
+  for (int32_t e : r.experts)
+    if (e >= 0 && e < g_.n_expert) used[static_cast<size_t>(e)] = 1;
+  // Learn first, from the features as they stood before this visit (the ones a
+  // prediction for this visit would have used). Prefill visits route most experts of
+  // a layer at once and say little about decode: they update the state only.
+  if (phase_ == Phase::Decode) {
+    for (int32_t e = 0; e < g_.n_expert; ++e) {
+      Cell& c = cell(features({l, e}));
+      c.n += 1;
+      c.hits += used[static_cast<size_t>(e)];
+      n_ += 1;
+      hits_ += used[static_cast<size_t>(e)];
+      ++observations_;
+    }
+  }
+  // The requests' own counts, token by token (a token names its request, or the one
+  // request running).
+  for (int64_t t = 0; t < r.n_tok; ++t) {
+    RequestCounts& c = counts_of(r.requests.empty() ? last_request_ : r.requests[static_cast<size_t>(t)]);
+    ++c.tokens[static_cast<size_t>(l)];
+    for (int64_t k = 0; k < r.top_k; ++k) {
+      const size_t slot = static_cast<size_t>(t * r.top_k + k);
+      if (slot < r.experts.size() && r.experts[slot] >= 0 && r.experts[slot] < g_.n_expert)
+        ++c.routed[static_cast<size_t>(g_.index({l, r.experts[slot]}))];
+    }
+  }
+  const int64_t visit = visits_[static_cast<size_t>(l)]++;
+  for (int32_t e = 0; e < g_.n_expert; ++e) {
+    ExpertState& s = experts_[static_cast<size_t>(g_.index({l, e}))];
+    const double u = used[static_cast<size_t>(e)];
+    s.recent += kRecentWeight * (u - s.recent);
+    if (u > 0) {
+      s.last_visit = visit;
+      ++s.routed;
+    }
+  }
+}
+
+double AdaptivePolicy::reuse_probability(const ExpertKey& key) const {
+  const Features f = features(key);
+  if (!opt_.learned) {
+    const int64_t visits = visits_[static_cast<size_t>(key.layer)];
+    return visits > 0 ? static_cast<double>(state(key).routed) / static_cast<double>(visits) : 0.0;
+  }
+  const double prior = n_ > 0 ? hits_ / n_ : static_cast<double>(g_.top_k) / static_cast<double>(g_.n_expert);
+  const Cell& c = cell(f);
+  return (c.hits + kPriorWeight * prior) / (c.n + kPriorWeight);
+}
+
+int32_t AdaptivePolicy::distance(int32_t layer, int32_t layer_now) const {
+  const int32_t d = ((layer - layer_now) % g_.n_layer + g_.n_layer) % g_.n_layer;
+  return d == 0 ? g_.n_layer : d;
+}
+
+double AdaptivePolicy::value(const ExpertKey& key, int32_t layer_now) const {
+  const double p = reuse_probability(key);
+  if (!opt_.distance) return p;
+  // Held until its next use: d steps to the next visit, then a whole cycle more for
+  // each visit that does not route it (geometric with success p).
+  const double d = static_cast<double>(distance(key.layer, layer_now));
+  return p / (p * d + static_cast<double>(g_.n_layer) * (1 - p));
+}
+
+void AdaptivePolicy::plan_prefetch(int32_t layer_now, PrefetchPlan& plan) {
+  if (opt_.prefetch_only_idle && link_busy_) return;
+  for (int32_t h = 1; h <= opt_.lookahead && h < g_.n_layer; ++h) {
+    const int32_t l = (layer_now + h) % g_.n_layer;
+    std::vector<std::pair<double, int32_t>> ranked;
+    for (int32_t e = 0; e < g_.n_expert; ++e)
+      if (reuse_probability({l, e}) > opt_.prefetch_min_probability) ranked.push_back({value({l, e}, layer_now), e});
+    std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    const size_t n = std::min(ranked.size(), static_cast<size_t>(opt_.prefetch_per_layer));
+    for (size_t i = 0; i < n; ++i) plan.push_back({{l, ranked[i].second}, ranked[i].first});
+  }
+}
+
+size_t AdaptivePolicy::victim(const CacheView& view, const ExpertKey& incoming) {
+  const auto& c = *view.candidates;
+  size_t best = 0;
+  double best_value = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    const double v = value(c[i].key, view.layer_now);
+    const bool better = i == 0 || v < best_value ||
+                        (v == best_value && (c[i].last_use != c[best].last_use ? c[i].last_use < c[best].last_use
+                                                                               : c[i].key < c[best].key));
+    if (better) {
+      best = i;
+      best_value = v;
+    }
+  }
+  // A prefetch is admitted only in place of something worth less than itself.
+  if (view.for_prefetch && best_value >= value(incoming, view.layer_now)) return kDecline;
+  return best;
+}
+
+// Layout: magic, n_layer, n_expert, table cells, then the cells (hits, n), the
+// totals, the visits per layer and each expert's (last visit, recent, routed).
+void AdaptivePolicy::save(std::ostream& out) const {
+  using binio::put;
+  out.write(kMagic, sizeof kMagic);
+  put<int32_t>(out, g_.n_layer);
+  put<int32_t>(out, g_.n_expert);
+  put<uint64_t>(out, table_.size());
+  for (const Cell& c : table_) put(out, c.hits), put(out, c.n);
+  put(out, hits_), put(out, n_), put(out, observations_);
+  for (int64_t v : visits_) put(out, v);
+  for (const ExpertState& e : experts_) put(out, e.last_visit), put(out, e.recent), put(out, e.routed);
+}
+
+void AdaptivePolicy::load(std::istream& in) {
+  using binio::get;
+  const std::string what = "adaptive policy state";
+  char magic[sizeof kMagic];
+  if (!in.read(magic, sizeof magic) || !std::equal(magic, magic + sizeof magic, kMagic))
+    throw InputError(what + ": not an adaptive state (bad magic)");
+  const int32_t n_layer = get<int32_t>(in, what), n_expert = get<int32_t>(in, what);
+  const uint64_t cells = get<uint64_t>(in, what);
+  if (n_layer != g_.n_layer || n_expert != g_.n_expert || cells != table_.size())
+    throw InputError(what + ": saved for " + std::to_string(n_layer) + " layers x " + std::to_string(n_expert) +
+                     " experts (" + std::to_string(cells) + " cells), the model has " + std::to_string(g_.n_layer) +
+                     " x " + std::to_string(g_.n_expert) + " (" + std::to_string(table_.size()) + ")");
+  binio::need(in, cells * 16 + 24 + visits_.size() * 8 + experts_.size() * 24, what);
+  auto count = [&](double x, const char* field) {
+    if (!std::isfinite(x) || x < 0) throw InputError(what + ": bad " + field + " " + std::to_string(x));
+    return x;
+  };
+  std::vector<Cell> table(table_.size());
+  for (Cell& c : table) {
+    c.hits = count(get<double>(in, what), "cell hits");
+    c.n = count(get<double>(in, what), "cell count");
+    if (c.hits > c.n) throw InputError(what + ": a cell with more hits than observations");
+  }
+  const double hits = count(get<double>(in, what), "hits"), n = count(get<double>(in, what), "observations");
+  const uint64_t observations = get<uint64_t>(in, what);
+  if (hits > n) throw InputError(what + ": more hits than observations");
+  std::vector<int64_t> visits(visits_.size());
+  for (int64_t& v : visits)
+    if ((v = get<int64_t>(in, what)) < 0) throw InputError(what + ": negative visit count");
+  std::vector<ExpertState> experts(experts_.size());
+  for (size_t i = 0; i < experts.size(); ++i) {
+    ExpertState& e = experts[i];
+    e.last_visit = get<int64_t>(in, what);
+    e.recent = count(get<double>(in, what), "short-term rate");
+    e.routed = get<int64_t>(in, what);
+    const int64_t layer_visits = visits[i / static_cast<size_t>(g_.n_expert)];
+    if (e.recent > 1 || e.routed < 0 || e.routed > layer_visits || e.last_visit < -1 || e.last_visit >= layer_visits)
+      throw InputError(what + ": expert " + std::to_string(i) + " has counts its layer's visits cannot hold");
+  }
+  char extra;
+  if (in.read(&extra, 1)) throw InputError(what + ": unexpected data after the state");
+  table_ = std::move(table);
+  hits_ = hits, n_ = n, observations_ = observations;
+  visits_ = std::move(visits);
+  experts_ = std::move(experts);
+}
+
+}  // namespace moeflow

@@ -1,0 +1,124 @@
+// `adaptive`: moeflow's own expert policy, built from what the trace measurements say
+// (docs/policies.md). Decode visits the layers in a fixed cycle, so the time until an
+// expert can next be used is known exactly (the distance, in layer steps, to its
+// layer's next visit); only whether it will be used there is uncertain. The policy
+// keeps the experts with the most expected hits per step of cache they hold:
+//
+//   value(l, e) = P(e is routed at layer l's next visit) / distance(l)
+//
+// and evicts the least valuable (a hit-density rule, as LHD does for key-value caches;
+// with equal probabilities it is MRU over the layer cycle, the optimum of a loop).
+//
+// The probability is learned, not assumed: a table of reuse rates indexed by four
+// features of the expert at a layer visit -- visits since it was last routed, its
+// short-term routing rate (recent visits), its long-term rate (the model's
+// popularity), and the running requests' own rate (the share of each running
+// request's tokens, prefill included, routed to it; combined over the batch as the
+// chance that any of them routes it) -- counted from every decode visit the policy
+// observes, the outcome being whether the expert is routed at that visit. In
+// the simulator the learning requests fill it before any measured one runs; in the
+// engine it keeps learning as it serves.
+//
+// Prefetch (optional), only when it pays: while the link is idle (no copy queued or
+// running once the layer's demand loads are issued), and for an expert more likely
+// routed than not (a wrong guess costs a whole copy, a right one saves one). The
+// most probable experts of the next `lookahead` layers are asked for; the cache
+// admits one only if the resident expert it would evict is worth less (victim()
+// declines otherwise), so a prefetch never trades a better expert for a worse guess.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "experts/expert_policy.h"
+
+namespace moeflow {
+
+struct AdaptiveOptions {
+  bool distance = true;   // divide by the distance to the layer's next visit (off: probability only)
+  bool learned = true;    // the learned reuse table (off: the long-term rate alone)
+  bool request = true;    // the running requests' own routing rate as a feature
+  bool prefetch = true;   // fetch the next layers' likely experts when worth more than the victim
+  int32_t lookahead = 2;  // layers ahead that prefetch considers
+  int32_t prefetch_per_layer = 2;  // most experts asked for per layer ahead
+  double prefetch_min_probability = 0.5;  // below it a guess costs more link time than it saves
+  bool prefetch_only_idle = true;  // no prefetch while copies are queued or running
+};
+
+// Parses "adaptive" or "adaptive-<ablation>[-<ablation>...]" with ablations
+// nodistance, nolearned, norequest, noprefetch. Throws InputError for another name.
+AdaptiveOptions adaptive_options_from_name(const std::string& name);
+
+class AdaptivePolicy final : public ExpertPolicy {
+ public:
+  AdaptivePolicy(const ExpertGeometry& g, AdaptiveOptions opt = {}, std::string name = "adaptive");
+
+  std::string name() const override { return name_; }
+  bool prefetches() const override { return opt_.prefetch; }
+  void begin_iteration(Phase phase, int64_t) override { phase_ = phase; }
+  void begin_request(const RequestInfo& info) override;
+  void end_request(int64_t id) override { running_.erase(id); }
+  void routed(const LayerRouting& r) override;
+  void link_state(size_t copies_in_flight, size_t) override { link_busy_ = copies_in_flight > 0; }
+  void plan_prefetch(int32_t layer_now, PrefetchPlan& plan) override;
+  size_t victim(const CacheView& view, const ExpertKey& incoming) override;
+  // The learned table and each expert's counts (what the engine would otherwise have to
+  // learn again on every start); a state for another shape is an InputError.
+  void save(std::ostream& out) const override;
+  void load(std::istream& in) override;
+
+  // The learned probability that `key` is routed at its layer's next visit.
+  double reuse_probability(const ExpertKey& key) const;
+  // Expected hits per layer step of cache held, seen from `layer_now`.
+  double value(const ExpertKey& key, int32_t layer_now) const;
+  // Layer steps from `layer_now` to `layer`'s next visit (1..n_layer).
+  int32_t distance(int32_t layer, int32_t layer_now) const;
+  uint64_t observations() const { return observations_; }
+
+  // The running requests' chance of routing `key` (1 - prod over requests of
+  // (1 - share of its tokens routed to key)); 0 when none has routed a token yet.
+  double request_rate(const ExpertKey& key) const;
+
+  static constexpr int kRecencyBuckets = 7, kRateBuckets = 6, kRequestBuckets = 8;
+
+ private:
+  struct ExpertState {
+    int64_t last_visit = -1;  // visit index of the layer when last routed (-1: never)
+    double recent = 0;        // exponential average of "routed at this visit"
+    int64_t routed = 0;       // visits that routed it
+  };
+  struct Cell {
+    double hits = 0, n = 0;
+  };
+  struct RequestCounts {
+    std::vector<int64_t> tokens;  // per layer
+    std::vector<int32_t> routed;  // per expert index: tokens routed to it
+  };
+  using Features = std::array<int, 4>;
+  Features features(const ExpertKey& key) const;
+  static size_t cell_index(const Features& f) {
+    return static_cast<size_t>(((f[0] * kRateBuckets + f[1]) * kRateBuckets + f[2]) * kRequestBuckets + f[3]);
+  }
+  Cell& cell(const Features& f) { return table_[cell_index(f)]; }
+  const Cell& cell(const Features& f) const { return table_[cell_index(f)]; }
+  RequestCounts& counts_of(int64_t id);
+  const ExpertState& state(const ExpertKey& k) const { return experts_[static_cast<size_t>(g_.index(k))]; }
+
+  const ExpertGeometry& g_;
+  AdaptiveOptions opt_;
+  std::string name_;
+  Phase phase_ = Phase::Decode;
+  bool link_busy_ = false;
+  std::vector<ExpertState> experts_;
+  std::vector<int64_t> visits_;  // per layer
+  std::unordered_map<int64_t, RequestCounts> running_;
+  int64_t last_request_ = 0;  // the request of routings that name none (one request at a time)
+  std::vector<Cell> table_;
+  double hits_ = 0, n_ = 0;  // every observation (the table's prior)
+  uint64_t observations_ = 0;
+};
+
+}  // namespace moeflow
