@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "base/quantile.h"
 
 namespace moeflow::cli {
 namespace {
@@ -166,13 +167,7 @@ Percentiles percentiles(std::vector<double> v) {
   double s = 0;
   for (double x : v) s += x;
   p.mean = s / static_cast<double>(v.size());
-  auto q = [&](double f) {
-    const double pos = f * static_cast<double>(v.size() - 1);
-    const size_t lo = static_cast<size_t>(std::floor(pos));
-    const size_t hi = std::min(lo + 1, v.size() - 1);
-    return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
-  };
-  p.p50 = q(0.5), p.p90 = q(0.9), p.p99 = q(0.99);
+  p.p50 = quantile_of_sorted(v, 0.5), p.p90 = quantile_of_sorted(v, 0.9), p.p99 = quantile_of_sorted(v, 0.99);
   return p;
 }
 

@@ -1,5 +1,7 @@
 #include "plan/load_margin.h"
 
+#include "base/quantile.h"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -24,12 +26,8 @@ LoadFactors load_quantile_factors(const std::vector<Load>& batches, double q) {
       }
       const double mean = sum / static_cast<double>(v.size());
       if (mean <= 0) continue;
-      // The quantile with linear interpolation between order statistics (type 7).
       std::sort(v.begin(), v.end());
-      const double pos = q * static_cast<double>(v.size() - 1);
-      const size_t lo = static_cast<size_t>(std::floor(pos));
-      const size_t hi = std::min(lo + 1, v.size() - 1);
-      const double quant = v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+      const double quant = quantile_of_sorted(v, q);
       f[l][e] = std::max(1.0, quant / mean);
     }
   }

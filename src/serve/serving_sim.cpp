@@ -1,5 +1,7 @@
 #include "serve/serving_sim.h"
 
+#include "base/quantile.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -10,12 +12,8 @@ namespace moeflow::serve {
 namespace {
 
 double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+  return quantile_of_sorted(v, q);
 }
 
 struct Active {
