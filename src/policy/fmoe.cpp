@@ -18,7 +18,8 @@ struct Job {
   ExpertMap map;              // Insert
   std::vector<float> query;   // Semantic: embedding; Trajectory: partial map
   int32_t layers = 0;         // Trajectory: layers observed
-  uint64_t gen = 0;           // request (Semantic) or iteration (Trajectory) it is for
+  int64_t request = 0;        // Semantic, Trajectory: whose search
+  uint64_t gen = 0;           // the embedding (Semantic) or iteration (Trajectory) it is for
 };
 
 uint64_t mix(uint64_t x) {  // splitmix64 finaliser
@@ -51,9 +52,12 @@ struct FmoePolicy::Matcher {
   }
   void post(Job j) {
     std::lock_guard<std::mutex> lk(mu);
-    // Only the newest search of a kind matters; inserts all count.
-    if (j.type != Job::Insert && !jobs.empty() && jobs.back().type == j.type)
-      jobs.back() = std::move(j);
+    // Only a request's newest search of a kind matters; inserts all count.
+    auto same = std::find_if(jobs.begin(), jobs.end(), [&](const Job& q) {
+      return q.type == j.type && q.type != Job::Insert && q.request == j.request;
+    });
+    if (same != jobs.end())
+      *same = std::move(j);
     else
       jobs.push_back(std::move(j));
     cv.notify_one();
@@ -78,7 +82,7 @@ struct FmoePolicy::Matcher {
         if (!execute(store, j, r)) continue;
         std::lock_guard<std::mutex> rl(result_mu);
         r.seq = ++published;
-        (j.type == Job::Semantic ? sem : traj) = std::move(r);
+        (j.type == Job::Semantic ? sem : traj)[j.request] = std::move(r);
       }
       lk.lock();
       busy = false;
@@ -103,7 +107,7 @@ struct FmoePolicy::Matcher {
   bool busy = false, stop = false;
   std::function<void()> hook;
   std::mutex result_mu;
-  Result sem, traj;
+  std::map<int64_t, Result> sem, traj;  // the latest result per request
   uint64_t published = 0;
   std::thread thread;  // last: started once everything above exists
 };
@@ -115,7 +119,6 @@ FmoePolicy::FmoePolicy(const ExpertGeometry& g, FmoeOptions opt)
       opt_(opt),
       store_(g.n_layer, g.n_expert, opt.capacity, std::clamp(opt.distance, 1, std::max(1, g.n_layer))) {
   opt_.distance = std::clamp(opt.distance, 1, std::max(1, g.n_layer));
-  cur_.probs.assign(static_cast<size_t>(n_layer_) * static_cast<size_t>(n_expert_), 0.0f);
   if (opt_.async) matcher_ = std::make_unique<Matcher>(store_);
 }
 
@@ -139,82 +142,120 @@ std::vector<int32_t> FmoePolicy::select(const float* p, int32_t n_expert, double
   return out;
 }
 
+FmoePolicy::Request& FmoePolicy::request(int64_t id) {
+  auto [it, fresh] = requests_.try_emplace(id);
+  if (fresh) it->second.cur.probs.assign(static_cast<size_t>(n_layer_) * static_cast<size_t>(n_expert_), 0.0f);
+  return it->second;
+}
+
 void FmoePolicy::begin_request(const RequestInfo& info) {
-  ++request_gen_;
+  requests_.erase(info.id);
+  Request& q = request(info.id);
+  last_request_ = info.id;
+  q.sem_gen = ++gen_;
   // §4.2 matches on the mean input embedding of the prompt. Traces carry none: then a
   // bag of the prompt's token ids hashed into token_dim counts stands in for it (same
   // prompt → same vector, shared tokens → similar), and with no tokens either the
   // semantic search is skipped (the first d layers get no prefetch).
   if (!info.prompt_embedding.empty()) {
-    sem_ = info.prompt_embedding;
+    q.sem = info.prompt_embedding;
   } else if (!info.prompt.empty()) {
-    sem_.assign(static_cast<size_t>(opt_.token_dim), 0.0f);
-    for (int32_t t : info.prompt) sem_[mix(static_cast<uint64_t>(static_cast<uint32_t>(t))) % sem_.size()] += 1.0f;
-  } else {
-    sem_.clear();
+    q.sem.assign(static_cast<size_t>(opt_.token_dim), 0.0f);
+    for (int32_t t : info.prompt) q.sem[mix(static_cast<uint64_t>(static_cast<uint32_t>(t))) % q.sem.size()] += 1.0f;
   }
-  post_search(Kind::Semantic);
+  post_search(info.id, q, Kind::Semantic);
 }
 
 void FmoePolicy::begin_iteration(Phase, int64_t) {
-  ++iter_gen_;
-  std::fill(cur_.probs.begin(), cur_.probs.end(), 0.0f);
-  layers_seen_ = 0;
-  any_seen_ = false;
+  for (auto& entry : requests_) {
+    Request& q = entry.second;
+    q.iter_gen = ++gen_;
+    std::fill(q.cur.probs.begin(), q.cur.probs.end(), 0.0f);
+    q.layers_seen = 0;
+    q.any_seen = false;
+  }
 }
 
 void FmoePolicy::routed(const LayerRouting& r) {
   if (r.layer < 0 || r.layer >= n_layer_ || r.n_tok <= 0) return;
-  float* row = cur_.probs.data() + static_cast<size_t>(r.layer) * static_cast<size_t>(n_expert_);
-  std::fill(row, row + n_expert_, 0.0f);
-  const double inv_tok = 1.0 / static_cast<double>(r.n_tok);
-  // §4.1: the gate distribution of the layer; for a block of tokens, their mean.
-  if (r.n_expert == n_expert_ && r.probs.size() == static_cast<size_t>(r.n_tok * r.n_expert)) {
-    for (int64_t t = 0; t < r.n_tok; ++t)
-      for (int32_t j = 0; j < n_expert_; ++j) row[j] += static_cast<float>(r.probs[static_cast<size_t>(t * r.n_expert + j)] * inv_tok);
-  } else {
-    // No full distribution: each token's top-k weights (renormalised; 1/k when absent)
-    // as a sparse one.
-    sparse_fallback_ = true;
-    const bool w = r.weights.size() == r.experts.size();
-    for (int64_t t = 0; t < r.n_tok; ++t) {
-      const size_t at = static_cast<size_t>(t * r.top_k);
-      if (at + static_cast<size_t>(r.top_k) > r.experts.size()) break;
-      double sum = 0;
-      for (int64_t k = 0; k < r.top_k && w; ++k) sum += std::max(0.0f, r.weights[at + static_cast<size_t>(k)]);
-      for (int64_t k = 0; k < r.top_k; ++k) {
-        const int32_t e = r.experts[at + static_cast<size_t>(k)];
-        if (e < 0 || e >= n_expert_) continue;
-        const double share = sum > 0 ? std::max(0.0f, r.weights[at + static_cast<size_t>(k)]) / sum : 1.0 / static_cast<double>(r.top_k);
-        row[e] += static_cast<float>(share * inv_tok);
-      }
+  const bool by_request = r.requests.size() == static_cast<size_t>(r.n_tok);
+  auto request_of = [&](int64_t t) { return by_request ? r.requests[static_cast<size_t>(t)] : last_request_; };
+  auto row_of = [&](int64_t id) {
+    return request(id).cur.probs.data() + static_cast<size_t>(r.layer) * static_cast<size_t>(n_expert_);
+  };
+  // §4.1: the gate distribution of the layer; for a block of one request's tokens,
+  // their mean.
+  std::map<int64_t, int64_t> tokens;
+  for (int64_t t = 0; t < r.n_tok; ++t) ++tokens[request_of(t)];
+  for (const auto& entry : tokens) std::fill(row_of(entry.first), row_of(entry.first) + n_expert_, 0.0f);
+  const bool full = r.n_expert == n_expert_ && r.probs.size() == static_cast<size_t>(r.n_tok * r.n_expert);
+  if (!full) sparse_fallback_ = true;
+  const bool w = r.weights.size() == r.experts.size();
+  for (int64_t t = 0; t < r.n_tok; ++t) {
+    const int64_t id = request_of(t);
+    float* row = row_of(id);
+    const double inv_tok = 1.0 / static_cast<double>(tokens[id]);
+    if (full) {
+      for (int32_t j = 0; j < n_expert_; ++j)
+        row[j] += static_cast<float>(r.probs[static_cast<size_t>(t * r.n_expert + j)] * inv_tok);
+      continue;
+    }
+    // No full distribution: each token's top-k weights (renormalised; 1/k when
+    // absent) as a sparse one.
+    const size_t at = static_cast<size_t>(t * r.top_k);
+    if (at + static_cast<size_t>(r.top_k) > r.experts.size()) break;
+    double sum = 0;
+    for (int64_t k = 0; k < r.top_k && w; ++k) sum += std::max(0.0f, r.weights[at + static_cast<size_t>(k)]);
+    for (int64_t k = 0; k < r.top_k; ++k) {
+      const int32_t e = r.experts[at + static_cast<size_t>(k)];
+      if (e < 0 || e >= n_expert_) continue;
+      const double share =
+          sum > 0 ? std::max(0.0f, r.weights[at + static_cast<size_t>(k)]) / sum : 1.0 / static_cast<double>(r.top_k);
+      row[e] += static_cast<float>(share * inv_tok);
     }
   }
-  layers_seen_ = std::max(layers_seen_, static_cast<int32_t>(r.layer) + 1);
-  any_seen_ = true;
-  post_search(Kind::Trajectory);
+  for (const auto& entry : tokens) {
+    Request& q = request(entry.first);
+    q.layers_seen = std::max(q.layers_seen, static_cast<int32_t>(r.layer) + 1);
+    q.any_seen = true;
+    post_search(entry.first, q, Kind::Trajectory);
+  }
 }
 
 void FmoePolicy::end_iteration() {
-  // Step 5 (§3.2): the finished iteration's map goes into the store, and the semantic
-  // match for the next iteration's first layers is made against the updated store.
-  if (any_seen_) post_insert(ExpertMap{sem_, cur_.probs});
-  any_seen_ = false;
-  post_search(Kind::Semantic);
+  // Step 5 (§3.2): each request's finished iteration map goes into the store, and its
+  // semantic match for the next iteration's first layers is made against the updated
+  // store.
+  for (auto& entry : requests_) {
+    Request& q = entry.second;
+    if (!q.any_seen) continue;
+    post_insert(ExpertMap{q.sem, q.cur.probs});
+    q.any_seen = false;
+    post_search(entry.first, q, Kind::Semantic);
+  }
 }
 
-void FmoePolicy::post_search(Kind kind) {
+void FmoePolicy::end_request(int64_t id) {
+  requests_.erase(id);
+  if (!matcher_) return;
+  std::lock_guard<std::mutex> lk(matcher_->result_mu);
+  matcher_->sem.erase(id);
+  matcher_->traj.erase(id);
+}
+
+void FmoePolicy::post_search(int64_t id, Request& q, Kind kind) {
   Job j;
+  j.request = id;
   if (kind == Kind::Semantic) {
-    j.type = Job::Semantic, j.query = sem_, j.gen = request_gen_;
+    j.type = Job::Semantic, j.query = q.sem, j.gen = q.sem_gen;
   } else {
-    j.type = Job::Trajectory, j.layers = layers_seen_, j.gen = iter_gen_;
-    j.query.assign(cur_.probs.begin(), cur_.probs.begin() + static_cast<std::ptrdiff_t>(layers_seen_) * n_expert_);
+    j.type = Job::Trajectory, j.layers = q.layers_seen, j.gen = q.iter_gen;
+    j.query.assign(q.cur.probs.begin(), q.cur.probs.begin() + static_cast<std::ptrdiff_t>(q.layers_seen) * n_expert_);
   }
   if (matcher_) return matcher_->post(std::move(j));
   Result r;
   Matcher::execute(store_, j, r);
-  (kind == Kind::Semantic ? sem_result_ : traj_result_) = std::move(r);
+  (kind == Kind::Semantic ? q.sem_result : q.traj_result) = std::move(r);
 }
 
 void FmoePolicy::post_insert(ExpertMap m) {
@@ -225,28 +266,42 @@ void FmoePolicy::post_insert(ExpertMap m) {
   Matcher::execute(store_, j, unused);
 }
 
-void FmoePolicy::refresh_results() const {
+void FmoePolicy::refresh_results() {
   if (!matcher_) return;
   std::lock_guard<std::mutex> lk(matcher_->result_mu);  // held only to copy, never during a search
-  if (matcher_->sem.seq != sem_result_.seq) sem_result_ = matcher_->sem;
-  if (matcher_->traj.seq != traj_result_.seq) traj_result_ = matcher_->traj;
+  for (auto& entry : requests_) {
+    Request& q = entry.second;
+    const auto s = matcher_->sem.find(entry.first);
+    if (s != matcher_->sem.end() && s->second.seq != q.sem_result.seq) q.sem_result = s->second;
+    const auto t = matcher_->traj.find(entry.first);
+    if (t != matcher_->traj.end() && t->second.seq != q.traj_result.seq) q.traj_result = t->second;
+  }
+}
+
+std::vector<const FmoePolicy::Request*> FmoePolicy::step_requests() const {
+  std::vector<const Request*> out;
+  for (const auto& entry : requests_)
+    if (entry.second.any_seen) out.push_back(&entry.second);
+  if (out.empty())
+    for (const auto& entry : requests_) out.push_back(&entry.second);
+  return out;
 }
 
 // §4.2: the trajectory match guides layers ≥ d of this iteration, the semantic match the
 // first d (and, for the next iteration, `next`, all it can: its trajectory is unseen).
 // When one is missing the other stands in; rows a trace never filled predict nothing.
-const float* FmoePolicy::predicted(int32_t layer, bool next, double* score) const {
+const float* FmoePolicy::predicted(const Request& q, int32_t layer, bool next, double* score) const {
   const size_t at = static_cast<size_t>(layer) * static_cast<size_t>(n_expert_);
   auto usable = [&](const Result& r, uint64_t gen) {
     return r.gen == gen && r.match.found && nonzero_row(r.match.probs, at, n_expert_);
   };
-  const bool traj = !next && usable(traj_result_, iter_gen_);
-  const bool sem = usable(sem_result_, request_gen_);
+  const bool traj = !next && usable(q.traj_result, q.iter_gen);
+  const bool sem = usable(q.sem_result, q.sem_gen);
   const Result* r = nullptr;
   if (traj && (layer >= opt_.distance || !sem))
-    r = &traj_result_;
+    r = &q.traj_result;
   else if (sem)
-    r = &sem_result_;
+    r = &q.sem_result;
   if (!r) return nullptr;
   if (score) *score = r->match.score;
   return r->match.probs.data() + at;
@@ -258,16 +313,27 @@ void FmoePolicy::plan_prefetch(int32_t layer_now, PrefetchPlan& plan) {
   // §4.2: at layer l the matched map's P_{l+d} guides the prefetch of layer l+d alone
   // (layers l+1..l+d-1 were targets of the layers before; the first d layers of an
   // iteration are the targets of the previous iteration's last d, by the semantic map).
-  for (int32_t t = layer_now + opt_.distance; t <= layer_now + opt_.distance; ++t) {
-    const bool next = t >= n_layer_;  // a layer of the next iteration
-    const int32_t layer = next ? t - n_layer_ : t;
-    if (layer < 0 || layer >= n_layer_) continue;
-    double score = 0;
-    const float* p = predicted(layer, next, &score);
-    if (!p) continue;
-    // §4.5: PRI_prefetch = p / (l − l_now), l counted on past the last layer.
-    for (int32_t e : select(p, n_expert_, threshold(score), top_k_))
-      plan.push_back({{layer, e}, static_cast<double>(p[e]) / static_cast<double>(t - layer_now)});
+  // Each request of the step plans from its own match; an expert two requests want
+  // keeps the higher priority.
+  const int32_t t = layer_now + opt_.distance;
+  const bool next = t >= n_layer_;  // a layer of the next iteration
+  const int32_t layer = next ? t - n_layer_ : t;
+  if (layer >= 0 && layer < n_layer_) {
+    for (const Request* q : step_requests()) {
+      double score = 0;
+      const float* p = predicted(*q, layer, next, &score);
+      if (!p) continue;
+      // §4.5: PRI_prefetch = p / (l − l_now), l counted on past the last layer.
+      for (int32_t e : select(p, n_expert_, threshold(score), top_k_)) {
+        const double pri = static_cast<double>(p[e]) / static_cast<double>(t - layer_now);
+        auto same = std::find_if(plan.begin() + static_cast<std::ptrdiff_t>(first), plan.end(),
+                                 [&](const PrefetchRequest& x) { return x.key.layer == layer && x.key.expert == e; });
+        if (same == plan.end())
+          plan.push_back({{layer, e}, pri});
+        else
+          same->priority = std::max(same->priority, pri);
+      }
+    }
   }
   std::stable_sort(plan.begin() + static_cast<std::ptrdiff_t>(first), plan.end(),
                    [](const PrefetchRequest& a, const PrefetchRequest& b) { return a.priority > b.priority; });
@@ -283,9 +349,15 @@ size_t FmoePolicy::victim(const CacheView& view, const ExpertKey& incoming) {
   // cache's bare use count every expert prefetched and not yet used would score 0 and
   // the prefetches would evict one another. Ties: smaller p, fewer uses, older last
   // use, lower key.
+  // With several requests in the step, an expert is worth what the request that most
+  // expects it predicts.
+  const std::vector<const Request*> reqs = step_requests();
   auto p_of = [&](const ExpertKey& k) {
-    const float* p = predicted(k.layer, k.layer <= view.layer_now, nullptr);
-    return p ? static_cast<double>(p[k.expert]) : 1.0 / static_cast<double>(n_expert_);
+    double best = -1;
+    for (const Request* q : reqs)
+      if (const float* p = predicted(*q, k.layer, k.layer <= view.layer_now, nullptr))
+        best = std::max(best, static_cast<double>(p[k.expert]));
+    return best >= 0 ? best : 1.0 / static_cast<double>(n_expert_);
   };
   auto rank = [&](const CacheEntryView& e) {
     const double p = p_of(e.key);
@@ -322,10 +394,11 @@ void FmoePolicy::load(std::istream& in) {
   wait_idle();
   store_.load(in);
   // Matches made against the old store no longer name its maps.
-  sem_result_ = traj_result_ = Result{};
+  for (auto& entry : requests_) entry.second.sem_result = entry.second.traj_result = Result{};
   if (matcher_) {
     std::lock_guard<std::mutex> lk(matcher_->result_mu);
-    matcher_->sem = matcher_->traj = Result{};
+    matcher_->sem.clear();
+    matcher_->traj.clear();
   }
 }
 

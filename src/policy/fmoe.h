@@ -6,9 +6,18 @@
 // score, 0, 1), at least top-k (§4.3), in the order p/(l − l_now), and the cache evicts
 // the expert with the smallest p·freq, i.e. the highest eviction priority 1/(p·freq)
 // (§4.5); a prefetch whose expert is worth less than that victim is declined.
+//
+// Requests. Matching is per request (§4.2 matches a request's own prompt embedding and
+// its own trajectory): each running request keeps its embedding, its iteration map and
+// its matches, keyed by the request id the routing carries, and puts its own map into
+// the shared store. With several requests in a step the prefetch plan is the union of
+// the requests' plans (an expert two of them want keeps the higher priority), and an
+// expert's p for eviction is the largest any running request predicts for it. One
+// request alone takes exactly the decisions of the single-request policy.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -37,6 +46,7 @@ class FmoePolicy : public ExpertPolicy {
   void plan_prefetch(int32_t layer_now, PrefetchPlan& plan) override;
   size_t victim(const CacheView& view, const ExpertKey& incoming) override;
   void end_iteration() override;
+  void end_request(int64_t id) override;
   void save(std::ostream& out) const override;
   void load(std::istream& in) override;
 
@@ -55,34 +65,44 @@ class FmoePolicy : public ExpertPolicy {
   const ExpertMapStore& store() const;
   // Runs on the matcher thread before each batch of work (tests stall it with this).
   void set_matcher_hook(std::function<void()> hook);
+  // The requests whose state the policy holds (tests).
+  size_t running_requests() const { return requests_.size(); }
 
  private:
   struct Matcher;
   enum class Kind { Semantic, Trajectory };
-  void post_search(Kind kind);
-  void post_insert(ExpertMap m);
-  // The predicted distribution of `layer` in this iteration, or in the next one when
-  // `next` (null: none), and the similarity score of the match it comes from.
-  const float* predicted(int32_t layer, bool next, double* score) const;
-  void refresh_results() const;
-
-  int32_t n_layer_, n_expert_, top_k_;
-  FmoeOptions opt_;
-  ExpertMapStore store_;
-  std::vector<float> sem_;  // semantic embedding of the current request
-  ExpertMap cur_;           // expert map of the iteration under way
-  int32_t layers_seen_ = 0;
-  bool any_seen_ = false;
-  uint64_t request_gen_ = 0, iter_gen_ = 0;
-  bool sparse_fallback_ = false;
-
-  // Latest search results, tagged with the request / iteration they were made for.
+  // A search result, tagged with the request embedding / iteration (gen) it was made for.
   struct Result {
     MapMatch match;
     uint64_t gen = 0;
     uint64_t seq = 0;  // async: publication number, to copy only what is new
   };
-  mutable Result sem_result_, traj_result_;
+  // One running request.
+  struct Request {
+    std::vector<float> sem;  // semantic embedding (§4.2)
+    ExpertMap cur;           // expert map of the iteration under way
+    int32_t layers_seen = 0;
+    bool any_seen = false;   // routed in this iteration
+    uint64_t sem_gen = 0, iter_gen = 0;
+    Result sem_result, traj_result;
+  };
+  Request& request(int64_t id);
+  void post_search(int64_t id, Request& q, Kind kind);
+  void post_insert(ExpertMap m);
+  // The predicted distribution of `layer` for request q in this iteration, or in the
+  // next one when `next` (null: none), and the similarity score of its match.
+  const float* predicted(const Request& q, int32_t layer, bool next, double* score) const;
+  // The requests of this step: those routed in this iteration, else every running one.
+  std::vector<const Request*> step_requests() const;
+  void refresh_results();
+
+  int32_t n_layer_, n_expert_, top_k_;
+  FmoeOptions opt_;
+  ExpertMapStore store_;
+  std::map<int64_t, Request> requests_;
+  int64_t last_request_ = 0;  // the request of routing that names none
+  uint64_t gen_ = 0;          // gens, unique across requests and iterations
+  bool sparse_fallback_ = false;
   std::unique_ptr<Matcher> matcher_;  // only when async
 };
 

@@ -67,6 +67,60 @@ void expect_plan(const Plan& got, const Plan& want) {
   }
 }
 
+// Two requests in one step (issue 16: per-request state): each matches its own
+// embedding and its own trajectory, so the step's plan is the union of the plans each
+// request makes alone, an expert both want at the higher priority. History: request 1
+// (embedding (1, 0)) chose expert l at layer l, request 2 (embedding (0, 1)) expert 3 - l.
+TEST(Fmoe, InterleavedRequestsPlanWhatEachPlansAlone) {
+  auto learned = [] {
+    auto f = std::make_unique<FmoePolicy>(kGeo, kOpt);
+    learn(*f);
+    f->begin_request(RequestInfo{2, {}, {0, 1}, {}});
+    one_iteration(*f, {peaked(3), peaked(2), peaked(1), peaked(0)});
+    f->end_request(2);
+    return f;
+  };
+  auto alone = [&](int64_t id, std::vector<float> emb, int32_t first) {
+    auto f = learned();
+    f->begin_request(RequestInfo{id, {}, std::move(emb), {}});
+    f->begin_iteration(Phase::Decode, 1);
+    LayerRouting r = full(0, peaked(first));
+    r.requests = {id};
+    f->routed(r);
+    return plan_at(*f, 0);
+  };
+  const Plan a = alone(10, {1, 0}, 0), b = alone(11, {0, 1}, 3);
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  EXPECT_EQ(std::get<1>(a[0]), 2) << "request 10 follows history 1 to expert 2 at layer 2";
+  EXPECT_EQ(std::get<1>(b[0]), 1) << "request 11 follows history 2 to expert 1 at layer 2";
+
+  auto f = learned();
+  f->begin_request(RequestInfo{10, {}, {1, 0}, {}});
+  f->begin_request(RequestInfo{11, {}, {0, 1}, {}});
+  f->begin_iteration(Phase::Decode, 1);
+  std::vector<float> probs = peaked(0);
+  const std::vector<float> second = peaked(3);
+  probs.insert(probs.end(), second.begin(), second.end());
+  f->routed(LayerRouting{0, 2, 4, 1, {0, 3}, {}, probs, {10, 11}});
+  // The union, each expert at its best priority, highest first (ties: a's order).
+  Plan want = a;
+  for (const auto& x : b) {
+    auto same = std::find_if(want.begin(), want.end(), [&](const auto& y) {
+      return std::get<0>(y) == std::get<0>(x) && std::get<1>(y) == std::get<1>(x);
+    });
+    if (same == want.end())
+      want.push_back(x);
+    else
+      std::get<2>(*same) = std::max(std::get<2>(*same), std::get<2>(x));
+  }
+  std::stable_sort(want.begin(), want.end(), [](const auto& x, const auto& y) { return std::get<2>(x) > std::get<2>(y); });
+  expect_plan(plan_at(*f, 0), want);
+  EXPECT_EQ(f->running_requests(), 2u);
+  f->end_request(10);
+  EXPECT_EQ(f->running_requests(), 1u);
+}
+
 TEST(Fmoe, ThresholdIsClippedOneMinusScore) {
   EXPECT_DOUBLE_EQ(FmoePolicy::threshold(1.0), 0.0);
   EXPECT_DOUBLE_EQ(FmoePolicy::threshold(0.25), 0.75);
