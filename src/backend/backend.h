@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "experts/expert_memory.h"
 #include "kernels/cpu/matmul.h"
 #include "model/model_weights.h"
 #include "tensor/dtype.h"
@@ -28,24 +29,16 @@ using Product = cpu::MatmulJob;
 using AttentionShape = cpu::AttentionShape;
 using AttentionQuery = cpu::AttentionQuery;
 
-// Memory a backend hands out (weights, expert buffers, KV blocks).
-class DeviceBuffer {
- public:
-  virtual ~DeviceBuffer() = default;
-  virtual uint8_t* data() const = 0;
-  virtual size_t size() const = 0;
-};
-
-// Also the WeightPlacer of the weights it computes with: it chooses their in-memory
-// row layouts (tensor/row_layout.h) for the resident copy and the expert cache.
-class Backend : public WeightPlacer {
+// Also the WeightPlacer of the weights it computes with (their memory and in-memory row
+// layouts, tensor/row_layout.h) and the ExpertMemory the expert cache's buffers come
+// from (experts/expert_memory.h).
+class Backend : public WeightPlacer, public ExpertMemory {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
 
-  // --- memory and layout ---
-  // Null when the memory cannot be had.
-  virtual std::unique_ptr<DeviceBuffer> allocate(size_t bytes) = 0;
+  // --- memory and layout: WeightPlacer's allocate, layout_for, place (weights and KV
+  // blocks) and ExpertMemory's buffers ---
 
   // --- operations on f32 activations ---
   virtual void products(const Product* jobs, size_t n) = 0;

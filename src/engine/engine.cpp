@@ -61,8 +61,8 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
   if (o.ctx_size < 0) throw InputError("context size " + std::to_string(o.ctx_size) + ": must be >= 0");
   const bool offloaded = o.policy != "all";
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  im->backend = std::make_unique<CpuBackend>(threads);
-  LoadedWeights lw = load_model_and_tokenizer(o.model_path, o.mmap, offloaded, o.repack ? im->backend.get() : nullptr);
+  im->backend = std::make_unique<CpuBackend>(threads, o.repack);
+  LoadedWeights lw = load_model_and_tokenizer(o.model_path, o.mmap, offloaded, im->backend.get());
   im->model = std::move(lw.model);
   im->tokenizer = std::move(lw.tokenizer);
   im->ctx = o.ctx_size > 0 ? o.ctx_size : default_ctx_size(*im->model);
@@ -79,7 +79,8 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
   oo.tasks_path = o.tasks_path;
   oo.emoe_variant = o.emoe_variant;
   oo.emoe_top_l = o.emoe_top_l;
-  oo.placer = o.repack ? im->backend.get() : nullptr;
+  oo.placer = im->backend.get();
+  oo.memory = im->backend.get();
   const Tokenizer* tok = im->tokenizer.get();
   oo.detokenize = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids); };
   im->offload = make_expert_offload(*im->model, oo);

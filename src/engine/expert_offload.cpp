@@ -40,7 +40,8 @@ ExpertOffload make_expert_offload(const Model& model, const OffloadOptions& opt)
   po.async_matching = true;  // in the engine, matching must never block the forward pass (fMoE §4.3)
   o.policy = make_policy(o.policy_name, g, po);
   o.transport = std::make_unique<FileTransport>(*o.store, opt.io_threads);
-  o.cache = std::make_unique<ExpertCache>(g, budget, *o.transport, *o.policy);
+  o.cache = std::make_unique<ExpertCache>(g, budget, *o.transport, *o.policy,
+                                          opt.memory ? *opt.memory : host_expert_memory());
   o.source = std::make_unique<OffloadedExperts>(model.config(), *o.store, *o.cache, on_miss);
   return o;
 }

@@ -31,6 +31,9 @@ struct OffloadOptions {
   // The backend's weight layouts for experts read into the cache (null: the file's);
   // must outlive the offload.
   const WeightPlacer* placer = nullptr;
+  // The backend's memory for the cache's expert buffers (null: host memory); must
+  // outlive the offload.
+  ExpertMemory* memory = nullptr;
   // eMoE's keyword task detection reads a request's prompt as text.
   std::function<std::string(const std::vector<int32_t>&)> detokenize;
 };

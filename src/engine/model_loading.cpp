@@ -8,8 +8,7 @@
 
 namespace moeflow {
 
-LoadedWeights load_model_and_tokenizer(const std::string& path, bool mmap, bool offloaded,
-                                       const WeightPlacer* placer) {
+LoadedWeights load_model_and_tokenizer(const std::string& path, bool mmap, bool offloaded, WeightPlacer* placer) {
   LoadedWeights m;
   m.model = Model::load(path);
   if (!mmap) m.model->make_resident(!offloaded, placer);

@@ -4,28 +4,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>
-#include <sys/mman.h>
 
 #include "base/error.h"
 
 namespace moeflow {
 
 namespace {
-
-// Expert buffers come straight from mmap and go back with munmap: malloc would keep
-// freed chunks in its heap (its mmap threshold grows with every large free), and the
-// process would hold more than the budget after churn. Pages are 4 KiB aligned, as
-// O_DIRECT needs.
-uint8_t* map_buffer(uint64_t bytes) {
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  return static_cast<uint8_t*>(p);
-}
-
-void unmap_buffer(uint8_t*& p, uint64_t bytes) {
-  if (p) ::munmap(p, bytes);
-  p = nullptr;
-}
 
 std::string mib(uint64_t b) {
   char s[64];
@@ -64,8 +48,8 @@ CacheCounters& CacheCounters::operator+=(const CacheCounters& more) {
 }
 
 ExpertCache::ExpertCache(const ExpertGeometry& geometry, uint64_t budget_bytes, Transport& transport,
-                         ExpertPolicy& policy)
-    : geometry_(geometry), budget_(budget_bytes), transport_(transport), policy_(policy),
+                         ExpertPolicy& policy, ExpertMemory& memory)
+    : geometry_(geometry), budget_(budget_bytes), transport_(transport), memory_(memory), policy_(policy),
       entries_(geometry.bytes.size()) {
   const uint64_t min = geometry.min_budget();
   if (budget_bytes < min)
@@ -89,8 +73,8 @@ ExpertCache::~ExpertCache() {
   } catch (...) {
     // A failed read still ended; nothing more will write into the buffers.
   }
-  for (size_t i = 0; i < entries_.size(); ++i) unmap_buffer(entries_[i].buf, geometry_.bytes_of(key_of(i)));
-  for (Spare& sp : spares_) unmap_buffer(sp.buf, sp.bytes);
+  for (size_t i = 0; i < entries_.size(); ++i) memory_.release_expert_buffer(entries_[i].buf, geometry_.bytes_of(key_of(i)));
+  for (Spare& sp : spares_) memory_.release_expert_buffer(sp.buf, sp.bytes);
 }
 
 void ExpertCache::release_buffer(uint8_t*& buf, uint64_t bytes) {
@@ -112,11 +96,11 @@ uint8_t* ExpertCache::acquire_buffer(uint64_t bytes) {
   // No spare of this size: give back spares until a new one fits next to them
   // (used_ already counts `bytes`).
   while (!spares_.empty() && used_ + spare_bytes_ > budget_) {
-    unmap_buffer(spares_.back().buf, spares_.back().bytes);
+    memory_.release_expert_buffer(spares_.back().buf, spares_.back().bytes);
     spare_bytes_ -= spares_.back().bytes;
     spares_.pop_back();
   }
-  return map_buffer(bytes);
+  return memory_.allocate_expert_buffer(bytes);
 }
 
 ExpertKey ExpertCache::key_of(size_t i) const {

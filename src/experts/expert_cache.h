@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "experts/expert_key.h"
+#include "experts/expert_memory.h"
 #include "experts/transport.h"
 #include "experts/expert_policy.h"
 
@@ -52,8 +53,10 @@ constexpr double kDemandPriority = 1e300;
 
 class ExpertCache {
  public:
-  // Throws InputError if budget_bytes is below geometry.min_budget().
-  ExpertCache(const ExpertGeometry& geometry, uint64_t budget_bytes, Transport& transport, ExpertPolicy& policy);
+  // Throws InputError if budget_bytes is below geometry.min_budget(). Expert buffers
+  // come from `memory` (the backend's fast tier; must outlive the cache).
+  ExpertCache(const ExpertGeometry& geometry, uint64_t budget_bytes, Transport& transport, ExpertPolicy& policy,
+              ExpertMemory& memory = host_expert_memory());
   ~ExpertCache();
   ExpertCache(const ExpertCache&) = delete;
   ExpertCache& operator=(const ExpertCache&) = delete;
@@ -150,6 +153,7 @@ class ExpertCache {
   const ExpertGeometry& geometry_;
   uint64_t budget_;
   Transport& transport_;
+  ExpertMemory& memory_;
   ExpertPolicy& policy_;
   std::vector<Entry> entries_;
   uint64_t used_ = 0;

@@ -119,7 +119,7 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   return m;
 }
 
-void Model::make_resident(bool include_experts, const WeightPlacer* placer) {
+void Model::make_resident(bool include_experts, WeightPlacer* placer) {
   if (resident_) return;
   // Every distinct byte range the forward pass reads (output may alias tok_embd).
   struct Range {
@@ -152,7 +152,7 @@ void Model::make_resident(bool include_experts, const WeightPlacer* placer) {
   size_t total = 0;
   for (const Range& r : ranges) total += (r.bytes + kAlign - 1) / kAlign * kAlign;
   if (total == 0) return;
-  auto region = AnonMemory::allocate(total);
+  std::unique_ptr<DeviceBuffer> region = placer ? placer->allocate(total) : allocate_host_buffer(total);
   if (!region)
     throw InputError(file_->path() + ": cannot allocate " + std::to_string(total >> 20) +
                      " MiB to hold the weights in memory (use --mmap to read them from the file mapping)");

@@ -9,7 +9,7 @@
 
 #include "format/gguf.h"
 #include "model/model_config.h"
-#include "tensor/anon_memory.h"
+#include "tensor/device_buffer.h"
 #include "tensor/dtype.h"
 #include "tensor/row_layout.h"
 
@@ -72,10 +72,10 @@ class Model {
   // measured 26 GB/s reading the page cache's scattered 4 KiB pages against 44 GB/s
   // from anonymous memory (one thread, 2-vCPU EPYC): the hardware prefetcher stops
   // at every 4 KiB page boundary. The file pages are released as each tensor is
-  // copied, so the peak is one copy plus one tensor. A placer (the backend) chooses
-  // each matrix's row layout and writes it (the embedding table, read row by row,
-  // keeps GGUF's); null keeps every matrix in GGUF's layout.
-  void make_resident(bool include_experts, const WeightPlacer* placer);
+  // copied, so the peak is one copy plus one tensor. A placer (the backend) gives the
+  // memory, chooses each matrix's row layout and writes it (the embedding table, read
+  // row by row, keeps GGUF's); null: host memory, every matrix in GGUF's layout.
+  void make_resident(bool include_experts, WeightPlacer* placer);
   uint64_t resident_bytes() const { return resident_bytes_; }
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
@@ -83,7 +83,7 @@ class Model {
 
  private:
   std::unique_ptr<gguf::GgufFile> file_;
-  std::unique_ptr<AnonMemory> resident_;
+  std::unique_ptr<DeviceBuffer> resident_;
   uint64_t resident_bytes_ = 0;
   ModelConfig config_;
   ModelWeights weights_;

@@ -6,6 +6,10 @@
 #pragma once
 #include <cstdint>
 
+#include <cstddef>
+#include <memory>
+
+#include "tensor/device_buffer.h"
 #include "tensor/dtype.h"
 
 namespace moeflow {
@@ -17,12 +21,15 @@ enum class RowLayout : uint8_t {
 
 inline const char* row_layout_name(RowLayout l) { return l == RowLayout::rows_x4 ? "rows_x4" : "gguf"; }
 
-// The backend's side of weight placement: which layout a matrix takes in memory, and
-// the copy into it. The model's resident copy and the expert cache ask it (the model
-// and expert stages sit below the backend and do not know its kernels).
+// The backend's side of weight placement: the memory the resident weights go to, which
+// layout a matrix takes there, and the copy into it. The model's resident copy and the
+// expert cache ask it (the model and expert stages sit below the backend and know
+// neither its memory nor its kernels).
 class WeightPlacer {
  public:
   virtual ~WeightPlacer() = default;
+  // Null when the memory cannot be had.
+  virtual std::unique_ptr<DeviceBuffer> allocate(size_t bytes) = 0;
   virtual RowLayout layout_for(DType t, int64_t rows, int64_t cols) const = 0;
   // Writes the rows x cols matrix src (GGUF layout) to dst (same size, no overlap) in
   // `layout`, which layout_for gave for this type and shape. Every layout keeps each

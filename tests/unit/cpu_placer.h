@@ -5,8 +5,8 @@
 
 namespace moeflow::testing {
 
-inline const WeightPlacer* cpu_placer() {
-  static const CpuBackend backend(static_cast<ThreadPool*>(nullptr));
+inline WeightPlacer* cpu_placer() {
+  static CpuBackend backend(static_cast<ThreadPool*>(nullptr));
   return &backend;
 }
 

@@ -8,21 +8,11 @@
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/rows_x4_vnni.h"
 #include "tensor/rows_x4.h"
-#include "tensor/anon_memory.h"
+#include "tensor/device_buffer.h"
 
 namespace moeflow {
 
 namespace {
-
-class AnonBuffer final : public DeviceBuffer {
- public:
-  explicit AnonBuffer(std::unique_ptr<AnonMemory> m) : m_(std::move(m)) {}
-  uint8_t* data() const override { return m_->data(); }
-  size_t size() const override { return m_->size(); }
-
- private:
-  std::unique_ptr<AnonMemory> m_;
-};
 
 // The SwiGLU FFN of experts mats[0, n), each over the (token, slot) pairs slots[i]
 // that chose it, on the pool (null: the calling thread alone); row s of per_slot gets
@@ -104,17 +94,18 @@ void split_expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* c
 
 }  // namespace
 
-CpuBackend::CpuBackend(int threads) : owned_(std::make_unique<ThreadPool>(threads)), pool_(owned_.get()) {}
-CpuBackend::CpuBackend(ThreadPool* pool) : pool_(pool) {}
+CpuBackend::CpuBackend(int threads, bool interleave_rows)
+    : owned_(std::make_unique<ThreadPool>(threads)), pool_(owned_.get()), interleave_rows_(interleave_rows) {}
+CpuBackend::CpuBackend(ThreadPool* pool, bool interleave_rows) : pool_(pool), interleave_rows_(interleave_rows) {}
 
-std::unique_ptr<DeviceBuffer> CpuBackend::allocate(size_t bytes) {
-  std::unique_ptr<AnonMemory> m = AnonMemory::allocate(bytes);
-  if (!m) return nullptr;
-  return std::make_unique<AnonBuffer>(std::move(m));
-}
+std::unique_ptr<DeviceBuffer> CpuBackend::allocate(size_t bytes) { return allocate_host_buffer(bytes); }
+
+uint8_t* CpuBackend::allocate_expert_buffer(uint64_t bytes) { return host_expert_memory().allocate_expert_buffer(bytes); }
+
+void CpuBackend::release_expert_buffer(uint8_t* p, uint64_t bytes) { host_expert_memory().release_expert_buffer(p, bytes); }
 
 RowLayout CpuBackend::layout_for(DType t, int64_t rows, int64_t cols) const {
-  return cpu::q4_vnni_enabled() && rows_x4_supports(t) && rows_x4_fits(rows, cols) ? RowLayout::rows_x4
+  return interleave_rows_ && cpu::q4_vnni_enabled() && rows_x4_supports(t) && rows_x4_fits(rows, cols) ? RowLayout::rows_x4
                                                                                    : RowLayout::gguf;
 }
 

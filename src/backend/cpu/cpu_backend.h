@@ -11,15 +11,18 @@ namespace moeflow {
 
 class CpuBackend final : public Backend {
  public:
-  // Owns a pool of `threads` workers.
-  explicit CpuBackend(int threads);
+  // Owns a pool of `threads` workers. `interleave_rows` false keeps every matrix in
+  // GGUF's layout (--no-repack).
+  explicit CpuBackend(int threads, bool interleave_rows = true);
   // Runs on `pool` (not owned; null: the calling thread alone).
-  explicit CpuBackend(ThreadPool* pool);
+  explicit CpuBackend(ThreadPool* pool, bool interleave_rows = true);
 
   std::string name() const override { return "cpu"; }
-  std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;
-  // q4_0 / q8_0 matrices that fit are interleaved in fours on AVX-512 VNNI CPUs
-  // (tensor/rows_x4.h says why); everything else keeps GGUF's layout.
+  std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;  // host memory, huge pages
+  uint8_t* allocate_expert_buffer(uint64_t bytes) override;
+  void release_expert_buffer(uint8_t* p, uint64_t bytes) override;
+  // q4_0 / q8_0 matrices that fit are interleaved in fours on AVX-512 VNNI CPUs unless
+  // switched off (tensor/rows_x4.h says why); everything else keeps GGUF's layout.
   RowLayout layout_for(DType t, int64_t rows, int64_t cols) const override;
   void place(RowLayout layout, DType t, const void* src, int64_t rows, int64_t cols, void* dst) const override;
 
@@ -40,6 +43,7 @@ class CpuBackend final : public Backend {
  private:
   std::unique_ptr<ThreadPool> owned_;
   ThreadPool* pool_;
+  bool interleave_rows_;
 };
 
 }  // namespace moeflow
