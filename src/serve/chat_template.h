@@ -35,6 +35,9 @@ struct ChatTemplateInput {
   std::vector<ChatMessage> messages;
   bool add_generation_prompt = true;
   std::string bos_token, eos_token;
+  // The request's `tools` (an OpenAI-style JSON array of function schemas) as JSON text;
+  // empty: none (the template sees `tools` as none). Malformed JSON is an InputError.
+  std::string tools_json;
   // strftime_now()'s time, seconds since the epoch formatted as UTC; unset: the local clock.
   std::optional<int64_t> now_unix_seconds;
 };
@@ -48,8 +51,8 @@ class ChatTemplate {
   static ChatTemplate parse(std::string_view source);
 
   // Renders the conversation. The template sees `messages` (a list of {role, content}
-  // dicts), `add_generation_prompt`, `bos_token`, `eos_token`, and `tools` and `documents`
-  // as none (as Hugging Face passes them without tools). Throws InputError for runtime
+  // dicts), `add_generation_prompt`, `bos_token`, `eos_token`, `tools` (none unless
+  // input.tools_json is given) and `documents` (none), as Hugging Face passes them. Throws InputError for runtime
   // errors (raise_exception('...') included, with its message) and exceeded limits.
   std::string render(const ChatTemplateInput& input) const;
 

@@ -77,6 +77,21 @@ TEST(Jinja, ForLoopVariables) {
             "FalseFalse");
 }
 
+TEST(Jinja, ForElseRunsUnlessAnIterationCompletedItsBody) {
+  // jinja2's rule (its compiled loop clears the flag at the end of the body), which
+  // differs from Python's for-else.
+  EXPECT_EQ(render("{% for i in range(2) %}{{ i }}{% continue %}{% else %}E{% endfor %}"), "01E");
+  EXPECT_EQ(render("{% for i in range(2) %}{{ i }}{% break %}{% else %}E{% endfor %}"), "0E");
+  EXPECT_EQ(render("{% for i in range(2) %}{{ i }}{% if i == 1 %}{% break %}{% endif %}{% else %}E{% endfor %}"), "01");
+  EXPECT_EQ(render("{% for i in [1] if false %}x{% else %}E{% endfor %}"), "E");
+}
+
+TEST(Jinja, UnpackingTakesAnyIterable) {
+  EXPECT_EQ(render("{% for a, b in messages %}{{ a }}|{{ b }}{% endfor %}"), "role|content");
+  EXPECT_EQ(render("{% set a, b = 'xy' %}{{ b }}{{ a }}"), "yx");
+  EXPECT_EQ(render("{{ (none, [][0]) }} {{ x is sequence }}"), "(None, Undefined) True");
+}
+
 TEST(Jinja, BreakAndContinue) {
   EXPECT_EQ(render("{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 5 %}{% break %}"
                    "{% endif %}{{ i }}{% endfor %}"),

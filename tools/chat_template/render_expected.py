@@ -42,6 +42,30 @@ TEMPLATES = {
 }
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+
+# An OpenAI-style tools array, as a request carries it: exercises the templates' tool
+# sections (gpt-oss renders each schema as TypeScript through recursive macros).
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Get the current weather in a city.",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "description": "City name, e.g. Zürich"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"},
+            "days": {"type": "integer", "default": 1},
+        }, "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "search", "description": "Search the web.",
+        "parameters": {"type": "object", "properties": {
+            "queries": {"type": "array", "items": {"type": "string"}, "description": "Queries to run"},
+            "filters": {"type": "array", "items": {"type": "object", "properties": {
+                "key": {"type": "string"}, "weight": {"type": "number"}}}},
+            "limit": {"type": ["integer", "null"]},
+            "mode": {"oneOf": [{"type": "string", "description": "a named mode"}, {"type": "integer"}]},
+            "safe": {"type": "boolean", "nullable": True, "default": True},
+            "ratio": {"type": "number", "default": 0.25},
+        }, "required": ["queries"]}}},
+]
+
 CONVERSATIONS = [
     ("system_user", [SYSTEM, {"role": "user", "content": "What is 2+2?"}], True),
     ("system_user_no_generation_prompt", [SYSTEM, {"role": "user", "content": "What is 2+2?"}], False),
@@ -79,6 +103,12 @@ CONVERSATIONS = [
         {"role": "user", "content": "one"},
         {"role": "user", "content": "two"},
     ], True),
+    ("tools_system_user", [SYSTEM, {"role": "user", "content": "Weather in Paris?"}], True, TOOLS),
+    ("tools_multi_turn", [
+        {"role": "user", "content": "Find news."},
+        {"role": "assistant", "content": "Which topic?"},
+        {"role": "user", "content": "Science."},
+    ], True, TOOLS),
 ]
 
 
@@ -107,10 +137,13 @@ def main():
         with open(os.path.join(fixture_dir, name + ".jinja"), encoding="utf-8") as f:
             template = env.from_string(f.read())
         cases = []
-        for case_name, messages, add_generation_prompt in CONVERSATIONS:
+        for case_name, messages, add_generation_prompt, *tools in CONVERSATIONS:
+            tools = tools[0] if tools else None
             case = {"name": case_name, "messages": messages, "add_generation_prompt": add_generation_prompt}
+            if tools is not None:
+                case["tools"] = tools
             try:
-                case["expected"] = template.render(messages=messages, tools=None, documents=None,
+                case["expected"] = template.render(messages=messages, tools=tools, documents=None,
                                                    add_generation_prompt=add_generation_prompt,
                                                    bos_token=bos, eos_token=eos)
             except jinja2.exceptions.TemplateError as e:

@@ -288,7 +288,8 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
     ctx.charge_string(out.size());
     return Value::string(std::move(out));
   }
-  ctx.fail(std::string("'") + obj.type_name() + "' object is not subscriptable");
+  // jinja2 falls back to an undefined value when the object cannot be sliced.
+  return Value::undefined(object_name(obj) + " cannot be sliced");
 }
 
 std::vector<Value> iterate(const Value& v, CallContext& ctx) {

@@ -194,12 +194,13 @@ class Evaluator final : public CallContext {
       scope[targets[0]] = v;
       return;
     }
-    if (!v.is_list())
+    // Python unpacks any iterable: a pair, but also a dict's keys or a string's characters.
+    if (!v.is_list() && !v.is_dict() && !v.is_string())
       fail(std::string("cannot unpack a '") + v.type_name() + "' into " + std::to_string(targets.size()) + " names");
-    if (v.items().size() != targets.size())
-      fail("cannot unpack " + std::to_string(v.items().size()) + " values into " + std::to_string(targets.size()) +
-           " names");
-    for (size_t i = 0; i < targets.size(); ++i) scope[targets[i]] = v.items()[i];
+    const std::vector<Value> items = v.is_list() ? v.items() : iterate(v, *this);
+    if (items.size() != targets.size())
+      fail("cannot unpack " + std::to_string(items.size()) + " values into " + std::to_string(targets.size()) + " names");
+    for (size_t i = 0; i < targets.size(); ++i) scope[targets[i]] = items[i];
   }
 
   void assign(const Stmt& s, Value v) {
@@ -228,10 +229,10 @@ class Evaluator final : public CallContext {
       }
       items = std::move(kept);
     }
-    if (items.empty()) {
-      exec_body(s.else_body);
-      return;
-    }
+    // jinja2 runs the else block unless some iteration reached the end of the body (an
+    // iteration left by break or continue does not count), which for an empty sequence
+    // is the documented rule.
+    bool body_completed = false;
     const int64_t n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
       if (++loop_iterations_ > options_.limits.max_loop_iterations)
@@ -254,8 +255,10 @@ class Evaluator final : public CallContext {
       scope["loop"] = Value::dict(std::move(loop));
       const Flow f = exec_body(s.body);
       scopes_.pop_back();
+      if (f == Flow::kNormal) body_completed = true;
       if (f == Flow::kBreak) break;
     }
+    if (!body_completed) exec_body(s.else_body);
   }
 
   // ---- expressions ----

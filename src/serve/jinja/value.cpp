@@ -32,6 +32,8 @@ bool hash_key(const Value& k, std::string* out) {
 
 }  // namespace
 
+size_t DictData::size() const { return items_.size(); }
+
 const Value* DictData::find(const Value& key) const {
   std::string h;
   if (!hash_key(key, &h)) return nullptr;
@@ -164,7 +166,7 @@ std::string Value::str() const {
 
 std::string Value::repr() const {
   switch (kind()) {
-    case Kind::kUndefined: return "";
+    case Kind::kUndefined: return "Undefined";
     case Kind::kNone: return "None";
     case Kind::kBool: return as_bool() ? "True" : "False";
     case Kind::kInt: return std::to_string(as_int());

@@ -43,7 +43,7 @@ class DictData {
   // Sets key to value (replacing an existing entry in place). Throws InputError for an
   // unhashable key.
   void set(const Value& key, Value value);
-  size_t size() const { return items_.size(); }
+  size_t size() const;
   int depth = 1;
   bool has_namespace = false;
 
