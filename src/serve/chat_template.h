@@ -60,6 +60,7 @@ class ChatTemplate {
   void set_limits(const Limits& limits) { limits_ = limits; }
 
  private:
+  ChatTemplate() = default;  // only parse() makes one, so every ChatTemplate holds a template
   std::shared_ptr<const jinja::Template> tpl_;
   Limits limits_;
 };

@@ -3,6 +3,8 @@
 // tools/chat_template/render_expected.py (tests/fixtures/chat_templates/NAME.expected.json).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -69,6 +71,36 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, RealChatTemplate,
                              if (ch == '-' || ch == '.') ch = '_';
                            return n;
                          });
+
+// A long conversation renders in time linear in its length: 2,000 turns of ~300 bytes.
+TEST(ChatTemplate, LongConversationRendersInLinearTime) {
+  for (const char* name : {"qwen3", "gpt-oss", "llama3.3", "deepseek-v3"}) {
+    const ChatTemplate t = ChatTemplate::parse(read_file(fixture(std::string(name) + ".jinja")));
+    ChatTemplateInput small, large;
+    for (int i = 0; i < 2000; ++i) {
+      ChatMessage m{i % 2 ? "assistant" : "user", "turn " + std::to_string(i) + ": " + std::string(290, 'x')};
+      if (i < 200) small.messages.push_back(m);
+      large.messages.push_back(std::move(m));
+    }
+    small.now_unix_seconds = large.now_unix_seconds = 0;
+    auto time_ms = [&t](const ChatTemplateInput& in, size_t* bytes) {
+      const auto t0 = std::chrono::steady_clock::now();
+      *bytes = t.render(in).size();
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    };
+    size_t small_bytes = 0, large_bytes = 0;
+    time_ms(small, &small_bytes);  // warm-up
+    const double small_ms = time_ms(small, &small_bytes);
+    const double large_ms = time_ms(large, &large_bytes);
+    std::printf("%s: 200 turns %.2f ms (%zu bytes), 2000 turns %.2f ms (%zu bytes)\n", name, small_ms, small_bytes,
+                large_ms, large_bytes);
+    EXPECT_GT(large_bytes, 9 * small_bytes);
+    // Linear: 10x the turns within 30x the time (quadratic would be 100x), and absolute
+    // time far below a request's budget.
+    EXPECT_LT(large_ms, 30 * small_ms + 5.0) << name;
+    EXPECT_LT(large_ms, 2000.0) << name;
+  }
+}
 
 TEST(ChatTemplate, IsCopyableAndRendersOnCopies) {
   const ChatTemplate a = ChatTemplate::parse("{{ messages[0].content }}");
