@@ -63,8 +63,8 @@ TEST_P(RealChatTemplate, MatchesJinja2ByteForByte) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, RealChatTemplate,
-                         ::testing::Values("chatml", "deepseek-v2", "deepseek-v3", "gpt-oss", "llama3", "llama3.3",
-                                           "mixtral", "moeflow-default", "olmoe", "qwen2", "qwen3"),
+                         ::testing::Values("chatml", "deepseek-v2", "deepseek-v3", "deepseek-v3.1", "glm-4.5", "gpt-oss", "kimi-k2",
+                                           "llama3", "llama3.3", "mixtral", "moeflow-default", "olmoe", "qwen2", "qwen3"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            std::string n = info.param;
                            for (char& ch : n)
