@@ -10,6 +10,9 @@
 // a hostile template fails cleanly instead of hanging or exhausting memory or stack.
 //
 // Thread safety: a parsed ChatTemplate is immutable; render() may run on several threads.
+// Stack: render() recurses at most Limits::max_depth levels, about 1 KiB of stack each in
+// a release build (3 KiB under ASan), so the default needs a thread stack of 256 KiB
+// (1 MiB under ASan).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -38,6 +41,11 @@ struct ChatTemplateInput {
   // The request's `tools` (an OpenAI-style JSON array of function schemas) as JSON text;
   // empty: none (the template sees `tools` as none). Malformed JSON is an InputError.
   std::string tools_json;
+  // More template variables, as a JSON object (what vLLM's `chat_template_kwargs` and
+  // Hugging Face's extra apply_chat_template arguments carry, e.g. {"enable_thinking":
+  // false} for Qwen3); empty: none. A key naming one of the variables above, or
+  // malformed JSON, is an InputError.
+  std::string variables_json;
   // strftime_now()'s time, seconds since the epoch formatted as UTC; unset: the local clock.
   std::optional<int64_t> now_unix_seconds;
 };

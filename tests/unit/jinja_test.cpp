@@ -92,6 +92,10 @@ TEST(Jinja, UnpackingTakesAnyIterable) {
   EXPECT_EQ(render("{{ (none, [][0]) }} {{ x is sequence }}"), "(None, Undefined) True");
 }
 
+TEST(Jinja, LoopCycle) {
+  EXPECT_EQ(render("{% for i in range(5) %}{{ loop.cycle('a', 'b') }}{% endfor %}"), "ababa");
+}
+
 TEST(Jinja, BreakAndContinue) {
   EXPECT_EQ(render("{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 5 %}{% break %}"
                    "{% endif %}{{ i }}{% endfor %}"),

@@ -9,8 +9,9 @@ ImmutableSandboxedEnvironment with trim_blocks=True, lstrip_blocks=True and the
 loopcontrols extension; globals raise_exception (raises TemplateError with the message)
 and strftime_now (datetime.now().strftime; fixed here so the output is reproducible);
 tojson replaced by json.dumps(ensure_ascii=False, indent, separators, sort_keys); render
-variables messages, tools=None, documents=None, add_generation_prompt and the special
-tokens.
+variables messages, tools (None unless the case has tools), documents=None,
+add_generation_prompt, the special tokens, and the case's extra variables (HF's
+apply_chat_template keyword arguments, e.g. enable_thinking).
 
 Usage: tools/chat_template/render_expected.py [FIXTURE_DIR]   (Debian: python3-jinja2)
 """
@@ -106,6 +107,11 @@ CONVERSATIONS = [
         {"role": "user", "content": "one"},
         {"role": "user", "content": "two"},
     ], True),
+    ("enable_thinking_false", [
+        {"role": "user", "content": "Quick answer: 3*3?"},
+        {"role": "assistant", "content": "<think>\n3 times 3\n</think>\n\n9"},
+        {"role": "user", "content": "And 4*4?"},
+    ], True, None, {"enable_thinking": False}),
     ("tools_system_user", [SYSTEM, {"role": "user", "content": "Weather in Paris?"}], True, TOOLS),
     ("tools_multi_turn", [
         {"role": "user", "content": "Find news."},
@@ -140,15 +146,18 @@ def main():
         with open(os.path.join(fixture_dir, name + ".jinja"), encoding="utf-8") as f:
             template = env.from_string(f.read())
         cases = []
-        for case_name, messages, add_generation_prompt, *tools in CONVERSATIONS:
-            tools = tools[0] if tools else None
+        for case_name, messages, add_generation_prompt, *rest in CONVERSATIONS:
+            tools = rest[0] if rest else None
+            variables = rest[1] if len(rest) > 1 else {}
             case = {"name": case_name, "messages": messages, "add_generation_prompt": add_generation_prompt}
             if tools is not None:
                 case["tools"] = tools
+            if variables:
+                case["variables"] = variables
             try:
                 case["expected"] = template.render(messages=messages, tools=tools, documents=None,
                                                    add_generation_prompt=add_generation_prompt,
-                                                   bos_token=bos, eos_token=eos)
+                                                   bos_token=bos, eos_token=eos, **variables)
             except jinja2.exceptions.TemplateError as e:
                 case["error"] = str(e)
             cases.append(case)

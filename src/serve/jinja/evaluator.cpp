@@ -252,6 +252,10 @@ class Evaluator final : public CallContext {
       loop.set(Value::string("depth0"), Value::integer(0));
       if (i > 0) loop.set(Value::string("previtem"), items[static_cast<size_t>(i - 1)]);
       if (i + 1 < n) loop.set(Value::string("nextitem"), items[static_cast<size_t>(i + 1)]);
+      loop.set(Value::string("cycle"), Value::callable("loop.cycle", [i](CallArgs& args, CallContext& ctx) -> Value {
+        if (args.positional.empty()) ctx.fail("loop.cycle() needs at least one value");
+        return args.positional[static_cast<size_t>(i) % args.positional.size()];
+      }));
       scope["loop"] = Value::dict(std::move(loop));
       const Flow f = exec_body(s.body);
       scopes_.pop_back();
