@@ -29,6 +29,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     in.eos_token = "</s>";
     in.now_unix_seconds = 0;
     t.render(in);
+    // With a tools array (the templates' tool sections, gpt-oss's schema macros).
+    in.tools_json =
+        R"([{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object",)"
+        R"( "properties": {"a": {"type": "array", "items": {"type": "object", "properties": {"b": {"type": "string",)"
+        R"( "enum": ["x", "y"]}}}}, "c": {"oneOf": [{"type": "integer"}, {"type": "string"}], "default": 3}},)"
+        R"( "required": ["a"]}}}])";
+    in.variables_json = R"({"enable_thinking": false})";
+    t.render(in);
+    in.tools_json.clear();
+    in.variables_json.clear();
     in.add_generation_prompt = false;
     in.messages.resize(1);
     t.render(in);

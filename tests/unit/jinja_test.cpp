@@ -200,6 +200,8 @@ TEST(Jinja, OperatorsAndPrecedence) {
 TEST(Jinja, SubscriptsSlicesAndMethods) {
   EXPECT_EQ(render("{{ [1,2,3][::-1] }} {{ 'abcdef'[1:-1:2] }} {{ [1,2,3,4][1:] }} {{ [1,2,3,4][:-1] }} {{ 'héllo'[1:3] }}"),
             "[3, 2, 1] bd [2, 3, 4] [1, 2, 3] él");
+  EXPECT_EQ(render("{{ [1,2,3][2::9223372036854775807] }} {{ 'abc'[1::-9223372036854775807] }} {{ [1][-9223372036854775807:] }}"),
+            "[3] b [1]");
   EXPECT_EQ(render("{{ [1,2][5] }}|{{ 'abc'[-1] }}|{{ {'a': {'b': 'c'}}.a.b }}|{{ [[1, 2]][0][1] }}|{{ [1,2].0 }}"),
             "|c|c|2|1");
   EXPECT_EQ(render("{{ 'a b  c'.split() }} {{ 'a,b,c'.split(',', 1) }} {{ '  a b '.split(none, 1) }} {{ ' x '.strip() }}"),
@@ -211,6 +213,9 @@ TEST(Jinja, SubscriptsSlicesAndMethods) {
             "1 None 5 ['a', 'b']");
   EXPECT_EQ(render("{{ range(5)|list }} {{ range(1, 10, 3)|list }} {{ range(5, 0, -2)|list }} {{ dict(a=1) }}"),
             "[0, 1, 2, 3, 4] [1, 4, 7] [5, 3, 1] {'a': 1}");
+  EXPECT_EQ(render("{{ range(9223372036854775806, 9223372036854775807)|list }} {{ range(3, 3)|list }} "
+                   "{{ range(-9223372036854775807, 9223372036854775807, 9223372036854775807)|list }}"),
+            "[9223372036854775806] [] [-9223372036854775807, 0]");
 }
 
 TEST(Jinja, StringLiterals) {

@@ -182,18 +182,28 @@ void slice_bounds(int64_t n, const Value& start, const Value& stop, int64_t step
     if (!v.is_int()) ctx.fail("slice indices must be integers or none");
     return v.as_int();
   };
-  auto clamp = [&](int64_t x, bool is_start) {
+  auto clamp = [&](int64_t x) {
     if (x < 0) {
       x += n;
       if (x < 0) x = step < 0 ? -1 : 0;
     } else if (x >= n) {
       x = step < 0 ? n - 1 : n;
     }
-    (void)is_start;
     return x;
   };
-  *b = step > 0 ? clamp(get(start, 0), true) : clamp(get(start, n - 1), true);
-  *e = step > 0 ? clamp(get(stop, n), false) : (stop.is_none() || stop.is_undefined() ? -1 : clamp(get(stop, -1), false));
+  *b = clamp(get(start, step > 0 ? 0 : n - 1));
+  // A negative step with no stop runs to the first item (index -1 means "before it").
+  *e = step > 0 ? clamp(get(stop, n)) : (stop.is_none() || stop.is_undefined() ? -1 : clamp(get(stop, -1)));
+}
+
+// The indices b, b + step, ... before e; a step past the int64 range ends the walk.
+std::vector<int64_t> slice_indices(int64_t b, int64_t e, int64_t step) {
+  std::vector<int64_t> out;
+  for (int64_t i = b; step > 0 ? i < e : i > e;) {
+    out.push_back(i);
+    if (__builtin_add_overflow(i, step, &i)) break;
+  }
+  return out;
 }
 
 }  // namespace
@@ -263,7 +273,7 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
     int64_t b = 0, e = 0;
     slice_bounds(static_cast<int64_t>(items.size()), start, stop, step, &b, &e, ctx);
     std::vector<Value> out;
-    for (int64_t i = b; step > 0 ? i < e : i > e; i += step) out.push_back(items[static_cast<size_t>(i)]);
+    for (int64_t i : slice_indices(b, e, step)) out.push_back(items[static_cast<size_t>(i)]);
     ctx.charge_items(out.size());
     return Value::list(std::move(out), obj.is_tuple());
   }
@@ -276,13 +286,13 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
       if (step == 1) {
         if (e > b) out = s.substr(static_cast<size_t>(b), static_cast<size_t>(e - b));
       } else {
-        for (int64_t i = b; step > 0 ? i < e : i > e; i += step) out += s[static_cast<size_t>(i)];
+        for (int64_t i : slice_indices(b, e, step)) out += s[static_cast<size_t>(i)];
       }
     } else {
       const std::vector<size_t> off = text::code_point_offsets(s);
       int64_t b = 0, e = 0;
       slice_bounds(static_cast<int64_t>(off.size()) - 1, start, stop, step, &b, &e, ctx);
-      for (int64_t i = b; step > 0 ? i < e : i > e; i += step)
+      for (int64_t i : slice_indices(b, e, step))
         out += s.substr(off[static_cast<size_t>(i)], off[static_cast<size_t>(i) + 1] - off[static_cast<size_t>(i)]);
     }
     ctx.charge_string(out.size());
