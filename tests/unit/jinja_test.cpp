@@ -218,6 +218,15 @@ TEST(Jinja, SubscriptsSlicesAndMethods) {
             "[9223372036854775806] [] [-9223372036854775807, 0]");
 }
 
+TEST(Jinja, UnicodeStringsIndexByCodePoint) {
+  EXPECT_EQ(render("{{ 'é x é'.strip('é') }}|{{ '\u3000a\u3000'.strip()|length }}|{{ 'héllo'[-1] }}{{ 'héllo'[1] }}"
+                   "{{ 'héllo'[5] }}|{% for c in 'hé' %}[{{ c }}]{% endfor %}|{{ 'ééxéé'.rstrip('é') }}|{{ '   '.strip() }}|"),
+            " x |1|oé|[h][é]|ééx||");
+  EXPECT_EQ(render("{{ '日本語テキスト'[2:5] }}|{{ '日本語'[::-1] }}|{{ '日本語'|reverse }}|{{ '🚀x'[0] }}|"
+                   "{{ '🚀x'|tojson(ensure_ascii=true) }}"),
+            "語テキ|語本日|語本日|🚀|\"\\ud83d\\ude80x\"");
+}
+
 TEST(Jinja, StringLiterals) {
   EXPECT_EQ(render(R"({{ '\'' }}{{ "\"" }}{{ 'a' 'b' }}{{ 'a\x41\u00e9\n' }})"), "'\"abaAé\n");
 }

@@ -247,11 +247,12 @@ Value get_item(const Value& obj, const Value& key, CallContext& ctx) {
         return obj.items()[static_cast<size_t>(i)];
       }
       const std::string& s = obj.as_string();
-      const std::vector<size_t> off = text::code_point_offsets(s);
-      const int64_t n = static_cast<int64_t>(off.size()) - 1;
+      const bool ascii = text::is_ascii(s);
+      const int64_t n = static_cast<int64_t>(ascii ? s.size() : text::code_point_count(s));
       if (i < 0) i += n;
       if (i < 0 || i >= n) return Value::undefined("'str object' has no element " + key.repr());
-      return Value::string(s.substr(off[static_cast<size_t>(i)], off[static_cast<size_t>(i) + 1] - off[static_cast<size_t>(i)]));
+      const size_t at = ascii ? static_cast<size_t>(i) : text::byte_offset(s, static_cast<size_t>(i));
+      return Value::string(s.substr(at, text::code_point_length(s, at)));
     }
     case Value::Kind::kNamespace:
       if (key.is_string()) return get_attribute(obj, key.as_string(), ctx);
@@ -314,11 +315,15 @@ std::vector<Value> iterate(const Value& v, CallContext& ctx) {
     }
     case Value::Kind::kString: {
       const std::string& s = v.as_string();
-      const std::vector<size_t> off = text::code_point_offsets(s);
-      ctx.charge_items(off.size());
+      const size_t n = text::code_point_count(s);
+      ctx.charge_items(n);  // before building: a long string fails here
       std::vector<Value> chars;
-      chars.reserve(off.size() - 1);
-      for (size_t i = 0; i + 1 < off.size(); ++i) chars.push_back(Value::string(s.substr(off[i], off[i + 1] - off[i])));
+      chars.reserve(n);
+      for (size_t i = 0; i < s.size();) {
+        const size_t len = text::code_point_length(s, i);
+        chars.push_back(Value::string(s.substr(i, len)));
+        i += len;
+      }
       return chars;
     }
     default: ctx.fail(std::string("'") + v.type_name() + "' object is not iterable");
