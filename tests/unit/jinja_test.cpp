@@ -163,6 +163,18 @@ TEST(Jinja, Filters) {
   EXPECT_EQ(render("{{ none|string }}{{ 1|string }}{{ 'x'|safe }} {{ undefined_var|length }}"), "None1x 0");
 }
 
+TEST(Jinja, LazyFiltersBehaveAsJinja2Generators) {
+  // select, map, items, reverse ... return generators in jinja2: always true, no length,
+  // not subscriptable, not a sequence; |list makes a list.
+  EXPECT_EQ(render("{{ 'T' if []|select else 'F' }} {{ 'T' if {}|items else 'F' }} {{ 'T' if []|reverse else 'F' }} "
+                   "{{ ([1]|map('string'))[0] }}| {{ [1]|select is sequence }} {{ [1]|select is iterable }} "
+                   "{{ 2 in [1,2]|select }} {{ ([1]|select|list)[0] }} {{ [1,2]|select|first }}"),
+            "T T T | False True True 1 1");
+  EXPECT_ERROR_HAS("{{ [1,2]|select|length }}", "object of type 'generator' has no len()");
+  EXPECT_ERROR_HAS("{{ [1,2]|select|last }}", "'generator' object is not reversible");
+  EXPECT_ERROR_HAS("{{ [1,2]|select|tojson }}", "'generator' is not JSON serializable");
+}
+
 TEST(Jinja, ToJsonAsHuggingFace) {
   // json.dumps(ensure_ascii=False), keys in insertion order (not jinja2's sorted, HTML-safe tojson).
   EXPECT_EQ(render(R"({{ {'b': 1, 'a': [1, 2.5, none, true, 'é<\n"']}|tojson }})"),

@@ -238,6 +238,7 @@ Value get_item(const Value& obj, const Value& key, CallContext& ctx) {
     case Value::Kind::kList:
     case Value::Kind::kString: {
       if (key.is_string()) return get_attribute(obj, key.as_string(), ctx);
+      if (obj.is_generator()) return Value::undefined("'generator' object is not subscriptable");
       if (!key.is_int() && !key.is_bool()) return Value::undefined(object_name(obj) + " has no element " + key.repr());
       int64_t i = key.is_bool() ? key.as_bool() : key.as_int();
       if (obj.is_list()) {
@@ -269,7 +270,7 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
     step = step_v.as_int();
     if (step == 0) ctx.fail("slice step cannot be zero");
   }
-  if (obj.is_list()) {
+  if (obj.is_list() && !obj.is_generator()) {
     const auto& items = obj.items();
     int64_t b = 0, e = 0;
     slice_bounds(static_cast<int64_t>(items.size()), start, stop, step, &b, &e, ctx);
@@ -337,7 +338,7 @@ bool contains(const Value& haystack, const Value& needle, CallContext& ctx) {
       if (!needle.is_string())
         ctx.fail(std::string("'in <string>' requires a string as left operand, not '") + needle.type_name() + "'");
       return haystack.as_string().find(needle.as_string()) != std::string::npos;
-    case Value::Kind::kList:
+    case Value::Kind::kList:  // a generator too: `in` iterates it
       return std::any_of(haystack.items().begin(), haystack.items().end(),
                          [&needle](const Value& x) { return equal(x, needle); });
     case Value::Kind::kDict: return haystack.dict_data().find(needle) != nullptr;

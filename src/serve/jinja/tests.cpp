@@ -61,7 +61,7 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& args, CallCon
   // Undefined is an empty iterable and sequence in jinja2; dicts have a length and items,
   // so they count as sequences there too.
   if (name == "iterable") return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
-  if (name == "sequence") return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
+  if (name == "sequence") return v.is_undefined() || v.is_string() || (v.is_list() && !v.is_generator()) || v.is_dict();
   if (name == "callable") return v.is_callable();
   if (name == "sameas") {
     const Value& o = operand(args, name, ctx);

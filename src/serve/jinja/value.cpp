@@ -69,6 +69,11 @@ Value Value::list(std::vector<Value> items, bool tuple) {
   d->tuple = tuple;
   return Value(std::shared_ptr<const ListData>(std::move(d)));
 }
+Value Value::generator(std::vector<Value> items) {
+  Value v = list(std::move(items));
+  std::const_pointer_cast<ListData>(std::get<std::shared_ptr<const ListData>>(v.v_))->generator = true;
+  return v;
+}
 Value Value::dict(DictData d) { return Value(std::shared_ptr<const DictData>(std::make_shared<DictData>(std::move(d)))); }
 Value Value::namespace_(std::shared_ptr<NamespaceData> ns) { return Value(std::move(ns)); }
 Value Value::callable(std::string name, std::function<Value(CallArgs&, CallContext&)> fn) {
@@ -113,7 +118,7 @@ bool Value::truthy() const {
     case Kind::kInt: return as_int() != 0;
     case Kind::kFloat: return as_float() != 0.0;
     case Kind::kString: return !as_string().empty();
-    case Kind::kList: return !items().empty();
+    case Kind::kList: return is_generator() || !items().empty();
     case Kind::kDict: return dict_data().size() != 0;
     default: return true;
   }
@@ -174,6 +179,7 @@ std::string Value::repr() const {
     case Kind::kString: return text::py_repr(as_string());
     case Kind::kList: {
       const ListData& l = list_data();
+      if (l.generator) return "<generator object>";  // jinja2 adds the object's address
       std::string out = l.tuple ? "(" : "[";
       for (size_t i = 0; i < l.items.size(); ++i) {
         if (i) out += ", ";
@@ -209,7 +215,7 @@ const char* Value::type_name() const {
     case Kind::kInt: return "int";
     case Kind::kFloat: return "float";
     case Kind::kString: return "str";
-    case Kind::kList: return is_tuple() ? "tuple" : "list";
+    case Kind::kList: return is_generator() ? "generator" : is_tuple() ? "tuple" : "list";
     case Kind::kDict: return "dict";
     case Kind::kNamespace: return "Namespace";
     case Kind::kCallable: return "function";
@@ -230,6 +236,7 @@ bool equal(const Value& a, const Value& b) {
     case Value::Kind::kNone: return true;
     case Value::Kind::kString: return a.as_string() == b.as_string();
     case Value::Kind::kList: {
+      if (a.is_generator() || b.is_generator()) return &a.list_data() == &b.list_data();
       if (a.is_tuple() != b.is_tuple() || a.items().size() != b.items().size()) return false;
       for (size_t i = 0; i < a.items().size(); ++i)
         if (!equal(a.items()[i], b.items()[i])) return false;
@@ -259,7 +266,7 @@ bool less(const Value& a, const Value& b) {
     return x < y;
   }
   if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();  // UTF-8 byte order = code point order
-  if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+  if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple() && !a.is_generator() && !b.is_generator()) {
     const auto& x = a.items();
     const auto& y = b.items();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
