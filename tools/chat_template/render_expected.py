@@ -112,6 +112,9 @@ CONVERSATIONS = [
         {"role": "assistant", "content": "<think>\n3 times 3\n</think>\n\n9"},
         {"role": "user", "content": "And 4*4?"},
     ], True, None, {"enable_thinking": False}),
+    ("template_kwargs", [SYSTEM, {"role": "user", "content": "Search for it."}], True, None,
+     {"reasoning_effort": "high", "builtin_tools": ["browser", "python", "code_interpreter"],
+      "model_identity": "You are a test model.", "date_string": "01 Jan 2025"}),
     ("tools_system_user", [SYSTEM, {"role": "user", "content": "Weather in Paris?"}], True, TOOLS),
     ("tools_multi_turn", [
         {"role": "user", "content": "Find news."},
