@@ -10,22 +10,31 @@
 namespace moeflow::serve::jinja {
 namespace {
 
-// Python hashes 1, 1.0 and True alike, so they name the same dict entry.
+// Python hashes 1, 1.0 and True alike, so they name the same dict entry. The key is a
+// type letter then the value ("n" numbers, "f" other floats, "s" strings, "0" none).
 bool hash_key(const Value& k, std::string* out) {
+  out->clear();
   switch (k.kind()) {
-    case Value::Kind::kNone: *out = "0"; return true;
-    case Value::Kind::kBool: *out = k.as_bool() ? "n1" : "n0"; return true;
-    case Value::Kind::kInt: *out = "n" + std::to_string(k.as_int()); return true;
+    case Value::Kind::kNone: out->push_back('0'); return true;
+    case Value::Kind::kBool:
+      out->push_back('n');
+      out->push_back(k.as_bool() ? '1' : '0');
+      return true;
+    case Value::Kind::kInt:
+      out->push_back('n');
+      out->append(std::to_string(k.as_int()));
+      return true;
     case Value::Kind::kFloat: {
       const double d = k.as_float();
-      if (std::isfinite(d) && d == std::trunc(d) && std::fabs(d) < 9e18) {
-        *out = "n" + std::to_string(static_cast<int64_t>(d));
-      } else {
-        *out = "f" + float_repr(d);
-      }
+      const bool integral = std::isfinite(d) && d == std::trunc(d) && std::fabs(d) < 9e18;
+      out->push_back(integral ? 'n' : 'f');
+      out->append(integral ? std::to_string(static_cast<int64_t>(d)) : float_repr(d));
       return true;
     }
-    case Value::Kind::kString: *out = "s" + k.as_string(); return true;
+    case Value::Kind::kString:
+      out->push_back('s');
+      out->append(k.as_string());
+      return true;
     default: return false;
   }
 }
@@ -139,26 +148,33 @@ std::string float_repr(double d) {
   std::string digits;
   for (char c : mant)
     if (c != '.') digits += c;
+  // Appends only: GCC 12 warns (falsely, -Wrestrict) on "literal" + std::string here.
   std::string out;
+  if (neg) out.push_back('-');
   if (exp >= -4 && exp < 16) {
     if (exp >= 0) {
-      if (static_cast<int>(digits.size()) <= exp + 1) {
-        out = digits + std::string(static_cast<size_t>(exp + 1) - digits.size(), '0') + ".0";
+      const size_t int_digits = static_cast<size_t>(exp + 1);
+      if (digits.size() <= int_digits) {
+        out.append(digits).append(int_digits - digits.size(), '0').append(".0");
       } else {
-        out = digits.substr(0, static_cast<size_t>(exp + 1)) + "." + digits.substr(static_cast<size_t>(exp + 1));
+        out.append(digits, 0, int_digits).push_back('.');
+        out.append(digits, int_digits, std::string::npos);
       }
     } else {
-      out = "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;
+      out.append("0.").append(static_cast<size_t>(-exp - 1), '0').append(digits);
     }
-    return neg ? "-" + out : out;
+    return out;
   }
-  out = digits.substr(0, 1);
-  if (digits.size() > 1) out += "." + digits.substr(1);
-  out += exp < 0 ? "e-" : "e+";
+  out.push_back(digits[0]);
+  if (digits.size() > 1) {
+    out.push_back('.');
+    out.append(digits, 1, std::string::npos);
+  }
+  out.append(exp < 0 ? "e-" : "e+");
   const int a = exp < 0 ? -exp : exp;
-  if (a < 10) out += '0';
-  out += std::to_string(a);
-  return neg ? "-" + out : out;
+  if (a < 10) out.push_back('0');
+  out.append(std::to_string(a));
+  return out;
 }
 
 std::string Value::str() const {
