@@ -92,6 +92,16 @@ TEST(Jinja, UnpackingTakesAnyIterable) {
   EXPECT_EQ(render("{{ (none, [][0]) }} {{ x is sequence }}"), "(None, Undefined) True");
 }
 
+TEST(Jinja, DictKeysFollowPythonHashing) {
+  // Small dicts search linearly, larger ones by hash: both treat 1, 1.0 and True alike.
+  EXPECT_EQ(render("{{ {1: 'a', 1.0: 'b', true: 'c', 'x': 1}|length }} {{ {1: 'a'}[true] }} {{ {2.0: 'z'}[2] }}"),
+            "2 a z");
+  std::string big = "{% set d = {";
+  for (int i = 0; i < 40; ++i) big += std::to_string(i) + ": 'v" + std::to_string(i) + "', ";
+  big += "'k': 1} %}{{ d|length }} {{ d[39] }} {{ d[1.0] }} {{ d[true] }} {{ d['k'] }} {{ d.get(40, 'none') }}";
+  EXPECT_EQ(render(big), "41 v39 v1 v1 1 none");
+}
+
 TEST(Jinja, LoopCycle) {
   EXPECT_EQ(render("{% for i in range(5) %}{{ loop.cycle('a', 'b') }}{% endfor %}"), "ababa");
 }

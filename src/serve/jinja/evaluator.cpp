@@ -234,7 +234,15 @@ class Evaluator final : public CallContext {
     // is the documented rule.
     bool body_completed = false;
     const int64_t n = static_cast<int64_t>(items.size());
+    // One loop.cycle for the whole loop, reading the current index (as jinja2's loop
+    // object does), rather than a new function per iteration.
+    auto current = std::make_shared<int64_t>(0);
+    const Value cycle = Value::callable("loop.cycle", [current](CallArgs& args, CallContext& ctx) -> Value {
+      if (args.positional.empty()) ctx.fail("loop.cycle() needs at least one value");
+      return args.positional[static_cast<size_t>(*current) % args.positional.size()];
+    });
     for (int64_t i = 0; i < n; ++i) {
+      *current = i;
       if (++loop_iterations_ > options_.limits.max_loop_iterations)
         fail("loops ran more than " + std::to_string(options_.limits.max_loop_iterations) + " iterations (limit)");
       scopes_.emplace_back();
@@ -252,10 +260,7 @@ class Evaluator final : public CallContext {
       loop.set(Value::string("depth0"), Value::integer(0));
       if (i > 0) loop.set(Value::string("previtem"), items[static_cast<size_t>(i - 1)]);
       if (i + 1 < n) loop.set(Value::string("nextitem"), items[static_cast<size_t>(i + 1)]);
-      loop.set(Value::string("cycle"), Value::callable("loop.cycle", [i](CallArgs& args, CallContext& ctx) -> Value {
-        if (args.positional.empty()) ctx.fail("loop.cycle() needs at least one value");
-        return args.positional[static_cast<size_t>(i) % args.positional.size()];
-      }));
+      loop.set(Value::string("cycle"), cycle);
       scope["loop"] = Value::dict(std::move(loop));
       const Flow f = exec_body(s.body);
       scopes_.pop_back();

@@ -43,18 +43,51 @@ bool hash_key(const Value& k, std::string* out) {
 
 size_t DictData::size() const { return items_.size(); }
 
+// Dicts of up to this many entries (messages, loop, most literals) are searched linearly:
+// no hashing, no index allocation. equal() agrees with Python's hashing on the key types
+// hash_key accepts (1 == 1.0 == True).
+namespace {
+constexpr size_t kLinearDictSize = 16;
+
+bool hashable(const Value& k) { return k.is_none() || k.is_number() || k.is_string(); }
+}  // namespace
+
 const Value* DictData::find(const Value& key) const {
+  if (!hashable(key)) return nullptr;
+  if (index_.empty()) {
+    for (const auto& kv : items_)
+      if (equal(kv.first, key)) return &kv.second;
+    return nullptr;
+  }
   std::string h;
-  if (!hash_key(key, &h)) return nullptr;
+  hash_key(key, &h);
   const auto it = index_.find(h);
   return it == index_.end() ? nullptr : &items_[it->second].second;
 }
 
 void DictData::set(const Value& key, Value value) {
-  std::string h;
-  if (!hash_key(key, &h)) throw InputError(std::string("unhashable type: '") + key.type_name() + "' as a dict key");
+  if (!hashable(key)) throw InputError(std::string("unhashable type: '") + key.type_name() + "' as a dict key");
   depth = std::max(depth, value.depth() + 1);
   has_namespace = has_namespace || value.contains_namespace();
+  if (index_.empty()) {
+    for (auto& kv : items_) {
+      if (equal(kv.first, key)) {
+        kv.second = std::move(value);
+        return;
+      }
+    }
+    items_.emplace_back(key, std::move(value));
+    if (items_.size() > kLinearDictSize) {
+      std::string h;
+      for (size_t i = 0; i < items_.size(); ++i) {
+        hash_key(items_[i].first, &h);
+        index_.emplace(h, i);
+      }
+    }
+    return;
+  }
+  std::string h;
+  hash_key(key, &h);
   const auto it = index_.find(h);
   if (it != index_.end()) {
     items_[it->second].second = std::move(value);
