@@ -231,6 +231,8 @@ TEST(Jinja, SubscriptsSlicesAndMethods) {
   EXPECT_EQ(render("{{ messages[0].content.startswith('h') }} {{ 'abc'.endswith(('x','c')) }} {{ 'xxaxx'.rstrip('x') }} "
                    "{{ 'a-b-c'.replace('-', '+', 1) }} {{ 'ab'.upper() }} {{ 'Ab Cd'.title() }} {{ 'x\\u3000'.strip()|length }}"),
             "True True xxa a+b-c AB Ab Cd 1");
+  EXPECT_EQ(render("{{ [1, 2, 1].count(1) }} {{ (1, 'a').index('a') }} {{ [1].append is defined }}"), "2 1 False");
+  EXPECT_ERROR_HAS("{{ [1].index(5) }}", "list.index(): 5 is not in the list");
   EXPECT_EQ(render("{{ {'a':1}.get('a') }} {{ {'a':1}.get('b') }} {{ {'a':1}.get('b', 5) }} {{ {'a':1, 'b': 2}.keys()|list }}"),
             "1 None 5 ['a', 'b']");
   EXPECT_EQ(render("{{ range(5)|list }} {{ range(1, 10, 3)|list }} {{ range(5, 0, -2)|list }} {{ dict(a=1) }}"),

@@ -173,6 +173,24 @@ Value dict_method(const Value& self, const std::string& name) {
   });
 }
 
+// list.count(x) and list.index(x): the read-only methods (HF's sandbox refuses append & co).
+Value list_method(const Value& self, const std::string& name) {
+  if (self.is_generator() || (name != "count" && name != "index"))
+    return Value::undefined(object_name(self) + " has no attribute '" + name + "'");
+  return Value::callable("list." + name, [self, name](CallArgs& args, CallContext& ctx) -> Value {
+    const Value* x = find_arg(args, 0, "value");
+    if (!x) ctx.fail("list." + name + "() takes one argument");
+    int64_t n = 0;
+    for (size_t i = 0; i < self.items().size(); ++i) {
+      if (!equal(self.items()[i], *x)) continue;
+      if (name == "index") return Value::integer(static_cast<int64_t>(i));
+      ++n;
+    }
+    if (name == "index") ctx.fail("list.index(): " + x->repr() + " is not in the list");
+    return Value::integer(n);
+  });
+}
+
 // Python's slice.indices(): clamps start and stop for a sequence of length n.
 void slice_bounds(int64_t n, const Value& start, const Value& stop, int64_t step, int64_t* b, int64_t* e,
                   CallContext& ctx) {
@@ -212,6 +230,7 @@ Value get_attribute(const Value& obj, const std::string& name, CallContext& ctx)
   switch (obj.kind()) {
     case Value::Kind::kUndefined: ctx.fail(obj.undefined_name().empty() ? "undefined value has no attribute '" + name + "'" : obj.undefined_name());
     case Value::Kind::kString: return string_method(obj, name);
+    case Value::Kind::kList: return list_method(obj, name);
     case Value::Kind::kDict: {
       Value m = dict_method(obj, name);
       if (m.is_callable()) return m;
