@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (clang, ASan + UBSan) and runs one.
 #   scripts/fuzz.sh TARGET SECONDS   fuzz TARGET (gguf, tokenizer, trace, policy_state,
-#                                    completion_request)
+#                                    completion_request, chat_template)
 #                                    for SECONDS, growing build-fuzz/corpus/TARGET from
 #                                    the seeds in tests/fuzz/TARGET
 #   scripts/fuzz.sh TARGET seeds     run TARGET once over its seeds only (what CI does)
@@ -16,7 +16,7 @@ if [ $# -ne 2 ]; then
   exit 2
 fi
 target=$1 seconds=$2
-targets=(gguf tokenizer trace policy_state completion_request)
+targets=(gguf tokenizer trace policy_state completion_request chat_template)
 if [ "$target" = all ]; then
   [ "$seconds" = seeds ] || { echo "fuzz.sh: 'all' runs the seeds only" >&2; exit 2; }
   for t in "${targets[@]}"; do "$0" "$t" seeds; done

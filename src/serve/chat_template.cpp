@@ -1,9 +1,22 @@
 #include "serve/chat_template.h"
 
+#include "base/error.h"
 #include "serve/jinja/evaluator.h"
+#include "serve/jinja/json_value.h"
 #include "serve/jinja/parser.h"
 
 namespace moeflow::serve {
+namespace {
+
+nlohmann::ordered_json parse_json(const std::string& text, const char* what) {
+  try {
+    return nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(std::string("chat template input: ") + what + " is not valid JSON: " + e.what());
+  }
+}
+
+}  // namespace
 
 ChatTemplate ChatTemplate::parse(std::string_view source) {
   ChatTemplate t;
@@ -21,14 +34,26 @@ std::string ChatTemplate::render(const ChatTemplateInput& input) const {
     d.set(Value::string("content"), Value::string(m.content));
     messages.push_back(Value::dict(std::move(d)));
   }
-  const std::vector<std::pair<std::string, Value>> variables = {
+  Value tools = Value::none();
+  if (!input.tools_json.empty()) tools = jinja::value_from_json(parse_json(input.tools_json, "tools"), limits_.max_value_depth);
+  std::vector<std::pair<std::string, Value>> variables = {
       {"messages", Value::list(std::move(messages))},
       {"add_generation_prompt", Value::boolean(input.add_generation_prompt)},
       {"bos_token", Value::string(input.bos_token)},
       {"eos_token", Value::string(input.eos_token)},
-      {"tools", Value::none()},
+      {"tools", tools},
       {"documents", Value::none()},
   };
+  if (!input.variables_json.empty()) {
+    const nlohmann::ordered_json extra = parse_json(input.variables_json, "variables");
+    if (!extra.is_object()) throw InputError("chat template input: variables must be a JSON object");
+    for (auto it = extra.begin(); it != extra.end(); ++it) {
+      for (const auto& v : variables)
+        if (v.first == it.key())
+          throw InputError("chat template input: variable '" + it.key() + "' is set by the request itself");
+      variables.emplace_back(it.key(), jinja::value_from_json(it.value(), limits_.max_value_depth));
+    }
+  }
   jinja::RenderOptions options;
   options.limits = limits_;
   options.now_unix_seconds = input.now_unix_seconds;

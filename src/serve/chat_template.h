@@ -10,6 +10,9 @@
 // a hostile template fails cleanly instead of hanging or exhausting memory or stack.
 //
 // Thread safety: a parsed ChatTemplate is immutable; render() may run on several threads.
+// Stack: render() recurses at most Limits::max_depth levels, about 1 KiB of stack each in
+// a release build (3 KiB under ASan), so the default needs a thread stack of 256 KiB
+// (1 MiB under ASan).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -35,6 +38,14 @@ struct ChatTemplateInput {
   std::vector<ChatMessage> messages;
   bool add_generation_prompt = true;
   std::string bos_token, eos_token;
+  // The request's `tools` (an OpenAI-style JSON array of function schemas) as JSON text;
+  // empty: none (the template sees `tools` as none). Malformed JSON is an InputError.
+  std::string tools_json;
+  // More template variables, as a JSON object (what vLLM's `chat_template_kwargs` and
+  // Hugging Face's extra apply_chat_template arguments carry, e.g. {"enable_thinking":
+  // false} for Qwen3); empty: none. A key naming one of the variables above, or
+  // malformed JSON, is an InputError.
+  std::string variables_json;
   // strftime_now()'s time, seconds since the epoch formatted as UTC; unset: the local clock.
   std::optional<int64_t> now_unix_seconds;
 };
@@ -48,8 +59,8 @@ class ChatTemplate {
   static ChatTemplate parse(std::string_view source);
 
   // Renders the conversation. The template sees `messages` (a list of {role, content}
-  // dicts), `add_generation_prompt`, `bos_token`, `eos_token`, and `tools` and `documents`
-  // as none (as Hugging Face passes them without tools). Throws InputError for runtime
+  // dicts), `add_generation_prompt`, `bos_token`, `eos_token`, `tools` (none unless
+  // input.tools_json is given) and `documents` (none), as Hugging Face passes them. Throws InputError for runtime
   // errors (raise_exception('...') included, with its message) and exceeded limits.
   std::string render(const ChatTemplateInput& input) const;
 
@@ -57,6 +68,7 @@ class ChatTemplate {
   void set_limits(const Limits& limits) { limits_ = limits; }
 
  private:
+  ChatTemplate() = default;  // only parse() makes one, so every ChatTemplate holds a template
   std::shared_ptr<const jinja::Template> tpl_;
   Limits limits_;
 };

@@ -9,8 +9,9 @@ ImmutableSandboxedEnvironment with trim_blocks=True, lstrip_blocks=True and the
 loopcontrols extension; globals raise_exception (raises TemplateError with the message)
 and strftime_now (datetime.now().strftime; fixed here so the output is reproducible);
 tojson replaced by json.dumps(ensure_ascii=False, indent, separators, sort_keys); render
-variables messages, tools=None, documents=None, add_generation_prompt and the special
-tokens.
+variables messages, tools (None unless the case has tools), documents=None,
+add_generation_prompt, the special tokens, and the case's extra variables (HF's
+apply_chat_template keyword arguments, e.g. enable_thinking).
 
 Usage: tools/chat_template/render_expected.py [FIXTURE_DIR]   (Debian: python3-jinja2)
 """
@@ -31,7 +32,10 @@ TEMPLATES = {
     "chatml": ("", "<|im_end|>"),
     "deepseek-v2": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
     "deepseek-v3": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
+    "deepseek-v3.1": ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
+    "glm-4.5": ("", "<|endoftext|>"),
     "gpt-oss": ("<|startoftext|>", "<|return|>"),
+    "kimi-k2": ("[BOS]", "[EOS]"),
     "llama3": ("<|begin_of_text|>", "<|eot_id|>"),
     "llama3.3": ("<|begin_of_text|>", "<|eot_id|>"),
     "mixtral": ("<s>", "</s>"),
@@ -42,6 +46,30 @@ TEMPLATES = {
 }
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+
+# An OpenAI-style tools array, as a request carries it: exercises the templates' tool
+# sections (gpt-oss renders each schema as TypeScript through recursive macros).
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Get the current weather in a city.",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "description": "City name, e.g. Zürich"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"},
+            "days": {"type": "integer", "default": 1},
+        }, "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "search", "description": "Search the web.",
+        "parameters": {"type": "object", "properties": {
+            "queries": {"type": "array", "items": {"type": "string"}, "description": "Queries to run"},
+            "filters": {"type": "array", "items": {"type": "object", "properties": {
+                "key": {"type": "string"}, "weight": {"type": "number"}}}},
+            "limit": {"type": ["integer", "null"]},
+            "mode": {"oneOf": [{"type": "string", "description": "a named mode"}, {"type": "integer"}]},
+            "safe": {"type": "boolean", "nullable": True, "default": True},
+            "ratio": {"type": "number", "default": 0.25},
+        }, "required": ["queries"]}}},
+]
+
 CONVERSATIONS = [
     ("system_user", [SYSTEM, {"role": "user", "content": "What is 2+2?"}], True),
     ("system_user_no_generation_prompt", [SYSTEM, {"role": "user", "content": "What is 2+2?"}], False),
@@ -79,6 +107,20 @@ CONVERSATIONS = [
         {"role": "user", "content": "one"},
         {"role": "user", "content": "two"},
     ], True),
+    ("enable_thinking_false", [
+        {"role": "user", "content": "Quick answer: 3*3?"},
+        {"role": "assistant", "content": "<think>\n3 times 3\n</think>\n\n9"},
+        {"role": "user", "content": "And 4*4?"},
+    ], True, None, {"enable_thinking": False}),
+    ("template_kwargs", [SYSTEM, {"role": "user", "content": "Search for it."}], True, None,
+     {"reasoning_effort": "high", "builtin_tools": ["browser", "python", "code_interpreter"],
+      "model_identity": "You are a test model.", "date_string": "01 Jan 2025"}),
+    ("tools_system_user", [SYSTEM, {"role": "user", "content": "Weather in Paris?"}], True, TOOLS),
+    ("tools_multi_turn", [
+        {"role": "user", "content": "Find news."},
+        {"role": "assistant", "content": "Which topic?"},
+        {"role": "user", "content": "Science."},
+    ], True, TOOLS),
 ]
 
 
@@ -107,12 +149,18 @@ def main():
         with open(os.path.join(fixture_dir, name + ".jinja"), encoding="utf-8") as f:
             template = env.from_string(f.read())
         cases = []
-        for case_name, messages, add_generation_prompt in CONVERSATIONS:
+        for case_name, messages, add_generation_prompt, *rest in CONVERSATIONS:
+            tools = rest[0] if rest else None
+            variables = rest[1] if len(rest) > 1 else {}
             case = {"name": case_name, "messages": messages, "add_generation_prompt": add_generation_prompt}
+            if tools is not None:
+                case["tools"] = tools
+            if variables:
+                case["variables"] = variables
             try:
-                case["expected"] = template.render(messages=messages, tools=None, documents=None,
+                case["expected"] = template.render(messages=messages, tools=tools, documents=None,
                                                    add_generation_prompt=add_generation_prompt,
-                                                   bos_token=bos, eos_token=eos)
+                                                   bos_token=bos, eos_token=eos, **variables)
             except jinja2.exceptions.TemplateError as e:
                 case["error"] = str(e)
             cases.append(case)

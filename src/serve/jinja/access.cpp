@@ -173,6 +173,24 @@ Value dict_method(const Value& self, const std::string& name) {
   });
 }
 
+// list.count(x) and list.index(x): the read-only methods (HF's sandbox refuses append & co).
+Value list_method(const Value& self, const std::string& name) {
+  if (self.is_generator() || (name != "count" && name != "index"))
+    return Value::undefined(object_name(self) + " has no attribute '" + name + "'");
+  return Value::callable("list." + name, [self, name](CallArgs& args, CallContext& ctx) -> Value {
+    const Value* x = find_arg(args, 0, "value");
+    if (!x) ctx.fail("list." + name + "() takes one argument");
+    int64_t n = 0;
+    for (size_t i = 0; i < self.items().size(); ++i) {
+      if (!equal(self.items()[i], *x)) continue;
+      if (name == "index") return Value::integer(static_cast<int64_t>(i));
+      ++n;
+    }
+    if (name == "index") ctx.fail("list.index(): " + x->repr() + " is not in the list");
+    return Value::integer(n);
+  });
+}
+
 // Python's slice.indices(): clamps start and stop for a sequence of length n.
 void slice_bounds(int64_t n, const Value& start, const Value& stop, int64_t step, int64_t* b, int64_t* e,
                   CallContext& ctx) {
@@ -182,18 +200,28 @@ void slice_bounds(int64_t n, const Value& start, const Value& stop, int64_t step
     if (!v.is_int()) ctx.fail("slice indices must be integers or none");
     return v.as_int();
   };
-  auto clamp = [&](int64_t x, bool is_start) {
+  auto clamp = [&](int64_t x) {
     if (x < 0) {
       x += n;
       if (x < 0) x = step < 0 ? -1 : 0;
     } else if (x >= n) {
       x = step < 0 ? n - 1 : n;
     }
-    (void)is_start;
     return x;
   };
-  *b = step > 0 ? clamp(get(start, 0), true) : clamp(get(start, n - 1), true);
-  *e = step > 0 ? clamp(get(stop, n), false) : (stop.is_none() || stop.is_undefined() ? -1 : clamp(get(stop, -1), false));
+  *b = clamp(get(start, step > 0 ? 0 : n - 1));
+  // A negative step with no stop runs to the first item (index -1 means "before it").
+  *e = step > 0 ? clamp(get(stop, n)) : (stop.is_none() || stop.is_undefined() ? -1 : clamp(get(stop, -1)));
+}
+
+// The indices b, b + step, ... before e; a step past the int64 range ends the walk.
+std::vector<int64_t> slice_indices(int64_t b, int64_t e, int64_t step) {
+  std::vector<int64_t> out;
+  for (int64_t i = b; step > 0 ? i < e : i > e;) {
+    out.push_back(i);
+    if (__builtin_add_overflow(i, step, &i)) break;
+  }
+  return out;
 }
 
 }  // namespace
@@ -202,6 +230,7 @@ Value get_attribute(const Value& obj, const std::string& name, CallContext& ctx)
   switch (obj.kind()) {
     case Value::Kind::kUndefined: ctx.fail(obj.undefined_name().empty() ? "undefined value has no attribute '" + name + "'" : obj.undefined_name());
     case Value::Kind::kString: return string_method(obj, name);
+    case Value::Kind::kList: return list_method(obj, name);
     case Value::Kind::kDict: {
       Value m = dict_method(obj, name);
       if (m.is_callable()) return m;
@@ -228,6 +257,7 @@ Value get_item(const Value& obj, const Value& key, CallContext& ctx) {
     case Value::Kind::kList:
     case Value::Kind::kString: {
       if (key.is_string()) return get_attribute(obj, key.as_string(), ctx);
+      if (obj.is_generator()) return Value::undefined("'generator' object is not subscriptable");
       if (!key.is_int() && !key.is_bool()) return Value::undefined(object_name(obj) + " has no element " + key.repr());
       int64_t i = key.is_bool() ? key.as_bool() : key.as_int();
       if (obj.is_list()) {
@@ -237,11 +267,12 @@ Value get_item(const Value& obj, const Value& key, CallContext& ctx) {
         return obj.items()[static_cast<size_t>(i)];
       }
       const std::string& s = obj.as_string();
-      const std::vector<size_t> off = text::code_point_offsets(s);
-      const int64_t n = static_cast<int64_t>(off.size()) - 1;
+      const bool ascii = text::is_ascii(s);
+      const int64_t n = static_cast<int64_t>(ascii ? s.size() : text::code_point_count(s));
       if (i < 0) i += n;
       if (i < 0 || i >= n) return Value::undefined("'str object' has no element " + key.repr());
-      return Value::string(s.substr(off[static_cast<size_t>(i)], off[static_cast<size_t>(i) + 1] - off[static_cast<size_t>(i)]));
+      const size_t at = ascii ? static_cast<size_t>(i) : text::byte_offset(s, static_cast<size_t>(i));
+      return Value::string(s.substr(at, text::code_point_length(s, at)));
     }
     case Value::Kind::kNamespace:
       if (key.is_string()) return get_attribute(obj, key.as_string(), ctx);
@@ -258,12 +289,12 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
     step = step_v.as_int();
     if (step == 0) ctx.fail("slice step cannot be zero");
   }
-  if (obj.is_list()) {
+  if (obj.is_list() && !obj.is_generator()) {
     const auto& items = obj.items();
     int64_t b = 0, e = 0;
     slice_bounds(static_cast<int64_t>(items.size()), start, stop, step, &b, &e, ctx);
     std::vector<Value> out;
-    for (int64_t i = b; step > 0 ? i < e : i > e; i += step) out.push_back(items[static_cast<size_t>(i)]);
+    for (int64_t i : slice_indices(b, e, step)) out.push_back(items[static_cast<size_t>(i)]);
     ctx.charge_items(out.size());
     return Value::list(std::move(out), obj.is_tuple());
   }
@@ -276,19 +307,20 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
       if (step == 1) {
         if (e > b) out = s.substr(static_cast<size_t>(b), static_cast<size_t>(e - b));
       } else {
-        for (int64_t i = b; step > 0 ? i < e : i > e; i += step) out += s[static_cast<size_t>(i)];
+        for (int64_t i : slice_indices(b, e, step)) out += s[static_cast<size_t>(i)];
       }
     } else {
       const std::vector<size_t> off = text::code_point_offsets(s);
       int64_t b = 0, e = 0;
       slice_bounds(static_cast<int64_t>(off.size()) - 1, start, stop, step, &b, &e, ctx);
-      for (int64_t i = b; step > 0 ? i < e : i > e; i += step)
+      for (int64_t i : slice_indices(b, e, step))
         out += s.substr(off[static_cast<size_t>(i)], off[static_cast<size_t>(i) + 1] - off[static_cast<size_t>(i)]);
     }
     ctx.charge_string(out.size());
     return Value::string(std::move(out));
   }
-  ctx.fail(std::string("'") + obj.type_name() + "' object is not subscriptable");
+  // jinja2 falls back to an undefined value when the object cannot be sliced.
+  return Value::undefined(object_name(obj) + " cannot be sliced");
 }
 
 std::vector<Value> iterate(const Value& v, CallContext& ctx) {
@@ -303,11 +335,15 @@ std::vector<Value> iterate(const Value& v, CallContext& ctx) {
     }
     case Value::Kind::kString: {
       const std::string& s = v.as_string();
-      const std::vector<size_t> off = text::code_point_offsets(s);
-      ctx.charge_items(off.size());
+      const size_t n = text::code_point_count(s);
+      ctx.charge_items(n);  // before building: a long string fails here
       std::vector<Value> chars;
-      chars.reserve(off.size() - 1);
-      for (size_t i = 0; i + 1 < off.size(); ++i) chars.push_back(Value::string(s.substr(off[i], off[i + 1] - off[i])));
+      chars.reserve(n);
+      for (size_t i = 0; i < s.size();) {
+        const size_t len = text::code_point_length(s, i);
+        chars.push_back(Value::string(s.substr(i, len)));
+        i += len;
+      }
       return chars;
     }
     default: ctx.fail(std::string("'") + v.type_name() + "' object is not iterable");
@@ -321,7 +357,7 @@ bool contains(const Value& haystack, const Value& needle, CallContext& ctx) {
       if (!needle.is_string())
         ctx.fail(std::string("'in <string>' requires a string as left operand, not '") + needle.type_name() + "'");
       return haystack.as_string().find(needle.as_string()) != std::string::npos;
-    case Value::Kind::kList:
+    case Value::Kind::kList:  // a generator too: `in` iterates it
       return std::any_of(haystack.items().begin(), haystack.items().end(),
                          [&needle](const Value& x) { return equal(x, needle); });
     case Value::Kind::kDict: return haystack.dict_data().find(needle) != nullptr;

@@ -194,12 +194,13 @@ class Evaluator final : public CallContext {
       scope[targets[0]] = v;
       return;
     }
-    if (!v.is_list())
+    // Python unpacks any iterable: a pair, but also a dict's keys or a string's characters.
+    if (!v.is_list() && !v.is_dict() && !v.is_string())
       fail(std::string("cannot unpack a '") + v.type_name() + "' into " + std::to_string(targets.size()) + " names");
-    if (v.items().size() != targets.size())
-      fail("cannot unpack " + std::to_string(v.items().size()) + " values into " + std::to_string(targets.size()) +
-           " names");
-    for (size_t i = 0; i < targets.size(); ++i) scope[targets[i]] = v.items()[i];
+    const std::vector<Value> items = v.is_list() ? v.items() : iterate(v, *this);
+    if (items.size() != targets.size())
+      fail("cannot unpack " + std::to_string(items.size()) + " values into " + std::to_string(targets.size()) + " names");
+    for (size_t i = 0; i < targets.size(); ++i) scope[targets[i]] = items[i];
   }
 
   void assign(const Stmt& s, Value v) {
@@ -228,12 +229,20 @@ class Evaluator final : public CallContext {
       }
       items = std::move(kept);
     }
-    if (items.empty()) {
-      exec_body(s.else_body);
-      return;
-    }
+    // jinja2 runs the else block unless some iteration reached the end of the body (an
+    // iteration left by break or continue does not count), which for an empty sequence
+    // is the documented rule.
+    bool body_completed = false;
     const int64_t n = static_cast<int64_t>(items.size());
+    // One loop.cycle for the whole loop, reading the current index (as jinja2's loop
+    // object does), rather than a new function per iteration.
+    auto current = std::make_shared<int64_t>(0);
+    const Value cycle = Value::callable("loop.cycle", [current](CallArgs& args, CallContext& ctx) -> Value {
+      if (args.positional.empty()) ctx.fail("loop.cycle() needs at least one value");
+      return args.positional[static_cast<size_t>(*current) % args.positional.size()];
+    });
     for (int64_t i = 0; i < n; ++i) {
+      *current = i;
       if (++loop_iterations_ > options_.limits.max_loop_iterations)
         fail("loops ran more than " + std::to_string(options_.limits.max_loop_iterations) + " iterations (limit)");
       scopes_.emplace_back();
@@ -251,11 +260,14 @@ class Evaluator final : public CallContext {
       loop.set(Value::string("depth0"), Value::integer(0));
       if (i > 0) loop.set(Value::string("previtem"), items[static_cast<size_t>(i - 1)]);
       if (i + 1 < n) loop.set(Value::string("nextitem"), items[static_cast<size_t>(i + 1)]);
+      loop.set(Value::string("cycle"), cycle);
       scope["loop"] = Value::dict(std::move(loop));
       const Flow f = exec_body(s.body);
       scopes_.pop_back();
+      if (f == Flow::kNormal) body_completed = true;
       if (f == Flow::kBreak) break;
     }
+    if (!body_completed) exec_body(s.else_body);
   }
 
   // ---- expressions ----

@@ -29,6 +29,12 @@ Value new_list(std::vector<Value> items, CallContext& ctx) {
   return Value::list(std::move(items));
 }
 
+// What jinja2's lazy filters return (see ListData::generator).
+Value new_generator(std::vector<Value> items, CallContext& ctx) {
+  ctx.charge_items(items.size());
+  return Value::generator(std::move(items));
+}
+
 // `attribute` may be dotted ("function.name") or an integer index, as in jinja2.
 Value attribute_of(const Value& item, const Value& attribute, CallContext& ctx) {
   if (attribute.is_int()) return get_item(item, attribute, ctx);
@@ -50,7 +56,9 @@ size_t length_of(const Value& v, CallContext& ctx) {
   switch (v.kind()) {
     case Value::Kind::kUndefined: return 0;
     case Value::Kind::kString: return text::code_point_count(v.as_string());
-    case Value::Kind::kList: return v.items().size();
+    case Value::Kind::kList:
+      if (v.is_generator()) ctx.fail("object of type 'generator' has no len()");
+      return v.items().size();
     case Value::Kind::kDict: return v.dict_data().size();
     default: ctx.fail(std::string("object of type '") + v.type_name() + "' has no len()");
   }
@@ -252,6 +260,7 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& args, Call
     return new_string(text::replace(s, from.as_string(), to.as_string(), count.is_int() ? count.as_int() : -1), ctx);
   }
   if (name == "first" || name == "last") {
+    if (name == "last" && v.is_generator()) ctx.fail("last: 'generator' object is not reversible");
     if (v.is_list()) {
       if (v.items().empty()) return Value::undefined("'" + name + "' of an empty sequence");
       return name == "first" ? v.items().front() : v.items().back();
@@ -261,13 +270,13 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& args, Call
     return name == "first" ? items.front() : items.back();
   }
   if (name == "items") {
-    if (v.is_undefined()) return Value::list({});
+    if (v.is_undefined()) return Value::generator({});
     if (!v.is_dict()) ctx.fail(std::string("items: expected a mapping, got '") + v.type_name() + "'");
     std::vector<Value> out;
     for (const auto& kv : v.dict_data().items()) out.push_back(Value::list({kv.first, kv.second}, true));
-    return new_list(std::move(out), ctx);
+    return new_generator(std::move(out), ctx);
   }
-  if (name == "list") return v.is_list() && !v.is_tuple() ? v : new_list(iterate(v, ctx), ctx);
+  if (name == "list") return v.is_list() && !v.is_tuple() && !v.is_generator() ? v : new_list(iterate(v, ctx), ctx);
   if (name == "reverse") {
     if (v.is_string()) {
       const std::string& s = v.as_string();
@@ -276,13 +285,15 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& args, Call
       for (size_t k = off.size() - 1; k > 0; --k) out += s.substr(off[k - 1], off[k] - off[k - 1]);
       return new_string(std::move(out), ctx);
     }
+    // reversed() of a sequence is an iterator; a generator is listed and reversed.
     std::vector<Value> items = iterate(v, ctx);
     std::reverse(items.begin(), items.end());
-    return new_list(std::move(items), ctx);
+    return v.is_generator() ? new_list(std::move(items), ctx) : new_generator(std::move(items), ctx);
   }
-  if (name == "select" || name == "reject") return new_list(select_items(v, args, 0, false, name == "select", ctx), ctx);
+  if (name == "select" || name == "reject")
+    return new_generator(select_items(v, args, 0, false, name == "select", ctx), ctx);
   if (name == "selectattr" || name == "rejectattr")
-    return new_list(select_items(v, args, 1, true, name == "selectattr", ctx), ctx);
+    return new_generator(select_items(v, args, 1, true, name == "selectattr", ctx), ctx);
   if (name == "map") {
     std::vector<Value> out;
     const Value* attribute = find_arg(args, 99, "attribute");
@@ -292,7 +303,7 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& args, Call
         Value a = attribute_of(item, *attribute, ctx);
         out.push_back(a.is_undefined() && !fallback.is_undefined() ? fallback : a);
       }
-      return new_list(std::move(out), ctx);
+      return new_generator(std::move(out), ctx);
     }
     if (args.positional.empty() || !args.positional[0].is_string()) ctx.fail("map: needs a filter name or attribute=");
     const std::string filter = args.positional[0].as_string();
@@ -301,7 +312,7 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& args, Call
     rest.positional.assign(args.positional.begin() + 1, args.positional.end());
     rest.keyword = args.keyword;
     for (const Value& item : iterate(v, ctx)) out.push_back(apply_filter(filter, item, rest, ctx));
-    return new_list(std::move(out), ctx);
+    return new_generator(std::move(out), ctx);
   }
   if (name == "unique") {
     std::vector<Value> out;
@@ -314,7 +325,7 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& args, Call
       }
       if (!seen) out.push_back(item);
     }
-    return new_list(std::move(out), ctx);
+    return new_generator(std::move(out), ctx);
   }
   if (name == "sort") return sorted(v, args, ctx);
   if (name == "dictsort") {

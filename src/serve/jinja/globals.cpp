@@ -1,7 +1,6 @@
 // The global functions: range, namespace, dict, raise_exception (Hugging Face's way for a
 // template to refuse a conversation) and strftime_now (Hugging Face's clock), plus the
 // argument helpers every builtin uses.
-#include <cmath>
 #include <ctime>
 
 #include "serve/jinja/builtins.h"
@@ -41,17 +40,18 @@ Value range_fn(CallArgs& args, CallContext& ctx) {
     if (p.size() == 3) step = int_arg(p[2], "range", ctx);
   }
   if (step == 0) ctx.fail("range() step must not be zero");
-  // Count first (without overflow), so that a huge range fails before it is built.
-  const double span = (static_cast<double>(stop) - static_cast<double>(start)) / static_cast<double>(step);
-  const double count = span <= 0 ? 0 : std::ceil(span);
-  if (count > static_cast<double>(ctx.limits().max_list_items))
+  // Count first, exactly and without overflow, so that a huge range fails before it is built.
+  const __int128 span = static_cast<__int128>(stop) - start;
+  __int128 count = 0;
+  if (step > 0 && span > 0) count = (span + step - 1) / step;
+  if (step < 0 && span < 0) count = (-span + (-static_cast<__int128>(step)) - 1) / -static_cast<__int128>(step);
+  if (count > static_cast<__int128>(ctx.limits().max_list_items))
     ctx.fail("range() of " + std::to_string(static_cast<uint64_t>(count)) + " items exceeds the limit of " +
              std::to_string(ctx.limits().max_list_items));
   ctx.charge_items(static_cast<size_t>(count));
   std::vector<Value> items;
   items.reserve(static_cast<size_t>(count));
-  for (size_t i = 0; i < static_cast<size_t>(count); ++i)
-    items.push_back(Value::integer(start + static_cast<int64_t>(i) * step));
+  for (__int128 i = 0; i < count; ++i) items.push_back(Value::integer(static_cast<int64_t>(start + i * step)));
   return Value::list(std::move(items));
 }
 

@@ -73,7 +73,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b, CallConte
       ctx.charge_string(a.as_string().size() + b.as_string().size());
       return Value::string(a.as_string() + b.as_string());
     }
-    if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+    if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple() && !a.is_generator() && !b.is_generator()) {
       ctx.charge_items(a.items().size() + b.items().size());
       std::vector<Value> out = a.items();
       out.insert(out.end(), b.items().begin(), b.items().end());
@@ -88,8 +88,8 @@ Value binary_op(const std::string& op, const Value& a, const Value& b, CallConte
       return Value::integer(r);
     }
     if (numbers) return Value::floating(a.as_double() * b.as_double());
-    if ((a.is_string() || a.is_list()) && is_integral(b)) return repeat(a, to_int(b), ctx);
-    if ((b.is_string() || b.is_list()) && is_integral(a)) return repeat(b, to_int(a), ctx);
+    if ((a.is_string() || (a.is_list() && !a.is_generator())) && is_integral(b)) return repeat(a, to_int(b), ctx);
+    if ((b.is_string() || (b.is_list() && !b.is_generator())) && is_integral(a)) return repeat(b, to_int(a), ctx);
     unsupported(op, a, b, ctx);
   }
   if (op == "%" && a.is_string()) ctx.fail("string formatting with '%' is not supported");

@@ -1,4 +1,6 @@
 // jinja2's tests (`x is defined`, `x is string`, `n is divisibleby 3` ...).
+#include <cmath>
+
 #include "serve/jinja/builtins.h"
 #include "serve/jinja/text.h"
 
@@ -56,10 +58,10 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& args, CallCon
   if (name == "number") return v.is_number();
   if (name == "string") return v.is_string();
   if (name == "mapping") return v.is_dict();
-  // Undefined is iterable (as nothing) in jinja2; dicts have a length and items, so
-  // they count as sequences there too.
+  // Undefined is an empty iterable and sequence in jinja2; dicts have a length and items,
+  // so they count as sequences there too.
   if (name == "iterable") return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
-  if (name == "sequence") return v.is_string() || v.is_list() || v.is_dict();
+  if (name == "sequence") return v.is_undefined() || v.is_string() || (v.is_list() && !v.is_generator()) || v.is_dict();
   if (name == "callable") return v.is_callable();
   if (name == "sameas") {
     const Value& o = operand(args, name, ctx);
@@ -82,12 +84,18 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& args, CallCon
   if (name == "gt" || name == "greaterthan" || name == ">") return ordered(">", v, operand(args, name, ctx), ctx);
   if (name == "ge" || name == ">=") return ordered(">=", v, operand(args, name, ctx), ctx);
   if (name == "in") return contains(operand(args, name, ctx), v, ctx);
-  if (name == "odd") return int_of(v, name, ctx) % 2 != 0;
-  if (name == "even") return int_of(v, name, ctx) % 2 == 0;
-  if (name == "divisibleby") {
-    const int64_t d = int_of(operand(args, name, ctx), name, ctx);
-    if (d == 0) ctx.fail("divisibleby 0");
-    return int_of(v, name, ctx) % d == 0;
+  if (name == "odd" || name == "even" || name == "divisibleby") {
+    const Value d = name == "divisibleby" ? operand(args, name, ctx) : Value::integer(2);
+    if (v.is_float() || d.is_float()) {  // Python's float modulo: 4.0 is divisibleby 2
+      if (!v.is_number() || !d.is_number()) ctx.fail("test '" + name + "' needs numbers");
+      if (d.as_double() == 0) ctx.fail("test '" + name + "': modulo by zero");
+      const double r = std::fmod(v.as_double(), d.as_double());
+      return name == "odd" ? r != 0 : r == 0;
+    }
+    const int64_t divisor = int_of(d, name, ctx);
+    if (divisor == 0) ctx.fail("test '" + name + "': modulo by zero");
+    const int64_t r = int_of(v, name, ctx) % divisor;
+    return name == "odd" ? r != 0 : r == 0;
   }
   if (name == "lower" || name == "upper") {
     if (!v.is_string()) return false;

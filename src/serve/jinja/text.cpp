@@ -71,6 +71,20 @@ size_t code_point_count(std::string_view s) {
   return n;
 }
 
+size_t byte_offset(std::string_view s, size_t index) {
+  size_t i = 0;
+  for (size_t k = 0; k < index && i < s.size(); ++k) {
+    uint32_t cp = 0;
+    i += decode(s, i, &cp);
+  }
+  return i;
+}
+
+size_t code_point_length(std::string_view s, size_t i) {
+  uint32_t cp = 0;
+  return decode(s, i, &cp);
+}
+
 bool is_ascii(std::string_view s) {
   for (char c : s)
     if (static_cast<unsigned char>(c) >= 0x80) return false;
@@ -85,18 +99,22 @@ bool is_space(uint32_t cp) {
 
 std::string strip(std::string_view s, bool left, bool right, bool has_chars, std::string_view chars) {
   auto strippable = [&](uint32_t cp) { return has_chars ? in_chars(cp, chars) : is_space(cp); };
-  const std::vector<size_t> off = code_point_offsets(s);
-  size_t b = 0, e = off.size() - 1;  // code point indices [b, e)
-  auto cp_at = [&](size_t k) {
+  // One forward pass, no allocation: skip the leading run, then remember where the last
+  // code point that stays ends.
+  size_t b = 0;
+  while (left && b < s.size()) {
     uint32_t cp = 0;
-    decode(s, off[k], &cp);
-    return cp;
-  };
-  if (left)
-    while (b < e && strippable(cp_at(b))) ++b;
-  if (right)
-    while (e > b && strippable(cp_at(e - 1))) --e;
-  return std::string(s.substr(off[b], off[e] - off[b]));
+    const size_t n = decode(s, b, &cp);
+    if (!strippable(cp)) break;
+    b += n;
+  }
+  size_t e = right ? b : s.size();
+  for (size_t i = b; right && i < s.size();) {
+    uint32_t cp = 0;
+    i += decode(s, i, &cp);
+    if (!strippable(cp)) e = i;
+  }
+  return std::string(s.substr(b, e - b));
 }
 
 std::vector<std::string> split(std::string_view s, bool has_sep, std::string_view sep, int64_t maxsplit) {

@@ -14,6 +14,11 @@ namespace moeflow::serve::jinja::text {
 // Invalid UTF-8 bytes count as one code point each.
 std::vector<size_t> code_point_offsets(std::string_view s);
 size_t code_point_count(std::string_view s);
+// The byte offset of code point `index` (s.size() for index == count), walking from the
+// start without allocating.
+size_t byte_offset(std::string_view s, size_t index);
+// The byte length of the code point starting at byte i.
+size_t code_point_length(std::string_view s, size_t i);
 bool is_ascii(std::string_view s);
 
 // Python's str.isspace() for one code point.

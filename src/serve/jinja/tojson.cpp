@@ -67,6 +67,7 @@ void dump(const Value& v, const JsonStyle& style, int level, std::string& out, C
     }
     case Value::Kind::kString: out += quote(v.as_string(), style.ensure_ascii); return;
     case Value::Kind::kList: {
+      if (v.is_generator()) ctx.fail("tojson: object of type 'generator' is not JSON serializable");
       const auto& items = v.items();
       if (items.empty()) {
         out += "[]";

@@ -10,40 +10,84 @@
 namespace moeflow::serve::jinja {
 namespace {
 
-// Python hashes 1, 1.0 and True alike, so they name the same dict entry.
+// Python hashes 1, 1.0 and True alike, so they name the same dict entry. The key is a
+// type letter then the value ("n" numbers, "f" other floats, "s" strings, "0" none).
 bool hash_key(const Value& k, std::string* out) {
+  out->clear();
   switch (k.kind()) {
-    case Value::Kind::kNone: *out = "0"; return true;
-    case Value::Kind::kBool: *out = k.as_bool() ? "n1" : "n0"; return true;
-    case Value::Kind::kInt: *out = "n" + std::to_string(k.as_int()); return true;
+    case Value::Kind::kNone: out->push_back('0'); return true;
+    case Value::Kind::kBool:
+      out->push_back('n');
+      out->push_back(k.as_bool() ? '1' : '0');
+      return true;
+    case Value::Kind::kInt:
+      out->push_back('n');
+      out->append(std::to_string(k.as_int()));
+      return true;
     case Value::Kind::kFloat: {
       const double d = k.as_float();
-      if (std::isfinite(d) && d == std::trunc(d) && std::fabs(d) < 9e18) {
-        *out = "n" + std::to_string(static_cast<int64_t>(d));
-      } else {
-        *out = "f" + float_repr(d);
-      }
+      const bool integral = std::isfinite(d) && d == std::trunc(d) && std::fabs(d) < 9e18;
+      out->push_back(integral ? 'n' : 'f');
+      out->append(integral ? std::to_string(static_cast<int64_t>(d)) : float_repr(d));
       return true;
     }
-    case Value::Kind::kString: *out = "s" + k.as_string(); return true;
+    case Value::Kind::kString:
+      out->push_back('s');
+      out->append(k.as_string());
+      return true;
     default: return false;
   }
 }
 
 }  // namespace
 
+size_t DictData::size() const { return items_.size(); }
+
+// Dicts of up to this many entries (messages, loop, most literals) are searched linearly:
+// no hashing, no index allocation. equal() agrees with Python's hashing on the key types
+// hash_key accepts (1 == 1.0 == True).
+namespace {
+constexpr size_t kLinearDictSize = 16;
+
+bool hashable(const Value& k) { return k.is_none() || k.is_number() || k.is_string(); }
+}  // namespace
+
 const Value* DictData::find(const Value& key) const {
+  if (!hashable(key)) return nullptr;
+  if (index_.empty()) {
+    for (const auto& kv : items_)
+      if (equal(kv.first, key)) return &kv.second;
+    return nullptr;
+  }
   std::string h;
-  if (!hash_key(key, &h)) return nullptr;
+  hash_key(key, &h);
   const auto it = index_.find(h);
   return it == index_.end() ? nullptr : &items_[it->second].second;
 }
 
 void DictData::set(const Value& key, Value value) {
-  std::string h;
-  if (!hash_key(key, &h)) throw InputError(std::string("unhashable type: '") + key.type_name() + "' as a dict key");
+  if (!hashable(key)) throw InputError(std::string("unhashable type: '") + key.type_name() + "' as a dict key");
   depth = std::max(depth, value.depth() + 1);
   has_namespace = has_namespace || value.contains_namespace();
+  if (index_.empty()) {
+    for (auto& kv : items_) {
+      if (equal(kv.first, key)) {
+        kv.second = std::move(value);
+        return;
+      }
+    }
+    items_.emplace_back(key, std::move(value));
+    if (items_.size() > kLinearDictSize) {
+      std::string h;
+      for (size_t i = 0; i < items_.size(); ++i) {
+        hash_key(items_[i].first, &h);
+        index_.emplace(h, i);
+      }
+    }
+    return;
+  }
+  std::string h;
+  hash_key(key, &h);
   const auto it = index_.find(h);
   if (it != index_.end()) {
     items_[it->second].second = std::move(value);
@@ -66,6 +110,11 @@ Value Value::list(std::vector<Value> items, bool tuple) {
   d->items = std::move(items);
   d->tuple = tuple;
   return Value(std::shared_ptr<const ListData>(std::move(d)));
+}
+Value Value::generator(std::vector<Value> items) {
+  Value v = list(std::move(items));
+  std::const_pointer_cast<ListData>(std::get<std::shared_ptr<const ListData>>(v.v_))->generator = true;
+  return v;
 }
 Value Value::dict(DictData d) { return Value(std::shared_ptr<const DictData>(std::make_shared<DictData>(std::move(d)))); }
 Value Value::namespace_(std::shared_ptr<NamespaceData> ns) { return Value(std::move(ns)); }
@@ -111,7 +160,7 @@ bool Value::truthy() const {
     case Kind::kInt: return as_int() != 0;
     case Kind::kFloat: return as_float() != 0.0;
     case Kind::kString: return !as_string().empty();
-    case Kind::kList: return !items().empty();
+    case Kind::kList: return is_generator() || !items().empty();
     case Kind::kDict: return dict_data().size() != 0;
     default: return true;
   }
@@ -132,26 +181,33 @@ std::string float_repr(double d) {
   std::string digits;
   for (char c : mant)
     if (c != '.') digits += c;
+  // Appends only: GCC 12 warns (falsely, -Wrestrict) on "literal" + std::string here.
   std::string out;
+  if (neg) out.push_back('-');
   if (exp >= -4 && exp < 16) {
     if (exp >= 0) {
-      if (static_cast<int>(digits.size()) <= exp + 1) {
-        out = digits + std::string(static_cast<size_t>(exp + 1) - digits.size(), '0') + ".0";
+      const size_t int_digits = static_cast<size_t>(exp + 1);
+      if (digits.size() <= int_digits) {
+        out.append(digits).append(int_digits - digits.size(), '0').append(".0");
       } else {
-        out = digits.substr(0, static_cast<size_t>(exp + 1)) + "." + digits.substr(static_cast<size_t>(exp + 1));
+        out.append(digits, 0, int_digits).push_back('.');
+        out.append(digits, int_digits, std::string::npos);
       }
     } else {
-      out = "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;
+      out.append("0.").append(static_cast<size_t>(-exp - 1), '0').append(digits);
     }
-    return neg ? "-" + out : out;
+    return out;
   }
-  out = digits.substr(0, 1);
-  if (digits.size() > 1) out += "." + digits.substr(1);
-  out += exp < 0 ? "e-" : "e+";
+  out.push_back(digits[0]);
+  if (digits.size() > 1) {
+    out.push_back('.');
+    out.append(digits, 1, std::string::npos);
+  }
+  out.append(exp < 0 ? "e-" : "e+");
   const int a = exp < 0 ? -exp : exp;
-  if (a < 10) out += '0';
-  out += std::to_string(a);
-  return neg ? "-" + out : out;
+  if (a < 10) out.push_back('0');
+  out.append(std::to_string(a));
+  return out;
 }
 
 std::string Value::str() const {
@@ -164,7 +220,7 @@ std::string Value::str() const {
 
 std::string Value::repr() const {
   switch (kind()) {
-    case Kind::kUndefined: return "";
+    case Kind::kUndefined: return "Undefined";
     case Kind::kNone: return "None";
     case Kind::kBool: return as_bool() ? "True" : "False";
     case Kind::kInt: return std::to_string(as_int());
@@ -172,6 +228,7 @@ std::string Value::repr() const {
     case Kind::kString: return text::py_repr(as_string());
     case Kind::kList: {
       const ListData& l = list_data();
+      if (l.generator) return "<generator object>";  // jinja2 adds the object's address
       std::string out = l.tuple ? "(" : "[";
       for (size_t i = 0; i < l.items.size(); ++i) {
         if (i) out += ", ";
@@ -207,7 +264,7 @@ const char* Value::type_name() const {
     case Kind::kInt: return "int";
     case Kind::kFloat: return "float";
     case Kind::kString: return "str";
-    case Kind::kList: return is_tuple() ? "tuple" : "list";
+    case Kind::kList: return is_generator() ? "generator" : is_tuple() ? "tuple" : "list";
     case Kind::kDict: return "dict";
     case Kind::kNamespace: return "Namespace";
     case Kind::kCallable: return "function";
@@ -228,6 +285,7 @@ bool equal(const Value& a, const Value& b) {
     case Value::Kind::kNone: return true;
     case Value::Kind::kString: return a.as_string() == b.as_string();
     case Value::Kind::kList: {
+      if (a.is_generator() || b.is_generator()) return &a.list_data() == &b.list_data();
       if (a.is_tuple() != b.is_tuple() || a.items().size() != b.items().size()) return false;
       for (size_t i = 0; i < a.items().size(); ++i)
         if (!equal(a.items()[i], b.items()[i])) return false;
@@ -257,7 +315,7 @@ bool less(const Value& a, const Value& b) {
     return x < y;
   }
   if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();  // UTF-8 byte order = code point order
-  if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+  if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple() && !a.is_generator() && !b.is_generator()) {
     const auto& x = a.items();
     const auto& y = b.items();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {

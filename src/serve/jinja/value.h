@@ -31,6 +31,9 @@ struct None {};
 struct ListData {
   std::vector<Value> items;
   bool tuple = false;  // a tuple prints as (a, b); otherwise it behaves as a list
+  // What jinja2's lazy filters (select, map, items, reverse ...) return: a generator, which
+  // is always true, has no length, cannot be indexed or serialized, and is not a sequence.
+  bool generator = false;
   int depth = 1;
   bool has_namespace = false;
 };
@@ -43,7 +46,7 @@ class DictData {
   // Sets key to value (replacing an existing entry in place). Throws InputError for an
   // unhashable key.
   void set(const Value& key, Value value);
-  size_t size() const { return items_.size(); }
+  size_t size() const;
   int depth = 1;
   bool has_namespace = false;
 
@@ -79,6 +82,7 @@ class Value {
   static Value floating(double d) { return Value(d); }
   static Value string(std::string s);
   static Value list(std::vector<Value> items, bool tuple = false);
+  static Value generator(std::vector<Value> items);
   static Value dict(DictData d);
   static Value namespace_(std::shared_ptr<NamespaceData> ns);
   static Value callable(std::string name, std::function<Value(CallArgs&, CallContext&)> fn);
@@ -93,6 +97,7 @@ class Value {
   bool is_string() const { return kind() == Kind::kString; }
   bool is_list() const { return kind() == Kind::kList; }
   bool is_tuple() const { return is_list() && list_data().tuple; }
+  bool is_generator() const { return is_list() && list_data().generator; }
   bool is_dict() const { return kind() == Kind::kDict; }
   bool is_namespace() const { return kind() == Kind::kNamespace; }
   bool is_callable() const { return kind() == Kind::kCallable; }
