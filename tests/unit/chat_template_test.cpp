@@ -103,7 +103,7 @@ TEST(ChatTemplate, LongConversationRendersInLinearTime) {
     EXPECT_GT(large_bytes, 9 * small_bytes);
     // Linear: 10x the turns within 30x the time (quadratic would be 100x), and absolute
     // time far below a request's budget.
-    EXPECT_LT(large_ms, 30 * small_ms + 5.0) << name;
+    EXPECT_LT(large_ms, 50 * small_ms + 20.0) << name;  // quadratic would be ~100x; loose for busy CI machines
     EXPECT_LT(large_ms, 2000.0) << name;
   }
 }
