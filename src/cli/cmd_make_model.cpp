@@ -10,7 +10,7 @@ namespace moeflow::cli {
 int cmd_make_model(int argc, char** argv) {
   Args a("make-model");
   a.flag("-o,--out", "output GGUF path (required)");
-  a.flag("--arch", "mixtral | qwen3moe | olmoe", true, "mixtral");
+  a.flag("--arch", "mixtral | qwen3moe | olmoe | qwen2moe", true, "mixtral");
   a.flag("--dtype", "f32 | f16 | bf16 | q8_0 | q4_0 | q2_k .. q6_k (big matrices; the k-quants need --embd, --ff "
                     "and heads x head-dim multiples of 256)", true, "f32");
   a.flag("--vocab", "vocabulary size", true, "300");
@@ -20,6 +20,7 @@ int cmd_make_model(int argc, char** argv) {
   a.flag("--kv-heads", "key/value heads", true, "2");
   a.flag("--head-dim", "head size", true, "16");
   a.flag("--ff", "hidden size of one expert", true, "64");
+  a.flag("--ff-shared", "hidden size of the shared expert (qwen2moe; default twice --ff)", true, "0");
   a.flag("--experts", "experts per layer", true, "8");
   a.flag("--top-k", "experts used per token", true, "2");
   a.flag("--tied", "tie the output projection to the embeddings", false);
@@ -32,7 +33,8 @@ int cmd_make_model(int argc, char** argv) {
   if (arch == "mixtral") s.arch = Arch::Mixtral;
   else if (arch == "qwen3moe") s.arch = Arch::Qwen3Moe;
   else if (arch == "olmoe") s.arch = Arch::Olmoe;
-  else throw UsageError("moeflow make-model: --arch must be mixtral, qwen3moe or olmoe, got '" + arch + "'");
+  else if (arch == "qwen2moe") s.arch = Arch::Qwen2Moe;
+  else throw UsageError("moeflow make-model: --arch must be mixtral, qwen3moe, olmoe or qwen2moe, got '" + arch + "'");
   if (!dtype_from_name(a.str("--dtype"), s.dtype))
     throw UsageError("moeflow make-model: --dtype must be f32, f16, bf16, q8_0, q4_0 or q2_k..q6_k, got '" + a.str("--dtype") + "'");
   s.n_vocab = a.integer("--vocab", 257, 1 << 20);
@@ -42,6 +44,7 @@ int cmd_make_model(int argc, char** argv) {
   s.n_head_kv = a.integer("--kv-heads", 1, 256);
   s.head_dim = a.integer("--head-dim", 2, 1024);
   s.n_ff_expert = a.integer("--ff", 32, 1 << 16);
+  s.n_ff_shexp = a.integer("--ff-shared", 0, 1 << 16);
   s.n_expert = a.integer("--experts", 1, 1024);
   s.n_expert_used = a.integer("--top-k", 1, s.n_expert);
   s.tied_output = a.has("--tied");

@@ -1,5 +1,6 @@
 #include "engine/forward_pass.h"
 
+#include <cmath>
 #include <string>
 
 #include "base/error.h"
@@ -125,6 +126,11 @@ void ForwardPass::attention_block(int64_t l, const StepTokens& step, std::vector
   add_products(L.wk, xn_.data(), n, step.n_single, k_.data(), jobs_);
   add_products(L.wv, xn_.data(), n, step.n_single, v_.data(), jobs_);
   backend_.products(jobs_.data(), jobs_.size());
+  if (!L.bq.empty()) {
+    add_bias(q_.data(), L.bq, n);
+    add_bias(k_.data(), L.bk, n);
+    add_bias(v_.data(), L.bv, n);
+  }
 
   for (int64_t t = 0; t < n; ++t) {
     float* qt = q_.data() + t * q_dim;
@@ -172,6 +178,37 @@ void ForwardPass::moe_block(int64_t l, const StepTokens& step, std::vector<float
   }
   moe_forward(c, L, routing_, xn_.data(), proj_.data(), backend_, source_);
   for (int64_t i = 0; i < n * D; ++i) x[i] += proj_[i];
+  if (L.shexp.gate.data) shared_expert(L, step, x);
+}
+
+void ForwardPass::add_bias(float* y, const std::vector<float>& b, int64_t n) {
+  const int64_t d = static_cast<int64_t>(b.size());
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t i = 0; i < d; ++i) y[t * d + i] += b[static_cast<size_t>(i)];
+}
+
+// The shared expert runs over every token of the step as one expert chosen by all of
+// them (top-1), through the same expert FFN as the routed ones, so a token alone in
+// its sequence takes the mat-vec arithmetic and a sequence's floats do not depend on
+// what shares the step. xn_ still holds the block's normalised input.
+void ForwardPass::shared_expert(const LayerWeights& L, const StepTokens& step, std::vector<float>& x) {
+  const ModelConfig& c = model_.config();
+  const int64_t n = step.size(), D = c.n_embd;
+  shexp_slots_.resize(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) shexp_slots_[static_cast<size_t>(t)] = t;
+  const std::vector<int64_t>* slots = &shexp_slots_;
+  proj_.resize(static_cast<size_t>(n * D));
+  backend_.expert_ffns(&L.shexp, &slots, 1, xn_.data(), step.requests.data(), 1, D, c.n_ff_shexp, proj_.data());
+  for (int64_t t = 0; t < n; ++t) {
+    float g = 1.0f;
+    if (!L.gate_inp_shexp.empty()) {
+      const float* xt = xn_.data() + t * D;
+      double dot = 0;
+      for (int64_t i = 0; i < D; ++i) dot += static_cast<double>(L.gate_inp_shexp[static_cast<size_t>(i)]) * xt[i];
+      g = static_cast<float>(1.0 / (1.0 + std::exp(-dot)));
+    }
+    for (int64_t i = 0; i < D; ++i) x[t * D + i] += g * proj_[t * D + i];
+  }
 }
 
 }  // namespace moeflow

@@ -54,6 +54,11 @@ class ForwardPass {
   void check(const StepTokens& step) const;
   void attention_block(int64_t layer, const StepTokens& step, std::vector<float>& x);
   void moe_block(int64_t layer, const StepTokens& step, std::vector<float>& x);
+  // x += the layer's shared expert (gated when the model gates it) of the normalised
+  // input in xn_.
+  void shared_expert(const LayerWeights& L, const StepTokens& step, std::vector<float>& x);
+  // y[t] += b for the n rows of y (b.size() floats each).
+  static void add_bias(float* y, const std::vector<float>& b, int64_t n);
   // Y = W X over the step's rows, single tokens as mat-vecs (jobs appended).
   void add_products(const MatrixRef& w, const float* x, int64_t n, int64_t n_single, float* y,
                     std::vector<Product>& jobs) const;
@@ -65,6 +70,7 @@ class ForwardPass {
   ExpertSource* source_ = nullptr;
   // Scratch reused across calls (sized for the largest step seen).
   std::vector<float> x_, xn_, q_, k_, v_, attn_, proj_, router_;
+  std::vector<int64_t> shexp_slots_;
   // cos, sin of the rotary angles of each token (rot_dim floats per token): computed
   // once per step, not once per layer.
   std::vector<float> rope_cs_;

@@ -33,6 +33,7 @@ const char* arch_display_name(Arch a) {
     case Arch::Mixtral: return "mixtral";
     case Arch::Qwen3Moe: return "qwen3moe";
     case Arch::Olmoe: return "olmoe";
+    case Arch::Qwen2Moe: return "qwen2moe";
   }
   return "?";
 }
@@ -56,9 +57,18 @@ ModelConfig read_model_config(const gguf::GgufFile& f) {
     c.rope_neox = true;
     c.norm_topk = false;  // OLMoE uses the raw softmax probabilities of the top-k
     c.qk_norm = QkNorm::Full;
+  } else if (arch == "qwen2moe") {
+    c.arch = Arch::Qwen2Moe;
+    c.rope_neox = true;
+    // Qwen1.5-MoE and Qwen2-57B-A14B set norm_topk_prob = false, and llama.cpp's
+    // qwen2moe graph never renormalises (the key is not in the file).
+    c.norm_topk = false;
+    c.qk_norm = QkNorm::None;
+    c.attn_qkv_bias = true;
+    c.shared_expert_gate = true;
   } else {
     throw InputError(f.path() + ": unsupported architecture '" + arch +
-                     "' (key general.architecture); supported: llama (Mixtral), qwen3moe, olmoe");
+                     "' (key general.architecture); supported: llama (Mixtral), qwen3moe, olmoe, qwen2moe");
   }
   const std::string p = arch + ".";
   // Every size is bounded before it is multiplied: a head count of 2^60 + 4 times a
@@ -97,6 +107,12 @@ ModelConfig read_model_config(const gguf::GgufFile& f) {
   c.n_ff_expert = get_int_or(f, p + "expert_feed_forward_length", 0);
   if (c.n_ff_expert == 0) c.n_ff_expert = get_int(f, p + "feed_forward_length");
   sized(p + "expert_feed_forward_length", c.n_ff_expert, kMaxFeedForward);
+  if (c.shared_expert_gate) {
+    // llama.cpp falls back to feed_forward_length when the shared size is absent.
+    const std::string key = p + "expert_shared_feed_forward_length";
+    c.n_ff_shexp = get_int_or(f, key, get_int_or(f, p + "feed_forward_length", 0));
+    sized(key, c.n_ff_shexp, kMaxFeedForward);
+  }
   // Scalars: NaN, infinite, zero or negative values all ran to "success" with token 0
   // repeated (NaN activations); the epsilon is added to a mean of squares, so it must
   // be positive, and RoPE's theta_i = base^(-2i/d) needs a positive finite base.

@@ -8,7 +8,7 @@
 namespace moeflow {
 namespace gguf { class GgufFile; }
 
-enum class Arch { Mixtral, Qwen3Moe, Olmoe };
+enum class Arch { Mixtral, Qwen3Moe, Olmoe, Qwen2Moe };
 
 // How q and k are normalised before RoPE.
 enum class QkNorm { None, PerHead /* Qwen3: RMSNorm over head_dim */, Full /* OLMoE: over all heads */ };
@@ -32,6 +32,13 @@ struct ModelConfig {
   bool rope_neox = false;      // pairs (i, i+d/2) instead of (2i, 2i+1)
   bool norm_topk = true;       // renormalise the top-k router weights to sum to 1
   QkNorm qk_norm = QkNorm::None;
+  // Qwen2-MoE: biases on the q, k and v projections (attn_{q,k,v}.bias).
+  bool attn_qkv_bias = false;
+  // A dense shared expert next to the routed ones (ffn_{gate,up,down}_shexp), its output
+  // scaled by sigmoid(ffn_gate_inp_shexp . x) when shared_expert_gate (Qwen2-MoE);
+  // 0: none.
+  int64_t n_ff_shexp = 0;
+  bool shared_expert_gate = false;
 };
 
 // Bounds on every size read from a file: far above any released model, and low enough

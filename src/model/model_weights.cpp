@@ -43,6 +43,17 @@ std::vector<float> vector_f32(const gguf::GgufFile& f, const std::string& name, 
   return v;
 }
 
+// A vector stored either as {n} or as a one-row matrix {n, 1} (a Linear(n, 1) weight
+// as the converter writes it; llama.cpp accepts both).
+std::vector<float> vector_or_row_f32(const gguf::GgufFile& f, const std::string& name, int64_t n) {
+  const gguf::TensorInfo& t = f.tensor(name);
+  if (t.dims.size() == 2 && t.dims[1] == 1) check_dims(f, t, {static_cast<uint64_t>(n), 1});
+  else check_dims(f, t, {static_cast<uint64_t>(n)});
+  std::vector<float> v(static_cast<size_t>(n));
+  dequantize_row(t.dtype, t.data, v.data(), n);
+  return v;
+}
+
 StackedExperts experts(const gguf::GgufFile& f, const std::string& name, int64_t cols, int64_t rows,
                        int64_t n_expert) {
   const gguf::TensorInfo& t = f.tensor(name);
@@ -92,6 +103,11 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
     L.wk = matrix(f, b + "attn_k.weight", c.n_embd, kv_dim);
     L.wv = matrix(f, b + "attn_v.weight", c.n_embd, kv_dim);
     L.wo = matrix(f, b + "attn_output.weight", q_dim, c.n_embd);
+    if (c.attn_qkv_bias) {
+      L.bq = vector_f32(f, b + "attn_q.bias", q_dim);
+      L.bk = vector_f32(f, b + "attn_k.bias", kv_dim);
+      L.bv = vector_f32(f, b + "attn_v.bias", kv_dim);
+    }
     if (c.qk_norm == QkNorm::PerHead) {
       L.q_norm = vector_f32(f, b + "attn_q_norm.weight", c.head_dim);
       L.k_norm = vector_f32(f, b + "attn_k_norm.weight", c.head_dim);
@@ -104,6 +120,12 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
     L.gate_exps = experts(f, b + "ffn_gate_exps.weight", c.n_embd, c.n_ff_expert, c.n_expert);
     L.up_exps = experts(f, b + "ffn_up_exps.weight", c.n_embd, c.n_ff_expert, c.n_expert);
     L.down_exps = experts(f, b + "ffn_down_exps.weight", c.n_ff_expert, c.n_embd, c.n_expert);
+    if (c.n_ff_shexp > 0) {
+      L.shexp.gate = matrix(f, b + "ffn_gate_shexp.weight", c.n_embd, c.n_ff_shexp);
+      L.shexp.up = matrix(f, b + "ffn_up_shexp.weight", c.n_embd, c.n_ff_shexp);
+      L.shexp.down = matrix(f, b + "ffn_down_shexp.weight", c.n_ff_shexp, c.n_embd);
+      if (c.shared_expert_gate) L.gate_inp_shexp = vector_or_row_f32(f, b + "ffn_gate_inp_shexp.weight", c.n_embd);
+    }
     w.expert_bytes += (L.gate_exps.first.bytes() + L.up_exps.first.bytes() + L.down_exps.first.bytes()) *
                       static_cast<uint64_t>(c.n_expert);
     w.layers.push_back(std::move(L));
@@ -145,6 +167,8 @@ void Model::make_resident(bool include_experts, WeightPlacer* placer) {
   add(w.output, 1, false);
   for (LayerWeights& L : w.layers) {
     for (MatrixRef* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate_inp}) add(*m, 1, false);
+    if (L.shexp.gate.data)
+      for (MatrixRef* m : {&L.shexp.gate, &L.shexp.up, &L.shexp.down}) add(*m, 1, false);
     if (include_experts)
       for (StackedExperts* e : {&L.gate_exps, &L.up_exps, &L.down_exps}) add(e->first, e->n_expert, false, true);
   }

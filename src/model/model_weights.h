@@ -45,9 +45,15 @@ struct ExpertMatrices {
 
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm, q_norm, k_norm;  // q/k norms empty when unused
+  std::vector<float> bq, bk, bv;  // projection biases; empty when the model has none
   MatrixRef wq, wk, wv, wo;
   MatrixRef gate_inp;  // router: [n_expert][n_embd]
   StackedExperts gate_exps, up_exps, down_exps;
+  // The shared expert (config n_ff_shexp > 0): dense, read by every token, so it stays
+  // with the resident weights and is never offloaded. gate_inp_shexp: its sigmoid
+  // gate's weights (n_embd), empty when ungated.
+  ExpertMatrices shexp;
+  std::vector<float> gate_inp_shexp;
 };
 
 struct ModelWeights {

@@ -65,7 +65,11 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
     return v;
   };
 
-  const char* arch = s.arch == Arch::Mixtral ? "llama" : s.arch == Arch::Qwen3Moe ? "qwen3moe" : "olmoe";
+  const char* arch = s.arch == Arch::Mixtral ? "llama" : arch_display_name(s.arch);
+  const int64_t F_sh = s.n_ff_shexp > 0 ? s.n_ff_shexp : 2 * s.n_ff_expert;
+  if (s.arch == Arch::Qwen2Moe && F_sh % blk)
+    throw InputError("synthetic model: the shared expert's size must be a multiple of " + std::to_string(blk) +
+                     " for dtype " + dtype_name(s.dtype));
   const std::string p = std::string(arch) + ".";
   gguf::GgufWriter w;
   w.set("general.architecture", Value::make_string(arch));
@@ -74,8 +78,10 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
   w.set(p + "embedding_length", Value::make_u32(static_cast<uint32_t>(s.n_embd)));
   w.set(p + "block_count", Value::make_u32(static_cast<uint32_t>(s.n_layer)));
   w.set(p + "feed_forward_length", Value::make_u32(static_cast<uint32_t>(s.n_ff_expert)));
-  if (s.arch == Arch::Qwen3Moe)
+  if (s.arch == Arch::Qwen3Moe || s.arch == Arch::Qwen2Moe)
     w.set(p + "expert_feed_forward_length", Value::make_u32(static_cast<uint32_t>(s.n_ff_expert)));
+  if (s.arch == Arch::Qwen2Moe)
+    w.set(p + "expert_shared_feed_forward_length", Value::make_u32(static_cast<uint32_t>(F_sh)));
   w.set(p + "attention.head_count", Value::make_u32(static_cast<uint32_t>(s.n_head)));
   w.set(p + "attention.head_count_kv", Value::make_u32(static_cast<uint32_t>(s.n_head_kv)));
   w.set(p + "attention.key_length", Value::make_u32(static_cast<uint32_t>(s.head_dim)));
@@ -139,6 +145,11 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
     add(b + "attn_k.weight", {u(D), u(kv_dim)}, s.dtype, random(kv_dim * D, in_scale));
     add(b + "attn_v.weight", {u(D), u(kv_dim)}, s.dtype, random(kv_dim * D, in_scale));
     add(b + "attn_output.weight", {u(q_dim), u(D)}, s.dtype, random(D * q_dim, 1.0f / std::sqrt(static_cast<float>(q_dim))));
+    if (s.arch == Arch::Qwen2Moe) {
+      add(b + "attn_q.bias", {u(q_dim)}, DType::F32, random(q_dim, 0.5f));
+      add(b + "attn_k.bias", {u(kv_dim)}, DType::F32, random(kv_dim, 0.5f));
+      add(b + "attn_v.bias", {u(kv_dim)}, DType::F32, random(kv_dim, 0.5f));
+    }
     if (s.arch == Arch::Qwen3Moe) {
       add(b + "attn_q_norm.weight", {u(s.head_dim)}, DType::F32, norm_weight(s.head_dim));
       add(b + "attn_k_norm.weight", {u(s.head_dim)}, DType::F32, norm_weight(s.head_dim));
@@ -151,6 +162,12 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
     add(b + "ffn_gate_exps.weight", {u(D), u(F), u(E)}, s.dtype, random(E * F * D, in_scale));
     add(b + "ffn_up_exps.weight", {u(D), u(F), u(E)}, s.dtype, random(E * F * D, in_scale));
     add(b + "ffn_down_exps.weight", {u(F), u(D), u(E)}, s.dtype, random(E * D * F, 1.0f / std::sqrt(static_cast<float>(F))));
+    if (s.arch == Arch::Qwen2Moe) {
+      add(b + "ffn_gate_inp_shexp.weight", {u(D)}, DType::F32, random(D, 2.0f * in_scale));
+      add(b + "ffn_gate_shexp.weight", {u(D), u(F_sh)}, s.dtype, random(F_sh * D, in_scale));
+      add(b + "ffn_up_shexp.weight", {u(D), u(F_sh)}, s.dtype, random(F_sh * D, in_scale));
+      add(b + "ffn_down_shexp.weight", {u(F_sh), u(D)}, s.dtype, random(D * F_sh, 1.0f / std::sqrt(static_cast<float>(F_sh))));
+    }
   }
   add("output_norm.weight", {u(D)}, DType::F32, norm_weight(D));
   if (!s.tied_output) add("output.weight", {u(D), u(s.n_vocab)}, s.dtype, random(s.n_vocab * D, 1.0f / std::sqrt(static_cast<float>(D))));

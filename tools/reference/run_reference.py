@@ -8,7 +8,16 @@ import os
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from moe_reference import Reference  # noqa: E402
+import arch_reference  # noqa: E402
+from gguf_reader import GGUF  # noqa: E402
+
+
+def load_reference(path):
+    """The NumPy reference for the architectures it covers, else the PyTorch one."""
+    if GGUF(path).metadata["general.architecture"] in arch_reference.ARCHS:
+        return arch_reference.Reference(path)
+    from moe_reference import Reference  # needs PyTorch
+    return Reference(path)
 
 
 def main():
@@ -19,7 +28,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--print", action="store_true")
     a = ap.parse_args()
-    ref = Reference(a.model)
+    ref = load_reference(a.model)
     tokens = [int(t) for t in a.tokens.replace(" ", "").replace("\n", "").split(",") if t]
     n_prompt = len(tokens)
     n_vocab = ref.embd.shape[0]
@@ -29,7 +38,7 @@ def main():
     for _ in range(a.decode):
         nxt = int(ref.logits(tokens)[-1].argmax())
         tokens.append(nxt)
-    logits = ref.logits(tokens).float().numpy()
+    logits = np.asarray(ref.logits(tokens), dtype=np.float64).astype(np.float32)
     with open(a.out, "wb") as f:
         f.write(b"MFLG")
         f.write(struct.pack("<III", 1, len(tokens), logits.shape[1]))
