@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "base/error.h"
+#include "engine/utf8.h"
 
 namespace moeflow::serve::jinja {
 
@@ -17,24 +18,6 @@ bool is_name_start(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || static_cast<unsigned char>(c) >= 0x80;
 }
 bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 class Lexer {
  public:
@@ -350,7 +333,7 @@ class Lexer {
             cp = cp * 16 + static_cast<uint32_t>(is_digit(h) ? h - '0' : (h | 0x20) - 'a' + 10);
           }
           if (cp > 0x10FFFF) fail(start, "escape beyond U+10FFFF in a string literal");
-          append_utf8(out, cp);
+          utf8::append(out, cp);
           break;
         }
         default:
@@ -358,7 +341,7 @@ class Lexer {
             uint32_t cp = static_cast<uint32_t>(e - '0');
             for (int k = 0; k < 2 && i < src_.size() && src_[i] >= '0' && src_[i] <= '7'; ++k, ++i)
               cp = cp * 8 + static_cast<uint32_t>(src_[i] - '0');
-            append_utf8(out, cp);
+            utf8::append(out, cp);
           } else {
             out += '\\';
             out += e;
