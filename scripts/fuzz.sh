@@ -17,20 +17,26 @@ if [ $# -ne 2 ]; then
 fi
 target=$1 seconds=$2
 targets=(gguf tokenizer trace policy_state completion_request chat_template)
+configure_fuzz_build() {
+  if ! command -v clang++ >/dev/null; then
+    echo "fuzz.sh: clang++ is not installed (scripts/install-deps.sh installs clang and libclang-rt-14-dev)" >&2
+    exit 1
+  fi
+  # The configure step fails with a clear message when libFuzzer's runtime is missing.
+  if [ ! -f build-fuzz/build.ninja ]; then
+    cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DMOEFLOW_FUZZ=ON >/dev/null
+  fi
+}
 if [ "$target" = all ]; then
   [ "$seconds" = seeds ] || { echo "fuzz.sh: 'all' runs the seeds only" >&2; exit 2; }
+  configure_fuzz_build
+  # Every fuzz target, the seed writer too, so none of them can stop compiling unseen.
+  cmake --build build-fuzz -j"$(nproc)" --target fuzzers >/dev/null
   for t in "${targets[@]}"; do "$0" "$t" seeds; done
   exit 0
 fi
 case " ${targets[*]} " in *" $target "*) ;; *) echo "fuzz.sh: unknown target '$target' (${targets[*]})" >&2; exit 2 ;; esac
-if ! command -v clang++ >/dev/null; then
-  echo "fuzz.sh: clang++ is not installed (scripts/install-deps.sh installs clang and libclang-rt-14-dev)" >&2
-  exit 1
-fi
-# The configure step fails with a clear message when libFuzzer's runtime is missing.
-if [ ! -f build-fuzz/build.ninja ]; then
-  cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DMOEFLOW_FUZZ=ON >/dev/null
-fi
+configure_fuzz_build
 cmake --build build-fuzz -j"$(nproc)" --target "fuzz_$target" >/dev/null
 bin=build-fuzz/fuzz_$target
 seeds=tests/fuzz/$target

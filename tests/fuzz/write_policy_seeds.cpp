@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
           r.n_tok = n_tok;
           r.n_expert = g.n_expert;
           r.top_k = g.top_k;
+          r.requests.assign(static_cast<size_t>(n_tok), rq);
           for (int64_t t = 0; t < n_tok; ++t) {
             const int32_t a = next(8), b = (a + 1 + next(7)) % 8;
             r.experts.insert(r.experts.end(), {a, b});
@@ -57,7 +58,7 @@ int main(int argc, char** argv) {
         }
         p->end_iteration();
       }
-      p->end_request();
+      p->end_request(rq);
     }
     std::ostringstream out;
     if (i == 0) {
