@@ -56,12 +56,14 @@ RequestTiming run_request(httplib::Client& c, const BenchServeOptions& o, const 
   std::vector<double> chunk_times;
   bool done = false;
   std::string error_body;
+  std::string raw;  // the first bytes of the body as received
   httplib::Request req;
   req.method = "POST";
   req.path = o.endpoint == "chat" ? "/v1/chat/completions" : "/v1/completions";
   req.body = request_body(o, prompt).dump();
   req.set_header("Content-Type", "application/json");
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    if (raw.size() < 4096) raw.append(data, std::min(n, 4096 - raw.size()));
     for (const std::string& ev : sse.feed(data, n)) {
       if (ev == "[DONE]") {
         done = true;
@@ -101,6 +103,15 @@ RequestTiming run_request(httplib::Client& c, const BenchServeOptions& o, const 
     return t;
   }
   if (res.status != 200) {
+    // An error's body is one JSON object, not an event stream: the receiver kept its bytes.
+    const std::string& body = res.body.empty() ? raw : res.body;
+    if (error_body.empty() && !body.empty()) {
+      const json j = json::parse(body, nullptr, false);
+      if (!j.is_discarded() && j.contains("error") && j["error"].is_object())
+        error_body = j["error"].value("message", j["error"].dump());
+      else
+        error_body = body.substr(0, 200);
+    }
     t.error = "HTTP " + std::to_string(res.status) + (error_body.empty() ? "" : ": " + error_body);
     return t;
   }
