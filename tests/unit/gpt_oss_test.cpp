@@ -14,7 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "base/error.h"
+#include "engine/forward_pass.h"
+#include "engine/logits_file.h"
+#include "engine/transformer.h"
 #include "format/gguf.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/swiglu_oai.h"
@@ -174,6 +178,55 @@ TEST(GptOssConfig, BadKeysAreNamed) {
   w.write(nan_model);
   const std::string err = load_error(nan_model);
   EXPECT_NE(err.find("blk.0.ffn_gate_exps.bias"), std::string::npos) << err;
+}
+
+// The sliding window of the even layers starts inside KV blocks and spans several
+// when blocks hold 3 positions (taken after another sequence's, so not from block 0):
+// the 24 positions of the reference fixture, as one prefill step and token by token,
+// give bit for bit the floats of the default 32-position blocks.
+TEST(GptOssModel, WindowAcrossKvBlocksGivesTheSameFloats) {
+  for (const char* name : {"gpt-oss-f32", "gpt-oss-mxfp4"}) {
+    auto model = Model::load(testing::fixture_path(std::string(name) + ".gguf"));
+    const LogitsRecord ref = read_logits_file(testing::fixture_path(std::string(name) + ".logits"));
+    const int64_t n = static_cast<int64_t>(ref.tokens.size()), V = ref.n_vocab;
+    ThreadPool pool(2);
+    for (bool one_step : {true, false}) {
+      Transformer tf(*model, &pool, 64, DType::F32);
+      std::vector<float> want, l;
+      if (one_step) {
+        tf.eval(ref.tokens.data(), n, true, want);
+      } else {
+        for (int64_t t = 0; t < n; ++t) {
+          tf.eval(ref.tokens.data() + t, 1, false, l);
+          want.insert(want.end(), l.begin(), l.end());
+        }
+      }
+      CpuBackend backend(&pool);
+      KvBlockPool kv = make_kv_pool(*model, backend, 20, DType::F32, 3);
+      ForwardPass fwd(*model, backend, kv);
+      std::vector<int32_t> other, table;
+      ASSERT_TRUE(kv.reserve(other, 7));
+      ASSERT_TRUE(kv.reserve(table, n));
+      std::vector<float> got;
+      StepTokens step;
+      for (int64_t t0 = 0; t0 < n; t0 += one_step ? n : 1) {
+        const int64_t len = one_step ? n : 1;
+        step.clear();
+        for (int64_t t = t0; t < t0 + len; ++t) {
+          step.tokens.push_back(ref.tokens[static_cast<size_t>(t)]);
+          step.pos.push_back(t);
+          step.requests.push_back(0);
+          step.blocks.push_back(table.data());
+          step.logits_rows.push_back(t - t0);
+        }
+        step.n_single = len == 1 ? 1 : 0;
+        fwd.run(step, l);
+        got.insert(got.end(), l.begin(), l.end());
+      }
+      ASSERT_EQ(got.size(), static_cast<size_t>(n * V));
+      EXPECT_TRUE(got == want) << name << (one_step ? ": one step" : ": token by token");
+    }
+  }
 }
 
 }  // namespace
