@@ -16,12 +16,15 @@ enum class ExpertGlu {
   SwigluOai,  // gpt-oss: gate clamped above, up clamped both ways, (up + 1) * gate * sigmoid(1.702 gate)
 };
 
-// YaRN RoPE scaling (Peng et al. 2023), as gpt-oss uses it (model/rope_yarn.h says how).
-struct RopeYarn {
+// YaRN RoPE scaling (Peng et al. 2023; model/rope_yarn.h says how).
+struct YarnScaling {
   double factor = 0;        // context extension factor; 0: no YaRN
   int64_t orig_ctx = 0;     // the context length the model was pre-trained at
   double beta_fast = 32, beta_slow = 1;
   double attn_factor = 1;   // multiplies cos and sin: scores scale by its square
+  // Round the ramp's ends to whole pairs (floor / ceil), as HF does by default and
+  // llama.cpp always; gpt-oss's config says not to (truncate: false).
+  bool truncate = false;
 };
 
 // How q and k are normalised before RoPE.
@@ -63,7 +66,7 @@ struct ModelConfig {
   bool router_bias = false;
   bool expert_bias = false;
   ExpertGlu expert_glu = ExpertGlu::Silu;
-  RopeYarn yarn;
+  YarnScaling yarn;
   const char* ffn_norm_name = "ffn_norm";
 };
 

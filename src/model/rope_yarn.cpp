@@ -35,7 +35,7 @@ void read_rope_yarn(const gguf::GgufFile& f, const std::string& p, ModelConfig& 
   if (t == "none") return;
   if (t != "yarn")
     throw InputError(f.path() + ": key " + type_key + " = '" + t + "' is not supported (yarn or none)");
-  RopeYarn& y = c.yarn;
+  YarnScaling& y = c.yarn;
   const std::string factor_key = p + "rope.scaling.factor";
   y.factor = float_key(f, factor_key, 0, true);
   if (!std::isfinite(y.factor) || y.factor < 1 || y.factor > 1e6)
@@ -59,12 +59,15 @@ void read_rope_yarn(const gguf::GgufFile& f, const std::string& p, ModelConfig& 
   y.attn_factor = 0.1 * std::log(y.factor) + 1.0;
 }
 
-std::vector<double> yarn_inv_freq(const RopeYarn& y, double base, int64_t rot_dim) {
+std::vector<double> yarn_inv_freq(const YarnScaling& y, double base, int64_t rot_dim) {
   const int64_t half = rot_dim / 2;
   const double orig = static_cast<double>(y.orig_ctx);
   // More rotations (beta_fast) means a shorter wavelength, a lower dimension.
-  const double low = std::max(0.0, correction_dim(y.beta_fast, rot_dim, base, orig));
-  double high = std::min(static_cast<double>(rot_dim - 1), correction_dim(y.beta_slow, rot_dim, base, orig));
+  double low = correction_dim(y.beta_fast, rot_dim, base, orig);
+  double high = correction_dim(y.beta_slow, rot_dim, base, orig);
+  if (y.truncate) low = std::floor(low), high = std::ceil(high);
+  low = std::max(0.0, low);
+  high = std::min(static_cast<double>(rot_dim - 1), high);
   if (high == low) high += 0.001;  // as the reference does: no division by zero
   std::vector<double> inv(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) {

@@ -5,10 +5,11 @@
 // and beta_slow rotations over the original context, and cos and sin are scaled by the
 // attention factor 0.1 ln(factor) + 1.
 //
-// The ramp's ends are not rounded to integers: gpt-oss's config sets truncate = false
-// (OpenAI's reference implementation never rounds; Hugging Face honours the flag).
-// llama.cpp's ggml rounds them (floor / ceil) for every model, so its rotary angles for
-// gpt-oss differ slightly from these at the dimensions inside the ramp.
+// For gpt-oss the ramp's ends are not rounded to integers: its config sets truncate =
+// false (OpenAI's reference implementation never rounds; Hugging Face honours the
+// flag, whose default is to round: YarnScaling::truncate). llama.cpp's ggml rounds them
+// (floor / ceil) for every model, so its rotary angles for gpt-oss differ slightly from
+// these at the pairs inside the ramp.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,7 +26,7 @@ namespace moeflow {
 void read_rope_yarn(const gguf::GgufFile& f, const std::string& prefix, ModelConfig& c);
 
 // The inverse frequencies theta_i of the rot_dim / 2 rotated pairs.
-std::vector<double> yarn_inv_freq(const RopeYarn& y, double base, int64_t rot_dim);
+std::vector<double> yarn_inv_freq(const YarnScaling& y, double base, int64_t rot_dim);
 
 // cs[2i] = attn_factor cos(pos theta_i), cs[2i + 1] = attn_factor sin(pos theta_i): the
 // layout of Backend::rope_angles, so Backend::rope_apply rotates by them.

@@ -69,7 +69,7 @@ TEST(SwigluOai, MatchesReference) {
 // ends are gpt-oss's unrounded correction dimensions. With factor 1 (no extension)
 // the angles are plain RoPE's.
 TEST(RopeYarn, FrequenciesFollowTheRamp) {
-  RopeYarn y;
+  YarnScaling y;
   y.factor = 32;
   y.orig_ctx = 4096;
   const double base = 150000;
@@ -85,6 +85,15 @@ TEST(RopeYarn, FrequenciesFollowTheRamp) {
   }
   EXPECT_EQ(inv[0], 1.0);
   EXPECT_DOUBLE_EQ(inv[31], std::pow(base, -62.0 / 64) / 32);
+
+  // Truncated (HF's default, llama.cpp's always): the ramp runs from pair 8 to 18.
+  y.truncate = true;
+  const std::vector<double> tr = yarn_inv_freq(y, base, d);
+  for (int64_t i = 0; i < 32; ++i) {
+    const double plain = std::pow(base, -2.0 * static_cast<double>(i) / d);
+    const double t = std::min(1.0, std::max(0.0, (static_cast<double>(i) - 8.0) / 10.0));
+    EXPECT_NEAR(tr[i], plain * (1 - t) + plain / 32 * t, 1e-15 * std::max(1.0, plain)) << i;
+  }
 
   y.factor = 1;
   std::vector<float> a(d), b(d);
