@@ -3,8 +3,7 @@ PyTorch one (moe_reference.py): Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B) an
 gpt-oss (gpt-oss-20b, gpt-oss-120b).
 
 Written from the Hugging Face definitions (Qwen2MoeForCausalLM, GptOssForCausalLM),
-mapped to the GGUF
-conventions llama.cpp's converter uses: weights {in, out} are [out][in] matrices,
+mapped to the GGUF conventions llama.cpp's converter uses: weights {in, out} are [out][in] matrices,
 q/k rows unpermuted (RoPE rotates the pairs (i, i + d/2), rotate_half). No KV cache:
 each call recomputes the whole sequence, which is slow but obviously right. Needs
 NumPy only.
@@ -64,14 +63,7 @@ class Config:
         self.renormalize = False
 
 
-def Reference(path):
-    """The reference for the file's architecture."""
-    if GGUF(path).metadata["general.architecture"] == "gpt-oss":
-        return GptOssReference(path)
-    return Qwen2MoeReference(path)
-
-
-class Qwen2MoeReference:
+class Reference:
     def __init__(self, path):
         g = GGUF(path)
         self.cfg = Config(g)
@@ -135,13 +127,18 @@ class Qwen2MoeReference:
         return rms_norm(x, self.out_norm, c.eps) @ self.out.T
 
 
-def yarn_inv_freq(base, dim, factor, orig_ctx, beta_fast, beta_slow):
-    """_compute_yarn_parameters of HF's modeling_rope_utils with truncate = False, as
-    gpt-oss's config sets it: the ramp's ends stay fractional."""
+# --- gpt-oss ---------------------------------------------------------------------
+
+def hf_yarn_inv_freq(base, dim, factor, orig_ctx, beta_fast, beta_slow, truncate):
+    """_compute_yarn_parameters of HF's modeling_rope_utils; gpt-oss's config sets
+    truncate = False: the ramp's ends stay fractional."""
     def correction_dim(rotations):
         return dim * np.log(orig_ctx / (rotations * 2 * np.pi)) / (2 * np.log(base))
-    low = max(correction_dim(beta_fast), 0.0)
-    high = min(correction_dim(beta_slow), dim - 1.0)
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if truncate:
+        low, high = np.floor(low), np.ceil(high)
+    low = max(low, 0.0)
+    high = min(high, dim - 1.0)
     if low == high:
         high += 0.001
     pos_freqs = base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
@@ -176,9 +173,10 @@ class GptOssReference:
         self.attention_scaling = 1.0
         if md.get(p + "rope.scaling.type") == "yarn":
             factor = md[p + "rope.scaling.factor"]
-            self.inv_freq = yarn_inv_freq(base, self.head_dim, factor, md[p + "rope.scaling.original_context_length"],
-                                          md.get(p + "rope.scaling.yarn_beta_fast", 32.0),
-                                          md.get(p + "rope.scaling.yarn_beta_slow", 1.0))
+            self.inv_freq = hf_yarn_inv_freq(base, self.head_dim, factor,
+                                             md[p + "rope.scaling.original_context_length"],
+                                             md.get(p + "rope.scaling.yarn_beta_fast", 32.0),
+                                             md.get(p + "rope.scaling.yarn_beta_slow", 1.0), truncate=False)
             self.attention_scaling = 0.1 * np.log(factor) + 1.0 if factor > 1 else 1.0
         t = lambda n: g.tensor(n).astype(np.float64)
         self.embd = t("token_embd.weight")
@@ -249,3 +247,10 @@ class GptOssReference:
             x = x + self.attention(L, rms_norm(x, L["attn_norm.weight"], self.eps), pos, sliding=i % 2 == 0)
             x = x + self.moe(L, rms_norm(x, L["post_attention_norm.weight"], self.eps))
         return rms_norm(x, self.out_norm, self.eps) @ self.out.T
+
+
+def reference_for(path):
+    """The reference of the file's architecture (one of ARCHS)."""
+    if GGUF(path).metadata["general.architecture"] == "gpt-oss":
+        return GptOssReference(path)
+    return Reference(path)
