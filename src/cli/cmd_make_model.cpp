@@ -10,9 +10,11 @@ namespace moeflow::cli {
 int cmd_make_model(int argc, char** argv) {
   Args a("make-model");
   a.flag("-o,--out", "output GGUF path (required)");
-  a.flag("--arch", "mixtral | qwen3moe | olmoe | qwen2moe", true, "mixtral");
+  a.flag("--arch", "mixtral | qwen3moe | olmoe | qwen2moe | gpt-oss", true, "mixtral");
   a.flag("--dtype", "f32 | f16 | bf16 | q8_0 | q4_0 | q2_k .. q6_k (big matrices; the k-quants need --embd, --ff "
                     "and heads x head-dim multiples of 256)", true, "f32");
+  a.flag("--expert-dtype", "dtype of the expert matrices, e.g. mxfp4 as gpt-oss ships them (default: --dtype)", true, "");
+  a.flag("--window", "sliding window of the even layers (gpt-oss)", true, "8");
   a.flag("--vocab", "vocabulary size", true, "300");
   a.flag("--embd", "hidden size", true, "64");
   a.flag("--layers", "number of blocks", true, "2");
@@ -34,9 +36,16 @@ int cmd_make_model(int argc, char** argv) {
   else if (arch == "qwen3moe") s.arch = Arch::Qwen3Moe;
   else if (arch == "olmoe") s.arch = Arch::Olmoe;
   else if (arch == "qwen2moe") s.arch = Arch::Qwen2Moe;
-  else throw UsageError("moeflow make-model: --arch must be mixtral, qwen3moe, olmoe or qwen2moe, got '" + arch + "'");
+  else if (arch == "gpt-oss") s.arch = Arch::GptOss;
+  else throw UsageError("moeflow make-model: --arch must be mixtral, qwen3moe, olmoe, qwen2moe or gpt-oss, got '" + arch + "'");
   if (!dtype_from_name(a.str("--dtype"), s.dtype))
     throw UsageError("moeflow make-model: --dtype must be f32, f16, bf16, q8_0, q4_0 or q2_k..q6_k, got '" + a.str("--dtype") + "'");
+  DType expert_dtype = s.dtype;
+  if (!a.str("--expert-dtype").empty() && !dtype_from_name(a.str("--expert-dtype"), expert_dtype))
+    throw UsageError("moeflow make-model: --expert-dtype must be a dtype --dtype takes, or mxfp4, got '" +
+                     a.str("--expert-dtype") + "'");
+  if (!a.str("--expert-dtype").empty()) s.expert_dtype = expert_dtype;
+  s.sliding_window = a.integer("--window", 1, 1 << 24);
   s.n_vocab = a.integer("--vocab", 257, 1 << 20);
   s.n_embd = a.integer("--embd", 32, 1 << 16);
   s.n_layer = a.integer("--layers", 1, 256);

@@ -127,9 +127,11 @@ QuantizeStats quantize_tensors(const std::string& in, const std::string& out, ui
   return st;
 }
 
-// 1-D tensors (norms) and routers stay as they are, as llama.cpp keeps them.
+// 1-D tensors (norms), biases and routers stay as they are, as llama.cpp keeps them
+// (it quantises only names ending in "weight": gpt-oss's expert biases are 2-D).
 const char* never_quantized(const gguf::TensorInfo& t) {
   if (t.dims.size() < 2) return "1-D";
+  if (ends_with(t.name, ".bias")) return "bias";
   if (ends_with(t.name, "ffn_gate_inp.weight")) return "router";
   return nullptr;
 }

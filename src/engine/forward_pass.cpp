@@ -4,6 +4,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "model/rope_yarn.h"
 
 namespace moeflow {
 
@@ -20,7 +21,10 @@ KvBlockPool make_kv_pool(const Model& model, Backend& backend, int64_t n_blocks,
 }
 
 ForwardPass::ForwardPass(const Model& model, Backend& backend, KvBlockPool& kv)
-    : model_(model), backend_(backend), kv_(&kv) {}
+    : model_(model), backend_(backend), kv_(&kv) {
+  const ModelConfig& c = model.config();
+  if (c.yarn.factor > 0) yarn_inv_freq_ = yarn_inv_freq(c.yarn, c.rope_base, c.rot_dim);
+}
 
 void ForwardPass::check(const StepTokens& s) const {
   const int64_t n = s.size();
@@ -57,7 +61,10 @@ void ForwardPass::run(const StepTokens& step, std::vector<float>& logits) {
                    x_.data() + t * D, D);
   const int64_t rd = c.rot_dim / 2 * 2;
   rope_cs_.resize(static_cast<size_t>(n * rd));
-  for (int64_t t = 0; t < n; ++t) backend_.rope_angles(step.pos[t], c.rot_dim, c.rope_base, rope_cs_.data() + t * rd);
+  for (int64_t t = 0; t < n; ++t) {
+    if (!yarn_inv_freq_.empty()) yarn_angles(yarn_inv_freq_, c.yarn.attn_factor, step.pos[t], rope_cs_.data() + t * rd);
+    else backend_.rope_angles(step.pos[t], c.rot_dim, c.rope_base, rope_cs_.data() + t * rd);
+  }
   queries_.resize(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) queries_[t] = {step.pos[t], step.blocks[t]};
   for (ForwardListener* li : listeners_) li->begin_step(step);
@@ -150,11 +157,14 @@ void ForwardPass::attention_block(int64_t l, const StepTokens& step, std::vector
     }
     kv_->store(l, step.blocks[t], step.pos[t], kt, v_.data() + t * kv_dim);
   }
-  const AttentionShape shape{c.n_head, c.n_head_kv, hd, kv_->block_len(), kv_->block_stride(), kv_->type()};
+  AttentionShape shape{c.n_head, c.n_head_kv, hd, kv_->block_len(), kv_->block_stride(), kv_->type()};
+  if (layer_slides(c, l)) shape.window = c.sliding_window;
+  if (!L.attn_sinks.empty()) shape.sinks = L.attn_sinks.data();
   backend_.attention(shape, q_.data(), n, queries_.data(), kv_->k(l), kv_->v(l), attn_.data());
   jobs_.clear();
   add_products(L.wo, attn_.data(), n, step.n_single, proj_.data(), jobs_);
   backend_.products(jobs_.data(), jobs_.size());
+  if (!L.bo.empty()) add_bias(proj_.data(), L.bo, n);
   for (int64_t i = 0; i < n * D; ++i) x[i] += proj_[i];
 }
 
@@ -169,6 +179,7 @@ void ForwardPass::moe_block(int64_t l, const StepTokens& step, std::vector<float
   jobs_.clear();
   add_products(L.gate_inp, xn_.data(), n, step.n_single, router_.data(), jobs_);
   backend_.products(jobs_.data(), jobs_.size());
+  if (!L.gate_inp_b.empty()) add_bias(router_.data(), L.gate_inp_b, n);
   route_tokens(c, router_.data(), n, l, routing_, backend_);
   routing_.requests = step.requests;
   for (ForwardListener* li : listeners_) li->routed(routing_);

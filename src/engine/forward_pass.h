@@ -74,6 +74,8 @@ class ForwardPass {
   // cos, sin of the rotary angles of each token (rot_dim floats per token): computed
   // once per step, not once per layer.
   std::vector<float> rope_cs_;
+  // YaRN's rotary frequencies (model/rope_yarn.h); empty: plain RoPE.
+  std::vector<double> yarn_inv_freq_;
   std::vector<AttentionQuery> queries_;
   std::vector<Product> jobs_;
   LayerRouting routing_;

@@ -6,6 +6,22 @@
 
 namespace moeflow {
 
+namespace {
+
+// Expert e's matrices with what the layer adds to them (gpt-oss: its biases, kept
+// resident, and the clamped SwiGLU), wherever the matrices came from.
+ExpertMatrices with_layer_extras(const ModelConfig& c, const LayerWeights& w, int32_t e, ExpertMatrices m) {
+  m.glu = c.expert_glu;
+  if (!w.gate_exps_b.empty()) {
+    m.gate_bias = w.gate_exps_b.data() + static_cast<size_t>(e) * static_cast<size_t>(c.n_ff_expert);
+    m.up_bias = w.up_exps_b.data() + static_cast<size_t>(e) * static_cast<size_t>(c.n_ff_expert);
+    m.down_bias = w.down_exps_b.data() + static_cast<size_t>(e) * static_cast<size_t>(c.n_embd);
+  }
+  return m;
+}
+
+}  // namespace
+
 void route_tokens(const ModelConfig& c, const float* router_logits, int64_t n_tok, int64_t layer,
                   LayerRouting& r, Backend& backend) {
   const int64_t E = c.n_expert, K = c.n_expert_used;
@@ -54,13 +70,14 @@ void moe_forward(const ModelConfig& c, const LayerWeights& w, const LayerRouting
   if (source) {
     source->run_experts(static_cast<int32_t>(r.layer), needed, [&](int32_t e, const ExpertMatrices& m) {
       const std::vector<int64_t>* s = &slots[static_cast<size_t>(e)];
-      backend.expert_ffns(&m, &s, 1, x_norm, requests, K, D, F, per_slot.data());
+      const ExpertMatrices full = with_layer_extras(c, w, e, m);
+      backend.expert_ffns(&full, &s, 1, x_norm, requests, K, D, F, per_slot.data());
     });
   } else {
     std::vector<ExpertMatrices> mats;
     std::vector<const std::vector<int64_t>*> expert_slots;
     for (int32_t e : needed) {
-      mats.push_back({w.gate_exps.expert(e), w.up_exps.expert(e), w.down_exps.expert(e)});
+      mats.push_back(with_layer_extras(c, w, e, {w.gate_exps.expert(e), w.up_exps.expert(e), w.down_exps.expert(e)}));
       expert_slots.push_back(&slots[static_cast<size_t>(e)]);
     }
     backend.expert_ffns(mats.data(), expert_slots.data(), mats.size(), x_norm, requests, K, D, F, per_slot.data());

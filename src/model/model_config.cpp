@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "format/gguf.h"
+#include "model/gpt_oss_config.h"
 
 namespace moeflow {
 
@@ -34,6 +35,7 @@ const char* arch_display_name(Arch a) {
     case Arch::Qwen3Moe: return "qwen3moe";
     case Arch::Olmoe: return "olmoe";
     case Arch::Qwen2Moe: return "qwen2moe";
+    case Arch::GptOss: return "gpt-oss";
   }
   return "?";
 }
@@ -66,9 +68,11 @@ ModelConfig read_model_config(const gguf::GgufFile& f) {
     c.qk_norm = QkNorm::None;
     c.attn_qkv_bias = true;
     c.shared_expert_gate = true;
+  } else if (arch == "gpt-oss") {
+    c.arch = Arch::GptOss;  // the rest after the common keys, read_gpt_oss_config
   } else {
     throw InputError(f.path() + ": unsupported architecture '" + arch +
-                     "' (key general.architecture); supported: llama (Mixtral), qwen3moe, olmoe, qwen2moe");
+                     "' (key general.architecture); supported: llama (Mixtral), qwen3moe, olmoe, qwen2moe, gpt-oss");
   }
   const std::string p = arch + ".";
   // Every size is bounded before it is multiplied: a head count of 2^60 + 4 times a
@@ -124,6 +128,7 @@ ModelConfig read_model_config(const gguf::GgufFile& f) {
   require(std::isfinite(base) && base > 0 && base <= 1e12, f,
           "key " + p + "rope.freq_base = " + std::to_string(base) + " must be positive and finite (at most 1e12)");
   c.rope_base = static_cast<float>(base);
+  if (c.arch == Arch::GptOss) read_gpt_oss_config(f, p, c);
   // The vocabulary size comes from the embedding tensor (checked in model_weights).
   c.n_vocab = 0;
   return c;

@@ -8,7 +8,24 @@
 namespace moeflow {
 namespace gguf { class GgufFile; }
 
-enum class Arch { Mixtral, Qwen3Moe, Olmoe, Qwen2Moe };
+enum class Arch { Mixtral, Qwen3Moe, Olmoe, Qwen2Moe, GptOss };
+
+// The gated activation of an expert's hidden units h = act(gate, up).
+enum class ExpertGlu {
+  Silu,       // silu(gate) * up (SwiGLU)
+  SwigluOai,  // gpt-oss: gate clamped above, up clamped both ways, (up + 1) * gate * sigmoid(1.702 gate)
+};
+
+// YaRN RoPE scaling (Peng et al. 2023; model/rope_yarn.h says how).
+struct YarnScaling {
+  double factor = 0;        // context extension factor; 0: no YaRN
+  int64_t orig_ctx = 0;     // the context length the model was pre-trained at
+  double beta_fast = 32, beta_slow = 1;
+  double attn_factor = 1;   // multiplies cos and sin: scores scale by its square
+  // Round the ramp's ends to whole pairs (floor / ceil), as HF does by default and
+  // llama.cpp always; gpt-oss's config says not to (truncate: false).
+  bool truncate = false;
+};
 
 // How q and k are normalised before RoPE.
 enum class QkNorm { None, PerHead /* Qwen3: RMSNorm over head_dim */, Full /* OLMoE: over all heads */ };
@@ -39,7 +56,23 @@ struct ModelConfig {
   // 0: none.
   int64_t n_ff_shexp = 0;
   bool shared_expert_gate = false;
+  // gpt-oss (model/gpt_oss_config.h): a bias on the output projection, a learned sink
+  // logit per head, sliding-window attention on the layers layer_slides() names,
+  // biases on the router and on every expert's three projections, the clamped SwiGLU,
+  // YaRN, and the FFN norm under llama.cpp's name post_attention_norm.
+  bool attn_out_bias = false;
+  bool attn_sinks = false;
+  int64_t sliding_window = 0;  // 0: every layer attends to its whole context
+  bool router_bias = false;
+  bool expert_bias = false;
+  ExpertGlu expert_glu = ExpertGlu::Silu;
+  YarnScaling yarn;
+  const char* ffn_norm_name = "ffn_norm";
 };
+
+// Whether layer l attends through the sliding window: gpt-oss alternates, the even
+// layers sliding (llama.cpp's swa pattern 2; layer_types in HF's GptOssConfig).
+inline bool layer_slides(const ModelConfig& c, int64_t l) { return c.sliding_window > 0 && l % 2 == 0; }
 
 // Bounds on every size read from a file: far above any released model, and low enough
 // that products of two of them (heads x head size, experts x feed-forward) stay far

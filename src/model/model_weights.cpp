@@ -54,6 +54,18 @@ std::vector<float> vector_or_row_f32(const gguf::GgufFile& f, const std::string&
   return v;
 }
 
+// A bias per expert, {n, n_expert} (f32 in the converter's files), copied out as f32.
+// The name holds "_exps." so the load-time check skips it: checked here instead.
+std::vector<float> expert_bias_f32(const gguf::GgufFile& f, const std::string& name, int64_t n, int64_t n_expert) {
+  const gguf::TensorInfo& t = f.tensor(name);
+  check_dims(f, t, {static_cast<uint64_t>(n), static_cast<uint64_t>(n_expert)});
+  check_finite_weights(f, t);
+  std::vector<float> v(static_cast<size_t>(n * n_expert));
+  for (int64_t e = 0; e < n_expert; ++e)
+    dequantize_row(t.dtype, t.data + static_cast<size_t>(e) * row_bytes(t.dtype, n), v.data() + e * n, n);
+  return v;
+}
+
 StackedExperts experts(const gguf::GgufFile& f, const std::string& name, int64_t cols, int64_t rows,
                        int64_t n_expert) {
   const gguf::TensorInfo& t = f.tensor(name);
@@ -115,11 +127,19 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
       L.q_norm = vector_f32(f, b + "attn_q_norm.weight", q_dim);
       L.k_norm = vector_f32(f, b + "attn_k_norm.weight", kv_dim);
     }
-    L.ffn_norm = vector_f32(f, b + "ffn_norm.weight", c.n_embd);
+    if (c.attn_out_bias) L.bo = vector_f32(f, b + "attn_output.bias", c.n_embd);
+    if (c.attn_sinks) L.attn_sinks = vector_f32(f, b + "attn_sinks.weight", c.n_head);
+    L.ffn_norm = vector_f32(f, b + c.ffn_norm_name + ".weight", c.n_embd);
     L.gate_inp = matrix(f, b + "ffn_gate_inp.weight", c.n_embd, c.n_expert);
     L.gate_exps = experts(f, b + "ffn_gate_exps.weight", c.n_embd, c.n_ff_expert, c.n_expert);
     L.up_exps = experts(f, b + "ffn_up_exps.weight", c.n_embd, c.n_ff_expert, c.n_expert);
     L.down_exps = experts(f, b + "ffn_down_exps.weight", c.n_ff_expert, c.n_embd, c.n_expert);
+    if (c.router_bias) L.gate_inp_b = vector_f32(f, b + "ffn_gate_inp.bias", c.n_expert);
+    if (c.expert_bias) {
+      L.gate_exps_b = expert_bias_f32(f, b + "ffn_gate_exps.bias", c.n_ff_expert, c.n_expert);
+      L.up_exps_b = expert_bias_f32(f, b + "ffn_up_exps.bias", c.n_ff_expert, c.n_expert);
+      L.down_exps_b = expert_bias_f32(f, b + "ffn_down_exps.bias", c.n_embd, c.n_expert);
+    }
     if (c.n_ff_shexp > 0) {
       L.shexp.gate = matrix(f, b + "ffn_gate_shexp.weight", c.n_embd, c.n_ff_shexp);
       L.shexp.up = matrix(f, b + "ffn_up_shexp.weight", c.n_embd, c.n_ff_shexp);

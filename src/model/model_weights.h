@@ -38,9 +38,15 @@ struct StackedExperts {
   }
 };
 
-// One expert's three matrices.
+// One expert's three matrices, and what gpt-oss adds: a bias on each projection
+// (null: none; F, F and D floats, kept with the resident weights while the matrices
+// may be offloaded) and its activation.
 struct ExpertMatrices {
   MatrixRef gate, up, down;
+  const float* gate_bias = nullptr;
+  const float* up_bias = nullptr;
+  const float* down_bias = nullptr;
+  ExpertGlu glu = ExpertGlu::Silu;
 };
 
 struct LayerWeights {
@@ -54,6 +60,11 @@ struct LayerWeights {
   // gate's weights (n_embd), empty when ungated.
   ExpertMatrices shexp;
   std::vector<float> gate_inp_shexp;
+  // gpt-oss (empty when the model has none): the output projection's bias (n_embd), the
+  // sink logit of each head (n_head), the router's bias (n_expert), and the experts'
+  // biases, expert e's at e * F (gate, up) or e * D (down).
+  std::vector<float> bo, attn_sinks, gate_inp_b;
+  std::vector<float> gate_exps_b, up_exps_b, down_exps_b;
 };
 
 struct ModelWeights {

@@ -51,6 +51,12 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
   if (s.n_embd % blk || s.n_ff_expert % blk || (s.n_head * s.head_dim) % blk)
     throw InputError("synthetic model: embedding, expert and attention sizes must be multiples of " +
                      std::to_string(blk) + " for dtype " + dtype_name(s.dtype));
+  const DType expert_dtype = s.expert_dtype.value_or(s.dtype);
+  const int64_t eblk = dtype_info(expert_dtype).block_size;
+  if (s.n_embd % eblk || s.n_ff_expert % eblk)
+    throw InputError("synthetic model: embedding and expert sizes must be multiples of " + std::to_string(eblk) +
+                     " for the experts' dtype " + dtype_name(expert_dtype));
+  const bool gpt_oss = s.arch == Arch::GptOss;
   if (s.n_vocab < 257) throw InputError("synthetic model: n_vocab must be at least 257");
   std::mt19937_64 rng(s.seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -78,7 +84,7 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
   w.set(p + "embedding_length", Value::make_u32(static_cast<uint32_t>(s.n_embd)));
   w.set(p + "block_count", Value::make_u32(static_cast<uint32_t>(s.n_layer)));
   w.set(p + "feed_forward_length", Value::make_u32(static_cast<uint32_t>(s.n_ff_expert)));
-  if (s.arch == Arch::Qwen3Moe || s.arch == Arch::Qwen2Moe)
+  if (s.arch == Arch::Qwen3Moe || s.arch == Arch::Qwen2Moe || gpt_oss)
     w.set(p + "expert_feed_forward_length", Value::make_u32(static_cast<uint32_t>(s.n_ff_expert)));
   if (s.arch == Arch::Qwen2Moe)
     w.set(p + "expert_shared_feed_forward_length", Value::make_u32(static_cast<uint32_t>(F_sh)));
@@ -87,7 +93,15 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
   w.set(p + "attention.key_length", Value::make_u32(static_cast<uint32_t>(s.head_dim)));
   w.set(p + "attention.value_length", Value::make_u32(static_cast<uint32_t>(s.head_dim)));
   w.set(p + "attention.layer_norm_rms_epsilon", Value::make_f32(1e-5f));
-  w.set(p + "rope.freq_base", Value::make_f32(10000.0f));
+  // gpt-oss's own RoPE: base 150000, YaRN x32 over an original context of 4096 (its
+  // ramp then spans dims ~2-4 of a 16-dim head's 8 pairs).
+  w.set(p + "rope.freq_base", Value::make_f32(gpt_oss ? 150000.0f : 10000.0f));
+  if (gpt_oss) {
+    w.set(p + "rope.scaling.type", Value::make_string("yarn"));
+    w.set(p + "rope.scaling.factor", Value::make_f32(32.0f));
+    w.set(p + "rope.scaling.original_context_length", Value::make_u32(4096));
+    w.set(p + "attention.sliding_window", Value::make_u32(static_cast<uint32_t>(s.sliding_window)));
+  }
   w.set(p + "rope.dimension_count", Value::make_u32(static_cast<uint32_t>(s.head_dim)));
   w.set(p + "expert_count", Value::make_u32(static_cast<uint32_t>(s.n_expert)));
   w.set(p + "expert_used_count", Value::make_u32(static_cast<uint32_t>(s.n_expert_used)));
@@ -145,10 +159,15 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
     add(b + "attn_k.weight", {u(D), u(kv_dim)}, s.dtype, random(kv_dim * D, in_scale));
     add(b + "attn_v.weight", {u(D), u(kv_dim)}, s.dtype, random(kv_dim * D, in_scale));
     add(b + "attn_output.weight", {u(q_dim), u(D)}, s.dtype, random(D * q_dim, 1.0f / std::sqrt(static_cast<float>(q_dim))));
-    if (s.arch == Arch::Qwen2Moe) {
+    if (s.arch == Arch::Qwen2Moe || gpt_oss) {
       add(b + "attn_q.bias", {u(q_dim)}, DType::F32, random(q_dim, 0.5f));
       add(b + "attn_k.bias", {u(kv_dim)}, DType::F32, random(kv_dim, 0.5f));
       add(b + "attn_v.bias", {u(kv_dim)}, DType::F32, random(kv_dim, 0.5f));
+    }
+    if (gpt_oss) {
+      add(b + "attn_output.bias", {u(D)}, DType::F32, random(D, 0.2f));
+      // Sinks of the size of a score (O(1)): they take a visible share of the softmax.
+      add(b + "attn_sinks.weight", {u(s.n_head)}, DType::F32, random(s.n_head, 1.0f));
     }
     if (s.arch == Arch::Qwen3Moe) {
       add(b + "attn_q_norm.weight", {u(s.head_dim)}, DType::F32, norm_weight(s.head_dim));
@@ -157,11 +176,18 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
       add(b + "attn_q_norm.weight", {u(q_dim)}, DType::F32, norm_weight(q_dim));
       add(b + "attn_k_norm.weight", {u(kv_dim)}, DType::F32, norm_weight(kv_dim));
     }
-    add(b + "ffn_norm.weight", {u(D)}, DType::F32, norm_weight(D));
+    add(b + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {u(D)}, DType::F32, norm_weight(D));
     add(b + "ffn_gate_inp.weight", {u(D), u(E)}, DType::F32, random(E * D, 2.0f * in_scale));
-    add(b + "ffn_gate_exps.weight", {u(D), u(F), u(E)}, s.dtype, random(E * F * D, in_scale));
-    add(b + "ffn_up_exps.weight", {u(D), u(F), u(E)}, s.dtype, random(E * F * D, in_scale));
-    add(b + "ffn_down_exps.weight", {u(F), u(D), u(E)}, s.dtype, random(E * D * F, 1.0f / std::sqrt(static_cast<float>(F))));
+    // gpt-oss's gate is scaled up so that its clamp at 7 is reached by some units.
+    add(b + "ffn_gate_exps.weight", {u(D), u(F), u(E)}, expert_dtype, random(E * F * D, (gpt_oss ? 3.0f : 1.0f) * in_scale));
+    add(b + "ffn_up_exps.weight", {u(D), u(F), u(E)}, expert_dtype, random(E * F * D, (gpt_oss ? 3.0f : 1.0f) * in_scale));
+    add(b + "ffn_down_exps.weight", {u(F), u(D), u(E)}, expert_dtype, random(E * D * F, 1.0f / std::sqrt(static_cast<float>(F))));
+    if (gpt_oss) {
+      add(b + "ffn_gate_inp.bias", {u(E)}, DType::F32, random(E, 0.5f));
+      add(b + "ffn_gate_exps.bias", {u(F), u(E)}, DType::F32, random(E * F, 0.5f));
+      add(b + "ffn_up_exps.bias", {u(F), u(E)}, DType::F32, random(E * F, 0.5f));
+      add(b + "ffn_down_exps.bias", {u(D), u(E)}, DType::F32, random(E * D, 0.2f));
+    }
     if (s.arch == Arch::Qwen2Moe) {
       add(b + "ffn_gate_inp_shexp.weight", {u(D)}, DType::F32, random(D, 2.0f * in_scale));
       add(b + "ffn_gate_shexp.weight", {u(D), u(F_sh)}, s.dtype, random(F_sh * D, in_scale));

@@ -3,6 +3,7 @@
 // for benchmarks of a given size): deterministic for a given spec and seed.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "model/model_config.h"
@@ -13,6 +14,8 @@ namespace moeflow {
 struct SyntheticModelSpec {
   Arch arch = Arch::Mixtral;
   DType dtype = DType::F32;   // of the big matrices; norms and the router stay f32
+  std::optional<DType> expert_dtype;  // of the expert matrices; unset: dtype
+  int64_t sliding_window = 8;  // gpt-oss: the even layers' window
   int64_t n_vocab = 300;       // >= 257: 256 byte tokens + <|endoftext|> + merges
   int64_t n_embd = 64;
   int64_t n_layer = 2;

@@ -147,6 +147,70 @@ TEST(Attention, TokensOfSeveralSequencesInOneCall) {
   EXPECT_THROW(attention(bad, q.data(), 1, tok.data(), k.data(), v.data(), all.data(), nullptr), std::invalid_argument);
 }
 
+// gpt-oss's sliding window and attention sinks: the SIMD kernel against the
+// reference, with windows that start inside a block, span several, or cover the whole
+// context, in blocks of 1, 3 and 16 positions scrambled in the pool; a token alone in a
+// call gets what it gets with others. And the reference itself against a direct
+// definition on one head: softmax over [scores of the window, sink], the sink's share
+// dropped.
+TEST(Attention, SlidingWindowAndSinks) {
+  struct W { int64_t n_head, n_head_kv, head_dim, block_len, n_tok, pos0, window; };
+  const W cases[] = {{8, 2, 64, 3, 6, 20, 5}, {4, 4, 16, 1, 1, 40, 7}, {6, 2, 20, 16, 9, 30, 16},
+                     {8, 2, 64, 16, 4, 3, 128}, {5, 1, 32, 3, 12, 0, 4}};
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  ThreadPool pool(3);
+  for (const W& c : cases) {
+    const int64_t n_ctx = c.pos0 + c.n_tok;
+    const int64_t n_blocks = (n_ctx + c.block_len - 1) / c.block_len;
+    const int64_t stride = c.n_head_kv * c.block_len * c.head_dim;
+    std::vector<float> sinks(static_cast<size_t>(c.n_head));
+    for (auto& x : sinks) x = 2.0f * nd(rng);
+    AttentionShape s{c.n_head, c.n_head_kv, c.head_dim, c.block_len, stride};
+    s.window = c.window;
+    s.sinks = sinks.data();
+    std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    std::vector<AttentionQuery> tok(static_cast<size_t>(c.n_tok));
+    for (int64_t t = 0; t < c.n_tok; ++t) tok[t] = {c.pos0 + t, table.data()};
+    std::vector<float> q(static_cast<size_t>(c.n_tok * c.n_head * c.head_dim));
+    std::vector<float> k(static_cast<size_t>(n_blocks * stride)), v(k.size());
+    for (auto& x : q) x = 2.0f * nd(rng);
+    for (auto& x : k) x = nd(rng);
+    for (auto& x : v) x = nd(rng);
+    std::vector<float> ref(q.size()), one(q.size()), many(q.size()), singles(q.size());
+    attention_reference(s, q.data(), c.n_tok, tok.data(), k.data(), v.data(), ref.data());
+    attention(s, q.data(), c.n_tok, tok.data(), k.data(), v.data(), one.data(), nullptr);
+    attention(s, q.data(), c.n_tok, tok.data(), k.data(), v.data(), many.data(), &pool);
+    const int64_t qs = c.n_head * c.head_dim;
+    for (int64_t t = 0; t < c.n_tok; ++t)
+      attention(s, q.data() + t * qs, 1, &tok[t], k.data(), v.data(), singles.data() + t * qs, nullptr);
+    std::printf("window %lld, blocks of %lld, %lld tokens after %lld, sinks: relative error %.2e\n",
+                static_cast<long long>(c.window), static_cast<long long>(c.block_len),
+                static_cast<long long>(c.n_tok), static_cast<long long>(c.pos0), rel_error(one, ref));
+    EXPECT_LT(rel_error(one, ref), 1e-5);
+    EXPECT_EQ(one, many);
+    EXPECT_EQ(one, singles);
+  }
+  // The definition, written out for one head of 2 dims over 4 cached positions, the
+  // last query at position 3 with a window of 2 (positions 2 and 3).
+  const float kc[] = {1, 0, 0, 1, 1, 1, -1, 2}, vc[] = {1, 2, 3, 4, 5, 6, 7, 8}, qv[] = {0.5f, -1.5f};
+  const float sink = 0.25f;
+  const int32_t table0 = 0;
+  AttentionShape s{1, 1, 2, 4, 8};
+  s.window = 2;
+  s.sinks = &sink;
+  const AttentionQuery tq{3, &table0};
+  float got[2];
+  attention_reference(s, qv, 1, &tq, kc, vc, got);
+  const double sc = 1.0 / std::sqrt(2.0);
+  const double e2 = std::exp((qv[0] * kc[4] + qv[1] * kc[5]) * sc), e3 = std::exp((qv[0] * kc[6] + qv[1] * kc[7]) * sc);
+  const double z = e2 + e3 + std::exp(static_cast<double>(sink));
+  EXPECT_NEAR(got[0], (e2 * vc[4] + e3 * vc[6]) / z, 1e-6);
+  EXPECT_NEAR(got[1], (e2 * vc[5] + e3 * vc[7]) / z, 1e-6);
+}
+
 // kv_store's f16 conversion (SIMD) rounds exactly as the scalar fp32_to_fp16: nearest
 // even, subnormals, overflow to infinity, signed zeros, NaN stays NaN.
 TEST(Attention, KvStoreRoundsAsTheScalarConversion) {

@@ -40,7 +40,7 @@ GenerateResult decode(const Model& m, int threads) {
 // 1 thread runs everything; the q8_0 / q4_0 fixtures' experts (128 x 128) are large
 // enough for the expert-per-thread path, also resident with rows interleaved in fours.
 TEST(MoeLayer, DecodeGivesTheSameLogitsOnOneTwoAndThreeThreads) {
-  for (const char* name : {"qwen3moe-q8_0", "olmoe-q4_0", "mixtral-f32"}) {
+  for (const char* name : {"qwen3moe-q8_0", "olmoe-q4_0", "mixtral-f32", "gpt-oss-mxfp4"}) {
     for (bool resident : {false, true}) {
       auto m = Model::load(fixture_path(std::string(name) + ".gguf"));
       if (resident) m->make_resident(true, testing::cpu_placer());
@@ -58,11 +58,17 @@ TEST(MoeLayer, DecodeGivesTheSameLogitsOnOneTwoAndThreeThreads) {
 
 // Top-4 over 8 experts: 2 threads run two experts each, 4 threads one each (and take
 // rows of each other's down projections when one finishes first), 3 threads split
-// rows; q4_0 and q8_0, from the file mapping and resident.
+// rows; q4_0 and q8_0, and gpt-oss with mxfp4 experts (biases added and the clamped
+// SwiGLU applied by whichever thread owns the rows), from the file mapping and resident.
 TEST(MoeLayer, TopFourGivesTheSameLogitsOnOneToFourThreads) {
-  for (DType t : {DType::Q4_0, DType::Q8_0}) {
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::MXFP4}) {
     SyntheticModelSpec spec;
     spec.dtype = t;
+    if (t == DType::MXFP4) {
+      spec.arch = Arch::GptOss;
+      spec.dtype = DType::Q8_0;
+      spec.expert_dtype = DType::MXFP4;
+    }
     spec.n_embd = 128;
     spec.n_ff_expert = 128;
     spec.head_dim = 32;

@@ -124,7 +124,7 @@ TEST(Offload, ExpertsReadIntoTheCacheTakeTheResidentLayout) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Lossless,
-                         ::testing::Values("mixtral-f32.gguf", "qwen3moe-q8_0.gguf", "olmoe-q4_0.gguf"),
+                         ::testing::Values("mixtral-f32.gguf", "qwen3moe-q8_0.gguf", "olmoe-q4_0.gguf", "gpt-oss-mxfp4.gguf"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& ch : s)

@@ -1,8 +1,9 @@
 """NumPy reference forward pass, in float64, of the architectures added after the
-PyTorch one (moe_reference.py): Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B).
+PyTorch one (moe_reference.py): Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B) and
+gpt-oss (gpt-oss-20b, gpt-oss-120b).
 
-Written from the Hugging Face definition (Qwen2MoeForCausalLM), mapped to the GGUF
-conventions llama.cpp's converter uses: weights {in, out} are [out][in] matrices,
+Written from the Hugging Face definitions (Qwen2MoeForCausalLM, GptOssForCausalLM),
+mapped to the GGUF conventions llama.cpp's converter uses: weights {in, out} are [out][in] matrices,
 q/k rows unpermuted (RoPE rotates the pairs (i, i + d/2), rotate_half). No KV cache:
 each call recomputes the whole sequence, which is slow but obviously right. Needs
 NumPy only.
@@ -11,7 +12,7 @@ import numpy as np
 
 from gguf_reader import GGUF
 
-ARCHS = ("qwen2moe",)
+ARCHS = ("qwen2moe", "gpt-oss")
 
 
 def rms_norm(x, w, eps):
@@ -124,3 +125,132 @@ class Reference:
             x = x + self.attention(L, rms_norm(x, L["attn_norm.weight"], c.eps), pos)
             x = x + self.moe(L, rms_norm(x, L["ffn_norm.weight"], c.eps))
         return rms_norm(x, self.out_norm, c.eps) @ self.out.T
+
+
+# --- gpt-oss ---------------------------------------------------------------------
+
+def hf_yarn_inv_freq(base, dim, factor, orig_ctx, beta_fast, beta_slow, truncate):
+    """_compute_yarn_parameters of HF's modeling_rope_utils; gpt-oss's config sets
+    truncate = False: the ramp's ends stay fractional."""
+    def correction_dim(rotations):
+        return dim * np.log(orig_ctx / (rotations * 2 * np.pi)) / (2 * np.log(base))
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if truncate:
+        low, high = np.floor(low), np.ceil(high)
+    low = max(low, 0.0)
+    high = min(high, dim - 1.0)
+    if low == high:
+        high += 0.001
+    pos_freqs = base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    extrapolation_factor = 1.0 - ramp
+    return interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor
+
+
+class GptOssReference:
+    """GptOssForCausalLM: attention with q/k/v/o biases, a learned sink logit per head
+    in every softmax, sliding-window attention on the even layers (layer_types), YaRN
+    RoPE (rotate_half pairs); a router with a bias whose top-k logits are softmaxed; experts
+    with biases and the clamped SwiGLU (alpha 1.702, limit 7). llama.cpp's converter names
+    post_attention_layernorm post_attention_norm and sinks attn_sinks.weight."""
+
+    ALPHA, LIMIT = 1.702, 7.0
+
+    def __init__(self, path):
+        g = GGUF(path)
+        md = g.metadata
+        p = "gpt-oss."
+        self.n_layer = md[p + "block_count"]
+        self.n_head = md[p + "attention.head_count"]
+        self.n_kv = md[p + "attention.head_count_kv"]
+        self.head_dim = md[p + "attention.key_length"]
+        self.eps = md[p + "attention.layer_norm_rms_epsilon"]
+        self.top_k = md[p + "expert_used_count"]
+        self.window = md[p + "attention.sliding_window"]
+        base = md[p + "rope.freq_base"]
+        self.inv_freq = 1.0 / (base ** (np.arange(0, self.head_dim, 2, dtype=np.float64) / self.head_dim))
+        self.attention_scaling = 1.0
+        if md.get(p + "rope.scaling.type") == "yarn":
+            factor = md[p + "rope.scaling.factor"]
+            self.inv_freq = hf_yarn_inv_freq(base, self.head_dim, factor,
+                                             md[p + "rope.scaling.original_context_length"],
+                                             md.get(p + "rope.scaling.yarn_beta_fast", 32.0),
+                                             md.get(p + "rope.scaling.yarn_beta_slow", 1.0), truncate=False)
+            self.attention_scaling = 0.1 * np.log(factor) + 1.0 if factor > 1 else 1.0
+        t = lambda n: g.tensor(n).astype(np.float64)
+        self.embd = t("token_embd.weight")
+        self.out_norm = t("output_norm.weight")
+        self.out = t("output.weight")
+        self.layers = []
+        for i in range(self.n_layer):
+            b = f"blk.{i}."
+            names = ["attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+                     "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias", "attn_sinks.weight",
+                     "post_attention_norm.weight", "ffn_gate_inp.weight", "ffn_gate_inp.bias",
+                     "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight",
+                     "ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias"]
+            self.layers.append({n: t(b + n) for n in names})
+
+    def rotary(self, x, positions):
+        """GptOssRotaryEmbedding + _apply_rotary_emb: halves (first, second) rotated by
+        cos and sin that carry the attention scaling."""
+        ang = positions[:, None].astype(np.float64) * self.inv_freq[None, :]
+        cos = (np.cos(ang) * self.attention_scaling)[:, None, :]
+        sin = (np.sin(ang) * self.attention_scaling)[:, None, :]
+        half = self.head_dim // 2
+        a, b = x[..., :half], x[..., half:]
+        return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+
+    def attention(self, L, x, positions, sliding):
+        S, H, hd = x.shape[0], self.n_head, self.head_dim
+        q = x @ L["attn_q.weight"].T + L["attn_q.bias"]
+        k = x @ L["attn_k.weight"].T + L["attn_k.bias"]
+        v = x @ L["attn_v.weight"].T + L["attn_v.bias"]
+        q = self.rotary(q.reshape(S, H, hd), positions)
+        k = self.rotary(k.reshape(S, self.n_kv, hd), positions)
+        v = v.reshape(S, self.n_kv, hd)
+        rep = H // self.n_kv
+        k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+        scores = np.einsum("qhd,khd->hqk", q, k) * hd ** -0.5
+        i, j = np.arange(S)[:, None], np.arange(S)[None, :]
+        allowed = j <= i
+        if sliding:  # the sliding-window causal mask: the last `window` positions
+            allowed &= i - j < self.window
+        scores = np.where(allowed[None], scores, -np.inf)
+        # eager_attention_forward: the sink joins as one more logit, its share dropped.
+        sinks = np.broadcast_to(L["attn_sinks.weight"][:, None, None], (H, S, 1))
+        combined = np.concatenate([scores, sinks], axis=-1)
+        probs = softmax(combined)[..., :-1]
+        o = np.einsum("hqk,khd->qhd", probs, v).reshape(S, H * hd)
+        return o @ L["attn_output.weight"].T + L["attn_output.bias"]
+
+    def moe(self, L, x):
+        logits = x @ L["ffn_gate_inp.weight"].T + L["ffn_gate_inp.bias"]
+        out = np.zeros_like(x)
+        for s in range(x.shape[0]):
+            ids = np.argsort(-logits[s], kind="stable")[: self.top_k]  # top-k, ties to the lower id
+            w = softmax(logits[s, ids])
+            for j, e in enumerate(ids):
+                gate = L["ffn_gate_exps.weight"][e] @ x[s] + L["ffn_gate_exps.bias"][e]
+                up = L["ffn_up_exps.weight"][e] @ x[s] + L["ffn_up_exps.bias"][e]
+                gate = np.minimum(gate, self.LIMIT)
+                up = np.clip(up, -self.LIMIT, self.LIMIT)
+                h = (up + 1) * (gate * sigmoid(gate * self.ALPHA))
+                out[s] += w[j] * (L["ffn_down_exps.weight"][e] @ h + L["ffn_down_exps.bias"][e])
+        return out
+
+    def logits(self, tokens):
+        x = self.embd[np.asarray(tokens)]
+        pos = np.arange(len(tokens))
+        for i, L in enumerate(self.layers):
+            x = x + self.attention(L, rms_norm(x, L["attn_norm.weight"], self.eps), pos, sliding=i % 2 == 0)
+            x = x + self.moe(L, rms_norm(x, L["post_attention_norm.weight"], self.eps))
+        return rms_norm(x, self.out_norm, self.eps) @ self.out.T
+
+
+def reference_for(path):
+    """The reference of the file's architecture (one of ARCHS)."""
+    if GGUF(path).metadata["general.architecture"] == "gpt-oss":
+        return GptOssReference(path)
+    return Reference(path)

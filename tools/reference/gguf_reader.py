@@ -1,13 +1,15 @@
 """Minimal standalone GGUF (v2/v3) reader for the reference implementation.
 
 Written from the GGUF specification, independently of moeflow's C++ reader, so the
-two can check each other. Dequantises F32, F16, BF16, Q8_0 and Q4_0 to float32.
+two can check each other. Dequantises F32, F16, BF16, Q8_0, Q4_0 and MXFP4 to float32.
 """
 import struct
 
 import numpy as np
 
-GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_BF16 = 0, 1, 2, 8, 30
+GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_BF16, GGML_MXFP4 = 0, 1, 2, 8, 30, 39
+# OCP MX FP4 (E2M1) code points 0..7; bit 3 is the sign.
+_E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=np.float64)
 _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 
 
@@ -91,6 +93,16 @@ class GGUF:
             lo = (qs & 0x0F).astype(np.float32) - 8.0
             hi = (qs >> 4).astype(np.float32) - 8.0
             x = (d * np.concatenate([lo, hi], axis=1)).reshape(-1)
+        elif ttype == GGML_MXFP4:
+            # 17 bytes per 32 weights: an E8M0 shared exponent (scale 2^(e - 127)), then
+            # 16 bytes of E2M1 codes, weight j in the low nibble of byte j, weight j + 16
+            # in its high nibble (ggml's block_mxfp4).
+            nb = n // 32
+            blocks = np.frombuffer(self.buf, dtype=np.uint8, count=nb * 17, offset=start).reshape(nb, 17)
+            scale = np.ldexp(1.0, blocks[:, 0].astype(np.int32) - 127)[:, None]
+            codes = np.concatenate([blocks[:, 1:] & 0x0F, blocks[:, 1:] >> 4], axis=1)
+            mag = _E2M1[codes & 0x07]
+            x = (scale * np.where(codes & 0x08, -mag, mag)).reshape(-1).astype(np.float32)
         else:
             raise ValueError(f"{name}: unsupported ggml type {ttype}")
         return x.reshape(list(reversed(dims)))

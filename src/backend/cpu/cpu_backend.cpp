@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cpu/expert_activation.h"
 #include "backend/cpu/experts_per_thread.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/q4_vnni.h"
@@ -85,10 +86,22 @@ void split_expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* c
     add(mats[i].up, i, in, up.data(), F, D);
   }
   cpu::matmul_batch(jobs.data(), jobs.size(), pool);
-  cpu::swiglu(gate.data(), up.data(), gate.data(), static_cast<int64_t>(rows) * F);
+  // Plain SwiGLU experts (every model but gpt-oss) in one call over all rows.
+  const bool plain = std::all_of(mats, mats + n, [](const ExpertMatrices& m) {
+    return m.glu == ExpertGlu::Silu && !m.gate_bias && !m.up_bias;
+  });
+  if (plain) {
+    cpu::swiglu(gate.data(), up.data(), gate.data(), static_cast<int64_t>(rows) * F);
+  } else {
+    for (size_t i = 0; i < n; ++i)
+      expert_hidden(mats[i], gate.data() + first[i] * F, up.data() + first[i] * F,
+                    static_cast<int64_t>(first[i + 1] - first[i]), F);
+  }
   jobs.clear();
   for (size_t i = 0; i < n; ++i) add(mats[i].down, i, nullptr, down.data(), D, F);
   cpu::matmul_batch(jobs.data(), jobs.size(), pool);
+  for (size_t i = 0; i < n; ++i)
+    expert_down_bias(mats[i], down.data() + first[i] * D, static_cast<int64_t>(first[i + 1] - first[i]), D, 0, D);
   for (size_t r = 0; r < rows; ++r) std::copy_n(down.data() + r * D, D, per_slot + order[r] * D);
 }
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "kernels/cpu/ops.h"
+#include "backend/cpu/expert_activation.h"
 
 namespace moeflow {
 
@@ -34,6 +34,8 @@ void ExpertsPerThread::down_rows(size_t e, uint32_t b, uint32_t end, int64_t D, 
   const int64_t first = static_cast<int64_t>(b - e * groups) * kGroup;
   const int64_t last = std::min<int64_t>(static_cast<int64_t>(end - e * groups) * kGroup, D);
   experts_[e]->down.rows(first, last);
+  const Shared& s = *experts_[e];
+  expert_down_bias(*s.mats, s.out, 1, 0, first, last);
 }
 
 void ExpertsPerThread::own_expert(size_t e, const ExpertMatrices& m, int64_t slot, const float* x, int64_t K,
@@ -45,7 +47,9 @@ void ExpertsPerThread::own_expert(size_t e, const ExpertMatrices& m, int64_t slo
   const cpu::MatvecJob gate_up[2] = {{m.gate.dtype, m.gate.layout, m.gate.data, m.gate.rows, m.gate.cols, xt, s.gate.data()},
                                      {m.up.dtype, m.up.layout, m.up.data, m.up.rows, m.up.cols, xt, s.up.data()}};
   cpu::matvec_batch(gate_up, 2, nullptr);
-  cpu::swiglu(s.gate.data(), s.up.data(), s.gate.data(), F);
+  expert_hidden(m, s.gate.data(), s.up.data(), 1, F);
+  s.mats = &m;
+  s.out = per_slot + slot * D;
   s.down.prepare({m.down.dtype, m.down.layout, m.down.data, m.down.rows, m.down.cols, s.gate.data(), per_slot + slot * D});
   s.ready.store(true, std::memory_order_release);
   uint32_t b = 0, end = 0;

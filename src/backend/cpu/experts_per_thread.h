@@ -41,6 +41,8 @@ class ExpertsPerThread {
   struct Shared {
     std::vector<float> gate, up;  // h = SwiGLU(gate, up) lands in gate
     cpu::MatvecPlan down;
+    const ExpertMatrices* mats = nullptr;  // for its down bias (gpt-oss)
+    float* out = nullptr;                  // its output row
     std::atomic<bool> ready{false};  // down prepared: its rows may be taken
   };
 

@@ -81,31 +81,32 @@ HWY_INLINE VF LoadKV(DF df, const uint16_t* HWY_RESTRICT p) {
 HWY_INLINE float ScalarKV(float x) { return x; }
 HWY_INLINE float ScalarKV(uint16_t h) { return fp16_to_fp32(h); }
 
-// Calls row(p, row_p, ahead) for p in [0, n_keys) in order, row_p the cached row of
-// position p and ahead the row kAhead positions on (null past the end), block by block.
+// Calls row(p - first, row_p, ahead) for the positions p in [first, n_keys) in order,
+// row_p the cached row of position p and ahead the row kAhead positions on (null past
+// the end), block by block. first > 0: a sliding window's start.
 template <class T, class F>
-HWY_INLINE void ForEachRow(const Paged<T>& kv, int64_t n_keys, int64_t hd, const F& row) {
-  for (int64_t b0 = 0, b = 0; b0 < n_keys; b0 += kv.len, ++b) {
+HWY_INLINE void ForEachRow(const Paged<T>& kv, int64_t first, int64_t n_keys, int64_t hd, const F& row) {
+  for (int64_t b = first / kv.len, b0 = b * kv.len; b0 < n_keys; b0 += kv.len, ++b) {
     const T* blk = kv.block(b);
     const int64_t n = std::min(kv.len, n_keys - b0);
     const T* next = b0 + kv.len < n_keys ? kv.block(b + 1) : nullptr;
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = std::max<int64_t>(0, first - b0); i < n; ++i) {
       const int64_t a = i + kAhead;
       const T* ahead = a < n ? blk + a * hd : (next && b0 + a < n_keys ? next + (a - kv.len) * hd : nullptr);
-      row(b0 + i, blk + i * hd, ahead);
+      row(b0 + i - first, blk + i * hd, ahead);
     }
   }
 }
 
-// scores[h * ss + p] = scale * <q_h, k_p> for the HG heads q_h = q + h * hd and
-// p in [0, n_keys).
+// scores[h * ss + p - first] = scale * <q_h, k_p> for the HG heads q_h = q + h * hd
+// and p in [first, n_keys).
 template <int HG, class T>
-HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const Paged<T>& k, int64_t n_keys, int64_t hd,
-                            float scale, float* HWY_RESTRICT scores, int64_t ss) {
+HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const Paged<T>& k, int64_t first, int64_t n_keys,
+                            int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const int64_t hv = hd / N * N;  // vector part of the head
-  ForEachRow(k, n_keys, hd, [&](int64_t p, const T* HWY_RESTRICT kp, const T* ahead) {
+  ForEachRow(k, first, n_keys, hd, [&](int64_t p, const T* HWY_RESTRICT kp, const T* ahead) {
     if (ahead) PrefetchRow(ahead, hd);
     VF a0[HG], a1[HG];
     for (int h = 0; h < HG; ++h) a0[h] = a1[h] = hn::Zero(df);
@@ -130,27 +131,29 @@ HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const Paged<T>& k, int6
 }
 
 template <class T>
-void ScoresT(int hg, const float* HWY_RESTRICT q, const Paged<T>& k, int64_t n_keys, int64_t hd, float scale,
-             float* HWY_RESTRICT scores, int64_t ss) {
+void ScoresT(int hg, const float* HWY_RESTRICT q, const Paged<T>& k, int64_t first, int64_t n_keys, int64_t hd,
+             float scale, float* HWY_RESTRICT scores, int64_t ss) {
   static_assert(kHeads == 4, "one case per chunk size");
   switch (hg) {
-    case 1: return ScoresHeads<1>(q, k, n_keys, hd, scale, scores, ss);
-    case 2: return ScoresHeads<2>(q, k, n_keys, hd, scale, scores, ss);
-    case 3: return ScoresHeads<3>(q, k, n_keys, hd, scale, scores, ss);
-    default: return ScoresHeads<4>(q, k, n_keys, hd, scale, scores, ss);
+    case 1: return ScoresHeads<1>(q, k, first, n_keys, hd, scale, scores, ss);
+    case 2: return ScoresHeads<2>(q, k, first, n_keys, hd, scale, scores, ss);
+    case 3: return ScoresHeads<3>(q, k, first, n_keys, hd, scale, scores, ss);
+    default: return ScoresHeads<4>(q, k, first, n_keys, hd, scale, scores, ss);
   }
 }
-void Scores(int hg, const float* HWY_RESTRICT q, const Paged<float>& k, int64_t n_keys, int64_t hd, float scale,
-            float* HWY_RESTRICT scores, int64_t ss) {
-  ScoresT(hg, q, k, n_keys, hd, scale, scores, ss);
+void Scores(int hg, const float* HWY_RESTRICT q, const Paged<float>& k, int64_t first, int64_t n_keys, int64_t hd,
+            float scale, float* HWY_RESTRICT scores, int64_t ss) {
+  ScoresT(hg, q, k, first, n_keys, hd, scale, scores, ss);
 }
-void ScoresF16(int hg, const float* HWY_RESTRICT q, const Paged<uint16_t>& k, int64_t n_keys, int64_t hd,
-               float scale, float* HWY_RESTRICT scores, int64_t ss) {
-  ScoresT(hg, q, k, n_keys, hd, scale, scores, ss);
+void ScoresF16(int hg, const float* HWY_RESTRICT q, const Paged<uint16_t>& k, int64_t first, int64_t n_keys,
+               int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {
+  ScoresT(hg, q, k, first, n_keys, hd, scale, scores, ss);
 }
 
 // In-place softmax of x[0, n): max, exp, sum (f32 lanes, then double across lanes).
-void Softmax(float* HWY_RESTRICT x, int64_t n) {
+// sink: one more logit in the denominator whose probability is dropped (an attention
+// sink); -inf: none, and then the arithmetic is exactly the plain softmax's.
+void Softmax(float* HWY_RESTRICT x, int64_t n, float sink) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   float mx = x[0];
@@ -161,6 +164,7 @@ void Softmax(float* HWY_RESTRICT x, int64_t n) {
     mx = hn::GetLane(hn::MaxOfLanes(df, m));
   }
   for (; i < n; ++i) mx = std::max(mx, x[i]);
+  mx = std::max(mx, sink);
   const VF vmx = hn::Set(df, mx);
   VF sum = hn::Zero(df);
   double tail = 0;
@@ -173,19 +177,21 @@ void Softmax(float* HWY_RESTRICT x, int64_t n) {
     x[i] = std::exp(x[i] - mx);
     tail += x[i];
   }
-  const double total = static_cast<double>(hn::GetLane(hn::SumOfLanes(df, sum))) + tail;
+  const double total = static_cast<double>(hn::GetLane(hn::SumOfLanes(df, sum))) + tail +
+                       (sink == -INFINITY ? 0.0 : std::exp(static_cast<double>(sink) - mx));
   const VF inv = hn::Set(df, static_cast<float>(1.0 / total));
   for (i = 0; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::LoadU(df, x + i), inv), df, x + i);
   for (; i < n; ++i) x[i] *= hn::GetLane(inv);
 }
 
-// o[h * hd + d] = sum_p w[h * ws + p] * v_p[d] for the HG heads, p in [0, n_keys).
+// o[h * hd + d] = sum_p w[h * ws + p - first] * v_p[d] for the HG heads, p in
+// [first, n_keys).
 // Output slices (HG x S vectors, at most 24 registers) stay in registers while every
 // key is visited, across blocks, so the sum runs in position order whatever the
 // blocks; each V vector loaded feeds all HG heads.
 template <int HG, class T>
-HWY_INLINE void WeightedHeads(const float* HWY_RESTRICT w, int64_t ws, const Paged<T>& v, int64_t n_keys,
-                              int64_t hd, float* HWY_RESTRICT o) {
+HWY_INLINE void WeightedHeads(const float* HWY_RESTRICT w, int64_t ws, const Paged<T>& v, int64_t first,
+                              int64_t n_keys, int64_t hd, float* HWY_RESTRICT o) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   constexpr int64_t S = HG == 1 ? 8 : 24 / HG;
@@ -195,7 +201,7 @@ HWY_INLINE void WeightedHeads(const float* HWY_RESTRICT w, int64_t ws, const Pag
     VF acc[HG][S];
     for (int h = 0; h < HG; ++h)
       for (int64_t j = 0; j < S; ++j) acc[h][j] = hn::Zero(df);
-    ForEachRow(v, n_keys, hd, [&](int64_t p, const T* HWY_RESTRICT row, const T* ahead) {
+    ForEachRow(v, first, n_keys, hd, [&](int64_t p, const T* HWY_RESTRICT row, const T* ahead) {
       const T* vp = row + d0;
       if (ahead) PrefetchRow(ahead + d0, nv * N);
       VF wp[HG];
@@ -214,7 +220,7 @@ HWY_INLINE void WeightedHeads(const float* HWY_RESTRICT w, int64_t ws, const Pag
     const int64_t nd = std::min<int64_t>(8, hd - d);
     for (int h = 0; h < HG; ++h)
       for (int64_t e = 0; e < nd; ++e) s[h][e] = 0;
-    ForEachRow(v, n_keys, hd, [&](int64_t p, const T* HWY_RESTRICT row, const T*) {
+    ForEachRow(v, first, n_keys, hd, [&](int64_t p, const T* HWY_RESTRICT row, const T*) {
       for (int h = 0; h < HG; ++h)
         for (int64_t e = 0; e < nd; ++e) s[h][e] += w[h * ws + p] * ScalarKV(row[d + e]);
     });
@@ -224,22 +230,22 @@ HWY_INLINE void WeightedHeads(const float* HWY_RESTRICT w, int64_t ws, const Pag
 }
 
 template <class T>
-void WeightedT(int hg, const float* HWY_RESTRICT w, int64_t ws, const Paged<T>& v, int64_t n_keys, int64_t hd,
-               float* HWY_RESTRICT o) {
+void WeightedT(int hg, const float* HWY_RESTRICT w, int64_t ws, const Paged<T>& v, int64_t first, int64_t n_keys,
+               int64_t hd, float* HWY_RESTRICT o) {
   switch (hg) {
-    case 1: return WeightedHeads<1>(w, ws, v, n_keys, hd, o);
-    case 2: return WeightedHeads<2>(w, ws, v, n_keys, hd, o);
-    case 3: return WeightedHeads<3>(w, ws, v, n_keys, hd, o);
-    default: return WeightedHeads<4>(w, ws, v, n_keys, hd, o);
+    case 1: return WeightedHeads<1>(w, ws, v, first, n_keys, hd, o);
+    case 2: return WeightedHeads<2>(w, ws, v, first, n_keys, hd, o);
+    case 3: return WeightedHeads<3>(w, ws, v, first, n_keys, hd, o);
+    default: return WeightedHeads<4>(w, ws, v, first, n_keys, hd, o);
   }
 }
-void Weighted(int hg, const float* HWY_RESTRICT w, int64_t ws, const Paged<float>& v, int64_t n_keys, int64_t hd,
-              float* HWY_RESTRICT o) {
-  WeightedT(hg, w, ws, v, n_keys, hd, o);
+void Weighted(int hg, const float* HWY_RESTRICT w, int64_t ws, const Paged<float>& v, int64_t first, int64_t n_keys,
+              int64_t hd, float* HWY_RESTRICT o) {
+  WeightedT(hg, w, ws, v, first, n_keys, hd, o);
 }
-void WeightedF16(int hg, const float* HWY_RESTRICT w, int64_t ws, const Paged<uint16_t>& v, int64_t n_keys,
-                 int64_t hd, float* HWY_RESTRICT o) {
-  WeightedT(hg, w, ws, v, n_keys, hd, o);
+void WeightedF16(int hg, const float* HWY_RESTRICT w, int64_t ws, const Paged<uint16_t>& v, int64_t first,
+                 int64_t n_keys, int64_t hd, float* HWY_RESTRICT o) {
+  WeightedT(hg, w, ws, v, first, n_keys, hd, o);
 }
 
 // dst[r * dst_stride + i] = src[r * n + i] (i < n, r < rows) as IEEE half bits,
@@ -324,11 +330,13 @@ void attention_typed(const AttentionShape& s, const float* q, int64_t n_tok, con
       const int64_t g = rest / chunks, h0 = g * group + (rest % chunks) * kHeads;
       const int hg = static_cast<int>(std::min<int64_t>(kHeads, (g + 1) * group - h0));
       const int64_t n_keys = tok[t].pos + 1;
+      const int64_t first = s.window > 0 ? std::max<int64_t>(0, n_keys - s.window) : 0;
       const Paged<T> kp{k_cache + g * s.block_len * hd, tok[t].blocks, s.block_stride, s.block_len};
       const Paged<T> vp{v_cache + g * s.block_len * hd, tok[t].blocks, s.block_stride, s.block_len};
-      scores_fn(hg, q + t * q_stride + h0 * hd, kp, n_keys, hd, scale, scores.data(), n_ctx);
-      for (int h = 0; h < hg; ++h) softmax_fn(scores.data() + h * n_ctx, n_keys);
-      weighted_fn(hg, scores.data(), n_ctx, vp, n_keys, hd, out + t * q_stride + h0 * hd);
+      scores_fn(hg, q + t * q_stride + h0 * hd, kp, first, n_keys, hd, scale, scores.data(), n_ctx);
+      for (int h = 0; h < hg; ++h)
+        softmax_fn(scores.data() + h * n_ctx, n_keys - first, s.sinks ? s.sinks[h0 + h] : -INFINITY);
+      weighted_fn(hg, scores.data(), n_ctx, vp, first, n_keys, hd, out + t * q_stride + h0 * hd);
     }
   };
   if (pool) pool->parallel_for(jobs, work);
@@ -340,7 +348,7 @@ void check_shape(const AttentionShape& s, const char* who) {
     throw std::invalid_argument(std::string("moeflow: ") + who + " over a " + dtype_name(s.kv_type) +
                                 " KV cache (f32 or f16 only)");
   if (s.n_head <= 0 || s.n_head_kv <= 0 || s.n_head % s.n_head_kv || s.head_dim <= 0 || s.block_len <= 0 ||
-      s.block_stride < s.n_head_kv * s.block_len * s.head_dim)
+      s.block_stride < s.n_head_kv * s.block_len * s.head_dim || s.window < 0)
     throw std::invalid_argument(std::string("moeflow: ") + who + ": inconsistent attention shape");
 }
 
@@ -371,6 +379,7 @@ void attention_reference(const AttentionShape& s, const float* q, int64_t n_tok,
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
   for (int64_t t = 0; t < n_tok; ++t) {
     const int64_t n_keys = tok[t].pos + 1;
+    const int64_t first = s.window > 0 ? std::max<int64_t>(0, n_keys - s.window) : 0;
     std::vector<double> scores(static_cast<size_t>(n_keys));
     // Element index of kv head g's row for position p.
     auto row = [&](int64_t g, int64_t p) {
@@ -380,19 +389,20 @@ void attention_reference(const AttentionShape& s, const float* q, int64_t n_tok,
     for (int64_t h = 0; h < s.n_head; ++h) {
       const int64_t g = h / group;
       const float* qh = q + t * q_stride + h * s.head_dim;
-      double mx = -INFINITY;
-      for (int64_t p = 0; p < n_keys; ++p) {
+      const double sink = s.sinks ? static_cast<double>(s.sinks[h]) : -INFINITY;
+      double mx = sink;
+      for (int64_t p = first; p < n_keys; ++p) {
         const int64_t k = row(g, p);
         double dot = 0;
         for (int64_t d = 0; d < s.head_dim; ++d) dot += static_cast<double>(qh[d]) * at(k_cache_raw, k + d);
         scores[p] = dot * scale;
         mx = std::max(mx, scores[p]);
       }
-      double sum = 0;
-      for (int64_t p = 0; p < n_keys; ++p) sum += scores[p] = std::exp(scores[p] - mx);
+      double sum = std::exp(sink - mx);
+      for (int64_t p = first; p < n_keys; ++p) sum += scores[p] = std::exp(scores[p] - mx);
       for (int64_t d = 0; d < s.head_dim; ++d) {
         double o = 0;
-        for (int64_t p = 0; p < n_keys; ++p) o += scores[p] / sum * at(v_cache_raw, row(g, p) + d);
+        for (int64_t p = first; p < n_keys; ++p) o += scores[p] / sum * at(v_cache_raw, row(g, p) + d);
         out[t * q_stride + h * s.head_dim + d] = static_cast<float>(o);
       }
     }

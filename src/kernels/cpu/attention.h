@@ -18,6 +18,13 @@ struct AttentionShape {
   // The cache's elements: F32, or F16 (IEEE half bits; half the bytes to stream per
   // step, rounded to 11 significant bits).
   DType kv_type = DType::F32;
+  // gpt-oss: a query at position pos attends to [pos - window + 1, pos] only (0: to
+  // every position up to pos, the causal mask alone).
+  int64_t window = 0;
+  // gpt-oss: a learned logit per query head (n_head floats, null: none) that joins
+  // each softmax's denominator as a key with no value: the weights of the real keys
+  // sum to less than 1.
+  const float* sinks = nullptr;
 };
 
 // One query token: it attends to its sequence's positions [0, pos], whose block
