@@ -56,6 +56,7 @@ int trace_stats(int argc, char** argv) {
     j["affinity_top1_hit"] = s.affinity_top1_hit;
     j["affinity_chance"] = s.affinity_chance;
     j["temporal_overlap"] = s.temporal_overlap;
+    j["lookahead_recall"] = s.lookahead_recall;
     nlohmann::json ws = nlohmann::json::array();
     for (const auto& w : s.working_sets)
       ws.push_back({{"request", w.request}, {"task", w.task}, {"prefill_tokens", w.prefill_tokens},
@@ -87,6 +88,10 @@ int trace_stats(int argc, char** argv) {
               s.top_k, 100.0 * s.affinity_top1_hit, 100.0 * s.affinity_chance);
   std::printf("temporal locality: consecutive decode tokens share %.1f%% of a layer's top-%d (chance %.1f%%)\n",
               100.0 * s.temporal_overlap, s.top_k, 100.0 * s.affinity_chance);
+  for (size_t h = 0; h < s.lookahead_recall.size(); ++h)
+    std::printf("lookahead routing: layer l's lookahead at distance %zu names %.1f%% of layer l+%zu's routed experts "
+                "(decode; chance %.1f%%)\n",
+                h + 1, 100.0 * s.lookahead_recall[h], h + 1, 100.0 * s.affinity_chance);
   if (!s.task_divergence.empty()) {
     std::printf("\nspecialisation by task (mean total-variation distance of the task's popularity from the overall, "
                 "0 = none, 1 = disjoint):\n");

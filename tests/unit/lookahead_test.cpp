@@ -22,6 +22,7 @@
 #include "model/synthetic_model.h"
 #include "policy/adaptive.h"
 #include "sim/simulator.h"
+#include "sim/trace_stats.h"
 #include "test_paths.h"
 
 namespace moeflow {
@@ -208,6 +209,35 @@ TEST(LookaheadSimulator, ReplaysTheFieldToThePolicy) {
   int notes = 0;
   for (const std::string& n : res2.notes) notes += n.find("reads 1 layers of lookahead routing, the trace carries none") != std::string::npos;
   EXPECT_EQ(notes, 1);
+}
+
+// `trace stats`: per distance, the share of the later layer's routed experts the
+// lookahead named. Decode tokens: layer 0 names {1,3} for layer 1 (routes {1,2}) and
+// {0,2} for layer 2 (routes {0,2}); layer 1 names {3,1} for layer 2. Distance 1: 1 of
+// 2 at layer 1, 0 of 2 at layer 2 -> 1/4; distance 2: 2 of 2. The prefill token is
+// left out (its lookahead names nothing right).
+TEST(LookaheadStats, RecallPerDistanceByHand) {
+  auto rec = [](bool prefill, int32_t layer, std::vector<int32_t> experts, std::vector<std::vector<int32_t>> la) {
+    TraceRecord r;
+    r.iter = prefill ? 0 : 1;
+    r.prefill = prefill;
+    r.layer = layer;
+    r.num_experts = 4;
+    r.top_k = 2;
+    r.experts = {std::move(experts)};
+    r.has_lookahead = !la.empty();
+    r.lookahead_depth = static_cast<int32_t>(la.size());
+    if (!la.empty()) r.lookahead = {std::move(la)};
+    return r;
+  };
+  const Trace t = group_trace({rec(true, 0, {0, 1}, {{2, 3}, {1, 3}}), rec(true, 1, {0, 1}, {{0, 1}}), rec(true, 2, {1, 2}, {}),
+                               rec(false, 0, {0, 1}, {{1, 3}, {0, 2}}), rec(false, 1, {1, 2}, {{3, 1}}),
+                               rec(false, 2, {0, 2}, {})},
+                              "hand");
+  const TraceStats s = compute_trace_stats(t);
+  ASSERT_EQ(s.lookahead_recall.size(), 2u);
+  EXPECT_DOUBLE_EQ(s.lookahead_recall[0], 0.25);
+  EXPECT_DOUBLE_EQ(s.lookahead_recall[1], 1.0);
 }
 
 LayerRouting ahead(int32_t layer, std::vector<int32_t> experts, std::vector<int32_t> lookahead, int64_t depth) {
