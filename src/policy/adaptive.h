@@ -22,7 +22,7 @@
 // Prefetch (optional), only when it pays: while the link is idle (no copy queued or
 // running once the layer's demand loads are issued), and for an expert more likely
 // routed than not (a wrong guess costs a whole copy, a right one saves one). The
-// most probable experts of the next `lookahead` layers are asked for; the cache
+// most probable experts of the next `prefetch_depth` layers are asked for; the cache
 // admits one only if the resident expert it would evict is worth less (victim()
 // declines otherwise), so a prefetch never trades a better expert for a worse guess.
 //
