@@ -1,5 +1,6 @@
 // `moeflow trace stats FILE [--json]`: what a routing trace says about expert use.
 #include <cstdio>
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -55,6 +56,7 @@ int trace_stats(int argc, char** argv) {
     j["affinity_top1_hit"] = s.affinity_top1_hit;
     j["affinity_chance"] = s.affinity_chance;
     j["temporal_overlap"] = s.temporal_overlap;
+    j["lookahead_recall"] = s.lookahead_recall;
     nlohmann::json ws = nlohmann::json::array();
     for (const auto& w : s.working_sets)
       ws.push_back({{"request", w.request}, {"task", w.task}, {"prefill_tokens", w.prefill_tokens},
@@ -86,6 +88,10 @@ int trace_stats(int argc, char** argv) {
               s.top_k, 100.0 * s.affinity_top1_hit, 100.0 * s.affinity_chance);
   std::printf("temporal locality: consecutive decode tokens share %.1f%% of a layer's top-%d (chance %.1f%%)\n",
               100.0 * s.temporal_overlap, s.top_k, 100.0 * s.affinity_chance);
+  for (size_t h = 0; h < s.lookahead_recall.size(); ++h)
+    std::printf("lookahead routing: layer l's lookahead at distance %zu names %.1f%% of layer l+%zu's routed experts "
+                "(decode; chance %.1f%%)\n",
+                h + 1, 100.0 * s.lookahead_recall[h], h + 1, 100.0 * s.affinity_chance);
   if (!s.task_divergence.empty()) {
     std::printf("\nspecialisation by task (mean total-variation distance of the task's popularity from the overall, "
                 "0 = none, 1 = disjoint):\n");
@@ -101,11 +107,15 @@ int trace_stats(int argc, char** argv) {
 
 // Teacher-forced routing traces of a model on a text file: consecutive windows of
 // the file, each a request of `prefill` prompt tokens and `decode` single-token steps
-// that feed the text's own next tokens (as the FLAME-MoE traces were recorded).
+// that feed the text's own next tokens (as the FLAME-MoE traces were recorded). Or,
+// with --from-trace, the token ids another trace recorded, request by request and step
+// by step as they were run there (same ids and tasks): the same routing again, with
+// the lookahead field added.
 int trace_record(int argc, char** argv) {
   Args a("trace record");
   add_model_flags(a);
-  a.flag("-f,--file", "text file to run the model on (required)");
+  a.flag("-f,--file", "text file to run the model on (this or --from-trace)");
+  a.flag("--from-trace", "rerun the token ids of this trace's requests (its \"tokens\" fields) instead of a text");
   a.flag("-o,--out", "trace file to write (required)");
   a.flag("--task", "task label of every request (e.g. the text's domain)");
   a.flag("--append", "append to --out instead of replacing it", false);
@@ -115,40 +125,85 @@ int trace_record(int argc, char** argv) {
   a.flag("--first-request", "request id of the first window", true, "0");
   a.flag("--first-window", "skip this many windows of the text first", true, "0");
   a.flag("--decimals", "decimals kept of weights and probabilities", true, "4");
+  a.flag("--lookahead", "also record the next D layers' routers applied to each layer's MoE input (0: none)", true, "2");
   a.parse(argc, argv, 3);
-  if (!a.has("--file") || !a.has("--out")) throw UsageError("moeflow trace record: -f FILE and -o OUT are required\n" + a.help());
-  std::ifstream in(a.str("--file"), std::ios::binary);
-  if (!in) throw InputError(a.str("--file") + ": cannot open");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EngineOptions eo = engine_options_from_flags(a, "all");
-  eo.ctx_size = a.integer("--prefill", 1, 1 << 16) + a.integer("--decode", 0, 1 << 16) + 1;
-  auto engine = Engine::open(eo);
-  const std::vector<int32_t> ids = engine->tokenize(text, false);
-  const int64_t windows = a.integer("--windows", 1, 1 << 20), prefill = a.integer("--prefill", 1, 1 << 16),
-                decode = a.integer("--decode", 0, 1 << 16), first = a.integer("--first-request", 0, INT64_MAX);
-  const int64_t per = prefill + decode;
-  const int64_t skip = a.integer("--first-window", 0, 1 << 30);
-  const int64_t n = std::min<int64_t>(windows, static_cast<int64_t>(ids.size()) / per - skip);
-  if (n < 1)
-    throw InputError(a.str("--file") + ": " + std::to_string(ids.size()) + " tokens, too few for one window of " +
-                     std::to_string(per));
+  if (a.has("--file") == a.has("--from-trace") || !a.has("--out"))
+    throw UsageError("moeflow trace record: -o OUT and one of -f FILE or --from-trace TRACE are required\n" + a.help());
+  const auto lookahead = static_cast<int32_t>(a.integer("--lookahead", 0, 3));
+  // The token ids of each request, split into the steps that ran them.
+  struct Recording {
+    int64_t id;
+    std::string task;
+    std::vector<std::vector<int32_t>> steps;
+  };
+  std::vector<Recording> runs;
+  int64_t max_len = 0;
+  std::unique_ptr<Engine> engine;
+  auto open_engine = [&](int64_t ctx) {
+    EngineOptions eo = engine_options_from_flags(a, "all");
+    eo.ctx_size = ctx + 1;
+    engine = Engine::open(eo);
+  };
+  if (a.has("--from-trace")) {
+    const Trace src = load_trace(a.str("--from-trace"));
+    for (const TraceRequest& rq : src.requests) {
+      Recording r{rq.id, rq.task, {}};
+      int64_t len = 0;
+      for (const TraceIteration& it : rq.iterations) {
+        if (it.tokens.empty())
+          throw InputError(src.path + ": request " + std::to_string(rq.id) + ", iter " + std::to_string(it.iter) +
+                           " has no \"tokens\" to rerun");
+        r.steps.push_back(it.tokens);
+        len += static_cast<int64_t>(it.tokens.size());
+      }
+      max_len = std::max(max_len, len);
+      runs.push_back(std::move(r));
+    }
+    open_engine(max_len);
+  } else {
+    std::ifstream in(a.str("--file"), std::ios::binary);
+    if (!in) throw InputError(a.str("--file") + ": cannot open");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const int64_t windows = a.integer("--windows", 1, 1 << 20), prefill = a.integer("--prefill", 1, 1 << 16),
+                  decode = a.integer("--decode", 0, 1 << 16), first = a.integer("--first-request", 0, INT64_MAX);
+    const int64_t per = prefill + decode;
+    open_engine(per);
+    const std::vector<int32_t> ids = engine->tokenize(text, false);
+    const int64_t skip = a.integer("--first-window", 0, 1 << 30);
+    const int64_t n = std::min<int64_t>(windows, static_cast<int64_t>(ids.size()) / per - skip);
+    if (n < 1)
+      throw InputError(a.str("--file") + ": " + std::to_string(ids.size()) + " tokens, too few for one window of " +
+                       std::to_string(per));
+    for (int64_t w = 0; w < n; ++w) {
+      const int32_t* tok = ids.data() + (skip + w) * per;
+      Recording r{first + w, a.str("--task"), {std::vector<int32_t>(tok, tok + prefill)}};
+      for (int64_t d = 0; d < decode; ++d) r.steps.push_back({tok[prefill + d]});
+      runs.push_back(std::move(r));
+    }
+  }
+  for (const Recording& r : runs)
+    for (const auto& st : r.steps)
+      for (int32_t t : st)
+        if (t < 0 || t >= engine->n_vocab())
+          throw InputError("request " + std::to_string(r.id) + ": token id " + std::to_string(t) +
+                           " is outside the model's vocabulary of " + std::to_string(engine->n_vocab()));
   TraceRecorder rec(a.str("--out"), model_name(engine->model()), static_cast<int>(a.integer("--decimals", 1, 8)),
                     a.has("--append"));
+  rec.set_lookahead(lookahead);
   engine->add_listener(&rec);
   std::vector<float> logits;
-  for (int64_t w = 0; w < n; ++w) {
-    const int32_t* tok = ids.data() + (skip + w) * per;
-    const SeqId seq = engine->add_sequence({std::vector<int32_t>(tok, tok + prefill), a.str("--task")});
-    rec.begin_request(seq, a.str("--task"), first + w);
+  for (const Recording& r : runs) {
+    const SeqId seq = engine->add_sequence({r.steps.front(), r.task});
+    rec.begin_request(seq, r.task, r.id);
     EngineSequenceSink sink(*engine, seq);
-    sink.eval(tok, prefill, false, logits);
-    for (int64_t d = 0; d < decode; ++d) sink.eval(tok + prefill + d, 1, false, logits);
+    for (const auto& st : r.steps) sink.eval(st.data(), static_cast<int64_t>(st.size()), false, logits);
     engine->remove_sequence(seq);
     rec.end_request(seq);
   }
   rec.finish();
-  std::fprintf(stderr, "recorded %lld requests (%lld lines) of %s into %s\n", static_cast<long long>(n),
-               static_cast<long long>(rec.lines_written()), a.str("--file").c_str(), a.str("--out").c_str());
+  std::fprintf(stderr, "recorded %zu requests (%lld lines, lookahead %d) of %s into %s\n", runs.size(),
+               static_cast<long long>(rec.lines_written()), lookahead,
+               (a.has("--file") ? a.str("--file") : a.str("--from-trace")).c_str(), a.str("--out").c_str());
   return 0;
 }
 
@@ -253,7 +308,8 @@ int cmd_trace(int argc, char** argv) {
   if (sub == "sensitivity") return trace_sensitivity(argc, argv);
   throw UsageError(
       "moeflow trace: expected a subcommand:\n  moeflow trace stats FILE [--json] [--by-task]\n"
-      "  moeflow trace record -m MODEL -f TEXT -o OUT [--task T] [--windows N] [--prefill 16] [--decode 48]\n"
+      "  moeflow trace record -m MODEL (-f TEXT | --from-trace TRACE) -o OUT [--task T] [--windows N] [--prefill 16]\n"
+      "                       [--decode 48] [--lookahead 2]\n"
       "  moeflow trace accuracy FILE [--learn 0:1] [--measure 1:] (eMoE predictor accuracy)\n"
       "  moeflow trace sensitivity FILE [--requests a:b] [--tasks IN] [--out FILE] (eMoE per-(task, layer) sensitivity)");
 }

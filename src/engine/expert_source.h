@@ -22,6 +22,9 @@ class ForwardListener {
   virtual void begin_step(const StepTokens&) {}
   // The router's decision, before any rerouting (requests: each token's request).
   virtual void routed(const LayerRouting&) {}
+  // Layers of lookahead routing wanted in routed() (LayerRouting::lookahead); the
+  // forward pass computes the most any listener or the source asks for, none if 0.
+  virtual int32_t lookahead_depth() const { return 0; }
   virtual void end_step() {}
 };
 

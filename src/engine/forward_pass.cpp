@@ -1,5 +1,6 @@
 #include "engine/forward_pass.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -69,6 +70,8 @@ void ForwardPass::run(const StepTokens& step, std::vector<float>& logits) {
   for (int64_t t = 0; t < n; ++t) queries_[t] = {step.pos[t], step.blocks[t]};
   for (ForwardListener* li : listeners_) li->begin_step(step);
   if (source_) source_->begin_step(step);
+  lookahead_depth_ = source_ ? source_->lookahead_depth() : 0;
+  for (ForwardListener* li : listeners_) lookahead_depth_ = std::max(lookahead_depth_, li->lookahead_depth());
   for (int64_t l = 0; l < c.n_layer; ++l) {
     attention_block(l, step, x_);
     moe_block(l, step, x_);
@@ -182,6 +185,13 @@ void ForwardPass::moe_block(int64_t l, const StepTokens& step, std::vector<float
   if (!L.gate_inp_b.empty()) add_bias(router_.data(), L.gate_inp_b, n);
   route_tokens(c, router_.data(), n, l, routing_, backend_);
   routing_.requests = step.requests;
+  // x is still the layer's MoE input (before its norm): what the next routers see.
+  if (lookahead_depth_ > 0) {
+    lookahead_.route(c, model_.weights(), lookahead_depth_, x.data(), step, routing_, backend_);
+  } else {
+    routing_.lookahead_depth = 0;
+    routing_.lookahead.clear();
+  }
   for (ForwardListener* li : listeners_) li->routed(routing_);
   if (source_) {
     source_->routed(routing_);

@@ -15,6 +15,7 @@
 
 #include "engine/expert_source.h"
 #include "engine/kv_block_pool.h"
+#include "engine/lookahead_routing.h"
 #include "engine/moe_layer.h"
 #include "engine/step_tokens.h"
 #include "backend/backend.h"
@@ -79,6 +80,9 @@ class ForwardPass {
   std::vector<AttentionQuery> queries_;
   std::vector<Product> jobs_;
   LayerRouting routing_;
+  // The step's lookahead depth (the most any listener or the source wants; 0: none).
+  int32_t lookahead_depth_ = 0;
+  LookaheadRouter lookahead_;
 };
 
 }  // namespace moeflow

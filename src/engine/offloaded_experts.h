@@ -44,6 +44,7 @@ class OffloadedExperts final : public ExpertSource {
 
   void begin_step(const StepTokens& step) override;
   void routed(const LayerRouting& r) override;
+  int32_t lookahead_depth() const override { return policy_.lookahead_depth(); }
   void prepare_layer(LayerRouting& r) override;
   void run_experts(int32_t layer, const std::vector<int32_t>& needed, const ExpertCompute& compute) override;
   void end_step() override;

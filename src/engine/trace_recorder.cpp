@@ -84,6 +84,10 @@ void TraceRecorder::routed(const LayerRouting& r) {
   rec_.num_experts = static_cast<int32_t>(E);
   rec_.top_k = static_cast<int32_t>(K);
   rec_.has_probs = !r.probs.empty();
+  // The forward pass computes the most any listener asks for: keep this recorder's.
+  const int64_t depth = std::min<int64_t>(r.lookahead_depth, lookahead_);
+  rec_.has_lookahead = depth > 0;
+  rec_.lookahead_depth = static_cast<int32_t>(depth);
   for (const Span& sp : spans_) {
     auto [it, fresh] = requests_.try_emplace(sp.request, RequestState{"", 0, sp.request});
     const RequestState& st = it->second;
@@ -96,12 +100,15 @@ void TraceRecorder::routed(const LayerRouting& r) {
     rec_.experts.assign(n, {});
     rec_.weights.assign(n, {});
     rec_.probs.assign(n, {});
+    rec_.lookahead.assign(depth > 0 ? n : 0, {});
     for (int64_t t = sp.begin; t < sp.end; ++t) {
       const size_t i = static_cast<size_t>(t - sp.begin);
       rec_.experts[i].assign(r.experts.begin() + t * K, r.experts.begin() + (t + 1) * K);
       for (int64_t k = 0; k < K; ++k) rec_.weights[i].push_back(round(r.weights[static_cast<size_t>(t * K + k)]));
       if (rec_.has_probs)
         for (int64_t e = 0; e < E; ++e) rec_.probs[i].push_back(round(r.probs[static_cast<size_t>(t * E + e)]));
+      for (int64_t h = 1; h <= depth; ++h)
+        rec_.lookahead[i].emplace_back(r.lookahead_of(t, h), r.lookahead_of(t, h) + K);
     }
     write_line(format_trace_line(rec_) + "\n");
   }

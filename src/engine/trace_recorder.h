@@ -2,7 +2,9 @@
 // line per (request, iteration, layer) with the top-k ids, their weights, the full gate
 // probabilities and the iteration's token ids. A step that carries several requests'
 // tokens gives each of them its own line per layer; each request counts its own
-// iterations. Weights and probabilities are rounded
+// iterations. With set_lookahead(D) each line also carries the lookahead routing of the
+// next D layers (engine/lookahead_routing.h), D router products more per layer while
+// recording. Weights and probabilities are rounded
 // to `decimals` (5 by default), which keeps traces small and is far below any
 // policy's sensitivity.
 #pragma once
@@ -36,6 +38,11 @@ class TraceRecorder final : public ForwardListener {
   // Forgets a finished request.
   void end_request(int64_t request);
 
+  // Records the next `depth` layers' lookahead routing on each line (0: none).
+  // REQUIRES: 0 <= depth <= kMaxTraceLookahead.
+  void set_lookahead(int32_t depth) { lookahead_ = depth; }
+  int32_t lookahead_depth() const override { return lookahead_; }
+
   void begin_step(const StepTokens& step) override;
   void routed(const LayerRouting& r) override;
   void end_step() override;
@@ -65,6 +72,7 @@ class TraceRecorder final : public ForwardListener {
   const StepTokens* step_ = nullptr;
   int64_t lines_ = 0;
   double scale_ = 1e5;
+  int32_t lookahead_ = 0;
 };
 
 }  // namespace moeflow

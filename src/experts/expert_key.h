@@ -32,6 +32,17 @@ struct LayerRouting {
   // [n_tok]: the request (sequence) each token belongs to; empty: one request. A
   // step of the engine may carry tokens of several requests.
   std::vector<int64_t> requests;
+  // Lookahead routing (optional): the top-k ids, best first, that the routers of layers
+  // layer+1 .. layer+lookahead_depth pick when applied to this layer's MoE input (each
+  // with its own layer's norm). [n_tok][lookahead_depth][top_k]; empty (depth 0) when
+  // nobody asked for it, at the last layer, or when a trace does not carry it. Never
+  // wraps into the next token's layers (their input is not known yet).
+  int64_t lookahead_depth = 0;
+  std::vector<int32_t> lookahead;
+  // The ids layer layer+h (1 <= h <= lookahead_depth) would give token t.
+  const int32_t* lookahead_of(int64_t t, int64_t h) const {
+    return lookahead.data() + (t * lookahead_depth + (h - 1)) * top_k;
+  }
 };
 
 // Counts, sizes and byte costs of every expert of a model: all the cache and the

@@ -60,6 +60,12 @@ class ExpertPolicy {
   virtual void begin_iteration(Phase, int64_t /*iter*/) {}
   // Router output of one layer (before any rerouting).
   virtual void routed(const LayerRouting&) {}
+  // How many layers of lookahead routing this policy reads in routed()
+  // (LayerRouting::lookahead: the next layers' routers applied to the layer's MoE
+  // input). 0, the default: none, and the engine spends nothing on it. The engine
+  // computes it live, D extra router products per layer; the simulator replays what
+  // the trace recorded (possibly fewer layers, or none).
+  virtual int32_t lookahead_depth() const { return 0; }
   // How many copies are queued or running on the link when plan_prefetch is about to
   // be asked (all of them, and the prefetches among them): no copy means the link is
   // idle while the layer computes. Called right before each plan_prefetch.

@@ -86,6 +86,56 @@ float finite_float(const json& v, const std::string& at) {
   return static_cast<float>(d);
 }
 
+// "lookahead": [[[ids] per layer ahead] | null per token], checked like "experts":
+// ids in range and distinct, top_k of them, every row the same depth, null exactly
+// where the experts row is.
+void parse_lookahead(const json& j, const std::string& where, TraceRecord& r) {
+  auto it = j.find("lookahead");
+  if (it == j.end() || it->is_null()) return;
+  if (!it->is_array()) throw InputError(where + ": field \"lookahead\" must be an array of rows or null");
+  if (it->size() != r.experts.size())
+    throw InputError(where + ": \"lookahead\" has " + std::to_string(it->size()) + " rows, \"experts\" has " +
+                     std::to_string(r.experts.size()));
+  r.has_lookahead = true;
+  r.lookahead.assign(it->size(), {});
+  int64_t depth = -1;
+  for (size_t t = 0; t < it->size(); ++t) {
+    const json& row = (*it)[t];
+    const std::string at = where + ": lookahead[" + std::to_string(t) + "]";
+    if (row.is_null() != r.experts[t].empty())
+      throw InputError(at + (row.is_null() ? " is null but experts[" : " is given but experts[") + std::to_string(t) +
+                       (row.is_null() ? "] is not" : "] is null"));
+    if (row.is_null()) continue;
+    if (!row.is_array()) throw InputError(at + " must be an array of id lists (one per layer ahead) or null");
+    if (row.empty() || static_cast<int64_t>(row.size()) > kMaxTraceLookahead)
+      throw InputError(at + " has " + std::to_string(row.size()) + " layers ahead (1 to " +
+                       std::to_string(kMaxTraceLookahead) + ")");
+    if (depth >= 0 && static_cast<int64_t>(row.size()) != depth)
+      throw InputError(at + " has " + std::to_string(row.size()) + " layers ahead, the rows before it " +
+                       std::to_string(depth));
+    depth = static_cast<int64_t>(row.size());
+    if (r.layer + depth >= kMaxTraceLayers)
+      throw InputError(at + " looks " + std::to_string(depth) + " layers past layer " + std::to_string(r.layer) +
+                       " (layers end at " + std::to_string(kMaxTraceLayers - 1) + ")");
+    for (size_t h = 0; h < row.size(); ++h) {
+      const json& ids = row[h];
+      const std::string ah = at + "[" + std::to_string(h) + "]";
+      if (!ids.is_array() || static_cast<int32_t>(ids.size()) != r.top_k)
+        throw InputError(ah + " must be " + std::to_string(r.top_k) + " expert ids (top_k)");
+      std::vector<int32_t> v;
+      for (size_t k = 0; k < ids.size(); ++k)
+        v.push_back(static_cast<int32_t>(
+            integer_in(ids[k], 0, r.num_experts, ah + "[" + std::to_string(k) + "]", "an expert id")));
+      std::vector<int32_t> sorted = v;
+      std::sort(sorted.begin(), sorted.end());
+      if (auto d = std::adjacent_find(sorted.begin(), sorted.end()); d != sorted.end())
+        throw InputError(ah + " names expert " + std::to_string(*d) + " twice (a token's top-k experts are distinct)");
+      r.lookahead[t].push_back(std::move(v));
+    }
+  }
+  r.lookahead_depth = static_cast<int32_t>(std::max<int64_t>(depth, 0));
+}
+
 }  // namespace
 
 TraceRecord parse_trace_line(const std::string& line, const std::string& where) {
@@ -138,6 +188,7 @@ TraceRecord parse_trace_line(const std::string& line, const std::string& where) 
         throw InputError(where + ": probs[" + std::to_string(t) + "] has " + std::to_string(r.probs[t].size()) +
                          " entries, num_experts is " + std::to_string(E));
   }
+  parse_lookahead(j, where, r);
   if (auto it = j.find("tokens"); it != j.end() && !it->is_null()) {
     if (!it->is_array()) throw InputError(where + ": field \"tokens\" must be an array");
     for (size_t k = 0; k < it->size(); ++k)
@@ -185,6 +236,11 @@ std::string format_trace_line(const TraceRecord& r) {
   j["probs"] = r.has_probs ? rows(r.probs) : json(nullptr);
   if (!r.tokens.empty()) j["tokens"] = r.tokens;
   if (!r.task.empty()) j["task"] = r.task;
+  if (r.has_lookahead) {
+    json a = json::array();
+    for (const auto& row : r.lookahead) a.push_back(row.empty() ? json(nullptr) : json(row));
+    j["lookahead"] = std::move(a);
+  }
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

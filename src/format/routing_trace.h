@@ -2,7 +2,12 @@
 // object per (request, iteration, layer):
 //   {"model","source","request","iter","phase":"prefill|decode","layer","num_experts",
 //    "top_k","experts":[[ids per token]],"weights":[[...]]|null,"probs":[[...]]|null,
-//    "tokens":[ids]?, "task":"..."?}
+//    "tokens":[ids]?, "task":"..."?, "lookahead":[[[ids at layer+1],[ids at layer+2],...] per token]?}
+// "lookahead" (optional, written by `moeflow trace record --lookahead D`): per token,
+// the top_k ids the routers of the next layers pick when applied to this layer's MoE
+// input (engine/lookahead_routing.h), nearest layer first; every non-null row has the
+// same number of layers (D, fewer near the last layer), and a row is null exactly when
+// the token's experts row is.
 // Readers must accept what real recorders produce: a per-token row of experts or
 // weights may be null (that (token, layer) record was dropped: kept as an empty row,
 // never invented), a request may lack iteration 0, probs may be null.
@@ -30,7 +35,11 @@ struct TraceRecord {
   // Per token: the full gate distribution, or empty (most traces have none).
   std::vector<std::vector<float>> probs;
   std::vector<int32_t> tokens;  // token ids of the iteration, when recorded
-  bool has_weights = false, has_probs = false;
+  // Per token, per layer ahead (layer+1 first): top_k distinct ids; empty rows where
+  // the experts row is empty. Empty when not recorded.
+  std::vector<std::vector<std::vector<int32_t>>> lookahead;
+  int32_t lookahead_depth = 0;  // layers ahead in every non-empty row (0: no lookahead)
+  bool has_weights = false, has_probs = false, has_lookahead = false;
 };
 
 // Bounds on a record's layer and num_experts: the layer cap is the model's
@@ -38,6 +47,8 @@ struct TraceRecord {
 // keeps the tables of trace consumers (layers x experts) small.
 constexpr int64_t kMaxTraceLayers = 1024;
 constexpr int64_t kMaxTraceExperts = 4096;
+// Layers of lookahead a record may carry (the recorder offers 1..3).
+constexpr int64_t kMaxTraceLookahead = 8;
 
 // Parses one line; `where` (file:line) prefixes every error. Throws InputError naming
 // the field that is missing, mistyped or out of range.

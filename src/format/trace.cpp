@@ -32,6 +32,7 @@ Trace group_trace(const std::vector<TraceRecord>& records, const std::string& pa
     t.n_layer = std::max(t.n_layer, r.layer + 1);
     t.has_weights |= r.has_weights;
     t.has_probs |= r.has_probs;
+    t.lookahead_depth = std::max(t.lookahead_depth, r.lookahead_depth);
     auto [it, fresh] = req_index.emplace(r.request, t.requests.size());
     if (fresh) {
       t.requests.push_back({r.request, r.task, {}});
@@ -57,6 +58,14 @@ Trace group_trace(const std::vector<TraceRecord>& records, const std::string& pa
                      " iterations x " + std::to_string(t.n_layer) +
                      " layers (the highest layer + 1): more than half the (iteration, layer) records are missing; "
                      "layers must be numbered 0..n_layer-1 and each iteration should record every layer");
+  for (const auto& m : iters)
+    for (const auto& [k, ti] : m)
+      for (const TraceRecord& r : ti.layers)
+        if (r.layer + r.lookahead_depth >= t.n_layer)
+          throw InputError(path + ": record of request " + std::to_string(r.request) + ", iter " +
+                           std::to_string(r.iter) + ", layer " + std::to_string(r.layer) + ": its lookahead covers " +
+                           std::to_string(r.lookahead_depth) + " layers ahead, past the trace's last layer " +
+                           std::to_string(t.n_layer - 1));
   for (size_t i = 0; i < t.requests.size(); ++i)
     for (auto& [k, ti] : iters[i]) {
       std::vector<TraceRecord> by_layer(static_cast<size_t>(t.n_layer));

@@ -28,13 +28,15 @@ struct Trace {
   std::string model, path;
   int32_t n_layer = 0, n_expert = 0, top_k = 0;
   bool has_weights = false, has_probs = false;
+  int32_t lookahead_depth = 0;  // most layers of lookahead any record carries (0: none)
   std::vector<TraceRequest> requests;
   int64_t n_records = 0, dropped_rows = 0;
 };
 
 // Reads and groups a trace. Throws InputError for malformed lines, for records that
 // disagree on num_experts or top_k, for a trace with no records, and for one whose
-// layer numbers leave more than half of the (iteration, layer) slots empty.
+// layer numbers leave more than half of the (iteration, layer) slots empty, and for a
+// lookahead that reaches past the trace's last layer.
 Trace load_trace(const std::string& path);
 Trace group_trace(const std::vector<TraceRecord>& records, const std::string& path);
 

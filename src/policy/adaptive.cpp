@@ -10,7 +10,9 @@ namespace moeflow {
 
 namespace {
 
-constexpr char kMagic[8] = {'m', 'f', 'a', 'd', 'a', 'p', 't', '1'};
+// Version 2 adds the lookahead table; version 1 states load with it empty.
+constexpr char kMagic[8] = {'m', 'f', 'a', 'd', 'a', 'p', 't', '2'};
+constexpr char kMagicV1[8] = {'m', 'f', 'a', 'd', 'a', 'p', 't', '1'};
 
 // Weight of one visit in the short-term rate: about the last eight visits count.
 constexpr double kRecentWeight = 1.0 / 8.0;
@@ -46,14 +48,16 @@ AdaptiveOptions adaptive_options_from_name(const std::string& name) {
   if (name.compare(0, base.size(), base) != 0) throw InputError("not an adaptive policy name: '" + name + "'");
   AdaptiveOptions o;
   for (size_t b = base.size(); b < name.size();) {
-    if (name[b] != '-') throw InputError("policy '" + name + "': expected adaptive[-nodistance][-nolearned][-norequest][-noprefetch]");
+    if (name[b] != '-') throw InputError("policy '" + name + "': expected adaptive[-nodistance][-nolearned][-norequest][-noprefetch][-nolookahead]");
     const size_t e = std::min(name.find('-', b + 1), name.size());
     const std::string part = name.substr(b + 1, e - b - 1);
     if (part == "nodistance") o.distance = false;
     else if (part == "nolearned") o.learned = false;
     else if (part == "noprefetch") o.prefetch = false;
     else if (part == "norequest") o.request = false;
-    else throw InputError("policy '" + name + "': unknown ablation '" + part + "' (nodistance, nolearned, norequest, noprefetch)");
+    else if (part == "nolookahead") o.lookahead = false;
+    else throw InputError("policy '" + name + "': unknown ablation '" + part +
+                          "' (nodistance, nolearned, norequest, noprefetch, nolookahead)");
     b = e;
   }
   return o;
@@ -61,8 +65,64 @@ AdaptiveOptions adaptive_options_from_name(const std::string& name) {
 
 AdaptivePolicy::AdaptivePolicy(const ExpertGeometry& g, AdaptiveOptions opt, std::string name)
     : g_(g), opt_(opt), name_(std::move(name)), experts_(g.bytes.size()), visits_(static_cast<size_t>(g.n_layer), 0),
-      table_(static_cast<size_t>(kRecencyBuckets * kRateBuckets * kRateBuckets * kRequestBuckets)) {
-  if (opt_.lookahead < 0 || opt_.prefetch_per_layer < 0) throw InputError("adaptive: negative lookahead or prefetch count");
+      table_(static_cast<size_t>(kRecencyBuckets * kRateBuckets * kRateBuckets * kRequestBuckets)),
+      predicted_(kMaxLookahead, std::vector<std::vector<float>>(static_cast<size_t>(g.n_layer),
+                                                                std::vector<float>(static_cast<size_t>(g.n_expert), 0))),
+      predicted_valid_(kMaxLookahead, std::vector<char>(static_cast<size_t>(g.n_layer), 0)),
+      lookahead_table_(static_cast<size_t>(kMaxLookahead * kShareBuckets * kPriorBuckets)) {
+  if (opt_.prefetch_depth < 0 || opt_.prefetch_per_layer < 0) throw InputError("adaptive: negative prefetch depth or count");
+}
+
+void AdaptivePolicy::begin_iteration(Phase phase, int64_t) {
+  phase_ = phase;
+  // A lookahead never reaches into the next step (its tokens are not known yet).
+  for (auto& v : predicted_valid_) std::fill(v.begin(), v.end(), 0);
+}
+
+size_t AdaptivePolicy::lookahead_cell(int32_t h, double share, double p) {
+  // share 0 (no token's lookahead names it), then quarters of the step's tokens.
+  const int s = share <= 0 ? 0 : std::clamp(1 + static_cast<int>(share * 4), 1, kShareBuckets - 1);
+  const int b = std::clamp(static_cast<int>(p * kPriorBuckets), 0, kPriorBuckets - 1);
+  return static_cast<size_t>(((h - 1) * kShareBuckets + s) * kPriorBuckets + b);
+}
+
+int32_t AdaptivePolicy::lookahead_distance(int32_t layer) const {
+  if (!opt_.lookahead || phase_ != Phase::Decode) return 0;
+  for (int32_t h = 1; h <= kMaxLookahead; ++h)
+    if (predicted_valid_[static_cast<size_t>(h - 1)][static_cast<size_t>(layer)]) return h;
+  return 0;
+}
+
+// One observation per distance that predicted this visit: (h, share, the first
+// table's probability before the visit) -> routed or not.
+void AdaptivePolicy::learn_lookahead(int32_t l, const std::vector<char>& used) {
+  for (int32_t h = 1; h <= kMaxLookahead; ++h) {
+    if (!predicted_valid_[static_cast<size_t>(h - 1)][static_cast<size_t>(l)]) continue;
+    const std::vector<float>& share = predicted_[static_cast<size_t>(h - 1)][static_cast<size_t>(l)];
+    for (int32_t e = 0; e < g_.n_expert; ++e) {
+      Cell& c = lookahead_table_[lookahead_cell(h, share[static_cast<size_t>(e)], table_probability({l, e}))];
+      c.n += 1;
+      c.hits += used[static_cast<size_t>(e)];
+    }
+  }
+}
+
+// The shares of this step's tokens whose lookahead names each expert of the layers ahead.
+void AdaptivePolicy::remember_lookahead(const LayerRouting& r) {
+  const int64_t depth = std::min<int64_t>(r.lookahead_depth, kMaxLookahead);
+  if (r.n_tok <= 0 || static_cast<int64_t>(r.lookahead.size()) != r.n_tok * r.lookahead_depth * r.top_k) return;
+  for (int64_t h = 1; h <= depth; ++h) {
+    const int64_t target = r.layer + h;
+    if (target >= g_.n_layer) break;
+    std::vector<float>& share = predicted_[static_cast<size_t>(h - 1)][static_cast<size_t>(target)];
+    std::fill(share.begin(), share.end(), 0.0f);
+    for (int64_t t = 0; t < r.n_tok; ++t)
+      for (int64_t k = 0; k < r.top_k; ++k) {
+        const int32_t e = r.lookahead_of(t, h)[k];
+        if (e >= 0 && e < g_.n_expert) share[static_cast<size_t>(e)] += 1.0f / static_cast<float>(r.n_tok);
+      }
+    predicted_valid_[static_cast<size_t>(h - 1)][static_cast<size_t>(target)] = 1;
+  }
 }
 
 AdaptivePolicy::Features AdaptivePolicy::features(const ExpertKey& key) const {
@@ -108,6 +168,7 @@ void AdaptivePolicy::routed(const LayerRouting& r) {
   // prediction for this visit would have used). Prefill visits route most experts of
   // a layer at once and say little about decode: they update the state only.
   if (phase_ == Phase::Decode) {
+    if (opt_.lookahead) learn_lookahead(l, used);
     for (int32_t e = 0; e < g_.n_expert; ++e) {
       Cell& c = cell(features({l, e}));
       c.n += 1;
@@ -128,6 +189,8 @@ void AdaptivePolicy::routed(const LayerRouting& r) {
         ++c.routed[static_cast<size_t>(g_.index({l, r.experts[slot]}))];
     }
   }
+  for (auto& v : predicted_valid_) v[static_cast<size_t>(l)] = 0;  // the layer's predictions are spent
+  if (opt_.lookahead) remember_lookahead(r);
   const int64_t visit = visits_[static_cast<size_t>(l)]++;
   for (int32_t e = 0; e < g_.n_expert; ++e) {
     ExpertState& s = experts_[static_cast<size_t>(g_.index({l, e}))];
@@ -141,6 +204,15 @@ void AdaptivePolicy::routed(const LayerRouting& r) {
 }
 
 double AdaptivePolicy::reuse_probability(const ExpertKey& key) const {
+  const double p = table_probability(key);
+  const int32_t h = lookahead_distance(key.layer);
+  if (h == 0) return p;
+  const float share = predicted_[static_cast<size_t>(h - 1)][static_cast<size_t>(key.layer)][static_cast<size_t>(key.expert)];
+  const Cell& c = lookahead_table_[lookahead_cell(h, share, p)];
+  return (c.hits + kPriorWeight * p) / (c.n + kPriorWeight);  // a cell seen rarely keeps the first table's p
+}
+
+double AdaptivePolicy::table_probability(const ExpertKey& key) const {
   const Features f = features(key);
   if (!opt_.learned) {
     const int64_t visits = visits_[static_cast<size_t>(key.layer)];
@@ -157,21 +229,30 @@ int32_t AdaptivePolicy::distance(int32_t layer, int32_t layer_now) const {
 }
 
 double AdaptivePolicy::value(const ExpertKey& key, int32_t layer_now) const {
-  const double p = reuse_probability(key);
-  if (!opt_.distance) return p;
-  // Held until its next use: d steps to the next visit, then a whole cycle more for
-  // each visit that does not route it (geometric with success p).
+  const double p_next = reuse_probability(key);
+  if (!opt_.distance) return p_next;
+  // Held until its next use: d steps to the next visit (routed there with p_next,
+  // which the lookahead may sharpen), then, if not, 1/p more whole cycles (the later
+  // visits' chance p is the first table's: the lookahead says nothing about them).
+  // Expected hits per step held = 1 / (d + (1 - p_next) L / p).
+  const double p = lookahead_distance(key.layer) > 0 ? table_probability(key) : p_next;
   const double d = static_cast<double>(distance(key.layer, layer_now));
-  return p / (p * d + static_cast<double>(g_.n_layer) * (1 - p));
+  return p / (p * d + static_cast<double>(g_.n_layer) * (1 - p_next));
 }
 
 void AdaptivePolicy::plan_prefetch(int32_t layer_now, PrefetchPlan& plan) {
   if (opt_.prefetch_only_idle && link_busy_) return;
-  for (int32_t h = 1; h <= opt_.lookahead && h < g_.n_layer; ++h) {
+  for (int32_t h = 1; h <= opt_.prefetch_depth && h < g_.n_layer; ++h) {
     const int32_t l = (layer_now + h) % g_.n_layer;
+    // A layer the lookahead covers ranks by distance first (the nearest is needed
+    // first), then by probability; the others by value, which also falls with distance.
+    const bool ahead = lookahead_distance(l) > 0;
     std::vector<std::pair<double, int32_t>> ranked;
-    for (int32_t e = 0; e < g_.n_expert; ++e)
-      if (reuse_probability({l, e}) > opt_.prefetch_min_probability) ranked.push_back({value({l, e}, layer_now), e});
+    for (int32_t e = 0; e < g_.n_expert; ++e) {
+      const double p = reuse_probability({l, e});
+      if (p > opt_.prefetch_min_probability)
+        ranked.push_back({ahead ? static_cast<double>(opt_.prefetch_depth + 1 - h) + p : value({l, e}, layer_now), e});
+    }
     std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
       return a.first != b.first ? a.first > b.first : a.second < b.second;
     });
@@ -200,7 +281,8 @@ size_t AdaptivePolicy::victim(const CacheView& view, const ExpertKey& incoming) 
 }
 
 // Layout: magic, n_layer, n_expert, table cells, then the cells (hits, n), the
-// totals, the visits per layer and each expert's (last visit, recent, routed).
+// totals, the visits per layer, each expert's (last visit, recent, routed), then the
+// lookahead table's cell count and cells (hits, n) (version 2).
 void AdaptivePolicy::save(std::ostream& out) const {
   using binio::put;
   out.write(kMagic, sizeof kMagic);
@@ -211,14 +293,17 @@ void AdaptivePolicy::save(std::ostream& out) const {
   put(out, hits_), put(out, n_), put(out, observations_);
   for (int64_t v : visits_) put(out, v);
   for (const ExpertState& e : experts_) put(out, e.last_visit), put(out, e.recent), put(out, e.routed);
+  put<uint64_t>(out, lookahead_table_.size());
+  for (const Cell& c : lookahead_table_) put(out, c.hits), put(out, c.n);
 }
 
 void AdaptivePolicy::load(std::istream& in) {
   using binio::get;
   const std::string what = "adaptive policy state";
   char magic[sizeof kMagic];
-  if (!in.read(magic, sizeof magic) || !std::equal(magic, magic + sizeof magic, kMagic))
-    throw InputError(what + ": not an adaptive state (bad magic)");
+  if (!in.read(magic, sizeof magic)) throw InputError(what + ": not an adaptive state (bad magic)");
+  const bool v1 = std::equal(magic, magic + sizeof magic, kMagicV1);
+  if (!v1 && !std::equal(magic, magic + sizeof magic, kMagic)) throw InputError(what + ": not an adaptive state (bad magic)");
   const int32_t n_layer = get<int32_t>(in, what), n_expert = get<int32_t>(in, what);
   const uint64_t cells = get<uint64_t>(in, what);
   if (n_layer != g_.n_layer || n_expert != g_.n_expert || cells != table_.size())
@@ -252,8 +337,21 @@ void AdaptivePolicy::load(std::istream& in) {
     if (e.recent > 1 || e.routed < 0 || e.routed > layer_visits || e.last_visit < -1 || e.last_visit >= layer_visits)
       throw InputError(what + ": expert " + std::to_string(i) + " has counts its layer's visits cannot hold");
   }
+  std::vector<Cell> lookahead(lookahead_table_.size());
+  if (!v1) {
+    const uint64_t n_la = get<uint64_t>(in, what);
+    if (n_la != lookahead.size())
+      throw InputError(what + ": " + std::to_string(n_la) + " lookahead cells, expected " + std::to_string(lookahead.size()));
+    binio::need(in, n_la * 16, what);
+    for (Cell& c : lookahead) {
+      c.hits = count(get<double>(in, what), "lookahead cell hits");
+      c.n = count(get<double>(in, what), "lookahead cell count");
+      if (c.hits > c.n) throw InputError(what + ": a lookahead cell with more hits than observations");
+    }
+  }
   char extra;
   if (in.read(&extra, 1)) throw InputError(what + ": unexpected data after the state");
+  lookahead_table_ = std::move(lookahead);
   table_ = std::move(table);
   hits_ = hits, n_ = n, observations_ = observations;
   visits_ = std::move(visits);

@@ -22,10 +22,19 @@
 // Prefetch (optional), only when it pays: while the link is idle (no copy queued or
 // running once the layer's demand loads are issued), and for an expert more likely
 // routed than not (a wrong guess costs a whole copy, a right one saves one). The
-// most probable experts of the next `lookahead` layers are asked for; the cache
+// most probable experts of the next `prefetch_depth` layers are asked for; the cache
 // admits one only if the resident expert it would evict is worth less (victim()
 // declines otherwise), so a prefetch never trades a better expert for a worse guess.
+//
+// Lookahead routing (optional; LayerRouting::lookahead, the next layers' routers
+// applied to this layer's MoE input): for a layer h steps ahead that the current
+// step's lookahead covers, the probability is re-learned conditioned on what the
+// lookahead says -- a second table indexed by (h, share of the step's tokens whose
+// lookahead names the expert, the first table's probability), filled from the same
+// decode visits. The sharpened probability feeds both the values (eviction) and the
+// prefetch; prefetches are ranked by distance, the nearest layer first.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -42,14 +51,16 @@ struct AdaptiveOptions {
   bool learned = true;    // the learned reuse table (off: the long-term rate alone)
   bool request = true;    // the running requests' own routing rate as a feature
   bool prefetch = true;   // fetch the next layers' likely experts when worth more than the victim
-  int32_t lookahead = 2;  // layers ahead that prefetch considers
+  bool lookahead = true;  // read the lookahead routing (asks the engine for prefetch_depth layers of it)
+  int32_t prefetch_depth = 2;  // layers ahead that prefetch considers
   int32_t prefetch_per_layer = 2;  // most experts asked for per layer ahead
   double prefetch_min_probability = 0.5;  // below it a guess costs more link time than it saves
   bool prefetch_only_idle = true;  // no prefetch while copies are queued or running
 };
 
 // Parses "adaptive" or "adaptive-<ablation>[-<ablation>...]" with ablations
-// nodistance, nolearned, norequest, noprefetch. Throws InputError for another name.
+// nodistance, nolearned, norequest, noprefetch, nolookahead. Throws InputError for
+// another name.
 AdaptiveOptions adaptive_options_from_name(const std::string& name);
 
 class AdaptivePolicy final : public ExpertPolicy {
@@ -58,10 +69,11 @@ class AdaptivePolicy final : public ExpertPolicy {
 
   std::string name() const override { return name_; }
   bool prefetches() const override { return opt_.prefetch; }
-  void begin_iteration(Phase phase, int64_t) override { phase_ = phase; }
+  void begin_iteration(Phase phase, int64_t) override;
   void begin_request(const RequestInfo& info) override;
   void end_request(int64_t id) override { running_.erase(id); }
   void routed(const LayerRouting& r) override;
+  int32_t lookahead_depth() const override { return opt_.lookahead ? std::min(opt_.prefetch_depth, kMaxLookahead) : 0; }
   void link_state(size_t copies_in_flight, size_t) override { link_busy_ = copies_in_flight > 0; }
   void plan_prefetch(int32_t layer_now, PrefetchPlan& plan) override;
   size_t victim(const CacheView& view, const ExpertKey& incoming) override;
@@ -70,8 +82,14 @@ class AdaptivePolicy final : public ExpertPolicy {
   void save(std::ostream& out) const override;
   void load(std::istream& in) override;
 
-  // The learned probability that `key` is routed at its layer's next visit.
+  // The learned probability that `key` is routed at its layer's next visit (with the
+  // current step's lookahead, when it covers the layer).
   double reuse_probability(const ExpertKey& key) const;
+  // The same from the first table alone (no lookahead).
+  double table_probability(const ExpertKey& key) const;
+  // Layers between the freshest lookahead that covers `layer` in this step and it
+  // (1..kMaxLookahead), 0 when none does.
+  int32_t lookahead_distance(int32_t layer) const;
   // Expected hits per layer step of cache held, seen from `layer_now`.
   double value(const ExpertKey& key, int32_t layer_now) const;
   // Layer steps from `layer_now` to `layer`'s next visit (1..n_layer).
@@ -83,6 +101,8 @@ class AdaptivePolicy final : public ExpertPolicy {
   double request_rate(const ExpertKey& key) const;
 
   static constexpr int kRecencyBuckets = 7, kRateBuckets = 6, kRequestBuckets = 8;
+  static constexpr int32_t kMaxLookahead = 3;
+  static constexpr int kShareBuckets = 5, kPriorBuckets = 6;
 
  private:
   struct ExpertState {
@@ -105,6 +125,11 @@ class AdaptivePolicy final : public ExpertPolicy {
   Cell& cell(const Features& f) { return table_[cell_index(f)]; }
   const Cell& cell(const Features& f) const { return table_[cell_index(f)]; }
   RequestCounts& counts_of(int64_t id);
+  // The lookahead table's cell for distance h, the share of tokens naming the expert
+  // and the first table's probability p.
+  static size_t lookahead_cell(int32_t h, double share, double p);
+  void learn_lookahead(int32_t layer, const std::vector<char>& used);
+  void remember_lookahead(const LayerRouting& r);
   const ExpertState& state(const ExpertKey& k) const { return experts_[static_cast<size_t>(g_.index(k))]; }
 
   const ExpertGeometry& g_;
@@ -118,6 +143,12 @@ class AdaptivePolicy final : public ExpertPolicy {
   int64_t last_request_ = 0;  // the request of routings that name none (one request at a time)
   std::vector<Cell> table_;
   double hits_ = 0, n_ = 0;  // every observation (the table's prior)
+  // The step's lookahead: for distance h and layer, the share of the step's tokens
+  // whose lookahead names each expert ([h-1][layer][expert]); valid until the layer's
+  // own routing arrives in this step.
+  std::vector<std::vector<std::vector<float>>> predicted_;
+  std::vector<std::vector<char>> predicted_valid_;  // [h-1][layer]
+  std::vector<Cell> lookahead_table_;               // [h-1][share bucket][probability bucket]
   uint64_t observations_ = 0;
 };
 

@@ -16,12 +16,14 @@ namespace {
 
 // The router output of one traced layer as the engine would have produced it:
 // dropped rows are skipped, missing weights become uniform, probabilities stay empty
-// unless the trace has them.
+// unless the trace has them, and so does the lookahead routing (the reader checked it
+// has a row exactly where experts has one).
 LayerRouting to_routing(const TraceRecord& r, int32_t layer, int32_t n_expert, int32_t top_k) {
   LayerRouting out;
   out.layer = layer;
   out.n_expert = n_expert;
   out.top_k = top_k;
+  out.lookahead_depth = r.has_lookahead ? r.lookahead_depth : 0;
   bool all_probs = r.has_probs;
   for (size_t t = 0; t < r.experts.size(); ++t) {
     if (r.experts[t].empty()) continue;
@@ -34,10 +36,24 @@ LayerRouting to_routing(const TraceRecord& r, int32_t layer, int32_t n_expert, i
       out.probs.insert(out.probs.end(), r.probs[t].begin(), r.probs[t].end());
     else
       all_probs = false;
+    for (int32_t h = 0; h < out.lookahead_depth; ++h)
+      out.lookahead.insert(out.lookahead.end(), r.lookahead[t][static_cast<size_t>(h)].begin(),
+                           r.lookahead[t][static_cast<size_t>(h)].end());
     ++out.n_tok;
   }
   if (!all_probs) out.probs.clear();
+  if (out.n_tok == 0) out.lookahead_depth = 0;
   return out;
+}
+
+// Keeps the first `depth` layers of each token's lookahead.
+void cut_lookahead(LayerRouting& r, int64_t depth) {
+  if (depth >= r.lookahead_depth) return;
+  std::vector<int32_t> cut;
+  for (int64_t t = 0; t < r.n_tok; ++t)
+    for (int64_t h = 1; h <= depth; ++h) cut.insert(cut.end(), r.lookahead_of(t, h), r.lookahead_of(t, h) + r.top_k);
+  r.lookahead = std::move(cut);
+  r.lookahead_depth = depth;
 }
 
 std::vector<int32_t> distinct(const std::vector<int32_t>& ids) {
@@ -85,9 +101,21 @@ LayerRouting merged_routing(const Trace& t, const SimStep& step, int32_t layer) 
   out.n_expert = t.n_expert;
   out.top_k = t.top_k;
   bool probs = true;
+  // The step's lookahead reaches as far as that of every request in it (none if one
+  // request's record has none).
+  std::vector<LayerRouting> parts;
+  int64_t depth = -1;
+  for (const auto& [ri, ii] : step) {
+    parts.push_back(to_routing(t.requests[ri].iterations[ii].layers[static_cast<size_t>(layer)], layer, t.n_expert, t.top_k));
+    if (parts.back().n_tok > 0) depth = depth < 0 ? parts.back().lookahead_depth : std::min(depth, parts.back().lookahead_depth);
+  }
+  out.lookahead_depth = std::max<int64_t>(depth, 0);
+  size_t part = 0;
   for (const auto& [ri, ii] : step) {
     const TraceRequest& rq = t.requests[ri];
-    const LayerRouting r = to_routing(rq.iterations[ii].layers[static_cast<size_t>(layer)], layer, t.n_expert, t.top_k);
+    LayerRouting& r = parts[part++];
+    cut_lookahead(r, out.lookahead_depth);
+    out.lookahead.insert(out.lookahead.end(), r.lookahead.begin(), r.lookahead.end());
     out.experts.insert(out.experts.end(), r.experts.begin(), r.experts.end());
     out.weights.insert(out.weights.end(), r.weights.begin(), r.weights.end());
     probs = probs && (r.n_tok == 0 || !r.probs.empty());
@@ -178,6 +206,10 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
     }
   }
   if (!trace.has_probs) res.notes.push_back("no gate probabilities in the trace: policies saw top-k weights only");
+  if (const int32_t want = policy->lookahead_depth(); want > trace.lookahead_depth)
+    res.notes.push_back(policy->name() + " reads " + std::to_string(want) + " layers of lookahead routing, the trace carries " +
+                        (trace.lookahead_depth ? std::to_string(trace.lookahead_depth) : std::string("none")) +
+                        " (record it with `moeflow trace record --lookahead D`)");
   if (trace.dropped_rows) res.notes.push_back(std::to_string(trace.dropped_rows) + " dropped (token, layer) rows skipped");
 
   SimulatedTransport link(g, hw.link);

@@ -167,6 +167,26 @@ TraceStats compute_trace_stats(const Trace& t) {
   s.affinity_top1_hit = n ? static_cast<double>(hit) / static_cast<double>(n) : 0;
   s.affinity_chance = E ? static_cast<double>(t.top_k) / E : 0;
   s.temporal_overlap = overlap_n ? overlap_sum / static_cast<double>(overlap_n) : 0;
+
+  std::vector<int64_t> named(static_cast<size_t>(t.lookahead_depth), 0), routed(named.size(), 0);
+  for (const TraceRequest& rq : t.requests)
+    for (const TraceIteration& it : rq.iterations) {
+      if (it.prefill) continue;
+      for (int32_t l = 0; l < L; ++l) {
+        const TraceRecord& r = it.layers[static_cast<size_t>(l)];
+        for (size_t tok = 0; tok < r.lookahead.size(); ++tok)
+          for (size_t h = 1; h <= r.lookahead[tok].size(); ++h) {
+            const auto& later = it.layers[static_cast<size_t>(l) + h].experts;
+            if (tok >= later.size() || later[tok].empty()) continue;
+            for (int32_t e : later[tok]) {
+              named[h - 1] += std::count(r.lookahead[tok][h - 1].begin(), r.lookahead[tok][h - 1].end(), e) > 0;
+              ++routed[h - 1];
+            }
+          }
+      }
+    }
+  for (size_t h = 0; h < named.size(); ++h)
+    s.lookahead_recall.push_back(routed[h] ? static_cast<double>(named[h]) / static_cast<double>(routed[h]) : 0);
   return s;
 }
 

@@ -30,6 +30,10 @@ struct TraceStats {
   double affinity_top1_hit = 0, affinity_chance = 0;
   // Same layer, consecutive decode tokens: overlap of the top-k sets.
   double temporal_overlap = 0;
+  // Lookahead routing (when recorded), per distance h = 1..: the share of layer l+h's
+  // routed experts that layer l's lookahead named ("recall"; chance top_k / n_expert),
+  // decode tokens only.
+  std::vector<double> lookahead_recall;
   // task -> [layer][expert] popularity (only when tasks are present).
   std::map<std::string, std::vector<std::vector<double>>> task_popularity;
   // Mean over layers of the total-variation distance between each task's popularity

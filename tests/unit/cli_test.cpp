@@ -220,6 +220,38 @@ TEST(Cli, PolicyStateSurvivesARestart) {
   std::remove(state.c_str());
 }
 
+// `trace record --from-trace` reruns a trace's own token ids: the same routing again,
+// now with the lookahead field (the 2-layer fixture: layer 0 looks one layer ahead).
+TEST(Cli, TraceRecordFromTraceAddsTheLookaheadToTheSameRouting) {
+  const std::string text = moeflow::testing::scratch_path("text") + ".txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 40; ++i) f << "the quick brown fox " << i << " jumps over the lazy dog. ";
+  }
+  const std::string a = moeflow::testing::scratch_path("plain") + ".jsonl", b = moeflow::testing::scratch_path("ahead") + ".jsonl";
+  const Result first = run("trace record -m " + kModel + " -f " + text + " -o " + a +
+                           " --windows 2 --prefill 6 --decode 4 --lookahead 0 --task t");
+  ASSERT_EQ(first.code, 0) << first.out;
+  const Result again = run("trace record -m " + kModel + " --from-trace " + a + " -o " + b + " --lookahead 1");
+  ASSERT_EQ(again.code, 0) << again.out;
+  std::ifstream fa(a), fb(b);
+  std::string la, lb;
+  int lines = 0, with = 0;
+  while (std::getline(fa, la) && std::getline(fb, lb)) {
+    nlohmann::json ja = nlohmann::json::parse(la), jb = nlohmann::json::parse(lb);
+    EXPECT_FALSE(ja.contains("lookahead"));
+    with += jb.contains("lookahead");
+    if (jb.contains("lookahead")) EXPECT_EQ(jb["layer"], 0);
+    jb.erase("lookahead");
+    EXPECT_EQ(ja, jb) << "line " << lines;
+    ++lines;
+  }
+  EXPECT_EQ(lines, 2 * 5 * 2);  // 2 requests x (prefill + 4 decode steps) x 2 layers
+  EXPECT_EQ(with, lines / 2);
+  expect_failure("trace record -m " + kModel + " --from-trace " + a + " -o " + b + " --lookahead 4", "--lookahead");
+  expect_failure("trace record -m " + kModel + " -o " + b, "one of -f FILE or --from-trace");
+}
+
 // A small routing trace in the interchange format, shaped like the built-in model
 // (6 layers, 8 experts, top-2): 3 requests, each an 8-token prefill and 6 decode
 // steps, with a sticky expert per request so that caching has something to find.

@@ -14,9 +14,11 @@
 #include <vector>
 
 #include "base/error.h"
+#include "engine/expert_source.h"
 #include "model/model_weights.h"
 #include "moeflow/sampler.h"
 #include "policy/policy_factory.h"
+#include "model/synthetic_model.h"
 #include "test_paths.h"
 
 namespace moeflow {
@@ -194,27 +196,48 @@ TEST(EngineBatch, OffloadedUnderEveryPolicyIsLossless) {
 }
 
 // `adaptive` (and its ablations) with --on-miss load give the all-resident logits at
-// every budget, down to the smallest that runs.
+// every budget, down to the smallest that runs; on the 2-layer fixture and on a
+// 4-layer model, where the lookahead routing `adaptive` asks for reaches two layers.
+// The engine computes the lookahead only for a policy that reads it.
 TEST(EngineBatch, AdaptiveIsLosslessAtEveryBudget) {
-  const char* fixture = "mixtral-f32.gguf";
-  auto resident = Engine::open(options_for(fixture));
-  const std::vector<Script> scripts = make_scripts(6, resident->n_vocab(), 7);
-  std::vector<Transcript> ref;
-  for (const Script& s : scripts) ref.push_back(run_alone(*resident, s));
-  for (const char* policy : {"adaptive", "adaptive-noprefetch", "adaptive-nodistance-nolearned"})
-    for (const char* budget : {"12.5%", "25%", "50%", "75%"}) {
-      auto e = Engine::open(options_for(fixture, policy, budget));
-      ASSERT_TRUE(e->offloaded());
-      const std::vector<Transcript> together = run_together(*e, scripts, 5);
-      for (size_t i = 0; i < scripts.size(); ++i) {
-        ASSERT_EQ(together[i].logits.size(), ref[i].logits.size());
-        for (size_t k = 0; k < ref[i].logits.size(); ++k)
-          ASSERT_TRUE(together[i].logits[k] == ref[i].logits[k]) << policy << " at " << budget << ": sequence " << i << ", logits " << k;
+  struct LookaheadSeen final : public ForwardListener {
+    int64_t deepest = 0;
+    void routed(const LayerRouting& r) override { deepest = std::max(deepest, r.lookahead_depth); }
+  };
+  SyntheticModelSpec spec;
+  spec.n_layer = 4;
+  const std::string four = moeflow::testing::scratch_path("four-layers") + ".gguf";
+  write_synthetic_model(spec, four);
+  for (const std::string& model : {fixture_path("mixtral-f32.gguf"), four}) {
+    EngineOptions ro = options_for("mixtral-f32.gguf");
+    ro.model_path = model;
+    auto resident = Engine::open(ro);
+    const std::vector<Script> scripts = make_scripts(6, resident->n_vocab(), 7);
+    std::vector<Transcript> ref;
+    for (const Script& s : scripts) ref.push_back(run_alone(*resident, s));
+    for (const char* policy : {"adaptive", "adaptive-nolookahead", "adaptive-noprefetch", "adaptive-nodistance-nolearned"})
+      for (const char* budget : {"12.5%", "25%", "50%", "75%"}) {
+        EngineOptions o = options_for("mixtral-f32.gguf", policy, budget);
+        o.model_path = model;
+        auto e = Engine::open(o);
+        ASSERT_TRUE(e->offloaded());
+        LookaheadSeen seen;
+        e->add_listener(&seen);
+        const std::vector<Transcript> together = run_together(*e, scripts, 5);
+        for (size_t i = 0; i < scripts.size(); ++i) {
+          ASSERT_EQ(together[i].logits.size(), ref[i].logits.size());
+          for (size_t k = 0; k < ref[i].logits.size(); ++k)
+            ASSERT_TRUE(together[i].logits[k] == ref[i].logits[k])
+                << model << ", " << policy << " at " << budget << ": sequence " << i << ", logits " << k;
+        }
+        const int64_t layers = model == four ? 4 : 2;
+        EXPECT_EQ(seen.deepest, std::string(policy) == "adaptive-nolookahead" ? 0 : std::min<int64_t>(2, layers - 1))
+            << model << ", " << policy;
+        const ExpertCacheStats st = e->cache_stats();
+        std::printf("%s layers, %s at %s: hit rate %.1f%%\n", layers == 4 ? "4" : "2", policy, budget,
+                    100.0 * static_cast<double>(st.hits) / static_cast<double>(std::max<uint64_t>(st.hits + st.misses, 1)));
       }
-      const ExpertCacheStats st = e->cache_stats();
-      std::printf("%s at %s: hit rate %.1f%%\n", policy, budget,
-                  100.0 * static_cast<double>(st.hits) / static_cast<double>(std::max<uint64_t>(st.hits + st.misses, 1)));
-    }
+  }
 }
 
 // "100%" is of what the experts take in memory: it holds every expert, so nothing is
