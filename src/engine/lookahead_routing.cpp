@@ -26,6 +26,10 @@ void LookaheadRouter::route(const ModelConfig& c, const ModelWeights& w, int32_t
       jobs_.push_back({g.dtype, g.layout, g.data, g.rows, g.cols, xn_.data() + step.n_single * D, n - step.n_single,
                        logits_.data() + step.n_single * E});
     backend.products(jobs_.data(), jobs_.size());
+    // The router's own bias (gpt-oss), as the layer itself adds it before routing.
+    if (!L.gate_inp_b.empty())
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t e = 0; e < E; ++e) logits_[static_cast<size_t>(t * E + e)] += L.gate_inp_b[static_cast<size_t>(e)];
     route_tokens(c, logits_.data(), n, l + h, ahead_, backend);
     for (int64_t t = 0; t < n; ++t)
       std::copy(ahead_.experts.begin() + t * K, ahead_.experts.begin() + (t + 1) * K,
