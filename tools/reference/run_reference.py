@@ -15,7 +15,7 @@ from gguf_reader import GGUF  # noqa: E402
 def load_reference(path):
     """The NumPy reference for the architectures it covers, else the PyTorch one."""
     if GGUF(path).metadata["general.architecture"] in arch_reference.ARCHS:
-        return arch_reference.Reference(path)
+        return arch_reference.reference_for(path)
     from moe_reference import Reference  # needs PyTorch
     return Reference(path)
 
