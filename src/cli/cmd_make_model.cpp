@@ -10,7 +10,7 @@ namespace moeflow::cli {
 int cmd_make_model(int argc, char** argv) {
   Args a("make-model");
   a.flag("-o,--out", "output GGUF path (required)");
-  a.flag("--arch", "mixtral | qwen3moe | olmoe | qwen2moe | gpt-oss", true, "mixtral");
+  a.flag("--arch", "mixtral | qwen3moe | olmoe | qwen2moe | deepseek2 | gpt-oss", true, "mixtral");
   a.flag("--dtype", "f32 | f16 | bf16 | q8_0 | q4_0 | q2_k .. q6_k (big matrices; the k-quants need --embd, --ff "
                     "and heads x head-dim multiples of 256)", true, "f32");
   a.flag("--expert-dtype", "dtype of the expert matrices, e.g. mxfp4 as gpt-oss ships them (default: --dtype)", true, "");
@@ -23,6 +23,15 @@ int cmd_make_model(int argc, char** argv) {
   a.flag("--head-dim", "head size", true, "16");
   a.flag("--ff", "hidden size of one expert", true, "64");
   a.flag("--ff-shared", "hidden size of the shared expert (qwen2moe; default twice --ff)", true, "0");
+  a.flag("--q-lora", "deepseek2: q's low rank (0: attn_q directly, as V2-Lite)", true, "0");
+  a.flag("--kv-lora", "deepseek2: the compressed kv's width", true, "32");
+  a.flag("--rope-dim", "deepseek2: the key's rotated dims (0: half --head-dim, the key's length)", true, "0");
+  a.flag("--v-head-dim", "deepseek2: value head size (0: half --head-dim)", true, "0");
+  a.flag("--dense-lead", "deepseek2: leading dense layers", true, "1");
+  a.flag("--shared-experts", "deepseek2: shared experts of --ff each", true, "2");
+  a.flag("--expert-groups", "deepseek2: expert groups for group-limited routing", true, "1");
+  a.flag("--groups-used", "deepseek2: groups a token may route to (0: all)", true, "0");
+  a.flag("--yarn-factor", "deepseek2: YaRN rope scaling factor (1: none)", true, "4");
   a.flag("--experts", "experts per layer", true, "8");
   a.flag("--top-k", "experts used per token", true, "2");
   a.flag("--tied", "tie the output projection to the embeddings", false);
@@ -36,8 +45,9 @@ int cmd_make_model(int argc, char** argv) {
   else if (arch == "qwen3moe") s.arch = Arch::Qwen3Moe;
   else if (arch == "olmoe") s.arch = Arch::Olmoe;
   else if (arch == "qwen2moe") s.arch = Arch::Qwen2Moe;
+  else if (arch == "deepseek2") s.arch = Arch::DeepSeek2;
   else if (arch == "gpt-oss") s.arch = Arch::GptOss;
-  else throw UsageError("moeflow make-model: --arch must be mixtral, qwen3moe, olmoe, qwen2moe or gpt-oss, got '" + arch + "'");
+  else throw UsageError("moeflow make-model: --arch must be mixtral, qwen3moe, olmoe, qwen2moe, deepseek2 or gpt-oss, got '" + arch + "'");
   if (!dtype_from_name(a.str("--dtype"), s.dtype))
     throw UsageError("moeflow make-model: --dtype must be f32, f16, bf16, q8_0, q4_0 or q2_k..q6_k, got '" + a.str("--dtype") + "'");
   DType expert_dtype = s.dtype;
@@ -56,6 +66,15 @@ int cmd_make_model(int argc, char** argv) {
   s.n_ff_shexp = a.integer("--ff-shared", 0, 1 << 16);
   s.n_expert = a.integer("--experts", 1, 1024);
   s.n_expert_used = a.integer("--top-k", 1, s.n_expert);
+  s.ds_q_lora_rank = a.integer("--q-lora", 0, 1 << 16);
+  s.ds_kv_lora_rank = a.integer("--kv-lora", 1, 1 << 16);
+  s.ds_rope_dim = a.integer("--rope-dim", 0, 1024);
+  s.ds_v_head_dim = a.integer("--v-head-dim", 0, 1024);
+  s.ds_dense_lead = a.integer("--dense-lead", 0, 255);
+  s.ds_shared = a.integer("--shared-experts", 0, 64);
+  s.ds_groups = a.integer("--expert-groups", 1, 1024);
+  s.ds_groups_used = a.integer("--groups-used", 0, 1024);
+  s.ds_yarn_factor = a.number("--yarn-factor", 1.0, 1e6);
   s.tied_output = a.has("--tied");
   s.seed = static_cast<uint64_t>(a.integer("--seed", 0, INT64_MAX));
   write_synthetic_model(s, a.str("--out"));

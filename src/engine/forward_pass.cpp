@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "engine/yarn_rope.h"
 #include "model/rope_yarn.h"
 
 namespace moeflow {
@@ -18,7 +19,7 @@ DType default_kv_type(const Model& model) {
 
 KvBlockPool make_kv_pool(const Model& model, Backend& backend, int64_t n_blocks, DType kv_type, int64_t block_len) {
   const ModelConfig& c = model.config();
-  return KvBlockPool(backend, c.n_layer, c.n_head_kv, c.head_dim, n_blocks, block_len, kv_type);
+  return KvBlockPool(backend, c.n_layer, c.n_head_kv, c.head_dim, n_blocks, block_len, kv_type, c.v_head_dim());
 }
 
 ForwardPass::ForwardPass(const Model& model, Backend& backend, KvBlockPool& kv)
@@ -64,6 +65,7 @@ void ForwardPass::run(const StepTokens& step, std::vector<float>& logits) {
   rope_cs_.resize(static_cast<size_t>(n * rd));
   for (int64_t t = 0; t < n; ++t) {
     if (!yarn_inv_freq_.empty()) yarn_angles(yarn_inv_freq_, c.yarn.attn_factor, step.pos[t], rope_cs_.data() + t * rd);
+    else if (c.mla.yarn.factor > 1.0) yarn_rope_angles(c, step.pos[t], rope_cs_.data() + t * rd);
     else backend_.rope_angles(step.pos[t], c.rot_dim, c.rope_base, rope_cs_.data() + t * rd);
   }
   queries_.resize(static_cast<size_t>(n));
@@ -73,8 +75,10 @@ void ForwardPass::run(const StepTokens& step, std::vector<float>& logits) {
   lookahead_depth_ = source_ ? source_->lookahead_depth() : 0;
   for (ForwardListener* li : listeners_) lookahead_depth_ = std::max(lookahead_depth_, li->lookahead_depth());
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    attention_block(l, step, x_);
-    moe_block(l, step, x_);
+    if (c.arch == Arch::DeepSeek2) mla_attention_block(l, step, x_);
+    else attention_block(l, step, x_);
+    if (l < c.n_dense_lead) dense_ffn_block(l, step, x_);
+    else moe_block(l, step, x_);
   }
   for (ForwardListener* li : listeners_) li->end_step();
   if (source_) source_->end_step();
@@ -183,7 +187,8 @@ void ForwardPass::moe_block(int64_t l, const StepTokens& step, std::vector<float
   add_products(L.gate_inp, xn_.data(), n, step.n_single, router_.data(), jobs_);
   backend_.products(jobs_.data(), jobs_.size());
   if (!L.gate_inp_b.empty()) add_bias(router_.data(), L.gate_inp_b, n);
-  route_tokens(c, router_.data(), n, l, routing_, backend_);
+  // The expert machinery numbers MoE layers only (model_config.h: n_dense_lead).
+  route_tokens(c, router_.data(), n, l - c.n_dense_lead, routing_, backend_);
   routing_.requests = step.requests;
   // x is still the layer's MoE input (before its norm): what the next routers see.
   if (lookahead_depth_ > 0) {

@@ -58,6 +58,10 @@ class ForwardPass {
   // x += the layer's shared expert (gated when the model gates it) of the normalised
   // input in xn_.
   void shared_expert(const LayerWeights& L, const StepTokens& step, std::vector<float>& x);
+  // deepseek2 (engine/forward_pass_mla.cpp): multi-head latent attention, and the
+  // dense FFN of the layers before the first MoE one.
+  void mla_attention_block(int64_t layer, const StepTokens& step, std::vector<float>& x);
+  void dense_ffn_block(int64_t layer, const StepTokens& step, std::vector<float>& x);
   // y[t] += b for the n rows of y (b.size() floats each).
   static void add_bias(float* y, const std::vector<float>& b, int64_t n);
   // Y = W X over the step's rows, single tokens as mat-vecs (jobs appended).
@@ -72,6 +76,7 @@ class ForwardPass {
   // Scratch reused across calls (sized for the largest step seen).
   std::vector<float> x_, xn_, q_, k_, v_, attn_, proj_, router_;
   std::vector<int64_t> shexp_slots_;
+  std::vector<float> mla_a_, mla_latent_, mla_kv_;  // deepseek2's attention intermediates
   // cos, sin of the rotary angles of each token (rot_dim floats per token): computed
   // once per step, not once per layer.
   std::vector<float> rope_cs_;

@@ -8,8 +8,9 @@
 namespace moeflow {
 
 KvBlockPool::KvBlockPool(Backend& backend, int64_t n_layer, int64_t n_head_kv, int64_t head_dim, int64_t n_blocks,
-                         int64_t block_len, DType type)
-    : backend_(&backend), n_layer_(n_layer), n_head_kv_(n_head_kv), head_dim_(head_dim), n_blocks_(n_blocks), block_len_(block_len),
+                         int64_t block_len, DType type, int64_t v_head_dim)
+    : backend_(&backend), n_layer_(n_layer), n_head_kv_(n_head_kv), head_dim_(head_dim),
+      v_head_dim_(v_head_dim > 0 ? v_head_dim : head_dim), n_blocks_(n_blocks), block_len_(block_len),
       type_(type), elem_(type == DType::F16 ? 2 : 4) {
   if (type != DType::F32 && type != DType::F16)
     throw std::invalid_argument(std::string("moeflow: a ") + dtype_name(type) + " KV cache (f32 or f16 only)");
@@ -18,9 +19,9 @@ KvBlockPool::KvBlockPool(Backend& backend, int64_t n_layer, int64_t n_head_kv, i
   if (n_blocks > (int64_t{1} << 31) - 1)
     throw InputError("a KV cache of " + std::to_string(n_blocks) + " blocks of " + std::to_string(block_len) +
                      " positions is more than the pool can index: lower --ctx-size or --parallel");
-  const uint64_t half = bytes() / 2;
-  k_ = backend.allocate(half);
-  v_ = backend.allocate(half);
+  const uint64_t blocks = static_cast<uint64_t>(n_blocks_) * elem_;
+  k_ = backend.allocate(static_cast<uint64_t>(block_stride()) * blocks);
+  v_ = backend.allocate(static_cast<uint64_t>(v_block_stride()) * blocks);
   if (!k_ || !v_)
     throw InputError("cannot map " + std::to_string(bytes() >> 20) + " MiB for the KV cache (" +
                      std::to_string(n_blocks) + " blocks of " + std::to_string(block_len) +
@@ -46,11 +47,14 @@ void KvBlockPool::release(std::vector<int32_t>& table) {
 }
 
 void KvBlockPool::store(int64_t layer, const int32_t* table, int64_t pos, const float* k, const float* v) {
-  const size_t off = static_cast<size_t>(table[pos / block_len_]) * static_cast<size_t>(block_stride()) * elem_ +
-                     layer_offset(layer) + static_cast<size_t>((pos % block_len_) * head_dim_) * elem_;
-  const int64_t head_plane = block_len_ * head_dim_;
-  backend_->kv_store(type_, k, n_head_kv_, head_dim_, k_->data() + off, head_plane);
-  backend_->kv_store(type_, v, n_head_kv_, head_dim_, v_->data() + off, head_plane);
+  const size_t block = static_cast<size_t>(table[pos / block_len_]);
+  const size_t row = static_cast<size_t>(pos % block_len_);
+  const size_t k_off = (block * static_cast<size_t>(block_stride()) + row * static_cast<size_t>(head_dim_)) * elem_ +
+                       layer_offset(layer, head_dim_);
+  const size_t v_off = (block * static_cast<size_t>(v_block_stride()) + row * static_cast<size_t>(v_head_dim_)) * elem_ +
+                       layer_offset(layer, v_head_dim_);
+  backend_->kv_store(type_, k, n_head_kv_, head_dim_, k_->data() + k_off, block_len_ * head_dim_);
+  backend_->kv_store(type_, v, n_head_kv_, v_head_dim_, v_->data() + v_off, block_len_ * v_head_dim_);
 }
 
 }  // namespace moeflow

@@ -10,6 +10,9 @@
 // (docs/performance.md); a 32-position block of f16 keys with 64-wide heads is one
 // 4 KiB page, the unit the hardware prefetcher follows anyway.
 //
+// Keys and values may differ in width (DeepSeek-V2's heads: 192-wide keys, 128-wide
+// values): the value planes are [block_len][v_head_dim], in a pool of their own.
+//
 // Elements are f32 or f16 (engine/transformer.h: default_kv_type). The memory is an
 // backend's (on the CPU an anonymous mapping: pages are touched only when a position
 // is first written).
@@ -33,8 +36,9 @@ class KvBlockPool {
   // Throws InputError when the memory cannot be mapped (names the size).
   // The memory comes from `backend`, which also writes into it (not owned; must
   // outlive the pool).
+  // v_head_dim 0: values as wide as keys (head_dim).
   KvBlockPool(Backend& backend, int64_t n_layer, int64_t n_head_kv, int64_t head_dim, int64_t n_blocks,
-              int64_t block_len = kDefaultBlockLen, DType type = DType::F32);
+              int64_t block_len = kDefaultBlockLen, DType type = DType::F32, int64_t v_head_dim = 0);
 
   int64_t block_len() const { return block_len_; }
   int64_t n_blocks() const { return n_blocks_; }
@@ -44,10 +48,13 @@ class KvBlockPool {
   int64_t blocks_for(int64_t n_pos) const { return (n_pos + block_len_ - 1) / block_len_; }
   DType type() const { return type_; }
   // Keys and values of one block, every layer.
-  uint64_t block_bytes() const { return 2 * static_cast<uint64_t>(block_stride()) * elem_; }
+  uint64_t block_bytes() const { return static_cast<uint64_t>(block_stride() + v_block_stride()) * elem_; }
   uint64_t bytes() const { return block_bytes() * static_cast<uint64_t>(n_blocks_); }
   // Elements between one block and the next (the attention kernel's block_stride).
   int64_t block_stride() const { return n_layer_ * n_head_kv_ * block_len_ * head_dim_; }
+  // The same for the values.
+  int64_t v_block_stride() const { return n_layer_ * n_head_kv_ * block_len_ * v_head_dim_; }
+  int64_t v_head_dim() const { return v_head_dim_; }
 
   // Grows `table` to cover n_pos positions. Returns false, taking nothing, when the
   // pool has too few free blocks.
@@ -57,18 +64,20 @@ class KvBlockPool {
 
   // Block 0's rows of `layer` (the attention kernel's k_cache / v_cache).
   const void* k(int64_t layer) const { return k_->data() + layer_offset(layer); }
-  const void* v(int64_t layer) const { return v_->data() + layer_offset(layer); }
-  // Writes one position's keys and values ([n_head_kv][head_dim] floats each) of the
+  const void* v(int64_t layer) const { return v_->data() + layer_offset(layer, v_head_dim_); }
+  // Writes one position's keys and values ([n_head_kv][head_dim] and
+  // [n_head_kv][v_head_dim] floats) of the
   // sequence whose block table is `table`. REQUIRES the table covers pos.
   void store(int64_t layer, const int32_t* table, int64_t pos, const float* k, const float* v);
 
  private:
-  size_t layer_offset(int64_t layer) const {
-    return static_cast<size_t>(layer * n_head_kv_ * block_len_ * head_dim_) * elem_;
+  size_t layer_offset(int64_t layer) const { return layer_offset(layer, head_dim_); }
+  size_t layer_offset(int64_t layer, int64_t dim) const {
+    return static_cast<size_t>(layer * n_head_kv_ * block_len_ * dim) * elem_;
   }
 
   Backend* backend_;
-  int64_t n_layer_, n_head_kv_, head_dim_, n_blocks_, block_len_;
+  int64_t n_layer_, n_head_kv_, head_dim_, v_head_dim_, n_blocks_, block_len_;
   DType type_;
   size_t elem_;  // bytes per element
   std::unique_ptr<DeviceBuffer> k_, v_;

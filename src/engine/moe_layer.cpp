@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "engine/expert_groups.h"
+
 
 namespace moeflow {
 
@@ -33,12 +35,16 @@ void route_tokens(const ModelConfig& c, const float* router_logits, int64_t n_to
   r.experts.resize(static_cast<size_t>(n_tok * K));
   r.weights.resize(static_cast<size_t>(n_tok * K));
   std::vector<int32_t> order(static_cast<size_t>(E));
+  std::vector<float> in_groups(c.n_expert_group > 1 ? static_cast<size_t>(E) : 0);
   for (int64_t t = 0; t < n_tok; ++t) {
     float* p = r.probs.data() + t * E;
     backend.softmax(p, E);
+    // Group-limited routing ranks the experts of the chosen groups only.
+    const float* rank = p;
+    if (c.n_expert_group > 1) rank = limit_to_groups(c, p, in_groups.data());
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + K, order.end(),
-                      [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+                      [rank](int32_t a, int32_t b) { return rank[a] > rank[b] || (rank[a] == rank[b] && a < b); });
     for (int64_t k = 0; k < K; ++k) r.experts[t * K + k] = order[k];
     reweight_token(c, r, t);
   }
@@ -51,7 +57,7 @@ void reweight_token(const ModelConfig& c, LayerRouting& r, int64_t t) {
   for (int64_t k = 0; k < K; ++k) sum += p[r.experts[t * K + k]];
   for (int64_t k = 0; k < K; ++k) {
     const float pk = p[r.experts[t * K + k]];
-    r.weights[t * K + k] = c.norm_topk ? static_cast<float>(pk / sum) : pk;
+    r.weights[t * K + k] = (c.norm_topk ? static_cast<float>(pk / sum) : pk) * c.expert_weights_scale;
   }
 }
 

@@ -15,7 +15,9 @@
 
 namespace moeflow {
 
-// Softmax over the router logits, top-k with ties to the lower id, optional renormalisation.
+// Softmax over the router logits, top-k with ties to the lower id (among the chosen
+// groups' experts under group-limited routing), optional renormalisation, then the
+// weights times c.expert_weights_scale.
 void route_tokens(const ModelConfig& c, const float* router_logits, int64_t n_tok, int64_t layer,
                   LayerRouting& out, Backend& backend);
 

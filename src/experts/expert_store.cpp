@@ -14,14 +14,16 @@ uint64_t align_up(uint64_t x) { return (x + kDirectIoAlign - 1) & ~(kDirectIoAli
 ExpertStore::ExpertStore(const Model& model, const WeightPlacer* placer)
     : model_(model), placer_(placer), path_(model.file().path()) {
   const ModelConfig& c = model.config();
-  geometry_.n_layer = static_cast<int32_t>(c.n_layer);
+  // MoE layers only (deepseek2's leading dense layers have no experts): expert layer l
+  // is model layer l + n_dense_lead.
+  geometry_.n_layer = static_cast<int32_t>(c.n_moe_layer());
   geometry_.n_expert = static_cast<int32_t>(c.n_expert);
   geometry_.top_k = static_cast<int32_t>(c.n_expert_used);
-  const size_t n = static_cast<size_t>(c.n_layer * c.n_expert);
+  const size_t n = static_cast<size_t>(c.n_moe_layer() * c.n_expert);
   geometry_.bytes.resize(n);
   parts_.resize(n);
   for (int32_t l = 0; l < geometry_.n_layer; ++l) {
-    const LayerWeights& L = model.weights().layers[static_cast<size_t>(l)];
+    const LayerWeights& L = model.weights().layers[static_cast<size_t>(l + c.n_dense_lead)];
     const StackedExperts* stacks[3] = {&L.gate_exps, &L.up_exps, &L.down_exps};
     for (int32_t e = 0; e < geometry_.n_expert; ++e) {
       const ExpertKey key{l, e};
@@ -80,7 +82,7 @@ ExpertMatrices ExpertStore::matrices(const ExpertKey& k, const uint8_t* buf) con
 }
 
 ExpertMatrices ExpertStore::mapped(const ExpertKey& k) const {
-  const LayerWeights& L = model_.weights().layers[static_cast<size_t>(k.layer)];
+  const LayerWeights& L = model_.weights().layers[static_cast<size_t>(k.layer + model_.config().n_dense_lead)];
   return {L.gate_exps.expert(k.expert), L.up_exps.expert(k.expert), L.down_exps.expert(k.expert)};
 }
 

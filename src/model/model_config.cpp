@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "format/gguf.h"
+#include "model/deepseek2_config.h"
 #include "model/gpt_oss_config.h"
 
 namespace moeflow {
@@ -35,6 +36,7 @@ const char* arch_display_name(Arch a) {
     case Arch::Qwen3Moe: return "qwen3moe";
     case Arch::Olmoe: return "olmoe";
     case Arch::Qwen2Moe: return "qwen2moe";
+    case Arch::DeepSeek2: return "deepseek2";
     case Arch::GptOss: return "gpt-oss";
   }
   return "?";
@@ -68,11 +70,14 @@ ModelConfig read_model_config(const gguf::GgufFile& f) {
     c.qk_norm = QkNorm::None;
     c.attn_qkv_bias = true;
     c.shared_expert_gate = true;
+  } else if (arch == "deepseek2") {
+    c.arch = Arch::DeepSeek2;  // the rest in read_deepseek2_config
   } else if (arch == "gpt-oss") {
     c.arch = Arch::GptOss;  // the rest after the common keys, read_gpt_oss_config
   } else {
     throw InputError(f.path() + ": unsupported architecture '" + arch +
-                     "' (key general.architecture); supported: llama (Mixtral), qwen3moe, olmoe, qwen2moe, gpt-oss");
+                     "' (key general.architecture); supported: llama (Mixtral), qwen3moe, olmoe, qwen2moe, deepseek2, "
+                     "gpt-oss");
   }
   const std::string p = arch + ".";
   // Every size is bounded before it is multiplied: a head count of 2^60 + 4 times a
@@ -99,7 +104,7 @@ ModelConfig read_model_config(const gguf::GgufFile& f) {
               p + "attention.head_count_kv (" + std::to_string(c.n_head_kv) + ")");
   c.head_dim = sized(p + "attention.key_length", get_int_or(f, p + "attention.key_length", c.n_embd / c.n_head), kMaxHeadDim);
   const int64_t v_len = get_int_or(f, p + "attention.value_length", c.head_dim);
-  require(v_len == c.head_dim, f, "key " + p + "attention.value_length differs from key_length (unsupported)");
+  require(v_len == c.head_dim || c.arch == Arch::DeepSeek2, f, "key " + p + "attention.value_length differs from key_length (unsupported)");
   require(c.head_dim % 2 == 0, f, "key " + p + "attention.key_length must be positive and even");
   // Both factors are bounded above, so the product cannot overflow.
   require(c.n_head * c.head_dim <= kMaxEmbd, f,
@@ -128,6 +133,7 @@ ModelConfig read_model_config(const gguf::GgufFile& f) {
   require(std::isfinite(base) && base > 0 && base <= 1e12, f,
           "key " + p + "rope.freq_base = " + std::to_string(base) + " must be positive and finite (at most 1e12)");
   c.rope_base = static_cast<float>(base);
+  if (c.arch == Arch::DeepSeek2) read_deepseek2_config(f, c);
   if (c.arch == Arch::GptOss) read_gpt_oss_config(f, p, c);
   // The vocabulary size comes from the embedding tensor (checked in model_weights).
   c.n_vocab = 0;

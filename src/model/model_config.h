@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <string>
 
+#include "model/mla_config.h"
+
 namespace moeflow {
 namespace gguf { class GgufFile; }
 
-enum class Arch { Mixtral, Qwen3Moe, Olmoe, Qwen2Moe, GptOss };
+enum class Arch { Mixtral, Qwen3Moe, Olmoe, Qwen2Moe, DeepSeek2, GptOss };
 
 // The gated activation of an expert's hidden units h = act(gate, up).
 enum class ExpertGlu {
@@ -56,6 +58,20 @@ struct ModelConfig {
   // 0: none.
   int64_t n_ff_shexp = 0;
   bool shared_expert_gate = false;
+  // DeepSeek-V2 (model/deepseek2_config.h). The first n_dense_lead layers have a dense
+  // FFN of n_ff_dense (ffn_{gate,up,down}) and no experts; the expert machinery (store,
+  // cache, policies, traces) numbers the MoE layers 0..n_moe_layer()-1, model layer
+  // moe_layer + n_dense_lead.
+  int64_t n_dense_lead = 0;
+  int64_t n_ff_dense = 0;
+  int64_t head_dim_v = 0;             // value head size; 0: head_dim
+  float expert_weights_scale = 1.0f;  // the routed experts' weights are multiplied by it
+  // Group-limited routing: experts in n_expert_group equal groups, only the
+  // n_expert_group_used groups with the highest best-expert probability compete.
+  int64_t n_expert_group = 1, n_expert_group_used = 1;
+  MlaConfig mla;
+  int64_t n_moe_layer() const { return n_layer - n_dense_lead; }
+  int64_t v_head_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
   // gpt-oss (model/gpt_oss_config.h): a bias on the output projection, a learned sink
   // logit per head, sliding-window attention on the layers layer_slides() names,
   // biases on the router and on every expert's three projections, the clamped SwiGLU,

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "model/weight_binding.h"
 #include "tensor/finite_check.h"
 #include "tensor/rows_x4.h"
 
@@ -81,6 +82,17 @@ bool is_expert_tensor(const std::string& name) { return name.find("_exps.") != s
 
 }  // namespace
 
+MatrixRef bind_matrix(const gguf::GgufFile& f, const std::string& name, int64_t cols, int64_t rows) {
+  return matrix(f, name, cols, rows);
+}
+std::vector<float> bind_vector(const gguf::GgufFile& f, const std::string& name, int64_t n) {
+  return vector_f32(f, name, n);
+}
+StackedExperts bind_experts(const gguf::GgufFile& f, const std::string& name, int64_t cols, int64_t rows,
+                            int64_t n_expert) {
+  return experts(f, name, cols, rows, n_expert);
+}
+
 void check_finite_weights(const gguf::GgufFile& f, const gguf::TensorInfo& t) {
   const int64_t bad = first_non_finite(t.dtype, t.data, static_cast<int64_t>(t.n_elements()));
   if (bad < 0) return;
@@ -108,6 +120,13 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
 
   const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
   for (int64_t i = 0; i < c.n_layer; ++i) {
+    if (c.arch == Arch::DeepSeek2) {
+      w.layers.push_back(bind_deepseek2_layer(f, c, i));
+      const LayerWeights& L = w.layers.back();
+      w.expert_bytes += (L.gate_exps.first.bytes() + L.up_exps.first.bytes() + L.down_exps.first.bytes()) *
+                        static_cast<uint64_t>(L.gate_exps.n_expert);
+      continue;
+    }
     const std::string b = "blk." + std::to_string(i) + ".";
     LayerWeights L;
     L.attn_norm = vector_f32(f, b + "attn_norm.weight", c.n_embd);
@@ -174,6 +193,7 @@ void Model::make_resident(bool include_experts, WeightPlacer* placer) {
   };
   std::vector<Range> ranges;
   auto add = [&](MatrixRef& m, int64_t n_matrices, bool rows_only, bool experts = false) {
+    if (!m.data) return;  // a matrix this architecture does not have
     for (Range& r : ranges)
       if (r.src == m.data) {
         r.refs.push_back(&m);
@@ -189,6 +209,8 @@ void Model::make_resident(bool include_experts, WeightPlacer* placer) {
     for (MatrixRef* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate_inp}) add(*m, 1, false);
     if (L.shexp.gate.data)
       for (MatrixRef* m : {&L.shexp.gate, &L.shexp.up, &L.shexp.down}) add(*m, 1, false);
+    for (MatrixRef* m : {&L.mla.wq_a, &L.mla.wq_b, &L.mla.wkv_a, &L.mla.wkv_b, &L.ffn.gate, &L.ffn.up, &L.ffn.down})
+      add(*m, 1, false);
     if (include_experts)
       for (StackedExperts* e : {&L.gate_exps, &L.up_exps, &L.down_exps}) add(e->first, e->n_expert, false, true);
   }

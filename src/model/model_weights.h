@@ -49,6 +49,16 @@ struct ExpertMatrices {
   ExpertGlu glu = ExpertGlu::Silu;
 };
 
+// DeepSeek-V2's multi-head latent attention (model/deepseek2_weights.cpp says what each
+// computes); LayerWeights' wq is attn_q when q_lora_rank is 0, wo is attn_output.
+struct MlaWeights {
+  MatrixRef wq_a, wq_b;            // attn_q_a, attn_q_b (q_lora_rank > 0)
+  std::vector<float> q_a_norm;     // attn_q_a_norm
+  MatrixRef wkv_a;                 // attn_kv_a_mqa: [kv_lora_rank + rope dims][n_embd]
+  std::vector<float> kv_a_norm;    // attn_kv_a_norm
+  MatrixRef wkv_b;                 // attn_kv_b: [n_head * (nope + v dims)][kv_lora_rank]
+};
+
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm, q_norm, k_norm;  // q/k norms empty when unused
   std::vector<float> bq, bk, bv;  // projection biases; empty when the model has none
@@ -60,6 +70,8 @@ struct LayerWeights {
   // gate's weights (n_embd), empty when ungated.
   ExpertMatrices shexp;
   std::vector<float> gate_inp_shexp;
+  MlaWeights mla;      // deepseek2 only
+  ExpertMatrices ffn;  // a dense FFN layer without experts (deepseek2's leading layers)
   // gpt-oss (empty when the model has none): the output projection's bias (n_embd), the
   // sink logit of each head (n_head), the router's bias (n_expert), and the experts'
   // biases, expert e's at e * F (gate, up) or e * D (down).

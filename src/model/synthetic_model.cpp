@@ -44,6 +44,61 @@ std::string byte_token(int b) {
   return s;
 }
 
+struct DeepSeek2Sizes {
+  int64_t q_lora, kv_lora, rope, v, ff_dense, groups_used;
+};
+
+DeepSeek2Sizes deepseek2_sizes(const SyntheticModelSpec& s) {
+  DeepSeek2Sizes d{};
+  if (s.arch != Arch::DeepSeek2) return d;
+  d.q_lora = s.ds_q_lora_rank;
+  d.kv_lora = s.ds_kv_lora_rank;
+  d.rope = s.ds_rope_dim > 0 ? s.ds_rope_dim : s.head_dim / 2;
+  d.v = s.ds_v_head_dim > 0 ? s.ds_v_head_dim : s.head_dim / 2;
+  d.ff_dense = s.ds_ff_dense > 0 ? s.ds_ff_dense : 2 * s.n_ff_expert;
+  d.groups_used = s.ds_groups_used > 0 ? s.ds_groups_used : s.ds_groups;
+  const int64_t blk = dtype_info(s.dtype).block_size;
+  if (d.rope % 2 || d.rope >= s.head_dim)
+    throw InputError("synthetic model: the rope dims must be even and below the head size (the key's length)");
+  if (s.ds_dense_lead >= s.n_layer) throw InputError("synthetic model: deepseek2 needs a MoE layer after the dense ones");
+  for (int64_t cols : {d.q_lora, d.kv_lora, s.n_head * d.v, d.ff_dense, s.ds_shared * s.n_ff_expert})
+    if (cols % blk)
+      throw InputError("synthetic model: deepseek2's q/kv ranks, heads x value size, dense and shared FFN sizes must be "
+                       "multiples of " + std::to_string(blk) + " for dtype " + dtype_name(s.dtype));
+  if (s.ds_groups < 1 || s.n_expert % s.ds_groups || d.groups_used > s.ds_groups ||
+      d.groups_used * (s.n_expert / s.ds_groups) < s.n_expert_used)
+    throw InputError("synthetic model: expert groups must divide the experts and the used groups hold top-k experts");
+  return d;
+}
+
+// Overrides and adds the keys llama.cpp's converter writes for DeepSeek-V2.
+void write_deepseek2_metadata(const SyntheticModelSpec& s, const DeepSeek2Sizes& d, gguf::GgufWriter& w) {
+  const std::string p = "deepseek2.";
+  const auto u32 = [](int64_t v) { return Value::make_u32(static_cast<uint32_t>(v)); };
+  w.set(p + "feed_forward_length", u32(d.ff_dense));
+  w.set(p + "expert_feed_forward_length", u32(s.n_ff_expert));
+  w.set(p + "attention.head_count_kv", u32(s.n_head));
+  w.set(p + "attention.value_length", u32(d.v));
+  w.set(p + "rope.dimension_count", u32(d.rope));
+  if (d.q_lora > 0) w.set(p + "attention.q_lora_rank", u32(d.q_lora));
+  w.set(p + "attention.kv_lora_rank", u32(d.kv_lora));
+  w.set(p + "leading_dense_block_count", u32(s.ds_dense_lead));
+  w.set(p + "expert_shared_count", u32(s.ds_shared));
+  w.set(p + "expert_weights_scale", Value::make_f32(1.5f));
+  w.set(p + "expert_weights_norm", Value::make_bool(false));
+  w.set(p + "expert_gating_func", u32(1));  // softmax
+  if (s.ds_groups > 1) {
+    w.set(p + "expert_group_count", u32(s.ds_groups));
+    w.set(p + "expert_group_used_count", u32(d.groups_used));
+  }
+  if (s.ds_yarn_factor > 1.0) {
+    w.set(p + "rope.scaling.type", Value::make_string("yarn"));
+    w.set(p + "rope.scaling.factor", Value::make_f32(static_cast<float>(s.ds_yarn_factor)));
+    w.set(p + "rope.scaling.original_context_length", u32(4096));
+    w.set(p + "rope.scaling.yarn_log_multiplier", Value::make_f32(0.0707f));  // 0.1 * DeepSeek's mscale_all_dim
+  }
+}
+
 }  // namespace
 
 void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path) {
@@ -105,6 +160,8 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
   w.set(p + "rope.dimension_count", Value::make_u32(static_cast<uint32_t>(s.head_dim)));
   w.set(p + "expert_count", Value::make_u32(static_cast<uint32_t>(s.n_expert)));
   w.set(p + "expert_used_count", Value::make_u32(static_cast<uint32_t>(s.n_expert_used)));
+  const DeepSeek2Sizes ds = deepseek2_sizes(s);
+  if (s.arch == Arch::DeepSeek2) write_deepseek2_metadata(s, ds, w);
 
   // Byte-level BPE vocabulary: 256 byte tokens, one end-of-text token, then merges of
   // frequent English pairs until n_vocab is reached.
@@ -154,6 +211,42 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
   for (int64_t l = 0; l < s.n_layer; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     const float in_scale = 1.0f / std::sqrt(static_cast<float>(D));
+    if (s.arch == Arch::DeepSeek2) {
+      const auto mat = [&](const std::string& name, int64_t cols, int64_t rows) {
+        add(b + name, {u(cols), u(rows)}, s.dtype, random(rows * cols, 1.0f / std::sqrt(static_cast<float>(cols))));
+      };
+      const auto norm = [&](const std::string& name, int64_t n) { add(b + name, {u(n)}, DType::F32, norm_weight(n)); };
+      const int64_t H = s.n_head;
+      norm("attn_norm.weight", D);
+      if (ds.q_lora == 0) {
+        mat("attn_q.weight", D, H * s.head_dim);
+      } else {
+        mat("attn_q_a.weight", D, ds.q_lora);
+        norm("attn_q_a_norm.weight", ds.q_lora);
+        mat("attn_q_b.weight", ds.q_lora, H * s.head_dim);
+      }
+      mat("attn_kv_a_mqa.weight", D, ds.kv_lora + ds.rope);
+      norm("attn_kv_a_norm.weight", ds.kv_lora);
+      mat("attn_kv_b.weight", ds.kv_lora, H * (s.head_dim - ds.rope + ds.v));
+      mat("attn_output.weight", H * ds.v, D);
+      norm("ffn_norm.weight", D);
+      if (l < s.ds_dense_lead) {
+        mat("ffn_gate.weight", D, ds.ff_dense);
+        mat("ffn_up.weight", D, ds.ff_dense);
+        mat("ffn_down.weight", ds.ff_dense, D);
+        continue;
+      }
+      add(b + "ffn_gate_inp.weight", {u(D), u(E)}, DType::F32, random(E * D, 2.0f * in_scale));
+      add(b + "ffn_gate_exps.weight", {u(D), u(F), u(E)}, s.dtype, random(E * F * D, in_scale));
+      add(b + "ffn_up_exps.weight", {u(D), u(F), u(E)}, s.dtype, random(E * F * D, in_scale));
+      add(b + "ffn_down_exps.weight", {u(F), u(D), u(E)}, s.dtype, random(E * D * F, 1.0f / std::sqrt(static_cast<float>(F))));
+      if (s.ds_shared > 0) {
+        mat("ffn_gate_shexp.weight", D, s.ds_shared * F);
+        mat("ffn_up_shexp.weight", D, s.ds_shared * F);
+        mat("ffn_down_shexp.weight", s.ds_shared * F, D);
+      }
+      continue;
+    }
     add(b + "attn_norm.weight", {u(D)}, DType::F32, norm_weight(D));
     add(b + "attn_q.weight", {u(D), u(q_dim)}, s.dtype, random(q_dim * D, in_scale));
     add(b + "attn_k.weight", {u(D), u(kv_dim)}, s.dtype, random(kv_dim * D, in_scale));

@@ -27,6 +27,17 @@ struct SyntheticModelSpec {
   int64_t n_expert = 8;
   int64_t n_expert_used = 2;
   int64_t n_ctx = 512;
+  // deepseek2 (head_dim is the key's length: its part without RoPE + ds_rope_dim; the
+  // kv heads equal the heads): 0 picks the default named.
+  int64_t ds_q_lora_rank = 0;        // 0: attn_q (V2-Lite), else attn_q_a / attn_q_b (V2)
+  int64_t ds_kv_lora_rank = 32;
+  int64_t ds_rope_dim = 0;           // 0: head_dim / 2
+  int64_t ds_v_head_dim = 0;         // 0: head_dim / 2
+  int64_t ds_dense_lead = 1;         // leading dense layers
+  int64_t ds_ff_dense = 0;           // 0: twice n_ff_expert
+  int64_t ds_shared = 2;             // shared experts (n_ff_expert each)
+  int64_t ds_groups = 1, ds_groups_used = 0;  // 0: all groups
+  double ds_yarn_factor = 4.0;       // 1: no rope scaling
   bool tied_output = false;
   uint64_t seed = 1;
 };

@@ -1,6 +1,6 @@
 """NumPy reference forward pass, in float64, of the architectures added after the
 PyTorch one (moe_reference.py): Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B) and
-gpt-oss (gpt-oss-20b, gpt-oss-120b).
+gpt-oss (gpt-oss-20b, gpt-oss-120b) and DeepSeek-V2 (DeepSeek-V2, V2-Lite: DeepSeek2Reference below).
 
 Written from the Hugging Face definitions (Qwen2MoeForCausalLM, GptOssForCausalLM),
 mapped to the GGUF conventions llama.cpp's converter uses: weights {in, out} are [out][in] matrices,
@@ -8,11 +8,13 @@ q/k rows unpermuted (RoPE rotates the pairs (i, i + d/2), rotate_half). No KV ca
 each call recomputes the whole sequence, which is slow but obviously right. Needs
 NumPy only.
 """
+import math
+
 import numpy as np
 
 from gguf_reader import GGUF
 
-ARCHS = ("qwen2moe", "gpt-oss")
+ARCHS = ("qwen2moe", "deepseek2", "gpt-oss")
 
 
 def rms_norm(x, w, eps):
@@ -124,6 +126,181 @@ class Reference:
         for L in self.layers:
             x = x + self.attention(L, rms_norm(x, L["attn_norm.weight"], c.eps), pos)
             x = x + self.moe(L, rms_norm(x, L["ffn_norm.weight"], c.eps))
+        return rms_norm(x, self.out_norm, c.eps) @ self.out.T
+
+
+# --- DeepSeek-V2 -----------------------------------------------------------------
+
+def yarn_inv_freq(dim, base, factor, orig_ctx, beta_fast=32.0, beta_slow=1.0):
+    """DeepseekV2YarnRotaryEmbedding's inverse frequencies (dim = the rope dims)."""
+    freq_extra = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
+    if factor <= 1.0:
+        return freq_extra
+    freq_inter = freq_extra / factor
+
+    def correction_dim(n_rot):
+        return (dim * math.log(orig_ctx / (n_rot * 2 * math.pi))) / (2 * math.log(base))
+
+    low = max(math.floor(correction_dim(beta_fast)), 0)
+    high = min(math.ceil(correction_dim(beta_slow)), dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    extra_mask = 1.0 - ramp
+    return freq_inter * (1.0 - extra_mask) + freq_extra * extra_mask
+
+
+def yarn_get_mscale(scale, mscale):
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def rotary_deepseek(x, positions, inv_freq):
+    """DeepSeek-V2's apply_rotary_pos_emb on x [seq, heads, d]: de-interleave the pairs
+    (2i, 2i+1) into halves, then rotate_half with emb = cat(freqs, freqs)."""
+    S, Hh, d = x.shape
+    x = x.reshape(S, Hh, d // 2, 2).transpose(0, 1, 3, 2).reshape(S, Hh, d)
+    freqs = positions[:, None].astype(np.float64) * inv_freq[None, :]
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    cos, sin = np.cos(emb)[:, None, :], np.sin(emb)[:, None, :]
+    rot = np.concatenate([-x[..., d // 2:], x[..., : d // 2]], axis=-1)
+    return x * cos + rot * sin
+
+
+class DeepSeek2Config:
+    """The HF config (DeepseekV2Config) read back from the keys llama.cpp's converter writes."""
+
+    def __init__(self, g):
+        md = g.metadata
+        p = "deepseek2."
+        self.n_embd = md[p + "embedding_length"]
+        self.n_layer = md[p + "block_count"]
+        self.n_head = md[p + "attention.head_count"]
+        self.q_head_dim = md[p + "attention.key_length"]            # qk_nope + qk_rope
+        self.rope_dim = md[p + "rope.dimension_count"]              # qk_rope_head_dim
+        self.nope_dim = self.q_head_dim - self.rope_dim             # qk_nope_head_dim
+        self.v_head_dim = md[p + "attention.value_length"]
+        self.q_lora_rank = md.get(p + "attention.q_lora_rank", 0) or None
+        self.kv_lora_rank = md[p + "attention.kv_lora_rank"]
+        self.first_k_dense_replace = md.get(p + "leading_dense_block_count", 0)
+        self.n_routed_experts = md[p + "expert_count"]
+        self.num_experts_per_tok = md[p + "expert_used_count"]
+        self.n_shared_experts = md.get(p + "expert_shared_count", 0)
+        self.routed_scaling_factor = md.get(p + "expert_weights_scale", 1.0)
+        self.norm_topk_prob = bool(md.get(p + "expert_weights_norm", False))
+        self.n_group = md.get(p + "expert_group_count", 1)
+        self.topk_group = md.get(p + "expert_group_used_count", self.n_group)
+        self.topk_method = "group_limited_greedy" if self.n_group > 1 else "greedy"
+        self.eps = md.get(p + "attention.layer_norm_rms_epsilon", 1e-6)
+        self.base = md.get(p + "rope.freq_base", 10000.0)
+        self.factor = 1.0
+        if md.get(p + "rope.scaling.type") == "yarn":
+            self.factor = md[p + "rope.scaling.factor"]
+            self.orig_ctx = md[p + "rope.scaling.original_context_length"]
+            # the converter writes 0.1 * mscale_all_dim; HF's mscale is taken equal to it
+            self.mscale_all_dim = md.get(p + "rope.scaling.yarn_log_multiplier", 0.0) / 0.1
+            self.mscale = self.mscale_all_dim
+
+
+class DeepSeek2Reference:
+    """DeepseekV2ForCausalLM (modeling_deepseek.py) on a GGUF file in the expanded
+    attn_kv_b form; no KV cache, every call recomputes the sequence."""
+
+    def __init__(self, path):
+        g = GGUF(path)
+        c = self.cfg = DeepSeek2Config(g)
+        t = lambda n: g.tensor(n).astype(np.float64)
+        self.embd = t("token_embd.weight")
+        self.out_norm = t("output_norm.weight")
+        self.out = t("output.weight") if "output.weight" in g.tensors else self.embd
+        self.layers = []
+        for i in range(c.n_layer):
+            b = f"blk.{i}."
+            self.layers.append({n[len(b):]: t(n) for n in g.tensors if n.startswith(b)})
+        if c.factor > 1.0:
+            self.inv_freq = yarn_inv_freq(c.rope_dim, c.base, c.factor, c.orig_ctx)
+            self.cs_mscale = yarn_get_mscale(c.factor, c.mscale) / yarn_get_mscale(c.factor, c.mscale_all_dim)
+            m = yarn_get_mscale(c.factor, c.mscale_all_dim) if c.mscale_all_dim else 1.0
+        else:
+            self.inv_freq = yarn_inv_freq(c.rope_dim, c.base, 1.0, 0)
+            self.cs_mscale, m = 1.0, 1.0
+        self.softmax_scale = c.q_head_dim ** -0.5 * m * m
+
+    def attention(self, L, x, positions):
+        c = self.cfg
+        S, H = x.shape[0], c.n_head
+        if c.q_lora_rank is None:
+            q = x @ L["attn_q.weight"].T
+        else:
+            q = rms_norm(x @ L["attn_q_a.weight"].T, L["attn_q_a_norm.weight"], c.eps) @ L["attn_q_b.weight"].T
+        q = q.reshape(S, H, c.q_head_dim)
+        q_nope, q_pe = q[..., : c.nope_dim], q[..., c.nope_dim:]
+        ckv = x @ L["attn_kv_a_mqa.weight"].T
+        ckv, k_pe = ckv[:, : c.kv_lora_rank], ckv[:, c.kv_lora_rank:].reshape(S, 1, c.rope_dim)
+        kv = (rms_norm(ckv, L["attn_kv_a_norm.weight"], c.eps) @ L["attn_kv_b.weight"].T)
+        kv = kv.reshape(S, H, c.nope_dim + c.v_head_dim)
+        k_nope, v = kv[..., : c.nope_dim], kv[..., c.nope_dim:]
+        q_pe = rotary_deepseek(q_pe, positions, self.inv_freq) * 1.0
+        k_pe = rotary_deepseek(k_pe, positions, self.inv_freq)
+        if self.cs_mscale != 1.0:  # cos and sin both carry _mscale in HF
+            q_pe, k_pe = q_pe * self.cs_mscale, k_pe * self.cs_mscale
+        qs = np.concatenate([q_nope, q_pe], axis=-1)
+        ks = np.concatenate([k_nope, np.broadcast_to(k_pe, (S, H, c.rope_dim))], axis=-1)
+        scores = np.einsum("qhd,khd->hqk", qs, ks) * self.softmax_scale
+        mask = np.triu(np.ones((S, S), dtype=bool), k=1)
+        scores = softmax(np.where(mask[None], -np.inf, scores))
+        o = np.einsum("hqk,khd->qhd", scores, v).reshape(S, H * c.v_head_dim)
+        return o @ L["attn_output.weight"].T
+
+    @staticmethod
+    def mlp(x, gate, up, down):
+        return (silu(x @ gate.T) * (x @ up.T)) @ down.T
+
+    def gate(self, L, x):
+        """MoEGate: softmax scores, greedy or group-limited top-k, then the weights."""
+        c = self.cfg
+        scores = softmax(x @ L["ffn_gate_inp.weight"].T)
+        idx, w = [], []
+        for s in range(x.shape[0]):
+            sc = scores[s]
+            if c.topk_method == "group_limited_greedy":
+                group_scores = sc.reshape(c.n_group, -1).max(-1)
+                groups = np.argsort(-group_scores, kind="stable")[: c.topk_group]
+                keep = np.zeros(c.n_group, dtype=bool)
+                keep[groups] = True
+                sc = np.where(np.repeat(keep, c.n_routed_experts // c.n_group), sc, 0.0)
+            ids = np.argsort(-sc, kind="stable")[: c.num_experts_per_tok]  # ties to the lower id
+            wt = sc[ids]
+            if c.num_experts_per_tok > 1 and c.norm_topk_prob:
+                wt = wt / (wt.sum() + 1e-20)
+            else:
+                wt = wt * c.routed_scaling_factor
+            idx.append(ids)
+            w.append(wt)
+        return idx, w
+
+    def moe(self, L, x):
+        c = self.cfg
+        idx, w = self.gate(L, x)
+        out = np.zeros_like(x)
+        for s in range(x.shape[0]):
+            for j, e in enumerate(idx[s]):
+                out[s] += w[s][j] * self.mlp(x[s], L["ffn_gate_exps.weight"][e], L["ffn_up_exps.weight"][e],
+                                             L["ffn_down_exps.weight"][e])
+        if c.n_shared_experts:
+            out = out + self.mlp(x, L["ffn_gate_shexp.weight"], L["ffn_up_shexp.weight"], L["ffn_down_shexp.weight"])
+        return out
+
+    def logits(self, tokens):
+        c = self.cfg
+        x = self.embd[np.asarray(tokens)]
+        pos = np.arange(len(tokens))
+        for i, L in enumerate(self.layers):
+            x = x + self.attention(L, rms_norm(x, L["attn_norm.weight"], c.eps), pos)
+            h = rms_norm(x, L["ffn_norm.weight"], c.eps)
+            if i < c.first_k_dense_replace:
+                x = x + self.mlp(h, L["ffn_gate.weight"], L["ffn_up.weight"], L["ffn_down.weight"])
+            else:
+                x = x + self.moe(L, h)
         return rms_norm(x, self.out_norm, c.eps) @ self.out.T
 
 
@@ -253,4 +430,6 @@ def reference_for(path):
     """The reference of the file's architecture (one of ARCHS)."""
     if GGUF(path).metadata["general.architecture"] == "gpt-oss":
         return GptOssReference(path)
+    if GGUF(path).metadata["general.architecture"] == "deepseek2":
+        return DeepSeek2Reference(path)
     return Reference(path)

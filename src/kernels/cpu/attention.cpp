@@ -306,9 +306,9 @@ void attention_typed(const AttentionShape& s, const float* q, int64_t n_tok, con
                      const T* k_cache, const T* v_cache, float* out, ThreadPool* pool) {
   const int64_t group = s.n_head / s.n_head_kv;
   const int64_t chunks = (group + kHeads - 1) / kHeads;  // chunks of heads per group
-  const int64_t hd = s.head_dim;
-  const int64_t q_stride = s.n_head * hd;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t hd = s.head_dim, vd = s.v_dim();
+  const int64_t q_stride = s.n_head * hd, o_stride = s.n_head * vd;
+  const float scale = s.scale > 0 ? s.scale : 1.0f / std::sqrt(static_cast<float>(hd));
   int64_t n_ctx = 0;
   for (int64_t t = 0; t < n_tok; ++t) n_ctx = std::max(n_ctx, tok[t].pos + 1);
   const auto kernels = kernels_for<T>();  // not a structured binding: clang 14 cannot capture one
@@ -332,11 +332,11 @@ void attention_typed(const AttentionShape& s, const float* q, int64_t n_tok, con
       const int64_t n_keys = tok[t].pos + 1;
       const int64_t first = s.window > 0 ? std::max<int64_t>(0, n_keys - s.window) : 0;
       const Paged<T> kp{k_cache + g * s.block_len * hd, tok[t].blocks, s.block_stride, s.block_len};
-      const Paged<T> vp{v_cache + g * s.block_len * hd, tok[t].blocks, s.block_stride, s.block_len};
+      const Paged<T> vp{v_cache + g * s.block_len * vd, tok[t].blocks, s.v_stride(), s.block_len};
       scores_fn(hg, q + t * q_stride + h0 * hd, kp, first, n_keys, hd, scale, scores.data(), n_ctx);
       for (int h = 0; h < hg; ++h)
         softmax_fn(scores.data() + h * n_ctx, n_keys - first, s.sinks ? s.sinks[h0 + h] : -INFINITY);
-      weighted_fn(hg, scores.data(), n_ctx, vp, first, n_keys, hd, out + t * q_stride + h0 * hd);
+      weighted_fn(hg, scores.data(), n_ctx, vp, first, n_keys, vd, out + t * o_stride + h0 * vd);
     }
   };
   if (pool) pool->parallel_for(jobs, work);
@@ -348,7 +348,8 @@ void check_shape(const AttentionShape& s, const char* who) {
     throw std::invalid_argument(std::string("moeflow: ") + who + " over a " + dtype_name(s.kv_type) +
                                 " KV cache (f32 or f16 only)");
   if (s.n_head <= 0 || s.n_head_kv <= 0 || s.n_head % s.n_head_kv || s.head_dim <= 0 || s.block_len <= 0 ||
-      s.block_stride < s.n_head_kv * s.block_len * s.head_dim || s.window < 0)
+      s.block_stride < s.n_head_kv * s.block_len * s.head_dim || s.window < 0 || s.v_head_dim < 0 ||
+      s.v_stride() < s.n_head_kv * s.block_len * s.v_dim() || !(s.scale >= 0))
     throw std::invalid_argument(std::string("moeflow: ") + who + ": inconsistent attention shape");
 }
 
@@ -375,8 +376,8 @@ void attention_reference(const AttentionShape& s, const float* q, int64_t n_tok,
                : static_cast<double>(static_cast<const float*>(cache)[i]);
   };
   const int64_t group = s.n_head / s.n_head_kv;
-  const int64_t q_stride = s.n_head * s.head_dim;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+  const int64_t q_stride = s.n_head * s.head_dim, vd = s.v_dim(), o_stride = s.n_head * vd;
+  const double scale = s.scale > 0 ? s.scale : 1.0 / std::sqrt(static_cast<double>(s.head_dim));
   for (int64_t t = 0; t < n_tok; ++t) {
     const int64_t n_keys = tok[t].pos + 1;
     const int64_t first = s.window > 0 ? std::max<int64_t>(0, n_keys - s.window) : 0;
@@ -385,6 +386,9 @@ void attention_reference(const AttentionShape& s, const float* q, int64_t n_tok,
     auto row = [&](int64_t g, int64_t p) {
       return tok[t].blocks[p / s.block_len] * s.block_stride + g * s.block_len * s.head_dim +
              (p % s.block_len) * s.head_dim;
+    };
+    auto v_row = [&](int64_t g, int64_t p) {
+      return tok[t].blocks[p / s.block_len] * s.v_stride() + g * s.block_len * vd + (p % s.block_len) * vd;
     };
     for (int64_t h = 0; h < s.n_head; ++h) {
       const int64_t g = h / group;
@@ -400,10 +404,10 @@ void attention_reference(const AttentionShape& s, const float* q, int64_t n_tok,
       }
       double sum = std::exp(sink - mx);
       for (int64_t p = first; p < n_keys; ++p) sum += scores[p] = std::exp(scores[p] - mx);
-      for (int64_t d = 0; d < s.head_dim; ++d) {
+      for (int64_t d = 0; d < vd; ++d) {
         double o = 0;
-        for (int64_t p = first; p < n_keys; ++p) o += scores[p] / sum * at(v_cache_raw, row(g, p) + d);
-        out[t * q_stride + h * s.head_dim + d] = static_cast<float>(o);
+        for (int64_t p = first; p < n_keys; ++p) o += scores[p] / sum * at(v_cache_raw, v_row(g, p) + d);
+        out[t * o_stride + h * vd + d] = static_cast<float>(o);
       }
     }
   }

@@ -18,6 +18,13 @@ struct AttentionShape {
   // The cache's elements: F32, or F16 (IEEE half bits; half the bytes to stream per
   // step, rounded to 11 significant bits).
   DType kv_type = DType::F32;
+  // Values narrower or wider than keys (DeepSeek-V2): value rows of v_head_dim in a pool
+  // of their own, v_block_stride elements between blocks; 0: as the keys.
+  int64_t v_head_dim = 0, v_block_stride = 0;
+  // The softmax scale; 0: 1/sqrt(head_dim).
+  float scale = 0.0f;
+  int64_t v_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
+  int64_t v_stride() const { return v_block_stride > 0 ? v_block_stride : block_stride; }
   // gpt-oss: a query at position pos attends to [pos - window + 1, pos] only (0: to
   // every position up to pos, the causal mask alone).
   int64_t window = 0;
@@ -38,7 +45,8 @@ struct AttentionQuery {
 // share a call). k_cache, v_cache: the pool's first block for this layer: kv head g's
 // row for position p at tok.blocks[p / block_len] * block_stride +
 // g * block_len * head_dim + (p % block_len) * head_dim elements. out:
-// [n_tok][n_head*head_dim]. Query head h reads kv head h / (n_head / n_head_kv).
+// [n_tok][n_head*v_dim()] (values at v_dim() and v_stride() likewise). Query head h
+// reads kv head h / (n_head / n_head_kv).
 // Throws std::invalid_argument for a cache type other than F32/F16 or an inconsistent
 // shape. A token's result depends only on its own query and positions, never on the
 // other tokens of the call, the threads or the blocks its positions landed in.

@@ -1,0 +1,106 @@
+#include "model/deepseek2_config.h"
+
+#include <cmath>
+#include <string>
+
+#include "base/error.h"
+#include "format/gguf.h"
+
+namespace moeflow {
+
+namespace {
+
+struct Keys {
+  const gguf::GgufFile& f;
+  std::string p;  // "deepseek2."
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    throw InputError(f.path() + ": key " + p + key + " " + what);
+  }
+  int64_t integer(const std::string& key, int64_t dflt, int64_t lo, int64_t hi) const {
+    const gguf::Value* v = f.find(p + key);
+    const int64_t x = v ? v->as_int(p + key) : dflt;
+    if (x < lo || x > hi)
+      fail(key, "= " + std::to_string(x) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return x;
+  }
+  int64_t required(const std::string& key, int64_t lo, int64_t hi) const {
+    if (!f.find(p + key)) fail(key, "is missing (required by deepseek2)");
+    return integer(key, 0, lo, hi);
+  }
+  double real(const std::string& key, double dflt, double lo, double hi) const {
+    const gguf::Value* v = f.find(p + key);
+    const double x = v ? v->as_float(p + key) : dflt;
+    if (!std::isfinite(x) || x < lo || x > hi)
+      fail(key, "= " + std::to_string(x) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return x;
+  }
+};
+
+}  // namespace
+
+void read_deepseek2_config(const gguf::GgufFile& f, ModelConfig& c) {
+  const Keys k{f, c.arch_name + "."};
+  MlaConfig& m = c.mla;
+  // llama.cpp's converter has written the MLA-absorbed form since 2025: attn_kv_b split
+  // into attn_k_b / attn_v_b, key_length = kv_lora_rank + rope dims, head_count_kv = 1,
+  // the per-head sizes under *_mla. Only the expanded (attn_kv_b) form is read here.
+  if (f.find(k.p + "attention.key_length_mla") || f.find(k.p + "attention.value_length_mla"))
+    k.fail("attention.key_length_mla",
+           "is present: this file is in llama.cpp's MLA-absorbed form (attn_k_b / attn_v_b), which moeflow does "
+           "not read yet; convert with attn_kv_b (docs/architectures.md)");
+  const int64_t gating = k.integer("expert_gating_func", 1, 0, 1 << 30);
+  if (gating > 1) k.fail("expert_gating_func", "= " + std::to_string(gating) + " (sigmoid, DeepSeek-V3) is not supported; deepseek2 runs softmax routing (1)");
+
+  m.q_lora_rank = k.integer("attention.q_lora_rank", 0, 0, kMaxEmbd);
+  m.kv_lora_rank = k.required("attention.kv_lora_rank", 1, kMaxEmbd);
+  // key_length = per-head dims without RoPE + the rope key's dims (shared by all heads).
+  m.nope_dim = c.head_dim - c.rot_dim;
+  if (m.nope_dim < 1)
+    k.fail("attention.key_length", "= " + std::to_string(c.head_dim) + " must exceed rope.dimension_count = " +
+                                       std::to_string(c.rot_dim) + " (it is qk_nope_head_dim + qk_rope_head_dim)");
+  c.head_dim_v = k.integer("attention.value_length", c.head_dim, 1, kMaxHeadDim);
+  if (c.n_head * c.head_dim_v > kMaxEmbd) k.fail("attention.value_length", "times head_count exceeds " + std::to_string(kMaxEmbd));
+  // The expanded form gives every head its own keys and values.
+  if (c.n_head_kv != c.n_head)
+    k.fail("attention.head_count_kv", "= " + std::to_string(c.n_head_kv) + " must equal attention.head_count = " +
+                                          std::to_string(c.n_head) + " (attn_kv_b expands the latent per head)");
+  c.rope_neox = false;  // GPT-J pairs (2i, 2i+1): llama.cpp's deepseek2 graph, HF's de-interleave + rotate_half
+  c.qk_norm = QkNorm::None;
+
+  c.n_dense_lead = k.integer("leading_dense_block_count", 0, 0, c.n_layer - 1);
+  if (c.n_dense_lead > 0) c.n_ff_dense = k.required("feed_forward_length", 1, kMaxFeedForward);
+  const int64_t n_shared = k.integer("expert_shared_count", 0, 0, 1024);
+  c.n_ff_shexp = n_shared * c.n_ff_expert;
+  if (c.n_ff_shexp > kMaxFeedForward) k.fail("expert_shared_count", "times expert_feed_forward_length exceeds " + std::to_string(kMaxFeedForward));
+  c.shared_expert_gate = false;  // DeepSeek's shared experts are added ungated
+  c.expert_weights_scale = static_cast<float>(k.real("expert_weights_scale", 1.0, 1e-6, 1e6));
+  const gguf::Value* norm = f.find(k.p + "expert_weights_norm");
+  c.norm_topk = norm ? norm->as_bool(k.p + "expert_weights_norm") : false;
+  c.n_expert_group = k.integer("expert_group_count", 1, 1, c.n_expert);
+  if (c.n_expert % c.n_expert_group)
+    k.fail("expert_group_count", "= " + std::to_string(c.n_expert_group) + " does not divide expert_count = " + std::to_string(c.n_expert));
+  c.n_expert_group_used = k.integer("expert_group_used_count", c.n_expert_group, 1, c.n_expert_group);
+  if (c.n_expert_group_used * (c.n_expert / c.n_expert_group) < c.n_expert_used)
+    k.fail("expert_group_used_count", "= " + std::to_string(c.n_expert_group_used) +
+                                          " groups hold fewer experts than expert_used_count = " + std::to_string(c.n_expert_used));
+
+  RopeYarn& y = m.yarn;
+  const gguf::Value* type = f.find(k.p + "rope.scaling.type");
+  const std::string scaling = type ? type->as_string(k.p + "rope.scaling.type") : "none";
+  if (scaling == "yarn") {
+    y.factor = k.real("rope.scaling.factor", 1.0, 1.0, 1e6);
+    y.n_ctx_orig = k.integer("rope.scaling.original_context_length", c.n_ctx_train, 1, kMaxContext);
+    y.log_mul = k.real("rope.scaling.yarn_log_multiplier", 0.0, 0.0, 100.0);
+    y.beta_fast = k.real("rope.scaling.yarn_beta_fast", 32.0, 1e-6, 1e6);
+    y.beta_slow = k.real("rope.scaling.yarn_beta_slow", 1.0, 1e-6, 1e6);
+  } else if (scaling != "none") {
+    k.fail("rope.scaling.type", "= '" + scaling + "' is not supported for deepseek2 (yarn or none)");
+  }
+  // HF's softmax_scale: q_head_dim^-0.5 times mscale^2, mscale = 0.1 * mscale_all_dim *
+  // ln(factor) + 1 (the converter writes 0.1 * mscale_all_dim as yarn_log_multiplier).
+  const double mscale = y.factor > 1.0 ? 1.0 + y.log_mul * std::log(y.factor) : 1.0;
+  m.kq_scale = static_cast<float>(mscale * mscale / std::sqrt(static_cast<double>(c.head_dim)));
+}
+
+}  // namespace moeflow

@@ -1,0 +1,12 @@
+// Reads the deepseek2-specific metadata (DeepSeek-V2, V2-Lite as llama.cpp's
+// convert_hf_to_gguf.py writes them) into a ModelConfig whose common fields are read.
+#pragma once
+#include "model/model_config.h"
+
+namespace moeflow {
+
+// Throws InputError naming the key for a missing, out-of-range or unsupported value
+// (DeepSeek-V3's sigmoid gating, the MLA-absorbed file form with attn_k_b / attn_v_b).
+void read_deepseek2_config(const gguf::GgufFile& f, ModelConfig& c);
+
+}  // namespace moeflow
