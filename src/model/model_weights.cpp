@@ -70,6 +70,9 @@ bool is_expert_tensor(const std::string& name) { return name.find("_exps.") != s
 
 }  // namespace
 
+void check_tensor_dims(const gguf::GgufFile& f, const gguf::TensorInfo& t, const std::vector<uint64_t>& want) {
+  check_dims(f, t, want);
+}
 MatrixRef bind_matrix(const gguf::GgufFile& f, const std::string& name, int64_t cols, int64_t rows) {
   return matrix(f, name, cols, rows);
 }

@@ -51,6 +51,7 @@ struct MlaWeights {
   MatrixRef wkv_a;                 // attn_kv_a_mqa: [kv_lora_rank + rope dims][n_embd]
   std::vector<float> kv_a_norm;    // attn_kv_a_norm
   MatrixRef wkv_b;                 // attn_kv_b: [n_head * (nope + v dims)][kv_lora_rank]
+  std::vector<float> wkv_b_rebuilt;  // wkv_b's f32 rows when rebuilt from attn_k_b / attn_v_b
 };
 
 struct LayerWeights {
