@@ -11,7 +11,11 @@ namespace moeflow {
 DType default_kv_type(const Model& model) {
   const ModelWeights& w = model.weights();
   if (w.layers.empty()) return DType::F32;
-  const DType k = w.layers.front().wk.dtype, v = w.layers.front().wv.dtype;
+  // deepseek2's keys and values come out of attn_kv_a_mqa (then attn_kv_b, which a
+  // split file holds rebuilt in f32).
+  const MatrixRef& kv_a = w.layers.front().mla.wkv_a;
+  const DType k = kv_a.data ? kv_a.dtype : w.layers.front().wk.dtype;
+  const DType v = kv_a.data ? kv_a.dtype : w.layers.front().wv.dtype;
   return dtype_is_quantized(k) && dtype_is_quantized(v) ? DType::F16 : DType::F32;
 }
 
