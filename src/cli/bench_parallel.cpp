@@ -33,9 +33,11 @@ class StepBytes final : public ForwardListener {
     for (const LayerWeights& L : w.layers) {
       dense_ += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes() + L.gate_inp.bytes();
       // deepseek2's latent attention, leading dense FFN; shared experts (read by every token)
-      for (const MatrixRef* d : {&L.mla.wq_a, &L.mla.wq_b, &L.mla.wkv_a, &L.mla.wkv_b, &L.ffn.gate, &L.ffn.up,
-                                 &L.ffn.down, &L.shexp.gate, &L.shexp.up, &L.shexp.down})
+      for (const MatrixRef* d : {&L.mla.wq_a, &L.mla.wq_b, &L.mla.wkv_a, &L.ffn.gate, &L.ffn.up, &L.ffn.down,
+                                 &L.shexp.gate, &L.shexp.up, &L.shexp.down})
         dense_ += d->bytes();
+      for (const std::vector<MatrixRef>* heads : {&L.mla.k_b, &L.mla.v_b})
+        for (const MatrixRef& d : *heads) dense_ += d.bytes();
       // Routing names MoE layers only (deepseek2's leading dense layers have no experts).
       if (L.gate_exps.n_expert > 0)
         expert_.push_back(L.gate_exps.first.bytes() + L.up_exps.first.bytes() + L.down_exps.first.bytes());
