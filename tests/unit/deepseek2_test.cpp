@@ -153,6 +153,9 @@ TEST(DeepSeek2, TheSplitKvBFormGivesTheSameFloats) {
   EXPECT_EQ(all_logits(*split, tokens), want) << "mapped";
   split->make_resident(true, nullptr);
   EXPECT_EQ(all_logits(*split, tokens), want) << "resident";
+  // The cache holds one row of [latent | rope key] and the latent as the value per
+  // position and layer: 64 positions x 3 layers x (32 + 16 + 32) floats.
+  EXPECT_EQ(Transformer(*expanded, nullptr, 64, DType::F32).kv_bytes(), uint64_t{64 * 3 * (32 + 16 + 32) * 4});
   // The split tensors' shapes are checked against the *_mla sizes.
   const std::string bad = rewrite_file(split_form(), {{"deepseek2.attention.value_length_mla", u32(8)}});
   EXPECT_NE(load_error(bad).find("blk.0.attn_v_b.weight"), std::string::npos) << load_error(bad);
