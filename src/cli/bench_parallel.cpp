@@ -32,7 +32,15 @@ class StepBytes final : public ForwardListener {
     dense_ = w.output.bytes();
     for (const LayerWeights& L : w.layers) {
       dense_ += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes() + L.gate_inp.bytes();
-      expert_.push_back(L.gate_exps.first.bytes() + L.up_exps.first.bytes() + L.down_exps.first.bytes());
+      // deepseek2's latent attention, leading dense FFN; shared experts (read by every token)
+      for (const MatrixRef* d : {&L.mla.wq_a, &L.mla.wq_b, &L.mla.wkv_a, &L.ffn.gate, &L.ffn.up, &L.ffn.down,
+                                 &L.shexp.gate, &L.shexp.up, &L.shexp.down})
+        dense_ += d->bytes();
+      for (const std::vector<MatrixRef>* heads : {&L.mla.k_b, &L.mla.v_b})
+        for (const MatrixRef& d : *heads) dense_ += d.bytes();
+      // Routing names MoE layers only (deepseek2's leading dense layers have no experts).
+      if (L.gate_exps.n_expert > 0)
+        expert_.push_back(L.gate_exps.first.bytes() + L.up_exps.first.bytes() + L.down_exps.first.bytes());
     }
   }
   void begin_step(const StepTokens& s) override {
@@ -111,7 +119,7 @@ int bench_parallel(const Args& a) {
     auto e = open_bench_engine(a, pol, n_prompt + n_gen + 1, static_cast<int>(n_max));
     const Model& m = e->model();
     model_path = m.file().path();
-    const MatrixRef& gate0 = m.weights().layers.front().gate_exps.first;
+    const MatrixRef& gate0 = m.weights().layers[static_cast<size_t>(m.config().n_dense_lead)].gate_exps.first;  // the first MoE layer
     layout = std::string(dtype_name(gate0.dtype)) + " " + row_layout_name(gate0.layout);
     threads = e->thread_pool().size();
     StepBytes counter(m);

@@ -27,6 +27,11 @@ uint64_t weight_bytes_per_token(const Model& m) {
   uint64_t b = w.output.bytes() + w.tok_embd.row_bytes();
   for (const auto& L : w.layers) {
     b += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes() + L.gate_inp.bytes();
+    for (const MatrixRef* d : {&L.mla.wq_a, &L.mla.wq_b, &L.mla.wkv_a, &L.ffn.gate, &L.ffn.up, &L.ffn.down,
+                               &L.shexp.gate, &L.shexp.up, &L.shexp.down})
+      b += d->bytes();
+    for (const std::vector<MatrixRef>* heads : {&L.mla.k_b, &L.mla.v_b})
+      for (const MatrixRef& d : *heads) b += d.bytes();
     b += static_cast<uint64_t>(c.n_expert_used) *
          (L.gate_exps.first.bytes() + L.up_exps.first.bytes() + L.down_exps.first.bytes());
   }
@@ -42,7 +47,13 @@ double matrix_flops_per_token(const Model& m) {
   for (const auto& L : w.layers) {
     f += 2.0 * static_cast<double>(L.wq.rows * L.wq.cols + L.wk.rows * L.wk.cols + L.wv.rows * L.wv.cols +
                                    L.wo.rows * L.wo.cols + L.gate_inp.rows * L.gate_inp.cols);
-    f += 2.0 * static_cast<double>(c.n_expert_used) * 3.0 * static_cast<double>(c.n_embd * c.n_ff_expert);
+    for (const MatrixRef* d : {&L.mla.wq_a, &L.mla.wq_b, &L.mla.wkv_a, &L.ffn.gate, &L.ffn.up, &L.ffn.down,
+                               &L.shexp.gate, &L.shexp.up, &L.shexp.down})
+      f += 2.0 * static_cast<double>(d->rows * d->cols);
+    for (const std::vector<MatrixRef>* heads : {&L.mla.k_b, &L.mla.v_b})
+      for (const MatrixRef& d : *heads) f += 2.0 * static_cast<double>(d.rows * d.cols);
+    if (L.gate_exps.n_expert > 0)  // not deepseek2's leading dense layers
+      f += 2.0 * static_cast<double>(c.n_expert_used) * 3.0 * static_cast<double>(c.n_embd * c.n_ff_expert);
   }
   return f;
 }
@@ -223,7 +234,7 @@ int cmd_bench(int argc, char** argv) {
 
   // How the experts' weights sit in memory, which picks the decode kernel: GGUF's
   // layout, or rows interleaved in fours ("q4_0 rows_x4", the backend's choice).
-  const MatrixRef& gate0 = m.weights().layers.front().gate_exps.first;
+  const MatrixRef& gate0 = m.weights().layers[static_cast<size_t>(m.config().n_dense_lead)].gate_exps.first;  // the first MoE layer
   const std::string expert_layout = std::string(dtype_name(gate0.dtype)) + " " + row_layout_name(gate0.layout);
   if (a.has("--json")) {
     nlohmann::json j = {{"model", m.file().path()},

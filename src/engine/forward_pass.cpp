@@ -13,13 +13,19 @@ namespace moeflow {
 DType default_kv_type(const Model& model) {
   const ModelWeights& w = model.weights();
   if (w.layers.empty()) return DType::F32;
-  const DType k = w.layers.front().wk.dtype, v = w.layers.front().wv.dtype;
+  // deepseek2 caches what attn_kv_a_mqa gives.
+  const MatrixRef& kv_a = w.layers.front().mla.wkv_a;
+  const DType k = kv_a.data ? kv_a.dtype : w.layers.front().wk.dtype;
+  const DType v = kv_a.data ? kv_a.dtype : w.layers.front().wv.dtype;
   return dtype_is_quantized(k) && dtype_is_quantized(v) ? DType::F16 : DType::F32;
 }
 
 KvBlockPool make_kv_pool(const Model& model, Backend& backend, int64_t n_blocks, DType kv_type, int64_t block_len) {
   const ModelConfig& c = model.config();
-  return KvBlockPool(backend, c.n_layer, c.n_head_kv, c.head_dim, n_blocks, block_len, kv_type, c.v_head_dim());
+  if (c.arch == Arch::DeepSeek2)  // one row per position: the latent and the rope key (forward_pass_mla.cpp)
+    return KvBlockPool(backend, c.n_layer, 1, c.mla.kv_lora_rank + c.rot_dim, n_blocks, block_len, kv_type,
+                       c.mla.kv_lora_rank);
+  return KvBlockPool(backend, c.n_layer, c.n_head_kv, c.head_dim, n_blocks, block_len, kv_type);
 }
 
 ForwardPass::ForwardPass(const Model& model, Backend& backend, KvBlockPool& kv)

@@ -76,7 +76,7 @@ class ForwardPass {
   // Scratch reused across calls (sized for the largest step seen).
   std::vector<float> x_, xn_, q_, k_, v_, attn_, proj_, router_;
   std::vector<int64_t> shexp_slots_;
-  std::vector<float> mla_a_, mla_latent_, mla_kv_;  // deepseek2's attention intermediates
+  std::vector<float> mla_a_, mla_q_, mla_heads_in_, mla_heads_out_;  // deepseek2's attention intermediates
   // cos, sin of the rotary angles of each token (rot_dim floats per token): computed
   // once per step, not once per layer.
   std::vector<float> rope_cs_;

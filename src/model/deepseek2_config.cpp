@@ -42,24 +42,34 @@ struct Keys {
 void read_deepseek2_config(const gguf::GgufFile& f, ModelConfig& c) {
   const Keys k{f, c.arch_name + "."};
   MlaConfig& m = c.mla;
-  // llama.cpp's converter has written the MLA-absorbed form since 2025: attn_kv_b split
-  // into attn_k_b / attn_v_b, key_length = kv_lora_rank + rope dims, head_count_kv = 1,
-  // the per-head sizes under *_mla. Only the expanded (attn_kv_b) form is read here.
-  if (f.find(k.p + "attention.key_length_mla") || f.find(k.p + "attention.value_length_mla"))
-    k.fail("attention.key_length_mla",
-           "is present: this file is in llama.cpp's MLA-absorbed form (attn_k_b / attn_v_b), which moeflow does "
-           "not read yet; convert with attn_kv_b (docs/architectures.md)");
   const int64_t gating = k.integer("expert_gating_func", 1, 0, 1 << 30);
   if (gating > 1) k.fail("expert_gating_func", "= " + std::to_string(gating) + " (sigmoid, DeepSeek-V3) is not supported; deepseek2 runs softmax routing (1)");
 
   m.q_lora_rank = k.integer("attention.q_lora_rank", 0, 0, kMaxEmbd);
   m.kv_lora_rank = k.required("attention.kv_lora_rank", 1, kMaxEmbd);
+  // Since 2025 llama.cpp's converter writes the form its absorbed attention runs: MQA
+  // over the latent (key_length = kv_lora_rank + rope dims, value_length = kv_lora_rank,
+  // head_count_kv = 1), the per-head sizes under *_mla, attn_kv_b split into attn_k_b
+  // and attn_v_b. Read as the per-head form it came from (attn_kv_b rebuilt at load).
+  m.split_kv_b = f.find(k.p + "attention.key_length_mla") != nullptr;
+  if (m.split_kv_b) {
+    if (c.head_dim != m.kv_lora_rank + c.rot_dim)
+      k.fail("attention.key_length", "= " + std::to_string(c.head_dim) + " must be kv_lora_rank + rope.dimension_count = " +
+                                         std::to_string(m.kv_lora_rank + c.rot_dim) + " beside key_length_mla");
+    if (k.integer("attention.value_length", m.kv_lora_rank, 1, kMaxHeadDim) != m.kv_lora_rank)
+      k.fail("attention.value_length", "must be kv_lora_rank = " + std::to_string(m.kv_lora_rank) + " beside key_length_mla");
+    if (c.n_head_kv != 1) k.fail("attention.head_count_kv", "= " + std::to_string(c.n_head_kv) + " must be 1 beside key_length_mla");
+    c.head_dim = k.required("attention.key_length_mla", 1, kMaxHeadDim);
+    c.head_dim_v = k.required("attention.value_length_mla", 1, kMaxHeadDim);
+    c.n_head_kv = c.n_head;
+    if (c.n_head * c.head_dim > kMaxEmbd) k.fail("attention.key_length_mla", "times head_count exceeds " + std::to_string(kMaxEmbd));
+  }
   // key_length = per-head dims without RoPE + the rope key's dims (shared by all heads).
   m.nope_dim = c.head_dim - c.rot_dim;
   if (m.nope_dim < 1)
-    k.fail("attention.key_length", "= " + std::to_string(c.head_dim) + " must exceed rope.dimension_count = " +
+    k.fail(m.split_kv_b ? "attention.key_length_mla" : "attention.key_length", "= " + std::to_string(c.head_dim) + " must exceed rope.dimension_count = " +
                                        std::to_string(c.rot_dim) + " (it is qk_nope_head_dim + qk_rope_head_dim)");
-  c.head_dim_v = k.integer("attention.value_length", c.head_dim, 1, kMaxHeadDim);
+  if (!m.split_kv_b) c.head_dim_v = k.integer("attention.value_length", c.head_dim, 1, kMaxHeadDim);
   if (c.n_head * c.head_dim_v > kMaxEmbd) k.fail("attention.value_length", "times head_count exceeds " + std::to_string(kMaxEmbd));
   // The expanded form gives every head its own keys and values.
   if (c.n_head_kv != c.n_head)

@@ -6,7 +6,8 @@
 namespace moeflow {
 
 // Throws InputError naming the key for a missing, out-of-range or unsupported value
-// (DeepSeek-V3's sigmoid gating, the MLA-absorbed file form with attn_k_b / attn_v_b).
+// (DeepSeek-V3's sigmoid gating). Both file forms load: attn_kv_b, and the split
+// attn_k_b / attn_v_b with the *_mla keys.
 void read_deepseek2_config(const gguf::GgufFile& f, ModelConfig& c);
 
 }  // namespace moeflow

@@ -82,6 +82,9 @@ bool is_expert_tensor(const std::string& name) { return name.find("_exps.") != s
 
 }  // namespace
 
+void check_tensor_dims(const gguf::GgufFile& f, const gguf::TensorInfo& t, const std::vector<uint64_t>& want) {
+  check_dims(f, t, want);
+}
 MatrixRef bind_matrix(const gguf::GgufFile& f, const std::string& name, int64_t cols, int64_t rows) {
   return matrix(f, name, cols, rows);
 }
@@ -209,8 +212,9 @@ void Model::make_resident(bool include_experts, WeightPlacer* placer) {
     for (MatrixRef* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate_inp}) add(*m, 1, false);
     if (L.shexp.gate.data)
       for (MatrixRef* m : {&L.shexp.gate, &L.shexp.up, &L.shexp.down}) add(*m, 1, false);
-    for (MatrixRef* m : {&L.mla.wq_a, &L.mla.wq_b, &L.mla.wkv_a, &L.mla.wkv_b, &L.ffn.gate, &L.ffn.up, &L.ffn.down})
-      add(*m, 1, false);
+    for (MatrixRef* m : {&L.mla.wq_a, &L.mla.wq_b, &L.mla.wkv_a, &L.ffn.gate, &L.ffn.up, &L.ffn.down}) add(*m, 1, false);
+    for (std::vector<MatrixRef>* heads : {&L.mla.k_b, &L.mla.v_b})
+      for (MatrixRef& m : *heads) add(m, 1, false);
     if (include_experts)
       for (StackedExperts* e : {&L.gate_exps, &L.up_exps, &L.down_exps}) add(e->first, e->n_expert, false, true);
   }

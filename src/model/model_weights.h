@@ -56,7 +56,11 @@ struct MlaWeights {
   std::vector<float> q_a_norm;     // attn_q_a_norm
   MatrixRef wkv_a;                 // attn_kv_a_mqa: [kv_lora_rank + rope dims][n_embd]
   std::vector<float> kv_a_norm;    // attn_kv_a_norm
-  MatrixRef wkv_b;                 // attn_kv_b: [n_head * (nope + v dims)][kv_lora_rank]
+  // attn_kv_b per head h, as the latent cache uses it: k_b[h] [kv_lora_rank][nope]
+  // takes q's part without RoPE into the latent's space, v_b[h] [v][kv_lora_rank] the
+  // attention's latent output to the head's value.
+  std::vector<MatrixRef> k_b, v_b;
+  std::vector<float> k_b_f32;      // k_b's rows, transposed from a file's attn_kv_b
 };
 
 struct LayerWeights {

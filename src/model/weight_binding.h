@@ -13,6 +13,8 @@ namespace moeflow {
 
 // A matrix [rows][cols] (ggml dims {cols, rows}), left in the file's mapping.
 MatrixRef bind_matrix(const gguf::GgufFile& f, const std::string& name, int64_t cols, int64_t rows);
+// Throws InputError naming the tensor unless its dims are `want`.
+void check_tensor_dims(const gguf::GgufFile& f, const gguf::TensorInfo& t, const std::vector<uint64_t>& want);
 // A vector of n, copied out as f32.
 std::vector<float> bind_vector(const gguf::GgufFile& f, const std::string& name, int64_t n);
 // n_expert stacked [rows][cols] matrices (ggml dims {cols, rows, n_expert}).

@@ -175,10 +175,12 @@ class DeepSeek2Config:
         self.n_embd = md[p + "embedding_length"]
         self.n_layer = md[p + "block_count"]
         self.n_head = md[p + "attention.head_count"]
-        self.q_head_dim = md[p + "attention.key_length"]            # qk_nope + qk_rope
+        # The split form (attn_k_b / attn_v_b) keeps the per-head sizes under *_mla.
+        self.split_kv_b = p + "attention.key_length_mla" in md
+        self.q_head_dim = md[p + ("attention.key_length_mla" if self.split_kv_b else "attention.key_length")]
         self.rope_dim = md[p + "rope.dimension_count"]              # qk_rope_head_dim
         self.nope_dim = self.q_head_dim - self.rope_dim             # qk_nope_head_dim
-        self.v_head_dim = md[p + "attention.value_length"]
+        self.v_head_dim = md[p + ("attention.value_length_mla" if self.split_kv_b else "attention.value_length")]
         self.q_lora_rank = md.get(p + "attention.q_lora_rank", 0) or None
         self.kv_lora_rank = md[p + "attention.kv_lora_rank"]
         self.first_k_dense_replace = md.get(p + "leading_dense_block_count", 0)
@@ -202,8 +204,8 @@ class DeepSeek2Config:
 
 
 class DeepSeek2Reference:
-    """DeepseekV2ForCausalLM (modeling_deepseek.py) on a GGUF file in the expanded
-    attn_kv_b form; no KV cache, every call recomputes the sequence."""
+    """DeepseekV2ForCausalLM (modeling_deepseek.py) on a GGUF file (attn_kv_b, or the
+    split attn_k_b / attn_v_b); no KV cache, every call recomputes the sequence."""
 
     def __init__(self, path):
         g = GGUF(path)
@@ -215,7 +217,11 @@ class DeepSeek2Reference:
         self.layers = []
         for i in range(c.n_layer):
             b = f"blk.{i}."
-            self.layers.append({n[len(b):]: t(n) for n in g.tensors if n.startswith(b)})
+            L = {n[len(b):]: t(n) for n in g.tensors if n.startswith(b)}
+            if c.split_kv_b:  # kv_b_proj back from k_b [H][R][nope] (transposed) and v_b [H][v][R]
+                kv_b = np.concatenate([L["attn_k_b.weight"].transpose(0, 2, 1), L["attn_v_b.weight"]], axis=1)
+                L["attn_kv_b.weight"] = kv_b.reshape(c.n_head * (c.nope_dim + c.v_head_dim), c.kv_lora_rank)
+            self.layers.append(L)
         if c.factor > 1.0:
             self.inv_freq = yarn_inv_freq(c.rope_dim, c.base, c.factor, c.orig_ctx)
             self.cs_mscale = yarn_get_mscale(c.factor, c.mscale) / yarn_get_mscale(c.factor, c.mscale_all_dim)
@@ -239,7 +245,7 @@ class DeepSeek2Reference:
         kv = (rms_norm(ckv, L["attn_kv_a_norm.weight"], c.eps) @ L["attn_kv_b.weight"].T)
         kv = kv.reshape(S, H, c.nope_dim + c.v_head_dim)
         k_nope, v = kv[..., : c.nope_dim], kv[..., c.nope_dim:]
-        q_pe = rotary_deepseek(q_pe, positions, self.inv_freq) * 1.0
+        q_pe = rotary_deepseek(q_pe, positions, self.inv_freq)
         k_pe = rotary_deepseek(k_pe, positions, self.inv_freq)
         if self.cs_mscale != 1.0:  # cos and sin both carry _mscale in HF
             q_pe, k_pe = q_pe * self.cs_mscale, k_pe * self.cs_mscale
