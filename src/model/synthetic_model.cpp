@@ -163,8 +163,8 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
   const DeepSeek2Sizes ds = deepseek2_sizes(s);
   if (s.arch == Arch::DeepSeek2) write_deepseek2_metadata(s, ds, w);
 
-  // Byte-level BPE vocabulary: 256 byte tokens, one end-of-text token, then merges of
-  // frequent English pairs until n_vocab is reached.
+  // Byte-level BPE vocabulary: 256 byte tokens, one end-of-text token, merges of
+  // frequent English pairs, then filler words until n_vocab is reached.
   std::vector<Value> tokens, types, merges;
   for (int b = 0; b < 256; ++b) {
     tokens.push_back(Value::make_string(byte_token(b)));
@@ -185,9 +185,15 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
       tokens.push_back(Value::make_string(m.substr(0, sp) + m.substr(sp + 1)));
       merges.push_back(Value::make_string(m));
     } else {
-      tokens.push_back(Value::make_string("<|unused_" + std::to_string(i) + "|>"));
-      types.push_back(Value::make_i32(5));
-      continue;
+      // Filler words (" wa", " wb", ...): no merge reaches them, so prompts never use
+      // them, but a random model mostly generates them and they must decode to text, or
+      // a served stream of such a model carries none (bench-serve times text chunks).
+      std::string word = space + "w";
+      for (size_t k = i; ; k /= 26) {
+        word += static_cast<char>('a' + k % 26);
+        if (k < 26) break;
+      }
+      tokens.push_back(Value::make_string(word));
     }
     types.push_back(Value::make_i32(1));
   }
