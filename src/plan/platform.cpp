@@ -50,7 +50,7 @@ PlatformProfile load_platform_profile(const std::string& name_or_path) {
   json j;
   try {
     j = json::parse(in);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number such as 1e400
     throw InputError(path + ": not valid JSON: " + e.what());
   }
   if (!j.is_object()) throw InputError(path + ": a platform profile must be a JSON object");

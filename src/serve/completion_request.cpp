@@ -149,7 +149,7 @@ CompletionRequest parse_completion_request(const std::string& body, Endpoint end
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number past double (1e400)
     throw ApiError::bad_request(std::string("the body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) throw ApiError::bad_request(std::string("the body must be a JSON object, not ") + type_name(j));

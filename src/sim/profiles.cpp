@@ -38,7 +38,7 @@ json read_json(const std::string& path, const char* kind) {
     json j = json::parse(in);
     if (!j.is_object()) throw InputError(path + ": a profile must be a JSON object");
     return j;
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number such as 1e400
     throw InputError(path + ": not valid JSON: " + e.what());
   }
 }
