@@ -5,7 +5,6 @@
 #include <string>
 
 #include "base/error.h"
-#include "engine/yarn_rope.h"
 #include "model/rope_yarn.h"
 
 namespace moeflow {
@@ -71,7 +70,6 @@ void ForwardPass::run(const StepTokens& step, std::vector<float>& logits) {
   rope_cs_.resize(static_cast<size_t>(n * rd));
   for (int64_t t = 0; t < n; ++t) {
     if (!yarn_inv_freq_.empty()) yarn_angles(yarn_inv_freq_, c.yarn.attn_factor, step.pos[t], rope_cs_.data() + t * rd);
-    else if (c.mla.yarn.factor > 1.0) yarn_rope_angles(c, step.pos[t], rope_cs_.data() + t * rd);
     else backend_.rope_angles(step.pos[t], c.rot_dim, c.rope_base, rope_cs_.data() + t * rd);
   }
   queries_.resize(static_cast<size_t>(n));

@@ -95,21 +95,27 @@ void read_deepseek2_config(const gguf::GgufFile& f, ModelConfig& c) {
     k.fail("expert_group_used_count", "= " + std::to_string(c.n_expert_group_used) +
                                           " groups hold fewer experts than expert_used_count = " + std::to_string(c.n_expert_used));
 
-  RopeYarn& y = m.yarn;
+  // YaRN as HF's DeepSeek-V2 and llama.cpp compute it: the ramp's ends rounded to whole
+  // pairs, cos and sin unscaled (the softmax scale below carries mscale^2).
+  YarnScaling& y = c.yarn;
+  double factor = 1.0;
   const gguf::Value* type = f.find(k.p + "rope.scaling.type");
   const std::string scaling = type ? type->as_string(k.p + "rope.scaling.type") : "none";
   if (scaling == "yarn") {
-    y.factor = k.real("rope.scaling.factor", 1.0, 1.0, 1e6);
-    y.n_ctx_orig = k.integer("rope.scaling.original_context_length", c.n_ctx_train, 1, kMaxContext);
-    y.log_mul = k.real("rope.scaling.yarn_log_multiplier", 0.0, 0.0, 100.0);
+    factor = k.real("rope.scaling.factor", 1.0, 1.0, 1e6);
+    y.orig_ctx = k.integer("rope.scaling.original_context_length", c.n_ctx_train, 1, kMaxContext);
+    m.yarn_log_mul = k.real("rope.scaling.yarn_log_multiplier", 0.0, 0.0, 100.0);
     y.beta_fast = k.real("rope.scaling.yarn_beta_fast", 32.0, 1e-6, 1e6);
     y.beta_slow = k.real("rope.scaling.yarn_beta_slow", 1.0, 1e-6, 1e6);
+    y.truncate = true;
+    y.attn_factor = 1.0;
+    if (factor > 1.0) y.factor = factor;  // 1: the trained frequencies, no YaRN
   } else if (scaling != "none") {
     k.fail("rope.scaling.type", "= '" + scaling + "' is not supported for deepseek2 (yarn or none)");
   }
   // HF's softmax_scale: q_head_dim^-0.5 times mscale^2, mscale = 0.1 * mscale_all_dim *
   // ln(factor) + 1 (the converter writes 0.1 * mscale_all_dim as yarn_log_multiplier).
-  const double mscale = y.factor > 1.0 ? 1.0 + y.log_mul * std::log(y.factor) : 1.0;
+  const double mscale = factor > 1.0 ? 1.0 + m.yarn_log_mul * std::log(factor) : 1.0;
   m.kq_scale = static_cast<float>(mscale * mscale / std::sqrt(static_cast<double>(c.head_dim)));
 }
 

@@ -1,20 +1,9 @@
-// The hyper-parameters of DeepSeek-V2's multi-head latent attention and its YaRN
-// rotary scaling (deepseek2 in llama.cpp; docs/architectures.md), kept apart from
+// The hyper-parameters of DeepSeek-V2's multi-head latent attention (deepseek2 in llama.cpp; docs/architectures.md), kept apart from
 // ModelConfig's common fields.
 #pragma once
 #include <cstdint>
 
 namespace moeflow {
-
-// YaRN ("rope.scaling.type" = yarn): the rotary frequencies of pairs below the
-// correction range are interpolated by 1/factor, those above kept, a linear ramp
-// between; the attention scale grows by mscale^2.
-struct RopeYarn {
-  double factor = 1.0;         // rope.scaling.factor; 1: no scaling
-  int64_t n_ctx_orig = 0;      // rope.scaling.original_context_length
-  double log_mul = 0.0;        // rope.scaling.yarn_log_multiplier (0.1 * HF's mscale_all_dim)
-  double beta_fast = 32.0, beta_slow = 1.0;
-};
 
 struct MlaConfig {
   int64_t q_lora_rank = 0;     // 0: q projected directly (attn_q), else attn_q_a -> norm -> attn_q_b
@@ -23,7 +12,10 @@ struct MlaConfig {
   // The file holds attn_kv_b split as llama.cpp's converter has written it since 2025
   // (attn_k_b transposed, attn_v_b; keys *_mla); loading rebuilds attn_kv_b from them.
   bool split_kv_b = false;
-  RopeYarn yarn;
+  // rope.scaling.yarn_log_multiplier (0.1 * HF's mscale_all_dim): YaRN's mscale, which
+  // DeepSeek puts in the softmax scale rather than in cos and sin (ModelConfig::yarn
+  // holds the rest of its YaRN, with attn_factor 1).
+  double yarn_log_mul = 0.0;
   float kq_scale = 0.0f;       // softmax scale: mscale^2 / sqrt(key_length)
 };
 

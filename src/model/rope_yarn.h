@@ -5,6 +5,10 @@
 // and beta_slow rotations over the original context, and cos and sin are scaled by the
 // attention factor 0.1 ln(factor) + 1.
 //
+// One implementation for both YaRN models: deepseek2 reads its keys itself
+// (model/deepseek2_config.cpp) with truncate = true and attn_factor 1, its mscale going
+// into the softmax scale instead.
+//
 // For gpt-oss the ramp's ends are not rounded to integers: its config sets truncate =
 // false (OpenAI's reference implementation never rounds; Hugging Face honours the
 // flag, whose default is to round: YarnScaling::truncate). llama.cpp's ggml rounds them
