@@ -273,7 +273,13 @@ int cmd_simulate(int argc, char** argv) {
   std::printf("trace %s: %s, %d layers x %d experts top-%d; learn %zu requests, measure %zu, %zu at a time; %s, %s\n",
               trace.path.c_str(), trace.model.c_str(), g.n_layer, g.n_expert, g.top_k, opt.warmup_requests,
               trace.requests.size() - opt.warmup_requests, opt.batch, model.name.c_str(), hw.name.c_str());
-  for (const std::string& note : table.cell[0][0].notes) std::printf("note: %s\n", note.c_str());
+  // Every run's notes once (most are the trace's; some are one policy's).
+  std::vector<std::string> notes;
+  for (const auto& row : table.cell)
+    for (const SimResult& r : row)
+      for (const std::string& note : r.notes)
+        if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+  for (const std::string& note : notes) std::printf("note: %s\n", note.c_str());
   std::printf("| policy       | cache  | hit rate | coverage | prefetch acc | stall s  | TTFT ms  | TPOT ms  | GB moved |\n");
   std::printf("|--------------|--------|----------|----------|--------------|----------|----------|----------|----------|\n");
   for (size_t p = 0; p < policies.size(); ++p)

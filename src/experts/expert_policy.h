@@ -74,6 +74,11 @@ class ExpertPolicy {
   // reserves its bytes from the moment it is queued, so a policy that wants its
   // fetches issued one at a time, as the link frees up, says so here.
   virtual size_t prefetch_limit() const { return static_cast<size_t>(-1); }
+  // Seconds the policy's predictor takes on a stream of its own before a plan's
+  // prefetches are known (DuoServe's prediction stream, §5.3): they start no earlier.
+  // The engine runs predictors inline, so there the time is simply spent; the
+  // simulator charges this instead.
+  virtual double prediction_seconds() const { return 0; }
   // A cache sized to the experts in use (DuoServe's k slots, §5.1): each expert of
   // the layer gives up its slot once it has computed, and the plan's prefetches that
   // found no room are asked again then (the next layer's guesses stream into the

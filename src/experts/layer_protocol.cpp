@@ -44,6 +44,8 @@ void LayerProtocol::run_on_demand(int32_t layer, const std::vector<int32_t>& nee
   if (policy.prefetches()) {
     policy.link_state(cache_.copies_in_flight(), cache_.prefetches_in_flight());
     policy.plan_prefetch(layer, plan);
+    if (const double s = policy.prediction_seconds(); s > 0)
+      cache_.transport().hold_prefetches(cache_.transport().now() + s);
     issue();
   }
   // A k-slot cache: the computed expert's slot goes to the plan (DuoServe §5.3, "after

@@ -1,5 +1,6 @@
 #include "experts/simulated_transport.h"
 
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 
@@ -32,7 +33,17 @@ bool SimulatedTransport::cancel(const ExpertKey& key) {
 }
 
 void SimulatedTransport::preempt_for(double priority) {
-  if (link_.chunk_bytes == 0 || priority < kDemandPriority) return;
+  if (priority < kDemandPriority) return;
+  // A held prefetch that has not begun gives its engine to the demand outright.
+  for (Engine& e : engines_) {
+    if (!e.busy || e.yields || e.start <= now_ || e.priority >= kDemandPriority) continue;
+    if (queue_.count_at_least(kDemandPriority) == 0) return;
+    if (e.bytes != geometry_.bytes_of(e.key)) left_[e.key] = e.bytes;  // a resumed piece keeps what it has left
+    queue_.push(e.key, nullptr, e.priority);
+    e.busy = false;
+    start_idle(now_);
+  }
+  if (link_.chunk_bytes == 0) return;
   // One engine freed for each queued demand: those idle or already yielding count.
   size_t freeing = 0;
   for (const Engine& e : engines_)
@@ -64,11 +75,13 @@ void SimulatedTransport::start_idle(double t) {
     e.yields = false;
     e.key = j.key;
     e.priority = j.priority;
-    e.start = t;
+    // A held prefetch takes the engine now and starts moving at the hold's end; a
+    // demand arriving before then takes the engine back (preempt_for).
+    e.start = j.priority < kDemandPriority ? std::max(t, hold_until_) : t;
     const auto left = left_.find(j.key);
     e.bytes = left != left_.end() ? left->second : geometry_.bytes_of(j.key);
     if (left != left_.end()) left_.erase(left);
-    e.finish = t + seconds_for(e.bytes);
+    e.finish = e.start + seconds_for(e.bytes);
   }
 }
 

@@ -34,6 +34,7 @@ class SimulatedTransport final : public Transport {
   void collect(std::vector<ExpertKey>& done, bool block) override;
   double now() override { return now_; }
   uint64_t bytes_moved() const override { return bytes_moved_; }
+  void hold_prefetches(double until) override { hold_until_ = until; }
 
   // Moves the virtual clock forward by `seconds` of compute.
   void advance(double seconds);
@@ -46,7 +47,7 @@ class SimulatedTransport final : public Transport {
     bool busy = false;
     ExpertKey key;
     double priority = 0;
-    double start = 0;       // when its current piece started (latency first)
+    double start = 0;       // when its current piece starts (latency first); a held prefetch's lies ahead
     uint64_t bytes = 0;     // bytes this piece moves
     double finish = 0;
     bool yields = false;    // pre-empted: at `finish` it goes back to the queue
@@ -62,6 +63,7 @@ class SimulatedTransport final : public Transport {
   const ExpertGeometry& geometry_;
   LinkProfile link_;
   double now_ = 0;
+  double hold_until_ = 0;  // prefetches start no earlier (hold_prefetches)
   std::vector<Engine> engines_;
   TransferQueue queue_;
   std::vector<ExpertKey> done_;

@@ -33,6 +33,11 @@ class Transport {
   virtual double now() = 0;
   // Bytes the jobs have moved from the slow tier so far.
   virtual uint64_t bytes_moved() const = 0;
+  // Prefetches (jobs below demand priority) start no earlier than `until` on this
+  // transport's clock: a predictor running on its own stream has not named them yet
+  // (DuoServe §5.3). A no-op where the predictor's time is real (the engine runs it
+  // inline); the simulator charges it.
+  virtual void hold_prefetches(double /*until*/) {}
 };
 
 }  // namespace moeflow

@@ -176,9 +176,11 @@ namespace {
 class DuoservePolicy : public ExpertPolicy {
  public:
   DuoservePolicy(const ExpertGeometry& g, DuoserveOptions opt)
-      : n_layer_(g.n_layer), k_cache_(opt.k_cache), pred_(g.n_layer, g.n_expert, g.top_k, std::move(opt)) {}
+      : n_layer_(g.n_layer), k_cache_(opt.k_cache), prediction_s_(opt.prediction_seconds),
+        pred_(g.n_layer, g.n_expert, g.top_k, std::move(opt)) {}
   std::string name() const override { return k_cache_ ? "duoserve-k" : "duoserve"; }
   bool frees_computed_experts() const override { return k_cache_; }
+  double prediction_seconds() const override { return prediction_s_; }
   bool prefetches() const override { return true; }
 
   void begin_iteration(Phase phase, int64_t) override {
@@ -298,6 +300,7 @@ class DuoservePolicy : public ExpertPolicy {
 
   int32_t n_layer_;
   bool k_cache_;
+  double prediction_s_;
   DuoservePredictor pred_;
   Phase phase_ = Phase::Decode;
   std::vector<std::vector<int32_t>> rows_;

@@ -30,6 +30,9 @@ struct DuoserveOptions {
   // slot for the next layer's predicted experts (ExpertPolicy::frees_computed_experts);
   // the simulator sizes the cache to k experts for it.
   bool k_cache = false;
+  // Seconds its predictor takes on the prediction stream (§5.3; the paper measures
+  // ~0.6 ms on its GPU): the simulator holds the plan's prefetches that long.
+  double prediction_seconds = 0;
 };
 
 class DuoservePredictor {

@@ -32,8 +32,12 @@ const Registered kPolicies[] = {
     {"lfu", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("lfu", g); }},
     {"on-demand", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("on-demand", g); }},
     {"next-layer", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("next-layer", g); }},
-    {"duoserve", [](const ExpertGeometry& g, const PolicyOptions&) { return make_duoserve_policy(g); }, true},
-    {"duoserve-k", [](const ExpertGeometry& g, const PolicyOptions&) { return make_duoserve_policy(g, DuoserveOptions{.k_cache = true}); }, true},
+    {"duoserve", [](const ExpertGeometry& g, const PolicyOptions& o) {
+       return make_duoserve_policy(g, DuoserveOptions{.prediction_seconds = o.prediction_seconds});
+     }, true},
+    {"duoserve-k", [](const ExpertGeometry& g, const PolicyOptions& o) {
+       return make_duoserve_policy(g, DuoserveOptions{.k_cache = true, .prediction_seconds = o.prediction_seconds});
+     }, true},
     {"moe-infinity", [](const ExpertGeometry& g, const PolicyOptions& o) -> std::unique_ptr<ExpertPolicy> {
        MoeInfinityOptions mo;
        if (o.eamc_capacity > 0) mo.capacity = o.eamc_capacity;

@@ -202,9 +202,13 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
       po.emoe_top_l = opt.emoe_top_l;
       po.eamc_capacity = opt.eamc_capacity;
       po.budget_bytes = budget;  // eMoE derives its top-L per layer from it
+      po.prediction_seconds = model.predictor_seconds;
       policy = make_policy(opt.policy, g, po);
     }
   }
+  if (policy->prediction_seconds() > 0)
+    res.notes.push_back(policy->name() + ": its predictor's " + std::to_string(policy->prediction_seconds() * 1e3).substr(0, 5) +
+                        " ms on the prediction stream hold each plan's prefetches (model profile predictor_seconds)");
   if (!trace.has_probs) res.notes.push_back("no gate probabilities in the trace: policies saw top-k weights only");
   if (const int32_t want = policy->lookahead_depth(); want > trace.lookahead_depth)
     res.notes.push_back(policy->name() + " reads " + std::to_string(want) + " layers of lookahead routing, the trace carries " +

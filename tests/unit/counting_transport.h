@@ -35,6 +35,7 @@ class CountingTransport final : public Transport {
   }
   double now() override { return inner_.now(); }
   uint64_t bytes_moved() const override { return inner_.bytes_moved(); }
+  void hold_prefetches(double until) override { inner_.hold_prefetches(until); }
 
   int64_t outstanding = 0;  // copies submitted and not yet collected or cancelled
   int64_t peak = 0;         // most outstanding at once

@@ -167,6 +167,47 @@ TEST(SimulatedTransport, DemandPreemptsAPrefetchAtAChunkBoundary) {
   EXPECT_EQ(order, (std::vector<ExpertKey>{{0, 0}, {0, 2}, {0, 1}}));
 }
 
+// The prediction stream (DuoServe §5.3): 100-byte experts at 100 B/s, no latency. A
+// prefetch submitted at 0 under a hold until 0.5 s moves from 0.5 to 1.5. A demand at
+// 0.2 s finds the engine taken by the held prefetch, which has not begun: the demand
+// gets it at once (0.2 to 1.2), and the prefetch follows (1.2 to 2.2). A demand is
+// never held.
+TEST(SimulatedTransport, HeldPrefetchesStartAtTheHoldsEndAndYieldToDemands) {
+  ExpertGeometry g = ExpertGeometry::uniform(1, 4, 1, 100);
+  {
+    SimulatedTransport link{g, LinkProfile{100.0, 0.0, 1}};
+    link.hold_prefetches(0.5);
+    link.submit({0, 0}, nullptr, 1.0);
+    std::vector<ExpertKey> done;
+    link.collect(done, true);
+    EXPECT_DOUBLE_EQ(link.now(), 1.5);
+  }
+  {
+    SimulatedTransport link{g, LinkProfile{100.0, 0.0, 1}};
+    link.hold_prefetches(0.5);
+    link.submit({0, 0}, nullptr, 1.0);
+    link.advance(0.2);
+    link.submit({0, 1}, nullptr, kDemandPriority);
+    std::vector<ExpertKey> done;
+    link.collect(done, true);
+    ASSERT_EQ(done, (std::vector<ExpertKey>{{0, 1}}));
+    EXPECT_DOUBLE_EQ(link.now(), 1.2);
+    done.clear();
+    link.collect(done, true);
+    ASSERT_EQ(done, (std::vector<ExpertKey>{{0, 0}}));
+    EXPECT_DOUBLE_EQ(link.now(), 2.2);
+    EXPECT_EQ(link.bytes_moved(), 200u);
+  }
+  {
+    SimulatedTransport link{g, LinkProfile{100.0, 0.0, 1}};
+    link.hold_prefetches(0.5);
+    link.submit({0, 2}, nullptr, kDemandPriority);
+    std::vector<ExpertKey> done;
+    link.collect(done, true);
+    EXPECT_DOUBLE_EQ(link.now(), 1.0);
+  }
+}
+
 // In the cache: a demand promoted from a queued prefetch pre-empts the prefetch that
 // is copying. 1 s per expert, 4 chunks; prefetch A at 0, prefetch B queued behind it;
 // at 0.1 s B is demanded: A yields at 0.25, B lands at 1.25.

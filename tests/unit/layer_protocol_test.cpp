@@ -127,10 +127,11 @@ TEST(PrefillPipeline, OnDemandHasMoreInFlightAndDecodeDoesNotStream) {
 // layer 1 misses and loads on demand.
 class FixedPlan : public ExpertPolicy {
  public:
-  explicit FixedPlan(bool frees) : frees_(frees) {}
+  explicit FixedPlan(bool frees, double predict = 0) : frees_(frees), predict_(predict) {}
   std::string name() const override { return "fixed-plan"; }
   bool prefetches() const override { return true; }
   bool frees_computed_experts() const override { return frees_; }
+  double prediction_seconds() const override { return predict_; }
   void plan_prefetch(int32_t layer_now, PrefetchPlan& plan) override {
     if (layer_now == 0) plan.push_back({{1, 2}, 1.0});
   }
@@ -138,6 +139,7 @@ class FixedPlan : public ExpertPolicy {
 
  private:
   bool frees_;
+  double predict_;
 };
 
 TEST(LayerProtocol, KSlotCacheStreamsTheNextLayerIntoAFreedSlot) {
@@ -158,6 +160,28 @@ TEST(LayerProtocol, KSlotCacheStreamsTheNextLayerIntoAFreedSlot) {
     EXPECT_EQ(c.hits, frees ? 1u : 0u);
     EXPECT_EQ(c.misses, frees ? 1u : 2u);
     EXPECT_NEAR(link.now(), frees ? 3.5 : 4.5, 1e-12);
+  }
+}
+
+// DuoServe's prediction stream (§5.3): the plan made at layer 0's gate names (1,2) only
+// after the predictor's P seconds. A cache of two experts, copies of 1 s on one link,
+// compute 0.25 s. Layer 0's demand (0,0) runs 0 to 1 and computes to 1.25 whatever P is
+// (a demand is never held); the prefetch starts at max(1, P). After 0.5 s of dense work
+// (t = 1.75) layer 1 waits for it: P = 0 lands at 2.0, P = 1.5 at 2.5.
+TEST(LayerProtocol, PredictionTimeHoldsThePlansPrefetches) {
+  for (double predict : {0.0, 1.5}) {
+    const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
+    SimulatedTransport link(g, LinkProfile{100.0, 0.0, 1});
+    FixedPlan policy(false, predict);
+    ExpertCache cache(g, 200, link, policy);
+    LayerProtocol protocol(cache);
+    auto compute = [&](int32_t, const uint8_t*) { link.advance(0.25); };
+    protocol.run(0, {0}, compute);
+    EXPECT_NEAR(link.now(), 1.25, 1e-12) << predict;
+    link.advance(0.5);
+    protocol.run(1, {2}, compute);
+    EXPECT_NEAR(link.now(), predict > 0 ? 2.75 : 2.25, 1e-12) << predict;
+    EXPECT_EQ(cache.counters().prefetches_issued, 1u);
   }
 }
 

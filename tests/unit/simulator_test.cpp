@@ -1,3 +1,4 @@
+#include <algorithm>
 // The trace-driven simulator: timing worked out by hand on a tiny trace, the known
 // baselines of the shared Mixtral trace (its README's table), and Belady never beaten.
 #include <gtest/gtest.h>
@@ -132,6 +133,25 @@ TEST(Simulator, ProfileMismatchIsRefused) {
   ModelProfile m = tiny_model();
   m.n_expert = 8;
   EXPECT_THROW(simulate(t, m, tiny_link(), SimOptions{}), InputError);
+}
+
+// The model profile's predictor_seconds reaches DuoServe and the run says it was charged
+// (what the hold does is tested by hand in LayerProtocol.PredictionTimeHoldsThePlansPrefetches).
+TEST(Simulator, DuoservePredictionTimeComesFromTheModelProfile) {
+  const std::vector<std::array<int, 2>> steps(6, std::array<int, 2>{1, 2});
+  const Trace t = tiny_trace({steps, steps});
+  SimOptions o;
+  o.cache_fraction = 0.25;
+  o.policy = "duoserve";
+  o.warmup_requests = 1;
+  for (double predict : {0.0, 0.5}) {
+    ModelProfile m = tiny_model();
+    m.predictor_seconds = predict;
+    const SimResult r = simulate(t, m, tiny_link(), o);
+    const bool noted = std::any_of(r.notes.begin(), r.notes.end(),
+                                   [](const std::string& n) { return n.find("prediction stream") != std::string::npos; });
+    EXPECT_EQ(noted, predict > 0) << predict;
+  }
 }
 
 TEST(Simulator, ReproducesTheSharedMixtralBaselines) {
