@@ -117,10 +117,14 @@ Tokenizer::Tokenizer(TokenizerData data) : d_(std::move(data)) {
   }
 
   special_by_byte_.assign(256, {});
+  special_second_byte_.assign(256, {});
   for (size_t i = 0; i < n; ++i) {
     const int32_t t = type_of(static_cast<int32_t>(i));
-    if ((t == kTypeControl || t == kTypeUserDefined) && !d_.tokens[i].empty()) {
-      special_by_byte_[static_cast<unsigned char>(d_.tokens[i][0])].push_back(static_cast<int32_t>(i));
+    const std::string& tok = d_.tokens[i];
+    if ((t == kTypeControl || t == kTypeUserDefined) && !tok.empty()) {
+      const auto first = static_cast<unsigned char>(tok[0]);
+      special_by_byte_[first].push_back(static_cast<int32_t>(i));
+      special_second_byte_[first].set(tok.size() > 1 ? static_cast<unsigned char>(tok[1]) : 256);
     }
   }
   for (auto& bucket : special_by_byte_) {
@@ -183,7 +187,14 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text, bool add_bos) co
   bool prev_special = true;
   size_t start = 0, i = 0;
   while (i < text.size()) {
-    const auto& bucket = special_by_byte_[static_cast<unsigned char>(text[i])];
+    const auto first = static_cast<unsigned char>(text[i]);
+    const auto& second = special_second_byte_[first];
+    if (second.none() ||
+        (i + 1 < text.size() && !second.test(256) && !second.test(static_cast<unsigned char>(text[i + 1])))) {
+      ++i;
+      continue;
+    }
+    const auto& bucket = special_by_byte_[first];
     int32_t match = -1;
     for (int32_t id : bucket) {
       const std::string& t = d_.tokens[id];

@@ -18,6 +18,7 @@
 // (llama.cpp does not), so it decodes to the NFC form of non-NFC input.
 // Thread safety: a Tokenizer is immutable after construction.
 #pragma once
+#include <bitset>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -77,6 +78,10 @@ class Tokenizer {
   // Control / user-defined tokens matched literally, bucketed by first byte and
   // sorted longest first inside each bucket (so the longest match wins).
   std::vector<std::vector<int32_t>> special_by_byte_;
+  // For each first byte, which second bytes its tokens have (256 bits; bit 256: a
+  // one-byte token): a run of "<" then skips DeepSeek-V3's ~800 "<｜...｜>" tokens at
+  // once instead of comparing each (190 ms -> ~1 ms per 100 KB).
+  std::vector<std::bitset<257>> special_second_byte_;
   std::vector<int32_t> byte_token_;        // llama: byte -> <0xNN> id (-1 if none)
   std::vector<int32_t> gpt2_byte_to_cp_;   // gpt2: byte -> unicode code point
   std::unordered_map<int32_t, uint8_t> gpt2_cp_to_byte_;

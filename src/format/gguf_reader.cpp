@@ -20,6 +20,16 @@ constexpr uint64_t kMaxDims = 4;
 constexpr uint64_t kMaxElements = 1ull << 60;
 constexpr int kMaxArrayDepth = 2;
 
+// The memory metadata arrays may take (each element a Value, ~100 bytes, for as little as
+// 1 byte of file), for a file of `size` bytes: 64 MiB for any file, so a 1 MB file cannot
+// ask for 100 MB; up to 16 times the file, at most 512 MiB, for vocabulary-only GGUFs (no
+// tensors: o200k's, gpt-4o, is 9 MB holding 200019 tokens, their types and 446189 merges,
+// 846k elements or ~81 MB as Values); a quarter of the file for model files.
+uint64_t array_budget_for(uint64_t size) {
+  const uint64_t any_file = 64ull << 20, vocabulary = std::min<uint64_t>(size, 32ull << 20) * 16;
+  return std::max({any_file, vocabulary, size / 4});
+}
+
 // A cursor over the mapping that refuses to read past its end; every error names
 // the field being read and its absolute offset.
 class Cursor {
@@ -29,9 +39,7 @@ class Cursor {
   uint64_t remaining() const { return size_ - pos_; }
   uint64_t size() const { return size_; }
   // Array elements still allowed in memory (each takes sizeof(Value), ~100 bytes, for
-  // as little as 1 byte of file): the larger of 64 MiB and a quarter of the file, so a
-  // 1 MB file cannot ask for 100 MB, while the largest real vocabularies (262k tokens,
-  // ~25 MB) fit easily.
+  // as little as 1 byte of file): array_budget_for the file's size.
   uint64_t array_budget = 0;
 
   [[noreturn]] void fail(const std::string& field, const std::string& why, uint64_t at) const {
@@ -121,7 +129,7 @@ Value read_value(Cursor& c, ValueType t, const std::string& field, int depth) {
         c.fail(field, "array length " + std::to_string(n) + " exceeds the bytes left in the file", at + 4);
       if (n > c.array_budget / sizeof(Value))
         c.fail(field, "array length " + std::to_string(n) + ": the file's metadata arrays would take more than " +
-                          std::to_string(std::max<uint64_t>(64ull << 20, c.size() / 4) >> 20) + " MiB in memory",
+                          std::to_string(array_budget_for(c.size()) >> 20) + " MiB in memory",
                at + 4);
       c.array_budget -= n * sizeof(Value);
       v.array.reserve(n);
@@ -139,7 +147,7 @@ class Parser {
  public:
   static void parse(GgufFile& f) {
     Cursor c(f.path_, f.base_, f.size_);
-    c.array_budget = std::max<uint64_t>(64ull << 20, f.size_ / 4);
+    c.array_budget = array_budget_for(f.size_);
     const uint32_t magic = c.read<uint32_t>("magic");
     if (magic != 0x46554747u) c.fail("magic", "not a GGUF file (expected \"GGUF\")", 0);
     f.version_ = c.read<uint32_t>("version");

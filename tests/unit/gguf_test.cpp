@@ -682,6 +682,38 @@ TEST(GgufCorrupt, BadArrays) {
   expect_error(h4.path, {"metadata key 'x.deep'", "nested", "offset"});
 }
 
+// Metadata arrays are held as Values (~100 bytes each, from as little as 1 byte of file),
+// so their memory is bounded: 64 MiB for any file (Issue19: a 1 MB file cannot ask for
+// 100 MB), 16 times the file up to 512 MiB, a quarter of the file. A vocabulary-only GGUF
+// has no tensors to make the file large: o200k's (gpt-4o) holds 846k array elements in
+// 9 MB, which 64 MiB alone refused.
+TEST(GgufReader, VocabularySizedArraysFitTheMemoryBudget) {
+  HandFile h = simple_file();
+  Buf b;
+  b.put<uint32_t>(8);  // string elements, like tokenizer.ggml.merges
+  const uint64_t n = 900000;
+  b.put<uint64_t>(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    b.put<uint64_t>(2);
+    b.put<uint16_t>(static_cast<uint16_t>(0x6161 + i % 16));
+  }
+  h.kvs.push_back({"x.merges", 9, b.b});  // ~86 MB as Values from a 9 MB file
+  const std::string p = write_hand(h, "vocabarray");
+  auto f = GgufFile::open(p);
+  EXPECT_EQ(f->get("x.merges").array.size(), n);
+}
+
+TEST(GgufCorrupt, ArraysPastTheMemoryBudget) {
+  HandFile h = simple_file();
+  Buf b;
+  b.put<uint32_t>(0);  // uint8 elements
+  b.put<uint64_t>(3000000);
+  b.b.resize(b.b.size() + 3000000, 1);
+  h.kvs.push_back({"x.a", 9, b.b});  // ~288 MB as Values from a 3 MB file
+  write_hand(h, "hugearray");
+  expect_error(h.path, {"metadata key 'x.a'", "array length 3000000", "64 MiB in memory", "offset"});
+}
+
 TEST(GgufCorrupt, RandomByteFlipsNeverCrash) {
   // Cheap fuzzing: flipping bytes in the header may produce a valid file or an
   // InputError, never anything else (ASan/UBSan builds catch stray reads).

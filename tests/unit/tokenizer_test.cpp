@@ -252,6 +252,53 @@ TEST(TokenizerGpt2, SpecialTokensSplit) {
   EXPECT_EQ(t.decode(t.encode("<|im_start|>hello world<|im_end|>", false)), "hello world");
 }
 
+// Special tokens are looked up only where the next byte can continue one (a run of "<"
+// skips DeepSeek-V3's ~800 "<｜...｜>" tokens at once): that shortcut must find every
+// match the plain longest-first scan finds, one-byte tokens and the text's last byte too.
+TEST(TokenizerGpt2, SpecialTokensAfterRunsOfTheirFirstByte) {
+  Gpt2Fixture f = make_gpt2();
+  f.d.tokens.push_back("\x7F");  // a one-byte user-defined token (no second byte to check)
+  f.d.types.push_back(4);
+  Tokenizer t(f.d);
+  const int32_t start = f.id("<|im_start|>"), end = f.id("<|im_end|>"), del = f.id("\x7F");
+  EXPECT_EQ(t.encode("<<<|im_start|>", false), (std::vector<int32_t>{'<', '<', start}));
+  EXPECT_EQ(t.encode("x<", false), (std::vector<int32_t>{'x', '<'}));
+  EXPECT_EQ(t.encode("<", false), (std::vector<int32_t>{'<'}));
+  EXPECT_EQ(t.encode("a<|", false), (std::vector<int32_t>{'a', f.id("<|")}));
+  EXPECT_EQ(t.encode("a\x7F\x7F<|im_end|>\x7F", false), (std::vector<int32_t>{'a', del, del, end, del}));
+  // Random strings over the specials' bytes against a plain longest-first scan, with the
+  // pieces between matches encoded alone.
+  const std::vector<std::string> specials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|", "\x7F"};
+  const std::string alphabet = "<|<|im_startendoftx\x7F ";
+  std::mt19937 rng(7);
+  for (int k = 0; k < 2000; ++k) {
+    std::string text;
+    const int n = 1 + k % 30;
+    for (int i = 0; i < n; ++i) text += alphabet[std::uniform_int_distribution<size_t>(0, alphabet.size() - 1)(rng)];
+    if (k % 3 == 0) text.insert(std::uniform_int_distribution<size_t>(0, text.size())(rng), specials[k % 3]);
+    std::vector<int32_t> want;
+    size_t from = 0, i = 0;
+    while (i < text.size()) {
+      std::string best;
+      for (const std::string& sp : specials)
+        if (text.compare(i, sp.size(), sp) == 0 && sp.size() > best.size()) best = sp;
+      if (best.empty()) { ++i; continue; }
+      if (i > from) {
+        const std::vector<int32_t> piece = t.encode(text.substr(from, i - from), false);
+        want.insert(want.end(), piece.begin(), piece.end());
+      }
+      want.push_back(f.id(best));
+      i += best.size();
+      from = i;
+    }
+    if (from < text.size()) {
+      const std::vector<int32_t> piece = t.encode(text.substr(from), false);
+      want.insert(want.end(), piece.begin(), piece.end());
+    }
+    ASSERT_EQ(t.encode(text, false), want) << text;
+  }
+}
+
 TEST(TokenizerGpt2, EndOfGeneration) {
   Gpt2Fixture f = make_gpt2();
   Tokenizer t(f.d);

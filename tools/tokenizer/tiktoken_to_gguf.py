@@ -14,6 +14,7 @@ ggml-vocab-llama-bpe.gguf.inp/.out when the 8 MB ggml-vocab-llama-bpe.gguf itsel
 be had (docs/tokenizers.md).
 
 Usage: tools/tokenizer/tiktoken_to_gguf.py --preset llama3 tokenizer.model out.gguf
+       tools/tokenizer/tiktoken_to_gguf.py --preset gpt-4o o200k_base.tiktoken out.gguf
 """
 import argparse
 import base64
@@ -32,9 +33,17 @@ def llama3_specials():
     return names
 
 
+def o200k_specials():
+    """o200k_base's two special tokens, as tiktoken and js-tiktoken define them. Their ids
+    leave holes after the 199998 ranks (199998, 200000..200017); main() fills those with
+    unused placeholders, as llama.cpp's converter does."""
+    return {199999: "<|endoftext|>", 200018: "<|endofprompt|>"}
+
+
 PRESETS = {
-    # pre, specials, bos, eos, add_bos
+    # pre, specials (a list following the ranks, or {id: name}), bos, eos, add_bos
     "llama3": ("llama-bpe", llama3_specials(), 128000, 128001, True),
+    "gpt-4o": ("gpt-4o", o200k_specials(), 199999, 199999, False),
 }
 
 
@@ -90,8 +99,18 @@ def main():
     b2u = bytes_to_unicode()
     mapped = lambda b: "".join(b2u[x] for x in b)  # noqa: E731
     by_rank = sorted(ranks, key=ranks.get)
-    tokens = [mapped(t) for t in by_rank] + specials
-    types = [1] * len(by_rank) + [3] * len(specials)
+    tokens = [mapped(t) for t in by_rank]
+    types = [1] * len(by_rank)
+    if isinstance(specials, dict):
+        for i in range(len(tokens), max(specials) + 1):
+            tokens.append(specials.get(i, "[PAD%d]" % i))
+            types.append(3 if i in specials else 5)  # 5: unused
+        if any(tokens[i] != name for i, name in specials.items()):
+            sys.exit(args.ranks + ": a special token's id is taken by a rank")
+    else:
+        tokens += specials
+        types += [3] * len(specials)
+    n_specials = sum(1 for t in types if t == 3)
     merges = []
     for t in by_rank:
         for a, b in merges_for(ranks, t):
@@ -110,7 +129,7 @@ def main():
     }
     with open(args.out, "wb") as f:
         f.write(gguf_bytes(kv))
-    print("wrote %s: %d tokens (%d special), %d merges" % (args.out, len(tokens), len(specials), len(merges)))
+    print("wrote %s: %d tokens (%d special), %d merges" % (args.out, len(tokens), n_specials, len(merges)))
 
 
 if __name__ == "__main__":

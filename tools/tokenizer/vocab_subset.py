@@ -15,6 +15,7 @@ the independent Python BPE, not the model's tokenizer) go in too, as "edge_tests
 
 Usage (from the repository root; VOCAB_DIR holds llama.cpp's models/ggml-vocab-*):
   tools/tokenizer/vocab_subset.py VOCAB_DIR gpt-2 deepseek-llm deepseek-coder
+  tools/tokenizer/vocab_subset.py --source "WHERE THE VOCABULARY AND IDS CAME FROM" VOCAB_DIR gpt-4o
 """
 import json
 import os
@@ -97,9 +98,13 @@ def read_pairs(inp, out):
 
 
 def main():
-    if len(sys.argv) < 3:
+    args = sys.argv[1:]
+    source = None  # the fixture's "source" note, where the pairs are not llama.cpp's
+    if len(args) >= 2 and args[0] == "--source":
+        source, args = args[1], args[2:]
+    if len(args) < 2:
         sys.exit(__doc__)
-    vocab_dir, names = sys.argv[1], sys.argv[2:]
+    vocab_dir, names = args[0], args[1:]
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     b2u = bytes_to_unicode()
     for name in names:
@@ -137,7 +142,8 @@ def main():
                 keep[i] = [ty, tok]
         merges = [m for m in meta["tokenizer.ggml.merges"] if m.replace(" ", "", 1) in substrings]
         fixture = {
-            "source": "llama.cpp models/ggml-vocab-%s.gguf(.inp/.out), cut by tools/tokenizer/vocab_subset.py" % name,
+            "source": (source or "llama.cpp models/ggml-vocab-%s.gguf(.inp/.out)" % name)
+            + ", cut by tools/tokenizer/vocab_subset.py",
             "pre": pre,
             "n_tokens": len(tokens),
             "bos": meta.get("tokenizer.ggml.bos_token_id", -1),
