@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "input_error_of.h"
 #include "base/error.h"
 #include "engine/expert_groups.h"
 #include "engine/transformer.h"
@@ -48,14 +49,7 @@ std::string rewrite(const std::map<std::string, Value>& set, const std::set<std:
   return rewrite_file(kFixture, set, remove);
 }
 
-std::string load_error(const std::string& path) {
-  try {
-    Model::load(path);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string load_error(const std::string& path) { return testing::input_error_of([&] { Model::load(path); }); }
 
 TEST(DeepSeek2, BadMetadataIsAnInputErrorNamingTheKey) {
   const std::string p = "deepseek2.";

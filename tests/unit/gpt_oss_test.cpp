@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "input_error_of.h"
 #include "backend/cpu/cpu_backend.h"
 #include "base/error.h"
 #include "engine/forward_pass.h"
@@ -118,14 +119,7 @@ std::string rewrite(const std::map<std::string, Value>& set, const std::set<std:
   return out;
 }
 
-std::string load_error(const std::string& path) {
-  try {
-    Model::load(path);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string load_error(const std::string& path) { return testing::input_error_of([&] { Model::load(path); }); }
 
 TEST(GptOssConfig, LoadsAsWritten) {
   auto m = Model::load(kModel);

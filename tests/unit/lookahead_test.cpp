@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "input_error_of.h"
 #include "base/error.h"
 #include "engine/generator.h"
 #include "engine/trace_recorder.h"
@@ -28,14 +29,7 @@
 namespace moeflow {
 namespace {
 
-std::string error_of(const std::string& line) {
-  try {
-    parse_trace_line(line, "t.jsonl:7");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string error_of(const std::string& line) { return testing::input_error_of([&] { parse_trace_line(line, "t.jsonl:7"); }); }
 
 // 6 layers x 4 experts, top-2, layer 1, two tokens.
 const std::string kHead = R"({"request":0,"iter":0,"phase":"decode","layer":1,"num_experts":4,"top_k":2,)";

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "input_error_of.h"
 #include "base/atomic_file.h"
 #include "base/error.h"
 #include "engine/model_check.h"
@@ -294,14 +295,7 @@ std::string trace_line(const std::string& experts, int layer = 0, int num_expert
          R"(,"num_experts":)" + std::to_string(num_experts) + R"(,"top_k":2,"experts":)" + experts + "}";
 }
 
-std::string parse_error(const std::string& line) {
-  try {
-    parse_trace_line(line, "t.jsonl:7");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string parse_error(const std::string& line) { return testing::input_error_of([&] { parse_trace_line(line, "t.jsonl:7"); }); }
 
 TEST(Issue19, TraceExpertIdsAreExactDistinctIntegers) {
   EXPECT_EQ(parse_error(trace_line("[[0,1]]")), "");

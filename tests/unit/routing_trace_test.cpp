@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "input_error_of.h"
 #include "engine/generator.h"
 #include "engine/trace_recorder.h"
 #include "engine/transformer.h"
@@ -27,14 +28,7 @@ std::string write_lines(const std::vector<std::string>& lines) {
   return p;
 }
 
-std::string error_of(const std::string& line) {
-  try {
-    parse_trace_line(line, "t.jsonl:7");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string error_of(const std::string& line) { return testing::input_error_of([&] { parse_trace_line(line, "t.jsonl:7"); }); }
 
 TEST(RoutingTrace, RecorderWritesOneLinePerIterationAndLayerThatReadsBack) {
   auto model = Model::load(moeflow::testing::fixture_path("qwen3moe-f32.gguf"));
