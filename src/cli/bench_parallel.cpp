@@ -29,37 +29,48 @@ class StepBytes final : public ForwardListener {
  public:
   explicit StepBytes(const Model& m) : m_(m) {
     const ModelWeights& w = m.weights();
-    dense_ = w.output.bytes();
+    add_dense(w.output);
     for (const LayerWeights& L : w.layers) {
-      dense_ += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes() + L.gate_inp.bytes();
+      for (const MatrixRef* d : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate_inp}) add_dense(*d);
       // deepseek2's latent attention, leading dense FFN; shared experts (read by every token)
       for (const MatrixRef* d : {&L.mla.wq_a, &L.mla.wq_b, &L.mla.wkv_a, &L.ffn.gate, &L.ffn.up, &L.ffn.down,
                                  &L.shexp.gate, &L.shexp.up, &L.shexp.down})
-        dense_ += d->bytes();
+        add_dense(*d);
       for (const std::vector<MatrixRef>* heads : {&L.mla.k_b, &L.mla.v_b})
-        for (const MatrixRef& d : *heads) dense_ += d.bytes();
+        for (const MatrixRef& d : *heads) add_dense(d);
       // Routing names MoE layers only (deepseek2's leading dense layers have no experts).
-      if (L.gate_exps.n_expert > 0)
-        expert_.push_back(L.gate_exps.first.bytes() + L.up_exps.first.bytes() + L.down_exps.first.bytes());
+      if (L.gate_exps.n_expert > 0) {
+        const MatrixRef* e[3] = {&L.gate_exps.first, &L.up_exps.first, &L.down_exps.first};
+        expert_.push_back(e[0]->bytes() + e[1]->bytes() + e[2]->bytes());
+        expert_macs_.push_back(macs_of(*e[0]) + macs_of(*e[1]) + macs_of(*e[2]));
+      }
     }
   }
   void begin_step(const StepTokens& s) override {
-    if (on) bytes += dense_ + static_cast<uint64_t>(s.size()) * m_.weights().tok_embd.row_bytes();
+    if (!on) return;
+    bytes += dense_ + static_cast<uint64_t>(s.size()) * m_.weights().tok_embd.row_bytes();
+    macs += dense_macs_ * static_cast<uint64_t>(s.size());
   }
   void routed(const LayerRouting& r) override {
     if (!on) return;
     const std::set<int32_t> distinct(r.experts.begin(), r.experts.end());
     bytes += distinct.size() * expert_[static_cast<size_t>(r.layer)];
+    macs += r.experts.size() * expert_macs_[static_cast<size_t>(r.layer)];
     selected += r.experts.size();
     unique += distinct.size();
   }
   bool on = false;
-  uint64_t bytes = 0, selected = 0, unique = 0;
+  uint64_t bytes = 0, macs = 0, selected = 0, unique = 0;  // macs: the matrices' multiply-adds
 
  private:
+  static uint64_t macs_of(const MatrixRef& d) { return static_cast<uint64_t>(d.rows) * static_cast<uint64_t>(d.cols); }
+  void add_dense(const MatrixRef& d) {
+    dense_ += d.bytes();
+    dense_macs_ += macs_of(d);
+  }
   const Model& m_;
-  uint64_t dense_ = 0;
-  std::vector<uint64_t> expert_;
+  uint64_t dense_ = 0, dense_macs_ = 0;
+  std::vector<uint64_t> expert_, expert_macs_;
 };
 
 struct ParallelRun {
@@ -67,6 +78,7 @@ struct ParallelRun {
   int64_t n = 0;
   double seconds = 1e30;       // the fastest repetition's decode steps
   uint64_t bytes = 0;          // weight bytes those steps read
+  uint64_t macs = 0;           // their matrices' multiply-adds
   double triad = 0;            // the larger triad around it (all resident)
   double unique_share = 0;     // distinct experts per layer over selections
   double hit_rate = -1;        // offloaded: during the decode steps
@@ -114,13 +126,16 @@ int bench_parallel(const Args& a) {
   double disk_bw = 0;
   std::string model_path, layout;
   int threads = 0;
-  double peak = 0;
+  double peak = 0, mac_peak = 0;
+  bool gate0_interleaved = false;
+  const bool int8 = a.str("--activations") == "int8";
   for (const std::string& pol : policies) {
     auto e = open_bench_engine(a, pol, n_prompt + n_gen + 1, static_cast<int>(n_max));
     const Model& m = e->model();
     model_path = m.file().path();
     const MatrixRef& gate0 = m.weights().layers[static_cast<size_t>(m.config().n_dense_lead)].gate_exps.first;  // the first MoE layer
     layout = std::string(dtype_name(gate0.dtype)) + " " + row_layout_name(gate0.layout);
+    gate0_interleaved = gate0.layout == RowLayout::rows_x4;
     threads = e->thread_pool().size();
     StepBytes counter(m);
     e->add_listener(&counter);
@@ -149,7 +164,7 @@ int bench_parallel(const Args& a) {
         const double triad_before = pol == "all" ? cpu::measure_triad_bandwidth_gbs(&e->thread_pool(), 64ull << 20) : 0;
         const ExpertCacheStats before = e->cache_stats();
         counter.on = true;
-        counter.bytes = counter.selected = counter.unique = 0;
+        counter.bytes = counter.macs = counter.selected = counter.unique = 0;
         const double t0 = now();
         for (int64_t g = 0; g < n_gen; ++g) {
           batch.clear();
@@ -163,6 +178,7 @@ int bench_parallel(const Args& a) {
         if (dt < run.seconds) {
           run.seconds = dt;
           run.bytes = counter.bytes;
+          run.macs = counter.macs;
           run.triad = std::max(triad_before, triad_after);
           run.unique_share = static_cast<double>(counter.unique) / static_cast<double>(counter.selected);
           const ExpertCacheStats after = e->cache_stats();
@@ -176,7 +192,12 @@ int bench_parallel(const Args& a) {
       }
       runs.push_back(run);
     }
-    if (pol == "all") peak = cpu::measure_peak_fma_gflops(&e->thread_pool());
+    if (pol == "all") {
+      peak = cpu::measure_peak_fma_gflops(&e->thread_pool());
+      // The interleaved kernels' arithmetic: one byte product per multiply-add with int8
+      // activations, two with int16 ones.
+      if (gate0_interleaved) mac_peak = cpu::measure_peak_int8_gmacs(&e->thread_pool()) / (int8 ? 1.0 : 2.0);
+    }
     if (pol != "all" && disk_bw == 0) disk_bw = bench_disk_bandwidth(a, m);
   }
   // Offloaded runs are set against the all-resident run's bound at the same N.
@@ -193,10 +214,12 @@ int bench_parallel(const Args& a) {
     return std::min(mem, static_cast<double>(r.n * n_gen) / (static_cast<double>(r.bytes_read) / disk_bw));
   };
   const double tps1 = std::count(ns.begin(), ns.end(), 1) ? tps(resident(1)) : 0;
+  auto gmacs = [&](const ParallelRun& r) { return static_cast<double>(r.macs) / r.seconds / 1e9; };
   if (a.has("--json")) {
     nlohmann::json j = {{"model", model_path}, {"threads", threads}, {"n_prompt", n_prompt}, {"n_gen", n_gen},
                         {"expert_weight_layout", layout}, {"simd_target", cpu::simd_target_name()},
-                        {"peak_gflops", peak}, {"runs", nlohmann::json::array()}};
+                        {"peak_gflops", peak}, {"activations", int8 ? "int8" : "int16"},
+                        {"mac_peak_gmacs", mac_peak}, {"runs", nlohmann::json::array()}};
     for (const ParallelRun& r : runs) {
       nlohmann::json k = {{"policy", r.policy},
                           {"parallel", r.n},
@@ -205,7 +228,9 @@ int bench_parallel(const Args& a) {
                           {"tg_fraction_of_bound", tps(r) / bound(r)},
                           {"weight_bytes_per_step", static_cast<double>(r.bytes) / static_cast<double>(n_gen)},
                           {"distinct_expert_share", r.unique_share},
-                          {"triad_bandwidth_gbs", resident(r.n).triad}};
+                          {"triad_bandwidth_gbs", resident(r.n).triad},
+                          {"gmacs_per_second", gmacs(r)}};
+      if (mac_peak > 0) k["fraction_of_mac_peak"] = gmacs(r) / mac_peak;
       if (tps1 > 0) k["tg_ratio_to_parallel_1"] = tps(r) / tps1;
       if (r.hit_rate >= 0) {
         k["hit_rate"] = r.hit_rate;
@@ -226,17 +251,26 @@ int bench_parallel(const Args& a) {
   if (disk_bw > 0)
     std::printf("storage reads %.2f GB/s: an offloaded row's bound is the smaller of its memory and storage bounds\n",
                 disk_bw / 1e9);
+  if (mac_peak > 0)
+    std::printf("%s activations: the interleaved kernels' arithmetic peak is %.0f G multiply-adds/s (AVX-512 VNNI "
+                "on every thread%s)\n",
+                int8 ? "int8" : "int16", mac_peak, int8 ? "" : ", two byte products each");
   std::printf("| policy       | parallel | tg tok/s | per seq | vs N=1 | MiB read/step | distinct/selected | bound tok/s "
-              "(triad GB/s) | of bound | hit rate |\n");
+              "(triad GB/s) | of bound | GMAC/s (of peak) | hit rate |\n");
   std::printf("|--------------|---------:|---------:|--------:|-------:|--------------:|------------------:|----------"
-              "------------:|---------:|---------:|\n");
+              "------------:|---------:|-----------------:|---------:|\n");
   for (const ParallelRun& r : runs) {
-    char hit[16] = "-";
+    char hit[16] = "-", mac[32] = "-";
     if (r.hit_rate >= 0) std::snprintf(hit, sizeof hit, "%.1f%%", 100.0 * r.hit_rate);
-    std::printf("| %-12s | %8lld | %8.1f | %7.1f | %5.2fx | %13.1f | %16.0f%% | %9.1f (%5.1f) | %7.1f%% | %8s |\n",
+    if (mac_peak > 0) {
+      std::snprintf(mac, sizeof mac, "%.0f (%4.1f%%)", gmacs(r), 100.0 * gmacs(r) / mac_peak);
+    } else {
+      std::snprintf(mac, sizeof mac, "%.0f", gmacs(r));
+    }
+    std::printf("| %-12s | %8lld | %8.1f | %7.1f | %5.2fx | %13.1f | %16.0f%% | %9.1f (%5.1f) | %7.1f%% | %16s | %8s |\n",
                 r.policy.c_str(), static_cast<long long>(r.n), tps(r), tps(r) / static_cast<double>(r.n),
                 tps1 > 0 ? tps(r) / tps1 : 0.0, static_cast<double>(r.bytes) / static_cast<double>(n_gen) / 1048576.0,
-                100.0 * r.unique_share, bound(r), resident(r.n).triad, 100.0 * tps(r) / bound(r), hit);
+                100.0 * r.unique_share, bound(r), resident(r.n).triad, 100.0 * tps(r) / bound(r), mac, hit);
   }
   return 0;
 }

@@ -27,6 +27,9 @@ void add_model_flags(Args& a) {
                       "q8_0 / q4_0, whose rounding exceeds f16's; f32 otherwise)", true, "auto");
   a.flag("--no-repack", "keep q4_0 and q8_0 weights in GGUF's row layout in memory (by default, on CPUs with "
                         "AVX-512 VNNI, their rows are interleaved in fours for the faster kernels)", false);
+  a.flag("--activations", "precision of the activations interleaved q4_0 / q8_0 rows multiply: int16 (within ~2e-5 "
+                          "of f32) or int8 (llama.cpp's q8_0 activations; up to 2x the batched step where arithmetic "
+                          "limits it)", true, "int16");
 }
 
 std::string default_model_path() {
@@ -50,6 +53,9 @@ EngineOptions engine_options_from_flags(const Args& a, const std::string& policy
     throw UsageError("--kv-type '" + o.kv_type + "': expected f32, f16 or auto");
   o.mmap = a.has("--mmap");
   o.repack = !a.has("--no-repack");  // where the backend interleaves rows at all
+  o.activations = a.str("--activations");
+  if (o.activations != "int16" && o.activations != "int8")
+    throw UsageError("--activations '" + o.activations + "': expected int16 or int8");
   o.policy = policy;
   if (!a.declared("--expert-budget")) return o;  // a command without the offloading flags
   if (a.has("--expert-budget")) o.expert_budget = a.str("--expert-budget");

@@ -15,6 +15,7 @@
 
 #include "base/error.h"
 #include "engine/expert_source.h"
+#include "kernels/cpu/q4_vnni.h"
 #include "model/model_weights.h"
 #include "moeflow/sampler.h"
 #include "policy/policy_factory.h"
@@ -248,6 +249,48 @@ TEST(EngineBatch, FullBudgetNeverEvicts) {
   run_together(*e, scripts, 2);
   EXPECT_EQ(e->cache_stats().evictions, 0u);
   EXPECT_EQ(e->cache_stats().budget_bytes, e->cache_stats().expert_bytes_total);
+}
+
+// --activations int8: interleaved q4_0 / q8_0 rows multiply int8 activations in every
+// step, so a sequence batched with others still gets its own floats; those floats stay
+// near the int16 ones (int8's rounding, printed) and differ from them where the CPU has
+// the kernels (elsewhere the option changes nothing).
+TEST(EngineBatch, Int8ActivationsKeepEachSequenceItsOwnLogits) {
+  for (const char* fixture : {"olmoe-q4_0.gguf", "qwen3moe-q8_0.gguf", "qwen2moe-q4_0.gguf", "deepseek2-q4_0.gguf",
+                              "gpt-oss-mxfp4.gguf"}) {
+    EngineOptions o8 = options_for(fixture);
+    o8.activations = "int8";
+    auto e8 = Engine::open(o8);
+    auto e16 = Engine::open(options_for(fixture));
+    for (int n : {1, 4, 16}) {
+      const std::vector<Script> scripts = make_scripts(n, e8->n_vocab(), 300 + n);
+      const std::vector<Transcript> together = run_together(*e8, scripts, 11 + n);
+      expect_same(together, *e8, scripts, std::string(fixture) + ", int8 activations, " + std::to_string(n) + " sequences");
+    }
+    // The prompt fed a token at a time (each a mat-vec, as decoding runs it), no
+    // generation: both see the same tokens, so the logits compare position by position.
+    Script s = make_scripts(1, e8->n_vocab(), 7)[0];
+    s.chunk = 1;
+    s.n_gen = 0;
+    const Transcript a8 = run_alone(*e8, s), a16 = run_alone(*e16, s);
+    ASSERT_EQ(a8.logits.size(), a16.logits.size());
+    double worst = 0;
+    for (size_t k = 0; k < a8.logits.size(); ++k) {
+      double num = 0, den = 0;
+      for (size_t v = 0; v < a8.logits[k].size(); ++v) {
+        const double d = static_cast<double>(a8.logits[k][v]) - a16.logits[k][v];
+        num += d * d;
+        den += static_cast<double>(a16.logits[k][v]) * a16.logits[k][v];
+      }
+      worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
+    }
+    std::printf("  %-20s int8 against int16 activations: max relative difference of the logits %.3e\n", fixture, worst);
+    EXPECT_LT(worst, 5e-2) << fixture;
+    if (cpu::q4_vnni_enabled()) EXPECT_GT(worst, 0.0) << fixture << ": the option changed nothing";
+  }
+  EngineOptions bad = options_for("olmoe-q4_0.gguf");
+  bad.activations = "int4";
+  EXPECT_THROW(Engine::open(bad), InputError);
 }
 
 std::string error_of(const std::function<void()>& f) {

@@ -492,6 +492,79 @@ TEST(Matmul, PerTokenJobsMatchSeparateMatvecsBitForBit) {
   }
 }
 
+// Interleaved rows on int8 activations (MatvecJob::x_int8, `--activations int8`):
+// the products equal the float64 product of the weights with the activation as the
+// packing rounds it (rows_x4_x8_values) to float rounding, since the integer sums are
+// exact; against the f32 activation they carry int8's rounding (printed). And every
+// path gives a token the same floats: alone, paired, 1-12 tokens per pass (the kernel
+// takes up to eight), per-token jobs beside a mat-mul, a prepared plan's row chunks.
+TEST(Matmul, Int8ActivationsOnInterleavedRows) {
+  if (!q4_vnni_enabled()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: the int16 kernels run (the option is ignored)";
+  std::mt19937 rng(53);
+  ThreadPool pool2(2);
+  for (DType ft : {DType::Q4_0, DType::Q8_0}) {
+    double worst_rounded = 0, worst_f32 = 0;
+    for (int64_t rows : {12, 264}) {
+      for (int64_t cols : {128, 768, 2048}) {
+        const Weights w = make_weights(ft, rows, cols, rng);
+        std::vector<uint8_t> w4(w.bytes.size());
+        rows_x4_repack(ft, w.bytes.data(), rows, cols, w4.data());
+        const uint8_t* W4 = w4.data();
+        const size_t n = static_cast<size_t>(rows);
+        const std::vector<float> x = random_vec(static_cast<size_t>(cols), rng);
+        std::vector<float> x8(x.size()), ref8(n), ref(n), y(n, NAN);
+        rows_x4_x8_values(x.data(), cols, x8.data());
+        matvec_reference(ft, w.bytes.data(), rows, cols, x8.data(), ref8.data());
+        matvec_reference(ft, w.bytes.data(), rows, cols, x.data(), ref.data());
+        const MatvecJob job{ft, RowLayout::rows_x4, W4, rows, cols, x.data(), y.data(), true};
+        matvec_batch(&job, 1, nullptr);
+        worst_rounded = std::max(worst_rounded, rel_err(y, ref8));
+        worst_f32 = std::max(worst_f32, rel_err(y, ref));
+        EXPECT_LT(rel_err(y, ref8), 2e-6) << dtype_name(ft) << " " << rows << "x" << cols;
+        EXPECT_LT(rel_err(y, ref), 2e-2) << dtype_name(ft) << " " << rows << "x" << cols;
+        // Two tokens beside each other on two threads: the pairs' kernel.
+        const std::vector<float> x2 = random_vec(static_cast<size_t>(cols), rng);
+        std::vector<float> y2(n, NAN), b1(n, NAN), b2(n, NAN);
+        const MatvecJob lone2{ft, RowLayout::rows_x4, W4, rows, cols, x2.data(), y2.data(), true};
+        matvec_batch(&lone2, 1, nullptr);
+        std::vector<uint8_t> w4b(w4);  // another matrix of the same shape: read as a pair
+        const MatvecJob pair[2] = {{ft, RowLayout::rows_x4, W4, rows, cols, x.data(), b1.data(), true},
+                                   {ft, RowLayout::rows_x4, w4b.data(), rows, cols, x2.data(), b2.data(), true}};
+        matvec_batch(pair, 2, &pool2);
+        EXPECT_EQ(b1, y);
+        EXPECT_EQ(b2, y2);
+        // A prepared plan's rows, in chunks.
+        std::vector<float> yp(n, NAN);
+        MatvecPlan plan;
+        plan.prepare({ft, RowLayout::rows_x4, W4, rows, cols, x.data(), yp.data(), true});
+        for (int64_t r = rows; r > 0; r -= 4) plan.rows(r - 4, r);
+        EXPECT_EQ(yp, y);
+        if (rows != 264) continue;
+        for (int64_t n_tok : {2, 5, 8, 9, 12}) {
+          const std::vector<float> X = random_vec(static_cast<size_t>(n_tok * cols), rng);
+          std::vector<float> alone(static_cast<size_t>(n_tok) * n, NAN);
+          for (int64_t t = 0; t < n_tok; ++t) {
+            const MatvecJob one{ft, RowLayout::rows_x4, W4, rows, cols, X.data() + t * cols, alone.data() + t * rows, true};
+            matvec_batch(&one, 1, nullptr);
+          }
+          for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2}) {
+            std::vector<float> got(alone.size(), NAN), mm(alone.size(), NAN), mm_alone(alone.size());
+            matmul(ft, W4, rows, cols, X.data(), n_tok, mm_alone.data(), nullptr, RowLayout::rows_x4);
+            const MatmulJob both[2] = {{ft, RowLayout::rows_x4, W4, rows, cols, X.data(), n_tok, got.data(), true, true},
+                                       {ft, RowLayout::rows_x4, W4, rows, cols, X.data(), n_tok, mm.data(), false, true}};
+            matmul_batch(both, 2, pool);
+            EXPECT_EQ(got, alone) << dtype_name(ft) << " " << n_tok << " tokens per step";
+            EXPECT_EQ(mm, mm_alone) << "a mat-mul (prefill) keeps its f32 activations";
+          }
+        }
+      }
+    }
+    std::printf("  %s rows_x4, int8 activations: worst relative error %.3e vs the rounded activation's product, "
+                "%.3e vs the f32 activation's\n",
+                dtype_name(ft), worst_rounded, worst_f32);
+  }
+}
+
 // A prepared mat-vec whose rows two threads take in chunks, from the front and the
 // back (moe_forward's expert-per-thread decode), gives the lone mat-vec's floats.
 TEST(Matmul, PlanRowsInAnyChunksMatchTheMatvecBitForBit) {
@@ -597,10 +670,17 @@ TEST(Roofline, SmokeTest) {
   ThreadPool pool(2);
   const double gbs = measure_triad_bandwidth_gbs(&pool, 4 << 20);
   const double gflops = measure_peak_fma_gflops(&pool);
-  std::printf("  triad (4 MiB arrays, 2 threads): %.1f GB/s, peak FMA: %.1f GFLOP/s\n", gbs,
-              gflops);
+  const double gmacs = measure_peak_int8_gmacs(&pool);
+  std::printf("  triad (4 MiB arrays, 2 threads): %.1f GB/s, peak FMA: %.1f GFLOP/s, peak int8: %.1f G multiply-adds/s\n",
+              gbs, gflops, gmacs);
   EXPECT_GT(gbs, 0.1);
   EXPECT_GT(gflops, 0.1);
+  if (cpu_has_avx512_vnni()) {
+    // One vpdpbusd does 64 multiply-adds where an FMA does 16 f32 ones (2 flops each).
+    EXPECT_GT(gmacs, 0.5 * gflops) << "int8 VNNI below the f32 FMA rate";
+  } else {
+    EXPECT_EQ(gmacs, 0.0);
+  }
 }
 
 }  // namespace

@@ -12,10 +12,13 @@ namespace moeflow {
 class CpuBackend final : public Backend {
  public:
   // Owns a pool of `threads` workers. `interleave_rows` false keeps every matrix in
-  // GGUF's layout (--no-repack).
-  explicit CpuBackend(int threads, bool interleave_rows = true);
+  // GGUF's layout (--no-repack). `int8_activations` (--activations int8): products with
+  // interleaved q4_0 / q8_0 rows quantise their activation to int8, not int16
+  // (cpu::MatvecJob::x_int8), every step alike, so a sequence's floats still do not
+  // depend on its company.
+  explicit CpuBackend(int threads, bool interleave_rows = true, bool int8_activations = false);
   // Runs on `pool` (not owned; null: the calling thread alone).
-  explicit CpuBackend(ThreadPool* pool, bool interleave_rows = true);
+  explicit CpuBackend(ThreadPool* pool, bool interleave_rows = true, bool int8_activations = false);
 
   std::string name() const override { return "cpu"; }
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;  // host memory, huge pages
@@ -44,6 +47,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<ThreadPool> owned_;
   ThreadPool* pool_;
   bool interleave_rows_;
+  bool int8_activations_;
 };
 
 }  // namespace moeflow

@@ -32,8 +32,9 @@ namespace moeflow {
 // calling thread).
 class ExpertsPerThread {
  public:
+  // x_int8: the products' MatvecJob::x_int8.
   void run(const ExpertMatrices* mats, const std::vector<int64_t>* const* slots, size_t n, const float* x,
-           int64_t K, int64_t D, int64_t F, float* per_slot, ThreadPool& pool);
+           int64_t K, int64_t D, int64_t F, float* per_slot, ThreadPool& pool, bool x_int8 = false);
 
  private:
   static constexpr int64_t kGroup = 8;              // rows per work item
@@ -51,6 +52,7 @@ class ExpertsPerThread {
                   float* per_slot, uint32_t groups);
   void steal(size_t n, int64_t D, uint32_t groups);
 
+  bool x_int8_ = false;
   std::atomic<bool> failed_{false};  // an owner threw: nothing more becomes ready
   std::vector<std::unique_ptr<Shared>> experts_;
   std::vector<uint32_t> bounds_;

@@ -95,6 +95,7 @@ struct MvInput {
   const uint8_t* q4x;
   const uint8_t* rx4;
   const uint8_t* kq = nullptr;  // k-quant VNNI kernels' packing (kquant_matvec.h)
+  bool rx4_int8 = false;        // rx4 holds int8 blocks (rows_x4_pack_x8)
 };
 }  // namespace moeflow::cpu
 #endif
@@ -450,8 +451,8 @@ void MatvecQuadsX4(DType wt, const uint8_t* W, int64_t r0, int64_t r1, int64_t p
                    const MvInput& x, float* y) {
   const size_t qb = rows_x4_quad_bytes(wt, cols);
   if (x.rx4) {
-    rows_x4_quads(wt, W + qb * static_cast<size_t>(r0 / kRowsX4), (r1 - r0) / kRowsX4, cols, x.rx4, y + r0,
-                  W + qb * static_cast<size_t>(pf_end / kRowsX4));
+    (x.rx4_int8 ? rows_x4_quads8 : rows_x4_quads)(wt, W + qb * static_cast<size_t>(r0 / kRowsX4), (r1 - r0) / kRowsX4,
+                                                  cols, x.rx4, y + r0, W + qb * static_cast<size_t>(pf_end / kRowsX4));
     return;
   }
   const DType ft = wt;
@@ -624,17 +625,20 @@ void check_shape(DType wt, RowLayout layout, int64_t rows, int64_t cols) {
 // What the mat-vec kernels read of a job's activation besides x: int16 blocks for
 // q8_0 weights (q4_0 ones too when the VNNI kernel runs) and for every VNNI kernel,
 // packed as that kernel reads it.
+// Interleaved rows on an int8 activation (MatvecJob::x_int8), packed from the floats.
+bool wants_int8(const MatvecJob& j) { return j.x && j.x_int8 && q4_vnni_enabled() && j.layout == RowLayout::rows_x4; }
 bool wants_int16(const MatvecJob& j) {
   const DType ft = j.dtype;
-  return j.x && (ft == DType::Q8_0 || (q4_vnni_enabled() && ft == DType::Q4_0) || kquant_vnni_type(ft));
+  return j.x && !wants_int8(j) && (ft == DType::Q8_0 || (q4_vnni_enabled() && ft == DType::Q4_0) || kquant_vnni_type(ft));
 }
 bool wants_packed(const MatvecJob& j) {
   return j.x && q4_vnni_enabled() && (j.dtype == DType::Q4_0 || j.layout == RowLayout::rows_x4 || kquant_vnni_type(j.dtype));
 }
 size_t packed_lines(const MatvecJob& j) {
-  const size_t bytes = j.layout == RowLayout::rows_x4 ? rows_x4_x_bytes(j.cols)
-                       : dtype_is_kquant(j.dtype) ? kquant_x_bytes(j.cols)
-                                                  : q4_vnni_x_bytes(j.cols);
+  const size_t bytes = wants_int8(j)                     ? rows_x4_x8_bytes(j.cols)
+                       : j.layout == RowLayout::rows_x4 ? rows_x4_x_bytes(j.cols)
+                       : dtype_is_kquant(j.dtype)       ? kquant_x_bytes(j.cols)
+                                                        : q4_vnni_x_bytes(j.cols);
   return (bytes + sizeof(CacheLine) - 1) / sizeof(CacheLine);
 }
 // Packs in's int16 blocks (in.qx, in.dx) into `packed` in the layout j's VNNI kernel
@@ -653,6 +657,12 @@ void pack_input(const MatvecJob& j, MvInput& in, uint8_t* packed) {
 // when the kernel wants that; returns the kernels' view.
 MvInput prepare_input(const MatvecJob& j, int16_t* qx, float* dx, uint8_t* packed) {
   MvInput in{j.x, nullptr, nullptr, nullptr, nullptr};
+  if (wants_int8(j)) {
+    rows_x4_pack_x8(j.x, j.cols, packed);
+    in.rx4 = packed;
+    in.rx4_int8 = true;
+    return in;
+  }
   if (!wants_int16(j)) return in;
   HWY_DYNAMIC_DISPATCH(QuantizeX16)(j.x, j.cols, qx, dx);
   in.qx = qx;
@@ -687,6 +697,16 @@ const MvInput* matvec_inputs(const MatvecJob* jobs, size_t n_jobs) {
   size_t qoff = 0, doff = 0, poff = 0;
   for (size_t j = 0; j < n_jobs; ++j) {
     in[j] = {jobs[j].x, nullptr, nullptr, nullptr, nullptr};
+    if (wants_int8(jobs[j])) {
+      // Same activation packed as int8 by an earlier job: share it.
+      for (size_t i = 0; i < j && !in[j].rx4; ++i)
+        if (in[i].rx4_int8 && jobs[i].x == jobs[j].x && jobs[i].cols == jobs[j].cols) in[j] = in[i];
+      if (!in[j].rx4) {
+        in[j] = prepare_input(jobs[j], nullptr, nullptr, reinterpret_cast<uint8_t*>(pbuf.data() + poff));
+        poff += packed_lines(jobs[j]);
+      }
+      continue;
+    }
     if (!wants_int16(jobs[j])) continue;
     const int64_t cols = jobs[j].cols;
     const uint8_t* MvInput::*const packed_of = jobs[j].layout == RowLayout::rows_x4 ? &MvInput::rx4
@@ -696,7 +716,8 @@ const MvInput* matvec_inputs(const MatvecJob* jobs, size_t n_jobs) {
     for (size_t i = 0; i < j && !in[j].qx; ++i)
       if (in[i].qx && jobs[i].x == jobs[j].x && jobs[i].cols == cols) in[j] = {jobs[j].x, in[i].qx, in[i].dx, nullptr, nullptr};
     for (size_t i = 0; i < j && !(in[j].*packed_of); ++i)
-      if (in[i].*packed_of && jobs[i].x == jobs[j].x && jobs[i].cols == cols) in[j].*packed_of = in[i].*packed_of;
+      if (in[i].*packed_of && !in[i].rx4_int8 && jobs[i].x == jobs[j].x && jobs[i].cols == cols)
+        in[j].*packed_of = in[i].*packed_of;
     const bool need_packed = wants_packed(jobs[j]) && !(in[j].*packed_of);
     if (!in[j].qx) {
       // Quantises (and packs, if wanted) into fresh space.
@@ -826,7 +847,9 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
       continue;
     }
     if (p.layout == RowLayout::rows_x4 && in[j].rx4)
-      while (n < kStreams && j + n < n_jobs && same_shape(jobs[j + n]) && in[j + n].rx4) ++n;
+      while (n < kStreams && j + n < n_jobs && same_shape(jobs[j + n]) && in[j + n].rx4 &&
+             in[j + n].rx4_int8 == in[j].rx4_int8)
+        ++n;
     item_buf.push_back({j, n, false});
     j += n;
   }
@@ -844,8 +867,10 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
       const auto* W = static_cast<const uint8_t*>(a.W);
       // Interleaved rows whose activations are all packed for the VNNI kernel take it
       // once per piece for all the tokens (each quad's weights loaded once per four).
-      const bool x4 = a.layout == RowLayout::rows_x4 &&
-                      std::all_of(in + it.a, in + it.a + it.n, [](const MvInput& v) { return v.rx4 != nullptr; });
+      const bool int8 = in[it.a].rx4_int8;
+      const bool x4 = a.layout == RowLayout::rows_x4 && std::all_of(in + it.a, in + it.a + it.n, [int8](const MvInput& v) {
+                        return v.rx4 != nullptr && v.rx4_int8 == int8;
+                      });
       thread_local std::vector<const uint8_t*> xs;
       thread_local std::vector<float*> outs;
       if (x4) {
@@ -858,9 +883,9 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
         const int64_t s1 = std::min(r1, s0 + piece);
         if (x4) {
           for (size_t k = 0; k < it.n; ++k) outs[k] = jobs[it.a + k].y + s0;
-          rows_x4_quads_tokens(a.dtype, W + qb * static_cast<size_t>(s0 / kRowsX4), (s1 - s0) / kRowsX4, a.cols,
-                               xs.data(), static_cast<int>(it.n), outs.data(),
-                               W + qb * static_cast<size_t>(a.rows / kRowsX4));
+          (int8 ? rows_x4_quads8_tokens : rows_x4_quads_tokens)(
+              a.dtype, W + qb * static_cast<size_t>(s0 / kRowsX4), (s1 - s0) / kRowsX4, a.cols, xs.data(),
+              static_cast<int>(it.n), outs.data(), W + qb * static_cast<size_t>(a.rows / kRowsX4));
           continue;
         }
         for (size_t k = 0; k < it.n; ++k) {
@@ -884,7 +909,8 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
       s[k] = RowsX4Stream{W + qb * static_cast<size_t>(r0 / kRowsX4), in[it.a + k].rx4, m.y + r0,
                           W + qb * static_cast<size_t>(m.rows / kRowsX4)};
     }
-    rows_x4_quads_multi(a.dtype, s, static_cast<int>(it.n), (r1 - r0) / kRowsX4, a.cols);
+    (in[it.a].rx4_int8 ? rows_x4_quads8_multi : rows_x4_quads_multi)(a.dtype, s, static_cast<int>(it.n),
+                                                                      (r1 - r0) / kRowsX4, a.cols);
   };
   const int parts = pool && pool->size() > 1 && work >= kMinParallelWork ? pool->size() : 1;
   if (parts == 1) {
@@ -892,12 +918,13 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
       if (jobs[items[i].a].rows > 0) run_item(i, 0, jobs[items[i].a].rows);
     return;
   }
-  auto work_of = [jobs, items](size_t i) {
+  auto work_of = [jobs, items, in](size_t i) {
     const MatvecJob& a = jobs[items[i].a];
     // A shared matrix is read once from memory, plus a pass from cache per four tokens
-    // (the multi-token kernel's width), each costing about as much as the read.
+    // (the multi-token kernel's width; eight on int8), each costing about as much as the read.
     const size_t n = items[i].n;
-    return RowWork{a.rows, row_bytes(a.dtype, a.cols) * (items[i].shared ? 1 + (n + 3) / 4 : n)};
+    const size_t width = in[items[i].a].rx4_int8 ? 8 : 4;
+    return RowWork{a.rows, row_bytes(a.dtype, a.cols) * (items[i].shared ? 1 + (n + width - 1) / width : n)};
   };
   // Measured (2 threads, 330M q8_0, medians of 5-6 alternating runs): own chunks of
   // 8 groups ran ~10% slower than no stealing (the software prefetch and the stream
@@ -918,6 +945,7 @@ void MatvecPlan::prepare(const MatvecJob& job) {
   in_dx_ = in.dx;
   in_q4x_ = in.q4x;
   in_rx4_ = in.rx4;
+  in_rx4_int8_ = in.rx4_int8;
   in_kq_ = in.kq;
 }
 
@@ -931,7 +959,7 @@ void MatvecPlan::rows(int64_t r0, int64_t r1) const {
     std::fill(job_.y + r0, job_.y + r1, 0.0f);  // empty sums
     return;
   }
-  const MvInput in{job_.x, in_qx_, in_dx_, in_q4x_, in_rx4_, in_kq_};
+  const MvInput in{job_.x, in_qx_, in_dx_, in_q4x_, in_rx4_, in_kq_, in_rx4_int8_};
   HWY_DYNAMIC_DISPATCH(MatvecRows)(job_.dtype, job_.layout, static_cast<const uint8_t*>(job_.W), r0, r1, job_.rows, job_.cols,
                                    in, job_.y);
 }
@@ -968,7 +996,8 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool) {
         mm_jobs.push_back(m);
         continue;
       }
-      for (int64_t t = 0; t < m.n_tok; ++t) mv_jobs.push_back({m.dtype, m.layout, m.W, m.rows, m.cols, m.X + t * m.cols, m.Y + t * m.rows});
+      for (int64_t t = 0; t < m.n_tok; ++t)
+        mv_jobs.push_back({m.dtype, m.layout, m.W, m.rows, m.cols, m.X + t * m.cols, m.Y + t * m.rows, m.x_int8});
     }
     const std::vector<MatmulJob> gemms = mm_jobs;  // the recursive call reuses the thread_local
     matvec_batch(mv_jobs.data(), mv_jobs.size(), pool);
@@ -979,7 +1008,7 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool) {
   one_tok.resize(n_jobs);
   for (size_t j = 0; j < n_jobs; ++j) {
     const MatmulJob& m = jobs[j];
-    one_tok[j] = {m.dtype, m.layout, m.W, m.rows, m.cols, m.n_tok == 1 ? m.X : nullptr, m.Y};
+    one_tok[j] = {m.dtype, m.layout, m.W, m.rows, m.cols, m.n_tok == 1 ? m.X : nullptr, m.Y, m.x_int8};
   }
   const MvInput* const in = matvec_inputs(one_tok.data(), n_jobs);
   auto fn = HWY_DYNAMIC_DISPATCH(MatmulRows);

@@ -33,6 +33,10 @@ struct MatvecJob {
   int64_t rows, cols;
   const float* x;
   float* y;
+  // q4_0 / q8_0 rows interleaved in fours: the activation as int8 blocks, not int16
+  // (rows_x4_vnni.h: twice the arithmetic per cycle, ~2^-8 instead of ~2^-16 of a
+  // block's largest value as rounding). Ignored by every other matrix.
+  bool x_int8 = false;
 };
 
 // Runs independent mat-vecs as one parallel job. A decode step is a chain of small
@@ -72,6 +76,7 @@ class MatvecPlan {
   const float* in_dx_ = nullptr;
   const uint8_t* in_q4x_ = nullptr;
   const uint8_t* in_rx4_ = nullptr;
+  bool in_rx4_int8_ = false;
   const uint8_t* in_kq_ = nullptr;
 };
 
@@ -92,6 +97,7 @@ struct MatmulJob {
   // Each token as its own mat-vec (the decode arithmetic: a one-token job's floats,
   // token by token) with the matrix read once for all of them; else a mat-mul.
   bool per_token = false;
+  bool x_int8 = false;  // as MatvecJob's, for the one-token and per-token products
 };
 
 // Independent mat-muls as one parallel job, split by FLOPs (prefill runs every

@@ -21,4 +21,10 @@ double measure_read_bandwidth_gbs(ThreadPool* pool, size_t bytes, int streams);
 // thread of the pool (null: one thread). Returns GFLOP/s, 2 flops per FMA lane.
 double measure_peak_fma_gflops(ThreadPool* pool);
 
+// Peak 8-bit integer multiply-adds: independent AVX-512 VNNI `vpdpbusd` on registers on
+// every thread of the pool (null: one thread), 64 byte products each. G multiply-adds/s
+// (1e9); 0 where the CPU has no VNNI. The interleaved q4_0 / q8_0 kernels take one
+// such product per weight and token with int8 activations, two with int16 ones.
+double measure_peak_int8_gmacs(ThreadPool* pool);
+
 }  // namespace moeflow::cpu

@@ -3,6 +3,8 @@
 #include "kernels/cpu/vnni_target.h"  // first: its pragmas must precede immintrin.h
 #include "kernels/cpu/rows_x4_vnni.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -11,6 +13,17 @@
 #include "tensor/rows_x4.h"
 
 namespace moeflow::cpu {
+
+namespace {
+// An int8 activation block's scale: d = max|x| / 127, q = x / d rounded to nearest even.
+struct Block8 {
+  float d, inv;
+};
+inline Block8 block8_scale(float amax) {
+  const float d = amax / 127.0f;
+  return {d, d > 0.0f ? 1.0f / d : 0.0f};
+}
+}  // namespace
 
 #ifdef MOEFLOW_HAVE_VNNI_KERNEL
 namespace {
@@ -159,8 +172,9 @@ MOEFLOW_VNNI_ATTR inline void quad_set(const uint8_t* const* quad, int64_t group
 
 // Where quad i of a matrix (quads qb bytes apart) prefetches: the quad
 // kRowsX4PrefetchQuads on when that starts before pf_end, else nowhere.
-inline const uint8_t* prefetch_of(const uint8_t* W, int64_t i, size_t qb, const uint8_t* pf_end) {
-  const uint8_t* ahead = W + static_cast<size_t>(i + kRowsX4PrefetchQuads) * qb;
+inline const uint8_t* prefetch_of(const uint8_t* W, int64_t i, size_t qb, const uint8_t* pf_end,
+                                  int64_t distance = kRowsX4PrefetchQuads) {
+  const uint8_t* ahead = W + static_cast<size_t>(i + distance) * qb;
   return ahead < pf_end ? ahead : nullptr;
 }
 
@@ -267,32 +281,318 @@ MOEFLOW_VNNI_ATTR inline void quad_tokens(const uint8_t* quad, int64_t groups, c
   }
 }
 
+// NQ quads against NT tokens' int16 activations, into out[j * NT + t] (tile8's
+// shape on quad_tokens' arithmetic): each broadcast of a token's bytes feeds the
+// multiply-adds of all NQ quads. Two accumulators per quad and token (against hi and
+// against lo); the integer sums are exact, so token t gets one_quad's floats.
+template <DType T, int NQ, int NT>
+MOEFLOW_VNNI_ATTR inline void tile16(const uint8_t* const* q, int64_t groups, const PackedX4* const* x,
+                                     float* const* out, const uint8_t* const* pf) {
+  constexpr bool kQ4 = T == DType::Q4_0;
+  constexpr int64_t kQuant = kQuadQuant<T>;
+  const __m512i nibble = _mm512_set1_epi8(0x0f), bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[NQ][NT];
+#pragma GCC unroll 2
+  for (int j = 0; j < NQ; ++j)
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) acc[j][t] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512i hi[NQ][NT], lo[NQ][NT];
+#pragma GCC unroll 2
+    for (int j = 0; j < NQ; ++j) {
+      if (pf[j]) prefetch_lines_nta(pf[j] + g * kQuadStep<T>, kQuadStep<T>, g == 0);
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) {
+        hi[j][t] = kQ4 ? _mm512_setzero_si512() : bcast(x[t][g].q8_offset);
+        lo[j][t] = kQ4 ? bcast(x[t][g].q4_offset) : _mm512_setzero_si512();
+      }
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+      const int ka = kQ4 ? s : 2 * s, kb = kQ4 ? 4 + s : 2 * s + 1;
+      __m512i ua[NQ], ub[NQ], sa[NQ], sb[NQ];
+#pragma GCC unroll 2
+      for (int j = 0; j < NQ; ++j) {
+        const uint8_t* w = q[j] + g * kQuant;
+        if constexpr (kQ4) {
+          const __m512i v = _mm512_loadu_si512(w + 64 * s);
+          ua[j] = sa[j] = _mm512_and_si512(v, nibble);
+          ub[j] = sb[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+        } else {
+          sa[j] = _mm512_loadu_si512(w + 128 * s);
+          sb[j] = _mm512_loadu_si512(w + 128 * s + 64);
+          ua[j] = _mm512_xor_si512(sa[j], bias);
+          ub[j] = _mm512_xor_si512(sb[j], bias);
+        }
+      }
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) {
+        const PackedX4& p = x[t][g];
+        const __m512i xh0 = bcast(p.hi[ka]), xh1 = bcast(p.hi[kb]);
+        const __m512i xl0 = bcast(p.lo[ka]), xl1 = bcast(p.lo[kb]);
+#pragma GCC unroll 2
+        for (int j = 0; j < NQ; ++j) {
+          hi[j][t] = _mm512_dpbusd_epi32(hi[j][t], ua[j], xh0);
+          hi[j][t] = _mm512_dpbusd_epi32(hi[j][t], ub[j], xh1);
+          lo[j][t] = _mm512_dpbusd_epi32(lo[j][t], xl0, sa[j]);
+          lo[j][t] = _mm512_dpbusd_epi32(lo[j][t], xl1, sb[j]);
+        }
+      }
+    }
+#pragma GCC unroll 2
+    for (int j = 0; j < NQ; ++j)
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t)
+        acc[j][t] = add_scaled(acc[j][t], hi[j][t], lo[j][t], q[j] + groups * kQuant + g * kRowsX4GroupScaleBytes, x[t][g]);
+  }
+  alignas(64) float lanes[16];
+#pragma GCC unroll 2
+  for (int j = 0; j < NQ; ++j)
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+      _mm512_store_ps(lanes, acc[j][t]);
+      float* o = out[j * NT + t];
+      for (int r = 0; r < 4; ++r) o[r] = lanes[4 * r] + lanes[4 * r + 1] + lanes[4 * r + 2] + lanes[4 * r + 3];
+    }
+}
+
+// One matrix against n_tok int16 activations (rows_x4_quads_tokens), two quads at a
+// time. q4_0 takes tiles of two quads by two tokens (one Zen 5 core from L2, 2048
+// columns: 4.4 -> 5.6 G multiply-adds/s against quad_tokens' one quad by four); q8_0,
+// whose tiles need twice the weight registers, only for its last one or two tokens
+// (2.8 -> 3.8 at two tokens; 4.5 -> 4.0 at four, where quad_tokens stays).
 template <DType T>
 MOEFLOW_VNNI_ATTR void quads_tokens(const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* const* xs,
                                     int n_tok, float* const* outs, const uint8_t* pf_end) {
   const int64_t groups = cols / kRowsX4GroupCols;
   const size_t qb = static_cast<size_t>(groups * kQuadStep<T>);
-  for (int64_t i = 0; i < n_quads; ++i) {
-    const uint8_t* quad = W + static_cast<size_t>(i) * qb;
-    for (int t0 = 0; t0 < n_tok; t0 += 4) {
-      const PackedX4* x[4];
+  for (int64_t i = 0; i < n_quads; i += 2) {
+    const int nq = n_quads - i >= 2 ? 2 : 1;
+    const uint8_t* q[2] = {W + static_cast<size_t>(i) * qb, W + static_cast<size_t>(i + 1) * qb};
+    for (int t0 = 0; t0 < n_tok;) {
+      const int left = n_tok - t0;
+      // The first pass over the quads prefetches at the pace it reads, as one_quad
+      // does; the others read them from cache.
+      const uint8_t* pf[2] = {t0 == 0 ? prefetch_of(W, i, qb, pf_end) : nullptr,
+                              t0 == 0 && nq == 2 ? prefetch_of(W, i + 1, qb, pf_end) : nullptr};
+      if (T == DType::Q8_0 && left >= 3) {
+        const int nt = std::min(4, left);
+        const PackedX4* x[4];
+        for (int t = 0; t < nt; ++t) x[t] = reinterpret_cast<const PackedX4*>(xs[t0 + t]);
+        for (int j = 0; j < nq; ++j) {
+          float* o[4];
+          for (int t = 0; t < nt; ++t) o[t] = outs[t0 + t] + 4 * (i + j);
+          if (nt == 4) {
+            quad_tokens<T, 4>(q[j], groups, x, o, pf[j]);
+          } else {
+            quad_tokens<T, 3>(q[j], groups, x, o, pf[j]);
+          }
+        }
+        t0 += nt;
+        continue;
+      }
+      const int nt = std::min(2, left);
+      const PackedX4* x[2];
       float* o[4];
-      const int nt = std::min(4, n_tok - t0);
-      // The first pass over a quad prefetches the quad kRowsX4PrefetchQuads on, at the
-      // pace it reads, as one_quad does; the others read it from cache.
-      const uint8_t* pf = t0 == 0 ? prefetch_of(W, i, qb, pf_end) : nullptr;
       for (int t = 0; t < nt; ++t) {
         x[t] = reinterpret_cast<const PackedX4*>(xs[t0 + t]);
-        o[t] = outs[t0 + t] + 4 * i;
+        for (int j = 0; j < nq; ++j) o[j * nt + t] = outs[t0 + t] + 4 * (i + j);
       }
-      switch (nt) {
-        case 1: quad_tokens<T, 1>(quad, groups, x, o, pf); break;
-        case 2: quad_tokens<T, 2>(quad, groups, x, o, pf); break;
-        case 3: quad_tokens<T, 3>(quad, groups, x, o, pf); break;
-        default: quad_tokens<T, 4>(quad, groups, x, o, pf); break;
+      if (nq == 2) {
+        if (nt == 2) tile16<T, 2, 2>(q, groups, x, o, pf); else tile16<T, 2, 1>(q, groups, x, o, pf);
+      } else {
+        if (nt == 2) tile16<T, 1, 2>(q, groups, x, o, pf); else tile16<T, 1, 1>(q, groups, x, o, pf);
+      }
+      t0 += nt;
+    }
+  }
+}
+
+// One group of 128 columns of an int8 activation (rows_x4_pack_x8).
+struct alignas(16) PackedX8 {
+  int8_t x[8][16];       // [k]: dword b = block b's elements 4k..4k+3
+  int32_t q4_offset[4];  // block b: -8 * sum of its 32 values (the nibbles' offset)
+  int32_t q8_offset[4];  // block b: -128 * sum of its 32 values (w + 128 against x)
+  float dx[4];           // block b's scale
+};
+static_assert(sizeof(PackedX8) == kRowsX4X8GroupBytes);
+
+MOEFLOW_VNNI_ATTR void pack_x8(const float* x, int64_t cols, uint8_t* out) {
+  auto* groups = reinterpret_cast<PackedX8*>(out);
+  for (int64_t g = 0; g < cols / 128; ++g) {
+    PackedX8& p = groups[g];
+    for (int b = 0; b < 4; ++b) {
+      const float* xb = x + 128 * g + 32 * b;
+      const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+      const Block8 s = block8_scale(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))));
+      const __m512 inv = _mm512_set1_ps(s.inv);
+      const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv));
+      const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+      p.q4_offset[b] = -8 * sum;
+      p.q8_offset[b] = -128 * sum;
+      p.dx[b] = s.d;
+      alignas(32) int8_t q[32];
+      _mm_store_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(q0));
+      _mm_store_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(q1));
+      for (int k = 0; k < 8; ++k) std::memcpy(p.x[k] + 4 * b, q + 4 * k, 4);
+    }
+  }
+}
+
+// NQ quads (quad j at q[j], `groups` groups each) against NT tokens' int8
+// activations, into out[j * NT + t][0, 4): a tile, as a mat-mul kernel holds one. The
+// weights are the unsigned operand throughout (q4_0: the nibbles, offset -8 * sum(x);
+// q8_0: w + 128, offset -128 * sum(x)), so a weight vector takes one multiply-add per
+// token. Why a tile of two quads: a 16-byte broadcast of the activation per multiply-add
+// held one Zen 5 core to ~5.5 G multiply-adds/s against 8.1 G with register operands;
+// each broadcast feeding both quads' multiply-adds halves the loads. Two quads by four
+// tokens keep 8 integer and 8 float accumulators, 8 independent chains.
+template <DType T, int NQ, int NT>
+MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, const PackedX8* const* x,
+                                    float* const* out, const uint8_t* const* pf) {
+  constexpr bool kQ4 = T == DType::Q4_0;
+  constexpr int64_t kQuant = kQuadQuant<T>;
+  const __m512i nibble = _mm512_set1_epi8(0x0f), bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[NQ][NT];
+#pragma GCC unroll 2
+  for (int j = 0; j < NQ; ++j)
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) acc[j][t] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512i sum[NQ][NT];
+#pragma GCC unroll 2
+    for (int j = 0; j < NQ; ++j) {
+      if (pf[j]) prefetch_lines_nta(pf[j] + g * kQuadStep<T>, kQuadStep<T>, g == 0);
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) sum[j][t] = bcast(kQ4 ? x[t][g].q4_offset : x[t][g].q8_offset);
+    }
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+      const int ka = kQ4 ? s : 2 * s, kb = kQ4 ? 4 + s : 2 * s + 1;
+      __m512i ua[NQ], ub[NQ];
+#pragma GCC unroll 2
+      for (int j = 0; j < NQ; ++j) {
+        const uint8_t* w = q[j] + g * kQuant;
+        if constexpr (kQ4) {
+          const __m512i v = _mm512_loadu_si512(w + 64 * s);
+          ua[j] = _mm512_and_si512(v, nibble);
+          ub[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+        } else {
+          ua[j] = _mm512_xor_si512(_mm512_loadu_si512(w + 128 * s), bias);
+          ub[j] = _mm512_xor_si512(_mm512_loadu_si512(w + 128 * s + 64), bias);
+        }
+      }
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) {
+        const __m512i xa = bcast(x[t][g].x[ka]), xb = bcast(x[t][g].x[kb]);
+#pragma GCC unroll 2
+        for (int j = 0; j < NQ; ++j) {
+          sum[j][t] = _mm512_dpbusd_epi32(sum[j][t], ua[j], xa);
+          sum[j][t] = _mm512_dpbusd_epi32(sum[j][t], ub[j], xb);
+        }
+      }
+    }
+    __m512 dw[NQ];
+#pragma GCC unroll 2
+    for (int j = 0; j < NQ; ++j)
+      dw[j] = _mm512_cvtph_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[j] + groups * kQuant + g * kRowsX4GroupScaleBytes)));
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+      const __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(x[t][g].dx));
+#pragma GCC unroll 2
+      for (int j = 0; j < NQ; ++j)
+        acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[j][t]), _mm512_mul_ps(dw[j], dx), acc[j][t]);
+    }
+  }
+  alignas(64) float lanes[16];
+#pragma GCC unroll 2
+  for (int j = 0; j < NQ; ++j)
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+      _mm512_store_ps(lanes, acc[j][t]);
+      float* o = out[j * NT + t];
+      for (int r = 0; r < 4; ++r) o[r] = lanes[4 * r] + lanes[4 * r + 1] + lanes[4 * r + 2] + lanes[4 * r + 3];
+    }
+}
+
+// tile8 for a run-time number of tokens, nt in [1, 4].
+template <DType T, int NQ>
+MOEFLOW_VNNI_ATTR inline void tile8_n(int nt, const uint8_t* const* q, int64_t groups, const PackedX8* const* x,
+                                      float* const* out, const uint8_t* const* pf) {
+  switch (nt) {
+    case 1: tile8<T, NQ, 1>(q, groups, x, out, pf); break;
+    case 2: tile8<T, NQ, 2>(q, groups, x, out, pf); break;
+    case 3: tile8<T, NQ, 3>(q, groups, x, out, pf); break;
+    default: tile8<T, NQ, 4>(q, groups, x, out, pf); break;
+  }
+}
+
+// Where the int8 tiles prefetch: ~16 KiB on (at least two quads), not two quads. Their
+// quads take half the time, so two quads on left the reads too little lead (330M q4_0,
+// 768 and 2048 columns, 8 and 16 sequences: four quads on, +8-14% in two alternating
+// rounds); a fixed four quads of q8_0's 2048 columns (35 KiB) streamed slower.
+inline int64_t tokens_prefetch_quads(size_t qb) { return std::max<int64_t>(2, static_cast<int64_t>(16384 / qb)); }
+
+template <DType T>
+MOEFLOW_VNNI_ATTR void quads8_tokens(const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* const* xs,
+                                     int n_tok, float* const* outs, const uint8_t* pf_end) {
+  constexpr int kTokens = 4;
+  const int64_t groups = cols / kRowsX4GroupCols;
+  const size_t qb = static_cast<size_t>(groups * kQuadStep<T>);
+  // Pairs of quads where the arithmetic binds; one quad at a time for a few tokens,
+  // where the memory stream does (one core streaming a 37 MB matrix: q8_0 four tokens
+  // 26 -> 44 GB/s as single quads, sixteen 12 -> 9; q4_0 two tokens 44 -> 48, four 36 -> 32).
+  const int pair = n_tok > (T == DType::Q8_0 ? 4 : 2) ? 2 : 1;
+  for (int64_t i = 0; i < n_quads; i += pair) {
+    const int nq = n_quads - i >= pair ? pair : 1;
+    const uint8_t* q[2] = {W + static_cast<size_t>(i) * qb, W + static_cast<size_t>(i + 1) * qb};
+    for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
+      const int nt = std::min(kTokens, n_tok - t0);
+      const PackedX8* x[kTokens];
+      float* o[2 * kTokens];
+      // The first pass over the quads prefetches as quads_tokens does; the others read
+      // them from cache.
+      const uint8_t* pf[2] = {t0 == 0 ? prefetch_of(W, i, qb, pf_end, tokens_prefetch_quads(qb)) : nullptr,
+                              t0 == 0 && nq == 2 ? prefetch_of(W, i + 1, qb, pf_end, tokens_prefetch_quads(qb)) : nullptr};
+      for (int t = 0; t < nt; ++t) {
+        x[t] = reinterpret_cast<const PackedX8*>(xs[t0 + t]);
+        for (int j = 0; j < nq; ++j) o[j * nt + t] = outs[t0 + t] + 4 * (i + j);
+      }
+      if (nq == 2) {
+        tile8_n<T, 2>(nt, q, groups, x, o, pf);
+      } else {
+        tile8_n<T, 1>(nt, q, groups, x, o, pf);
       }
     }
   }
+}
+
+// Several matrices' quads in turn, each on its own activation (rows_x4_quads8_multi):
+// n memory streams per core, as quads_multi; two matrices on one activation (an
+// expert's gate and up) as one tile, quad i of each.
+template <DType T>
+MOEFLOW_VNNI_ATTR void quads8_multi(const RowsX4Stream* s, int n, int64_t n_quads, int64_t cols) {
+  const int64_t groups = cols / kRowsX4GroupCols;
+  const size_t qb = static_cast<size_t>(groups * kQuadStep<T>);
+  if (n == 2 && s[0].x == s[1].x) {
+    const PackedX8* x[1] = {reinterpret_cast<const PackedX8*>(s[0].x)};
+    for (int64_t i = 0; i < n_quads; ++i) {
+      const uint8_t* q[2] = {s[0].W + static_cast<size_t>(i) * qb, s[1].W + static_cast<size_t>(i) * qb};
+      const uint8_t* pf[2] = {prefetch_of(s[0].W, i, qb, s[0].pf_end), prefetch_of(s[1].W, i, qb, s[1].pf_end)};
+      float* o[2] = {s[0].out + 4 * i, s[1].out + 4 * i};
+      tile8<T, 2, 1>(q, groups, x, o, pf);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n_quads; ++i)
+    for (int k = 0; k < n; ++k) {
+      const PackedX8* x[1] = {reinterpret_cast<const PackedX8*>(s[k].x)};
+      const uint8_t* q[1] = {s[k].W + static_cast<size_t>(i) * qb};
+      const uint8_t* pf[1] = {prefetch_of(s[k].W, i, qb, s[k].pf_end)};
+      float* o[1] = {s[k].out + 4 * i};
+      tile8<T, 1, 1>(q, groups, x, o, pf);
+    }
 }
 
 // Four quant vectors (steps k0..k0+3) of a group to each row's 64 bytes: [b][16 bytes].
@@ -426,6 +726,35 @@ void rows_x4_quads_tokens(DType t, const uint8_t* W, int64_t n_quads, int64_t co
   }
 }
 
+void rows_x4_pack_x8(const float* x, int64_t cols, uint8_t* out) { pack_x8(x, cols, out); }
+
+void rows_x4_quads8(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* xp, float* out,
+                    const uint8_t* pf_end) {
+  const RowsX4Stream s{W, xp, out, pf_end};
+  rows_x4_quads8_multi(t, &s, 1, n_quads, cols);
+}
+
+void rows_x4_quads8_multi(DType t, const RowsX4Stream* s, int n, int64_t n_quads, int64_t cols) {
+  if (t == DType::Q4_0) {
+    quads8_multi<DType::Q4_0>(s, n, n_quads, cols);
+  } else if (t == DType::Q8_0) {
+    quads8_multi<DType::Q8_0>(s, n, n_quads, cols);
+  } else {
+    throw std::invalid_argument("moeflow: rows_x4_quads8_multi: no interleaved layout for this type");
+  }
+}
+
+void rows_x4_quads8_tokens(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* const* xs,
+                           int n_tok, float* const* outs, const uint8_t* pf_end) {
+  if (t == DType::Q4_0) {
+    quads8_tokens<DType::Q4_0>(W, n_quads, cols, xs, n_tok, outs, pf_end);
+  } else if (t == DType::Q8_0) {
+    quads8_tokens<DType::Q8_0>(W, n_quads, cols, xs, n_tok, outs, pf_end);
+  } else {
+    throw std::invalid_argument("moeflow: rows_x4_quads8_tokens: no interleaved layout for this type");
+  }
+}
+
 #else  // no such kernels here: q4_vnni_enabled() is false, so nothing is repacked
 
 void rows_x4_pack_x(const int16_t*, const float*, int64_t, uint8_t*) {}
@@ -439,8 +768,33 @@ void rows_x4_quads_tokens(DType, const uint8_t*, int64_t, int64_t, const uint8_t
                           const uint8_t*) {
   throw std::logic_error("moeflow: rows_x4_quads_tokens without AVX-512 VNNI");
 }
+void rows_x4_pack_x8(const float*, int64_t, uint8_t*) {}
+void rows_x4_quads8(DType, const uint8_t*, int64_t, int64_t, const uint8_t*, float*, const uint8_t*) {
+  throw std::logic_error("moeflow: rows_x4_quads8 without AVX-512 VNNI");
+}
+void rows_x4_quads8_multi(DType, const RowsX4Stream*, int, int64_t, int64_t) {
+  throw std::logic_error("moeflow: rows_x4_quads8_multi without AVX-512 VNNI");
+}
+void rows_x4_quads8_tokens(DType, const uint8_t*, int64_t, int64_t, const uint8_t* const*, int, float* const*,
+                           const uint8_t*) {
+  throw std::logic_error("moeflow: rows_x4_quads8_tokens without AVX-512 VNNI");
+}
 
 #endif
+
+void rows_x4_x8_values(const float* x, int64_t cols, float* out) {
+  // pack_x8's arithmetic in scalars: the same scale, product and rounding (nearest
+  // even, the default rounding of both).
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[32 * b + j]));
+    const Block8 s = block8_scale(amax);
+    for (int j = 0; j < 32; ++j) {
+      const float q = std::clamp(std::nearbyint(x[32 * b + j] * s.inv), -128.0f, 127.0f);
+      out[32 * b + j] = s.d * q;
+    }
+  }
+}
 
 void rows_x4_repack(DType file_type, const void* src, int64_t rows, int64_t cols, void* dst) {
 #ifdef MOEFLOW_HAVE_VNNI_KERNEL

@@ -58,6 +58,26 @@ void rows_x4_quads_multi(DType t, const RowsX4Stream* s, int n, int64_t n_quads,
 void rows_x4_quads_tokens(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* const* xs,
                           int n_tok, float* const* outs, const uint8_t* pf_end);
 
+// The same products on an activation quantised to int8 per 32-element block (d =
+// max|x| / 127, as llama.cpp's q8_0 activations are; `--activations int8`): one
+// `vpdpbusd` per 64 weight bytes and token instead of two, and half the broadcasts, for
+// a relative rounding error of the activation of ~2^-8 of its block's largest
+// magnitude instead of ~2^-16. Integer sums stay exact, so a token gets the same floats
+// from the one-token, paired and multi-token kernels, and in any company of tokens.
+// x8_bytes(cols) bytes per packed activation.
+constexpr size_t kRowsX4X8GroupBytes = 176;
+inline size_t rows_x4_x8_bytes(int64_t cols) { return static_cast<size_t>(cols / 128) * kRowsX4X8GroupBytes; }
+void rows_x4_pack_x8(const float* x, int64_t cols, uint8_t* out);
+// rows_x4_quads, rows_x4_quads_multi and rows_x4_quads_tokens on int8-packed activations.
+void rows_x4_quads8(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* xp, float* out,
+                    const uint8_t* pf_end);
+void rows_x4_quads8_multi(DType t, const RowsX4Stream* s, int n, int64_t n_quads, int64_t cols);
+void rows_x4_quads8_tokens(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* const* xs,
+                           int n_tok, float* const* outs, const uint8_t* pf_end);
+// The activation as pack_x8 rounds it, dequantised (d * q per element, any CPU): the
+// int8 products equal the weights' products with these values (tests' reference).
+void rows_x4_x8_values(const float* x, int64_t cols, float* out);
+
 // repack_rows_x4 (tensor/rows_x4.h, the reference) with AVX-512 shuffles where the CPU
 // has them: the scalar one moves 4 bytes at a time, ~1 GB/s, seconds of load time for
 // a model of tens of GB.

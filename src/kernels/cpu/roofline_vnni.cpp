@@ -1,0 +1,64 @@
+// The integer multiply-add peak the VNNI kernels (rows_x4_vnni.h) run against; see
+// vnni_target.h for how the file builds.
+#include "kernels/cpu/vnni_target.h"  // first: its pragmas must precede immintrin.h
+#include "kernels/cpu/roofline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "kernels/cpu/q4_vnni.h"
+
+namespace moeflow::cpu {
+
+namespace {
+
+#ifdef MOEFLOW_HAVE_VNNI_KERNEL
+// `iters` rounds of 12 independent `vpdpbusd` on registers (64 byte products each);
+// returns a value depending on all of them so none is optimised away.
+MOEFLOW_VNNI_ATTR int32_t dpbusd_loop(int64_t iters) {
+  constexpr int kAcc = 12;
+  __m512i acc[kAcc];
+  for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_set1_epi32(i);
+  __m512i a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(2);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+    asm volatile("" : "+v"(a));  // a fresh operand each round: the loop stays a loop
+  }
+  __m512i s = acc[0];
+  for (int i = 1; i < kAcc; ++i) s = _mm512_add_epi32(s, acc[i]);
+  return _mm512_reduce_add_epi32(s);
+}
+#endif
+
+}  // namespace
+
+double measure_peak_int8_gmacs(ThreadPool* pool) {
+#ifdef MOEFLOW_HAVE_VNNI_KERNEL
+  if (!cpu_has_avx512_vnni()) return 0;
+  const int threads = pool ? pool->size() : 1;
+  const int64_t iters = int64_t{1} << 21;
+  std::vector<int32_t> sink(static_cast<size_t>(threads) * 16);
+  dpbusd_loop(1 << 14);
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto fn = [&](int64_t i0, int64_t i1, int) {
+      for (int64_t i = i0; i < i1; ++i) sink[static_cast<size_t>(i) * 16] += dpbusd_loop(iters);
+    };
+    if (pool) {
+      pool->parallel_for(threads, fn, 1);
+    } else {
+      fn(0, 1, 0);
+    }
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 12.0 * 64.0 * static_cast<double>(iters) * threads / best / 1e9;
+#else
+  (void)pool;
+  return 0;
+#endif
+}
+
+}  // namespace moeflow::cpu
