@@ -22,7 +22,9 @@ namespace moeflow::cli {
 
 PerplexityResult compute_perplexity(
     Engine& engine, const std::vector<int32_t>& tokens, int64_t n_ctx, int32_t bos, int64_t max_windows,
-    const std::function<void(int64_t, int64_t, const PerplexityWindow&, const PerplexityResult&)>& on_window) {
+    const std::function<void(int64_t, int64_t, const PerplexityWindow&, const PerplexityResult&)>& on_window,
+    int64_t batch) {
+  if (batch < 0) throw InputError("perplexity: negative batch size " + std::to_string(batch));
   if (n_ctx < 2) throw InputError("perplexity: the context size must be at least 2 tokens");
   if (n_ctx > engine.ctx_size())
     throw InputError("perplexity: windows of " + std::to_string(n_ctx) + " tokens exceed the engine's context of " +
@@ -43,7 +45,7 @@ PerplexityResult compute_perplexity(
   PerplexityResult res;
   res.n_ctx = n_ctx;
   std::vector<int32_t> win;
-  std::vector<float> logits;
+  std::vector<float> logits, part;
   for (int64_t w = 0, s = 0; w < n_windows; s += step) {
     const int64_t len = std::min(step, n - s);
     if (len < min_text) continue;
@@ -53,7 +55,12 @@ PerplexityResult compute_perplexity(
     // Each window a sequence of its own, from an empty cache.
     const SeqId seq = engine.add_sequence({win, ""});
     EngineSequenceSink sink(engine, seq);
-    sink.eval(win.data(), static_cast<int64_t>(win.size()), true, logits);
+    const int64_t wn = static_cast<int64_t>(win.size()), b = batch > 0 ? batch : wn;
+    logits.clear();
+    for (int64_t i = 0; i < wn; i += b) {
+      sink.eval(win.data() + i, std::min(b, wn - i), true, part);
+      logits.insert(logits.end(), part.begin(), part.end());
+    }
     engine.remove_sequence(seq);
     PerplexityWindow pw;
     for (size_t i = 0; i + 1 < win.size(); ++i) {  // logits row i predicts win[i+1]
@@ -84,6 +91,8 @@ int cmd_perplexity(int argc, char** argv) {
          "                          first from BOS alone; not llama.cpp's second-half rule); the last window may\n"
          "                          be shorter; each window starts from an empty cache");
   a.flag("--chunks", "score at most this many windows (0: all)", true, "0");
+  a.flag("-b,--batch-size", "tokens of a window evaluated per step (0: the whole window in one step; 1: one at a "
+                            "time, as generation runs them)", true, "0");
   a.flag("--json", "print one JSON object instead of text", false);
   a.flag("-q,--quiet", "no per-window progress on stderr", false);
   add_offload_flags(a);
@@ -91,6 +100,7 @@ int cmd_perplexity(int argc, char** argv) {
   if (!a.positionals().empty()) throw UsageError("moeflow perplexity: unexpected argument '" + a.positionals()[0] + "'");
   if (!a.has("--file")) throw UsageError("moeflow perplexity: -f/--file is required\n" + a.help());
   const int64_t max_windows = a.integer("--chunks", 0, INT64_MAX);
+  const int64_t batch = a.integer("--batch-size", 0, 1 << 20);
 
   const std::string path = a.str("--file");
   std::error_code ec;
@@ -125,13 +135,15 @@ int cmd_perplexity(int argc, char** argv) {
         std::fprintf(stderr, "[%lld/%lld] window ppl %.3f, running ppl %.4f over %lld tokens\n",
                      static_cast<long long>(i + 1), static_cast<long long>(nw), std::exp(w.nll / w.scored),
                      run.perplexity(), static_cast<long long>(run.n_scored));
-      });
+      },
+      batch);
   if (json) {
     nlohmann::json j;
     j["model"] = engine->model().file().path();
     j["cache"] = offload_counters_json(engine->offload());
     j["file"] = path;
     j["ctx_size"] = r.n_ctx;
+    j["batch_size"] = batch;
     j["windows"] = r.windows.size();
     j["tokens_in_file"] = tokens.size();
     j["tokens_scored"] = r.n_scored;

@@ -37,10 +37,13 @@ struct PerplexityResult {
 // window starts from an empty KV cache. `max_windows` > 0 stops after that many.
 // `on_window(i, n_windows, window, running)` is called after each window.
 // REQUIRES n_ctx >= 2. Throws InputError if there is nothing to score.
-// Windows run on `engine` one sequence at a time (REQUIRES n_ctx <= its ctx_size).
+// Windows run on `engine` one sequence at a time (REQUIRES n_ctx <= its ctx_size),
+// `batch` tokens a step (0: a whole window in one step; 1: a token a step, as decoding
+// runs them, with its mat-vec arithmetic).
 PerplexityResult compute_perplexity(
     Engine& engine, const std::vector<int32_t>& tokens, int64_t n_ctx, int32_t bos, int64_t max_windows = 0,
-    const std::function<void(int64_t, int64_t, const PerplexityWindow&, const PerplexityResult&)>& on_window = {});
+    const std::function<void(int64_t, int64_t, const PerplexityWindow&, const PerplexityResult&)>& on_window = {},
+    int64_t batch = 0);
 
 struct QuantizeStats {
   int64_t n_tensors = 0, n_converted = 0;

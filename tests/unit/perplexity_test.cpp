@@ -94,8 +94,15 @@ TEST(Perplexity, MatchesExpMeanNllFromIndependentLogits) {
       double sum = 0;
       for (const auto& w : r.windows) sum += w.nll;
       EXPECT_NEAR(sum, r.nll, 1e-9 * std::abs(r.nll));
+      // A window in steps of 1 (decoding's arithmetic) or 5 tokens scores the same.
+      for (int64_t batch : {1, 5}) {
+        const cli::PerplexityResult rb = cli::compute_perplexity(*engine, toks, ctx, bos, 0, {}, batch);
+        EXPECT_EQ(rb.n_scored, r.n_scored);
+        EXPECT_NEAR(rb.perplexity(), want, 1e-4 * want) << "batch " << batch << " bos " << bos << " ctx " << ctx;
+      }
     }
   }
+  EXPECT_THROW(cli::compute_perplexity(*engine, toks, 16, 256, 0, {}, -1), InputError);
   // A model that predicted uniformly would score V; a trained one far less, but this
   // random-weight fixture must still be a finite, positive number.
   const cli::PerplexityResult r = cli::compute_perplexity(*engine, toks, 16, 256);
