@@ -183,14 +183,8 @@ void ForwardPass::moe_block(int64_t l, const StepTokens& step, std::vector<float
   const ModelConfig& c = model_.config();
   const LayerWeights& L = model_.weights().layers[static_cast<size_t>(l)];
   const int64_t n = step.size(), D = c.n_embd;
-  xn_.resize(static_cast<size_t>(n * D));
-  router_.resize(static_cast<size_t>(n * c.n_expert));
   proj_.resize(static_cast<size_t>(n * D));
-  backend_.rmsnorm_rows(x.data(), L.ffn_norm.data(), xn_.data(), n, D, c.rms_eps);
-  jobs_.clear();
-  add_products(L.gate_inp, xn_.data(), n, step.n_single, router_.data(), jobs_);
-  backend_.products(jobs_.data(), jobs_.size());
-  if (!L.gate_inp_b.empty()) add_bias(router_.data(), L.gate_inp_b, n);
+  router_logits(c, L, x.data(), n, step.n_single, xn_, router_, jobs_, backend_);
   // The expert machinery numbers MoE layers only (model_config.h: n_dense_lead).
   route_tokens(c, router_.data(), n, l - c.n_dense_lead, routing_, backend_);
   routing_.requests = step.requests;

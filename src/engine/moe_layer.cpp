@@ -24,6 +24,24 @@ ExpertMatrices with_layer_extras(const ModelConfig& c, const LayerWeights& w, in
 
 }  // namespace
 
+void router_logits(const ModelConfig& c, const LayerWeights& L, const float* x, int64_t n_tok, int64_t n_single,
+                   std::vector<float>& xn, std::vector<float>& logits, std::vector<Product>& jobs, Backend& backend) {
+  const int64_t D = c.n_embd, E = c.n_expert;
+  xn.resize(static_cast<size_t>(n_tok * D));
+  logits.resize(static_cast<size_t>(n_tok * E));
+  backend.rmsnorm_rows(x, L.ffn_norm.data(), xn.data(), n_tok, D, c.rms_eps);
+  const MatrixRef& g = L.gate_inp;
+  jobs.clear();
+  if (n_single > 0) jobs.push_back({g.dtype, g.layout, g.data, g.rows, g.cols, xn.data(), n_single, logits.data(), true});
+  if (n_tok > n_single)
+    jobs.push_back({g.dtype, g.layout, g.data, g.rows, g.cols, xn.data() + n_single * D, n_tok - n_single,
+                    logits.data() + n_single * E});
+  backend.products(jobs.data(), jobs.size());
+  if (!L.gate_inp_b.empty())
+    for (int64_t t = 0; t < n_tok; ++t)
+      for (int64_t e = 0; e < E; ++e) logits[static_cast<size_t>(t * E + e)] += L.gate_inp_b[static_cast<size_t>(e)];
+}
+
 void route_tokens(const ModelConfig& c, const float* router_logits, int64_t n_tok, int64_t layer,
                   LayerRouting& r, Backend& backend) {
   const int64_t E = c.n_expert, K = c.n_expert_used;

@@ -15,6 +15,14 @@
 
 namespace moeflow {
 
+// The router logits of layer L for the step's tokens: L's FFN norm of the MoE input x
+// ([n_tok][n_embd]) into xn, the router product into logits ([n_tok][n_expert]; the
+// step's single tokens as mat-vecs, n_single first, as every product of the step),
+// plus the router's bias (gpt-oss). jobs is scratch. The layer's own routing and the
+// lookahead (lookahead_routing.h) both come from here.
+void router_logits(const ModelConfig& c, const LayerWeights& L, const float* x, int64_t n_tok, int64_t n_single,
+                   std::vector<float>& xn, std::vector<float>& logits, std::vector<Product>& jobs, Backend& backend);
+
 // Softmax over the router logits, top-k with ties to the lower id (among the chosen
 // groups' experts under group-limited routing), optional renormalisation, then the
 // weights times c.expert_weights_scale.

@@ -95,16 +95,17 @@ TEST(LookaheadTrace, BadIdsDuplicatesAndLengthsAreNamedWithTheLine) {
 // leaves the residual stream as it was at the embedding: every layer's router sees
 // the same hidden state through its own norm, so the lookahead of layer l at distance
 // h must be exactly the choice layer l+h makes.
-TEST(LookaheadRecorder, EqualsTheLaterLayersChoiceWhenTheHiddenStateDoesNotChange) {
-  SyntheticModelSpec spec;
-  spec.n_layer = 4;
+// With every layer's output projections zero the hidden state never changes, so the
+// lookahead at distance h must be exactly what layer l+h then picks. deepseek2 leads
+// with a dense layer: the lookahead of MoE layer l reads model layer l + 1 + h.
+void expect_lookahead_equals_later_choice(const SyntheticModelSpec& spec, int32_t n_moe) {
   const std::string path = moeflow::testing::scratch_path("still") + ".gguf";
   write_synthetic_model(spec, path);
   {
     auto g = gguf::GgufFile::open(path);
     std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
     for (const gguf::TensorInfo& t : g->tensors())
-      if (t.name.find("attn_output") != std::string::npos || t.name.find("ffn_down_exps") != std::string::npos) {
+      if (t.name.find("attn_output") != std::string::npos || t.name.find("ffn_down") != std::string::npos) {
         const std::vector<char> zeros(t.nbytes, 0);
         f.seekp(static_cast<std::streamoff>(t.file_offset));
         f.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
@@ -128,11 +129,12 @@ TEST(LookaheadRecorder, EqualsTheLaterLayersChoiceWhenTheHiddenStateDoesNotChang
   }
   const Trace t = load_trace(out);
   EXPECT_EQ(t.lookahead_depth, 3);
-  int64_t compared = 0, differ_from_own = 0;
+  int64_t compared = 0, differ_from_own = 0, want = 0;
+  for (int32_t l = 0; l < n_moe; ++l) want += std::min(3, n_moe - 1 - l);
   for (const TraceIteration& it : t.requests.at(0).iterations)
-    for (int32_t l = 0; l < 4; ++l) {
+    for (int32_t l = 0; l < n_moe; ++l) {
       const TraceRecord& r = it.layers[static_cast<size_t>(l)];
-      ASSERT_EQ(r.lookahead_depth, std::min(3, 3 - l)) << "cut at the last layer";
+      ASSERT_EQ(r.lookahead_depth, std::min(3, n_moe - 1 - l)) << "cut at the last layer";
       for (size_t tok = 0; tok < r.experts.size(); ++tok)
         for (int32_t h = 1; h <= r.lookahead_depth; ++h) {
           const std::vector<int32_t>& later = it.layers[static_cast<size_t>(l + h)].experts[tok];
@@ -142,10 +144,20 @@ TEST(LookaheadRecorder, EqualsTheLaterLayersChoiceWhenTheHiddenStateDoesNotChang
           differ_from_own += later != r.experts[tok];
         }
     }
-  EXPECT_EQ(compared, (7 + 5) * (3 + 2 + 1));  // prefill 7 tokens, 5 decode steps
+  EXPECT_EQ(compared, (7 + 5) * want);  // prefill 7 tokens, 5 decode steps
   EXPECT_GT(differ_from_own, compared / 4) << "the layers' routers differ: the check is not vacuous";
   std::printf("lookahead = later layer's choice on %lld (token, layer, distance) triples; %lld differ from the own layer's\n",
               static_cast<long long>(compared), static_cast<long long>(differ_from_own));
+}
+
+TEST(LookaheadRecorder, EqualsTheLaterLayersChoiceWhenTheHiddenStateDoesNotChange) {
+  SyntheticModelSpec spec;
+  spec.n_layer = 4;
+  expect_lookahead_equals_later_choice(spec, 4);
+  SyntheticModelSpec ds;
+  ds.arch = Arch::DeepSeek2;
+  ds.n_layer = 5;  // a dense layer, then 4 MoE layers
+  expect_lookahead_equals_later_choice(ds, 4);
 }
 
 // The simulator hands the trace's lookahead to the policy with the routing, tokens of
