@@ -622,10 +622,10 @@ void check_shape(DType wt, RowLayout layout, int64_t rows, int64_t cols) {
                                 " x " + std::to_string(cols) + " (needs rows % 4 == 0 and cols % 128 == 0)");
 }
 
-// What the mat-vec kernels read of a job's activation besides x: int16 blocks for
-// q8_0 weights (q4_0 ones too when the VNNI kernel runs) and for every VNNI kernel,
-// packed as that kernel reads it.
-// Interleaved rows on an int8 activation (MatvecJob::x_int8), packed from the floats.
+// What the mat-vec kernels read of a job's activation besides x: for interleaved rows
+// on an int8 activation (MatvecJob::x_int8) its int8 blocks, packed from the floats;
+// else int16 blocks for q8_0 weights (q4_0 ones too when the VNNI kernel runs) and
+// for every VNNI kernel, packed as that kernel reads it.
 bool wants_int8(const MatvecJob& j) { return j.x && j.x_int8 && q4_vnni_enabled() && j.layout == RowLayout::rows_x4; }
 bool wants_int16(const MatvecJob& j) {
   const DType ft = j.dtype;
@@ -921,7 +921,8 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
   auto work_of = [jobs, items, in](size_t i) {
     const MatvecJob& a = jobs[items[i].a];
     // A shared matrix is read once from memory, plus a pass from cache per four tokens
-    // (the multi-token kernel's width; eight on int8), each costing about as much as the read.
+    // (the multi-token kernel's width), each costing about as much as the read; half
+    // as much on int8 activations.
     const size_t n = items[i].n;
     const size_t width = in[items[i].a].rx4_int8 ? 8 : 4;
     return RowWork{a.rows, row_bytes(a.dtype, a.cols) * (items[i].shared ? 1 + (n + width - 1) / width : n)};
