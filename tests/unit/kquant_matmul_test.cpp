@@ -214,3 +214,36 @@ TEST(KquantMatmul, MixedBatchSharesTheActivation) {
 
 }  // namespace
 }  // namespace moeflow::cpu
+
+namespace moeflow::cpu {
+namespace {
+
+// Per-token jobs on one matrix (a batched decode step) give each token the lone mat-vec's
+// floats for every k-quant (each token's mat-vec over a piece of rows the others then
+// read from cache), rows left over after the groups of four; 1 and 2 threads.
+TEST(KquantMatmul, PerTokenJobsMatchSeparateMatvecsBitForBit) {
+  std::mt19937 rng(61);
+  for (DType t : kKquants) {
+    for (int64_t rows : {6, 67}) {
+      const int64_t cols = 512;
+      const std::vector<uint8_t> w = make_weights(t, rows, cols, rng);
+      const uint8_t* W = w.data() + 1;
+      for (int64_t n : {2, 3, 5, 9}) {
+        const std::vector<float> X = random_vec(static_cast<size_t>(n * cols), rng);
+        std::vector<float> alone(static_cast<size_t>(n * rows));
+        for (int64_t k = 0; k < n; ++k)
+          matvec(t, W, rows, cols, X.data() + k * cols, alone.data() + k * rows, nullptr);
+        for (int threads : {1, 2}) {
+          ThreadPool pool(threads);
+          std::vector<float> got(alone.size(), NAN);
+          const MatmulJob job{t, RowLayout::gguf, W, rows, cols, X.data(), n, got.data(), true};
+          matmul_batch(&job, 1, &pool);
+          EXPECT_EQ(got, alone) << dtype_name(t) << " " << rows << " rows, " << n << " tokens, " << threads << " threads";
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moeflow::cpu
