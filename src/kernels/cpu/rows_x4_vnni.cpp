@@ -12,20 +12,10 @@
 #include <vector>
 
 #include "kernels/cpu/q4_vnni.h"
+#include "kernels/cpu/quantize_x8.h"
 #include "tensor/rows_x4.h"
 
 namespace moeflow::cpu {
-
-namespace {
-// An int8 activation block's scale: d = max|x| / 127, q = x / d rounded to nearest even.
-struct Block8 {
-  float d, inv;
-};
-inline Block8 block8_scale(float amax) {
-  const float d = amax / 127.0f;
-  return {d, d > 0.0f ? 1.0f / d : 0.0f};
-}
-}  // namespace
 
 #ifdef MOEFLOW_HAVE_VNNI_KERNEL
 namespace {
@@ -420,7 +410,7 @@ MOEFLOW_VNNI_ATTR void pack_x8(const float* x, int64_t cols, uint8_t* out) {
     for (int b = 0; b < 4; ++b) {
       const float* xb = x + 128 * g + 32 * b;
       const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
-      const Block8 s = block8_scale(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))));
+      const X8Scale s = x8_scale(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))));
       const __m512 inv = _mm512_set1_ps(s.inv);
       const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv));
       const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
@@ -759,16 +749,10 @@ void rows_x4_quads8_tokens(DType, const uint8_t*, int64_t, int64_t, const uint8_
 #endif
 
 void rows_x4_x8_values(const float* x, int64_t cols, float* out) {
-  // pack_x8's arithmetic in scalars: the same scale, product and rounding (nearest
-  // even, the default rounding of both).
+  int8_t q[32];
   for (int64_t b = 0; b < cols / 32; ++b) {
-    float amax = 0;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[32 * b + j]));
-    const Block8 s = block8_scale(amax);
-    for (int j = 0; j < 32; ++j) {
-      const float q = std::clamp(std::nearbyint(x[32 * b + j] * s.inv), -128.0f, 127.0f);
-      out[32 * b + j] = s.d * q;
-    }
+    const float d = quantize_x8_block(x + 32 * b, q);
+    for (int j = 0; j < 32; ++j) out[32 * b + j] = d * q[j];
   }
 }
 
