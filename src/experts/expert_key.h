@@ -53,7 +53,7 @@ struct LayerRouting {
     int64_t request = 0;
     std::vector<float> values;
   };
-  std::vector<StepEmbedding> embeddings;
+  std::vector<StepEmbedding> embeddings = {};
 };
 
 // Counts, sizes and byte costs of every expert of a model: all the cache and the

@@ -270,6 +270,7 @@ void FmoePolicy::routed(const LayerRouting& r) {
       Request& q = request(e.request);
       q.sem = e.values;
       q.key = Key::Embedding;
+      q.key_iter = q.iter_gen;
       q.sem_gen = ++gen_;
       post_search(e.request, q, Kind::Semantic);
     }
@@ -428,28 +429,37 @@ void FmoePolicy::plan_prefetch(int32_t layer_now, PrefetchPlan& plan) {
   // iteration are the targets of the previous iteration's last d, by the semantic map).
   // Each request of the step plans from its own match; an expert two requests want
   // keeps the higher priority.
+  // Target `layer` (of the next iteration when `next`), `ahead` layers from layer_now.
+  auto plan_layer = [&](const Request& q, int32_t layer, bool next, int32_t ahead, bool fresh_only) {
+    double score = 0;
+    bool late = false;
+    const float* p = predicted(q, layer, next, &score, &late);
+    if (!p || (late && fresh_only)) return;
+    ++matched_plans_;
+    late_plans_ += late ? 1 : 0;
+    // §4.5: PRI_prefetch = p / (l − l_now), l counted on past the last layer.
+    for (int32_t e : select(p, n_expert_, threshold(score), top_k_)) {
+      const double pri = static_cast<double>(p[e]) / static_cast<double>(ahead);
+      auto same = std::find_if(plan.begin() + static_cast<std::ptrdiff_t>(first), plan.end(),
+                               [&](const PrefetchRequest& x) { return x.key.layer == layer && x.key.expert == e; });
+      if (same == plan.end())
+        plan.push_back({{layer, e}, pri});
+      else
+        same->priority = std::max(same->priority, pri);
+    }
+  };
   const int32_t t = layer_now + opt_.distance;
   const bool next = t >= n_layer_;  // a layer of the next iteration
   const int32_t layer = next ? t - n_layer_ : t;
-  if (layer >= 0 && layer < n_layer_) {
-    for (const Request* q : step_requests()) {
-      double score = 0;
-      bool late = false;
-      const float* p = predicted(*q, layer, next, &score, &late);
-      if (!p) continue;
-      ++matched_plans_;
-      late_plans_ += late ? 1 : 0;
-      // §4.5: PRI_prefetch = p / (l − l_now), l counted on past the last layer.
-      for (int32_t e : select(p, n_expert_, threshold(score), top_k_)) {
-        const double pri = static_cast<double>(p[e]) / static_cast<double>(t - layer_now);
-        auto same = std::find_if(plan.begin() + static_cast<std::ptrdiff_t>(first), plan.end(),
-                                 [&](const PrefetchRequest& x) { return x.key.layer == layer && x.key.expert == e; });
-        if (same == plan.end())
-          plan.push_back({{layer, e}, pri});
-        else
-          same->priority = std::max(same->priority, pri);
-      }
-    }
+  for (const Request* q : step_requests()) {
+    if (layer >= 0 && layer < n_layer_) plan_layer(*q, layer, next, t - layer_now, false);
+    // §4.2's semantic search guides layers 1..d of the iteration whose embedding it
+    // matched; the layers before the first one with a gate, the earliest point a
+    // plan is made, were planned from the previous iteration's key: once this
+    // iteration's own match is ready at its first layer, they are planned again from
+    // it (layer d is the target above).
+    if (opt_.replan_first_layers && layer_now == 0 && q->key == Key::Embedding && q->key_iter == q->iter_gen)
+      for (int32_t h = 1; h < std::min(opt_.distance, n_layer_); ++h) plan_layer(*q, h, false, h, true);
   }
   std::stable_sort(plan.begin() + static_cast<std::ptrdiff_t>(first), plan.end(),
                    [](const PrefetchRequest& a, const PrefetchRequest& b) { return a.priority > b.priority; });
@@ -494,14 +504,18 @@ std::vector<std::string> FmoePolicy::notes() const {
   const uint64_t n = keys_.embedding + keys_.token_bag + keys_.prompt + keys_.none;
   auto pct = [&](uint64_t k) { return std::to_string(n ? (100 * k + n / 2) / n : 0) + "%"; };
   if (keys_.embedding > 0)
-    out.push_back("fmoe: semantic key = each iteration's embedding-layer output for " + pct(keys_.embedding) +
+    out.push_back(name_ + ": semantic key = each iteration's embedding-layer output for " + pct(keys_.embedding) +
                   " of the stored maps (Eq. 4)");
   if (keys_.token_bag > 0)
-    out.push_back("fmoe: semantic key = hashed bag of the prompt's tokens for " + pct(keys_.token_bag) +
+    out.push_back(name_ + ": semantic key = hashed bag of the prompt's tokens for " + pct(keys_.token_bag) +
                   " of the stored maps (no embedding in the routing)");
   if (keys_.prompt > 0)
-    out.push_back("fmoe: semantic key = the prompt's mean embedding for " + pct(keys_.prompt) + " of the stored maps");
-  if (sparse_fallback_) out.push_back("fmoe: expert maps from top-k weights (no full gate probabilities)");
+    out.push_back(name_ + ": semantic key = the prompt's mean embedding for " + pct(keys_.prompt) + " of the stored maps");
+  if (keys_.none > 0)
+    out.push_back(name_ + ": no semantic key for " + pct(keys_.none) +
+                  " of the stored maps (neither embeddings nor prompt tokens): an iteration's first d layers "
+                  "are not prefetched");
+  if (sparse_fallback_) out.push_back(name_ + ": expert maps from top-k weights (no full gate probabilities)");
   if (timed_) {
     char b[160];
     std::snprintf(b, sizeof b,

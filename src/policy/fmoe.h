@@ -50,14 +50,17 @@ struct FmoeOptions {
   // Match on each iteration's embedding when the routing carries one (false: the
   // prompt's key for every iteration, the behaviour before per-iteration keys).
   bool iteration_embedding = true;
+  // At an iteration's first layer, plan its layers 1..d-1 again from the match of its
+  // own embedding once that is ready (they were planned from the previous key).
+  bool replan_first_layers = true;
   // The simulator's matcher (when clock is set, async is ignored): jobs run one at a
   // time on one worker and take, on `clock`, a semantic search `semantic`, a
   // trajectory search `trajectory` x layers seen / n_layer, an insert into a full
   // store `insert` (a free slot: nothing).
   struct MatchSeconds {
     double semantic = 0, trajectory = 0, insert = 0;
-  } match_seconds;
-  std::function<double()> clock;
+  } match_seconds = {};
+  std::function<double()> clock = {};
 };
 
 class FmoePolicy : public ExpertPolicy {
@@ -122,6 +125,7 @@ class FmoePolicy : public ExpertPolicy {
   struct Request {
     std::vector<float> sem;  // semantic embedding (§4.2)
     Key key = Key::None;     // where sem came from
+    uint64_t key_iter = 0;   // the iteration (iter_gen) whose embedding sem is
     ExpertMap cur;           // expert map of the iteration under way
     int32_t layers_seen = 0;
     bool any_seen = false;   // routed in this iteration

@@ -376,6 +376,10 @@ TEST(Fmoe, EachIterationMatchesItsOwnEmbedding) {
   f.begin_request(RequestInfo{2, {}, {1, 0}, {}});
   f.begin_iteration(Phase::Decode, 1);
   f.routed(with_embedding(full(0, peaked(0)), 2, {0, 1}));
+  // At the first layer: layer d = 2 from the trajectory (expert 0 at layer 0: A, expert
+  // 2, .7/2), and layer 1, planned before from the previous key, again from this
+  // iteration's own match (B: expert 2, .7/1).
+  expect_plan(plan_at(f, 0), {{1, 2, 0.7}, {2, 2, 0.35}});
   f.routed(full(1, peaked(1)));
   f.routed(full(2, peaked(2)));
   expect_plan(plan_at(f, 2), {{0, 3, 0.35}});
