@@ -14,12 +14,17 @@
 #include "base/error.h"
 #include "engine/embedding_projection.h"
 #include "engine/generator.h"
+#include "engine/offloaded_experts.h"
 #include "engine/trace_recorder.h"
 #include "engine/transformer.h"
+#include "experts/expert_cache.h"
+#include "experts/expert_store.h"
+#include "experts/file_transport.h"
 #include "format/routing_trace.h"
 #include "format/trace.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/model_weights.h"
+#include "policy/fmoe.h"
 #include "sim/simulator.h"
 #include "tensor/dtype.h"
 #include "test_paths.h"
@@ -153,6 +158,36 @@ TEST(FmoeEmbeddingRecorder, RecordsTheMeanEmbeddingRowOfEachIteration) {
     }
     EXPECT_EQ(its[0].tokens.size(), 5u) << "the prefill's five rows pooled";
   }
+}
+
+// In the engine fMoE gets the keys from the forward pass through the offloaded-expert
+// source: its first map (the prefill) is keyed by the prompt's mean embedding row,
+// each decode iteration's by the row of the token it fed.
+TEST(FmoeEmbeddingEngine, TheOffloadedEngineKeysEachIterationsMap) {
+  auto model = Model::load(moeflow::testing::fixture_path("mixtral-f32.gguf"));
+  const std::vector<int32_t> prompt = {1, 17, 42, 5, 99, 7, 250, 3};
+  ThreadPool pool(2);
+  Transformer tf(*model, &pool, 64);
+  ExpertStore store(*model);
+  const ExpertGeometry& g = store.geometry();
+  FmoePolicy pol(g);  // synchronous: the store is complete when the run ends
+  FileTransport transport(store, 2);
+  ExpertCache cache(g, g.min_budget(), transport, pol);
+  OffloadedExperts src(model->config(), store, cache, OnMiss::Load);
+  tf.set_expert_source(&src);
+  src.begin_request(RequestInfo{0, prompt, {}, ""});
+  GenerateOptions opt;
+  opt.n_predict = 4;
+  opt.stop_at_eog = false;
+  opt.sampler.temperature = 0;
+  const std::vector<int32_t> out = generate(tf, prompt, opt, nullptr, nullptr).generated;
+  src.end_request();
+  tf.set_expert_source(nullptr);
+  ASSERT_EQ(out.size(), 4u);
+  ASSERT_EQ(pol.store().size(), 4u) << "the prefill and three decode steps (the last token is not fed)";
+  EXPECT_EQ(pol.key_counts().embedding, 4u);
+  EXPECT_EQ(pol.store().at(0).sem, prompt_embedding(*model, prompt));
+  for (size_t i = 1; i < 4; ++i) EXPECT_EQ(pol.store().at(i).sem, prompt_embedding(*model, {out[i - 1]})) << "decode " << i;
 }
 
 struct Spy final : public ExpertPolicy {  // simulate() owns and ends it: it reports to `seen`
