@@ -44,10 +44,15 @@ const Registered kPolicies[] = {
     {"on-demand", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("on-demand", g); }},
     {"next-layer", [](const ExpertGeometry& g, const PolicyOptions&) { return baseline("next-layer", g); }},
     {"duoserve", [](const ExpertGeometry& g, const PolicyOptions& o) {
-       return make_duoserve_policy(g, DuoserveOptions{.prediction_seconds = o.prediction_seconds});
+       DuoserveOptions d;
+       d.prediction_seconds = o.prediction_seconds;
+       return make_duoserve_policy(g, d);
      }, true},
     {"duoserve-k", [](const ExpertGeometry& g, const PolicyOptions& o) {
-       return make_duoserve_policy(g, DuoserveOptions{.k_cache = true, .prediction_seconds = o.prediction_seconds});
+       DuoserveOptions d;
+       d.k_cache = true;
+       d.prediction_seconds = o.prediction_seconds;
+       return make_duoserve_policy(g, d);
      }, true},
     {"moe-infinity", [](const ExpertGeometry& g, const PolicyOptions& o) -> std::unique_ptr<ExpertPolicy> {
        MoeInfinityOptions mo;

@@ -242,7 +242,9 @@ TEST(Cli, TraceRecordFromTraceAddsTheLookaheadToTheSameRouting) {
     nlohmann::json ja = nlohmann::json::parse(la), jb = nlohmann::json::parse(lb);
     EXPECT_FALSE(ja.contains("lookahead"));
     with += jb.contains("lookahead");
-    if (jb.contains("lookahead")) EXPECT_EQ(jb["layer"], 0);
+    if (jb.contains("lookahead")) {
+      EXPECT_EQ(jb["layer"], 0);
+    }
     jb.erase("lookahead");
     EXPECT_EQ(ja, jb) << "line " << lines;
     ++lines;
