@@ -11,6 +11,7 @@
 #include "engine/expert_source.h"
 #include "experts/expert_store.h"
 #include "experts/file_transport.h"
+#include "kernels/cpu/kquant_matvec.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/roofline.h"
 #include "moeflow/engine.h"
@@ -127,7 +128,7 @@ int bench_parallel(const Args& a) {
   std::string model_path, layout;
   int threads = 0;
   double peak = 0, mac_peak = 0;
-  bool gate0_interleaved = false;
+  bool vnni_experts = false;  // the experts' products run on the VNNI kernels
   const bool int8 = a.str("--activations") == "int8";
   for (const std::string& pol : policies) {
     auto e = open_bench_engine(a, pol, n_prompt + n_gen + 1, static_cast<int>(n_max));
@@ -135,7 +136,7 @@ int bench_parallel(const Args& a) {
     model_path = m.file().path();
     const MatrixRef& gate0 = m.weights().layers[static_cast<size_t>(m.config().n_dense_lead)].gate_exps.first;  // the first MoE layer
     layout = std::string(dtype_name(gate0.dtype)) + " " + row_layout_name(gate0.layout);
-    gate0_interleaved = gate0.layout == RowLayout::rows_x4;
+    vnni_experts = gate0.layout == RowLayout::rows_x4 || cpu::kquant_vnni_type(gate0.dtype);
     threads = e->thread_pool().size();
     StepBytes counter(m);
     e->add_listener(&counter);
@@ -194,9 +195,9 @@ int bench_parallel(const Args& a) {
     }
     if (pol == "all") {
       peak = cpu::measure_peak_fma_gflops(&e->thread_pool());
-      // The interleaved kernels' arithmetic: one byte product per multiply-add with int8
+      // The VNNI kernels' arithmetic: one byte product per multiply-add with int8
       // activations, two with int16 ones.
-      if (gate0_interleaved) mac_peak = cpu::measure_peak_int8_gmacs(&e->thread_pool()) / (int8 ? 1.0 : 2.0);
+      if (vnni_experts) mac_peak = cpu::measure_peak_int8_gmacs(&e->thread_pool()) / (int8 ? 1.0 : 2.0);
     }
     if (pol != "all" && disk_bw == 0) disk_bw = bench_disk_bandwidth(a, m);
   }
@@ -252,7 +253,7 @@ int bench_parallel(const Args& a) {
     std::printf("storage reads %.2f GB/s: an offloaded row's bound is the smaller of its memory and storage bounds\n",
                 disk_bw / 1e9);
   if (mac_peak > 0)
-    std::printf("%s activations: the interleaved kernels' arithmetic peak is %.0f G multiply-adds/s (AVX-512 VNNI "
+    std::printf("%s activations: the VNNI kernels' arithmetic peak is %.0f G multiply-adds/s (AVX-512 VNNI "
                 "on every thread%s)\n",
                 int8 ? "int8" : "int16", mac_peak, int8 ? "" : ", two byte products each");
   std::printf("| policy       | parallel | tg tok/s | per seq | vs N=1 | MiB read/step | distinct/selected | bound tok/s "

@@ -13,7 +13,7 @@ class CpuBackend final : public Backend {
  public:
   // Owns a pool of `threads` workers. `interleave_rows` false keeps every matrix in
   // GGUF's layout (--no-repack). `int8_activations` (--activations int8): products with
-  // interleaved q4_0 / q8_0 rows quantise their activation to int8, not int16
+  // interleaved q4_0 / q8_0 rows and k-quant rows quantise their activation to int8, not int16
   // (cpu::MatvecJob::x_int8), every step alike, so a sequence's floats still do not
   // depend on its company.
   explicit CpuBackend(int threads, bool interleave_rows = true, bool int8_activations = false);
