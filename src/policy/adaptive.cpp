@@ -10,8 +10,10 @@ namespace moeflow {
 
 namespace {
 
-// Version 2 adds the lookahead table; version 1 states load with it empty.
-constexpr char kMagic[8] = {'m', 'f', 'a', 'd', 'a', 'p', 't', '2'};
+// Version 2 adds the lookahead table, version 3 the similarity table and the stored
+// requests' EAMs; older states load with what they lack empty.
+constexpr char kMagic[8] = {'m', 'f', 'a', 'd', 'a', 'p', 't', '3'};
+constexpr char kMagicV2[8] = {'m', 'f', 'a', 'd', 'a', 'p', 't', '2'};
 constexpr char kMagicV1[8] = {'m', 'f', 'a', 'd', 'a', 'p', 't', '1'};
 
 // Weight of one visit in the short-term rate: about the last eight visits count.
@@ -37,6 +39,21 @@ int request_bucket(double rate) {
   return b;
 }
 
+double cosine(const std::vector<int32_t>& a, const std::vector<int32_t>& b, double norm_b) {
+  double dot = 0, na = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    dot += static_cast<double>(a[i]) * static_cast<double>(b[i]);
+    na += static_cast<double>(a[i]) * static_cast<double>(a[i]);
+  }
+  return na > 0 && norm_b > 0 ? dot / (std::sqrt(na) * norm_b) : 0;
+}
+
+double norm_of(const std::vector<int32_t>& v) {
+  double n = 0;
+  for (int32_t x : v) n += static_cast<double>(x) * static_cast<double>(x);
+  return std::sqrt(n);
+}
+
 int rate_bucket(double rate) {
   return std::clamp(static_cast<int>(rate * AdaptivePolicy::kRateBuckets), 0, AdaptivePolicy::kRateBuckets - 1);
 }
@@ -48,7 +65,7 @@ AdaptiveOptions adaptive_options_from_name(const std::string& name) {
   if (name.compare(0, base.size(), base) != 0) throw InputError("not an adaptive policy name: '" + name + "'");
   AdaptiveOptions o;
   for (size_t b = base.size(); b < name.size();) {
-    if (name[b] != '-') throw InputError("policy '" + name + "': expected adaptive[-nodistance][-nolearned][-norequest][-noprefetch][-nolookahead]");
+    if (name[b] != '-') throw InputError("policy '" + name + "': expected adaptive[-nodistance][-nolearned][-norequest][-noprefetch][-nolookahead][-nosimilarity]");
     const size_t e = std::min(name.find('-', b + 1), name.size());
     const std::string part = name.substr(b + 1, e - b - 1);
     if (part == "nodistance") o.distance = false;
@@ -56,8 +73,9 @@ AdaptiveOptions adaptive_options_from_name(const std::string& name) {
     else if (part == "noprefetch") o.prefetch = false;
     else if (part == "norequest") o.request = false;
     else if (part == "nolookahead") o.lookahead = false;
+    else if (part == "nosimilarity") o.similarity = false;
     else throw InputError("policy '" + name + "': unknown ablation '" + part +
-                          "' (nodistance, nolearned, norequest, noprefetch, nolookahead)");
+                          "' (nodistance, nolearned, norequest, noprefetch, nolookahead, nosimilarity)");
     b = e;
   }
   return o;
@@ -69,14 +87,105 @@ AdaptivePolicy::AdaptivePolicy(const ExpertGeometry& g, AdaptiveOptions opt, std
       predicted_(kMaxLookahead, std::vector<std::vector<float>>(static_cast<size_t>(g.n_layer),
                                                                 std::vector<float>(static_cast<size_t>(g.n_expert), 0))),
       predicted_valid_(kMaxLookahead, std::vector<char>(static_cast<size_t>(g.n_layer), 0)),
-      lookahead_table_(static_cast<size_t>(kMaxLookahead * kShareBuckets * kPriorBuckets)) {
+      lookahead_table_(static_cast<size_t>(kMaxLookahead * kShareBuckets * kPriorBuckets)),
+      similar_(g.bytes.size(), 0), similarity_table_(static_cast<size_t>(kSimilarBuckets * kSimilarPriorBuckets)) {
   if (opt_.prefetch_depth < 0 || opt_.prefetch_per_layer < 0) throw InputError("adaptive: negative prefetch depth or count");
+  opt_.similarity_matches = std::max(opt_.similarity_matches, 1);
+  opt_.similarity_capacity = std::max<size_t>(opt_.similarity_capacity, 1);
 }
 
 void AdaptivePolicy::begin_iteration(Phase phase, int64_t) {
   phase_ = phase;
   // A lookahead never reaches into the next step (its tokens are not known yet).
   for (auto& v : predicted_valid_) std::fill(v.begin(), v.end(), 0);
+  refresh_similarity();
+}
+
+// Fine at the low end, like the request feature's buckets (most shares are small).
+size_t AdaptivePolicy::similarity_cell(double s, double p) {
+  return static_cast<size_t>(request_bucket(s) * kSimilarPriorBuckets + request_bucket(p));
+}
+
+// Each running request's EAM so far (what it routed up to the previous step) against
+// the stored ones: the closest `similarity_matches` (positive cosine) are summed, and
+// the request's predicted share of (l, e) is their tokens routed to e at l over their
+// tokens at l. Over the batch: the chance that any request routes it.
+void AdaptivePolicy::refresh_similarity() {
+  similar_valid_ = false;
+  if (!opt_.similarity || store_.size() <= static_cast<size_t>(opt_.similarity_matches)) return;
+  std::vector<double> none(similar_.size(), 1.0);
+  std::vector<double> routed(similar_.size());
+  std::vector<int64_t> tokens(static_cast<size_t>(g_.n_layer));
+  std::vector<std::pair<double, size_t>> sims;
+  for (const auto& entry : running_) {
+    const RequestCounts& c = entry.second;
+    sims.clear();
+    for (size_t i = 0; i < store_.size(); ++i) {
+      const double s = cosine(c.routed, store_[i].routed, store_[i].norm);
+      if (s > 0) sims.emplace_back(-s, i);  // most similar first, ties by age
+    }
+    if (sims.empty()) continue;
+    const size_t n = std::min(sims.size(), static_cast<size_t>(opt_.similarity_matches));
+    std::partial_sort(sims.begin(), sims.begin() + static_cast<std::ptrdiff_t>(n), sims.end());
+    std::fill(routed.begin(), routed.end(), 0.0);
+    std::fill(tokens.begin(), tokens.end(), 0);
+    for (size_t m = 0; m < n; ++m) {
+      const StoredEam& e = store_[sims[m].second];
+      for (size_t i = 0; i < routed.size(); ++i) routed[i] += e.routed[i];
+      for (size_t l = 0; l < tokens.size(); ++l) tokens[l] += e.tokens[l];
+    }
+    for (size_t i = 0; i < routed.size(); ++i) {
+      const int64_t t = tokens[i / static_cast<size_t>(g_.n_expert)];
+      if (t > 0) none[i] *= 1 - std::min(1.0, routed[i] / static_cast<double>(t));
+    }
+    similar_valid_ = true;
+  }
+  for (size_t i = 0; i < similar_.size(); ++i) similar_[i] = static_cast<float>(1 - none[i]);
+}
+
+double AdaptivePolicy::similarity_share(const ExpertKey& key) const {
+  return similar_valid_ ? similar_[static_cast<size_t>(g_.index(key))] : -1.0;
+}
+
+void AdaptivePolicy::learn_similarity(int32_t l, const std::vector<char>& used) {
+  for (int32_t e = 0; e < g_.n_expert; ++e) {
+    Cell& c = similarity_table_[similarity_cell(similar_[static_cast<size_t>(g_.index({l, e}))], table_probability({l, e}))];
+    c.n += 1;
+    c.hits += used[static_cast<size_t>(e)];
+  }
+}
+
+double AdaptivePolicy::base_probability(const ExpertKey& key) const {
+  const double p = table_probability(key);
+  if (!similar_valid_) return p;
+  const Cell& c = similarity_table_[similarity_cell(similar_[static_cast<size_t>(g_.index(key))], p)];
+  return (c.hits + kPriorWeight * p) / (c.n + kPriorWeight);  // a cell seen rarely keeps the table's p
+}
+
+// A finished request's EAM joins the collection; when it is full, the entry most
+// similar to the newcomer gives way (MoE-Infinity App. B.1: the newest pattern stays,
+// and so does the collection's diversity).
+void AdaptivePolicy::remember_request(const RequestCounts& c) {
+  StoredEam e{std::vector<int32_t>(c.routed), std::vector<int64_t>(c.tokens), norm_of(c.routed)};
+  if (e.norm <= 0) return;
+  if (store_.size() < opt_.similarity_capacity) {
+    store_.push_back(std::move(e));
+    return;
+  }
+  size_t best = 0;
+  double best_sim = -1;
+  for (size_t i = 0; i < store_.size(); ++i) {
+    const double s = cosine(e.routed, store_[i].routed, store_[i].norm);
+    if (s > best_sim) best_sim = s, best = i;
+  }
+  store_[best] = std::move(e);
+}
+
+void AdaptivePolicy::end_request(int64_t id) {
+  auto it = running_.find(id);
+  if (it == running_.end()) return;
+  if (opt_.similarity) remember_request(it->second);
+  running_.erase(it);
 }
 
 size_t AdaptivePolicy::lookahead_cell(int32_t h, double share, double p) {
@@ -93,14 +202,14 @@ int32_t AdaptivePolicy::lookahead_distance(int32_t layer) const {
   return 0;
 }
 
-// One observation per distance that predicted this visit: (h, share, the first
-// table's probability before the visit) -> routed or not.
+// One observation per distance that predicted this visit: (h, share, the
+// probability before the visit without the lookahead) -> routed or not.
 void AdaptivePolicy::learn_lookahead(int32_t l, const std::vector<char>& used) {
   for (int32_t h = 1; h <= kMaxLookahead; ++h) {
     if (!predicted_valid_[static_cast<size_t>(h - 1)][static_cast<size_t>(l)]) continue;
     const std::vector<float>& share = predicted_[static_cast<size_t>(h - 1)][static_cast<size_t>(l)];
     for (int32_t e = 0; e < g_.n_expert; ++e) {
-      Cell& c = lookahead_table_[lookahead_cell(h, share[static_cast<size_t>(e)], table_probability({l, e}))];
+      Cell& c = lookahead_table_[lookahead_cell(h, share[static_cast<size_t>(e)], base_probability({l, e}))];
       c.n += 1;
       c.hits += used[static_cast<size_t>(e)];
     }
@@ -169,6 +278,7 @@ void AdaptivePolicy::routed(const LayerRouting& r) {
   // a layer at once and say little about decode: they update the state only.
   if (phase_ == Phase::Decode) {
     if (opt_.lookahead) learn_lookahead(l, used);
+    if (similar_valid_) learn_similarity(l, used);
     for (int32_t e = 0; e < g_.n_expert; ++e) {
       Cell& c = cell(features({l, e}));
       c.n += 1;
@@ -204,7 +314,7 @@ void AdaptivePolicy::routed(const LayerRouting& r) {
 }
 
 double AdaptivePolicy::reuse_probability(const ExpertKey& key) const {
-  const double p = table_probability(key);
+  const double p = base_probability(key);
   const int32_t h = lookahead_distance(key.layer);
   if (h == 0) return p;
   const float share = predicted_[static_cast<size_t>(h - 1)][static_cast<size_t>(key.layer)][static_cast<size_t>(key.expert)];
@@ -233,9 +343,9 @@ double AdaptivePolicy::value(const ExpertKey& key, int32_t layer_now) const {
   if (!opt_.distance) return p_next;
   // Held until its next use: d steps to the next visit (routed there with p_next,
   // which the lookahead may sharpen), then, if not, 1/p more whole cycles (the later
-  // visits' chance p is the first table's: the lookahead says nothing about them).
+  // visits' chance p is the one before the lookahead: it says nothing about them).
   // Expected hits per step held = 1 / (d + (1 - p_next) L / p).
-  const double p = lookahead_distance(key.layer) > 0 ? table_probability(key) : p_next;
+  const double p = lookahead_distance(key.layer) > 0 ? base_probability(key) : p_next;
   const double d = static_cast<double>(distance(key.layer, layer_now));
   return p / (p * d + static_cast<double>(g_.n_layer) * (1 - p_next));
 }
@@ -282,7 +392,9 @@ size_t AdaptivePolicy::victim(const CacheView& view, const ExpertKey& incoming) 
 
 // Layout: magic, n_layer, n_expert, table cells, then the cells (hits, n), the
 // totals, the visits per layer, each expert's (last visit, recent, routed), then the
-// lookahead table's cell count and cells (hits, n) (version 2).
+// lookahead table's cell count and cells (hits, n) (version 2), then the similarity
+// table's cell count and cells, and the stored requests: their count, then each one's
+// tokens routed per expert (int32) and tokens per layer (int64) (version 3).
 void AdaptivePolicy::save(std::ostream& out) const {
   using binio::put;
   out.write(kMagic, sizeof kMagic);
@@ -295,6 +407,13 @@ void AdaptivePolicy::save(std::ostream& out) const {
   for (const ExpertState& e : experts_) put(out, e.last_visit), put(out, e.recent), put(out, e.routed);
   put<uint64_t>(out, lookahead_table_.size());
   for (const Cell& c : lookahead_table_) put(out, c.hits), put(out, c.n);
+  put<uint64_t>(out, similarity_table_.size());
+  for (const Cell& c : similarity_table_) put(out, c.hits), put(out, c.n);
+  put<uint64_t>(out, store_.size());
+  for (const StoredEam& e : store_) {
+    for (int32_t x : e.routed) put(out, x);
+    for (int64_t t : e.tokens) put(out, t);
+  }
 }
 
 void AdaptivePolicy::load(std::istream& in) {
@@ -302,8 +421,11 @@ void AdaptivePolicy::load(std::istream& in) {
   const std::string what = "adaptive policy state";
   char magic[sizeof kMagic];
   if (!in.read(magic, sizeof magic)) throw InputError(what + ": not an adaptive state (bad magic)");
-  const bool v1 = std::equal(magic, magic + sizeof magic, kMagicV1);
-  if (!v1 && !std::equal(magic, magic + sizeof magic, kMagic)) throw InputError(what + ": not an adaptive state (bad magic)");
+  const int version = std::equal(magic, magic + sizeof magic, kMagicV1)   ? 1
+                      : std::equal(magic, magic + sizeof magic, kMagicV2) ? 2
+                      : std::equal(magic, magic + sizeof magic, kMagic)   ? 3
+                                                                          : 0;
+  if (version == 0) throw InputError(what + ": not an adaptive state (bad magic)");
   const int32_t n_layer = get<int32_t>(in, what), n_expert = get<int32_t>(in, what);
   const uint64_t cells = get<uint64_t>(in, what);
   if (n_layer != g_.n_layer || n_expert != g_.n_expert || cells != table_.size())
@@ -338,7 +460,7 @@ void AdaptivePolicy::load(std::istream& in) {
       throw InputError(what + ": expert " + std::to_string(i) + " has counts its layer's visits cannot hold");
   }
   std::vector<Cell> lookahead(lookahead_table_.size());
-  if (!v1) {
+  if (version >= 2) {
     const uint64_t n_la = get<uint64_t>(in, what);
     if (n_la != lookahead.size())
       throw InputError(what + ": " + std::to_string(n_la) + " lookahead cells, expected " + std::to_string(lookahead.size()));
@@ -349,9 +471,45 @@ void AdaptivePolicy::load(std::istream& in) {
       if (c.hits > c.n) throw InputError(what + ": a lookahead cell with more hits than observations");
     }
   }
+  std::vector<Cell> similarity(similarity_table_.size());
+  std::vector<StoredEam> store;
+  if (version >= 3) {
+    const uint64_t n_sim = get<uint64_t>(in, what);
+    if (n_sim != similarity.size())
+      throw InputError(what + ": " + std::to_string(n_sim) + " similarity cells, expected " + std::to_string(similarity.size()));
+    binio::need(in, n_sim * 16 + 8, what);
+    for (Cell& c : similarity) {
+      c.hits = count(get<double>(in, what), "similarity cell hits");
+      c.n = count(get<double>(in, what), "similarity cell count");
+      if (c.hits > c.n) throw InputError(what + ": a similarity cell with more hits than observations");
+    }
+    const uint64_t n_store = get<uint64_t>(in, what);
+    if (n_store > opt_.similarity_capacity)
+      throw InputError(what + ": " + std::to_string(n_store) + " stored requests exceed the capacity " +
+                       std::to_string(opt_.similarity_capacity));
+    const uint64_t entry_bytes = experts_.size() * 4 + visits_.size() * 8;
+    binio::need(in, n_store * entry_bytes, what);
+    store.resize(n_store);
+    for (size_t k = 0; k < store.size(); ++k) {
+      StoredEam& e = store[k];
+      e.routed.resize(experts_.size());
+      e.tokens.resize(visits_.size());
+      for (int32_t& x : e.routed) x = get<int32_t>(in, what);
+      for (int64_t& t : e.tokens) t = get<int64_t>(in, what);
+      for (size_t i = 0; i < e.routed.size(); ++i)
+        if (e.routed[i] < 0 || e.routed[i] > e.tokens[i / static_cast<size_t>(g_.n_expert)])
+          throw InputError(what + ": stored request " + std::to_string(k) + " routes more tokens to expert " +
+                           std::to_string(i) + " than its layer saw");
+      e.norm = norm_of(e.routed);
+      if (e.norm <= 0) throw InputError(what + ": stored request " + std::to_string(k) + " routed nothing");
+    }
+  }
   char extra;
   if (in.read(&extra, 1)) throw InputError(what + ": unexpected data after the state");
   lookahead_table_ = std::move(lookahead);
+  similarity_table_ = std::move(similarity);
+  store_ = std::move(store);
+  similar_valid_ = false;
   table_ = std::move(table);
   hits_ = hits, n_ = n, observations_ = observations;
   visits_ = std::move(visits);

@@ -33,6 +33,19 @@
 // lookahead names the expert, the first table's probability), filled from the same
 // decode visits. The sharpened probability feeds both the values (eviction) and the
 // prefetch; prefetches are ranked by distance, the nearest layer first.
+//
+// Similar requests (optional; MoE-Infinity's EAM matching, moe-infinity.txt §4.3-4.5):
+// every finished request leaves its expert activation matrix (tokens routed to each
+// (layer, expert), prefill and decode together) in a bounded collection. At each step
+// every running request's EAM so far is matched (cosine) against the collection; the
+// `similarity_matches` closest give it a predicted share of tokens per (layer,
+// expert) -- every layer, the ones ahead included -- combined over the batch as the
+// chance that any request routes it. Like the lookahead, the prediction is not
+// trusted as is: a third table, indexed by (predicted share, the first table's
+// probability), re-learns the probability from the same decode visits, and the
+// result is what the lookahead then sharpens. Matching chooses only when the
+// collection holds more requests than it takes: with fewer (Mixtral's one learning
+// request) there is no prediction and the first table's probability stands.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -56,10 +69,13 @@ struct AdaptiveOptions {
   int32_t prefetch_per_layer = 2;  // most experts asked for per layer ahead
   double prefetch_min_probability = 0.5;  // below it a guess costs more link time than it saves
   bool prefetch_only_idle = true;  // no prefetch while copies are queued or running
+  bool similarity = true;  // match the running requests' EAMs against earlier requests'
+  int32_t similarity_matches = 3;  // closest EAMs summed (MoE-Infinity's n_match)
+  size_t similarity_capacity = 120;  // EAMs kept (MoE-Infinity's EAMC, Fig. 9's largest)
 };
 
 // Parses "adaptive" or "adaptive-<ablation>[-<ablation>...]" with ablations
-// nodistance, nolearned, norequest, noprefetch, nolookahead. Throws InputError for
+// nodistance, nolearned, norequest, noprefetch, nolookahead, nosimilarity. Throws InputError for
 // another name.
 AdaptiveOptions adaptive_options_from_name(const std::string& name);
 
@@ -71,7 +87,7 @@ class AdaptivePolicy final : public ExpertPolicy {
   bool prefetches() const override { return opt_.prefetch; }
   void begin_iteration(Phase phase, int64_t) override;
   void begin_request(const RequestInfo& info) override;
-  void end_request(int64_t id) override { running_.erase(id); }
+  void end_request(int64_t id) override;
   void routed(const LayerRouting& r) override;
   int32_t lookahead_depth() const override { return opt_.lookahead ? std::min(opt_.prefetch_depth, kMaxLookahead) : 0; }
   void link_state(size_t copies_in_flight, size_t) override { link_busy_ = copies_in_flight > 0; }
@@ -85,8 +101,16 @@ class AdaptivePolicy final : public ExpertPolicy {
   // The learned probability that `key` is routed at its layer's next visit (with the
   // current step's lookahead, when it covers the layer).
   double reuse_probability(const ExpertKey& key) const;
-  // The same from the first table alone (no lookahead).
+  // The same from the first table alone (no similarity, no lookahead).
   double table_probability(const ExpertKey& key) const;
+  // The first table's probability re-learned on the similar requests' prediction
+  // (the table's own when there is no prediction this step).
+  double base_probability(const ExpertKey& key) const;
+  // The step's predicted chance, from the matched earlier requests, that a running
+  // request routes `key`; -1 when there is no prediction (no match, or no more
+  // stored requests than matches).
+  double similarity_share(const ExpertKey& key) const;
+  size_t stored_requests() const { return store_.size(); }
   // Layers between the freshest lookahead that covers `layer` in this step and it
   // (1..kMaxLookahead), 0 when none does.
   int32_t lookahead_distance(int32_t layer) const;
@@ -103,6 +127,7 @@ class AdaptivePolicy final : public ExpertPolicy {
   static constexpr int kRecencyBuckets = 7, kRateBuckets = 6, kRequestBuckets = 8;
   static constexpr int32_t kMaxLookahead = 3;
   static constexpr int kShareBuckets = 5, kPriorBuckets = 6;
+  static constexpr int kSimilarBuckets = 8, kSimilarPriorBuckets = 8;
 
  private:
   struct ExpertState {
@@ -129,6 +154,12 @@ class AdaptivePolicy final : public ExpertPolicy {
   // and the first table's probability p.
   static size_t lookahead_cell(int32_t h, double share, double p);
   void learn_lookahead(int32_t layer, const std::vector<char>& used);
+  // The similarity table's cell for predicted share s and the first table's p.
+  static size_t similarity_cell(double s, double p);
+  void learn_similarity(int32_t layer, const std::vector<char>& used);
+  // Matches every running request's EAM and fills similar_ (begin_iteration).
+  void refresh_similarity();
+  void remember_request(const RequestCounts& c);
   void remember_lookahead(const LayerRouting& r);
   const ExpertState& state(const ExpertKey& k) const { return experts_[static_cast<size_t>(g_.index(k))]; }
 
@@ -149,6 +180,16 @@ class AdaptivePolicy final : public ExpertPolicy {
   std::vector<std::vector<std::vector<float>>> predicted_;
   std::vector<std::vector<char>> predicted_valid_;  // [h-1][layer]
   std::vector<Cell> lookahead_table_;               // [h-1][share bucket][probability bucket]
+  // Finished requests' EAMs: tokens routed per expert index, tokens per layer.
+  struct StoredEam {
+    std::vector<int32_t> routed;
+    std::vector<int64_t> tokens;
+    double norm = 0;  // of routed, for the cosine
+  };
+  std::vector<StoredEam> store_;
+  std::vector<float> similar_;  // the step's prediction per expert index (valid_ only)
+  bool similar_valid_ = false;
+  std::vector<Cell> similarity_table_;  // [share bucket][probability bucket]
   uint64_t observations_ = 0;
 };
 
