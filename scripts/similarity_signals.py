@@ -11,6 +11,8 @@ puts in its own top-k (precision; chance = k / n_expert):
             expert), all tokens) is closest by cosine to the request's EAM so far
   traj      fMoE-like: the 20 learning-request decode tokens whose paths share the
             most (layer, expert) pairs with this token's layers 0..l-1 (layer l >= 1)
+  next      the next step instead: the tokens that followed the 20 learning-request
+            decode tokens whose whole paths are closest to the previous token's
 
 This is what the `adaptive` policy's similarity and trajectory signals build on
 (docs/results/policies.md, "The papers' similarity signals in adaptive").
@@ -58,14 +60,27 @@ def main():
     pop = sum(eam(toks[i]) for i in learn)
     store = [eam(toks[i]) for i in learn]
     traj = np.array([eam([t]) for i in learn for t in toks[i] if t[0] == "decode" and all(t[1])])
+    pairs = [(eam([a]), eam([b])) for i in learn
+             for a, b in zip([t for t in toks[i] if t[0] == "decode"], [t for t in toks[i] if t[0] == "decode"][1:])]
+    prev_paths = np.array([a.flatten() for a, _ in pairs])
+    next_paths = np.array([b for _, b in pairs])
 
     def hits(score, actual):
         return len(set(np.argsort(-score, kind="stable")[:K].tolist()) & set(actual))
 
-    res = {k: [0, 0] for k in ("pop", "own", "eam3", "traj")}
+    res = {k: [0, 0] for k in ("pop", "own", "eam3", "traj", "next")}
     for i in meas:
         own = np.zeros((L, E))
+        prev = None
         for ph, ls in toks[i]:
+            if ph == "decode" and prev is not None and len(prev_paths):
+                best = np.argsort(-(prev_paths @ eam([(ph, prev)]).flatten()), kind="stable")[:20]
+                pred = next_paths[best].sum(0)
+                for l, x in enumerate(ls):
+                    if x:
+                        res["next"][0] += hits(pred[l] + 1e-3 * pop[l], x)
+                        res["next"][1] += K
+            prev = ls if ph == "decode" else None
             if ph == "decode" and own.sum() > 0:
                 q = own.flatten()
                 sims = [q @ s.flatten() / (np.linalg.norm(q) * np.linalg.norm(s) + 1e-12) for s in store]
