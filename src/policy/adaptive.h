@@ -44,9 +44,10 @@
 // trusted as is: a third table, indexed by (predicted share, the first table's
 // probability), learns from the same decode visits how far it corrects the first
 // table (the ratio of hits to the hits p expected, so the first table's ranking within
-// a cell survives), and the result is what the lookahead then sharpens. Matching chooses only when the
-// collection holds more requests than it takes: with fewer (Mixtral's one learning
-// request) there is no prediction and the first table's probability stands.
+// a cell survives), and the result is what the lookahead then sharpens. Matching
+// chooses only when the collection holds more requests than it takes: with fewer
+// (Mixtral's one learning request) there is no prediction and the first table's
+// probability stands.
 //
 // Similar tokens (optional; fMoE's expert maps, fmoe.txt §4.2, and MoE-Infinity's
 // iteration-level EAM): every decode token's path through the layers (its experts at
@@ -65,6 +66,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -93,8 +95,8 @@ struct AdaptiveOptions {
 };
 
 // Parses "adaptive" or "adaptive-<ablation>[-<ablation>...]" with ablations
-// nodistance, nolearned, norequest, noprefetch, nolookahead, nosimilarity, notrajectory. Throws InputError for
-// another name.
+// nodistance, nolearned, norequest, noprefetch, nolookahead, nosimilarity,
+// notrajectory. Throws InputError for another name.
 AdaptiveOptions adaptive_options_from_name(const std::string& name);
 
 class AdaptivePolicy final : public ExpertPolicy {
@@ -122,7 +124,7 @@ class AdaptivePolicy final : public ExpertPolicy {
   double reuse_probability(const ExpertKey& key) const;
   // The same from the first table alone (no similarity, no lookahead).
   double table_probability(const ExpertKey& key) const;
-  // The first table's probability re-learned on the similar requests' prediction
+  // The first table's probability corrected by the similar requests' prediction
   // (the table's own when there is no prediction this step).
   double base_probability(const ExpertKey& key) const;
   // The step's predicted chance, from the matched earlier requests, that a running
@@ -130,7 +132,7 @@ class AdaptivePolicy final : public ExpertPolicy {
   // stored requests than matches).
   double similarity_share(const ExpertKey& key) const;
   size_t stored_requests() const { return store_.size(); }
-  // base_probability re-learned on the similar tokens' prediction for a layer ahead in
+  // base_probability corrected by the similar tokens' prediction for a layer ahead in
   // this step (the base when there is none).
   double step_probability(const ExpertKey& key) const;
   // The similar tokens' predicted chance that the step routes `key` (made `h` layers
@@ -223,7 +225,7 @@ class AdaptivePolicy final : public ExpertPolicy {
   std::vector<float> similar_;  // the step's prediction per expert index (valid_ only)
   bool similar_valid_ = false;
   std::vector<Cell> similarity_table_;  // [share bucket][probability bucket]; n: the hits p expected
-  // Decode tokens' paths: expert per (layer, slot), -1 where unknown; a ring.
+  // Decode tokens' paths (complete ones only): expert per (layer, slot); a ring.
   std::vector<std::vector<int32_t>> paths_;
   size_t next_path_ = 0;  // the slot the next path replaces once the ring is full
   // The step's token of each running request: its path so far and the stored paths'
@@ -233,7 +235,7 @@ class AdaptivePolicy final : public ExpertPolicy {
     std::vector<float> score;
     bool several = false;  // the request has several tokens in this step (a prefill chunk)
   };
-  std::unordered_map<int64_t, StepToken> step_tokens_;
+  std::map<int64_t, StepToken> step_tokens_;  // ordered: paths join the ring by request id
   std::vector<std::vector<std::vector<float>>> traj_predicted_;  // [h-1][layer][expert]
   std::vector<std::vector<char>> traj_valid_;                    // [h-1][layer]
   std::vector<Cell> trajectory_table_;  // [h-1][share bucket][probability bucket]; n: the hits p expected
