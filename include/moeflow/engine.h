@@ -45,9 +45,10 @@ struct EngineOptions {
   std::string kv_type = "auto";    // auto (f16 for q8_0/q4_0 key/value weights, else f32), f32 or f16
   bool mmap = false;               // compute from the file mapping (starts faster, reads slower)
   bool repack = true;              // q4_0/q8_0 rows interleaved in fours on AVX-512 VNNI CPUs
-  // Precision of the activations those interleaved rows multiply: "int16" (products within
-  // ~2e-5 of f32) or "int8" (llama.cpp's q8_0 activations: ~4e-3 per product, up to twice
-  // the tokens per second where arithmetic, not memory, limits a batched step).
+  // Precision of the activations those interleaved rows and k-quant rows multiply:
+  // "int16" (products within ~2e-5 of f32) or "int8" (llama.cpp's q8_0 activations: ~4e-3
+  // per product, up to 1.4x the tokens per second where arithmetic, not memory, limits a
+  // batched step).
   std::string activations = "int16";
   // Expert offloading: with a policy other than "all", experts stream from the file
   // into a cache of expert_budget bytes ("25%" of what all experts take in memory,

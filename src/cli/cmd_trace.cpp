@@ -126,6 +126,9 @@ int trace_record(int argc, char** argv) {
   a.flag("--first-window", "skip this many windows of the text first", true, "0");
   a.flag("--decimals", "decimals kept of weights and probabilities", true, "4");
   a.flag("--lookahead", "also record the next D layers' routers applied to each layer's MoE input (0: none)", true, "2");
+  a.flag("--embedding-dim", "also record each iteration's embedding-layer output (fMoE's semantic key) in N numbers, "
+                            "a fixed random projection of the model's width (0: none; N >= the width: the row itself)",
+         true, "0");
   a.parse(argc, argv, 3);
   if (a.has("--file") == a.has("--from-trace") || !a.has("--out"))
     throw UsageError("moeflow trace record: -o OUT and one of -f FILE or --from-trace TRACE are required\n" + a.help());
@@ -190,6 +193,7 @@ int trace_record(int argc, char** argv) {
   TraceRecorder rec(a.str("--out"), model_name(engine->model()), static_cast<int>(a.integer("--decimals", 1, 8)),
                     a.has("--append"));
   rec.set_lookahead(lookahead);
+  rec.set_embedding_dim(a.integer("--embedding-dim", 0, kMaxTraceEmbedding));
   engine->add_listener(&rec);
   std::vector<float> logits;
   for (const Recording& r : runs) {
@@ -309,7 +313,7 @@ int cmd_trace(int argc, char** argv) {
   throw UsageError(
       "moeflow trace: expected a subcommand:\n  moeflow trace stats FILE [--json] [--by-task]\n"
       "  moeflow trace record -m MODEL (-f TEXT | --from-trace TRACE) -o OUT [--task T] [--windows N] [--prefill 16]\n"
-      "                       [--decode 48] [--lookahead 2]\n"
+      "                       [--decode 48] [--lookahead 2] [--embedding-dim N]\n"
       "  moeflow trace accuracy FILE [--learn 0:1] [--measure 1:] (eMoE predictor accuracy)\n"
       "  moeflow trace sensitivity FILE [--requests a:b] [--tasks IN] [--out FILE] (eMoE per-(task, layer) sensitivity)");
 }

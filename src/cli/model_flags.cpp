@@ -27,9 +27,9 @@ void add_model_flags(Args& a) {
                       "q8_0 / q4_0, whose rounding exceeds f16's; f32 otherwise)", true, "auto");
   a.flag("--no-repack", "keep q4_0 and q8_0 weights in GGUF's row layout in memory (by default, on CPUs with "
                         "AVX-512 VNNI, their rows are interleaved in fours for the faster kernels)", false);
-  a.flag("--activations", "precision of the activations interleaved q4_0 / q8_0 rows multiply: int16 (within ~2e-5 "
-                          "of f32) or int8 (llama.cpp's q8_0 activations; up to 2x the batched step where arithmetic "
-                          "limits it)", true, "int16");
+  a.flag("--activations", "precision of the activations that interleaved q4_0 / q8_0 rows and k-quant rows multiply: "
+                          "int16 (within ~2e-5 of f32) or int8 (llama.cpp's q8_0 activations; faster batched decoding "
+                          "where arithmetic limits it)", true, "int16");
 }
 
 std::string default_model_path() {

@@ -25,6 +25,9 @@ class ForwardListener {
   // Layers of lookahead routing wanted in routed() (LayerRouting::lookahead); the
   // forward pass computes the most any listener or the source asks for, none if 0.
   virtual int32_t lookahead_depth() const { return 0; }
+  // Whether routed() should carry LayerRouting::embeddings with the step's first MoE
+  // layer; the forward pass computes them when any listener or the source asks.
+  virtual bool wants_embedding() const { return false; }
   virtual void end_step() {}
 };
 

@@ -78,6 +78,9 @@ void ForwardPass::run(const StepTokens& step, std::vector<float>& logits) {
   if (source_) source_->begin_step(step);
   lookahead_depth_ = source_ ? source_->lookahead_depth() : 0;
   for (ForwardListener* li : listeners_) lookahead_depth_ = std::max(lookahead_depth_, li->lookahead_depth());
+  bool want_embedding = source_ && source_->wants_embedding();
+  for (ForwardListener* li : listeners_) want_embedding = want_embedding || li->wants_embedding();
+  pool_embeddings(want_embedding, step);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     if (c.arch == Arch::DeepSeek2) mla_attention_block(l, step, x_);
     else attention_block(l, step, x_);
@@ -179,6 +182,28 @@ void ForwardPass::attention_block(int64_t l, const StepTokens& step, std::vector
   for (int64_t i = 0; i < n * D; ++i) x[i] += proj_[i];
 }
 
+void ForwardPass::pool_embeddings(bool wanted, const StepTokens& step) {
+  embeddings_.clear();
+  if (!wanted) return;
+  // x_ holds the embedding layer's output here (before layer 0). A step's requests
+  // may interleave (single tokens first), so rows are summed per request id.
+  const int64_t D = model_.config().n_embd;
+  std::vector<int64_t> counts;
+  for (int64_t t = 0; t < step.size(); ++t) {
+    size_t i = 0;
+    while (i < embeddings_.size() && embeddings_[i].request != step.requests[t]) ++i;
+    if (i == embeddings_.size()) {
+      embeddings_.push_back({step.requests[t], std::vector<float>(static_cast<size_t>(D), 0.0f)});
+      counts.push_back(0);
+    }
+    const float* row = x_.data() + t * D;
+    for (int64_t j = 0; j < D; ++j) embeddings_[i].values[static_cast<size_t>(j)] += row[j];
+    ++counts[i];
+  }
+  for (size_t i = 0; i < embeddings_.size(); ++i)
+    for (float& v : embeddings_[i].values) v /= static_cast<float>(counts[i]);
+}
+
 void ForwardPass::moe_block(int64_t l, const StepTokens& step, std::vector<float>& x) {
   const ModelConfig& c = model_.config();
   const LayerWeights& L = model_.weights().layers[static_cast<size_t>(l)];
@@ -188,6 +213,9 @@ void ForwardPass::moe_block(int64_t l, const StepTokens& step, std::vector<float
   // The expert machinery numbers MoE layers only (model_config.h: n_dense_lead).
   route_tokens(c, router_.data(), n, l - c.n_dense_lead, routing_, backend_);
   routing_.requests = step.requests;
+  // fMoE's semantic key goes with the step's first MoE layer only.
+  if (l == c.n_dense_lead) routing_.embeddings = std::move(embeddings_);
+  else routing_.embeddings.clear();
   // x is still the layer's MoE input (before its norm): what the next routers see.
   if (lookahead_depth_ > 0) {
     lookahead_.route(c, model_.weights(), lookahead_depth_, x.data(), step, routing_, backend_);

@@ -54,6 +54,8 @@ class ForwardPass {
  private:
   void check(const StepTokens& step) const;
   void attention_block(int64_t layer, const StepTokens& step, std::vector<float>& x);
+  // Fills embeddings_ from x_ (the embedding layer's output) when wanted.
+  void pool_embeddings(bool wanted, const StepTokens& step);
   void moe_block(int64_t layer, const StepTokens& step, std::vector<float>& x);
   // x += the layer's shared expert (gated when the model gates it) of the normalised
   // input in xn_.
@@ -88,6 +90,9 @@ class ForwardPass {
   // The step's lookahead depth (the most any listener or the source wants; 0: none).
   int32_t lookahead_depth_ = 0;
   LookaheadRouter lookahead_;
+  // The step's embedding-layer output pooled per request (LayerRouting::embeddings),
+  // when any listener or the source wants it; handed over with the first MoE layer.
+  std::vector<LayerRouting::StepEmbedding> embeddings_;
 };
 
 }  // namespace moeflow

@@ -45,6 +45,7 @@ class OffloadedExperts final : public ExpertSource {
   void begin_step(const StepTokens& step) override;
   void routed(const LayerRouting& r) override;
   int32_t lookahead_depth() const override { return policy_.lookahead_depth(); }
+  bool wants_embedding() const override { return policy_.wants_embedding(); }
   void prepare_layer(LayerRouting& r) override;
   void run_experts(int32_t layer, const std::vector<int32_t>& needed, const ExpertCompute& compute) override;
   void end_step() override;

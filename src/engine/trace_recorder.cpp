@@ -10,6 +10,7 @@
 #include <exception>
 
 #include "base/error.h"
+#include "engine/embedding_projection.h"
 
 namespace moeflow {
 
@@ -110,6 +111,13 @@ void TraceRecorder::routed(const LayerRouting& r) {
       for (int64_t h = 1; h <= depth; ++h)
         rec_.lookahead[i].emplace_back(r.lookahead_of(t, h), r.lookahead_of(t, h) + K);
     }
+    rec_.embedding.clear();
+    if (embedding_dim_ > 0)
+      for (const LayerRouting::StepEmbedding& e : r.embeddings)
+        if (e.request == sp.request) {
+          rec_.embedding = project_embedding(e.values, embedding_dim_);
+          for (float& v : rec_.embedding) v = round(v);
+        }
     write_line(format_trace_line(rec_) + "\n");
   }
 }

@@ -4,7 +4,8 @@
 // tokens gives each of them its own line per layer; each request counts its own
 // iterations. With set_lookahead(D) each line also carries the lookahead routing of the
 // next D layers (engine/lookahead_routing.h), D router products more per layer while
-// recording. Weights and probabilities are rounded
+// recording. With set_embedding_dim(N) each iteration's first line carries its
+// semantic embedding (fMoE's Eq. 4) in N numbers. Weights and probabilities are rounded
 // to `decimals` (5 by default), which keeps traces small and is far below any
 // policy's sensitivity.
 #pragma once
@@ -42,6 +43,11 @@ class TraceRecorder final : public ForwardListener {
   // REQUIRES: 0 <= depth <= kMaxTraceLookahead.
   void set_lookahead(int32_t depth) { lookahead_ = depth; }
   int32_t lookahead_depth() const override { return lookahead_; }
+  // Records each iteration's semantic embedding (LayerRouting::embeddings) on its first
+  // layer's line, projected to `dim` numbers (engine/embedding_projection.h; the row
+  // itself when dim >= the model's width); 0: none.
+  void set_embedding_dim(int64_t dim) { embedding_dim_ = dim; }
+  bool wants_embedding() const override { return embedding_dim_ > 0; }
 
   void begin_step(const StepTokens& step) override;
   void routed(const LayerRouting& r) override;
@@ -73,6 +79,7 @@ class TraceRecorder final : public ForwardListener {
   int64_t lines_ = 0;
   double scale_ = 1e5;
   int32_t lookahead_ = 0;
+  int64_t embedding_dim_ = 0;
 };
 
 }  // namespace moeflow

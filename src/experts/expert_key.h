@@ -43,6 +43,17 @@ struct LayerRouting {
   const int32_t* lookahead_of(int64_t t, int64_t h) const {
     return lookahead.data() + (t * lookahead_depth + (h - 1)) * top_k;
   }
+  // The step's semantic embeddings (optional; fMoE's Eq. 4): per request of the step,
+  // the embedding-layer output of its tokens in this step, averaged over them (a
+  // decode step: the new token's embedding row; a prefill chunk: the mean of its
+  // rows). Only with the step's first MoE layer, and only when someone asked for it
+  // (ExpertPolicy::wants_embedding); traces carry it projected to fewer dimensions,
+  // or not at all.
+  struct StepEmbedding {
+    int64_t request = 0;
+    std::vector<float> values;
+  };
+  std::vector<StepEmbedding> embeddings = {};
 };
 
 // Counts, sizes and byte costs of every expert of a model: all the cache and the

@@ -66,6 +66,10 @@ class ExpertPolicy {
   // computes it live, D extra router products per layer; the simulator replays what
   // the trace recorded (possibly fewer layers, or none).
   virtual int32_t lookahead_depth() const { return 0; }
+  // Whether this policy reads LayerRouting::embeddings (the embedding-layer output of
+  // the step's tokens, pooled per request, with the step's first layer). false, the
+  // default: the engine computes none.
+  virtual bool wants_embedding() const { return false; }
   // How many copies are queued or running on the link when plan_prefetch is about to
   // be asked (all of them, and the prefetches among them): no copy means the link is
   // idle while the layer computes. Called right before each plan_prefetch.
@@ -103,6 +107,9 @@ class ExpertPolicy {
   // The simulator's learning requests are over (e.g. train a predictor on what was
   // observed); the engine calls it never.
   virtual void finish_learning() {}
+  // What the run should know about how the policy worked (e.g. which input stood in
+  // for a signal the run lacked); the simulator prints them with its result.
+  virtual std::vector<std::string> notes() const { return {}; }
   // Learned state that survives restarts (no-op for stateless policies).
   virtual void save(std::ostream&) const {}
   virtual void load(std::istream&) {}

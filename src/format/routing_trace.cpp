@@ -136,6 +136,24 @@ void parse_lookahead(const json& j, const std::string& where, TraceRecord& r) {
   r.lookahead_depth = static_cast<int32_t>(std::max<int64_t>(depth, 0));
 }
 
+// "embedding_dim": N and "embedding": [N finite numbers], both or neither.
+void parse_embedding(const json& j, const std::string& where, TraceRecord& r) {
+  auto it = j.find("embedding");
+  const bool has = it != j.end() && !it->is_null();
+  const bool declared = j.contains("embedding_dim") && !j["embedding_dim"].is_null();
+  if (!has && !declared) return;
+  if (!has) throw InputError(where + ": field \"embedding_dim\" is given without \"embedding\"");
+  if (!declared) throw InputError(where + ": field \"embedding\" is given without \"embedding_dim\"");
+  const int64_t dim = int_field(j, "embedding_dim", where, 1, kMaxTraceEmbedding);
+  if (!it->is_array()) throw InputError(where + ": field \"embedding\" must be an array of numbers");
+  if (static_cast<int64_t>(it->size()) != dim)
+    throw InputError(where + ": \"embedding\" has " + std::to_string(it->size()) + " numbers, \"embedding_dim\" is " +
+                     std::to_string(dim));
+  r.embedding.reserve(it->size());
+  for (size_t k = 0; k < it->size(); ++k)
+    r.embedding.push_back(finite_float((*it)[k], where + ": embedding[" + std::to_string(k) + "]"));
+}
+
 }  // namespace
 
 TraceRecord parse_trace_line(const std::string& line, const std::string& where) {
@@ -189,6 +207,7 @@ TraceRecord parse_trace_line(const std::string& line, const std::string& where) 
                          " entries, num_experts is " + std::to_string(E));
   }
   parse_lookahead(j, where, r);
+  parse_embedding(j, where, r);
   if (auto it = j.find("tokens"); it != j.end() && !it->is_null()) {
     if (!it->is_array()) throw InputError(where + ": field \"tokens\" must be an array");
     for (size_t k = 0; k < it->size(); ++k)
@@ -240,6 +259,10 @@ std::string format_trace_line(const TraceRecord& r) {
     json a = json::array();
     for (const auto& row : r.lookahead) a.push_back(row.empty() ? json(nullptr) : json(row));
     j["lookahead"] = std::move(a);
+  }
+  if (!r.embedding.empty()) {
+    j["embedding_dim"] = r.embedding.size();
+    j["embedding"] = rows(std::vector<std::vector<float>>{r.embedding})[0];
   }
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }

@@ -2,12 +2,18 @@
 // object per (request, iteration, layer):
 //   {"model","source","request","iter","phase":"prefill|decode","layer","num_experts",
 //    "top_k","experts":[[ids per token]],"weights":[[...]]|null,"probs":[[...]]|null,
-//    "tokens":[ids]?, "task":"..."?, "lookahead":[[[ids at layer+1],[ids at layer+2],...] per token]?}
+//    "tokens":[ids]?, "task":"..."?, "lookahead":[[[ids at layer+1],[ids at layer+2],...] per token]?,
+//    "embedding_dim":N?, "embedding":[N numbers]?}
 // "lookahead" (optional, written by `moeflow trace record --lookahead D`): per token,
 // the top_k ids the routers of the next layers pick when applied to this layer's MoE
 // input (engine/lookahead_routing.h), nearest layer first; every non-null row has the
 // same number of layers (D, fewer near the last layer), and a row is null exactly when
 // the token's experts row is.
+// "embedding" (optional, written by `moeflow trace record --embedding-dim N` on each
+// iteration's first layer): fMoE's semantic key (Eq. 4), the iteration's embedding-
+// layer output averaged over its tokens, as N numbers (a fixed random projection of
+// the model's width, engine/embedding_projection.h, or the row itself when N is the
+// width); "embedding_dim" declares N, every embedding of a trace has the same N.
 // Readers must accept what real recorders produce: a per-token row of experts or
 // weights may be null (that (token, layer) record was dropped: kept as an empty row,
 // never invented), a request may lack iteration 0, probs may be null.
@@ -40,6 +46,8 @@ struct TraceRecord {
   std::vector<std::vector<std::vector<int32_t>>> lookahead;
   int32_t lookahead_depth = 0;  // layers ahead in every non-empty row (0: no lookahead)
   bool has_weights = false, has_probs = false, has_lookahead = false;
+  // The iteration's semantic embedding (empty: not recorded on this record).
+  std::vector<float> embedding;
 };
 
 // Bounds on a record's layer and num_experts: the layer cap is the model's
@@ -49,6 +57,8 @@ constexpr int64_t kMaxTraceLayers = 1024;
 constexpr int64_t kMaxTraceExperts = 4096;
 // Layers of lookahead a record may carry (the recorder offers 1..3).
 constexpr int64_t kMaxTraceLookahead = 8;
+// Numbers in a record's embedding (the widest released models are ~16K wide).
+constexpr int64_t kMaxTraceEmbedding = 65536;
 
 // Parses one line; `where` (file:line) prefixes every error. Throws InputError naming
 // the field that is missing, mistyped or out of range.

@@ -33,6 +33,13 @@ Trace group_trace(const std::vector<TraceRecord>& records, const std::string& pa
     t.has_weights |= r.has_weights;
     t.has_probs |= r.has_probs;
     t.lookahead_depth = std::max(t.lookahead_depth, r.lookahead_depth);
+    if (!r.embedding.empty()) {
+      const auto dim = static_cast<int64_t>(r.embedding.size());
+      if (t.embedding_dim == 0) t.embedding_dim = dim;
+      if (dim != t.embedding_dim)
+        throw InputError(where + ": an embedding of " + std::to_string(dim) + " numbers, the first record's has " +
+                         std::to_string(t.embedding_dim));
+    }
     auto [it, fresh] = req_index.emplace(r.request, t.requests.size());
     if (fresh) {
       t.requests.push_back({r.request, r.task, {}});
@@ -42,6 +49,7 @@ Trace group_trace(const std::vector<TraceRecord>& records, const std::string& pa
     ti.iter = r.iter;
     ti.prefill = r.prefill;
     if (ti.tokens.empty()) ti.tokens = r.tokens;
+    if (ti.embedding.empty()) ti.embedding = r.embedding;
     ti.layers.push_back(r);  // in file order; placed by layer below, once the layer count is checked
     ++t.n_records;
     for (const auto& row : r.experts) t.dropped_rows += row.empty() ? 1 : 0;

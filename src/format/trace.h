@@ -14,6 +14,7 @@ struct TraceIteration {
   int64_t iter = 0;
   bool prefill = false;
   std::vector<int32_t> tokens;
+  std::vector<float> embedding;     // the iteration's semantic embedding, when a record carries one
   std::vector<TraceRecord> layers;  // index = layer; a layer with no record has no token rows
   int64_t n_tokens() const;         // most token rows of any layer
 };
@@ -29,14 +30,16 @@ struct Trace {
   int32_t n_layer = 0, n_expert = 0, top_k = 0;
   bool has_weights = false, has_probs = false;
   int32_t lookahead_depth = 0;  // most layers of lookahead any record carries (0: none)
+  int64_t embedding_dim = 0;    // numbers in every record's embedding (0: none recorded)
   std::vector<TraceRequest> requests;
   int64_t n_records = 0, dropped_rows = 0;
 };
 
 // Reads and groups a trace. Throws InputError for malformed lines, for records that
 // disagree on num_experts or top_k, for a trace with no records, and for one whose
-// layer numbers leave more than half of the (iteration, layer) slots empty, and for a
-// lookahead that reaches past the trace's last layer.
+// layer numbers leave more than half of the (iteration, layer) slots empty, for a
+// lookahead that reaches past the trace's last layer, and for embeddings of different
+// lengths.
 Trace load_trace(const std::string& path);
 Trace group_trace(const std::vector<TraceRecord>& records, const std::string& path);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <numeric>
@@ -112,14 +113,94 @@ struct FmoePolicy::Matcher {
   std::thread thread;  // last: started once everything above exists
 };
 
-FmoePolicy::FmoePolicy(const ExpertGeometry& g, FmoeOptions opt)
+// The matcher on the simulator's clock: one worker that takes each job's time,
+// in the order the jobs were posted, a request's queued search of a kind replaced by
+// its newer one (as Matcher::post does). Jobs run lazily when the clock is read: a job
+// that started by `now` runs then (the store changes only through the queue's
+// inserts, so running it later reads the same store), and its result is published
+// once its time is over.
+struct FmoePolicy::TimedMatcher {
+  TimedMatcher(ExpertMapStore& s, FmoeOptions::MatchSeconds c, int32_t n_layer) : store(s), cost(c), n_layer(n_layer) {}
+  double seconds(const Job& j) const {
+    switch (j.type) {
+      case Job::Insert: return store.size() < store.capacity() ? 0.0 : cost.insert;
+      case Job::Semantic: return cost.semantic;
+      case Job::Trajectory: return cost.trajectory * j.layers / std::max(1, n_layer);
+    }
+    return 0;
+  }
+  void post(Job j, double now) {
+    advance(now);
+    auto same = std::find_if(queue.begin(), queue.end(), [&](const Queued& q) {
+      return q.job.type == j.type && q.job.type != Job::Insert && q.job.request == j.request;
+    });
+    if (same != queue.end())
+      same->job = std::move(j);  // keeps its place (and post time) in the queue
+    else
+      queue.push_back({std::move(j), now});
+    advance(now);  // a free worker starts it at once (and with no cost, finishes it)
+  }
+  void advance(double now) {
+    for (;;) {
+      if (running && done_at <= now) {
+        running = false;
+        if (has_result) {
+          r.seq = ++published;
+          (type == Job::Semantic ? sem : traj)[request] = std::move(r);
+        }
+      }
+      if (running || queue.empty()) return;
+      const double start = std::max(free_at, queue.front().posted);
+      if (start > now) return;
+      Job j = std::move(queue.front().job);
+      queue.pop_front();
+      const double took = std::max(0.0, seconds(j));  // before an insert changes the store
+      r = Result{};
+      has_result = Matcher::execute(store, j, r);
+      type = j.type;
+      request = j.request;
+      done_at = free_at = start + took;
+      running = true;
+    }
+  }
+  void forget(int64_t id) {
+    sem.erase(id);
+    traj.erase(id);
+    queue.erase(std::remove_if(queue.begin(), queue.end(),
+                               [&](const Queued& q) { return q.job.type != Job::Insert && q.job.request == id; }),
+                queue.end());
+    if (running && request == id) has_result = false;
+  }
+
+  struct Queued {
+    Job job;
+    double posted;
+  };
+  ExpertMapStore& store;
+  FmoeOptions::MatchSeconds cost;
+  int32_t n_layer;
+  std::deque<Queued> queue;
+  double free_at = 0, done_at = 0;
+  bool running = false, has_result = false;
+  Job::Type type = Job::Insert;
+  int64_t request = 0;
+  Result r;                             // of the running job
+  std::map<int64_t, Result> sem, traj;  // the latest result per request
+  uint64_t published = 0;
+};
+
+FmoePolicy::FmoePolicy(const ExpertGeometry& g, FmoeOptions opt, std::string name)
     : n_layer_(g.n_layer),
       n_expert_(g.n_expert),
       top_k_(g.top_k),
       opt_(opt),
+      name_(std::move(name)),
       store_(g.n_layer, g.n_expert, opt.capacity, std::clamp(opt.distance, 1, std::max(1, g.n_layer))) {
   opt_.distance = std::clamp(opt.distance, 1, std::max(1, g.n_layer));
-  if (opt_.async) matcher_ = std::make_unique<Matcher>(store_);
+  if (opt_.clock)
+    timed_ = std::make_unique<TimedMatcher>(store_, opt_.match_seconds, n_layer_);
+  else if (opt_.async)
+    matcher_ = std::make_unique<Matcher>(store_);
 }
 
 FmoePolicy::~FmoePolicy() = default;
@@ -157,11 +238,14 @@ void FmoePolicy::begin_request(const RequestInfo& info) {
   // bag of the prompt's token ids hashed into token_dim counts stands in for it (same
   // prompt → same vector, shared tokens → similar), and with no tokens either the
   // semantic search is skipped (the first d layers get no prefetch).
+  // Each iteration's own embedding replaces it when the routing brings one (routed).
   if (!info.prompt_embedding.empty()) {
     q.sem = info.prompt_embedding;
+    q.key = Key::Prompt;
   } else if (!info.prompt.empty()) {
     q.sem.assign(static_cast<size_t>(opt_.token_dim), 0.0f);
     for (int32_t t : info.prompt) q.sem[mix(static_cast<uint64_t>(static_cast<uint32_t>(t))) % q.sem.size()] += 1.0f;
+    q.key = Key::TokenBag;
   }
   post_search(info.id, q, Kind::Semantic);
 }
@@ -178,6 +262,18 @@ void FmoePolicy::begin_iteration(Phase, int64_t) {
 
 void FmoePolicy::routed(const LayerRouting& r) {
   if (r.layer < 0 || r.layer >= n_layer_ || r.n_tok <= 0) return;
+  // Eq. 4 on this iteration's input: its embedding is known before any gate, so its
+  // search goes first.
+  if (opt_.iteration_embedding)
+    for (const LayerRouting::StepEmbedding& e : r.embeddings) {
+      if (e.values.empty()) continue;
+      Request& q = request(e.request);
+      q.sem = e.values;
+      q.key = Key::Embedding;
+      q.key_iter = q.iter_gen;
+      q.sem_gen = ++gen_;
+      post_search(e.request, q, Kind::Semantic);
+    }
   const bool by_request = r.requests.size() == static_cast<size_t>(r.n_tok);
   auto request_of = [&](int64_t t) { return by_request ? r.requests[static_cast<size_t>(t)] : last_request_; };
   auto row_of = [&](int64_t id) {
@@ -229,6 +325,10 @@ void FmoePolicy::end_iteration() {
   for (auto& entry : requests_) {
     Request& q = entry.second;
     if (!q.any_seen) continue;
+    ++(q.key == Key::Embedding ? keys_.embedding
+       : q.key == Key::TokenBag ? keys_.token_bag
+       : q.key == Key::Prompt   ? keys_.prompt
+                                : keys_.none);
     post_insert(ExpertMap{q.sem, q.cur.probs});
     q.any_seen = false;
     post_search(entry.first, q, Kind::Semantic);
@@ -237,6 +337,7 @@ void FmoePolicy::end_iteration() {
 
 void FmoePolicy::end_request(int64_t id) {
   requests_.erase(id);
+  if (timed_) timed_->forget(id);
   if (!matcher_) return;
   std::lock_guard<std::mutex> lk(matcher_->result_mu);
   matcher_->sem.erase(id);
@@ -252,6 +353,7 @@ void FmoePolicy::post_search(int64_t id, Request& q, Kind kind) {
     j.type = Job::Trajectory, j.layers = q.layers_seen, j.gen = q.iter_gen;
     j.query.assign(q.cur.probs.begin(), q.cur.probs.begin() + static_cast<std::ptrdiff_t>(q.layers_seen) * n_expert_);
   }
+  if (timed_) return timed_->post(std::move(j), opt_.clock());
   if (matcher_) return matcher_->post(std::move(j));
   Result r;
   Matcher::execute(store_, j, r);
@@ -261,21 +363,29 @@ void FmoePolicy::post_search(int64_t id, Request& q, Kind kind) {
 void FmoePolicy::post_insert(ExpertMap m) {
   Job j;
   j.map = std::move(m);
+  if (timed_) return timed_->post(std::move(j), opt_.clock());
   if (matcher_) return matcher_->post(std::move(j));
   Result unused;
   Matcher::execute(store_, j, unused);
 }
 
 void FmoePolicy::refresh_results() {
+  auto copy_new = [&](const std::map<int64_t, Result>& sem, const std::map<int64_t, Result>& traj) {
+    for (auto& entry : requests_) {
+      Request& q = entry.second;
+      const auto s = sem.find(entry.first);
+      if (s != sem.end() && s->second.seq != q.sem_result.seq) q.sem_result = s->second;
+      const auto t = traj.find(entry.first);
+      if (t != traj.end() && t->second.seq != q.traj_result.seq) q.traj_result = t->second;
+    }
+  };
+  if (timed_) {
+    timed_->advance(opt_.clock());
+    copy_new(timed_->sem, timed_->traj);
+  }
   if (!matcher_) return;
   std::lock_guard<std::mutex> lk(matcher_->result_mu);  // held only to copy, never during a search
-  for (auto& entry : requests_) {
-    Request& q = entry.second;
-    const auto s = matcher_->sem.find(entry.first);
-    if (s != matcher_->sem.end() && s->second.seq != q.sem_result.seq) q.sem_result = s->second;
-    const auto t = matcher_->traj.find(entry.first);
-    if (t != matcher_->traj.end() && t->second.seq != q.traj_result.seq) q.traj_result = t->second;
-  }
+  copy_new(matcher_->sem, matcher_->traj);
 }
 
 std::vector<const FmoePolicy::Request*> FmoePolicy::step_requests() const {
@@ -290,18 +400,22 @@ std::vector<const FmoePolicy::Request*> FmoePolicy::step_requests() const {
 // §4.2: the trajectory match guides layers ≥ d of this iteration, the semantic match the
 // first d (and, for the next iteration, `next`, all it can: its trajectory is unseen).
 // When one is missing the other stands in; rows a trace never filled predict nothing.
-const float* FmoePolicy::predicted(const Request& q, int32_t layer, bool next, double* score) const {
+// When neither search of this iteration (or embedding) is done yet (asynchronous
+// matching), the matches of the previous one stand in, in the same order (§4.3).
+const float* FmoePolicy::predicted(const Request& q, int32_t layer, bool next, double* score, bool* late) const {
   const size_t at = static_cast<size_t>(layer) * static_cast<size_t>(n_expert_);
-  auto usable = [&](const Result& r, uint64_t gen) {
-    return r.gen == gen && r.match.found && nonzero_row(r.match.probs, at, n_expert_);
+  auto found = [&](const Result& r) { return r.match.found && nonzero_row(r.match.probs, at, n_expert_); };
+  auto pick = [&](bool traj, bool sem) -> const Result* {
+    if (traj && (layer >= opt_.distance || !sem)) return &q.traj_result;
+    return sem ? &q.sem_result : nullptr;
   };
-  const bool traj = !next && usable(q.traj_result, q.iter_gen);
-  const bool sem = usable(q.sem_result, q.sem_gen);
-  const Result* r = nullptr;
-  if (traj && (layer >= opt_.distance || !sem))
-    r = &q.traj_result;
-  else if (sem)
-    r = &q.sem_result;
+  const Result* r = pick(!next && q.traj_result.gen == q.iter_gen && found(q.traj_result),
+                         q.sem_result.gen == q.sem_gen && found(q.sem_result));
+  if (late) *late = false;
+  if (!r) {
+    r = pick(!next && found(q.traj_result), found(q.sem_result));
+    if (r && late) *late = true;
+  }
   if (!r) return nullptr;
   if (score) *score = r->match.score;
   return r->match.probs.data() + at;
@@ -315,25 +429,37 @@ void FmoePolicy::plan_prefetch(int32_t layer_now, PrefetchPlan& plan) {
   // iteration are the targets of the previous iteration's last d, by the semantic map).
   // Each request of the step plans from its own match; an expert two requests want
   // keeps the higher priority.
+  // Target `layer` (of the next iteration when `next`), `ahead` layers from layer_now.
+  auto plan_layer = [&](const Request& q, int32_t layer, bool next, int32_t ahead, bool fresh_only) {
+    double score = 0;
+    bool late = false;
+    const float* p = predicted(q, layer, next, &score, &late);
+    if (!p || (late && fresh_only)) return;
+    ++matched_plans_;
+    late_plans_ += late ? 1 : 0;
+    // §4.5: PRI_prefetch = p / (l − l_now), l counted on past the last layer.
+    for (int32_t e : select(p, n_expert_, threshold(score), top_k_)) {
+      const double pri = static_cast<double>(p[e]) / static_cast<double>(ahead);
+      auto same = std::find_if(plan.begin() + static_cast<std::ptrdiff_t>(first), plan.end(),
+                               [&](const PrefetchRequest& x) { return x.key.layer == layer && x.key.expert == e; });
+      if (same == plan.end())
+        plan.push_back({{layer, e}, pri});
+      else
+        same->priority = std::max(same->priority, pri);
+    }
+  };
   const int32_t t = layer_now + opt_.distance;
   const bool next = t >= n_layer_;  // a layer of the next iteration
   const int32_t layer = next ? t - n_layer_ : t;
-  if (layer >= 0 && layer < n_layer_) {
-    for (const Request* q : step_requests()) {
-      double score = 0;
-      const float* p = predicted(*q, layer, next, &score);
-      if (!p) continue;
-      // §4.5: PRI_prefetch = p / (l − l_now), l counted on past the last layer.
-      for (int32_t e : select(p, n_expert_, threshold(score), top_k_)) {
-        const double pri = static_cast<double>(p[e]) / static_cast<double>(t - layer_now);
-        auto same = std::find_if(plan.begin() + static_cast<std::ptrdiff_t>(first), plan.end(),
-                                 [&](const PrefetchRequest& x) { return x.key.layer == layer && x.key.expert == e; });
-        if (same == plan.end())
-          plan.push_back({{layer, e}, pri});
-        else
-          same->priority = std::max(same->priority, pri);
-      }
-    }
+  for (const Request* q : step_requests()) {
+    if (layer >= 0 && layer < n_layer_) plan_layer(*q, layer, next, t - layer_now, false);
+    // §4.2's semantic search guides layers 1..d of the iteration whose embedding it
+    // matched; the layers before the first one with a gate, the earliest point a
+    // plan is made, were planned from the previous iteration's key: once this
+    // iteration's own match is ready at its first layer, they are planned again from
+    // it (layer d is the target above).
+    if (opt_.replan_first_layers && layer_now == 0 && q->key == Key::Embedding && q->key_iter == q->iter_gen)
+      for (int32_t h = 1; h < std::min(opt_.distance, n_layer_); ++h) plan_layer(*q, h, false, h, true);
   }
   std::stable_sort(plan.begin() + static_cast<std::ptrdiff_t>(first), plan.end(),
                    [](const PrefetchRequest& a, const PrefetchRequest& b) { return a.priority > b.priority; });
@@ -373,8 +499,39 @@ size_t FmoePolicy::victim(const CacheView& view, const ExpertKey& incoming) {
   return best;
 }
 
+std::vector<std::string> FmoePolicy::notes() const {
+  std::vector<std::string> out;
+  const uint64_t n = keys_.embedding + keys_.token_bag + keys_.prompt + keys_.none;
+  auto pct = [&](uint64_t k) { return std::to_string(n ? (100 * k + n / 2) / n : 0) + "%"; };
+  if (keys_.embedding > 0)
+    out.push_back(name_ + ": semantic key = each iteration's embedding-layer output for " + pct(keys_.embedding) +
+                  " of the stored maps (Eq. 4)");
+  if (keys_.token_bag > 0)
+    out.push_back(name_ + ": semantic key = hashed bag of the prompt's tokens for " + pct(keys_.token_bag) +
+                  " of the stored maps (no embedding in the routing)");
+  if (keys_.prompt > 0)
+    out.push_back(name_ + ": semantic key = the prompt's mean embedding for " + pct(keys_.prompt) + " of the stored maps");
+  if (keys_.none > 0)
+    out.push_back(name_ + ": no semantic key for " + pct(keys_.none) +
+                  " of the stored maps (neither embeddings nor prompt tokens): an iteration's first d layers "
+                  "are not prefetched");
+  if (sparse_fallback_) out.push_back(name_ + ": expert maps from top-k weights (no full gate probabilities)");
+  if (timed_) {
+    char b[160];
+    std::snprintf(b, sizeof b,
+                  "%s: matcher searches take %.0f us (semantic) / %.0f us (whole trajectory); %.1f%% of %llu matched "
+                  "plans used a late match",
+                  name_.c_str(), 1e6 * opt_.match_seconds.semantic, 1e6 * opt_.match_seconds.trajectory,
+                  matched_plans_ ? 100.0 * static_cast<double>(late_plans_) / static_cast<double>(matched_plans_) : 0.0,
+                  static_cast<unsigned long long>(matched_plans_));
+    out.emplace_back(b);
+  }
+  return out;
+}
+
 void FmoePolicy::wait_idle() const {
   if (matcher_) matcher_->wait_idle();
+  if (timed_) timed_->advance(opt_.clock());  // what is done by now
 }
 
 const ExpertMapStore& FmoePolicy::store() const {
@@ -392,6 +549,7 @@ void FmoePolicy::save(std::ostream& out) const { store().save(out); }
 
 void FmoePolicy::load(std::istream& in) {
   wait_idle();
+  if (timed_) timed_ = std::make_unique<TimedMatcher>(store_, opt_.match_seconds, n_layer_);
   store_.load(in);
   // Matches made against the old store no longer name its maps.
   for (auto& entry : requests_) entry.second.sem_result = entry.second.traj_result = Result{};

@@ -19,6 +19,17 @@ using Maker = std::unique_ptr<ExpertPolicy> (*)(const ExpertGeometry&, const Pol
 
 std::unique_ptr<ExpertPolicy> baseline(const char* name, const ExpertGeometry& g) { return make_baseline_policy(name, g); }
 
+std::unique_ptr<ExpertPolicy> fmoe(const ExpertGeometry& g, const PolicyOptions& o, const std::string& name) {
+  FmoeOptions fo;
+  fo.async = o.async_matching;
+  fo.iteration_embedding = name != "fmoe-prompt";
+  if (name == "fmoe-async" && o.clock) {
+    fo.clock = o.clock;
+    fo.match_seconds = {o.fmoe_semantic_seconds, o.fmoe_trajectory_seconds, o.fmoe_insert_seconds};
+  }
+  return std::make_unique<FmoePolicy>(g, fo, name);
+}
+
 struct Registered {
   const char* name;
   Maker make;
@@ -44,7 +55,12 @@ const Registered kPolicies[] = {
        return std::make_unique<MoeInfinityPolicy>(g, mo);
      }, true},
     {"emoe", [](const ExpertGeometry& g, const PolicyOptions& o) { return make_emoe_policy(g, o); }, true},
-    {"fmoe", [](const ExpertGeometry& g, const PolicyOptions& o) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<FmoePolicy>(g, FmoeOptions{.async = o.async_matching}); }, true},
+    {"fmoe", [](const ExpertGeometry& g, const PolicyOptions& o) { return fmoe(g, o, "fmoe"); }, true},
+    // The engine's fmoe matches asynchronously always; in the simulator fmoe matches
+    // at once and fmoe-async on the simulated clock.
+    {"fmoe-async", [](const ExpertGeometry& g, const PolicyOptions& o) { return fmoe(g, o, "fmoe-async"); }, true},
+    // The ablation: the prompt's key for every iteration (no per-iteration embedding).
+    {"fmoe-prompt", [](const ExpertGeometry& g, const PolicyOptions& o) { return fmoe(g, o, "fmoe-prompt"); }, true},
     {"adaptive", [](const ExpertGeometry& g, const PolicyOptions&) -> std::unique_ptr<ExpertPolicy> { return std::make_unique<AdaptivePolicy>(g); }, true},
 };
 

@@ -20,8 +20,13 @@ struct PolicyOptions {
   // emoe: prompt text for keyword task detection when a request has no task label.
   std::function<std::string(const std::vector<int32_t>&)> detokenize = {};
   size_t eamc_capacity = 0;  // moe-infinity: EAM collection capacity (0: its default, Fig. 9's largest)
-  bool async_matching = false;
-  double prediction_seconds = 0;  // duoserve: its predictor's time on the prediction stream (simulator)  // fmoe: match expert maps on a worker thread (engine only; the simulator stays deterministic)
+  bool async_matching = false;  // fmoe: match expert maps on a worker thread (the engine)
+  double prediction_seconds = 0;  // duoserve: its predictor's time on the prediction stream (simulator)
+  // fmoe-async in the simulator: the matcher runs on this clock (the simulated time),
+  // a semantic search, a whole-trajectory search and an insert into a full store
+  // taking these (the model profile's fmoe_*_seconds).
+  std::function<double()> clock = {};
+  double fmoe_semantic_seconds = 0, fmoe_trajectory_seconds = 0, fmoe_insert_seconds = 0;
 };
 
 // Throws InputError listing the known names when `name` is unknown.

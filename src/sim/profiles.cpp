@@ -89,6 +89,10 @@ ModelProfile load_model_profile(const std::string& name_or_path) {
   m.expert_seconds = number(j, "expert_seconds", path, 0, 1e3);
   m.expert_seconds_per_token = number(j, "expert_seconds_per_token", path, 0, 1e3);
   if (j.contains("predictor_seconds")) m.predictor_seconds = number(j, "predictor_seconds", path, 0, 1);
+  if (j.contains("fmoe_semantic_seconds")) m.fmoe_semantic_seconds = number(j, "fmoe_semantic_seconds", path, 0, 1);
+  if (j.contains("fmoe_trajectory_seconds"))
+    m.fmoe_trajectory_seconds = number(j, "fmoe_trajectory_seconds", path, 0, 1);
+  if (j.contains("fmoe_insert_seconds")) m.fmoe_insert_seconds = number(j, "fmoe_insert_seconds", path, 0, 1);
   if (j.contains("hidden_size")) m.hidden_size = static_cast<int32_t>(number(j, "hidden_size", path, 1, 1 << 20));
   return m;
 }

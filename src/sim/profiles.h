@@ -4,9 +4,14 @@
 // hardware: {"name", "bandwidth_gbs", "latency_us", "copy_engines"[, "chunk_kib"]}
 // model:    {"name", "n_layer", "n_expert", "top_k", "expert_bytes",
 //            "dense_seconds_per_layer", "dense_seconds_per_layer_token",
-//            "expert_seconds", "expert_seconds_per_token", "hidden_size"?, "predictor_seconds"?}
+//            "expert_seconds", "expert_seconds_per_token", "hidden_size"?, "predictor_seconds"?,
+//            "fmoe_semantic_seconds"?, "fmoe_trajectory_seconds"?, "fmoe_insert_seconds"?}
 // predictor_seconds (optional, 0 when absent): one run of DuoServe's layer predictor
 // on the compute device, charged on its prediction stream (§5.3).
+// fmoe_*_seconds (optional, 0 when absent): fMoE's Expert Map Matcher on the host CPU
+// with a full store of 1K maps: a semantic search (256-number keys), a trajectory
+// search over all layers, an insert that replaces a map; `simulate --policy
+// fmoe-async` charges them (measured by FmoeMatcher.MeasuresOneSearch).
 // hidden_size (optional, 0 when absent) is the width of a token's activation; the
 // serverless planner (src/plan) needs it for payload sizes.
 // Dense time of a layer for n tokens: dense_seconds_per_layer + n * ..._token.
@@ -31,6 +36,7 @@ struct ModelProfile {
   uint64_t expert_bytes = 0;
   int32_t hidden_size = 0;
   double predictor_seconds = 0;
+  double fmoe_semantic_seconds = 0, fmoe_trajectory_seconds = 0, fmoe_insert_seconds = 0;
   double dense_seconds_per_layer = 0, dense_seconds_per_layer_token = 0;
   double expert_seconds = 0, expert_seconds_per_token = 0;
 

@@ -1,6 +1,7 @@
 #include "sim/simulator.h"
 
 #include <algorithm>
+#include <functional>
 #include <filesystem>
 #include <map>
 
@@ -183,6 +184,7 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
   }
   res.cache_bytes = budget;
   res.cache_fraction = static_cast<double>(budget) / static_cast<double>(total);
+  std::function<double()> clock_of;  // the simulated time, once the link exists
   if (!policy) {
     if (opt.policy == "belady-min" || opt.policy == "belady-prefetch") {
       policy = std::make_unique<BeladyPolicy>(g, replay_steps(trace, plan), static_cast<int64_t>(budget / model.expert_bytes),
@@ -203,6 +205,11 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
       po.eamc_capacity = opt.eamc_capacity;
       po.budget_bytes = budget;  // eMoE derives its top-L per layer from it
       po.prediction_seconds = model.predictor_seconds;
+      // fmoe-async: its matcher runs on the link's clock (the link is made below).
+      po.clock = [&clock_of] { return clock_of ? clock_of() : 0.0; };
+      po.fmoe_semantic_seconds = model.fmoe_semantic_seconds;
+      po.fmoe_trajectory_seconds = model.fmoe_trajectory_seconds;
+      po.fmoe_insert_seconds = model.fmoe_insert_seconds;
       policy = make_policy(opt.policy, g, po);
     }
   }
@@ -216,7 +223,12 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
                         " (record it with `moeflow trace record --lookahead D`)");
   if (trace.dropped_rows) res.notes.push_back(std::to_string(trace.dropped_rows) + " dropped (token, layer) rows skipped");
 
+  if (policy->wants_embedding() && trace.embedding_dim == 0)
+    res.notes.push_back(policy->name() + " matches on each iteration's embedding; the trace carries none "
+                        "(record it with `moeflow trace record --embedding-dim N`)");
+
   SimulatedTransport link(g, hw.link);
+  clock_of = [&link] { return link.now(); };
   ExpertCache cache(g, budget, link, *policy);
   LayerProtocol protocol(cache);
   std::vector<int64_t> popularity(g.bytes.size(), 0);  // for rerouting without probabilities
@@ -255,10 +267,17 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
     policy->begin_iteration(phase, trace.requests[step[0].first].iterations[step[0].second].iter);
     const CacheCounters before = cache.counters();
     const double t0 = link.now();
+    bool first_layer = true;
     for (int32_t l = 0; l < trace.n_layer; ++l) {
       LayerRouting r = merged_routing(trace, step, l);
       link.advance(model.dense_seconds(n_tokens));
       if (r.n_tok == 0) continue;
+      // The step's embeddings go with its first routed layer, as in the engine.
+      if (first_layer && policy->wants_embedding())
+        for (const auto& [ri, ii] : step)
+          if (const TraceIteration& it = trace.requests[ri].iterations[ii]; !it.embedding.empty())
+            r.embeddings.push_back({trace.requests[ri].id, it.embedding});
+      first_layer = false;
       policy->routed(r);
       if (scored_step) {
         // The (token, slot) pairs of the scored requests' scored phases.
@@ -310,6 +329,8 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
     }
   }
   if (opt.warmup_requests >= trace.requests.size() && opt.warmup_requests > 0) policy->finish_learning();
+  for (std::string& n : policy->notes()) res.notes.push_back(std::move(n));
+  clock_of = nullptr;  // the link goes out of scope; a policy kept by the caller reads 0
   res.hit_rate = res.counters.hit_rate();
   res.prefetch_accuracy = res.counters.prefetch_hit_rate();
   const uint64_t accesses = res.counters.hits + res.counters.misses;

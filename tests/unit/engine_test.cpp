@@ -267,6 +267,19 @@ TEST(EngineBatch, Int8ActivationsKeepEachSequenceItsOwnLogits) {
       const std::vector<Transcript> together = run_together(*e8, scripts, 11 + n);
       expect_same(together, *e8, scripts, std::string(fixture) + ", int8 activations, " + std::to_string(n) + " sequences");
     }
+    // Offloaded experts (25%, lru, --on-miss load) take the same kernels: lossless.
+    EngineOptions off = options_for(fixture, "lru", "25%");
+    off.activations = "int8";
+    auto e8_off = Engine::open(off);
+    const std::vector<Script> scripts = make_scripts(6, e8->n_vocab(), 77);
+    const std::vector<Transcript> together = run_together(*e8_off, scripts, 5);
+    for (size_t i = 0; i < scripts.size(); ++i) {
+      const Transcript alone = run_alone(*e8, scripts[i]);
+      ASSERT_EQ(together[i].logits.size(), alone.logits.size());
+      for (size_t k = 0; k < alone.logits.size(); ++k)
+        ASSERT_TRUE(together[i].logits[k] == alone.logits[k]) << fixture << ", int8, offloaded: sequence " << i;
+    }
+    EXPECT_GT(e8_off->cache_stats().misses, 0u);
     // The prompt fed a token at a time (each a mat-vec, as decoding runs it), no
     // generation: both see the same tokens, so the logits compare position by position.
     Script s = make_scripts(1, e8->n_vocab(), 7)[0];

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <limits>
 #include <sstream>
@@ -334,6 +336,158 @@ TEST(Fmoe, AsyncMatchingNeverBlocksAndAgreesOnceDone) {
   EXPECT_EQ(plan_at(async, 1), plan_at(sync, 1));
 }
 
+// Per-iteration semantic keys (Eq. 4). History: one request whose iteration A (key
+// (1, 0)) chose expert l at layer l and whose iteration B (key (0, 1)) chose 3 - l.
+LayerRouting with_embedding(LayerRouting r, int64_t request, std::vector<float> key) {
+  r.embeddings.push_back({request, std::move(key)});
+  return r;
+}
+
+void keyed_iteration(FmoePolicy& f, int64_t request, std::vector<float> key, const std::vector<std::vector<float>>& layers) {
+  f.begin_iteration(Phase::Decode, 0);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    LayerRouting r = full(static_cast<int64_t>(l), layers[l]);
+    f.routed(l == 0 ? with_embedding(r, request, key) : r);
+  }
+  f.end_iteration();
+}
+
+void learn_two_keys(FmoePolicy& f) {
+  f.begin_request(RequestInfo{1, {}, {}, {}});
+  keyed_iteration(f, 1, {1, 0}, {peaked(0), peaked(1), peaked(2), peaked(3)});
+  keyed_iteration(f, 1, {0, 1}, {peaked(3), peaked(2), peaked(1), peaked(0)});
+  f.end_request(1);
+}
+
+// Each iteration is matched on its own key as soon as its first layer brings it: at
+// layer 2 the target is the next iteration's layer 0 (d = 2), planned from the map the
+// key matches with score 1 (δ = 0: top-1 at p/d = .7/2). An iteration keyed (0, 1)
+// follows B to expert 3, the next one, keyed (1, 0), follows A to expert 0, though
+// the request's prompt key (its mean embedding, (1, 0)) stays the same.
+TEST(Fmoe, EachIterationMatchesItsOwnEmbedding) {
+  FmoePolicy f(kGeo, kOpt);
+  EXPECT_TRUE(f.wants_embedding());
+  learn_two_keys(f);
+  ASSERT_EQ(f.store().size(), 2u);
+  EXPECT_EQ(f.store().at(0).sem, (std::vector<float>{1, 0})) << "each map is keyed by its iteration's embedding";
+  EXPECT_EQ(f.store().at(1).sem, (std::vector<float>{0, 1}));
+  EXPECT_EQ(f.key_counts().embedding, 2u);
+
+  f.begin_request(RequestInfo{2, {}, {1, 0}, {}});
+  f.begin_iteration(Phase::Decode, 1);
+  f.routed(with_embedding(full(0, peaked(0)), 2, {0, 1}));
+  // At the first layer: layer d = 2 from the trajectory (expert 0 at layer 0: A, expert
+  // 2, .7/2), and layer 1, planned before from the previous key, again from this
+  // iteration's own match (B: expert 2, .7/1).
+  expect_plan(plan_at(f, 0), {{1, 2, 0.7}, {2, 2, 0.35}});
+  f.routed(full(1, peaked(1)));
+  f.routed(full(2, peaked(2)));
+  expect_plan(plan_at(f, 2), {{0, 3, 0.35}});
+  f.routed(full(3, peaked(3)));
+  f.end_iteration();
+  f.begin_iteration(Phase::Decode, 2);
+  f.routed(with_embedding(full(0, peaked(0)), 2, {1, 0}));
+  f.routed(full(1, peaked(1)));
+  f.routed(full(2, peaked(2)));
+  expect_plan(plan_at(f, 2), {{0, 0, 0.35}});
+  const std::vector<std::string> notes = f.notes();
+  ASSERT_FALSE(notes.empty());
+  EXPECT_NE(notes[0].find("embedding-layer output for 100% of the stored maps"), std::string::npos) << notes[0];
+
+  // fmoe-prompt: the prompt's key for every iteration; embeddings are neither asked
+  // for nor read.
+  FmoeOptions po = kOpt;
+  po.iteration_embedding = false;
+  FmoePolicy p(kGeo, po);
+  EXPECT_FALSE(p.wants_embedding());
+  learn_two_keys(p);
+  EXPECT_TRUE(p.store().at(0).sem.empty());
+  EXPECT_EQ(p.key_counts().none, 2u);
+}
+
+// Without embeddings in the routing the hashed bag of the prompt's tokens keys the
+// maps, and the notes say so.
+TEST(Fmoe, BagOfTokensStandsInWithoutEmbeddings) {
+  FmoePolicy f(kGeo, kOpt);
+  f.begin_request(RequestInfo{1, {5, 6, 5}, {}, {}});
+  one_iteration(f, {peaked(0), peaked(1), peaked(2), peaked(3)});
+  ASSERT_EQ(f.store().size(), 1u);
+  std::vector<float> bag = f.store().at(0).sem;
+  ASSERT_EQ(bag.size(), 256u);
+  std::sort(bag.begin(), bag.end());
+  EXPECT_EQ(bag.back(), 2.0f) << "token 5 twice";
+  EXPECT_EQ(bag[bag.size() - 2], 1.0f) << "token 6 once";
+  EXPECT_EQ(f.key_counts().token_bag, 1u);
+  const std::vector<std::string> notes = f.notes();
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("hashed bag of the prompt's tokens for 100%"), std::string::npos) << notes[0];
+}
+
+// The simulator's matcher (§4.3 on the simulated clock): one worker, 1 s a job. A
+// late search leaves the previous match in use; once its time is over the new match
+// plans. With no cost it decides as the synchronous policy does.
+TEST(Fmoe, TimedMatcherUsesThePreviousMatchUntilTheNewOneIsDone) {
+  double now = 0;
+  FmoeOptions o = kOpt;
+  o.clock = [&now] { return now; };
+  o.match_seconds = {1.0, 1.0, 1.0};
+  FmoePolicy f(kGeo, o);
+  learn_two_keys(f);  // all at t = 0: its jobs (inserts, newest searches) queue up
+  now = 100;
+  EXPECT_EQ(f.store().size(), 2u);
+  // t = 100: the prompt key's search runs [100, 101): A.
+  f.begin_request(RequestInfo{2, {}, {1, 0}, {}});
+  now = 102;
+  f.begin_iteration(Phase::Decode, 1);
+  // t = 102: the iteration's key (0, 1) is searched in [102, 103); the trajectory
+  // searches wait behind it (a whole one takes 1 s, one of l layers l/4 s).
+  f.routed(with_embedding(full(0, peaked(0)), 2, {0, 1}));
+  f.routed(full(1, peaked(1)));
+  f.routed(full(2, peaked(2)));
+  now = 102.5;
+  expect_plan(plan_at(f, 2), {{0, 0, 0.35}});  // late: A (the prompt key's match) still plans
+  EXPECT_EQ(f.late_plans(), 1u);
+  now = 103;
+  expect_plan(plan_at(f, 2), {{0, 3, 0.35}});  // done: B
+  EXPECT_EQ(f.late_plans(), 1u);
+  EXPECT_EQ(f.matched_plans(), 2u);
+  const std::vector<std::string> notes = f.notes();
+  EXPECT_NE(notes.back().find("searches take 1000000 us (semantic) / 1000000 us (whole trajectory); 50.0% of 2 "
+                              "matched plans used a late match"),
+            std::string::npos)
+      << notes.back();
+
+  // No cost: the same plans as without a clock, layer by layer.
+  FmoeOptions z = kOpt;
+  z.clock = [] { return 0.0; };
+  FmoePolicy timed(kGeo, z), sync(kGeo, kOpt);
+  for (FmoePolicy* p : {&timed, &sync}) {
+    learn_two_keys(*p);
+    p->begin_request(RequestInfo{2, {}, {1, 0}, {}});
+    p->begin_iteration(Phase::Decode, 1);
+  }
+  for (int32_t l = 0; l < 4; ++l) {
+    for (FmoePolicy* p : {&timed, &sync})
+      p->routed(l == 0 ? with_embedding(full(0, peaked(1)), 2, {0.5f, 1}) : full(l, peaked((l + 2) % 4)));
+    const Plan a = plan_at(timed, l), b = plan_at(sync, l);
+    EXPECT_FALSE(a.empty());
+    EXPECT_EQ(a, b) << "layer " << l;
+  }
+  EXPECT_EQ(timed.late_plans(), 0u);
+}
+
+TEST(Fmoe, FactoryNamesTheVariants) {
+  PolicyOptions o;
+  double t = 0;
+  o.clock = [&t] { return t; };
+  o.fmoe_semantic_seconds = 0.5;
+  for (const char* name : {"fmoe", "fmoe-async", "fmoe-prompt"}) {
+    auto p = make_policy(name, kGeo, o);
+    EXPECT_EQ(p->name(), name);
+    EXPECT_EQ(p->wants_embedding(), std::string(name) != "fmoe-prompt");
+  }
+}
+
 TEST(Fmoe, FactoryBuildsSyncOrAsync) {
   for (bool async : {false, true}) {
     PolicyOptions o;
@@ -341,6 +495,60 @@ TEST(Fmoe, FactoryBuildsSyncOrAsync) {
     auto p = make_policy("fmoe", kGeo, o);
     EXPECT_EQ(p->name(), "fmoe");
     EXPECT_TRUE(p->prefetches());
+  }
+}
+
+}  // namespace
+}  // namespace moeflow
+
+namespace moeflow {
+namespace {
+
+// The time of fMoE's Expert Map Matcher on this machine, for the model profiles'
+// fmoe_*_seconds (simulate --policy fmoe-async): a store of 1K maps (the paper's
+// capacity, full as after learning) at each simulated model's shape, semantic keys of
+// 256 numbers (the built-in model's width, and the hashed bag of tokens the other
+// traces use). Prints a semantic search, a trajectory search over all layers (and
+// half of them: the cost is linear in the layers seen) and an insert that replaces a
+// map (it compares the new map with every stored one).
+TEST(FmoeMatcher, MeasuresOneSearch) {
+  struct Shape {
+    const char* name;
+    int32_t n_layer, n_expert;
+  };
+  for (const Shape& s : {Shape{"moeflow-default", 6, 8}, Shape{"mixtral-8x7b", 32, 8}, Shape{"flame-moe-290m", 8, 64}}) {
+    const size_t cap = 1024, sem_dim = 256;
+    ExpertMapStore store(s.n_layer, s.n_expert, cap, 3);
+    uint64_t x = 1;
+    auto rnd = [&x] {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      return static_cast<float>((x >> 40) & 0xffff) / 65536.0f;
+    };
+    auto random_map = [&] {
+      ExpertMap m;
+      for (size_t i = 0; i < sem_dim; ++i) m.sem.push_back(rnd() - 0.5f);
+      for (int32_t i = 0; i < s.n_layer * s.n_expert; ++i) m.probs.push_back(rnd());
+      return m;
+    };
+    for (size_t i = 0; i < cap; ++i) store.add(random_map());
+    const ExpertMap q = random_map();
+    auto time = [](int reps, const std::function<void()>& f) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int r = 0; r < reps; ++r) f();
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+    };
+    double sink = 0;
+    const double sem = time(20, [&] { sink += store.search_semantic(q.sem).score; });
+    const double traj = time(20, [&] { sink += store.search_trajectory(q.probs, s.n_layer).score; });
+    const double half = time(20, [&] { sink += store.search_trajectory(q.probs, s.n_layer / 2).score; });
+    const double ins = time(20, [&] { store.add(random_map()); });
+    std::printf("fmoe matcher %-16s semantic %.1f us, trajectory %.1f us (all layers) %.1f us (half), insert %.1f us\n",
+                s.name, 1e6 * sem, 1e6 * traj, 1e6 * half, 1e6 * ins);
+    for (double t : {sem, traj, ins}) {
+      EXPECT_GT(t, 0);
+      EXPECT_LT(t, 0.05) << "a pass over 1K maps should take far less than 50 ms";
+    }
+    EXPECT_NE(sink, 12345.0);
   }
 }
 

@@ -11,6 +11,7 @@
 #include "kernels/cpu/kquant_matvec.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/q4_vnni.h"
+#include "kernels/cpu/rows_x4_vnni.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tensor/dtype.h"
 
@@ -209,6 +210,85 @@ TEST(KquantMatmul, MixedBatchSharesTheActivation) {
     matvec_reference(types[k], ws[static_cast<size_t>(k)].data() + 1, rows, cols, x.data(), ref.data());
     const double e = rel_err(ys[static_cast<size_t>(k)].data(), ref.data(), ref.size());
     EXPECT_LT(e, 1e-4) << dtype_name(types[k]);
+  }
+}
+
+}  // namespace
+}  // namespace moeflow::cpu
+
+namespace moeflow::cpu {
+namespace {
+
+// Per-token jobs on one matrix (a batched decode step) give each token the lone mat-vec's
+// floats for every k-quant (each token's mat-vec over a piece of rows the others then
+// read from cache), rows left over after the groups of four; 1 and 2 threads.
+TEST(KquantMatmul, PerTokenJobsMatchSeparateMatvecsBitForBit) {
+  std::mt19937 rng(61);
+  for (DType t : kKquants) {
+    for (int64_t rows : {6, 67}) {
+      const int64_t cols = 512;
+      const std::vector<uint8_t> w = make_weights(t, rows, cols, rng);
+      const uint8_t* W = w.data() + 1;
+      for (int64_t n : {2, 3, 5, 9}) {
+        const std::vector<float> X = random_vec(static_cast<size_t>(n * cols), rng);
+        std::vector<float> alone(static_cast<size_t>(n * rows));
+        for (int64_t k = 0; k < n; ++k)
+          matvec(t, W, rows, cols, X.data() + k * cols, alone.data() + k * rows, nullptr);
+        for (int threads : {1, 2}) {
+          ThreadPool pool(threads);
+          std::vector<float> got(alone.size(), NAN);
+          const MatmulJob job{t, RowLayout::gguf, W, rows, cols, X.data(), n, got.data(), true};
+          matmul_batch(&job, 1, &pool);
+          EXPECT_EQ(got, alone) << dtype_name(t) << " " << rows << " rows, " << n << " tokens, " << threads << " threads";
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moeflow::cpu
+
+namespace moeflow::cpu {
+namespace {
+
+// k-quants on int8 activations (MatvecJob::x_int8, `--activations int8`): every
+// k-quant's VNNI kernel equals the float64 product of the weights with the activation as
+// int8 rounds it (rows_x4_x8_values: the same rounding, quantize_x8.h) to float rounding,
+// and a batched step's per-token jobs give each token the lone mat-vec's floats.
+TEST(KquantMatmul, Int8ActivationsMatchTheRoundedActivationsProduct) {
+  if (!q4_vnni_enabled()) GTEST_SKIP() << "no AVX-512 VNNI: the option is ignored";
+  std::mt19937 rng(67);
+  const DType types[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+  for (DType t : types) {
+    const int64_t rows = 37, cols = 768;
+    const std::vector<uint8_t> w = make_weights(t, rows, cols, rng);
+    const uint8_t* W = w.data() + 1;
+    const std::vector<float> x = random_vec(static_cast<size_t>(cols), rng);
+    std::vector<float> x8(x.size()), ref8(static_cast<size_t>(rows)), ref(ref8.size()), y(ref8.size(), NAN);
+    rows_x4_x8_values(x.data(), cols, x8.data());
+    matvec_reference(t, W, rows, cols, x8.data(), ref8.data());
+    matvec_reference(t, W, rows, cols, x.data(), ref.data());
+    const MatvecJob job{t, RowLayout::gguf, W, rows, cols, x.data(), y.data(), true};
+    matvec_batch(&job, 1, nullptr);
+    const double e8 = magnitude_err(t, W, rows, cols, x8.data(), y.data(), ref8.data());
+    const double e = magnitude_err(t, W, rows, cols, x.data(), y.data(), ref.data());
+    std::printf("  %s int8 activations: %.2e against the rounded activation's product, %.2e against f32's\n",
+                dtype_name(t), e8, e);
+    EXPECT_LT(e8, 1e-6) << dtype_name(t);
+    EXPECT_LT(e, 1e-2) << dtype_name(t);
+    for (int64_t n : {3, 6}) {
+      const std::vector<float> X = random_vec(static_cast<size_t>(n * cols), rng);
+      std::vector<float> alone(static_cast<size_t>(n * rows)), got(alone.size(), NAN);
+      for (int64_t k = 0; k < n; ++k) {
+        const MatvecJob one{t, RowLayout::gguf, W, rows, cols, X.data() + k * cols, alone.data() + k * rows, true};
+        matvec_batch(&one, 1, nullptr);
+      }
+      ThreadPool pool(2);
+      const MatmulJob step{t, RowLayout::gguf, W, rows, cols, X.data(), n, got.data(), true, true};
+      matmul_batch(&step, 1, &pool);
+      EXPECT_EQ(got, alone) << dtype_name(t) << ", " << n << " tokens";
+    }
   }
 }
 

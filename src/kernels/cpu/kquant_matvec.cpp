@@ -21,6 +21,8 @@ void kquant_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* ou
   kquant_vnni_pack_x(qx, dx, cols, out);
 }
 
+void kquant_pack_x8(const float* x, int64_t cols, uint8_t* out) { kquant_vnni_pack_x8(x, cols, out); }
+
 namespace {
 // One super-block of one row as f32, dotted with x in 8 partial sums (vectorisable).
 float dot_block(const float* w, const float* x, int64_t n) {  // n a multiple of 8
@@ -32,9 +34,9 @@ float dot_block(const float* w, const float* x, int64_t n) {  // n a multiple of
 }  // namespace
 
 void kquant_rows(DType t, const uint8_t* const* rows, int R, int64_t cols, const float* x, const uint8_t* packed,
-                 float* out, const uint8_t* pf) {
+                 bool x8, float* out, const uint8_t* pf) {
   if (packed && kquant_vnni_type(t)) {
-    kquant_vnni_rows(t, rows, R, cols / 256, packed, out, pf);
+    kquant_vnni_rows(t, rows, R, cols / 256, packed, x8, out, pf);
     return;
   }
   if (kquant_rows_simd(t, rows, R, cols, x, out)) return;

@@ -32,10 +32,15 @@ void kquant_dequant(DType t, const uint8_t* blocks, int64_t nb, float* y);
 // (64-byte aligned, kquant_x_bytes(cols) bytes).
 void kquant_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out);
 
+// The activation quantised to int8 per 32 columns and packed for the VNNI kernels
+// (--activations int8), kquant_x_bytes(cols) bytes.
+void kquant_pack_x8(const float* x, int64_t cols, uint8_t* out);
+
 // out[r] = sum_c W_r[c] * x[c] for the R (1..4) rows at rows[r] (each cols columns of
-// type t: a k-quant, or IQ4_NL / IQ4_XS / MXFP4, which always take the generic path). packed: kquant_pack_x's output, or null for the generic path.
+// type t: a k-quant, or IQ4_NL / IQ4_XS / MXFP4, which always take the generic path).
+// packed: kquant_pack_x's output (x8: kquant_pack_x8's), or null for the generic path.
 // pf, when not null, is prefetched a little at every block (the next rows' bytes).
 void kquant_rows(DType t, const uint8_t* const* rows, int R, int64_t cols, const float* x, const uint8_t* packed,
-                 float* out, const uint8_t* pf);
+                 bool x8, float* out, const uint8_t* pf);
 
 }  // namespace moeflow::cpu

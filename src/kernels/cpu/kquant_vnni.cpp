@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/kquant_matvec.h"
+#include "kernels/cpu/quantize_x8.h"
 #include "tensor/kquants.h"
 
 namespace moeflow::cpu {
@@ -35,27 +36,56 @@ constexpr int q4_lane_block(int lane) {
 
 }  // namespace
 
+namespace {
+// A block's sums and scales from its 256 quantised activation values q (int16 or
+// int8) and its eight per-32-column scales dx.
+void fill_sums(PackedKq& k, const int32_t* q, const float* dx) {
+  int32_t sum16[16];
+  for (int s = 0; s < 16; ++s) {
+    sum16[s] = 0;
+    for (int i = 0; i < 16; ++i) sum16[s] += q[16 * s + i];
+  }
+  for (int lane = 0; lane < 16; ++lane) {
+    const int k4 = lane / 4, v = lane % 4;
+    const int s16 = 4 * v + k4, s32 = q4_lane_block(lane);
+    k.q6_off[lane] = -32 * sum16[s16];
+    k.q6_dx[lane] = dx[s16 / 2];
+    k.q4_dx[lane] = dx[s32];
+    k.q4_xsum[lane] = 0.5f * dx[s32] * static_cast<float>(sum16[2 * s32] + sum16[2 * s32 + 1]);
+  }
+}
+}  // namespace
+
 void kquant_vnni_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out) {
   auto* p = reinterpret_cast<PackedKq*>(out);
+  int32_t q[256];
   for (int64_t b = 0; b < cols / 256; ++b, qx += 256, dx += 8) {
     PackedKq& k = p[b];
     for (int i = 0; i < 256; ++i) {
       k.hi[i] = static_cast<int8_t>(qx[i] >> 8);
       k.lo[i] = static_cast<uint8_t>(qx[i] & 255);
+      q[i] = qx[i];
     }
-    int32_t sum16[16];
-    for (int s = 0; s < 16; ++s) {
-      sum16[s] = 0;
-      for (int i = 0; i < 16; ++i) sum16[s] += qx[16 * s + i];
+    fill_sums(k, q, dx);
+  }
+}
+
+void kquant_vnni_pack_x8(const float* x, int64_t cols, uint8_t* out) {
+  auto* p = reinterpret_cast<PackedKq*>(out);
+  int32_t q[256];
+  float dx[8];
+  for (int64_t b = 0; b < cols / 256; ++b, x += 256) {
+    PackedKq& k = p[b];
+    for (int s = 0; s < 8; ++s) {
+      int8_t q8[32];
+      dx[s] = quantize_x8_block(x + 32 * s, q8);
+      for (int i = 0; i < 32; ++i) {
+        k.hi[32 * s + i] = q8[i];
+        k.lo[32 * s + i] = 0;
+        q[32 * s + i] = q8[i];
+      }
     }
-    for (int lane = 0; lane < 16; ++lane) {
-      const int k4 = lane / 4, v = lane % 4;
-      const int s16 = 4 * v + k4, s32 = q4_lane_block(lane);
-      k.q6_off[lane] = -32 * sum16[s16];
-      k.q6_dx[lane] = dx[s16 / 2];
-      k.q4_dx[lane] = dx[s32];
-      k.q4_xsum[lane] = 0.5f * dx[s32] * static_cast<float>(sum16[2 * s32] + sum16[2 * s32 + 1]);
-    }
+    fill_sums(k, q, dx);
   }
 }
 
@@ -72,9 +102,12 @@ KQ_ATTR inline __m512i reduce_quads(__m512i s0, __m512i s1, __m512i s2, __m512i 
   return _mm512_add_epi32(_mm512_unpacklo_epi64(u01, u23), _mm512_unpackhi_epi64(u01, u23));
 }
 
-// sum over 64 columns of w * x per 4-column lane, exactly (x = 256*hi + lo).
+// sum over 64 columns of w * x per 4-column lane, exactly: x = 256*hi + lo (int16
+// activations), or x = hi alone (X8: int8 activations, kquant_vnni_pack_x8).
+template <bool X8>
 KQ_ATTR inline __m512i dot64(__m512i w, __m512i xhi, __m512i xlo) {
   const __m512i h = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, xhi);
+  if constexpr (X8) return h;
   return _mm512_add_epi32(_mm512_slli_epi32(h, 8), _mm512_dpbusd_epi32(_mm512_setzero_si512(), xlo, w));
 }
 
@@ -139,7 +172,7 @@ struct Q5BitMasks {
 constexpr Q5BitMasks kQ5Bits;
 
 // Q4_K rows, and Q5_K's (Q5: the same scales and nibbles, plus the fifth bits in qh).
-template <int R, bool Q5>
+template <int R, bool Q5, bool X8>
 KQ_ATTR void rows_q45_k(const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
   using Block = std::conditional_t<Q5, BlockQ5_K, BlockQ4_K>;
   const __m512i nibble = _mm512_set1_epi8(0x0f), k16 = _mm512_set1_epi8(16);
@@ -177,8 +210,8 @@ KQ_ATTR void rows_q45_k(const uint8_t* const* rows, int64_t blocks, const Packed
             w[k] = _mm512_mask_add_epi8(w[k], bit, w[k], k16);
           }
         }
-        s[2 * u] = dot64(w[0], xh[2 * u], xl[2 * u]);
-        s[2 * u + 1] = dot64(w[1], xh[2 * u + 1], xl[2 * u + 1]);
+        s[2 * u] = dot64<X8>(w[0], xh[2 * u], xl[2 * u]);
+        s[2 * u + 1] = dot64<X8>(w[1], xh[2 * u + 1], xl[2 * u + 1]);
       }
       const __m512i t = reduce_quads(s[0], s[1], s[2], s[3]);
       const __m128i sm = q4_k_scales_mins(blk.scales, low_idx, high_idx);
@@ -192,7 +225,7 @@ KQ_ATTR void rows_q45_k(const uint8_t* const* rows, int64_t blocks, const Packed
   for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
-template <int R>
+template <int R, bool X8>
 KQ_ATTR void rows_q6_k(const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
   const __m512i nibble = _mm512_set1_epi8(0x0f), hi2_lo2 = _mm512_set1_epi8(0x33);
   const __m128i sc_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q6));
@@ -221,8 +254,8 @@ KQ_ATTR void rows_q6_k(const uint8_t* const* rows, int64_t blocks, const PackedK
         // Bits 0-3 from the nibble, 4-7 from the high bits (ternary logic 0xe4: c ? a : b).
         const __m512i wa = _mm512_ternarylogic_epi32(ql, _mm512_slli_epi16(qhb, 4), nibble, 0xe4);
         const __m512i wb = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), qhb, nibble, 0xe4);
-        s[2 * h] = dot64(wa, xh[2 * h], xl[2 * h]);
-        s[2 * h + 1] = dot64(wb, xh[2 * h + 1], xl[2 * h + 1]);
+        s[2 * h] = dot64<X8>(wa, xh[2 * h], xl[2 * h]);
+        s[2 * h + 1] = dot64<X8>(wb, xh[2 * h + 1], xl[2 * h + 1]);
       }
       const __m512i t = _mm512_add_epi32(reduce_quads(s[0], s[1], s[2], s[3]), off);
       const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
@@ -320,7 +353,7 @@ constexpr Q3ScaleIndex kQ3Scales;
 // sub-block 4v+k). Q3_K: (q - 4) with q's offset taken off as -4 * sum(x) per sub-block,
 // signed 6-bit scales; Q2_K: q with 4-bit scales and mins (mins against the activation's
 // sum per sub-block).
-template <int R, bool Q3>
+template <int R, bool Q3, bool X8>
 KQ_ATTR void rows_q23_k(const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
   using Block = std::conditional_t<Q3, BlockQ3_K, BlockQ2_K>;
   const __m512i k03 = _mm512_set1_epi8(0x03), k4 = _mm512_set1_epi8(4);
@@ -351,7 +384,7 @@ KQ_ATTR void rows_q23_k(const uint8_t* const* rows, int64_t blocks, const Packed
           const int v = 2 * h + j;
           __m512i w = _mm512_and_si512(j == 0 ? qs2 : _mm512_srli_epi16(qs2, 4), k03);
           if constexpr (Q3) w = _mm512_mask_add_epi8(w, _mm512_test_epi8_mask(hm, _mm512_load_si512(kQ3High.m[v])), w, k4);
-          s[v] = dot64(w, xh[v], xl[v]);
+          s[v] = dot64<X8>(w, xh[v], xl[v]);
         }
       }
       const __m512i t = reduce_quads(s[0], s[1], s[2], s[3]);
@@ -382,32 +415,42 @@ KQ_ATTR void rows_q23_k(const uint8_t* const* rows, int64_t blocks, const Packed
   for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
-template <int R>
-void rows_r(DType t, const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
+template <int R, bool X8>
+void rows_rx(DType t, const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
   if (t == DType::Q4_K) {
-    rows_q45_k<R, false>(rows, blocks, x, out, pf);
+    rows_q45_k<R, false, X8>(rows, blocks, x, out, pf);
   } else if (t == DType::Q5_K) {
-    rows_q45_k<R, true>(rows, blocks, x, out, pf);
+    rows_q45_k<R, true, X8>(rows, blocks, x, out, pf);
   } else if (t == DType::Q3_K) {
-    rows_q23_k<R, true>(rows, blocks, x, out, pf);
+    rows_q23_k<R, true, X8>(rows, blocks, x, out, pf);
   } else if (t == DType::Q2_K) {
-    rows_q23_k<R, false>(rows, blocks, x, out, pf);
+    rows_q23_k<R, false, X8>(rows, blocks, x, out, pf);
   } else {
-    rows_q6_k<R>(rows, blocks, x, out, pf);
+    rows_q6_k<R, X8>(rows, blocks, x, out, pf);
+  }
+}
+
+template <int R>
+void rows_r(DType t, bool x8, const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out,
+            const uint8_t* pf) {
+  if (x8) {
+    rows_rx<R, true>(t, rows, blocks, x, out, pf);
+  } else {
+    rows_rx<R, false>(t, rows, blocks, x, out, pf);
   }
 }
 
 }  // namespace
 
-void kquant_vnni_rows(DType t, const uint8_t* const* rows, int R, int64_t blocks, const uint8_t* packed, float* out,
-                      const uint8_t* pf) {
+void kquant_vnni_rows(DType t, const uint8_t* const* rows, int R, int64_t blocks, const uint8_t* packed, bool x8,
+                      float* out, const uint8_t* pf) {
   if (!dtype_is_kquant(t)) throw std::invalid_argument("moeflow: kquant_vnni_rows: not a k-quant");
   const auto* x = reinterpret_cast<const PackedKq*>(packed);
   switch (R) {
-    case 1: rows_r<1>(t, rows, blocks, x, out, pf); return;
-    case 2: rows_r<2>(t, rows, blocks, x, out, pf); return;
-    case 3: rows_r<3>(t, rows, blocks, x, out, pf); return;
-    case 4: rows_r<4>(t, rows, blocks, x, out, pf); return;
+    case 1: rows_r<1>(t, x8, rows, blocks, x, out, pf); return;
+    case 2: rows_r<2>(t, x8, rows, blocks, x, out, pf); return;
+    case 3: rows_r<3>(t, x8, rows, blocks, x, out, pf); return;
+    case 4: rows_r<4>(t, x8, rows, blocks, x, out, pf); return;
     default: throw std::invalid_argument("moeflow: kquant_vnni_rows: R must be 1..4");
   }
 }
@@ -428,7 +471,7 @@ bool kquant_avx512_dequant(DType t, const uint8_t* blocks, int64_t nb, float* y)
 
 bool kquant_avx512_dequant(DType, const uint8_t*, int64_t, float*) { return false; }
 
-void kquant_vnni_rows(DType, const uint8_t* const*, int, int64_t, const uint8_t*, float*, const uint8_t*) {
+void kquant_vnni_rows(DType, const uint8_t* const*, int, int64_t, const uint8_t*, bool, float*, const uint8_t*) {
   throw std::logic_error("moeflow: kquant_vnni_rows without the VNNI kernel");
 }
 

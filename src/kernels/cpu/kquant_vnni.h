@@ -17,7 +17,8 @@
 // conversion and the sub-block scales apply once per 16 lanes: for the 16-column
 // sub-blocks (Q2_K, Q3_K, Q6_K) lane 4k+v is sub-block 4v+k; Q4_K's and Q5_K's 32-column
 // sub-blocks each cover two lanes (kquant_vnni.cpp's q4_lane_block).
-// The only rounding beyond f32 is the activation's 2^-16 per 32 columns.
+// The only rounding beyond f32 is the activation's 2^-16 per 32 columns (2^-8 with
+// int8 activations).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -30,10 +31,15 @@ namespace moeflow::cpu {
 // (kquant_x_bytes(cols), 64-byte aligned); both kernels read the same layout.
 void kquant_vnni_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out);
 
+// The activation quantised to int8 per 32 columns (quantize_x8.h) in the same layout:
+// the int8 values in the high plane, the low one zero. The kernels then take one
+// vpdpbusd per 64 columns instead of two (`--activations int8`).
+void kquant_vnni_pack_x8(const float* x, int64_t cols, uint8_t* out);
+
 // out[r] = row r times the packed activation over `blocks` super-blocks; t a k-quant,
-// R 1..4. REQUIRES q4_vnni_enabled().
-void kquant_vnni_rows(DType t, const uint8_t* const* rows, int R, int64_t blocks, const uint8_t* packed, float* out,
-                      const uint8_t* pf);
+// R 1..4; x8: packed by kquant_vnni_pack_x8. REQUIRES q4_vnni_enabled().
+void kquant_vnni_rows(DType t, const uint8_t* const* rows, int R, int64_t blocks, const uint8_t* packed, bool x8,
+                      float* out, const uint8_t* pf);
 
 // nb blocks of t dequantised with AVX-512, bit-identical to dequantize_row; false (and
 // nothing written) for types without such a path (Q4_K and Q6_K have one).

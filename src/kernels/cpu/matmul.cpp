@@ -96,6 +96,7 @@ struct MvInput {
   const uint8_t* rx4;
   const uint8_t* kq = nullptr;  // k-quant VNNI kernels' packing (kquant_matvec.h)
   bool rx4_int8 = false;        // rx4 holds int8 blocks (rows_x4_pack_x8)
+  bool kq_int8 = false;         // kq holds int8 blocks (kquant_pack_x8)
 };
 }  // namespace moeflow::cpu
 #endif
@@ -438,7 +439,7 @@ HWY_INLINE void MvRows(DType wt, const uint8_t* const* rows, int64_t cols, const
     case DType::Q6_K:
     case DType::IQ4_NL:
     case DType::IQ4_XS:
-    case DType::MXFP4: kquant_rows(wt, rows, R, cols, in.x, in.kq, out, pf); return;
+    case DType::MXFP4: kquant_rows(wt, rows, R, cols, in.x, in.kq, in.kq_int8, out, pf); return;
   }
   throw std::invalid_argument("moeflow: MvRows: unknown dtype");
 }
@@ -622,11 +623,13 @@ void check_shape(DType wt, RowLayout layout, int64_t rows, int64_t cols) {
                                 " x " + std::to_string(cols) + " (needs rows % 4 == 0 and cols % 128 == 0)");
 }
 
-// What the mat-vec kernels read of a job's activation besides x: int16 blocks for
-// q8_0 weights (q4_0 ones too when the VNNI kernel runs) and for every VNNI kernel,
-// packed as that kernel reads it.
-// Interleaved rows on an int8 activation (MatvecJob::x_int8), packed from the floats.
-bool wants_int8(const MatvecJob& j) { return j.x && j.x_int8 && q4_vnni_enabled() && j.layout == RowLayout::rows_x4; }
+// What the mat-vec kernels read of a job's activation besides x: for interleaved rows
+// and k-quants on an int8 activation (MatvecJob::x_int8) its int8 blocks, packed from
+// the floats; else int16 blocks for q8_0 weights (q4_0 ones too when the VNNI kernel
+// runs) and for every VNNI kernel, packed as that kernel reads it.
+bool wants_int8(const MatvecJob& j) {
+  return j.x && j.x_int8 && q4_vnni_enabled() && (j.layout == RowLayout::rows_x4 || kquant_vnni_type(j.dtype));
+}
 bool wants_int16(const MatvecJob& j) {
   const DType ft = j.dtype;
   return j.x && !wants_int8(j) && (ft == DType::Q8_0 || (q4_vnni_enabled() && ft == DType::Q4_0) || kquant_vnni_type(ft));
@@ -635,8 +638,8 @@ bool wants_packed(const MatvecJob& j) {
   return j.x && q4_vnni_enabled() && (j.dtype == DType::Q4_0 || j.layout == RowLayout::rows_x4 || kquant_vnni_type(j.dtype));
 }
 size_t packed_lines(const MatvecJob& j) {
-  const size_t bytes = wants_int8(j)                     ? rows_x4_x8_bytes(j.cols)
-                       : j.layout == RowLayout::rows_x4 ? rows_x4_x_bytes(j.cols)
+  const size_t bytes = wants_int8(j) && j.layout == RowLayout::rows_x4 ? rows_x4_x8_bytes(j.cols)
+                       : j.layout == RowLayout::rows_x4               ? rows_x4_x_bytes(j.cols)
                        : dtype_is_kquant(j.dtype)       ? kquant_x_bytes(j.cols)
                                                         : q4_vnni_x_bytes(j.cols);
   return (bytes + sizeof(CacheLine) - 1) / sizeof(CacheLine);
@@ -657,10 +660,16 @@ void pack_input(const MatvecJob& j, MvInput& in, uint8_t* packed) {
 // when the kernel wants that; returns the kernels' view.
 MvInput prepare_input(const MatvecJob& j, int16_t* qx, float* dx, uint8_t* packed) {
   MvInput in{j.x, nullptr, nullptr, nullptr, nullptr};
-  if (wants_int8(j)) {
+  if (wants_int8(j) && j.layout == RowLayout::rows_x4) {
     rows_x4_pack_x8(j.x, j.cols, packed);
     in.rx4 = packed;
     in.rx4_int8 = true;
+    return in;
+  }
+  if (wants_int8(j)) {
+    kquant_pack_x8(j.x, j.cols, packed);
+    in.kq = packed;
+    in.kq_int8 = true;
     return in;
   }
   if (!wants_int16(j)) return in;
@@ -698,10 +707,11 @@ const MvInput* matvec_inputs(const MatvecJob* jobs, size_t n_jobs) {
   for (size_t j = 0; j < n_jobs; ++j) {
     in[j] = {jobs[j].x, nullptr, nullptr, nullptr, nullptr};
     if (wants_int8(jobs[j])) {
-      // Same activation packed as int8 by an earlier job: share it.
-      for (size_t i = 0; i < j && !in[j].rx4; ++i)
-        if (in[i].rx4_int8 && jobs[i].x == jobs[j].x && jobs[i].cols == jobs[j].cols) in[j] = in[i];
-      if (!in[j].rx4) {
+      // Same activation packed as int8 the same way by an earlier job: share it.
+      const bool x4 = jobs[j].layout == RowLayout::rows_x4;
+      for (size_t i = 0; i < j && !in[j].rx4 && !in[j].kq; ++i)
+        if ((x4 ? in[i].rx4_int8 : in[i].kq_int8) && jobs[i].x == jobs[j].x && jobs[i].cols == jobs[j].cols) in[j] = in[i];
+      if (!in[j].rx4 && !in[j].kq) {
         in[j] = prepare_input(jobs[j], nullptr, nullptr, reinterpret_cast<uint8_t*>(pbuf.data() + poff));
         poff += packed_lines(jobs[j]);
       }
@@ -716,7 +726,7 @@ const MvInput* matvec_inputs(const MatvecJob* jobs, size_t n_jobs) {
     for (size_t i = 0; i < j && !in[j].qx; ++i)
       if (in[i].qx && jobs[i].x == jobs[j].x && jobs[i].cols == cols) in[j] = {jobs[j].x, in[i].qx, in[i].dx, nullptr, nullptr};
     for (size_t i = 0; i < j && !(in[j].*packed_of); ++i)
-      if (in[i].*packed_of && !in[i].rx4_int8 && jobs[i].x == jobs[j].x && jobs[i].cols == cols)
+      if (in[i].*packed_of && !in[i].rx4_int8 && !in[i].kq_int8 && jobs[i].x == jobs[j].x && jobs[i].cols == cols)
         in[j].*packed_of = in[i].*packed_of;
     const bool need_packed = wants_packed(jobs[j]) && !(in[j].*packed_of);
     if (!in[j].qx) {
@@ -921,7 +931,8 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
   auto work_of = [jobs, items, in](size_t i) {
     const MatvecJob& a = jobs[items[i].a];
     // A shared matrix is read once from memory, plus a pass from cache per four tokens
-    // (the multi-token kernel's width; eight on int8), each costing about as much as the read.
+    // (the multi-token kernel's width), each costing about as much as the read; half
+    // as much on int8 activations.
     const size_t n = items[i].n;
     const size_t width = in[items[i].a].rx4_int8 ? 8 : 4;
     return RowWork{a.rows, row_bytes(a.dtype, a.cols) * (items[i].shared ? 1 + (n + width - 1) / width : n)};
@@ -946,6 +957,7 @@ void MatvecPlan::prepare(const MatvecJob& job) {
   in_q4x_ = in.q4x;
   in_rx4_ = in.rx4;
   in_rx4_int8_ = in.rx4_int8;
+  in_kq_int8_ = in.kq_int8;
   in_kq_ = in.kq;
 }
 
@@ -959,7 +971,7 @@ void MatvecPlan::rows(int64_t r0, int64_t r1) const {
     std::fill(job_.y + r0, job_.y + r1, 0.0f);  // empty sums
     return;
   }
-  const MvInput in{job_.x, in_qx_, in_dx_, in_q4x_, in_rx4_, in_kq_, in_rx4_int8_};
+  const MvInput in{job_.x, in_qx_, in_dx_, in_q4x_, in_rx4_, in_kq_, in_rx4_int8_, in_kq_int8_};
   HWY_DYNAMIC_DISPATCH(MatvecRows)(job_.dtype, job_.layout, static_cast<const uint8_t*>(job_.W), r0, r1, job_.rows, job_.cols,
                                    in, job_.y);
 }

@@ -33,9 +33,10 @@ struct MatvecJob {
   int64_t rows, cols;
   const float* x;
   float* y;
-  // q4_0 / q8_0 rows interleaved in fours: the activation as int8 blocks, not int16
-  // (rows_x4_vnni.h: twice the arithmetic per cycle, ~2^-8 instead of ~2^-16 of a
-  // block's largest value as rounding). Ignored by every other matrix.
+  // q4_0 / q8_0 rows interleaved in fours, and k-quants on the VNNI kernels: the
+  // activation as int8 blocks, not int16 (rows_x4_vnni.h, kquant_vnni.h: half the
+  // multiply-adds, ~2^-8 instead of ~2^-16 of a block's largest value as rounding).
+  // Ignored by every other matrix.
   bool x_int8 = false;
 };
 
@@ -76,7 +77,7 @@ class MatvecPlan {
   const float* in_dx_ = nullptr;
   const uint8_t* in_q4x_ = nullptr;
   const uint8_t* in_rx4_ = nullptr;
-  bool in_rx4_int8_ = false;
+  bool in_rx4_int8_ = false, in_kq_int8_ = false;
   const uint8_t* in_kq_ = nullptr;
 };
 

@@ -7,23 +7,15 @@
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/q4_vnni.h"
+#include "kernels/cpu/quantize_x8.h"
 #include "tensor/rows_x4.h"
 
 namespace moeflow::cpu {
-
-namespace {
-// An int8 activation block's scale: d = max|x| / 127, q = x / d rounded to nearest even.
-struct Block8 {
-  float d, inv;
-};
-inline Block8 block8_scale(float amax) {
-  const float d = amax / 127.0f;
-  return {d, d > 0.0f ? 1.0f / d : 0.0f};
-}
-}  // namespace
 
 #ifdef MOEFLOW_HAVE_VNNI_KERNEL
 namespace {
@@ -80,6 +72,14 @@ MOEFLOW_VNNI_ATTR inline __m512 add_scaled(__m512 acc, __m512i hi, __m512i lo, c
   const __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales))),
                                  _mm512_broadcast_f32x4(_mm_loadu_ps(p.dx)));
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc);
+}
+
+// A quad's four row sums from its accumulator (lanes 4r + b: row r, block b), the
+// blocks in the order the GGUF-layout q4_0 kernel adds them (same floats).
+MOEFLOW_VNNI_ATTR inline void store_rows(__m512 acc, float* out) {
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc);
+  for (int r = 0; r < 4; ++r) out[r] = lanes[4 * r] + lanes[4 * r + 1] + lanes[4 * r + 2] + lanes[4 * r + 3];
 }
 
 // The sums of NQ quads over one group (quad j's quant bytes at q[j]) into hi[j], lo[j],
@@ -161,13 +161,8 @@ MOEFLOW_VNNI_ATTR inline void quad_set(const uint8_t* const* quad, int64_t group
     for (int j = 0; j < NQ; ++j)
       acc[j] = add_scaled(acc[j], hi[j], lo[j], quad[j] + groups * kQuant + g * kRowsX4GroupScaleBytes, x[g]);
   }
-  // Blocks in the order the GGUF-layout q4_0 kernel adds them (same floats).
-  alignas(64) float lanes[16];
 #pragma GCC unroll 4
-  for (int j = 0; j < NQ; ++j) {
-    _mm512_store_ps(lanes, acc[j]);
-    for (int r = 0; r < 4; ++r) out[j][r] = lanes[4 * r] + lanes[4 * r + 1] + lanes[4 * r + 2] + lanes[4 * r + 3];
-  }
+  for (int j = 0; j < NQ; ++j) store_rows(acc[j], out[j]);
 }
 
 // Where quad i of a matrix (quads qb bytes apart) prefetches: the quad
@@ -273,12 +268,8 @@ MOEFLOW_VNNI_ATTR inline void quad_tokens(const uint8_t* quad, int64_t groups, c
     for (int t = 0; t < NT; ++t)
       acc[t] = add_scaled(acc[t], _mm512_add_epi32(hi0[t], hi1[t]), _mm512_add_epi32(lo0[t], lo1[t]), scales, x[t][g]);
   }
-  alignas(64) float lanes[16];
 #pragma GCC unroll 4
-  for (int t = 0; t < NT; ++t) {
-    _mm512_store_ps(lanes, acc[t]);
-    for (int r = 0; r < 4; ++r) out[t][r] = lanes[4 * r] + lanes[4 * r + 1] + lanes[4 * r + 2] + lanes[4 * r + 3];
-  }
+  for (int t = 0; t < NT; ++t) store_rows(acc[t], out[t]);
 }
 
 // NQ quads against NT tokens' int16 activations, into out[j * NT + t] (tile8's
@@ -345,15 +336,10 @@ MOEFLOW_VNNI_ATTR inline void tile16(const uint8_t* const* q, int64_t groups, co
       for (int t = 0; t < NT; ++t)
         acc[j][t] = add_scaled(acc[j][t], hi[j][t], lo[j][t], q[j] + groups * kQuant + g * kRowsX4GroupScaleBytes, x[t][g]);
   }
-  alignas(64) float lanes[16];
 #pragma GCC unroll 2
   for (int j = 0; j < NQ; ++j)
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t) {
-      _mm512_store_ps(lanes, acc[j][t]);
-      float* o = out[j * NT + t];
-      for (int r = 0; r < 4; ++r) o[r] = lanes[4 * r] + lanes[4 * r + 1] + lanes[4 * r + 2] + lanes[4 * r + 3];
-    }
+    for (int t = 0; t < NT; ++t) store_rows(acc[j][t], out[j * NT + t]);
 }
 
 // One matrix against n_tok int16 activations (rows_x4_quads_tokens), two quads at a
@@ -424,7 +410,7 @@ MOEFLOW_VNNI_ATTR void pack_x8(const float* x, int64_t cols, uint8_t* out) {
     for (int b = 0; b < 4; ++b) {
       const float* xb = x + 128 * g + 32 * b;
       const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
-      const Block8 s = block8_scale(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))));
+      const X8Scale s = x8_scale(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))));
       const __m512 inv = _mm512_set1_ps(s.inv);
       const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv));
       const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
@@ -505,15 +491,10 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
         acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[j][t]), _mm512_mul_ps(dw[j], dx), acc[j][t]);
     }
   }
-  alignas(64) float lanes[16];
 #pragma GCC unroll 2
   for (int j = 0; j < NQ; ++j)
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t) {
-      _mm512_store_ps(lanes, acc[j][t]);
-      float* o = out[j * NT + t];
-      for (int r = 0; r < 4; ++r) o[r] = lanes[4 * r] + lanes[4 * r + 1] + lanes[4 * r + 2] + lanes[4 * r + 3];
-    }
+    for (int t = 0; t < NT; ++t) store_rows(acc[j][t], out[j * NT + t]);
 }
 
 // tile8 for a run-time number of tokens, nt in [1, 4].
@@ -691,39 +672,35 @@ MOEFLOW_VNNI_ATTR void repack_avx512(DType ft, const uint8_t* src, int64_t rows,
 
 }  // namespace
 
+// Runs f(tag) with tag's ::value the interleaved type t (q4_0 or q8_0); else throws
+// naming `what`.
+template <class F>
+void by_type(DType t, const char* what, F&& f) {
+  if (t == DType::Q4_0) {
+    f(std::integral_constant<DType, DType::Q4_0>{});
+  } else if (t == DType::Q8_0) {
+    f(std::integral_constant<DType, DType::Q8_0>{});
+  } else {
+    throw std::invalid_argument(std::string("moeflow: ") + what + ": no interleaved layout for this type");
+  }
+}
+
 void rows_x4_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out) { pack_x(qx, dx, cols, out); }
 
 void rows_x4_quads(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* xp, float* out,
                    const uint8_t* pf_end) {
   const auto* x = reinterpret_cast<const PackedX4*>(xp);
-  if (t == DType::Q4_0) {
-    quads<DType::Q4_0>(W, n_quads, cols, x, out, pf_end);
-  } else if (t == DType::Q8_0) {
-    quads<DType::Q8_0>(W, n_quads, cols, x, out, pf_end);
-  } else {
-    throw std::invalid_argument("moeflow: rows_x4_quads: no interleaved layout for this type");
-  }
+  by_type(t, "rows_x4_quads", [&](auto T) { quads<decltype(T)::value>(W, n_quads, cols, x, out, pf_end); });
 }
 
 void rows_x4_quads_multi(DType t, const RowsX4Stream* s, int n, int64_t n_quads, int64_t cols) {
-  if (t == DType::Q4_0) {
-    quads_multi<DType::Q4_0>(s, n, n_quads, cols);
-  } else if (t == DType::Q8_0) {
-    quads_multi<DType::Q8_0>(s, n, n_quads, cols);
-  } else {
-    throw std::invalid_argument("moeflow: rows_x4_quads_multi: no interleaved layout for this type");
-  }
+  by_type(t, "rows_x4_quads_multi", [&](auto T) { quads_multi<decltype(T)::value>(s, n, n_quads, cols); });
 }
 
 void rows_x4_quads_tokens(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* const* xs,
                           int n_tok, float* const* outs, const uint8_t* pf_end) {
-  if (t == DType::Q4_0) {
-    quads_tokens<DType::Q4_0>(W, n_quads, cols, xs, n_tok, outs, pf_end);
-  } else if (t == DType::Q8_0) {
-    quads_tokens<DType::Q8_0>(W, n_quads, cols, xs, n_tok, outs, pf_end);
-  } else {
-    throw std::invalid_argument("moeflow: rows_x4_quads_tokens: no interleaved layout for this type");
-  }
+  by_type(t, "rows_x4_quads_tokens",
+          [&](auto T) { quads_tokens<decltype(T)::value>(W, n_quads, cols, xs, n_tok, outs, pf_end); });
 }
 
 void rows_x4_pack_x8(const float* x, int64_t cols, uint8_t* out) { pack_x8(x, cols, out); }
@@ -735,24 +712,13 @@ void rows_x4_quads8(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, co
 }
 
 void rows_x4_quads8_multi(DType t, const RowsX4Stream* s, int n, int64_t n_quads, int64_t cols) {
-  if (t == DType::Q4_0) {
-    quads8_multi<DType::Q4_0>(s, n, n_quads, cols);
-  } else if (t == DType::Q8_0) {
-    quads8_multi<DType::Q8_0>(s, n, n_quads, cols);
-  } else {
-    throw std::invalid_argument("moeflow: rows_x4_quads8_multi: no interleaved layout for this type");
-  }
+  by_type(t, "rows_x4_quads8_multi", [&](auto T) { quads8_multi<decltype(T)::value>(s, n, n_quads, cols); });
 }
 
 void rows_x4_quads8_tokens(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* const* xs,
                            int n_tok, float* const* outs, const uint8_t* pf_end) {
-  if (t == DType::Q4_0) {
-    quads8_tokens<DType::Q4_0>(W, n_quads, cols, xs, n_tok, outs, pf_end);
-  } else if (t == DType::Q8_0) {
-    quads8_tokens<DType::Q8_0>(W, n_quads, cols, xs, n_tok, outs, pf_end);
-  } else {
-    throw std::invalid_argument("moeflow: rows_x4_quads8_tokens: no interleaved layout for this type");
-  }
+  by_type(t, "rows_x4_quads8_tokens",
+          [&](auto T) { quads8_tokens<decltype(T)::value>(W, n_quads, cols, xs, n_tok, outs, pf_end); });
 }
 
 #else  // no such kernels here: q4_vnni_enabled() is false, so nothing is repacked
@@ -783,16 +749,10 @@ void rows_x4_quads8_tokens(DType, const uint8_t*, int64_t, int64_t, const uint8_
 #endif
 
 void rows_x4_x8_values(const float* x, int64_t cols, float* out) {
-  // pack_x8's arithmetic in scalars: the same scale, product and rounding (nearest
-  // even, the default rounding of both).
+  int8_t q[32];
   for (int64_t b = 0; b < cols / 32; ++b) {
-    float amax = 0;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[32 * b + j]));
-    const Block8 s = block8_scale(amax);
-    for (int j = 0; j < 32; ++j) {
-      const float q = std::clamp(std::nearbyint(x[32 * b + j] * s.inv), -128.0f, 127.0f);
-      out[32 * b + j] = s.d * q;
-    }
+    const float d = quantize_x8_block(x + 32 * b, q);
+    for (int j = 0; j < 32; ++j) out[32 * b + j] = d * q[j];
   }
 }
 

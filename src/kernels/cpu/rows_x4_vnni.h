@@ -52,8 +52,9 @@ struct RowsX4Stream {
 void rows_x4_quads_multi(DType t, const RowsX4Stream* s, int n, int64_t n_quads, int64_t cols);
 
 // One matrix against n_tok packed activations (xs[t], outputs outs[t] as
-// rows_x4_quads takes them): each quad's weights are loaded once for up to four
-// tokens, and token t gets the floats rows_x4_quads gives it alone (a batched decode
+// rows_x4_quads takes them): tiles of quads by tokens (two by two for q4_0, one by up to
+// four for q8_0) whose weights are loaded once per tile and whose activation broadcasts
+// serve every quad of the tile; token t gets the floats rows_x4_quads gives it alone (a batched decode
 // step's per-token mat-vecs, matmul.h). Prefetches as rows_x4_quads does, up to pf_end.
 void rows_x4_quads_tokens(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* const* xs,
                           int n_tok, float* const* outs, const uint8_t* pf_end);
