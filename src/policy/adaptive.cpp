@@ -10,8 +10,10 @@ namespace moeflow {
 
 namespace {
 
-// Version 2 adds the lookahead table; version 1 states load with it empty.
-constexpr char kMagic[8] = {'m', 'f', 'a', 'd', 'a', 'p', 't', '2'};
+// Version 2 adds the lookahead table, version 3 the similarity table and the stored
+// requests' EAMs; older states load with what they lack empty.
+constexpr char kMagic[8] = {'m', 'f', 'a', 'd', 'a', 'p', 't', '3'};
+constexpr char kMagicV2[8] = {'m', 'f', 'a', 'd', 'a', 'p', 't', '2'};
 constexpr char kMagicV1[8] = {'m', 'f', 'a', 'd', 'a', 'p', 't', '1'};
 
 // Weight of one visit in the short-term rate: about the last eight visits count.
@@ -19,6 +21,14 @@ constexpr double kRecentWeight = 1.0 / 8.0;
 // Pseudo-observations of the prior in each table cell (a cell seen rarely falls back
 // to the mean reuse rate instead of 0 or 1).
 constexpr double kPriorWeight = 2.0;
+
+// The similarity and trajectory tables correct p by a ratio instead of replacing it by
+// the cell's mean: a cell counts hits and the hits p expected (the sum of p over its
+// observations), and p becomes p * (hits + 1) / (expected + 1). A cell spans a range of
+// p, and a mean would erase the first table's ranking inside it (a signal that says
+// nothing new then costs hits); the ratio keeps it, and is 1 for such a signal. One
+// pseudo-hit keeps a rarely seen cell near 1.
+constexpr double kRatioPrior = 1.0;
 
 int recency_bucket(int64_t visits_since) {
   if (visits_since < 0) return AdaptivePolicy::kRecencyBuckets - 1;  // never routed
@@ -37,6 +47,21 @@ int request_bucket(double rate) {
   return b;
 }
 
+double cosine(const std::vector<int32_t>& a, const std::vector<int32_t>& b, double norm_b) {
+  double dot = 0, na = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    dot += static_cast<double>(a[i]) * static_cast<double>(b[i]);
+    na += static_cast<double>(a[i]) * static_cast<double>(a[i]);
+  }
+  return na > 0 && norm_b > 0 ? dot / (std::sqrt(na) * norm_b) : 0;
+}
+
+double norm_of(const std::vector<int32_t>& v) {
+  double n = 0;
+  for (int32_t x : v) n += static_cast<double>(x) * static_cast<double>(x);
+  return std::sqrt(n);
+}
+
 int rate_bucket(double rate) {
   return std::clamp(static_cast<int>(rate * AdaptivePolicy::kRateBuckets), 0, AdaptivePolicy::kRateBuckets - 1);
 }
@@ -48,7 +73,7 @@ AdaptiveOptions adaptive_options_from_name(const std::string& name) {
   if (name.compare(0, base.size(), base) != 0) throw InputError("not an adaptive policy name: '" + name + "'");
   AdaptiveOptions o;
   for (size_t b = base.size(); b < name.size();) {
-    if (name[b] != '-') throw InputError("policy '" + name + "': expected adaptive[-nodistance][-nolearned][-norequest][-noprefetch][-nolookahead]");
+    if (name[b] != '-') throw InputError("policy '" + name + "': expected adaptive[-nodistance][-nolearned][-norequest][-noprefetch][-nolookahead][-nosimilarity][-notrajectory]");
     const size_t e = std::min(name.find('-', b + 1), name.size());
     const std::string part = name.substr(b + 1, e - b - 1);
     if (part == "nodistance") o.distance = false;
@@ -56,8 +81,10 @@ AdaptiveOptions adaptive_options_from_name(const std::string& name) {
     else if (part == "noprefetch") o.prefetch = false;
     else if (part == "norequest") o.request = false;
     else if (part == "nolookahead") o.lookahead = false;
+    else if (part == "nosimilarity") o.similarity = false;
+    else if (part == "notrajectory") o.trajectory = false;
     else throw InputError("policy '" + name + "': unknown ablation '" + part +
-                          "' (nodistance, nolearned, norequest, noprefetch, nolookahead)");
+                          "' (nodistance, nolearned, norequest, noprefetch, nolookahead, nosimilarity, notrajectory)");
     b = e;
   }
   return o;
@@ -69,14 +96,244 @@ AdaptivePolicy::AdaptivePolicy(const ExpertGeometry& g, AdaptiveOptions opt, std
       predicted_(kMaxLookahead, std::vector<std::vector<float>>(static_cast<size_t>(g.n_layer),
                                                                 std::vector<float>(static_cast<size_t>(g.n_expert), 0))),
       predicted_valid_(kMaxLookahead, std::vector<char>(static_cast<size_t>(g.n_layer), 0)),
-      lookahead_table_(static_cast<size_t>(kMaxLookahead * kShareBuckets * kPriorBuckets)) {
+      lookahead_table_(static_cast<size_t>(kMaxLookahead * kShareBuckets * kPriorBuckets)),
+      similar_(g.bytes.size(), 0), similarity_table_(static_cast<size_t>(kSimilarBuckets * kSimilarPriorBuckets)),
+      traj_predicted_(kMaxTrajectory, std::vector<std::vector<float>>(static_cast<size_t>(g.n_layer),
+                                                                     std::vector<float>(static_cast<size_t>(g.n_expert), 0))),
+      traj_valid_(kMaxTrajectory, std::vector<char>(static_cast<size_t>(g.n_layer), 0)),
+      trajectory_table_(static_cast<size_t>(kMaxTrajectory * kSimilarBuckets * kSimilarPriorBuckets)) {
   if (opt_.prefetch_depth < 0 || opt_.prefetch_per_layer < 0) throw InputError("adaptive: negative prefetch depth or count");
+  opt_.similarity_matches = std::max(opt_.similarity_matches, 1);
+  opt_.similarity_capacity = std::max<size_t>(opt_.similarity_capacity, 1);
+  opt_.trajectory_matches = std::max(opt_.trajectory_matches, 1);
+  opt_.trajectory_capacity = std::max<size_t>(opt_.trajectory_capacity, 1);
 }
 
 void AdaptivePolicy::begin_iteration(Phase phase, int64_t) {
   phase_ = phase;
   // A lookahead never reaches into the next step (its tokens are not known yet).
   for (auto& v : predicted_valid_) std::fill(v.begin(), v.end(), 0);
+  for (auto& v : traj_valid_) std::fill(v.begin(), v.end(), 0);
+  step_tokens_.clear();
+  refresh_similarity();
+}
+
+// The step's decode tokens that routed every layer join the stored paths.
+void AdaptivePolicy::end_iteration() {
+  if (opt_.trajectory && phase_ == Phase::Decode)
+    for (const auto& [id, t] : step_tokens_) {
+      if (t.several || std::find(t.path.begin(), t.path.end(), -1) != t.path.end()) continue;
+      if (paths_.size() < opt_.trajectory_capacity) {
+        paths_.push_back(t.path);
+      } else {
+        paths_[next_path_] = t.path;
+        next_path_ = (next_path_ + 1) % paths_.size();
+      }
+    }
+  step_tokens_.clear();
+}
+
+size_t AdaptivePolicy::trajectory_cell(int32_t h, double s, double p) {
+  return static_cast<size_t>(((h - 1) * kSimilarBuckets + request_bucket(s)) * kSimilarPriorBuckets + request_bucket(p));
+}
+
+int32_t AdaptivePolicy::trajectory_distance(int32_t layer) const {
+  if (!opt_.trajectory || phase_ != Phase::Decode) return 0;
+  for (int32_t h = 1; h <= kMaxTrajectory; ++h)
+    if (traj_valid_[static_cast<size_t>(h - 1)][static_cast<size_t>(layer)]) return h;
+  return 0;
+}
+
+double AdaptivePolicy::trajectory_share(const ExpertKey& key, int32_t* h_out) const {
+  const int32_t h = trajectory_distance(key.layer);
+  if (h_out) *h_out = h;
+  if (h == 0) return -1;
+  return traj_predicted_[static_cast<size_t>(h - 1)][static_cast<size_t>(key.layer)][static_cast<size_t>(key.expert)];
+}
+
+double AdaptivePolicy::step_probability(const ExpertKey& key) const {
+  const double p = base_probability(key);
+  int32_t h = 0;
+  const double s = trajectory_share(key, &h);
+  if (h == 0) return p;
+  const Cell& c = trajectory_table_[trajectory_cell(h, s, p)];
+  return std::min(1.0, p * (c.hits + kRatioPrior) / (c.n + kRatioPrior));
+}
+
+// One observation per distance that predicted this visit, like the lookahead's.
+void AdaptivePolicy::learn_trajectory(int32_t l, const std::vector<char>& used) {
+  for (int32_t h = 1; h <= kMaxTrajectory; ++h) {
+    if (!traj_valid_[static_cast<size_t>(h - 1)][static_cast<size_t>(l)]) continue;
+    const std::vector<float>& share = traj_predicted_[static_cast<size_t>(h - 1)][static_cast<size_t>(l)];
+    for (int32_t e = 0; e < g_.n_expert; ++e) {
+      const double p = base_probability({l, e});
+      Cell& c = trajectory_table_[trajectory_cell(h, share[static_cast<size_t>(e)], p)];
+      c.n += p;  // the hits p expected
+      c.hits += used[static_cast<size_t>(e)];
+    }
+  }
+}
+
+void AdaptivePolicy::follow_tokens(const LayerRouting& r) {
+  const int32_t l = static_cast<int32_t>(r.layer);
+  const size_t K = static_cast<size_t>(g_.top_k), L = static_cast<size_t>(g_.n_layer);
+  // This layer's experts of each request's token.
+  std::vector<int64_t> seen;
+  for (int64_t t = 0; t < r.n_tok; ++t) {
+    const int64_t id = r.requests.empty() ? last_request_ : r.requests[static_cast<size_t>(t)];
+    auto [it, fresh] = step_tokens_.try_emplace(id);
+    StepToken& st = it->second;
+    if (fresh) {
+      st.path.assign(L * K, -1);
+      st.score.assign(paths_.size(), 0);
+    }
+    if (std::find(seen.begin(), seen.end(), id) != seen.end()) st.several = true;
+    seen.push_back(id);
+    if (st.several) continue;
+    for (size_t k = 0; k < K && k < static_cast<size_t>(r.top_k); ++k) {
+      const size_t slot = static_cast<size_t>(t * r.top_k) + k;
+      if (slot < r.experts.size() && r.experts[slot] >= 0 && r.experts[slot] < g_.n_expert)
+        st.path[static_cast<size_t>(l) * K + k] = r.experts[slot];
+    }
+  }
+  const int32_t ahead = std::min<int32_t>(kMaxTrajectory, g_.n_layer - 1 - l);
+  if (ahead <= 0 || paths_.empty() || finished_requests_ <= opt_.similarity_matches) return;
+  // Score the stored paths and gather the matches' layers ahead, per token.
+  std::vector<std::vector<double>> none(static_cast<size_t>(ahead), std::vector<double>(static_cast<size_t>(g_.n_expert), 1.0));
+  std::vector<char> mine(static_cast<size_t>(g_.n_expert));
+  std::vector<std::pair<float, size_t>> ranked;
+  bool all = !seen.empty();
+  for (int64_t id : seen) {
+    StepToken& st = step_tokens_[id];
+    if (st.several) {
+      all = false;
+      continue;
+    }
+    std::fill(mine.begin(), mine.end(), 0);
+    for (size_t k = 0; k < K; ++k)
+      if (st.path[static_cast<size_t>(l) * K + k] >= 0) mine[static_cast<size_t>(st.path[static_cast<size_t>(l) * K + k])] = 1;
+    ranked.clear();
+    for (size_t j = 0; j < paths_.size(); ++j) {
+      const int32_t* theirs = &paths_[j][static_cast<size_t>(l) * K];
+      for (size_t k = 0; k < K; ++k)
+        if (theirs[k] >= 0 && mine[static_cast<size_t>(theirs[k])]) st.score[j] += 1;
+      // Newest first among equals: the ring's age order from next_path_.
+      const size_t age = (j + paths_.size() - next_path_) % paths_.size();
+      if (st.score[j] > 0) ranked.emplace_back(-st.score[j], paths_.size() - age);
+    }
+    if (ranked.empty()) {
+      all = false;
+      continue;
+    }
+    const size_t n = std::min(ranked.size(), static_cast<size_t>(opt_.trajectory_matches));
+    std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(n), ranked.end());
+    for (int32_t h = 1; h <= ahead; ++h) {
+      std::vector<double> count(static_cast<size_t>(g_.n_expert), 0);
+      for (size_t m = 0; m < n; ++m) {
+        const size_t j = (paths_.size() - ranked[m].second + next_path_) % paths_.size();
+        for (size_t k = 0; k < K; ++k) {
+          const int32_t e = paths_[j][static_cast<size_t>(l + h) * K + k];
+          if (e >= 0) count[static_cast<size_t>(e)] += 1;
+        }
+      }
+      for (size_t e = 0; e < count.size(); ++e) none[static_cast<size_t>(h - 1)][e] *= 1 - count[e] / static_cast<double>(n);
+    }
+  }
+  if (!all) return;  // a token without a prediction: the step's is incomplete
+  for (int32_t h = 1; h <= ahead; ++h) {
+    std::vector<float>& share = traj_predicted_[static_cast<size_t>(h - 1)][static_cast<size_t>(l + h)];
+    for (size_t e = 0; e < share.size(); ++e) share[e] = static_cast<float>(1 - none[static_cast<size_t>(h - 1)][e]);
+    traj_valid_[static_cast<size_t>(h - 1)][static_cast<size_t>(l + h)] = 1;
+  }
+}
+
+// Fine at the low end, like the request feature's buckets (most shares are small).
+size_t AdaptivePolicy::similarity_cell(double s, double p) {
+  return static_cast<size_t>(request_bucket(s) * kSimilarPriorBuckets + request_bucket(p));
+}
+
+// Each running request's EAM so far (what it routed up to the previous step) against
+// the stored ones: the closest `similarity_matches` (positive cosine) are summed, and
+// the request's predicted share of (l, e) is their tokens routed to e at l over their
+// tokens at l. Over the batch: the chance that any request routes it.
+void AdaptivePolicy::refresh_similarity() {
+  similar_valid_ = false;
+  if (!opt_.similarity || store_.size() <= static_cast<size_t>(opt_.similarity_matches)) return;
+  std::vector<double> none(similar_.size(), 1.0);
+  std::vector<double> routed(similar_.size());
+  std::vector<int64_t> tokens(static_cast<size_t>(g_.n_layer));
+  std::vector<std::pair<double, size_t>> sims;
+  for (const auto& entry : running_) {
+    const RequestCounts& c = entry.second;
+    sims.clear();
+    for (size_t i = 0; i < store_.size(); ++i) {
+      const double s = cosine(c.routed, store_[i].routed, store_[i].norm);
+      if (s > 0) sims.emplace_back(-s, i);  // most similar first, ties by age
+    }
+    if (sims.empty()) continue;
+    const size_t n = std::min(sims.size(), static_cast<size_t>(opt_.similarity_matches));
+    std::partial_sort(sims.begin(), sims.begin() + static_cast<std::ptrdiff_t>(n), sims.end());
+    std::fill(routed.begin(), routed.end(), 0.0);
+    std::fill(tokens.begin(), tokens.end(), 0);
+    for (size_t m = 0; m < n; ++m) {
+      const StoredEam& e = store_[sims[m].second];
+      for (size_t i = 0; i < routed.size(); ++i) routed[i] += e.routed[i];
+      for (size_t l = 0; l < tokens.size(); ++l) tokens[l] += e.tokens[l];
+    }
+    for (size_t i = 0; i < routed.size(); ++i) {
+      const int64_t t = tokens[i / static_cast<size_t>(g_.n_expert)];
+      if (t > 0) none[i] *= 1 - std::min(1.0, routed[i] / static_cast<double>(t));
+    }
+    similar_valid_ = true;
+  }
+  for (size_t i = 0; i < similar_.size(); ++i) similar_[i] = static_cast<float>(1 - none[i]);
+}
+
+double AdaptivePolicy::similarity_share(const ExpertKey& key) const {
+  return similar_valid_ ? similar_[static_cast<size_t>(g_.index(key))] : -1.0;
+}
+
+void AdaptivePolicy::learn_similarity(int32_t l, const std::vector<char>& used) {
+  for (int32_t e = 0; e < g_.n_expert; ++e) {
+    const double p = table_probability({l, e});
+    Cell& c = similarity_table_[similarity_cell(similar_[static_cast<size_t>(g_.index({l, e}))], p)];
+    c.n += p;  // the hits p expected
+    c.hits += used[static_cast<size_t>(e)];
+  }
+}
+
+double AdaptivePolicy::base_probability(const ExpertKey& key) const {
+  const double p = table_probability(key);
+  if (!similar_valid_) return p;
+  const Cell& c = similarity_table_[similarity_cell(similar_[static_cast<size_t>(g_.index(key))], p)];
+  return std::min(1.0, p * (c.hits + kRatioPrior) / (c.n + kRatioPrior));
+}
+
+// A finished request's EAM joins the collection; when it is full, the entry most
+// similar to the newcomer gives way (MoE-Infinity App. B.1: the newest pattern stays,
+// and so does the collection's diversity).
+void AdaptivePolicy::remember_request(const RequestCounts& c) {
+  StoredEam e{std::vector<int32_t>(c.routed), std::vector<int64_t>(c.tokens), norm_of(c.routed)};
+  if (e.norm <= 0) return;
+  if (store_.size() < opt_.similarity_capacity) {
+    store_.push_back(std::move(e));
+    return;
+  }
+  size_t best = 0;
+  double best_sim = -1;
+  for (size_t i = 0; i < store_.size(); ++i) {
+    const double s = cosine(e.routed, store_[i].routed, store_[i].norm);
+    if (s > best_sim) best_sim = s, best = i;
+  }
+  store_[best] = std::move(e);
+}
+
+void AdaptivePolicy::end_request(int64_t id) {
+  auto it = running_.find(id);
+  if (it == running_.end()) return;
+  if (std::any_of(it->second.tokens.begin(), it->second.tokens.end(), [](int64_t n) { return n > 0; })) ++finished_requests_;
+  if (opt_.similarity) remember_request(it->second);
+  running_.erase(it);
 }
 
 size_t AdaptivePolicy::lookahead_cell(int32_t h, double share, double p) {
@@ -93,14 +350,14 @@ int32_t AdaptivePolicy::lookahead_distance(int32_t layer) const {
   return 0;
 }
 
-// One observation per distance that predicted this visit: (h, share, the first
-// table's probability before the visit) -> routed or not.
+// One observation per distance that predicted this visit: (h, share, the
+// probability before the visit without the lookahead) -> routed or not.
 void AdaptivePolicy::learn_lookahead(int32_t l, const std::vector<char>& used) {
   for (int32_t h = 1; h <= kMaxLookahead; ++h) {
     if (!predicted_valid_[static_cast<size_t>(h - 1)][static_cast<size_t>(l)]) continue;
     const std::vector<float>& share = predicted_[static_cast<size_t>(h - 1)][static_cast<size_t>(l)];
     for (int32_t e = 0; e < g_.n_expert; ++e) {
-      Cell& c = lookahead_table_[lookahead_cell(h, share[static_cast<size_t>(e)], table_probability({l, e}))];
+      Cell& c = lookahead_table_[lookahead_cell(h, share[static_cast<size_t>(e)], step_probability({l, e}))];
       c.n += 1;
       c.hits += used[static_cast<size_t>(e)];
     }
@@ -169,6 +426,8 @@ void AdaptivePolicy::routed(const LayerRouting& r) {
   // a layer at once and say little about decode: they update the state only.
   if (phase_ == Phase::Decode) {
     if (opt_.lookahead) learn_lookahead(l, used);
+    if (opt_.trajectory) learn_trajectory(l, used);
+    if (similar_valid_) learn_similarity(l, used);
     for (int32_t e = 0; e < g_.n_expert; ++e) {
       Cell& c = cell(features({l, e}));
       c.n += 1;
@@ -190,7 +449,9 @@ void AdaptivePolicy::routed(const LayerRouting& r) {
     }
   }
   for (auto& v : predicted_valid_) v[static_cast<size_t>(l)] = 0;  // the layer's predictions are spent
+  for (auto& v : traj_valid_) v[static_cast<size_t>(l)] = 0;
   if (opt_.lookahead) remember_lookahead(r);
+  if (opt_.trajectory && phase_ == Phase::Decode) follow_tokens(r);
   const int64_t visit = visits_[static_cast<size_t>(l)]++;
   for (int32_t e = 0; e < g_.n_expert; ++e) {
     ExpertState& s = experts_[static_cast<size_t>(g_.index({l, e}))];
@@ -204,7 +465,7 @@ void AdaptivePolicy::routed(const LayerRouting& r) {
 }
 
 double AdaptivePolicy::reuse_probability(const ExpertKey& key) const {
-  const double p = table_probability(key);
+  const double p = step_probability(key);
   const int32_t h = lookahead_distance(key.layer);
   if (h == 0) return p;
   const float share = predicted_[static_cast<size_t>(h - 1)][static_cast<size_t>(key.layer)][static_cast<size_t>(key.expert)];
@@ -232,10 +493,11 @@ double AdaptivePolicy::value(const ExpertKey& key, int32_t layer_now) const {
   const double p_next = reuse_probability(key);
   if (!opt_.distance) return p_next;
   // Held until its next use: d steps to the next visit (routed there with p_next,
-  // which the lookahead may sharpen), then, if not, 1/p more whole cycles (the later
-  // visits' chance p is the first table's: the lookahead says nothing about them).
+  // which the lookahead and the similar tokens may sharpen), then, if not, 1/p more
+  // whole cycles (the later visits' chance p is the one before this step's predictions:
+  // they say nothing about later steps).
   // Expected hits per step held = 1 / (d + (1 - p_next) L / p).
-  const double p = lookahead_distance(key.layer) > 0 ? table_probability(key) : p_next;
+  const double p = base_probability(key);  // p_next without this step's predictions
   const double d = static_cast<double>(distance(key.layer, layer_now));
   return p / (p * d + static_cast<double>(g_.n_layer) * (1 - p_next));
 }
@@ -282,7 +544,12 @@ size_t AdaptivePolicy::victim(const CacheView& view, const ExpertKey& incoming) 
 
 // Layout: magic, n_layer, n_expert, table cells, then the cells (hits, n), the
 // totals, the visits per layer, each expert's (last visit, recent, routed), then the
-// lookahead table's cell count and cells (hits, n) (version 2).
+// lookahead table's cell count and cells (hits, n) (version 2), then the similarity
+// table's cell count and cells, and the stored requests: their count, then each one's
+// tokens routed per expert (int32) and tokens per layer (int64), then the
+// trajectory table's cell count and cells, and the stored paths: their count, the
+// ring's next slot, then each path's experts per (layer, slot) (int32), then the
+// number of finished requests (version 3).
 void AdaptivePolicy::save(std::ostream& out) const {
   using binio::put;
   out.write(kMagic, sizeof kMagic);
@@ -295,6 +562,20 @@ void AdaptivePolicy::save(std::ostream& out) const {
   for (const ExpertState& e : experts_) put(out, e.last_visit), put(out, e.recent), put(out, e.routed);
   put<uint64_t>(out, lookahead_table_.size());
   for (const Cell& c : lookahead_table_) put(out, c.hits), put(out, c.n);
+  put<uint64_t>(out, similarity_table_.size());
+  for (const Cell& c : similarity_table_) put(out, c.hits), put(out, c.n);
+  put<uint64_t>(out, store_.size());
+  for (const StoredEam& e : store_) {
+    for (int32_t x : e.routed) put(out, x);
+    for (int64_t t : e.tokens) put(out, t);
+  }
+  put<uint64_t>(out, trajectory_table_.size());
+  for (const Cell& c : trajectory_table_) put(out, c.hits), put(out, c.n);
+  put<uint64_t>(out, paths_.size());
+  put<uint64_t>(out, next_path_);
+  for (const auto& path : paths_)
+    for (int32_t e : path) put(out, e);
+  put<int64_t>(out, finished_requests_);
 }
 
 void AdaptivePolicy::load(std::istream& in) {
@@ -302,8 +583,11 @@ void AdaptivePolicy::load(std::istream& in) {
   const std::string what = "adaptive policy state";
   char magic[sizeof kMagic];
   if (!in.read(magic, sizeof magic)) throw InputError(what + ": not an adaptive state (bad magic)");
-  const bool v1 = std::equal(magic, magic + sizeof magic, kMagicV1);
-  if (!v1 && !std::equal(magic, magic + sizeof magic, kMagic)) throw InputError(what + ": not an adaptive state (bad magic)");
+  const int version = std::equal(magic, magic + sizeof magic, kMagicV1)   ? 1
+                      : std::equal(magic, magic + sizeof magic, kMagicV2) ? 2
+                      : std::equal(magic, magic + sizeof magic, kMagic)   ? 3
+                                                                          : 0;
+  if (version == 0) throw InputError(what + ": not an adaptive state (bad magic)");
   const int32_t n_layer = get<int32_t>(in, what), n_expert = get<int32_t>(in, what);
   const uint64_t cells = get<uint64_t>(in, what);
   if (n_layer != g_.n_layer || n_expert != g_.n_expert || cells != table_.size())
@@ -338,7 +622,7 @@ void AdaptivePolicy::load(std::istream& in) {
       throw InputError(what + ": expert " + std::to_string(i) + " has counts its layer's visits cannot hold");
   }
   std::vector<Cell> lookahead(lookahead_table_.size());
-  if (!v1) {
+  if (version >= 2) {
     const uint64_t n_la = get<uint64_t>(in, what);
     if (n_la != lookahead.size())
       throw InputError(what + ": " + std::to_string(n_la) + " lookahead cells, expected " + std::to_string(lookahead.size()));
@@ -349,9 +633,77 @@ void AdaptivePolicy::load(std::istream& in) {
       if (c.hits > c.n) throw InputError(what + ": a lookahead cell with more hits than observations");
     }
   }
+  std::vector<Cell> similarity(similarity_table_.size());
+  std::vector<StoredEam> store;
+  if (version >= 3) {
+    const uint64_t n_sim = get<uint64_t>(in, what);
+    if (n_sim != similarity.size())
+      throw InputError(what + ": " + std::to_string(n_sim) + " similarity cells, expected " + std::to_string(similarity.size()));
+    binio::need(in, n_sim * 16 + 8, what);
+    for (Cell& c : similarity) {
+      c.hits = count(get<double>(in, what), "similarity cell hits");
+      c.n = count(get<double>(in, what), "similarity cell expected hits");
+    }
+    const uint64_t n_store = get<uint64_t>(in, what);
+    if (n_store > opt_.similarity_capacity)
+      throw InputError(what + ": " + std::to_string(n_store) + " stored requests exceed the capacity " +
+                       std::to_string(opt_.similarity_capacity));
+    const uint64_t entry_bytes = experts_.size() * 4 + visits_.size() * 8;
+    binio::need(in, n_store * entry_bytes, what);
+    store.resize(n_store);
+    for (size_t k = 0; k < store.size(); ++k) {
+      StoredEam& e = store[k];
+      e.routed.resize(experts_.size());
+      e.tokens.resize(visits_.size());
+      for (int32_t& x : e.routed) x = get<int32_t>(in, what);
+      for (int64_t& t : e.tokens) t = get<int64_t>(in, what);
+      for (size_t i = 0; i < e.routed.size(); ++i)
+        if (e.routed[i] < 0 || e.routed[i] > e.tokens[i / static_cast<size_t>(g_.n_expert)])
+          throw InputError(what + ": stored request " + std::to_string(k) + " routes more tokens to expert " +
+                           std::to_string(i) + " than its layer saw");
+      e.norm = norm_of(e.routed);
+      if (e.norm <= 0) throw InputError(what + ": stored request " + std::to_string(k) + " routed nothing");
+    }
+  }
+  std::vector<Cell> trajectory(trajectory_table_.size());
+  std::vector<std::vector<int32_t>> paths;
+  uint64_t next_path = 0;
+  int64_t finished = 0;
+  if (version >= 3) {
+    const uint64_t n_traj = get<uint64_t>(in, what);
+    if (n_traj != trajectory.size())
+      throw InputError(what + ": " + std::to_string(n_traj) + " trajectory cells, expected " + std::to_string(trajectory.size()));
+    binio::need(in, n_traj * 16 + 16, what);
+    for (Cell& c : trajectory) {
+      c.hits = count(get<double>(in, what), "trajectory cell hits");
+      c.n = count(get<double>(in, what), "trajectory cell expected hits");
+    }
+    const uint64_t n_paths = get<uint64_t>(in, what);
+    next_path = get<uint64_t>(in, what);
+    if (n_paths > opt_.trajectory_capacity || (n_paths > 0 && next_path >= n_paths) || (n_paths == 0 && next_path != 0))
+      throw InputError(what + ": " + std::to_string(n_paths) + " stored paths (next " + std::to_string(next_path) +
+                       ") do not fit the capacity " + std::to_string(opt_.trajectory_capacity));
+    const size_t width = static_cast<size_t>(g_.n_layer) * static_cast<size_t>(g_.top_k);
+    binio::need(in, n_paths * width * 4, what);
+    paths.assign(n_paths, std::vector<int32_t>(width));
+    for (size_t k = 0; k < paths.size(); ++k)
+      for (int32_t& e : paths[k])
+        if ((e = get<int32_t>(in, what)) < 0 || e >= g_.n_expert)
+          throw InputError(what + ": stored path " + std::to_string(k) + " names expert " + std::to_string(e));
+    if ((finished = get<int64_t>(in, what)) < 0) throw InputError(what + ": negative count of finished requests");
+  }
   char extra;
   if (in.read(&extra, 1)) throw InputError(what + ": unexpected data after the state");
   lookahead_table_ = std::move(lookahead);
+  similarity_table_ = std::move(similarity);
+  store_ = std::move(store);
+  similar_valid_ = false;
+  trajectory_table_ = std::move(trajectory);
+  paths_ = std::move(paths);
+  next_path_ = static_cast<size_t>(next_path);
+  finished_requests_ = finished;
+  step_tokens_.clear();
+  for (auto& v : traj_valid_) std::fill(v.begin(), v.end(), 0);
   table_ = std::move(table);
   hits_ = hits, n_ = n, observations_ = observations;
   visits_ = std::move(visits);

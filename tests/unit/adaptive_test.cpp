@@ -185,5 +185,295 @@ TEST(Adaptive, AblationNamesParseAndBadOnesAreNamed) {
   EXPECT_THROW(make_policy("adaptive--noprefetch", g), InputError);
 }
 
+
+// Two finished requests on a 2 x 4 model, top-1, each a prefill step of four tokens:
+//   request 1: layer 0 experts 0 0 0 1, layer 1 experts 2 2 3 3
+//   request 2: layer 0 experts 2 2 2 2, layer 1 experts 1 1 1 0
+// Their EAMs are the stored collection. `matches` closest are summed.
+AdaptivePolicy with_two_stored(const ExpertGeometry& g, AdaptiveOptions o, const std::string& name) {
+  AdaptivePolicy p(g, o, name);
+  for (int64_t id : {1, 2}) {
+    p.begin_request(RequestInfo{id, {}, {}, {}});
+    p.begin_iteration(Phase::Prefill, 0);
+    LayerRouting l0 = routing(0, id == 1 ? std::vector<int32_t>{0, 0, 0, 1} : std::vector<int32_t>{2, 2, 2, 2});
+    LayerRouting l1 = routing(1, id == 1 ? std::vector<int32_t>{2, 2, 3, 3} : std::vector<int32_t>{1, 1, 1, 0});
+    l0.requests = l1.requests = {id, id, id, id};
+    p.routed(l0);
+    p.routed(l1);
+    p.end_iteration();
+    p.end_request(id);
+  }
+  return p;
+}
+
+AdaptiveOptions one_match(const std::string& name) {
+  AdaptiveOptions o = adaptive_options_from_name(name);
+  o.similarity_matches = 1;
+  return o;
+}
+
+// The running request's EAM so far is matched (cosine) against the stored ones; the
+// closest one's shares of tokens per (layer, expert) are its prediction, for every
+// layer. Request 3 has routed expert 0 at layer 0: cosine 3 / sqrt(18) with request 1,
+// 0 with request 2, so request 1 predicts: layer 0 e0 3/4, e1 1/4; layer 1 e2, e3 1/2.
+// Request 4 (expert 2 at layer 0) matches request 2 alone: layer 0 e2 1; layer 1 e0
+// 1/4, e1 3/4. Together: the chance that either routes it, 1 - (1 - a)(1 - b).
+TEST(AdaptiveSimilarity, PredictsFromTheClosestStoredRequestPerRunningRequest) {
+  const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
+  AdaptivePolicy p = with_two_stored(g, one_match("adaptive"), "adaptive");
+  EXPECT_EQ(p.stored_requests(), 2u);
+  p.begin_request(RequestInfo{3, {}, {}, {}});
+  p.begin_iteration(Phase::Prefill, 0);
+  EXPECT_EQ(p.similarity_share({0, 0}), -1.0) << "an empty EAM matches nothing";
+  LayerRouting r = routing(0, {0});
+  r.requests = {3};
+  p.routed(r);
+  p.end_iteration();
+  p.begin_iteration(Phase::Decode, 1);
+  const double want3[2][4] = {{0.75, 0.25, 0, 0}, {0, 0, 0.5, 0.5}};
+  for (int32_t l = 0; l < 2; ++l)
+    for (int32_t e = 0; e < 4; ++e) EXPECT_NEAR(p.similarity_share({l, e}), want3[l][e], 1e-6) << l << "," << e;
+  p.begin_request(RequestInfo{4, {}, {}, {}});
+  r = routing(0, {2});
+  r.requests = {4};
+  p.routed(r);
+  p.end_iteration();
+  p.begin_iteration(Phase::Decode, 2);
+  // Request 3's EAM is still (layer 0, e0) x 1: the same match.
+  const double want[2][4] = {{0.75, 0.25, 1, 0}, {0.25, 0.75, 0.5, 0.5}};
+  for (int32_t l = 0; l < 2; ++l)
+    for (int32_t e = 0; e < 4; ++e) EXPECT_NEAR(p.similarity_share({l, e}), want[l][e], 1e-6) << l << "," << e;
+  p.end_request(4);
+  EXPECT_EQ(p.stored_requests(), 3u);
+  p.begin_iteration(Phase::Decode, 3);
+  EXPECT_NEAR(p.similarity_share({0, 2}), 0.0, 1e-6) << "a request that left predicts nothing";
+  // Matching selects only among more stored requests than it takes.
+  AdaptivePolicy three = with_two_stored(g, adaptive_options_from_name("adaptive"), "adaptive");  // 3 matches
+  three.begin_request(RequestInfo{3, {}, {}, {}});
+  three.routed(r);
+  three.begin_iteration(Phase::Decode, 1);
+  EXPECT_EQ(three.similarity_share({0, 2}), -1.0);
+  AdaptivePolicy off = with_two_stored(g, one_match("adaptive-nosimilarity"), "adaptive-nosimilarity");
+  EXPECT_EQ(off.stored_requests(), 0u);
+  EXPECT_FALSE(adaptive_options_from_name("adaptive-nosimilarity").similarity);
+  EXPECT_EQ(make_policy("adaptive-nosimilarity", g)->name(), "adaptive-nosimilarity");
+}
+
+// The prediction is not trusted as is: a table indexed by (predicted share, the first
+// table's probability) counts decode visits' hits and the hits p expected, and p is
+// scaled by (hits + 1) / (expected + 1). Without the learned table (-nolearned) p is
+// the long-term rate, so every cell is known. Layer 1 was visited twice (the stored
+// requests' prefills), each expert routed once: rate 1/2 (bucket [0.5, 0.7)). Request
+// 3 predicts layer 1 e0, e1 0 (bucket 0), e2, e3 1/2 (bucket [0.5, 0.7)).
+//   visit 1 routes e2: cell (1/2, 1/2): hits 1, expected 1;  (0, 1/2): 0, 1.
+//     rates after: e2 2/3, the others 1/3 (bucket [0.2, 0.35)).
+//   visit 2 routes e3: (1/2, 1/2) += e2: 0, 2/3;  (1/2, 1/3) += e3: 1, 1/3;
+//     (0, 1/3) += e0, e1: 0, 2/3.  Rates after: e2, e3 1/2, e0, e1 1/4.
+// e2, e3: 1/2 * (1 + 1) / (5/3 + 1) = 0.375; e0: 1/4 * 1 / (2/3 + 1) = 0.15.
+TEST(AdaptiveSimilarity, CorrectsTheProbabilityPerPredictedShare) {
+  const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
+  const std::string name = "adaptive-nolearned-nolookahead-notrajectory";
+  AdaptivePolicy p = with_two_stored(g, one_match(name), name);
+  p.begin_request(RequestInfo{3, {}, {}, {}});
+  LayerRouting r = routing(0, {0});
+  r.requests = {3};
+  p.begin_iteration(Phase::Prefill, 0);
+  p.routed(r);
+  p.end_iteration();
+  p.begin_iteration(Phase::Decode, 1);
+  for (int32_t e = 0; e < 4; ++e) EXPECT_EQ(p.base_probability({1, e}), 0.5) << "no observation yet: the rate";
+  LayerRouting d = routing(1, {2});
+  d.requests = {3};
+  p.routed(d);
+  p.end_iteration();
+  EXPECT_NEAR(p.base_probability({1, 2}), 2.0 / 3.0, 1e-12) << "hits as expected: ratio 1";
+  EXPECT_NEAR(p.base_probability({1, 0}), 1.0 / 3.0, 1e-12) << "a cell not seen yet";
+  p.begin_iteration(Phase::Decode, 2);
+  EXPECT_NEAR(p.similarity_share({1, 2}), 0.5, 1e-6) << "request 3 still matches request 1";
+  d.experts = {3};
+  p.routed(d);
+  EXPECT_NEAR(p.base_probability({1, 2}), 0.375, 1e-12);
+  EXPECT_NEAR(p.base_probability({1, 3}), 0.375, 1e-12);
+  EXPECT_NEAR(p.reuse_probability({1, 3}), 0.375, 1e-12);
+  EXPECT_NEAR(p.base_probability({1, 0}), 0.15, 1e-12);
+  EXPECT_NEAR(p.table_probability({1, 0}), 0.25, 1e-12);
+  // Off, the table's probability stands.
+  const std::string off_name = name + "-nosimilarity";
+  AdaptivePolicy off = with_two_stored(g, one_match(off_name), off_name);
+  off.begin_request(RequestInfo{3, {}, {}, {}});
+  off.begin_iteration(Phase::Prefill, 0);
+  off.routed(r);
+  off.end_iteration();
+  off.begin_iteration(Phase::Decode, 1);
+  off.routed(d);
+  EXPECT_EQ(off.similarity_share({1, 2}), -1.0);
+  EXPECT_NEAR(off.base_probability({1, 3}), 2.0 / 3.0, 1e-12);
+}
+
+// A full collection replaces the stored request most similar to the newcomer
+// (MoE-Infinity App. B.1). Capacity 2: request 5 (layer 0 e0 e0) replaces request 1,
+// so a request routing e0 now matches request 5, which routed e0 with all its tokens.
+TEST(AdaptiveSimilarity, AFullCollectionReplacesTheMostSimilar) {
+  const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
+  AdaptiveOptions o = one_match("adaptive");
+  o.similarity_capacity = 2;
+  AdaptivePolicy p = with_two_stored(g, o, "adaptive");
+  p.begin_request(RequestInfo{5, {}, {}, {}});
+  p.begin_iteration(Phase::Prefill, 0);
+  LayerRouting r = routing(0, {0, 0});
+  r.requests = {5, 5};
+  p.routed(r);
+  p.end_request(5);
+  EXPECT_EQ(p.stored_requests(), 2u);
+  p.begin_request(RequestInfo{6, {}, {}, {}});
+  r = routing(0, {0});
+  r.requests = {6};
+  p.routed(r);
+  p.begin_iteration(Phase::Decode, 1);
+  EXPECT_NEAR(p.similarity_share({0, 0}), 1.0, 1e-6);
+  EXPECT_NEAR(p.similarity_share({1, 2}), 0.0, 1e-6) << "request 5 saw no layer-1 token";
+}
+
+// The collection and the similarity table are saved (state version 3); a version-2
+// state (before them) still loads, with both empty; a stored request that routes more
+// tokens than its layer saw is refused.
+TEST(AdaptiveSimilarity, StateKeepsTheCollectionAndVersionTwoStatesLoad) {
+  const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
+  AdaptivePolicy a = with_two_stored(g, one_match("adaptive"), "adaptive");
+  std::ostringstream saved;
+  a.save(saved);
+  AdaptivePolicy b(g, one_match("adaptive"));
+  std::istringstream in(saved.str());
+  b.load(in);
+  std::ostringstream again;
+  b.save(again);
+  EXPECT_EQ(again.str(), saved.str());
+  EXPECT_EQ(b.stored_requests(), 2u);
+  for (AdaptivePolicy* q : {&a, &b}) {
+    q->begin_request(RequestInfo{3, {}, {}, {}});
+    LayerRouting r = routing(0, {0});
+    r.requests = {3};
+    q->routed(r);
+    q->begin_iteration(Phase::Decode, 1);
+  }
+  for (int32_t e = 0; e < 4; ++e) EXPECT_EQ(a.similarity_share({1, e}), b.similarity_share({1, e}));
+  EXPECT_NEAR(b.similarity_share({1, 2}), 0.5, 1e-6);
+  // Version 3's tail: the similarity table, two stored EAMs, the trajectory table, no
+  // stored path (prefill steps leave none), the finished requests.
+  const size_t entry = 8 * 4 + 2 * 8, sim = 8 + 16 * AdaptivePolicy::kSimilarBuckets * AdaptivePolicy::kSimilarPriorBuckets;
+  const size_t traj = 8 + 16 * AdaptivePolicy::kMaxTrajectory * AdaptivePolicy::kSimilarBuckets * AdaptivePolicy::kSimilarPriorBuckets +
+                      8 + 8 + 8;
+  std::string v2 = saved.str();
+  v2[7] = '2';
+  v2.resize(v2.size() - sim - 8 - 2 * entry - traj);
+  AdaptivePolicy c(g, one_match("adaptive"));
+  std::istringstream old(v2);
+  c.load(old);
+  EXPECT_EQ(c.stored_requests(), 0u);
+  std::string bad = saved.str();
+  const size_t first_count = saved.str().size() - traj - 2 * entry;  // request 1, layer 0, expert 0: 3 tokens
+  bad[first_count] = 9;  // 9 of its 4 layer-0 tokens
+  std::istringstream impossible(bad);
+  EXPECT_THROW(AdaptivePolicy(g, one_match("adaptive")).load(impossible), InputError);
+  std::string cut = saved.str();
+  cut.resize(cut.size() - traj - 4);
+  std::istringstream truncated(cut);
+  EXPECT_THROW(AdaptivePolicy(g, one_match("adaptive")).load(truncated), InputError);
+}
+
+// Similar tokens: each decode token's path (expert per layer) is stored at the end of
+// its step. Three layers x 4 experts, top-1, two matches; requests 1 and 2 leave the
+// paths P0 = (0, 1, 2), P1 = (0, 1, 3) and P2 = (1, 2, 3). A token that routed e0 at
+// layer 0 shares a pair with P0 and P1: layer 1 e1 2/2, layer 2 e2 and e3 1/2 each.
+// Routing e2 at layer 1 next, every path shares one pair; among equals the newest
+// go first, P2 and P1: layer 2 e3 2/2. Two tokens in one step: the chance that either
+// routes it.
+LayerRouting step_routing(int32_t layer, std::vector<int32_t> experts, std::vector<int64_t> ids) {
+  LayerRouting r = routing(layer, std::move(experts));
+  r.requests = std::move(ids);
+  return r;
+}
+
+TEST(AdaptiveTrajectory, PredictsTheLayersAheadFromTheClosestPaths) {
+  const ExpertGeometry g = ExpertGeometry::uniform(3, 4, 1, 100);
+  AdaptiveOptions o = adaptive_options_from_name("adaptive-nosimilarity");
+  o.similarity_matches = 1;  // predictions once two requests have finished
+  o.trajectory_matches = 2;
+  AdaptivePolicy p(g, o, "t");
+  const std::vector<std::pair<int64_t, std::vector<int32_t>>> tokens = {{1, {0, 1, 2}}, {1, {0, 1, 3}}, {2, {1, 2, 3}}};
+  for (const auto& [id, path] : tokens) {
+    p.begin_request(RequestInfo{id, {}, {}, {}});
+    p.begin_iteration(Phase::Decode, 0);
+    for (int32_t l = 0; l < 3; ++l) p.routed(step_routing(l, {path[static_cast<size_t>(l)]}, {id}));
+    p.end_iteration();
+    if (id == 2 || path[2] == 3) p.end_request(id);
+  }
+  EXPECT_EQ(p.stored_paths(), 3u);
+  p.begin_request(RequestInfo{3, {}, {}, {}});
+  p.begin_iteration(Phase::Decode, 1);
+  EXPECT_EQ(p.trajectory_share({1, 1}), -1.0) << "nothing routed in this step yet";
+  EXPECT_EQ(p.step_probability({1, 1}), p.base_probability({1, 1}));
+  p.routed(step_routing(0, {0}, {3}));
+  int32_t h = 0;
+  EXPECT_NEAR(p.trajectory_share({1, 1}, &h), 1.0, 1e-6);
+  EXPECT_EQ(h, 1);
+  EXPECT_NEAR(p.trajectory_share({1, 2}), 0.0, 1e-6);
+  EXPECT_NEAR(p.trajectory_share({2, 2}, &h), 0.5, 1e-6);
+  EXPECT_EQ(h, 2);
+  EXPECT_NEAR(p.trajectory_share({2, 3}), 0.5, 1e-6);
+  EXPECT_EQ(p.step_probability({1, 1}), p.base_probability({1, 1})) << "an unseen cell: ratio 1";
+  p.routed(step_routing(1, {2}, {3}));
+  EXPECT_EQ(p.trajectory_share({1, 1}), -1.0) << "layer 1's prediction is spent";
+  EXPECT_NEAR(p.trajectory_share({2, 3}, &h), 1.0, 1e-6);
+  EXPECT_EQ(h, 1);
+  EXPECT_NEAR(p.trajectory_share({2, 2}), 0.0, 1e-6);
+  p.routed(step_routing(2, {3}, {3}));
+  p.end_iteration();
+  EXPECT_EQ(p.stored_paths(), 4u);
+  // Requests 3 and 4 in one step; request 3's last token left P3 = (0, 2, 3).
+  p.begin_request(RequestInfo{4, {}, {}, {}});
+  p.begin_iteration(Phase::Decode, 2);
+  p.routed(step_routing(0, {0, 1}, {3, 4}));
+  // Request 3's token (e0) matches P3 and P1, the two newest sharing e0: layer 1 e1
+  // 1/2, e2 1/2; layer 2 e3 2/2. Request 4's (e1) matches P2 alone: layer 1 e2, layer 2 e3.
+  EXPECT_NEAR(p.trajectory_share({1, 1}), 0.5, 1e-6);
+  EXPECT_NEAR(p.trajectory_share({1, 2}), 1.0, 1e-6);
+  EXPECT_NEAR(p.trajectory_share({2, 3}), 1.0, 1e-6);
+  EXPECT_NEAR(p.trajectory_share({2, 2}), 0.0, 1e-6);
+  // The paths, the ring's slot and the finished requests are saved with the rest.
+  std::ostringstream saved;
+  p.save(saved);
+  AdaptivePolicy q(g, o, "t");
+  std::istringstream in(saved.str());
+  q.load(in);
+  std::ostringstream again;
+  q.save(again);
+  EXPECT_EQ(again.str(), saved.str());
+  EXPECT_EQ(q.stored_paths(), 4u);
+  q.begin_iteration(Phase::Decode, 2);
+  q.routed(step_routing(0, {1}, {4}));
+  EXPECT_NEAR(q.trajectory_share({1, 2}), 1.0, 1e-6) << "the loaded paths predict";
+  std::string bad = saved.str();
+  bad[bad.size() - 8 - 4] = 9;  // the last path's layer-2 expert: 9 of 4
+  std::istringstream impossible(bad);
+  EXPECT_THROW(AdaptivePolicy(g, o, "t").load(impossible), InputError);
+  // A token that matches no path leaves the step without a prediction.
+  p.begin_iteration(Phase::Decode, 3);
+  p.routed(step_routing(0, {0, 3}, {3, 4}));
+  EXPECT_EQ(p.trajectory_share({1, 1}), -1.0);
+  // Until more requests than the EAM matches have finished, no prediction.
+  AdaptivePolicy young(g, o, "t");
+  young.begin_request(RequestInfo{1, {}, {}, {}});
+  young.begin_iteration(Phase::Decode, 0);
+  for (int32_t l = 0; l < 3; ++l) young.routed(step_routing(l, {0}, {1}));
+  young.end_iteration();
+  young.end_request(1);
+  young.begin_iteration(Phase::Decode, 1);
+  young.routed(step_routing(0, {0}, {2}));
+  EXPECT_EQ(young.stored_paths(), 1u);
+  EXPECT_EQ(young.trajectory_share({1, 0}), -1.0);
+  EXPECT_FALSE(adaptive_options_from_name("adaptive-notrajectory").trajectory);
+}
+
 }  // namespace
 }  // namespace moeflow
