@@ -121,13 +121,6 @@ void ForwardPass::run(const StepTokens& step, std::vector<float>& logits) {
   backend_.products(jobs_.data(), jobs_.size());
 }
 
-void ForwardPass::add_products(const MatrixRef& w, const float* x, int64_t n, int64_t n_single, float* y,
-                               std::vector<Product>& jobs) const {
-  if (n_single > 0) jobs.push_back({w.dtype, w.layout, w.data, w.rows, w.cols, x, n_single, y, true});
-  if (n > n_single)
-    jobs.push_back({w.dtype, w.layout, w.data, w.rows, w.cols, x + n_single * w.cols, n - n_single, y + n_single * w.rows});
-}
-
 void ForwardPass::attention_block(int64_t l, const StepTokens& step, std::vector<float>& x) {
   const ModelConfig& c = model_.config();
   const LayerWeights& L = model_.weights().layers[static_cast<size_t>(l)];
@@ -231,12 +224,6 @@ void ForwardPass::moe_block(int64_t l, const StepTokens& step, std::vector<float
   moe_forward(c, L, routing_, xn_.data(), proj_.data(), backend_, source_);
   for (int64_t i = 0; i < n * D; ++i) x[i] += proj_[i];
   if (L.shexp.gate.data) shared_expert(L, step, x);
-}
-
-void ForwardPass::add_bias(float* y, const std::vector<float>& b, int64_t n) {
-  const int64_t d = static_cast<int64_t>(b.size());
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t i = 0; i < d; ++i) y[t * d + i] += b[static_cast<size_t>(i)];
 }
 
 // The shared expert runs over every token of the step as one expert chosen by all of

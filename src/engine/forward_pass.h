@@ -17,6 +17,7 @@
 #include "engine/kv_block_pool.h"
 #include "engine/lookahead_routing.h"
 #include "engine/moe_layer.h"
+#include "engine/step_products.h"
 #include "engine/step_tokens.h"
 #include "backend/backend.h"
 #include "model/model_weights.h"
@@ -64,11 +65,6 @@ class ForwardPass {
   // dense FFN of the layers before the first MoE one.
   void mla_attention_block(int64_t layer, const StepTokens& step, std::vector<float>& x);
   void dense_ffn_block(int64_t layer, const StepTokens& step, std::vector<float>& x);
-  // y[t] += b for the n rows of y (b.size() floats each).
-  static void add_bias(float* y, const std::vector<float>& b, int64_t n);
-  // Y = W X over the step's rows, single tokens as mat-vecs (jobs appended).
-  void add_products(const MatrixRef& w, const float* x, int64_t n, int64_t n_single, float* y,
-                    std::vector<Product>& jobs) const;
 
   const Model& model_;
   Backend& backend_;

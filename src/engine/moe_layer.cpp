@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "engine/expert_groups.h"
+#include "engine/step_products.h"
 
 
 namespace moeflow {
@@ -30,16 +31,10 @@ void router_logits(const ModelConfig& c, const LayerWeights& L, const float* x, 
   xn.resize(static_cast<size_t>(n_tok * D));
   logits.resize(static_cast<size_t>(n_tok * E));
   backend.rmsnorm_rows(x, L.ffn_norm.data(), xn.data(), n_tok, D, c.rms_eps);
-  const MatrixRef& g = L.gate_inp;
   jobs.clear();
-  if (n_single > 0) jobs.push_back({g.dtype, g.layout, g.data, g.rows, g.cols, xn.data(), n_single, logits.data(), true});
-  if (n_tok > n_single)
-    jobs.push_back({g.dtype, g.layout, g.data, g.rows, g.cols, xn.data() + n_single * D, n_tok - n_single,
-                    logits.data() + n_single * E});
+  add_products(L.gate_inp, xn.data(), n_tok, n_single, logits.data(), jobs);
   backend.products(jobs.data(), jobs.size());
-  if (!L.gate_inp_b.empty())
-    for (int64_t t = 0; t < n_tok; ++t)
-      for (int64_t e = 0; e < E; ++e) logits[static_cast<size_t>(t * E + e)] += L.gate_inp_b[static_cast<size_t>(e)];
+  if (!L.gate_inp_b.empty()) add_bias(logits.data(), L.gate_inp_b, n_tok);
 }
 
 void route_tokens(const ModelConfig& c, const float* router_logits, int64_t n_tok, int64_t layer,
