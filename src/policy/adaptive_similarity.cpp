@@ -6,6 +6,7 @@
 
 #include "policy/adaptive.h"
 #include "policy/adaptive_detail.h"
+#include "policy/similar_collection.h"
 
 namespace moeflow {
 
@@ -208,17 +209,8 @@ double AdaptivePolicy::base_probability(const ExpertKey& key) const {
 void AdaptivePolicy::remember_request(const RequestCounts& c) {
   StoredEam e{std::vector<int32_t>(c.routed), std::vector<int64_t>(c.tokens), norm_of(c.routed)};
   if (e.norm <= 0) return;
-  if (store_.size() < opt_.similarity_capacity) {
-    store_.push_back(std::move(e));
-    return;
-  }
-  size_t best = 0;
-  double best_sim = -1;
-  for (size_t i = 0; i < store_.size(); ++i) {
-    const double s = cosine(e.routed, store_[i].routed, store_[i].norm);
-    if (s > best_sim) best_sim = s, best = i;
-  }
-  store_[best] = std::move(e);
+  insert_replacing_most_similar(store_, opt_.similarity_capacity, std::move(e),
+                                [](const StoredEam& s, const StoredEam& n) { return cosine(n.routed, s.routed, s.norm); });
 }
 
 }  // namespace moeflow

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "policy/similar_collection.h"
 
 namespace moeflow {
 
@@ -138,17 +139,7 @@ void MoeInfinityPolicy::end_request(int64_t id) {
 // App. B.1: when full, the entry most similar to the incoming one (shortest cosine
 // distance) is replaced, keeping the newest pattern and the collection's diversity.
 void MoeInfinityPolicy::insert(Entry e) {
-  if (eamc_.size() < opt_.capacity) {
-    eamc_.push_back(std::move(e));
-    return;
-  }
-  size_t best = 0;
-  double best_sim = -1;
-  for (size_t i = 0; i < eamc_.size(); ++i) {
-    const double s = entry_similarity(eamc_[i], e);
-    if (s > best_sim) best_sim = s, best = i;
-  }
-  eamc_[best] = std::move(e);
+  insert_replacing_most_similar(eamc_, opt_.capacity, std::move(e), entry_similarity);
 }
 
 // PredictEAM (§4.5, Fig. 5 steps 1-2): the running phase's partial rEAM (accumulated
