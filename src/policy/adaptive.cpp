@@ -316,22 +316,22 @@ void AdaptivePolicy::save(std::ostream& out) const {
   out.write(kMagic, sizeof kMagic);
   put<int32_t>(out, g_.n_layer);
   put<int32_t>(out, g_.n_expert);
-  put<uint64_t>(out, table_.size());
-  for (const Cell& c : table_) put(out, c.hits), put(out, c.n);
+  auto put_table = [&](const std::vector<Cell>& cells) {
+    put<uint64_t>(out, cells.size());
+    for (const Cell& c : cells) put(out, c.hits), put(out, c.n);
+  };
+  put_table(table_);
   put(out, hits_), put(out, n_), put(out, observations_);
   for (int64_t v : visits_) put(out, v);
   for (const ExpertState& e : experts_) put(out, e.last_visit), put(out, e.recent), put(out, e.routed);
-  put<uint64_t>(out, lookahead_table_.size());
-  for (const Cell& c : lookahead_table_) put(out, c.hits), put(out, c.n);
-  put<uint64_t>(out, similarity_table_.size());
-  for (const Cell& c : similarity_table_) put(out, c.hits), put(out, c.n);
+  put_table(lookahead_table_);
+  put_table(similarity_table_);
   put<uint64_t>(out, store_.size());
   for (const StoredEam& e : store_) {
     for (int32_t x : e.routed) put(out, x);
     for (int64_t t : e.tokens) put(out, t);
   }
-  put<uint64_t>(out, trajectory_table_.size());
-  for (const Cell& c : trajectory_table_) put(out, c.hits), put(out, c.n);
+  put_table(trajectory_table_);
   put<uint64_t>(out, paths_.size());
   put<uint64_t>(out, next_path_);
   for (const auto& path : paths_)
@@ -360,6 +360,23 @@ void AdaptivePolicy::load(std::istream& in) {
     if (!std::isfinite(x) || x < 0) throw InputError(what + ": bad " + field + " " + std::to_string(x));
     return x;
   };
+  // A correcting table (lookahead, similarity, trajectory): its size, which must match,
+  // then hits and n per cell. n counts observations (hits <= n) or, for the ratio
+  // tables, the hits p expected (`n_field` names it). `after`: bytes of the fields that
+  // follow, checked with the cells.
+  auto read_table = [&](std::vector<Cell>& cells, const std::string& name, const std::string& n_field,
+                        bool observations, uint64_t after) {
+    const uint64_t size = get<uint64_t>(in, what);
+    if (size != cells.size())
+      throw InputError(what + ": " + std::to_string(size) + " " + name + " cells, expected " + std::to_string(cells.size()));
+    binio::need(in, size * 16 + after, what);
+    const std::string hits_name = name + " cell hits", n_name = name + " cell " + n_field;
+    for (Cell& c : cells) {
+      c.hits = count(get<double>(in, what), hits_name.c_str());
+      c.n = count(get<double>(in, what), n_name.c_str());
+      if (observations && c.hits > c.n) throw InputError(what + ": a " + name + " cell with more hits than observations");
+    }
+  };
   std::vector<Cell> table(table_.size());
   for (Cell& c : table) {
     c.hits = count(get<double>(in, what), "cell hits");
@@ -383,28 +400,11 @@ void AdaptivePolicy::load(std::istream& in) {
       throw InputError(what + ": expert " + std::to_string(i) + " has counts its layer's visits cannot hold");
   }
   std::vector<Cell> lookahead(lookahead_table_.size());
-  if (version >= 2) {
-    const uint64_t n_la = get<uint64_t>(in, what);
-    if (n_la != lookahead.size())
-      throw InputError(what + ": " + std::to_string(n_la) + " lookahead cells, expected " + std::to_string(lookahead.size()));
-    binio::need(in, n_la * 16, what);
-    for (Cell& c : lookahead) {
-      c.hits = count(get<double>(in, what), "lookahead cell hits");
-      c.n = count(get<double>(in, what), "lookahead cell count");
-      if (c.hits > c.n) throw InputError(what + ": a lookahead cell with more hits than observations");
-    }
-  }
+  if (version >= 2) read_table(lookahead, "lookahead", "count", true, 0);
   std::vector<Cell> similarity(similarity_table_.size());
   std::vector<StoredEam> store;
   if (version >= 3) {
-    const uint64_t n_sim = get<uint64_t>(in, what);
-    if (n_sim != similarity.size())
-      throw InputError(what + ": " + std::to_string(n_sim) + " similarity cells, expected " + std::to_string(similarity.size()));
-    binio::need(in, n_sim * 16 + 8, what);
-    for (Cell& c : similarity) {
-      c.hits = count(get<double>(in, what), "similarity cell hits");
-      c.n = count(get<double>(in, what), "similarity cell expected hits");
-    }
+    read_table(similarity, "similarity", "expected hits", false, 8);
     const uint64_t n_store = get<uint64_t>(in, what);
     if (n_store > opt_.similarity_capacity)
       throw InputError(what + ": " + std::to_string(n_store) + " stored requests exceed the capacity " +
@@ -431,14 +431,7 @@ void AdaptivePolicy::load(std::istream& in) {
   uint64_t next_path = 0;
   int64_t finished = 0;
   if (version >= 3) {
-    const uint64_t n_traj = get<uint64_t>(in, what);
-    if (n_traj != trajectory.size())
-      throw InputError(what + ": " + std::to_string(n_traj) + " trajectory cells, expected " + std::to_string(trajectory.size()));
-    binio::need(in, n_traj * 16 + 16, what);
-    for (Cell& c : trajectory) {
-      c.hits = count(get<double>(in, what), "trajectory cell hits");
-      c.n = count(get<double>(in, what), "trajectory cell expected hits");
-    }
+    read_table(trajectory, "trajectory", "expected hits", false, 16);
     const uint64_t n_paths = get<uint64_t>(in, what);
     next_path = get<uint64_t>(in, what);
     if (n_paths > opt_.trajectory_capacity || (n_paths > 0 && next_path >= n_paths) || (n_paths == 0 && next_path != 0))
