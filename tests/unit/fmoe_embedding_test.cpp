@@ -27,6 +27,7 @@
 #include "policy/fmoe.h"
 #include "sim/simulator.h"
 #include "tensor/dtype.h"
+#include "greedy_run.h"
 #include "test_paths.h"
 
 namespace moeflow {
@@ -127,18 +128,10 @@ TEST(FmoeEmbeddingRecorder, RecordsTheMeanEmbeddingRowOfEachIteration) {
   for (const int64_t dim : {D, int64_t{4}}) {
     const std::string path = moeflow::testing::scratch_path("embrec") + ".jsonl";
     {
-      ThreadPool pool(1);
-      Transformer tf(*model, &pool, 64);
       TraceRecorder rec(path, "fixture");
       rec.set_embedding_dim(dim);
       rec.begin_request(0, "");
-      tf.set_request(0);
-      tf.add_listener(&rec);
-      GenerateOptions opt;
-      opt.n_predict = 3;
-      opt.stop_at_eog = false;
-      opt.sampler.temperature = 0;
-      generate(tf, {1, 2, 3, 4, 5}, opt, nullptr, nullptr);
+      moeflow::testing::generate_greedy(*model, rec, 0, {1, 2, 3, 4, 5}, 3);
     }
     const Trace t = load_trace(path);
     EXPECT_EQ(t.embedding_dim, dim);

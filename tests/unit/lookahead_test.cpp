@@ -24,6 +24,7 @@
 #include "policy/adaptive.h"
 #include "sim/simulator.h"
 #include "sim/trace_stats.h"
+#include "greedy_run.h"
 #include "test_paths.h"
 
 namespace moeflow {
@@ -114,18 +115,10 @@ void expect_lookahead_equals_later_choice(const SyntheticModelSpec& spec, int32_
   auto model = Model::load(path);
   const std::string out = moeflow::testing::scratch_path("still") + ".jsonl";
   {
-    ThreadPool pool(2);
-    Transformer tf(*model, &pool, 64);
     TraceRecorder rec(out, "still");
     rec.set_lookahead(3);
     rec.begin_request(0, "");
-    tf.set_request(0);
-    tf.add_listener(&rec);
-    GenerateOptions opt;
-    opt.n_predict = 6;
-    opt.stop_at_eog = false;
-    opt.sampler.temperature = 0;
-    generate(tf, {5, 17, 40, 99, 123, 7, 250}, opt, nullptr, nullptr);
+    moeflow::testing::generate_greedy(*model, rec, 0, {5, 17, 40, 99, 123, 7, 250}, 6, 2);
   }
   const Trace t = load_trace(out);
   EXPECT_EQ(t.lookahead_depth, 3);

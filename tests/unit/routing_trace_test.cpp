@@ -16,6 +16,7 @@
 #include "model/model_weights.h"
 #include "format/trace.h"
 #include "sim/trace_stats.h"
+#include "greedy_run.h"
 #include "test_paths.h"
 
 namespace moeflow {
@@ -34,17 +35,9 @@ TEST(RoutingTrace, RecorderWritesOneLinePerIterationAndLayerThatReadsBack) {
   auto model = Model::load(moeflow::testing::fixture_path("qwen3moe-f32.gguf"));
   const std::string path = moeflow::testing::scratch_path("rec") + ".jsonl";
   {
-    ThreadPool pool(1);
-    Transformer tf(*model, &pool, 64);
     TraceRecorder rec(path, "fixture");
     rec.begin_request(3, "code");
-    tf.set_request(3);
-    tf.add_listener(&rec);
-    GenerateOptions opt;
-    opt.n_predict = 4;
-    opt.stop_at_eog = false;
-    opt.sampler.temperature = 0;
-    generate(tf, {1, 2, 3, 4, 5}, opt, nullptr, nullptr);
+    moeflow::testing::generate_greedy(*model, rec, 3, {1, 2, 3, 4, 5}, 4);
     EXPECT_EQ(rec.lines_written(), 4 * model->config().n_layer);  // prefill + 3 decode steps
   }
   const Trace t = load_trace(path);
