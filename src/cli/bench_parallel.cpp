@@ -83,6 +83,7 @@ struct ParallelRun {
   double unique_share = 0;     // distinct experts per layer over selections
   double hit_rate = -1;        // offloaded: during the decode steps
   uint64_t bytes_read = 0;     // offloaded: expert bytes read from storage in those steps
+  ThreadPool::Stats sections;  // the pool's parallel sections in those steps
 };
 
 }  // namespace
@@ -167,6 +168,7 @@ int bench_parallel(const Args& a) {
         const ExpertCacheStats before = e->cache_stats();
         counter.on = true;
         counter.bytes = counter.macs = counter.selected = counter.unique = 0;
+        e->thread_pool().set_timing(true);
         const double t0 = now();
         for (int64_t g = 0; g < n_gen; ++g) {
           batch.clear();
@@ -175,6 +177,7 @@ int bench_parallel(const Args& a) {
           for (int64_t i = 0; i < n; ++i) next[i] = argmax(e->logits(static_cast<size_t>(i)), e->n_vocab());
         }
         const double dt = now() - t0;
+        e->thread_pool().set_timing(false);
         counter.on = false;
         const double triad_after = pol == "all" ? cpu::measure_triad_bandwidth_gbs(&e->thread_pool(), 64ull << 20) : 0;
         if (dt < run.seconds) {
@@ -182,6 +185,7 @@ int bench_parallel(const Args& a) {
           run.bytes = counter.bytes;
           run.macs = counter.macs;
           run.triad = std::max(triad_before, triad_after);
+          run.sections = e->thread_pool().stats();
           run.unique_share = static_cast<double>(counter.unique) / static_cast<double>(counter.selected);
           const ExpertCacheStats after = e->cache_stats();
           const uint64_t h = after.hits - before.hits, mi = after.misses - before.misses;
@@ -231,7 +235,11 @@ int bench_parallel(const Args& a) {
                           {"weight_bytes_per_step", static_cast<double>(r.bytes) / static_cast<double>(n_gen)},
                           {"distinct_expert_share", r.unique_share},
                           {"triad_bandwidth_gbs", resident(r.n).triad},
-                          {"gmacs_per_second", gmacs(r)}};
+                          {"gmacs_per_second", gmacs(r)},
+                          {"sections_per_step", static_cast<double>(r.sections.sections) / static_cast<double>(n_gen)},
+                          {"parallel_fraction", r.sections.section_seconds / r.seconds},
+                          {"start_delay_fraction", r.sections.start_seconds / r.seconds},
+                          {"uneven_finish_fraction", r.sections.uneven_seconds / r.seconds}};
       if (mac_peak > 0) k["fraction_of_mac_peak"] = gmacs(r) / mac_peak;
       if (tps1 > 0) k["tg_ratio_to_parallel_1"] = tps(r) / tps1;
       if (r.hit_rate >= 0) {
@@ -274,6 +282,15 @@ int bench_parallel(const Args& a) {
                 tps1 > 0 ? tps(r) / tps1 : 0.0, static_cast<double>(r.bytes) / static_cast<double>(n_gen) / 1048576.0,
                 100.0 * r.unique_share, bound(r), resident(r.n).triad, 100.0 * tps(r) / bound(r), mac, hit);
   }
+  // Where the decode steps' time went, as `bench` prints it for one sequence.
+  for (const ParallelRun& r : runs)
+    std::printf("%s, %lld sequences: %.1f parallel sections per step, %.1f%% of the time inside them (%.1f%% waiting "
+                "for the last part to start, %.1f%% with a thread done and waiting for the last to finish), %.1f%% "
+                "between them on one thread\n",
+                r.policy.c_str(), static_cast<long long>(r.n),
+                static_cast<double>(r.sections.sections) / static_cast<double>(n_gen),
+                100.0 * r.sections.section_seconds / r.seconds, 100.0 * r.sections.start_seconds / r.seconds,
+                100.0 * r.sections.uneven_seconds / r.seconds, 100.0 * (1.0 - r.sections.section_seconds / r.seconds));
   return 0;
 }
 

@@ -78,7 +78,8 @@ TEST(Cli, BenchKernelsJsonHasEveryTypeBesideTheTriad) {
 // bench reports each speed beside its bound, and where generation's time went (inside
 // the pool's parallel sections or between them); with a policy, one row per policy.
 // bench --parallel: N sequences decoding together, tokens/s summed, against the bytes
-// a step reads (dense weights once, the distinct experts its tokens select once each).
+// a step reads (dense weights once, the distinct experts its tokens select once each),
+// and where the steps' time went as for one sequence.
 TEST(Cli, BenchParallelJsonHasSummedSpeedsAndStepBounds) {
   const Result r = run("bench -m " + kModel + " -p 4 -n 3 -r 1 --threads 2 --json --parallel 1,4 --policy lru "
                        "--expert-budget 50%");
@@ -96,6 +97,16 @@ TEST(Cli, BenchParallelJsonHasSummedSpeedsAndStepBounds) {
     const double share = run["distinct_expert_share"].get<double>();
     EXPECT_GT(share, 0.0);
     EXPECT_LE(share, 1.0);
+    // Where the steps' time went: shares of the decode time, the waits inside the
+    // parallel sections part of the time inside them.
+    const double inside = run["parallel_fraction"].get<double>();
+    EXPECT_GE(run["sections_per_step"].get<double>(), 0.0);
+    EXPECT_GE(inside, 0.0);
+    EXPECT_LE(inside, 1.0);
+    for (const char* f : {"start_delay_fraction", "uneven_finish_fraction"}) {
+      EXPECT_GE(run[f].get<double>(), 0.0) << f;
+      EXPECT_LE(run[f].get<double>(), inside + 1e-12) << f;
+    }
     if (run["policy"] == "all") (n == 1 ? bytes1 : bytes4) = run["weight_bytes_per_step"].get<double>();
     if (run["policy"] == "lru") {
       EXPECT_TRUE(run.contains("hit_rate"));
