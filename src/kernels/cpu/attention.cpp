@@ -130,10 +130,62 @@ HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const Paged<T>& k, int6
   });
 }
 
+// The scores of the positions [first, n_keys) a vector's lanes at a time: per head,
+// one accumulator per position of the run (each row's products lane-wise), then a
+// tree of even/odd concatenations and adds leaves lane i holding position i's sum. A
+// horizontal sum per position and head (ScoresHeads) costs several shuffles, more than
+// the dot product itself at a head of 64. Returns the first position not done (the
+// rest of a run shorter than a vector's lanes; all of them where the vector's size is
+// not fixed at compile time).
+template <class T>
+HWY_INLINE int64_t ScoresRuns(int hg, const float* HWY_RESTRICT q, const Paged<T>& k, int64_t first, int64_t n_keys,
+                              int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {
+#if HWY_TARGET == HWY_SCALAR
+  return first;
+#else
+  const DF df;
+  constexpr size_t kN = hn::MaxLanes(DF());
+  if constexpr (kN < 4 || kN > 16 || (kN & (kN - 1)) != 0) {
+    return first;
+  } else {
+    const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+    if (N != static_cast<int64_t>(kN) || hd % N != 0) return first;
+    const VF vscale = hn::Set(df, scale);
+    int64_t p0 = first;
+    for (; p0 + N <= n_keys; p0 += N) {
+      const T* rows[kN];
+      for (size_t i = 0; i < kN; ++i) {
+        const int64_t p = p0 + static_cast<int64_t>(i);
+        rows[i] = k.block(p / k.len) + (p % k.len) * hd;
+      }
+      for (int h = 0; h < hg; ++h) {
+        const float* qh = q + h * hd;
+        VF acc[kN];
+        for (size_t i = 0; i < kN; ++i) acc[i] = hn::Mul(hn::LoadU(df, qh), LoadKV(df, rows[i]));
+        for (int64_t d = N; d < hd; d += N) {
+          const VF qd = hn::LoadU(df, qh + d);
+          for (size_t i = 0; i < kN; ++i) acc[i] = hn::MulAdd(qd, LoadKV(df, rows[i] + d), acc[i]);
+        }
+        for (size_t n = kN; n > 1; n /= 2)
+          for (size_t j = 0; j < n / 2; ++j)
+            acc[j] = hn::Add(hn::ConcatEven(df, acc[2 * j + 1], acc[2 * j]), hn::ConcatOdd(df, acc[2 * j + 1], acc[2 * j]));
+        hn::StoreU(hn::Mul(acc[0], vscale), df, scores + h * ss + (p0 - first));
+      }
+    }
+    return p0;
+  }
+#endif
+}
+
 template <class T>
 void ScoresT(int hg, const float* HWY_RESTRICT q, const Paged<T>& k, int64_t first, int64_t n_keys, int64_t hd,
              float scale, float* HWY_RESTRICT scores, int64_t ss) {
   static_assert(kHeads == 4, "one case per chunk size");
+  const int64_t done = ScoresRuns(hg, q, k, first, n_keys, hd, scale, scores, ss);
+  if (done == n_keys) return;
+  // The rest one position at a time, into the same rows.
+  scores += done - first;
+  first = done;
   switch (hg) {
     case 1: return ScoresHeads<1>(q, k, first, n_keys, hd, scale, scores, ss);
     case 2: return ScoresHeads<2>(q, k, first, n_keys, hd, scale, scores, ss);
@@ -184,11 +236,36 @@ void Softmax(float* HWY_RESTRICT x, int64_t n, float sink) {
   for (; i < n; ++i) x[i] *= hn::GetLane(inv);
 }
 
-// o[h * hd + d] = sum_p w[h * ws + p - first] * v_p[d] for the HG heads, p in
-// [first, n_keys).
-// Output slices (HG x S vectors, at most 24 registers) stay in registers while every
-// key is visited, across blocks, so the sum runs in position order whatever the
-// blocks; each V vector loaded feeds all HG heads.
+// o[h * hd + d0 + j * N] (j < NV) = sum_p w[h * ws + p - first] * v_p[d0 + j * N] for
+// the HG heads, p in [first, n_keys): a slice of NV vectors of each head, its HG x NV
+// sums in registers while every key is visited, across blocks, so the sum runs in
+// position order whatever the blocks; each V vector loaded feeds all HG heads. NV is a
+// compile-time count: with a run-time one the accumulators lived on the stack, a load
+// and a store around every multiply-add.
+template <int HG, int NV, class T>
+HWY_INLINE void WeightedSlice(const float* HWY_RESTRICT w, int64_t ws, const Paged<T>& v, int64_t first,
+                              int64_t n_keys, int64_t hd, int64_t d0, float* HWY_RESTRICT o) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  VF acc[HG][NV];
+  for (int h = 0; h < HG; ++h)
+    for (int j = 0; j < NV; ++j) acc[h][j] = hn::Zero(df);
+  ForEachRow(v, first, n_keys, hd, [&](int64_t p, const T* HWY_RESTRICT row, const T* ahead) {
+    const T* vp = row + d0;
+    if (ahead) PrefetchRow(ahead + d0, NV * N);
+    VF wp[HG];
+    for (int h = 0; h < HG; ++h) wp[h] = hn::Set(df, w[h * ws + p]);
+    for (int j = 0; j < NV; ++j) {
+      const VF vj = LoadKV(df, vp + j * N);
+      for (int h = 0; h < HG; ++h) acc[h][j] = hn::MulAdd(wp[h], vj, acc[h][j]);
+    }
+  });
+  for (int h = 0; h < HG; ++h)
+    for (int j = 0; j < NV; ++j) hn::StoreU(acc[h][j], df, o + h * hd + d0 + j * N);
+}
+
+// All of each head: slices of up to S vectors (HG x S at most 24 registers), the last
+// one as wide as what is left; the tail that is not whole vectors one element at a time.
 template <int HG, class T>
 HWY_INLINE void WeightedHeads(const float* HWY_RESTRICT w, int64_t ws, const Paged<T>& v, int64_t first,
                               int64_t n_keys, int64_t hd, float* HWY_RESTRICT o) {
@@ -196,23 +273,25 @@ HWY_INLINE void WeightedHeads(const float* HWY_RESTRICT w, int64_t ws, const Pag
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   constexpr int64_t S = HG == 1 ? 8 : 24 / HG;
   const int64_t hv = hd / N * N;
-  for (int64_t d0 = 0; d0 < hv; d0 += S * N) {
+  for (int64_t d0 = 0; d0 < hv;) {
     const int64_t nv = std::min<int64_t>(S, (hv - d0) / N);
-    VF acc[HG][S];
-    for (int h = 0; h < HG; ++h)
-      for (int64_t j = 0; j < S; ++j) acc[h][j] = hn::Zero(df);
-    ForEachRow(v, first, n_keys, hd, [&](int64_t p, const T* HWY_RESTRICT row, const T* ahead) {
-      const T* vp = row + d0;
-      if (ahead) PrefetchRow(ahead + d0, nv * N);
-      VF wp[HG];
-      for (int h = 0; h < HG; ++h) wp[h] = hn::Set(df, w[h * ws + p]);
-      for (int64_t j = 0; j < nv; ++j) {
-        const VF vj = LoadKV(df, vp + j * N);
-        for (int h = 0; h < HG; ++h) acc[h][j] = hn::MulAdd(wp[h], vj, acc[h][j]);
-      }
-    });
-    for (int h = 0; h < HG; ++h)
-      for (int64_t j = 0; j < nv; ++j) hn::StoreU(acc[h][j], df, o + h * hd + d0 + j * N);
+    // Widths 8, 6 (S for four heads), 4, 2 and 1 cover every count up to S.
+    if (nv >= 8 && S >= 8) {
+      WeightedSlice<HG, (S >= 8 ? 8 : 1)>(w, ws, v, first, n_keys, hd, d0, o);
+      d0 += 8 * N;
+    } else if (nv >= 6 && S >= 6) {
+      WeightedSlice<HG, (S >= 6 ? 6 : 1)>(w, ws, v, first, n_keys, hd, d0, o);
+      d0 += 6 * N;
+    } else if (nv >= 4) {
+      WeightedSlice<HG, 4>(w, ws, v, first, n_keys, hd, d0, o);
+      d0 += 4 * N;
+    } else if (nv >= 2) {
+      WeightedSlice<HG, 2>(w, ws, v, first, n_keys, hd, d0, o);
+      d0 += 2 * N;
+    } else {
+      WeightedSlice<HG, 1>(w, ws, v, first, n_keys, hd, d0, o);
+      d0 += N;
+    }
   }
   if (hv == hd) return;
   float s[kHeads][8];  // the tail of a head that is not whole vectors (< N <= 16 elements)
