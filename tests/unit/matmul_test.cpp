@@ -492,6 +492,54 @@ TEST(Matmul, PerTokenJobsMatchSeparateMatvecsBitForBit) {
   }
 }
 
+// Two matrices' per-token jobs on the same tokens (an expert's gate and up in a
+// batched decode step), which matvec_batch reads as a pair of interleaved matrices:
+// each token gets each matrix's lone mat-vec floats, on int16 and int8 activations,
+// 2 to 9 tokens, 1 to 3 threads; and a second matrix on other tokens is no pair.
+TEST(Matmul, PairedPerTokenJobsMatchSeparateMatvecsBitForBit) {
+  if (!q4_vnni_enabled()) GTEST_SKIP() << "interleaved rows need AVX-512 VNNI";
+  std::mt19937 rng(51);
+  for (DType t : {DType::Q4_0, DType::Q8_0}) {
+    const int64_t rows = 264, cols = 768;
+    std::vector<uint8_t> wx[2];
+    for (auto& w : wx) {
+      const Weights raw = make_weights(t, rows, cols, rng);
+      w.resize(raw.bytes.size());
+      rows_x4_repack(t, raw.bytes.data(), rows, cols, w.data());
+    }
+    for (bool int8 : {false, true})
+      for (int64_t n : {2, 3, 4, 5, 9}) {
+        const std::vector<float> X = random_vec(static_cast<size_t>(n * cols), rng);
+        const std::vector<float> X2 = random_vec(static_cast<size_t>(n * cols), rng);
+        for (bool same_tokens : {true, false}) {
+          const float* x1 = same_tokens ? X.data() : X2.data();
+          std::vector<float> alone[2];
+          for (int m = 0; m < 2; ++m) {
+            alone[m].resize(static_cast<size_t>(n * rows));
+            for (int64_t k = 0; k < n; ++k) {
+              const MatvecJob one{t, RowLayout::rows_x4, wx[m].data(), rows, cols, (m ? x1 : X.data()) + k * cols,
+                                  alone[m].data() + k * rows, int8};
+              matvec_batch(&one, 1, nullptr);
+            }
+          }
+          for (int threads : {1, 2, 3}) {
+            ThreadPool pool(threads);
+            std::vector<float> got[2] = {std::vector<float>(alone[0].size(), NAN),
+                                         std::vector<float>(alone[1].size(), NAN)};
+            const MatmulJob jobs[2] = {
+                {t, RowLayout::rows_x4, wx[0].data(), rows, cols, X.data(), n, got[0].data(), true, int8},
+                {t, RowLayout::rows_x4, wx[1].data(), rows, cols, x1, n, got[1].data(), true, int8}};
+            matmul_batch(jobs, 2, &pool);
+            for (int m = 0; m < 2; ++m)
+              EXPECT_EQ(got[m], alone[m]) << dtype_name(t) << (int8 ? " int8" : " int16") << ", matrix " << m << ", "
+                                          << n << " tokens, " << threads << " threads"
+                                          << (same_tokens ? "" : ", other tokens");
+          }
+        }
+      }
+  }
+}
+
 // Interleaved rows on int8 activations (MatvecJob::x_int8, `--activations int8`):
 // the products equal the float64 product of the weights with the activation as the
 // packing rounds it (rows_x4_x8_values) to float rounding, since the integer sums are

@@ -838,12 +838,17 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
   // Consecutive jobs on the same matrix (several tokens' mat-vecs: a batched decode
   // step) are one item whose rows are visited a few KiB at a time, every token's
   // activation in turn, so the matrix is read from memory once for all of them and
-  // each token still gets the single mat-vec's floats.
+  // each token still gets the single mat-vec's floats. Two such runs of interleaved
+  // rows on the same tokens' packed activations (an expert's gate and up) are one item
+  // too, read together (rows_x4_quads_tokens_pair): two memory streams per core, as
+  // for the lone mat-vecs below.
   constexpr size_t kStreams = 2;
   struct Item {
-    size_t a, n;       // jobs a .. a+n-1
+    size_t a, n;       // jobs a .. a+n-1 (a pair: a .. a+2n-1)
     bool shared;       // the n jobs read one matrix
+    bool pair = false; // and the next n read another on the same activations
   };
+  auto packed_x4 = [in](size_t j, bool int8) { return in[j].rx4 != nullptr && in[j].rx4_int8 == int8; };
   thread_local std::vector<Item> item_buf;
   item_buf.clear();
   for (size_t j = 0; j < n_jobs;) {
@@ -852,8 +857,16 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
     auto same_shape = [&](const MatvecJob& o) { return o.dtype == p.dtype && o.rows == p.rows && o.cols == p.cols; };
     while (j + n < n_jobs && jobs[j + n].W == p.W && same_shape(jobs[j + n])) ++n;
     if (n > 1) {
-      item_buf.push_back({j, n, true});
-      j += n;
+      const bool int8 = in[j].rx4_int8;
+      bool pair = p.layout == RowLayout::rows_x4 && j + 2 * n <= n_jobs && jobs[j + n].W != p.W &&
+                  rows_x4_pair_pays(p.dtype, int8, static_cast<int>(n));
+      for (size_t k = 0; pair && k < n; ++k) {
+        const MatvecJob& o = jobs[j + n + k];
+        pair = o.W == jobs[j + n].W && o.layout == p.layout && same_shape(o) && o.x == jobs[j + k].x &&
+               packed_x4(j + k, int8) && packed_x4(j + n + k, int8);
+      }
+      item_buf.push_back({j, n, true, pair});
+      j += pair ? 2 * n : n;
       continue;
     }
     if (p.layout == RowLayout::rows_x4 && in[j].rx4)
@@ -875,6 +888,26 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
       const int64_t rb = static_cast<int64_t>(row_bytes(a.dtype, a.cols));
       const int64_t piece = std::max<int64_t>(kGroup, (16384 / std::max<int64_t>(rb, 1)) / kGroup * kGroup);
       const auto* W = static_cast<const uint8_t*>(a.W);
+      if (it.pair) {
+        thread_local std::vector<const uint8_t*> xs;
+        thread_local std::vector<float*> outs[2];
+        xs.resize(it.n);
+        for (size_t k = 0; k < it.n; ++k) xs[k] = in[it.a + k].rx4;
+        const uint8_t* Ws[2] = {W, static_cast<const uint8_t*>(jobs[it.a + it.n].W)};
+        const size_t qb = rows_x4_quad_bytes(a.dtype, a.cols), end = qb * static_cast<size_t>(a.rows / kRowsX4);
+        for (int64_t s0 = r0; s0 < r1; s0 += piece) {
+          const int64_t s1 = std::min(r1, s0 + piece);
+          const size_t at = qb * static_cast<size_t>(s0 / kRowsX4);
+          for (int h = 0; h < 2; ++h) {
+            outs[h].resize(it.n);
+            for (size_t k = 0; k < it.n; ++k) outs[h][k] = jobs[it.a + h * it.n + k].y + s0;
+          }
+          const RowsX4TokensPair m{{Ws[0] + at, Ws[1] + at}, {outs[0].data(), outs[1].data()}, {Ws[0] + end, Ws[1] + end}};
+          rows_x4_quads_tokens_pair(a.dtype, in[it.a].rx4_int8, m, (s1 - s0) / kRowsX4, a.cols, xs.data(),
+                                    static_cast<int>(it.n));
+        }
+        return;
+      }
       // Interleaved rows whose activations are all packed for the VNNI kernel take it
       // once per piece for all the tokens (each quad's weights loaded once per four).
       const bool int8 = in[it.a].rx4_int8;
@@ -935,7 +968,8 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
     // as much on int8 activations.
     const size_t n = items[i].n;
     const size_t width = in[items[i].a].rx4_int8 ? 8 : 4;
-    return RowWork{a.rows, row_bytes(a.dtype, a.cols) * (items[i].shared ? 1 + (n + width - 1) / width : n)};
+    const size_t matrices = items[i].pair ? 2 : 1;
+    return RowWork{a.rows, matrices * row_bytes(a.dtype, a.cols) * (items[i].shared ? 1 + (n + width - 1) / width : n)};
   };
   // Measured (2 threads, 330M q8_0, medians of 5-6 alternating runs): own chunks of
   // 8 groups ran ~10% slower than no stealing (the software prefetch and the stream

@@ -17,6 +17,13 @@
 
 namespace moeflow::cpu {
 
+bool rows_x4_pair_pays(DType t, bool x_int8, int n_tok) {
+  // int16: q4_0's kernel tiles two quads at any count of tokens; q8_0's takes one quad
+  // by up to four tokens (its tiles of two need twice the weight registers).
+  if (!x_int8) return t == DType::Q4_0 && n_tok > 1;
+  return n_tok > (t == DType::Q8_0 ? 4 : 2);
+}
+
 #ifdef MOEFLOW_HAVE_VNNI_KERNEL
 namespace {
 
@@ -527,7 +534,7 @@ MOEFLOW_VNNI_ATTR void quads8_tokens(const uint8_t* W, int64_t n_quads, int64_t 
   // Pairs of quads where the arithmetic binds; one quad at a time for a few tokens,
   // where the memory stream does (one core streaming a 37 MB matrix: q8_0 four tokens
   // 26 -> 44 GB/s as single quads, sixteen 12 -> 9; q4_0 two tokens 44 -> 48, four 36 -> 32).
-  const int pair = n_tok > (T == DType::Q8_0 ? 4 : 2) ? 2 : 1;
+  const int pair = rows_x4_pair_pays(T, true, n_tok) ? 2 : 1;
   for (int64_t i = 0; i < n_quads; i += pair) {
     const int nq = n_quads - i >= pair ? pair : 1;
     const uint8_t* q[2] = {W + static_cast<size_t>(i) * qb, W + static_cast<size_t>(i + 1) * qb};
@@ -547,6 +554,41 @@ MOEFLOW_VNNI_ATTR void quads8_tokens(const uint8_t* W, int64_t n_quads, int64_t 
         tile8_n<T, 2>(nt, q, groups, x, o, pf);
       } else {
         tile8_n<T, 1>(nt, q, groups, x, o, pf);
+      }
+    }
+  }
+}
+
+// Two matrices of one type and shape on the same tokens (rows_x4_quads_tokens_pair):
+// quad i of each as one tile of two quads, so a core streams from two places at once
+// and each broadcast of a token's activation feeds both. int16 activations take
+// tile16's two-by-two tiles, int8 ones tile8's two-by-four.
+template <DType T, bool kInt8>
+MOEFLOW_VNNI_ATTR void quads_tokens_pair(const RowsX4TokensPair& m, int64_t n_quads, int64_t cols,
+                                         const uint8_t* const* xs, int n_tok) {
+  constexpr int kTokens = kInt8 ? 4 : 2;
+  const int64_t groups = cols / kRowsX4GroupCols;
+  const size_t qb = static_cast<size_t>(groups * kQuadStep<T>);
+  const int64_t distance = kInt8 ? tokens_prefetch_quads(qb) : kRowsX4PrefetchQuads;
+  for (int64_t i = 0; i < n_quads; ++i) {
+    const uint8_t* q[2] = {m.W[0] + static_cast<size_t>(i) * qb, m.W[1] + static_cast<size_t>(i) * qb};
+    for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
+      const int nt = std::min(kTokens, n_tok - t0);
+      // The first pass over the quads prefetches at the pace it reads; the others
+      // read them from cache.
+      const uint8_t* pf[2] = {t0 == 0 ? prefetch_of(m.W[0], i, qb, m.pf_end[0], distance) : nullptr,
+                              t0 == 0 ? prefetch_of(m.W[1], i, qb, m.pf_end[1], distance) : nullptr};
+      float* o[2 * kTokens];
+      for (int j = 0; j < 2; ++j)
+        for (int t = 0; t < nt; ++t) o[j * nt + t] = m.outs[j][t0 + t] + 4 * i;
+      if constexpr (kInt8) {
+        const PackedX8* x[kTokens];
+        for (int t = 0; t < nt; ++t) x[t] = reinterpret_cast<const PackedX8*>(xs[t0 + t]);
+        tile8_n<T, 2>(nt, q, groups, x, o, pf);
+      } else {
+        const PackedX4* x[kTokens];
+        for (int t = 0; t < nt; ++t) x[t] = reinterpret_cast<const PackedX4*>(xs[t0 + t]);
+        if (nt == 2) tile16<T, 2, 2>(q, groups, x, o, pf); else tile16<T, 2, 1>(q, groups, x, o, pf);
       }
     }
   }
@@ -723,6 +765,16 @@ void rows_x4_quads8_tokens(DType t, const uint8_t* W, int64_t n_quads, int64_t c
   by_type(t, "rows_x4_quads8_tokens",
           [&](auto T) { quads8_tokens<decltype(T)::value>(W, n_quads, cols, xs, n_tok, outs, pf_end); });
 }
+void rows_x4_quads_tokens_pair(DType t, bool x_int8, const RowsX4TokensPair& m, int64_t n_quads, int64_t cols,
+                               const uint8_t* const* xs, int n_tok) {
+  by_type(t, "rows_x4_quads_tokens_pair", [&](auto T) {
+    if (x_int8) {
+      quads_tokens_pair<decltype(T)::value, true>(m, n_quads, cols, xs, n_tok);
+    } else {
+      quads_tokens_pair<decltype(T)::value, false>(m, n_quads, cols, xs, n_tok);
+    }
+  });
+}
 
 #else  // no such kernels here: q4_vnni_enabled() is false, so nothing is repacked
 
@@ -747,6 +799,9 @@ void rows_x4_quads8_multi(DType, const RowsX4Stream*, int, int64_t, int64_t) {
 void rows_x4_quads8_tokens(DType, const uint8_t*, int64_t, int64_t, const uint8_t* const*, int, float* const*,
                            const uint8_t*) {
   throw std::logic_error("moeflow: rows_x4_quads8_tokens without AVX-512 VNNI");
+}
+void rows_x4_quads_tokens_pair(DType, bool, const RowsX4TokensPair&, int64_t, int64_t, const uint8_t* const*, int) {
+  throw std::logic_error("moeflow: rows_x4_quads_tokens_pair without AVX-512 VNNI");
 }
 
 #endif

@@ -59,6 +59,25 @@ void rows_x4_quads_multi(DType t, const RowsX4Stream* s, int n, int64_t n_quads,
 void rows_x4_quads_tokens(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* const* xs,
                           int n_tok, float* const* outs, const uint8_t* pf_end);
 
+// Two matrices of one type and shape against the same n_tok packed activations (an
+// expert's gate and up in a batched decode step): quad i of each read as one tile, so
+// a core has two memory streams in flight and each activation broadcast serves both.
+// Matrix j: its first quad W[j], token t's output outs[j][t], prefetch limit pf_end[j].
+// x_int8: the activations are rows_x4_pack_x8's (else rows_x4_pack_x's). Token t gets
+// the floats rows_x4_quads(8)_tokens gives it for each matrix alone.
+struct RowsX4TokensPair {
+  const uint8_t* W[2];
+  float* const* outs[2];
+  const uint8_t* pf_end[2];
+};
+void rows_x4_quads_tokens_pair(DType t, bool x_int8, const RowsX4TokensPair& m, int64_t n_quads, int64_t cols,
+                               const uint8_t* const* xs, int n_tok);
+// Whether two matrices on n_tok tokens are read faster as a pair than one after the
+// other: where the single matrix's kernel already tiles two quads (the arithmetic
+// binds), not for a few tokens of int8 activations (the memory stream binds, and one
+// quad at a time streamed faster).
+bool rows_x4_pair_pays(DType t, bool x_int8, int n_tok);
+
 // The same products on an activation quantised to int8 per 32-element block (d =
 // max|x| / 127, as llama.cpp's q8_0 activations are; `--activations int8`): one
 // `vpdpbusd` per 64 weight bytes and token instead of two, and half the broadcasts, for
