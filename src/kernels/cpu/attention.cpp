@@ -153,18 +153,25 @@ HWY_INLINE int64_t ScoresRuns(int hg, const float* HWY_RESTRICT q, const Paged<T
     const VF vscale = hn::Set(df, scale);
     int64_t p0 = first;
     for (; p0 + N <= n_keys; p0 += N) {
+      // A run inside one block (the usual case: runs start at multiples of N from 0 and
+      // blocks hold a multiple of N positions) reads its rows hd apart from one pointer;
+      // sixteen separate pointers crowded the general registers.
+      const bool one_block = p0 % k.len + N <= k.len;
+      const T* base = k.block(p0 / k.len) + (p0 % k.len) * hd;
       const T* rows[kN];
-      for (size_t i = 0; i < kN; ++i) {
-        const int64_t p = p0 + static_cast<int64_t>(i);
-        rows[i] = k.block(p / k.len) + (p % k.len) * hd;
-      }
+      if (!one_block)
+        for (size_t i = 0; i < kN; ++i) {
+          const int64_t p = p0 + static_cast<int64_t>(i);
+          rows[i] = k.block(p / k.len) + (p % k.len) * hd;
+        }
+      auto row = [&](size_t i) { return one_block ? base + static_cast<int64_t>(i) * hd : rows[i]; };
       for (int h = 0; h < hg; ++h) {
         const float* qh = q + h * hd;
         VF acc[kN];
-        for (size_t i = 0; i < kN; ++i) acc[i] = hn::Mul(hn::LoadU(df, qh), LoadKV(df, rows[i]));
+        for (size_t i = 0; i < kN; ++i) acc[i] = hn::Mul(hn::LoadU(df, qh), LoadKV(df, row(i)));
         for (int64_t d = N; d < hd; d += N) {
           const VF qd = hn::LoadU(df, qh + d);
-          for (size_t i = 0; i < kN; ++i) acc[i] = hn::MulAdd(qd, LoadKV(df, rows[i] + d), acc[i]);
+          for (size_t i = 0; i < kN; ++i) acc[i] = hn::MulAdd(qd, LoadKV(df, row(i) + d), acc[i]);
         }
         for (size_t n = kN; n > 1; n /= 2)
           for (size_t j = 0; j < n / 2; ++j)
