@@ -507,7 +507,7 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
     for (int t = 0; t < NT; ++t) store_rows(acc[j][t], out[j * NT + t]);
 }
 
-// tile8 for a run-time number of tokens, nt in [1, 4].
+// tile8 for a run-time number of tokens, nt in [1, 5].
 template <DType T, int NQ>
 MOEFLOW_VNNI_ATTR inline void tile8_n(int nt, const uint8_t* const* q, int64_t groups, const PackedX8* const* x,
                                       float* const* out, const uint8_t* const* pf) {
@@ -515,9 +515,17 @@ MOEFLOW_VNNI_ATTR inline void tile8_n(int nt, const uint8_t* const* q, int64_t g
     case 1: tile8<T, NQ, 1>(q, groups, x, out, pf); break;
     case 2: tile8<T, NQ, 2>(q, groups, x, out, pf); break;
     case 3: tile8<T, NQ, 3>(q, groups, x, out, pf); break;
-    default: tile8<T, NQ, 4>(q, groups, x, out, pf); break;
+    case 4: tile8<T, NQ, 4>(q, groups, x, out, pf); break;
+    default: tile8<T, NQ, 5>(q, groups, x, out, pf); break;
   }
 }
+
+// Tokens in the next int8 pass over a tile's quads when `left` remain: four, but five
+// where four would leave one (5, 9, 13, ...): a pass of one token unpacks the quads'
+// weights again for a quarter of the products, ~0.6 of a four-token pass, and a tile of
+// five still fits the registers (10 integer and 10 float accumulators).
+constexpr int kMaxTokensPass8 = 5;
+inline int tokens_in_pass8(int left) { return left % 4 == 1 && left > 4 ? 5 : std::min(4, left); }
 
 // Where the int8 tiles prefetch: ~16 KiB on (at least two quads), not two quads. Their
 // quads take half the time, so two quads on left the reads too little lead (330M q4_0,
@@ -528,7 +536,7 @@ inline int64_t tokens_prefetch_quads(size_t qb) { return std::max<int64_t>(2, st
 template <DType T>
 MOEFLOW_VNNI_ATTR void quads8_tokens(const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* const* xs,
                                      int n_tok, float* const* outs, const uint8_t* pf_end) {
-  constexpr int kTokens = 4;
+  constexpr int kTokens = kMaxTokensPass8;
   const int64_t groups = cols / kRowsX4GroupCols;
   const size_t qb = static_cast<size_t>(groups * kQuadStep<T>);
   // Pairs of quads where the arithmetic binds; one quad at a time for a few tokens,
@@ -538,8 +546,8 @@ MOEFLOW_VNNI_ATTR void quads8_tokens(const uint8_t* W, int64_t n_quads, int64_t 
   for (int64_t i = 0; i < n_quads; i += pair) {
     const int nq = n_quads - i >= pair ? pair : 1;
     const uint8_t* q[2] = {W + static_cast<size_t>(i) * qb, W + static_cast<size_t>(i + 1) * qb};
-    for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
-      const int nt = std::min(kTokens, n_tok - t0);
+    for (int t0 = 0, nt = 0; t0 < n_tok; t0 += nt) {
+      nt = tokens_in_pass8(n_tok - t0);
       const PackedX8* x[kTokens];
       float* o[2 * kTokens];
       // The first pass over the quads prefetches as quads_tokens does; the others read
@@ -566,14 +574,14 @@ MOEFLOW_VNNI_ATTR void quads8_tokens(const uint8_t* W, int64_t n_quads, int64_t 
 template <DType T, bool kInt8>
 MOEFLOW_VNNI_ATTR void quads_tokens_pair(const RowsX4TokensPair& m, int64_t n_quads, int64_t cols,
                                          const uint8_t* const* xs, int n_tok) {
-  constexpr int kTokens = kInt8 ? 4 : 2;
+  constexpr int kTokens = kInt8 ? kMaxTokensPass8 : 2;
   const int64_t groups = cols / kRowsX4GroupCols;
   const size_t qb = static_cast<size_t>(groups * kQuadStep<T>);
   const int64_t distance = kInt8 ? tokens_prefetch_quads(qb) : kRowsX4PrefetchQuads;
   for (int64_t i = 0; i < n_quads; ++i) {
     const uint8_t* q[2] = {m.W[0] + static_cast<size_t>(i) * qb, m.W[1] + static_cast<size_t>(i) * qb};
-    for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
-      const int nt = std::min(kTokens, n_tok - t0);
+    for (int t0 = 0, nt = 0; t0 < n_tok; t0 += nt) {
+      nt = kInt8 ? tokens_in_pass8(n_tok - t0) : std::min(kTokens, n_tok - t0);
       // The first pass over the quads prefetches at the pace it reads; the others
       // read them from cache.
       const uint8_t* pf[2] = {t0 == 0 ? prefetch_of(m.W[0], i, qb, m.pf_end[0], distance) : nullptr,
