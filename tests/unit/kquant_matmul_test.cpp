@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/kquant_matvec.h"
+#include "kernels/cpu/kquant_vnni.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/rows_x4_vnni.h"
@@ -139,6 +140,33 @@ TEST(KquantMatmul, Avx512DequantIsBitIdentical) {
       EXPECT_EQ(max_err, 0.0) << dtype_name(t) << " pass " << pass;
     }
   }
+}
+
+// The activation packings with AVX-512 write the references' bytes: int16 values over
+// their whole range (both byte planes, the sums), and int8 from floats with blocks of
+// zeros, of one huge value, of tiny values and of mixed signs.
+TEST(KquantMatmul, Avx512PackingsAreByteIdentical) {
+  if (!cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937 rng(17);
+  const int64_t cols = 256 * 6;
+  std::vector<int16_t> qx(static_cast<size_t>(cols));
+  std::vector<float> dx(static_cast<size_t>(cols / 32)), x(static_cast<size_t>(cols));
+  for (auto& v : qx) v = static_cast<int16_t>(static_cast<int32_t>(rng() % 65536) - 32768);
+  for (int i = 0; i < 32; ++i) qx[static_cast<size_t>(i)] = i % 2 ? -32768 : 32767;
+  for (auto& d : dx) d = std::uniform_real_distribution<float>(1e-4f, 1.0f)(rng);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (auto& v : x) v = nd(rng);
+  for (int i = 0; i < 32; ++i) x[static_cast<size_t>(32 + i)] = 0.0f;                 // a block of zeros
+  x[70] = 3e30f;                                                                        // one huge value
+  for (int i = 0; i < 32; ++i) x[static_cast<size_t>(96 + i)] = 1e-30f * (i % 3 - 1);  // tiny, mixed signs
+  std::vector<uint8_t> want(kquant_x_bytes(cols)), got(kquant_x_bytes(cols));
+  kquant_vnni_pack_x_reference(qx.data(), dx.data(), cols, want.data());
+  kquant_vnni_pack_x(qx.data(), dx.data(), cols, got.data());
+  EXPECT_EQ(got, want) << "int16";
+  std::fill(got.begin(), got.end(), uint8_t{0xa5});
+  kquant_vnni_pack_x8_reference(x.data(), cols, want.data());
+  kquant_vnni_pack_x8(x.data(), cols, got.data());
+  EXPECT_EQ(got, want) << "int8";
 }
 
 // Prefill: the tiles dequantised through DequantSpan, every token against the reference.

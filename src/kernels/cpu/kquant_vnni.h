@@ -36,6 +36,11 @@ void kquant_vnni_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_
 // vpdpbusd per 64 columns instead of two (`--activations int8`).
 void kquant_vnni_pack_x8(const float* x, int64_t cols, uint8_t* out);
 
+// The two packings one element at a time (the definitions the AVX-512 ones are tested
+// against, byte for byte).
+void kquant_vnni_pack_x_reference(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out);
+void kquant_vnni_pack_x8_reference(const float* x, int64_t cols, uint8_t* out);
+
 // out[r] = row r times the packed activation over `blocks` super-blocks; t a k-quant,
 // R 1..4; x8: packed by kquant_vnni_pack_x8. REQUIRES q4_vnni_enabled().
 void kquant_vnni_rows(DType t, const uint8_t* const* rows, int R, int64_t blocks, const uint8_t* packed, bool x8,
