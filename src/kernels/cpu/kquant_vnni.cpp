@@ -478,6 +478,109 @@ void rows_rx(DType t, const uint8_t* const* rows, int64_t blocks, const PackedKq
   }
 }
 
+// R Q4_K (Q5_K) rows against NT tokens' packed activations: each row's quants,
+// scales and mins unpacked once per super-block for all NT tokens (rows_q45_k unpacks
+// them again for every token), each token's activation put in the nibbles' order once
+// per super-block for all R rows. Token t's arithmetic is rows_q45_k's step for step,
+// so it gets the floats it would alone. out[t][r]: row r's product with token t.
+template <int R, int NT, bool Q5, bool X8>
+KQ_ATTR void rows_q45_k_tokens(const uint8_t* const* rows, int64_t blocks, const PackedKq* const* x,
+                               float* const* out, const uint8_t* pf) {
+  using Block = std::conditional_t<Q5, BlockQ5_K, BlockQ4_K>;
+  constexpr int kPlanes = X8 ? 4 : 8;  // the activation's high (and low) byte vectors
+  const __m512i nibble = _mm512_set1_epi8(0x0f), k16 = _mm512_set1_epi8(16);
+  const __m128i sc_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q4_scale));
+  const __m128i m_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q4_min));
+  const __m128i low_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kQ4Scales.low));
+  const __m128i high_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kQ4Scales.high));
+  __m512 acc[R][NT];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
+  alignas(64) __m512i xs[NT][kPlanes];
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (pf) prefetch_nta(pf + b * R * static_cast<int64_t>(sizeof(Block)), R * sizeof(Block));
+    for (int t = 0; t < NT; ++t) {
+      const PackedKq& xb = x[t][b];
+      for (int u = 0; u < 2; ++u) {
+        const __m512i h0 = _mm512_load_si512(xb.hi + 128 * u), h1 = _mm512_load_si512(xb.hi + 128 * u + 64);
+        xs[t][2 * u] = _mm512_shuffle_i64x2(h0, h1, 0x44);
+        xs[t][2 * u + 1] = _mm512_shuffle_i64x2(h0, h1, 0xee);
+        if constexpr (!X8) {
+          const __m512i l0 = _mm512_load_si512(xb.lo + 128 * u), l1 = _mm512_load_si512(xb.lo + 128 * u + 64);
+          xs[t][4 + 2 * u] = _mm512_shuffle_i64x2(l0, l1, 0x44);
+          xs[t][4 + 2 * u + 1] = _mm512_shuffle_i64x2(l0, l1, 0xee);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const auto& blk = reinterpret_cast<const Block*>(rows[r])[b];
+      __m512i w[4];
+      for (int u = 0; u < 2; ++u) {
+        const __m512i q = _mm512_loadu_si512(blk.qs + 64 * u);
+        w[2 * u] = _mm512_and_si512(q, nibble);
+        w[2 * u + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), nibble);
+        if constexpr (Q5) {
+          const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh)));
+          for (int k = 0; k < 2; ++k) {
+            const __mmask64 bit = _mm512_test_epi8_mask(qh, _mm512_load_si512(kQ5Bits.m[2 * u + k]));
+            w[2 * u + k] = _mm512_mask_add_epi8(w[2 * u + k], bit, w[2 * u + k], k16);
+          }
+        }
+      }
+      const __m128i sm = q4_k_scales_mins(blk.scales, low_idx, high_idx);
+      const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(sm, sc_idx)));
+      const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(sm, m_idx)));
+      const __m512 scd = _mm512_mul_ps(sc, _mm512_set1_ps(half_to_float(blk.d)));
+      const __m512 mnd = _mm512_mul_ps(mn, _mm512_set1_ps(half_to_float(blk.dmin)));
+      for (int t = 0; t < NT; ++t) {
+        const PackedKq& xb = x[t][b];
+        __m512i sum[4];
+        for (int k = 0; k < 4; ++k) sum[k] = dot64<X8>(w[k], xs[t][k], X8 ? xs[t][k] : xs[t][4 + k]);
+        const __m512i tq = reduce_quads(sum[0], sum[1], sum[2], sum[3]);
+        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tq), _mm512_mul_ps(scd, _mm512_load_ps(xb.q4_dx)), acc[r][t]);
+        acc[r][t] = _mm512_fnmadd_ps(mnd, _mm512_load_ps(xb.q4_xsum), acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < NT; ++t) out[t][r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+template <int R, bool Q5, bool X8>
+KQ_ATTR void rows_q45_k_tokens_n(int nt, const uint8_t* const* rows, int64_t blocks, const PackedKq* const* x,
+                                 float* const* out, const uint8_t* pf) {
+  switch (nt) {
+    case 1: rows_q45_k_tokens<R, 1, Q5, X8>(rows, blocks, x, out, pf); break;
+    case 2: rows_q45_k_tokens<R, 2, Q5, X8>(rows, blocks, x, out, pf); break;
+    case 3: rows_q45_k_tokens<R, 3, Q5, X8>(rows, blocks, x, out, pf); break;
+    default: rows_q45_k_tokens<R, 4, Q5, X8>(rows, blocks, x, out, pf); break;
+  }
+}
+
+template <bool Q5, bool X8>
+KQ_ATTR void q45_k_tokens(const uint8_t* W, size_t rb, int64_t r0, int64_t r1, int64_t blocks,
+                          const PackedKq* const* x, int n_tok, float* const* outs, const uint8_t* pf_end) {
+  constexpr int kRows = 2, kTokens = 4;
+  for (int64_t r = r0; r < r1; r += kRows) {
+    const int nr = r1 - r >= kRows ? kRows : 1;
+    const uint8_t* rows[kRows] = {W + rb * static_cast<size_t>(r), W + rb * static_cast<size_t>(r + nr - 1)};
+    // The first pass over a pair of rows prefetches the rows eight on; the others read
+    // them from cache.
+    const uint8_t* ahead = W + rb * static_cast<size_t>(r + 8);
+    for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
+      const int nt = std::min(kTokens, n_tok - t0);
+      float* o[kTokens];
+      for (int t = 0; t < nt; ++t) o[t] = outs[t0 + t] + r;
+      const uint8_t* pf = t0 == 0 && ahead + rb * nr <= pf_end ? ahead : nullptr;
+      if (nr == kRows) {
+        rows_q45_k_tokens_n<kRows, Q5, X8>(nt, rows, blocks, x + t0, o, pf);
+      } else {
+        rows_q45_k_tokens_n<1, Q5, X8>(nt, rows, blocks, x + t0, o, pf);
+      }
+    }
+  }
+}
+
 template <int R>
 void rows_r(DType t, bool x8, const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out,
             const uint8_t* pf) {
@@ -519,6 +622,28 @@ void kquant_vnni_pack_x8(const float* x, int64_t cols, uint8_t* out) {
   }
 }
 
+bool kquant_vnni_tokens_type(DType t) { return t == DType::Q4_K || t == DType::Q5_K; }
+
+void kquant_vnni_rows_tokens(DType t, const uint8_t* W, size_t rb, int64_t r0, int64_t r1, int64_t blocks,
+                             const uint8_t* const* packed, int n_tok, bool x8, float* const* outs,
+                             const uint8_t* pf_end) {
+  if (!kquant_vnni_tokens_type(t)) throw std::invalid_argument("moeflow: kquant_vnni_rows_tokens: Q4_K or Q5_K only");
+  constexpr int kMaxTokens = 64;
+  if (n_tok > kMaxTokens) {
+    for (int t0 = 0; t0 < n_tok; t0 += kMaxTokens)
+      kquant_vnni_rows_tokens(t, W, rb, r0, r1, blocks, packed + t0, std::min(kMaxTokens, n_tok - t0), x8, outs + t0,
+                              pf_end);
+    return;
+  }
+  const PackedKq* x[kMaxTokens];
+  for (int i = 0; i < n_tok; ++i) x[i] = reinterpret_cast<const PackedKq*>(packed[i]);
+  const bool q5 = t == DType::Q5_K;
+  if (q5 && x8) q45_k_tokens<true, true>(W, rb, r0, r1, blocks, x, n_tok, outs, pf_end);
+  else if (q5) q45_k_tokens<true, false>(W, rb, r0, r1, blocks, x, n_tok, outs, pf_end);
+  else if (x8) q45_k_tokens<false, true>(W, rb, r0, r1, blocks, x, n_tok, outs, pf_end);
+  else q45_k_tokens<false, false>(W, rb, r0, r1, blocks, x, n_tok, outs, pf_end);
+}
+
 bool kquant_avx512_dequant(DType t, const uint8_t* blocks, int64_t nb, float* y) {
   if (t == DType::Q4_K) {
     dequant_q4_k(reinterpret_cast<const BlockQ4_K*>(blocks), nb, y);
@@ -532,6 +657,12 @@ bool kquant_avx512_dequant(DType t, const uint8_t* blocks, int64_t nb, float* y)
 }
 
 #else  // no VNNI kernel on this architecture: kquant_vnni_type() is false, never called
+
+bool kquant_vnni_tokens_type(DType) { return false; }
+void kquant_vnni_rows_tokens(DType, const uint8_t*, size_t, int64_t, int64_t, int64_t, const uint8_t* const*, int,
+                             bool, float* const*, const uint8_t*) {
+  throw std::logic_error("moeflow: kquant_vnni_rows_tokens without the VNNI kernel");
+}
 
 void kquant_vnni_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out) {
   kquant_vnni_pack_x_reference(qx, dx, cols, out);

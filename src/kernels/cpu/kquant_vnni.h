@@ -46,6 +46,17 @@ void kquant_vnni_pack_x8_reference(const float* x, int64_t cols, uint8_t* out);
 void kquant_vnni_rows(DType t, const uint8_t* const* rows, int R, int64_t blocks, const uint8_t* packed, bool x8,
                       float* out, const uint8_t* pf);
 
+// Rows [r0, r1) of a matrix (row r at W + r * rb, `blocks` super-blocks each) against
+// n_tok packed activations (all kquant_vnni_pack_x8's, or all kquant_vnni_pack_x's):
+// row r's product with token t into outs[t][r]. A batched decode step's tokens on one
+// matrix: each row's quants and scales are unpacked once per super-block for up to four
+// tokens; token t gets kquant_vnni_rows' floats. Prefetches up to pf_end. For the types
+// kquant_vnni_tokens_type names (Q4_K, Q5_K). REQUIRES q4_vnni_enabled().
+bool kquant_vnni_tokens_type(DType t);
+void kquant_vnni_rows_tokens(DType t, const uint8_t* W, size_t rb, int64_t r0, int64_t r1, int64_t blocks,
+                             const uint8_t* const* packed, int n_tok, bool x8, float* const* outs,
+                             const uint8_t* pf_end);
+
 // nb blocks of t dequantised with AVX-512, bit-identical to dequantize_row; false (and
 // nothing written) for types without such a path (Q4_K and Q6_K have one).
 // REQUIRES q4_vnni_enabled().

@@ -25,6 +25,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/kquant_matvec.h"
+#include "kernels/cpu/kquant_vnni.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/work_ranges.h"
 #include "kernels/cpu/rows_x4_vnni.h"
@@ -914,12 +915,25 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
       const bool x4 = a.layout == RowLayout::rows_x4 && std::all_of(in + it.a, in + it.a + it.n, [int8](const MvInput& v) {
                         return v.rx4 != nullptr && v.rx4_int8 == int8;
                       });
+      // Q4_K / Q5_K rows whose activations are all packed the same way take the
+      // multi-token k-quant kernel (each row unpacked once per four tokens).
+      const bool kq_int8 = in[it.a].kq_int8;
+      const bool kq = !x4 && kquant_vnni_type(a.dtype) && kquant_vnni_tokens_type(a.dtype) &&
+                      std::all_of(in + it.a, in + it.a + it.n, [kq_int8](const MvInput& v) {
+                        return v.kq != nullptr && v.kq_int8 == kq_int8;
+                      });
       thread_local std::vector<const uint8_t*> xs;
       thread_local std::vector<float*> outs;
-      if (x4) {
+      if (x4 || kq) {
         xs.resize(it.n);
         outs.resize(it.n);
-        for (size_t k = 0; k < it.n; ++k) xs[k] = in[it.a + k].rx4;
+        for (size_t k = 0; k < it.n; ++k) xs[k] = x4 ? in[it.a + k].rx4 : in[it.a + k].kq;
+      }
+      if (kq) {
+        for (size_t k = 0; k < it.n; ++k) outs[k] = jobs[it.a + k].y;
+        kquant_vnni_rows_tokens(a.dtype, W, static_cast<size_t>(rb), r0, r1, a.cols / 256, xs.data(),
+                                static_cast<int>(it.n), kq_int8, outs.data(), W + static_cast<size_t>(rb) * a.rows);
+        return;
       }
       const size_t qb = x4 ? rows_x4_quad_bytes(a.dtype, a.cols) : 0;
       for (int64_t s0 = r0; s0 < r1; s0 += piece) {
