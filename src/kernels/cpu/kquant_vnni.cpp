@@ -546,20 +546,73 @@ KQ_ATTR void rows_q45_k_tokens(const uint8_t* const* rows, int64_t blocks, const
     for (int t = 0; t < NT; ++t) out[t][r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-template <int R, bool Q5, bool X8>
-KQ_ATTR void rows_q45_k_tokens_n(int nt, const uint8_t* const* rows, int64_t blocks, const PackedKq* const* x,
-                                 float* const* out, const uint8_t* pf) {
-  switch (nt) {
-    case 1: rows_q45_k_tokens<R, 1, Q5, X8>(rows, blocks, x, out, pf); break;
-    case 2: rows_q45_k_tokens<R, 2, Q5, X8>(rows, blocks, x, out, pf); break;
-    case 3: rows_q45_k_tokens<R, 3, Q5, X8>(rows, blocks, x, out, pf); break;
-    default: rows_q45_k_tokens<R, 4, Q5, X8>(rows, blocks, x, out, pf); break;
+// R Q6_K rows against NT tokens (as rows_q45_k_tokens: each row's 6-bit quants and
+// scales put together once per super-block for all NT tokens; rows_q6_k's arithmetic).
+template <int R, int NT, bool X8>
+KQ_ATTR void rows_q6_k_tokens(const uint8_t* const* rows, int64_t blocks, const PackedKq* const* x, float* const* out,
+                              const uint8_t* pf) {
+  const __m512i nibble = _mm512_set1_epi8(0x0f), hi2_lo2 = _mm512_set1_epi8(0x33);
+  const __m128i sc_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q6));
+  __m512 acc[R][NT];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (pf) prefetch_nta(pf + b * R * static_cast<int64_t>(sizeof(BlockQ6_K)), R * sizeof(BlockQ6_K));
+    for (int r = 0; r < R; ++r) {
+      const auto& blk = reinterpret_cast<const BlockQ6_K*>(rows[r])[b];
+      __m512i w[4];
+      for (int h = 0; h < 2; ++h) {
+        const __m512i ql = _mm512_loadu_si512(blk.ql + 64 * h);
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
+        const __m512i qhb = _mm512_and_si512(
+            _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1), hi2_lo2);
+        w[2 * h] = _mm512_ternarylogic_epi32(ql, _mm512_slli_epi16(qhb, 4), nibble, 0xe4);
+        w[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), qhb, nibble, 0xe4);
+      }
+      const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
+      const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc8, sc_idx)));
+      const __m512 scd = _mm512_mul_ps(sc, _mm512_set1_ps(half_to_float(blk.d)));
+      for (int t = 0; t < NT; ++t) {
+        const PackedKq& xb = x[t][b];
+        __m512i sum[4];
+        for (int v = 0; v < 4; ++v)
+          sum[v] = dot64<X8>(w[v], _mm512_load_si512(xb.hi + 64 * v), X8 ? _mm512_setzero_si512()
+                                                                         : _mm512_load_si512(xb.lo + 64 * v));
+        const __m512i tq = _mm512_add_epi32(reduce_quads(sum[0], sum[1], sum[2], sum[3]), _mm512_load_si512(xb.q6_off));
+        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tq), _mm512_mul_ps(scd, _mm512_load_ps(xb.q6_dx)), acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < NT; ++t) out[t][r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+// R rows of type T against NT tokens.
+template <DType T, int R, int NT, bool X8>
+KQ_ATTR void rows_tokens(const uint8_t* const* rows, int64_t blocks, const PackedKq* const* x, float* const* out,
+                         const uint8_t* pf) {
+  if constexpr (T == DType::Q6_K) {
+    rows_q6_k_tokens<R, NT, X8>(rows, blocks, x, out, pf);
+  } else {
+    rows_q45_k_tokens<R, NT, T == DType::Q5_K, X8>(rows, blocks, x, out, pf);
   }
 }
 
-template <bool Q5, bool X8>
-KQ_ATTR void q45_k_tokens(const uint8_t* W, size_t rb, int64_t r0, int64_t r1, int64_t blocks,
-                          const PackedKq* const* x, int n_tok, float* const* outs, const uint8_t* pf_end) {
+template <DType T, int R, bool X8>
+KQ_ATTR void rows_tokens_n(int nt, const uint8_t* const* rows, int64_t blocks, const PackedKq* const* x,
+                           float* const* out, const uint8_t* pf) {
+  switch (nt) {
+    case 1: rows_tokens<T, R, 1, X8>(rows, blocks, x, out, pf); break;
+    case 2: rows_tokens<T, R, 2, X8>(rows, blocks, x, out, pf); break;
+    case 3: rows_tokens<T, R, 3, X8>(rows, blocks, x, out, pf); break;
+    default: rows_tokens<T, R, 4, X8>(rows, blocks, x, out, pf); break;
+  }
+}
+
+// Rows [r0, r1) in pairs, each pair against the tokens four at a time.
+template <DType T, bool X8>
+KQ_ATTR void kquant_tokens(const uint8_t* W, size_t rb, int64_t r0, int64_t r1, int64_t blocks,
+                           const PackedKq* const* x, int n_tok, float* const* outs, const uint8_t* pf_end) {
   constexpr int kRows = 2, kTokens = 4;
   for (int64_t r = r0; r < r1; r += kRows) {
     const int nr = r1 - r >= kRows ? kRows : 1;
@@ -573,9 +626,9 @@ KQ_ATTR void q45_k_tokens(const uint8_t* W, size_t rb, int64_t r0, int64_t r1, i
       for (int t = 0; t < nt; ++t) o[t] = outs[t0 + t] + r;
       const uint8_t* pf = t0 == 0 && ahead + rb * nr <= pf_end ? ahead : nullptr;
       if (nr == kRows) {
-        rows_q45_k_tokens_n<kRows, Q5, X8>(nt, rows, blocks, x + t0, o, pf);
+        rows_tokens_n<T, kRows, X8>(nt, rows, blocks, x + t0, o, pf);
       } else {
-        rows_q45_k_tokens_n<1, Q5, X8>(nt, rows, blocks, x + t0, o, pf);
+        rows_tokens_n<T, 1, X8>(nt, rows, blocks, x + t0, o, pf);
       }
     }
   }
@@ -622,12 +675,13 @@ void kquant_vnni_pack_x8(const float* x, int64_t cols, uint8_t* out) {
   }
 }
 
-bool kquant_vnni_tokens_type(DType t) { return t == DType::Q4_K || t == DType::Q5_K; }
+bool kquant_vnni_tokens_type(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 
 void kquant_vnni_rows_tokens(DType t, const uint8_t* W, size_t rb, int64_t r0, int64_t r1, int64_t blocks,
                              const uint8_t* const* packed, int n_tok, bool x8, float* const* outs,
                              const uint8_t* pf_end) {
-  if (!kquant_vnni_tokens_type(t)) throw std::invalid_argument("moeflow: kquant_vnni_rows_tokens: Q4_K or Q5_K only");
+  if (!kquant_vnni_tokens_type(t))
+    throw std::invalid_argument("moeflow: kquant_vnni_rows_tokens: Q4_K, Q5_K or Q6_K only");
   constexpr int kMaxTokens = 64;
   if (n_tok > kMaxTokens) {
     for (int t0 = 0; t0 < n_tok; t0 += kMaxTokens)
@@ -637,11 +691,17 @@ void kquant_vnni_rows_tokens(DType t, const uint8_t* W, size_t rb, int64_t r0, i
   }
   const PackedKq* x[kMaxTokens];
   for (int i = 0; i < n_tok; ++i) x[i] = reinterpret_cast<const PackedKq*>(packed[i]);
-  const bool q5 = t == DType::Q5_K;
-  if (q5 && x8) q45_k_tokens<true, true>(W, rb, r0, r1, blocks, x, n_tok, outs, pf_end);
-  else if (q5) q45_k_tokens<true, false>(W, rb, r0, r1, blocks, x, n_tok, outs, pf_end);
-  else if (x8) q45_k_tokens<false, true>(W, rb, r0, r1, blocks, x, n_tok, outs, pf_end);
-  else q45_k_tokens<false, false>(W, rb, r0, r1, blocks, x, n_tok, outs, pf_end);
+  auto run = [&](auto type) {
+    constexpr DType T = decltype(type)::value;
+    if (x8) {
+      kquant_tokens<T, true>(W, rb, r0, r1, blocks, x, n_tok, outs, pf_end);
+    } else {
+      kquant_tokens<T, false>(W, rb, r0, r1, blocks, x, n_tok, outs, pf_end);
+    }
+  };
+  if (t == DType::Q4_K) run(std::integral_constant<DType, DType::Q4_K>{});
+  else if (t == DType::Q5_K) run(std::integral_constant<DType, DType::Q5_K>{});
+  else run(std::integral_constant<DType, DType::Q6_K>{});
 }
 
 bool kquant_avx512_dequant(DType t, const uint8_t* blocks, int64_t nb, float* y) {

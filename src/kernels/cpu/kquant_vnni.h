@@ -51,7 +51,7 @@ void kquant_vnni_rows(DType t, const uint8_t* const* rows, int R, int64_t blocks
 // row r's product with token t into outs[t][r]. A batched decode step's tokens on one
 // matrix: each row's quants and scales are unpacked once per super-block for up to four
 // tokens; token t gets kquant_vnni_rows' floats. Prefetches up to pf_end. For the types
-// kquant_vnni_tokens_type names (Q4_K, Q5_K). REQUIRES q4_vnni_enabled().
+// kquant_vnni_tokens_type names (Q4_K, Q5_K, Q6_K). REQUIRES q4_vnni_enabled().
 bool kquant_vnni_tokens_type(DType t);
 void kquant_vnni_rows_tokens(DType t, const uint8_t* W, size_t rb, int64_t r0, int64_t r1, int64_t blocks,
                              const uint8_t* const* packed, int n_tok, bool x8, float* const* outs,

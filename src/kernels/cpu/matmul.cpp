@@ -915,7 +915,7 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
       const bool x4 = a.layout == RowLayout::rows_x4 && std::all_of(in + it.a, in + it.a + it.n, [int8](const MvInput& v) {
                         return v.rx4 != nullptr && v.rx4_int8 == int8;
                       });
-      // Q4_K / Q5_K rows whose activations are all packed the same way take the
+      // Q4_K / Q5_K / Q6_K rows whose activations are all packed the same way take the
       // multi-token k-quant kernel (each row unpacked once per four tokens).
       const bool kq_int8 = in[it.a].kq_int8;
       const bool kq = !x4 && kquant_vnni_type(a.dtype) && kquant_vnni_tokens_type(a.dtype) &&
