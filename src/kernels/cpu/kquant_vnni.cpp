@@ -613,10 +613,11 @@ KQ_ATTR void rows_tokens_n(int nt, const uint8_t* const* rows, int64_t blocks, c
 template <DType T, bool X8>
 KQ_ATTR void kquant_tokens(const uint8_t* W, size_t rb, int64_t r0, int64_t r1, int64_t blocks,
                            const PackedKq* const* x, int n_tok, float* const* outs, const uint8_t* pf_end) {
-  constexpr int kRows = 2, kTokens = 4;
-  for (int64_t r = r0; r < r1; r += kRows) {
+  constexpr int kRows = 4, kTokens = 4;
+  for (int64_t r = r0; r < r1;) {
     const int nr = r1 - r >= kRows ? kRows : 1;
-    const uint8_t* rows[kRows] = {W + rb * static_cast<size_t>(r), W + rb * static_cast<size_t>(r + nr - 1)};
+    const uint8_t* rows[kRows];
+    for (int i = 0; i < kRows; ++i) rows[i] = W + rb * static_cast<size_t>(r + std::min(i, nr - 1));
     // The first pass over a pair of rows prefetches the rows eight on; the others read
     // them from cache.
     const uint8_t* ahead = W + rb * static_cast<size_t>(r + 8);
@@ -631,6 +632,7 @@ KQ_ATTR void kquant_tokens(const uint8_t* W, size_t rb, int64_t r0, int64_t r1, 
         rows_tokens_n<T, 1, X8>(nt, rows, blocks, x + t0, o, pf);
       }
     }
+    r += nr;
   }
 }
 
