@@ -415,8 +415,12 @@ static_assert(sizeof(PackedX8) == kRowsX4X8GroupBytes);
 
 MOEFLOW_VNNI_ATTR void pack_x8(const float* x, int64_t cols, uint8_t* out) {
   auto* groups = reinterpret_cast<PackedX8*>(out);
+  // Block-major dwords to step-major, as pack_x does for its byte planes.
+  const __m512i first = _mm512_set_epi32(27, 19, 11, 3, 26, 18, 10, 2, 25, 17, 9, 1, 24, 16, 8, 0);
+  const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(4));
   for (int64_t g = 0; g < cols / 128; ++g) {
     PackedX8& p = groups[g];
+    alignas(64) int8_t q[4][32];
     for (int b = 0; b < 4; ++b) {
       const float* xb = x + 128 * g + 32 * b;
       const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
@@ -427,11 +431,12 @@ MOEFLOW_VNNI_ATTR void pack_x8(const float* x, int64_t cols, uint8_t* out) {
       p.q4_offset[b] = -8 * sum;
       p.q8_offset[b] = -128 * sum;
       p.dx[b] = s.d;
-      alignas(32) int8_t q[32];
-      _mm_store_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(q0));
-      _mm_store_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(q1));
-      for (int k = 0; k < 8; ++k) std::memcpy(p.x[k] + 4 * b, q + 4 * k, 4);
+      _mm_store_si128(reinterpret_cast<__m128i*>(q[b]), _mm512_cvtsepi32_epi8(q0));
+      _mm_store_si128(reinterpret_cast<__m128i*>(q[b] + 16), _mm512_cvtsepi32_epi8(q1));
     }
+    for (int half = 0; half < 2; ++half)
+      _mm512_storeu_si512(p.x[4 * half], _mm512_permutex2var_epi32(_mm512_load_si512(q[0]), half ? second : first,
+                                                                   _mm512_load_si512(q[2])));
   }
 }
 
