@@ -219,64 +219,115 @@ struct Q5BitMasks {
 };
 constexpr Q5BitMasks kQ5Bits;
 
+// A Q4_K (Q5_K) super-block of one row, as every kernel here multiplies it: its four
+// 64-byte quant vectors (kquant_vnni.h's order) and its sub-block scales times d and
+// mins times dmin in the reduced lanes' order.
+struct Q45Unpacker {
+  __m512i nibble, k16;
+  __m128i sc_idx, m_idx, low_idx, high_idx;
+};
+KQ_ATTR inline Q45Unpacker q45_unpacker() {
+  return {_mm512_set1_epi8(0x0f),
+          _mm512_set1_epi8(16),
+          _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q4_scale)),
+          _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q4_min)),
+          _mm_load_si128(reinterpret_cast<const __m128i*>(kQ4Scales.low)),
+          _mm_load_si128(reinterpret_cast<const __m128i*>(kQ4Scales.high))};
+}
+template <bool Q5, class Block>
+KQ_ATTR inline void q45_unpack(const Q45Unpacker& k, const Block& blk, __m512i* w, __m512& scd, __m512& mnd) {
+  for (int u = 0; u < 2; ++u) {
+    const __m512i q = _mm512_loadu_si512(blk.qs + 64 * u);
+    w[2 * u] = _mm512_and_si512(q, k.nibble);
+    w[2 * u + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), k.nibble);
+    if constexpr (Q5) {
+      const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh)));
+      for (int j = 0; j < 2; ++j) {
+        const __mmask64 bit = _mm512_test_epi8_mask(qh, _mm512_load_si512(kQ5Bits.m[2 * u + j]));
+        w[2 * u + j] = _mm512_mask_add_epi8(w[2 * u + j], bit, w[2 * u + j], k.k16);
+      }
+    }
+  }
+  const __m128i sm = q4_k_scales_mins(blk.scales, k.low_idx, k.high_idx);
+  const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(sm, k.sc_idx)));
+  const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(sm, k.m_idx)));
+  scd = _mm512_mul_ps(sc, _mm512_set1_ps(half_to_float(blk.d)));
+  mnd = _mm512_mul_ps(mn, _mm512_set1_ps(half_to_float(blk.dmin)));
+}
+
+// The activation's high (and, for int16 activations, low) byte planes of a super-block
+// in the Q4_K nibbles' order: columns 0-31 with 64-95 and 32-63 with 96-127 of each 128.
+template <bool X8>
+KQ_ATTR inline void q45_activation(const PackedKq& xb, __m512i* xh, __m512i* xl) {
+  for (int u = 0; u < 2; ++u) {
+    const __m512i h0 = _mm512_load_si512(xb.hi + 128 * u), h1 = _mm512_load_si512(xb.hi + 128 * u + 64);
+    xh[2 * u] = _mm512_shuffle_i64x2(h0, h1, 0x44);
+    xh[2 * u + 1] = _mm512_shuffle_i64x2(h0, h1, 0xee);
+    if constexpr (!X8) {
+      const __m512i l0 = _mm512_load_si512(xb.lo + 128 * u), l1 = _mm512_load_si512(xb.lo + 128 * u + 64);
+      xl[2 * u] = _mm512_shuffle_i64x2(l0, l1, 0x44);
+      xl[2 * u + 1] = _mm512_shuffle_i64x2(l0, l1, 0xee);
+    }
+  }
+}
+
 // Q4_K rows, and Q5_K's (Q5: the same scales and nibbles, plus the fifth bits in qh).
 template <int R, bool Q5, bool X8>
 KQ_ATTR void rows_q45_k(const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
   using Block = std::conditional_t<Q5, BlockQ5_K, BlockQ4_K>;
-  const __m512i nibble = _mm512_set1_epi8(0x0f), k16 = _mm512_set1_epi8(16);
-  const __m128i sc_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q4_scale));
-  const __m128i m_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q4_min));
-  const __m128i low_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kQ4Scales.low));
-  const __m128i high_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kQ4Scales.high));
+  const Q45Unpacker k = q45_unpacker();
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     if (pf) prefetch_nta(pf + b * R * static_cast<int64_t>(sizeof(Block)), R * sizeof(Block));
     const PackedKq& xb = x[b];
-    // The activation in the nibbles' order (q4_lane_block): columns 0-31 with 64-95 and
-    // 32-63 with 96-127 of each 128, once for the R rows.
-    __m512i xh[4], xl[4];
-    for (int u = 0; u < 2; ++u) {
-      const __m512i h0 = _mm512_load_si512(xb.hi + 128 * u), h1 = _mm512_load_si512(xb.hi + 128 * u + 64);
-      const __m512i l0 = _mm512_load_si512(xb.lo + 128 * u), l1 = _mm512_load_si512(xb.lo + 128 * u + 64);
-      xh[2 * u] = _mm512_shuffle_i64x2(h0, h1, 0x44);
-      xh[2 * u + 1] = _mm512_shuffle_i64x2(h0, h1, 0xee);
-      xl[2 * u] = _mm512_shuffle_i64x2(l0, l1, 0x44);
-      xl[2 * u + 1] = _mm512_shuffle_i64x2(l0, l1, 0xee);
-    }
+    __m512i xh[4], xl[4];  // once for the R rows
+    q45_activation<X8>(xb, xh, xl);
     const __m512 dx = _mm512_load_ps(xb.q4_dx), xsum = _mm512_load_ps(xb.q4_xsum);
     for (int r = 0; r < R; ++r) {
-      const auto& blk = reinterpret_cast<const Block*>(rows[r])[b];
+      __m512i w[4];
+      __m512 scd, mnd;
+      q45_unpack<Q5>(k, reinterpret_cast<const Block*>(rows[r])[b], w, scd, mnd);
       __m512i s[4];
-      for (int u = 0; u < 2; ++u) {
-        const __m512i q = _mm512_loadu_si512(blk.qs + 64 * u);
-        __m512i w[2] = {_mm512_and_si512(q, nibble), _mm512_and_si512(_mm512_srli_epi16(q, 4), nibble)};
-        if constexpr (Q5) {
-          const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh)));
-          for (int k = 0; k < 2; ++k) {
-            const __mmask64 bit = _mm512_test_epi8_mask(qh, _mm512_load_si512(kQ5Bits.m[2 * u + k]));
-            w[k] = _mm512_mask_add_epi8(w[k], bit, w[k], k16);
-          }
-        }
-        s[2 * u] = dot64<X8>(w[0], xh[2 * u], xl[2 * u]);
-        s[2 * u + 1] = dot64<X8>(w[1], xh[2 * u + 1], xl[2 * u + 1]);
-      }
+      for (int v = 0; v < 4; ++v) s[v] = dot64<X8>(w[v], xh[v], xl[v]);
       const __m512i t = reduce_quads(s[0], s[1], s[2], s[3]);
-      const __m128i sm = q4_k_scales_mins(blk.scales, low_idx, high_idx);
-      const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(sm, sc_idx)));
-      const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(sm, m_idx)));
-      const __m512 d = _mm512_set1_ps(half_to_float(blk.d)), dmin = _mm512_set1_ps(half_to_float(blk.dmin));
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(_mm512_mul_ps(sc, d), dx), acc[r]);
-      acc[r] = _mm512_fnmadd_ps(_mm512_mul_ps(mn, dmin), xsum, acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(scd, dx), acc[r]);
+      acc[r] = _mm512_fnmadd_ps(mnd, xsum, acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
+// A Q6_K super-block of one row, as every kernel here multiplies it: its four 64-byte
+// vectors of 6-bit quants (kquant_vnni.h's order) and its sub-block scales times d.
+struct Q6Unpacker {
+  __m512i nibble, hi2_lo2;
+  __m128i sc_idx;
+};
+KQ_ATTR inline Q6Unpacker q6_unpacker() {
+  return {_mm512_set1_epi8(0x0f), _mm512_set1_epi8(0x33),
+          _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q6))};
+}
+KQ_ATTR inline void q6_unpack(const Q6Unpacker& k, const BlockQ6_K& blk, __m512i* w, __m512& scd) {
+  for (int h = 0; h < 2; ++h) {
+    const __m512i ql = _mm512_loadu_si512(blk.ql + 64 * h);
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
+    // Second half pre-shifted by 2: columns 32-63 (and 96-127) take bits 2-3 (6-7).
+    // Bits 0-1 and 4-5 of each byte: the high bits of vector wa (shifted up by 4) and wb.
+    const __m512i qhb =
+        _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1), k.hi2_lo2);
+    // Bits 0-3 from the nibble, 4-7 from the high bits (ternary logic 0xe4: c ? a : b).
+    w[2 * h] = _mm512_ternarylogic_epi32(ql, _mm512_slli_epi16(qhb, 4), k.nibble, 0xe4);
+    w[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), qhb, k.nibble, 0xe4);
+  }
+  const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
+  const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc8, k.sc_idx)));
+  scd = _mm512_mul_ps(sc, _mm512_set1_ps(half_to_float(blk.d)));
+}
+
 template <int R, bool X8>
 KQ_ATTR void rows_q6_k(const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
-  const __m512i nibble = _mm512_set1_epi8(0x0f), hi2_lo2 = _mm512_set1_epi8(0x33);
-  const __m128i sc_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q6));
+  const Q6Unpacker k = q6_unpacker();
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
@@ -290,26 +341,13 @@ KQ_ATTR void rows_q6_k(const uint8_t* const* rows, int64_t blocks, const PackedK
     const __m512i off = _mm512_load_si512(xb.q6_off);
     const __m512 dx = _mm512_load_ps(xb.q6_dx);
     for (int r = 0; r < R; ++r) {
-      const auto& blk = reinterpret_cast<const BlockQ6_K*>(rows[r])[b];
+      __m512i w[4];
+      __m512 scd;
+      q6_unpack(k, reinterpret_cast<const BlockQ6_K*>(rows[r])[b], w, scd);
       __m512i s[4];
-      for (int h = 0; h < 2; ++h) {
-        const __m512i ql = _mm512_loadu_si512(blk.ql + 64 * h);
-        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
-        // Second half pre-shifted by 2: columns 32-63 (and 96-127) take bits 2-3 (6-7).
-        // Bits 0-1 and 4-5 of each byte: the high bits of vector wa (shifted up by 4) and wb.
-        const __m512i qhb = _mm512_and_si512(
-            _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1), hi2_lo2);
-        // Bits 0-3 from the nibble, 4-7 from the high bits (ternary logic 0xe4: c ? a : b).
-        const __m512i wa = _mm512_ternarylogic_epi32(ql, _mm512_slli_epi16(qhb, 4), nibble, 0xe4);
-        const __m512i wb = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), qhb, nibble, 0xe4);
-        s[2 * h] = dot64<X8>(wa, xh[2 * h], xl[2 * h]);
-        s[2 * h + 1] = dot64<X8>(wb, xh[2 * h + 1], xl[2 * h + 1]);
-      }
+      for (int v = 0; v < 4; ++v) s[v] = dot64<X8>(w[v], xh[v], xl[v]);
       const __m512i t = _mm512_add_epi32(reduce_quads(s[0], s[1], s[2], s[3]), off);
-      const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
-      const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc8, sc_idx)));
-      const __m512 d = _mm512_set1_ps(half_to_float(blk.d));
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(_mm512_mul_ps(sc, d), dx), acc[r]);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(scd, dx), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
@@ -487,55 +525,22 @@ template <int R, int NT, bool Q5, bool X8>
 KQ_ATTR void rows_q45_k_tokens(const uint8_t* const* rows, int64_t blocks, const PackedKq* const* x,
                                float* const* out, const uint8_t* pf) {
   using Block = std::conditional_t<Q5, BlockQ5_K, BlockQ4_K>;
-  constexpr int kPlanes = X8 ? 4 : 8;  // the activation's high (and low) byte vectors
-  const __m512i nibble = _mm512_set1_epi8(0x0f), k16 = _mm512_set1_epi8(16);
-  const __m128i sc_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q4_scale));
-  const __m128i m_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q4_min));
-  const __m128i low_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kQ4Scales.low));
-  const __m128i high_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kQ4Scales.high));
+  const Q45Unpacker k = q45_unpacker();
   __m512 acc[R][NT];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
-  alignas(64) __m512i xs[NT][kPlanes];
+  alignas(64) __m512i xh[NT][4], xl[NT][4];
   for (int64_t b = 0; b < blocks; ++b) {
     if (pf) prefetch_nta(pf + b * R * static_cast<int64_t>(sizeof(Block)), R * sizeof(Block));
-    for (int t = 0; t < NT; ++t) {
-      const PackedKq& xb = x[t][b];
-      for (int u = 0; u < 2; ++u) {
-        const __m512i h0 = _mm512_load_si512(xb.hi + 128 * u), h1 = _mm512_load_si512(xb.hi + 128 * u + 64);
-        xs[t][2 * u] = _mm512_shuffle_i64x2(h0, h1, 0x44);
-        xs[t][2 * u + 1] = _mm512_shuffle_i64x2(h0, h1, 0xee);
-        if constexpr (!X8) {
-          const __m512i l0 = _mm512_load_si512(xb.lo + 128 * u), l1 = _mm512_load_si512(xb.lo + 128 * u + 64);
-          xs[t][4 + 2 * u] = _mm512_shuffle_i64x2(l0, l1, 0x44);
-          xs[t][4 + 2 * u + 1] = _mm512_shuffle_i64x2(l0, l1, 0xee);
-        }
-      }
-    }
+    for (int t = 0; t < NT; ++t) q45_activation<X8>(x[t][b], xh[t], xl[t]);
     for (int r = 0; r < R; ++r) {
-      const auto& blk = reinterpret_cast<const Block*>(rows[r])[b];
       __m512i w[4];
-      for (int u = 0; u < 2; ++u) {
-        const __m512i q = _mm512_loadu_si512(blk.qs + 64 * u);
-        w[2 * u] = _mm512_and_si512(q, nibble);
-        w[2 * u + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), nibble);
-        if constexpr (Q5) {
-          const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh)));
-          for (int k = 0; k < 2; ++k) {
-            const __mmask64 bit = _mm512_test_epi8_mask(qh, _mm512_load_si512(kQ5Bits.m[2 * u + k]));
-            w[2 * u + k] = _mm512_mask_add_epi8(w[2 * u + k], bit, w[2 * u + k], k16);
-          }
-        }
-      }
-      const __m128i sm = q4_k_scales_mins(blk.scales, low_idx, high_idx);
-      const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(sm, sc_idx)));
-      const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(sm, m_idx)));
-      const __m512 scd = _mm512_mul_ps(sc, _mm512_set1_ps(half_to_float(blk.d)));
-      const __m512 mnd = _mm512_mul_ps(mn, _mm512_set1_ps(half_to_float(blk.dmin)));
+      __m512 scd, mnd;
+      q45_unpack<Q5>(k, reinterpret_cast<const Block*>(rows[r])[b], w, scd, mnd);
       for (int t = 0; t < NT; ++t) {
         const PackedKq& xb = x[t][b];
         __m512i sum[4];
-        for (int k = 0; k < 4; ++k) sum[k] = dot64<X8>(w[k], xs[t][k], X8 ? xs[t][k] : xs[t][4 + k]);
+        for (int v = 0; v < 4; ++v) sum[v] = dot64<X8>(w[v], xh[t][v], xl[t][v]);
         const __m512i tq = reduce_quads(sum[0], sum[1], sum[2], sum[3]);
         acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tq), _mm512_mul_ps(scd, _mm512_load_ps(xb.q4_dx)), acc[r][t]);
         acc[r][t] = _mm512_fnmadd_ps(mnd, _mm512_load_ps(xb.q4_xsum), acc[r][t]);
@@ -551,27 +556,16 @@ KQ_ATTR void rows_q45_k_tokens(const uint8_t* const* rows, int64_t blocks, const
 template <int R, int NT, bool X8>
 KQ_ATTR void rows_q6_k_tokens(const uint8_t* const* rows, int64_t blocks, const PackedKq* const* x, float* const* out,
                               const uint8_t* pf) {
-  const __m512i nibble = _mm512_set1_epi8(0x0f), hi2_lo2 = _mm512_set1_epi8(0x33);
-  const __m128i sc_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q6));
+  const Q6Unpacker k = q6_unpacker();
   __m512 acc[R][NT];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     if (pf) prefetch_nta(pf + b * R * static_cast<int64_t>(sizeof(BlockQ6_K)), R * sizeof(BlockQ6_K));
     for (int r = 0; r < R; ++r) {
-      const auto& blk = reinterpret_cast<const BlockQ6_K*>(rows[r])[b];
       __m512i w[4];
-      for (int h = 0; h < 2; ++h) {
-        const __m512i ql = _mm512_loadu_si512(blk.ql + 64 * h);
-        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
-        const __m512i qhb = _mm512_and_si512(
-            _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1), hi2_lo2);
-        w[2 * h] = _mm512_ternarylogic_epi32(ql, _mm512_slli_epi16(qhb, 4), nibble, 0xe4);
-        w[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), qhb, nibble, 0xe4);
-      }
-      const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
-      const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc8, sc_idx)));
-      const __m512 scd = _mm512_mul_ps(sc, _mm512_set1_ps(half_to_float(blk.d)));
+      __m512 scd;
+      q6_unpack(k, reinterpret_cast<const BlockQ6_K*>(rows[r])[b], w, scd);
       for (int t = 0; t < NT; ++t) {
         const PackedKq& xb = x[t][b];
         __m512i sum[4];
