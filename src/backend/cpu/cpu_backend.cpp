@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <unordered_map>
 
 #include "backend/cpu/expert_activation.h"
 #include "backend/cpu/experts_per_thread.h"
@@ -37,19 +36,25 @@ void split_expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* c
   thread_local std::vector<int64_t> order;  // slots of every expert, lone first
   thread_local std::vector<size_t> first, lone;
   thread_local std::vector<float> xe, gate, up, down;
-  thread_local std::unordered_map<int64_t, int64_t> per_request;  // an expert's slots per request
+  thread_local std::vector<int64_t> slot_requests;  // an expert's slots' requests, sorted
   first.assign(n + 1, 0);
   lone.assign(n, 0);
   order.clear();
   for (size_t i = 0; i < n; ++i) {
     const std::vector<int64_t>& sl = *slots[i];
     first[i + 1] = first[i] + sl.size();
-    // Counted once per expert: a prompt of thousands of tokens gives an expert as many
-    // slots, and counting each slot's company anew was quadratic in them.
-    per_request.clear();
+    // A slot's company looked up in its expert's sorted requests: a prompt of thousands
+    // of tokens gives an expert as many slots, and counting each one's anew was
+    // quadratic in them.
+    slot_requests.clear();
     if (requests)
-      for (int64_t slot : sl) ++per_request[requests[slot / K]];
-    auto alone = [&](int64_t slot) { return requests ? per_request[requests[slot / K]] == 1 : sl.size() == 1; };
+      for (int64_t slot : sl) slot_requests.push_back(requests[slot / K]);
+    std::sort(slot_requests.begin(), slot_requests.end());
+    auto alone = [&](int64_t slot) {
+      if (!requests) return sl.size() == 1;
+      const auto [lo, hi] = std::equal_range(slot_requests.begin(), slot_requests.end(), requests[slot / K]);
+      return hi - lo == 1;
+    };
     const size_t at = order.size();
     for (int64_t slot : sl)
       if (alone(slot)) order.push_back(slot);

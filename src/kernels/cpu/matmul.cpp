@@ -896,13 +896,12 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
         for (size_t k = 0; k < it.n; ++k) xs[k] = in[it.a + k].rx4;
         const uint8_t* Ws[2] = {W, static_cast<const uint8_t*>(jobs[it.a + it.n].W)};
         const size_t qb = rows_x4_quad_bytes(a.dtype, a.cols), end = qb * static_cast<size_t>(a.rows / kRowsX4);
+        for (auto& o : outs) o.resize(it.n);
         for (int64_t s0 = r0; s0 < r1; s0 += piece) {
           const int64_t s1 = std::min(r1, s0 + piece);
           const size_t at = qb * static_cast<size_t>(s0 / kRowsX4);
-          for (int h = 0; h < 2; ++h) {
-            outs[h].resize(it.n);
+          for (int h = 0; h < 2; ++h)
             for (size_t k = 0; k < it.n; ++k) outs[h][k] = jobs[it.a + h * it.n + k].y + s0;
-          }
           const RowsX4TokensPair m{{Ws[0] + at, Ws[1] + at}, {outs[0].data(), outs[1].data()}, {Ws[0] + end, Ws[1] + end}};
           rows_x4_quads_tokens_pair(a.dtype, in[it.a].rx4_int8, m, (s1 - s0) / kRowsX4, a.cols, xs.data(),
                                     static_cast<int>(it.n));
