@@ -7,7 +7,9 @@
 // interleaved layout's kernel also as decode runs an expert's gate and up: two
 // matrices on one activation in one batch. The k-quants (when --cols is a multiple of
 // 256): their VNNI kernels and the f32 ones (Highway for Q4_K..Q6_K, generic for Q2_K, Q3_K);
-// IQ4_NL, IQ4_XS and MXFP4 on the generic path.
+// IQ4_NL, IQ4_XS and MXFP4 on the generic path. With --tokens N each product is a
+// batched decode step's: N tokens' mat-vecs on one matrix read once (per-token jobs,
+// the multi-token kernels), and --activations int8 takes the int8 kernels.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -41,12 +43,24 @@ struct KernelRun {
   double cache_gbs = 0, stream_gbs = 0, triad_gbs = 0;
 };
 
-// GB/s of mat-vecs over the n_mat matrices at W (each mat_bytes), cycled: the best of
+// How the products are asked for: tokens per matrix (1: a mat-vec; more: a batched
+// decode step's per-token jobs), on int8 or int16 activations where the kernel takes
+// either.
+struct Products {
+  int64_t tokens = 1;
+  bool x_int8 = false;
+};
+
+// GB/s of products over the n_mat matrices at W (each mat_bytes), cycled: the best of
 // 3 passes of at least min_seconds each. Paired: matrices m and m + 1 as one batch on
-// the same x, as a decode step runs an expert's gate and up (y: 2 * rows floats).
+// the same activations, as a decode step runs an expert's gate and up. x: tokens * cols
+// floats; y: 2 * tokens * rows.
 double matvec_gbs(DType t, RowLayout layout, const uint8_t* W, size_t mat_bytes, int64_t n_mat, int64_t rows, int64_t cols,
-                  const float* x, float* y, ThreadPool* pool, double min_seconds, bool paired) {
+                  const float* x, float* y, ThreadPool* pool, double min_seconds, bool paired, const Products& pr) {
   auto mat = [&](int64_t m) { return W + mat_bytes * static_cast<size_t>(m); };
+  auto job = [&](int64_t m, float* out) {
+    return cpu::MatmulJob{t, layout, mat(m), rows, cols, x, pr.tokens, out, true, pr.x_int8};
+  };
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
     int64_t calls = 0;
@@ -55,13 +69,13 @@ double matvec_gbs(DType t, RowLayout layout, const uint8_t* W, size_t mat_bytes,
     do {
       for (int64_t m = 0; m < n_mat; ++m, ++calls) {
         if (paired && m + 1 < n_mat) {
-          const cpu::MatvecJob jobs[2] = {{t, layout, mat(m), rows, cols, x, y},
-                                          {t, layout, mat(m + 1), rows, cols, x, y + rows}};
-          cpu::matvec_batch(jobs, 2, pool);
+          const cpu::MatmulJob jobs[2] = {job(m, y), job(m + 1, y + pr.tokens * rows)};
+          cpu::matmul_batch(jobs, 2, pool);
           ++m, ++calls;
           continue;
         }
-        cpu::matvec(t, mat(m), rows, cols, x, y, pool, layout);
+        const cpu::MatmulJob one = job(m, y);
+        cpu::matmul_batch(&one, 1, pool);
       }
       dt = now() - t0;
     } while (dt < min_seconds);
@@ -80,6 +94,9 @@ int cmd_bench_kernels(int argc, char** argv) {
   a.flag("--stream-mib", "bytes of matrices cycled through for the streaming test, per type", true, "256");
   a.flag("--min-seconds", "shortest timed pass (each figure is the best of 3)", true, "0.3");
   a.flag("--triad-mib", "bytes of each of the triad's three arrays", true, "64");
+  a.flag("--tokens", "tokens per matrix: 1 a mat-vec, more a batched decode step's (the matrix read once for all)",
+         true, "1");
+  a.flag("--activations", "int16 or int8: the activations the VNNI kernels multiply", true, "int16");
   a.flag("--json", "print one JSON object", false);
   a.parse(argc, argv, 2);
   const double min_seconds = a.number("--min-seconds", 0.0, 60.0);
@@ -91,12 +108,18 @@ int cmd_bench_kernels(int argc, char** argv) {
     throw UsageError("moeflow bench-kernels: --cols " + std::to_string(cols) +
                      " is not a multiple of 32 (the quantised types' block)");
   const uint64_t stream_bytes = static_cast<uint64_t>(a.integer("--stream-mib", 1, 1 << 16)) << 20;
+  Products pr;
+  pr.tokens = a.integer("--tokens", 1, 256);
+  const std::string act = a.str("--activations");
+  if (act != "int16" && act != "int8") throw UsageError("moeflow bench-kernels: --activations " + act + ": int16 or int8");
+  pr.x_int8 = act == "int8";
   ThreadPool pool(threads);
   ThreadPool* const p = threads > 1 ? &pool : nullptr;
 
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(cols)), y(2 * static_cast<size_t>(rows)), row(static_cast<size_t>(cols));
+  std::vector<float> x(static_cast<size_t>(pr.tokens * cols)), y(2 * static_cast<size_t>(pr.tokens * rows)),
+      row(static_cast<size_t>(cols));
   for (float& v : x) v = uni(rng);
 
   const bool vnni = cpu::q4_vnni_enabled();
@@ -167,9 +190,9 @@ int cmd_bench_kernels(int argc, char** argv) {
       const bool pair_cache = k.paired && cache_rows % 8 == 0;
       const int64_t cache_mats = pair_cache ? 2 : 1;
       run.cache_gbs = matvec_gbs(t, kl, w, rb * static_cast<size_t>(cache_rows / cache_mats), cache_mats,
-                                 cache_rows / cache_mats, cols, x.data(), y.data(), p, min_seconds, pair_cache);
+                                 cache_rows / cache_mats, cols, x.data(), y.data(), p, min_seconds, pair_cache, pr);
       run.triad_gbs = cpu::measure_triad_bandwidth_gbs(p, triad_bytes);
-      run.stream_gbs = matvec_gbs(t, kl, w, mat_bytes, n_mat, rows, cols, x.data(), y.data(), p, min_seconds, k.paired);
+      run.stream_gbs = matvec_gbs(t, kl, w, mat_bytes, n_mat, rows, cols, x.data(), y.data(), p, min_seconds, k.paired, pr);
       runs.push_back(run);
       if (k.interleaved)  // back to GGUF's rows for the next kernels
         for (int64_t m = 0; m < n_mat; ++m) std::memcpy(w + mat_bytes * static_cast<size_t>(m), w0.data(), mat_bytes);
@@ -182,29 +205,40 @@ int cmd_bench_kernels(int argc, char** argv) {
   const double read1 = cpu::measure_read_bandwidth_gbs(p, stream_bytes, 1);
   const double read2 = cpu::measure_read_bandwidth_gbs(p, stream_bytes, 2);
 
+  // Multiply-adds per weight byte: a row's cols per token, over its bytes.
+  auto macs_per_byte = [&](DType t) {
+    return static_cast<double>(cols * pr.tokens) / static_cast<double>(row_bytes(t, cols));
+  };
   if (a.has("--json")) {
     nlohmann::json j = {{"threads", threads}, {"rows", rows}, {"cols", cols}, {"stream_bytes", stream_bytes},
                         {"simd_target", cpu::simd_target_name()}, {"kernels", nlohmann::json::array()},
                         {"reads", {{"one_stream_gbs", read1}, {"two_streams_gbs", read2}, {"triad_gbs", read_triad}}}};
+    j["tokens"] = pr.tokens;
+    j["activations"] = act;
     for (const KernelRun& r : runs)
       j["kernels"].push_back({{"dtype", dtype_name(r.dtype)},
                               {"kernel", r.kernel},
                               {"cache_gbs", r.cache_gbs},
                               {"stream_gbs", r.stream_gbs},
+                              {"cache_gmacs", r.cache_gbs * macs_per_byte(r.dtype)},
+                              {"stream_gmacs", r.stream_gbs * macs_per_byte(r.dtype)},
                               {"triad_gbs", r.triad_gbs},
                               {"stream_fraction_of_triad", r.stream_gbs / r.triad_gbs}});
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("mat-vec kernels, %lld x %lld matrices, %d threads; from cache: ~256 KiB of rows per thread; "
-              "streaming: %.0f MiB of matrices per type\n",
-              static_cast<long long>(rows), static_cast<long long>(cols), threads,
-              static_cast<double>(stream_bytes) / 1048576.0);
-  std::printf("| type   | kernel                  | from cache GB/s | streaming GB/s | triad GB/s | of triad |\n");
-  std::printf("|--------|-------------------------|-----------------|----------------|------------|----------|\n");
+  std::printf("mat-vec kernels, %lld x %lld matrices, %d threads, %lld token%s a matrix, %s activations; from cache: "
+              "~256 KiB of rows per thread; streaming: %.0f MiB of matrices per type\n",
+              static_cast<long long>(rows), static_cast<long long>(cols), threads, static_cast<long long>(pr.tokens),
+              pr.tokens == 1 ? "" : "s", act.c_str(), static_cast<double>(stream_bytes) / 1048576.0);
+  std::printf("| type   | kernel                  | from cache GB/s (G mult-add/s) | streaming GB/s (G mult-add/s) "
+              "| triad GB/s | of triad |\n");
+  std::printf("|--------|-------------------------|--------------------------------|-------------------------------"
+              "|------------|----------|\n");
   for (const KernelRun& r : runs)
-    std::printf("| %-6s | %-23s | %15.1f | %14.1f | %10.1f | %7.1f%% |\n", dtype_name(r.dtype), r.kernel.c_str(),
-                r.cache_gbs, r.stream_gbs, r.triad_gbs, 100.0 * r.stream_gbs / r.triad_gbs);
+    std::printf("| %-6s | %-23s | %15.1f (%12.0f) | %14.1f (%12.0f) | %10.1f | %7.1f%% |\n", dtype_name(r.dtype),
+                r.kernel.c_str(), r.cache_gbs, r.cache_gbs * macs_per_byte(r.dtype), r.stream_gbs,
+                r.stream_gbs * macs_per_byte(r.dtype), r.triad_gbs, 100.0 * r.stream_gbs / r.triad_gbs);
   std::printf("plain reads of %.0f MiB, no arithmetic: one stream per thread %.1f GB/s, two streams per thread "
               "%.1f GB/s (triad just before: %.1f GB/s)\n",
               static_cast<double>(stream_bytes) / 1048576.0, read1, read2, read_triad);

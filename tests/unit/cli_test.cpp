@@ -75,6 +75,25 @@ TEST(Cli, BenchKernelsJsonHasEveryTypeBesideTheTriad) {
   EXPECT_EQ(std::find(kernels.begin(), kernels.end(), "rows x4, pairs on one x") != kernels.end(), vnni);
 }
 
+// With --tokens N the products are a batched step's (N tokens on each matrix): the
+// multiply-adds per second are the bytes' rate times N columns per row's bytes.
+TEST(Cli, BenchKernelsTakesTokensAndActivations) {
+  const Result r = run("bench-kernels --rows 64 --cols 256 --stream-mib 2 --threads 2 --min-seconds 0.01 --triad-mib 2 "
+                       "--tokens 5 --activations int8 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_EQ(j["tokens"].get<int>(), 5);
+  EXPECT_EQ(j["activations"].get<std::string>(), "int8");
+  for (const auto& k : j["kernels"]) {
+    const double bytes_per_row = k["dtype"] == "q4_0" ? 256.0 / 32 * 18 : k["dtype"] == "q8_0" ? 256.0 / 32 * 34 : 0;
+    if (bytes_per_row == 0) continue;
+    EXPECT_NEAR(k["stream_gmacs"].get<double>(), k["stream_gbs"].get<double>() * 256 * 5 / bytes_per_row, 1e-6)
+        << k["dtype"];
+  }
+  expect_failure("bench-kernels --activations int4", "int16 or int8");
+  expect_failure("bench-kernels --tokens 0", "--tokens");
+}
+
 // bench reports each speed beside its bound, and where generation's time went (inside
 // the pool's parallel sections or between them); with a policy, one row per policy.
 // bench --parallel: N sequences decoding together, tokens/s summed, against the bytes
