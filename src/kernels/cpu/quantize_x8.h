@@ -1,7 +1,7 @@
 // An activation block of 32 floats as int8: d = max|x| / 127, q = x / d rounded to
 // nearest even (llama.cpp's q8_0 activations), for the kernels that multiply int8
-// activations (`--activations int8`). The interleaved q4_0 / q8_0 kernels pack the
-// same values with AVX-512 (rows_x4_vnni.cpp).
+// activations (`--activations int8`). The VNNI kernels' packings compute the same
+// values with AVX-512 (quantize_x8_block_avx512).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -26,5 +26,21 @@ inline float quantize_x8_block(const float* x, int8_t* q) {
   for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(std::clamp(std::nearbyint(x[j] * s.inv), -128.0f, 127.0f));
   return s.d;
 }
+
+#ifdef MOEFLOW_HAVE_VNNI_KERNEL
+// quantize_x8_block with AVX-512 (for the VNNI kernel files, which include
+// vnni_target.h first): the same d, and the values as two vectors of 16 int32 (the
+// elements in order; each fits int8).
+struct X8BlockAvx512 {
+  __m512i q0, q1;
+  float d;
+};
+MOEFLOW_VNNI_ATTR inline X8BlockAvx512 quantize_x8_block_avx512(const float* x) {
+  const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+  const X8Scale s = x8_scale(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))));
+  const __m512 inv = _mm512_set1_ps(s.inv);
+  return {_mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)), _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv)), s.d};
+}
+#endif
 
 }  // namespace moeflow::cpu

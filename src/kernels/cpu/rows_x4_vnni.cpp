@@ -41,17 +41,22 @@ MOEFLOW_VNNI_ATTR inline __m512i bcast(const void* p) {
   return _mm512_broadcast_i32x4(_mm_loadu_si128(static_cast<const __m128i*>(p)));
 }
 
+// A group's four blocks of 32 bytes, block-major (blocks[b]: dword k holds elements
+// 4k..4k+3), to the packed activation's step-major order: steps[k] holds dword k of
+// blocks 0-3 (dword 4k + b of the two vectors stored). vpermt2d picks from blocks 0-1
+// (index < 16) and blocks 2-3.
+MOEFLOW_VNNI_ATTR inline void steps_of_blocks(const int8_t (*blocks)[32], int8_t (*steps)[16]) {
+  const __m512i first = _mm512_set_epi32(27, 19, 11, 3, 26, 18, 10, 2, 25, 17, 9, 1, 24, 16, 8, 0);
+  const __m512i b01 = _mm512_load_si512(blocks[0]), b23 = _mm512_load_si512(blocks[2]);
+  _mm512_storeu_si512(steps[0], _mm512_permutex2var_epi32(b01, first, b23));
+  _mm512_storeu_si512(steps[4], _mm512_permutex2var_epi32(b01, _mm512_add_epi32(first, _mm512_set1_epi32(4)), b23));
+}
+
 MOEFLOW_VNNI_ATTR void pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out) {
   auto* groups = reinterpret_cast<PackedX4*>(out);
   const __m512i ones = _mm512_set1_epi16(1);
-  // Block-major bytes (dword 8b + k: block b, elements 4k..4k+3) to step-major (dword
-  // 4k + b), steps 0-3 from the first index, 4-7 from the second; vpermt2d picks from
-  // blocks 0-1 (index < 16) and blocks 2-3.
-  const __m512i first = _mm512_set_epi32(27, 19, 11, 3, 26, 18, 10, 2, 25, 17, 9, 1, 24, 16, 8, 0);
-  const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(4));
   for (int64_t g = 0; g < cols / 128; ++g) {
-    alignas(64) int8_t hi[4][32];
-    alignas(64) uint8_t lo[4][32];
+    alignas(64) int8_t hi[4][32], lo[4][32];
     PackedX4& p = groups[g];
     for (int b = 0; b < 4; ++b) {
       const __m512i v = _mm512_loadu_si512(qx + 128 * g + 32 * b);
@@ -62,11 +67,8 @@ MOEFLOW_VNNI_ATTR void pack_x(const int16_t* qx, const float* dx, int64_t cols, 
       p.q8_offset[b] = -128 * _mm512_reduce_add_epi32(_mm512_madd_epi16(h, ones));
       p.dx[b] = dx[4 * g + b];
     }
-    for (int half = 0; half < 2; ++half) {
-      const __m512i idx = half ? second : first;
-      _mm512_storeu_si512(p.hi[4 * half], _mm512_permutex2var_epi32(_mm512_load_si512(hi[0]), idx, _mm512_load_si512(hi[2])));
-      _mm512_storeu_si512(p.lo[4 * half], _mm512_permutex2var_epi32(_mm512_load_si512(lo[0]), idx, _mm512_load_si512(lo[2])));
-    }
+    steps_of_blocks(hi, p.hi);
+    steps_of_blocks(lo, reinterpret_cast<int8_t(*)[16]>(p.lo));
   }
 }
 
@@ -352,6 +354,17 @@ MOEFLOW_VNNI_ATTR inline void tile16(const uint8_t* const* q, int64_t groups, co
     for (int t = 0; t < NT; ++t) store_rows(acc[j][t], out[j * NT + t]);
 }
 
+// tile16 for a run-time number of tokens, nt in [1, 3].
+template <DType T, int NQ>
+MOEFLOW_VNNI_ATTR inline void tile16_n(int nt, const uint8_t* const* q, int64_t groups, const PackedX4* const* x,
+                                       float* const* out, const uint8_t* const* pf) {
+  switch (nt) {
+    case 1: tile16<T, NQ, 1>(q, groups, x, out, pf); break;
+    case 2: tile16<T, NQ, 2>(q, groups, x, out, pf); break;
+    default: tile16<T, NQ, 3>(q, groups, x, out, pf); break;
+  }
+}
+
 // Tokens in the next int16 pass of tile16 over two quads when `left` remain: two, but
 // three for q4_0 where that saves a pass (3, 5, 6, 7, ...; one core from cache, 768
 // columns: three tokens 154-163 -> 182 G multiply-adds/s, five 172 -> 182): its nibbles
@@ -362,8 +375,9 @@ constexpr int tokens_in_pass16(int left) {
 }
 
 // One matrix against n_tok int16 activations (rows_x4_quads_tokens), two quads at a
-// time. q4_0 takes tiles of two quads by two tokens (one Zen 5 core from L2, 2048
-// columns: 4.4 -> 5.6 G multiply-adds/s against quad_tokens' one quad by four); q8_0,
+// time. q4_0 takes tiles of two quads by two or three tokens (tokens_in_pass16; one Zen
+// 5 core from L2, 2048 columns, two tokens: 4.4 -> 5.6 G multiply-adds/s against
+// quad_tokens' one quad by four); q8_0,
 // whose tiles need twice the weight registers, only for its last one or two tokens
 // (2.8 -> 3.8 at two tokens; 4.5 -> 4.0 at four, where quad_tokens stays).
 template <DType T>
@@ -404,13 +418,9 @@ MOEFLOW_VNNI_ATTR void quads_tokens(const uint8_t* W, int64_t n_quads, int64_t c
         for (int j = 0; j < nq; ++j) o[j * nt + t] = outs[t0 + t] + 4 * (i + j);
       }
       if (nq == 2) {
-        if (nt == 3) tile16<T, 2, 3>(q, groups, x, o, pf);
-        else if (nt == 2) tile16<T, 2, 2>(q, groups, x, o, pf);
-        else tile16<T, 2, 1>(q, groups, x, o, pf);
+        tile16_n<T, 2>(nt, q, groups, x, o, pf);
       } else {
-        if (nt == 3) tile16<T, 1, 3>(q, groups, x, o, pf);
-        else if (nt == 2) tile16<T, 1, 2>(q, groups, x, o, pf);
-        else tile16<T, 1, 1>(q, groups, x, o, pf);
+        tile16_n<T, 1>(nt, q, groups, x, o, pf);
       }
       t0 += nt;
     }
@@ -428,28 +438,19 @@ static_assert(sizeof(PackedX8) == kRowsX4X8GroupBytes);
 
 MOEFLOW_VNNI_ATTR void pack_x8(const float* x, int64_t cols, uint8_t* out) {
   auto* groups = reinterpret_cast<PackedX8*>(out);
-  // Block-major dwords to step-major, as pack_x does for its byte planes.
-  const __m512i first = _mm512_set_epi32(27, 19, 11, 3, 26, 18, 10, 2, 25, 17, 9, 1, 24, 16, 8, 0);
-  const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(4));
   for (int64_t g = 0; g < cols / 128; ++g) {
     PackedX8& p = groups[g];
     alignas(64) int8_t q[4][32];
     for (int b = 0; b < 4; ++b) {
-      const float* xb = x + 128 * g + 32 * b;
-      const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
-      const X8Scale s = x8_scale(_mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))));
-      const __m512 inv = _mm512_set1_ps(s.inv);
-      const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv));
-      const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+      const X8BlockAvx512 k = quantize_x8_block_avx512(x + 128 * g + 32 * b);
+      const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(k.q0, k.q1));
       p.q4_offset[b] = -8 * sum;
       p.q8_offset[b] = -128 * sum;
-      p.dx[b] = s.d;
-      _mm_store_si128(reinterpret_cast<__m128i*>(q[b]), _mm512_cvtsepi32_epi8(q0));
-      _mm_store_si128(reinterpret_cast<__m128i*>(q[b] + 16), _mm512_cvtsepi32_epi8(q1));
+      p.dx[b] = k.d;
+      _mm_store_si128(reinterpret_cast<__m128i*>(q[b]), _mm512_cvtsepi32_epi8(k.q0));
+      _mm_store_si128(reinterpret_cast<__m128i*>(q[b] + 16), _mm512_cvtsepi32_epi8(k.q1));
     }
-    for (int half = 0; half < 2; ++half)
-      _mm512_storeu_si512(p.x[4 * half], _mm512_permutex2var_epi32(_mm512_load_si512(q[0]), half ? second : first,
-                                                                   _mm512_load_si512(q[2])));
+    steps_of_blocks(q, p.x);
   }
 }
 
@@ -587,8 +588,8 @@ MOEFLOW_VNNI_ATTR void quads8_tokens(const uint8_t* W, int64_t n_quads, int64_t 
 
 // Two matrices of one type and shape on the same tokens (rows_x4_quads_tokens_pair):
 // quad i of each as one tile of two quads, so a core streams from two places at once
-// and each broadcast of a token's activation feeds both. int16 activations take
-// tile16's two-by-two tiles, int8 ones tile8's two-by-four.
+// and each broadcast of a token's activation feeds both. Tokens per pass as each
+// matrix's own kernel takes them (tokens_in_pass16 / tokens_in_pass8).
 template <DType T, bool kInt8>
 MOEFLOW_VNNI_ATTR void quads_tokens_pair(const RowsX4TokensPair& m, int64_t n_quads, int64_t cols,
                                          const uint8_t* const* xs, int n_tok) {
@@ -614,9 +615,7 @@ MOEFLOW_VNNI_ATTR void quads_tokens_pair(const RowsX4TokensPair& m, int64_t n_qu
       } else {
         const PackedX4* x[kTokens];
         for (int t = 0; t < nt; ++t) x[t] = reinterpret_cast<const PackedX4*>(xs[t0 + t]);
-        if (nt == 3) tile16<T, 2, 3>(q, groups, x, o, pf);
-        else if (nt == 2) tile16<T, 2, 2>(q, groups, x, o, pf);
-        else tile16<T, 2, 1>(q, groups, x, o, pf);
+        tile16_n<T, 2>(nt, q, groups, x, o, pf);
       }
     }
   }
