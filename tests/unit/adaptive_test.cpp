@@ -13,6 +13,19 @@
 namespace moeflow {
 namespace {
 
+// Loads the state `from` saves into `into`, which must save the same bytes again;
+// returns them.
+std::string expect_round_trip(const AdaptivePolicy& from, AdaptivePolicy& into) {
+  std::ostringstream saved;
+  from.save(saved);
+  std::istringstream in(saved.str());
+  into.load(in);
+  std::ostringstream again;
+  into.save(again);
+  EXPECT_EQ(again.str(), saved.str());
+  return saved.str();
+}
+
 LayerRouting routing(int32_t layer, std::vector<int32_t> experts) {
   LayerRouting r;
   r.layer = layer;
@@ -143,14 +156,8 @@ TEST(Adaptive, SaveLoadRoundTripsAndBadStatesAreRefused) {
     a.routed(routing(1, {(i * 7) % 4}));
   }
   a.end_request(0);  // what a running request routed is its own, not learned state
-  std::ostringstream saved;
-  a.save(saved);
   AdaptivePolicy b(g);
-  std::istringstream in(saved.str());
-  b.load(in);
-  std::ostringstream again;
-  b.save(again);
-  EXPECT_EQ(again.str(), saved.str());
+  const std::string saved = expect_round_trip(a, b);
   EXPECT_EQ(b.observations(), a.observations());
   for (int32_t l = 0; l < 2; ++l)
     for (int32_t e = 0; e < 4; ++e) EXPECT_EQ(b.reuse_probability({l, e}), a.reuse_probability({l, e}));
@@ -159,11 +166,11 @@ TEST(Adaptive, SaveLoadRoundTripsAndBadStatesAreRefused) {
     std::istringstream s(bytes);
     p.load(s);
   };
-  EXPECT_THROW(load(ExpertGeometry::uniform(2, 8, 1, 100), saved.str()), InputError) << "another shape";
-  EXPECT_THROW(load(g, saved.str().substr(0, saved.str().size() - 5)), InputError) << "truncated";
-  EXPECT_THROW(load(g, saved.str() + "x"), InputError) << "trailing bytes";
+  EXPECT_THROW(load(ExpertGeometry::uniform(2, 8, 1, 100), saved), InputError) << "another shape";
+  EXPECT_THROW(load(g, saved.substr(0, saved.size() - 5)), InputError) << "truncated";
+  EXPECT_THROW(load(g, saved + "x"), InputError) << "trailing bytes";
   EXPECT_THROW(load(g, "not a state at all, not at all"), InputError);
-  std::string bad = saved.str();
+  std::string bad = saved;
   bad[8 + 4 + 4 + 8] = '\x7f';  // the first cell's hits: a huge or NaN double
   bad[8 + 4 + 4 + 8 + 7] = '\x7f';
   EXPECT_THROW(load(g, bad), InputError) << "a cell with impossible counts";
@@ -230,9 +237,12 @@ TEST(AdaptiveSimilarity, PredictsFromTheClosestStoredRequestPerRunningRequest) {
   p.routed(r);
   p.end_iteration();
   p.begin_iteration(Phase::Decode, 1);
-  const double want3[2][4] = {{0.75, 0.25, 0, 0}, {0, 0, 0.5, 0.5}};
-  for (int32_t l = 0; l < 2; ++l)
-    for (int32_t e = 0; e < 4; ++e) EXPECT_NEAR(p.similarity_share({l, e}), want3[l][e], 1e-6) << l << "," << e;
+  auto expect_shares = [&p](const double (&want)[2][4], const char* when) {
+    for (int32_t l = 0; l < 2; ++l)
+      for (int32_t e = 0; e < 4; ++e)
+        EXPECT_NEAR(p.similarity_share({l, e}), want[l][e], 1e-6) << when << ": " << l << "," << e;
+  };
+  expect_shares({{0.75, 0.25, 0, 0}, {0, 0, 0.5, 0.5}}, "request 3 alone");
   p.begin_request(RequestInfo{4, {}, {}, {}});
   r = routing(0, {2});
   r.requests = {4};
@@ -240,9 +250,7 @@ TEST(AdaptiveSimilarity, PredictsFromTheClosestStoredRequestPerRunningRequest) {
   p.end_iteration();
   p.begin_iteration(Phase::Decode, 2);
   // Request 3's EAM is still (layer 0, e0) x 1: the same match.
-  const double want[2][4] = {{0.75, 0.25, 1, 0}, {0.25, 0.75, 0.5, 0.5}};
-  for (int32_t l = 0; l < 2; ++l)
-    for (int32_t e = 0; e < 4; ++e) EXPECT_NEAR(p.similarity_share({l, e}), want[l][e], 1e-6) << l << "," << e;
+  expect_shares({{0.75, 0.25, 1, 0}, {0.25, 0.75, 0.5, 0.5}}, "requests 3 and 4");
   p.end_request(4);
   EXPECT_EQ(p.stored_requests(), 3u);
   p.begin_iteration(Phase::Decode, 3);
@@ -340,14 +348,8 @@ TEST(AdaptiveSimilarity, AFullCollectionReplacesTheMostSimilar) {
 TEST(AdaptiveSimilarity, StateKeepsTheCollectionAndVersionTwoStatesLoad) {
   const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
   AdaptivePolicy a = with_two_stored(g, one_match("adaptive"), "adaptive");
-  std::ostringstream saved;
-  a.save(saved);
   AdaptivePolicy b(g, one_match("adaptive"));
-  std::istringstream in(saved.str());
-  b.load(in);
-  std::ostringstream again;
-  b.save(again);
-  EXPECT_EQ(again.str(), saved.str());
+  const std::string saved = expect_round_trip(a, b);
   EXPECT_EQ(b.stored_requests(), 2u);
   for (AdaptivePolicy* q : {&a, &b}) {
     q->begin_request(RequestInfo{3, {}, {}, {}});
@@ -363,19 +365,19 @@ TEST(AdaptiveSimilarity, StateKeepsTheCollectionAndVersionTwoStatesLoad) {
   const size_t entry = 8 * 4 + 2 * 8, sim = 8 + 16 * AdaptivePolicy::kSimilarBuckets * AdaptivePolicy::kSimilarPriorBuckets;
   const size_t traj = 8 + 16 * AdaptivePolicy::kMaxTrajectory * AdaptivePolicy::kSimilarBuckets * AdaptivePolicy::kSimilarPriorBuckets +
                       8 + 8 + 8;
-  std::string v2 = saved.str();
+  std::string v2 = saved;
   v2[7] = '2';
   v2.resize(v2.size() - sim - 8 - 2 * entry - traj);
   AdaptivePolicy c(g, one_match("adaptive"));
   std::istringstream old(v2);
   c.load(old);
   EXPECT_EQ(c.stored_requests(), 0u);
-  std::string bad = saved.str();
-  const size_t first_count = saved.str().size() - traj - 2 * entry;  // request 1, layer 0, expert 0: 3 tokens
+  std::string bad = saved;
+  const size_t first_count = saved.size() - traj - 2 * entry;  // request 1, layer 0, expert 0: 3 tokens
   bad[first_count] = 9;  // 9 of its 4 layer-0 tokens
   std::istringstream impossible(bad);
   EXPECT_THROW(AdaptivePolicy(g, one_match("adaptive")).load(impossible), InputError);
-  std::string cut = saved.str();
+  std::string cut = saved;
   cut.resize(cut.size() - traj - 4);
   std::istringstream truncated(cut);
   EXPECT_THROW(AdaptivePolicy(g, one_match("adaptive")).load(truncated), InputError);
@@ -441,19 +443,13 @@ TEST(AdaptiveTrajectory, PredictsTheLayersAheadFromTheClosestPaths) {
   EXPECT_NEAR(p.trajectory_share({2, 3}), 1.0, 1e-6);
   EXPECT_NEAR(p.trajectory_share({2, 2}), 0.0, 1e-6);
   // The paths, the ring's slot and the finished requests are saved with the rest.
-  std::ostringstream saved;
-  p.save(saved);
   AdaptivePolicy q(g, o, "t");
-  std::istringstream in(saved.str());
-  q.load(in);
-  std::ostringstream again;
-  q.save(again);
-  EXPECT_EQ(again.str(), saved.str());
+  const std::string saved = expect_round_trip(p, q);
   EXPECT_EQ(q.stored_paths(), 4u);
   q.begin_iteration(Phase::Decode, 2);
   q.routed(step_routing(0, {1}, {4}));
   EXPECT_NEAR(q.trajectory_share({1, 2}), 1.0, 1e-6) << "the loaded paths predict";
-  std::string bad = saved.str();
+  std::string bad = saved;
   bad[bad.size() - 8 - 4] = 9;  // the last path's layer-2 expert: 9 of 4
   std::istringstream impossible(bad);
   EXPECT_THROW(AdaptivePolicy(g, o, "t").load(impossible), InputError);
