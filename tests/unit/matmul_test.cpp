@@ -407,6 +407,45 @@ TEST(Matmul, BatchMatchesSeparateMatvecsBitForBit) {
   expect_batch_gives(jobs, alone);
 }
 
+// The threads of a batch's section share its activations' quantising and packing
+// (matmul.cpp, BatchInputs): one activation read by every kind of kernel at once
+// (int16 and int8, interleaved and GGUF rows, q4_0, q8_0 and Q4_K), so the jobs share
+// blocks, share packings, and pack from blocks another thread writes; each output
+// must be exactly the lone mat-vec's.
+TEST(Matmul, BatchSharesActivationPreparationBitForBit) {
+  std::mt19937 rng(46);
+  struct Case {
+    DType t;
+    RowLayout layout;
+    bool x_int8;
+    int x;
+  };
+  const Case cases[] = {{DType::Q8_0, RowLayout::gguf, false, 0},    {DType::Q4_0, RowLayout::rows_x4, false, 0},
+                        {DType::Q4_0, RowLayout::gguf, false, 0},    {DType::Q4_K, RowLayout::gguf, false, 0},
+                        {DType::Q4_0, RowLayout::rows_x4, true, 0},  {DType::Q4_K, RowLayout::gguf, true, 0},
+                        {DType::Q8_0, RowLayout::rows_x4, true, 1},  {DType::Q8_0, RowLayout::rows_x4, false, 1},
+                        {DType::Q4_0, RowLayout::rows_x4, true, 2},  {DType::Q4_0, RowLayout::rows_x4, true, 3},
+                        {DType::Q6_K, RowLayout::gguf, false, 1},    {DType::Q4_0, RowLayout::rows_x4, false, 2}};
+  const int64_t rows = 64, cols = 1024;
+  std::vector<std::vector<float>> xs;
+  for (int i = 0; i < 4; ++i) xs.push_back(random_vec(cols, rng));
+  std::vector<std::vector<uint8_t>> ws;
+  std::vector<std::vector<float>> alone;
+  std::vector<MatvecJob> jobs;
+  for (const Case& c : cases) {
+    const Weights w = make_weights(c.t, rows, cols, rng);
+    ws.emplace_back(w.bytes.size());
+    if (c.layout == RowLayout::rows_x4) rows_x4_repack(c.t, w.bytes.data(), rows, cols, ws.back().data());
+    else ws.back() = w.bytes;
+    alone.emplace_back(static_cast<size_t>(rows), NAN);
+    const MatvecJob j{c.t, c.layout, ws.back().data(), rows, cols, xs[static_cast<size_t>(c.x)].data(),
+                      alone.back().data(), c.x_int8};
+    matvec_batch(&j, 1, nullptr);
+    jobs.push_back(j);
+  }
+  expect_batch_gives(jobs, alone);
+}
+
 TEST(Matmul, InterleavedBatchReadInPairsMatchesSeparateMatvecsBitForBit) {
   // Consecutive interleaved jobs of one type and shape are read two at a time, a quad
   // of each in turn (an expert's gate and up on one activation, two experts' down

@@ -18,8 +18,10 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
+#include <thread>
 #include <stdexcept>
 #include <vector>
 
@@ -645,54 +647,111 @@ size_t packed_lines(const MatvecJob& j) {
                                                         : q4_vnni_x_bytes(j.cols);
   return (bytes + sizeof(CacheLine) - 1) / sizeof(CacheLine);
 }
-// Packs in's int16 blocks (in.qx, in.dx) into `packed` in the layout j's VNNI kernel
-// reads, and points in at it.
-void pack_input(const MatvecJob& j, MvInput& in, uint8_t* packed) {
-  if (dtype_is_kquant(j.dtype)) {
-    kquant_pack_x(in.qx, in.dx, j.cols, packed);
-    in.kq = packed;
-    return;
-  }
-  const bool x4 = j.layout == RowLayout::rows_x4;
-  (x4 ? rows_x4_pack_x : q4_vnni_pack_x)(in.qx, in.dx, j.cols, packed);
-  (x4 ? in.rx4 : in.q4x) = packed;
+// The member of MvInput that j's int16-block packing goes to.
+const uint8_t* MvInput::*packed_member(const MatvecJob& j) {
+  return j.layout == RowLayout::rows_x4 ? &MvInput::rx4 : dtype_is_kquant(j.dtype) ? &MvInput::kq : &MvInput::q4x;
+}
+// Packs int16 blocks (qx, dx) into `packed` in the layout j's VNNI kernel reads.
+void pack16(const MatvecJob& j, const int16_t* qx, const float* dx, uint8_t* packed) {
+  if (dtype_is_kquant(j.dtype)) kquant_pack_x(qx, dx, j.cols, packed);
+  else (j.layout == RowLayout::rows_x4 ? rows_x4_pack_x : q4_vnni_pack_x)(qx, dx, j.cols, packed);
+}
+// Quantises j.x to int8 blocks packed as j's kernel reads them (wants_int8(j)).
+void pack8(const MatvecJob& j, uint8_t* packed) {
+  (j.layout == RowLayout::rows_x4 ? rows_x4_pack_x8 : kquant_pack_x8)(j.x, j.cols, packed);
 }
 // Quantises j.x into qx / dx (j.cols and j.cols / 32 elements); packs it into packed
 // when the kernel wants that; returns the kernels' view.
 MvInput prepare_input(const MatvecJob& j, int16_t* qx, float* dx, uint8_t* packed) {
   MvInput in{j.x, nullptr, nullptr, nullptr, nullptr};
-  if (wants_int8(j) && j.layout == RowLayout::rows_x4) {
-    rows_x4_pack_x8(j.x, j.cols, packed);
-    in.rx4 = packed;
-    in.rx4_int8 = true;
-    return in;
-  }
   if (wants_int8(j)) {
-    kquant_pack_x8(j.x, j.cols, packed);
-    in.kq = packed;
-    in.kq_int8 = true;
+    pack8(j, packed);
+    if (j.layout == RowLayout::rows_x4) (in.rx4 = packed, in.rx4_int8 = true);
+    else (in.kq = packed, in.kq_int8 = true);
     return in;
   }
   if (!wants_int16(j)) return in;
   HWY_DYNAMIC_DISPATCH(QuantizeX16)(j.x, j.cols, qx, dx);
   in.qx = qx;
   in.dx = dx;
-  if (wants_packed(j)) pack_input(j, in, packed);
+  if (wants_packed(j)) {
+    pack16(j, qx, dx, packed);
+    in.*packed_member(j) = packed;
+  }
   return in;
 }
 
-// The activation of every job as the mat-vec kernels read it (prepare_input), once
-// per distinct x, on the calling thread (a few microseconds against the matrix's
-// bytes). Jobs with a null x are skipped. The table is the caller's thread_local, so
-// workers must be handed the pointer (a thread_local named inside a worker's lambda
-// would be the worker's own).
-const MvInput* matvec_inputs(const MatvecJob* jobs, size_t n_jobs) {
-  thread_local std::vector<int16_t> qbuf;
-  thread_local std::vector<float> dbuf;
-  thread_local std::vector<CacheLine> pbuf;
-  thread_local std::vector<MvInput> in_buf;  // no allocation per call once warm
-  in_buf.resize(n_jobs);
-  MvInput* const in = in_buf.data();
+// The activation of every job of a batch as the mat-vec kernels read it
+// (prepare_input), once per distinct x. plan() decides on the calling thread where
+// each one goes and which jobs share it (pointers only); the quantising and packing
+// are tasks that the threads of the batch's parallel section share before their rows
+// (run_shared): on one thread they were ~5% of a 16-sequence decode step's time (32
+// down-projection inputs of 2048 columns a layer), the other core waiting. Jobs with
+// a null x are skipped. The object is the caller's thread_local, so workers must be
+// handed the pointer.
+class BatchInputs {
+ public:
+  const MvInput* plan(const MatvecJob* jobs, size_t n_jobs);
+  void run_all() const {
+    for (const Task& t : tasks_) run_task(t);
+  }
+  // Every thread of the section calls this: it takes tasks no thread has taken, then
+  // waits until all are done. Only a thread that is running holds a task, so the wait
+  // ends.
+  void run_shared() {
+    const size_t n = tasks_.size();
+    for (size_t k; (k = next_.fetch_add(1, std::memory_order_relaxed)) < n;) {
+      run_task(tasks_[k]);
+      done_.fetch_add(1, std::memory_order_release);
+    }
+    for (uint32_t spins = 1; done_.load(std::memory_order_acquire) < n; ++spins) {
+      spin_pause();
+      if (spins % 4096 == 0) std::this_thread::yield();  // the holder may be off its core
+    }
+  }
+
+ private:
+  struct Task {
+    size_t job;
+    int16_t* qx;      // int16 blocks to write (null with packed: quantise privately, an earlier task writes the shared ones)
+    float* dx;
+    uint8_t* packed;  // the packing to write (int8 blocks when wants_int8), or null
+  };
+  void run_task(const Task& t) const {
+    const MatvecJob& j = jobs_[t.job];
+    if (wants_int8(j)) {
+      pack8(j, t.packed);
+      return;
+    }
+    thread_local std::vector<int16_t> own_q;
+    thread_local std::vector<float> own_d;
+    int16_t* qx = t.qx;
+    float* dx = t.dx;
+    if (!qx) {
+      own_q.resize(static_cast<size_t>(j.cols));
+      own_d.resize(static_cast<size_t>(j.cols / 32));
+      qx = own_q.data();
+      dx = own_d.data();
+    }
+    HWY_DYNAMIC_DISPATCH(QuantizeX16)(j.x, j.cols, qx, dx);
+    if (t.packed) pack16(j, qx, dx, t.packed);
+  }
+  const MatvecJob* jobs_ = nullptr;
+  std::vector<int16_t> qbuf_;
+  std::vector<float> dbuf_;
+  std::vector<CacheLine> pbuf_;
+  std::vector<MvInput> in_;  // no allocation per call once warm
+  std::vector<Task> tasks_;
+  std::atomic<size_t> next_{0}, done_{0};
+};
+
+const MvInput* BatchInputs::plan(const MatvecJob* jobs, size_t n_jobs) {
+  jobs_ = jobs;
+  tasks_.clear();
+  next_.store(0, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  in_.resize(n_jobs);
+  MvInput* const in = in_.data();
   size_t qsize = 0, dsize = 0, psize = 0;
   for (size_t j = 0; j < n_jobs; ++j) {
     if (wants_int16(jobs[j])) {
@@ -701,45 +760,50 @@ const MvInput* matvec_inputs(const MatvecJob* jobs, size_t n_jobs) {
     }
     if (wants_packed(jobs[j])) psize += packed_lines(jobs[j]);
   }
-  if (qbuf.size() < qsize) qbuf.resize(qsize);
-  if (dbuf.size() < dsize) dbuf.resize(dsize);
-  if (pbuf.size() < psize) pbuf.resize(psize);
+  if (qbuf_.size() < qsize) qbuf_.resize(qsize);
+  if (dbuf_.size() < dsize) dbuf_.resize(dsize);
+  if (pbuf_.size() < psize) pbuf_.resize(psize);
   size_t qoff = 0, doff = 0, poff = 0;
+  auto take_packed = [&](const MatvecJob& job) {
+    uint8_t* p = reinterpret_cast<uint8_t*>(pbuf_.data() + poff);
+    poff += packed_lines(job);
+    return p;
+  };
   for (size_t j = 0; j < n_jobs; ++j) {
-    in[j] = {jobs[j].x, nullptr, nullptr, nullptr, nullptr};
-    if (wants_int8(jobs[j])) {
+    const MatvecJob& job = jobs[j];
+    in[j] = {job.x, nullptr, nullptr, nullptr, nullptr};
+    auto same_x = [&](size_t i) { return jobs[i].x == job.x && jobs[i].cols == job.cols; };
+    if (wants_int8(job)) {
       // Same activation packed as int8 the same way by an earlier job: share it.
-      const bool x4 = jobs[j].layout == RowLayout::rows_x4;
+      const bool x4 = job.layout == RowLayout::rows_x4;
       for (size_t i = 0; i < j && !in[j].rx4 && !in[j].kq; ++i)
-        if ((x4 ? in[i].rx4_int8 : in[i].kq_int8) && jobs[i].x == jobs[j].x && jobs[i].cols == jobs[j].cols) in[j] = in[i];
+        if ((x4 ? in[i].rx4_int8 : in[i].kq_int8) && same_x(i)) in[j] = in[i];
       if (!in[j].rx4 && !in[j].kq) {
-        in[j] = prepare_input(jobs[j], nullptr, nullptr, reinterpret_cast<uint8_t*>(pbuf.data() + poff));
-        poff += packed_lines(jobs[j]);
+        uint8_t* p = take_packed(job);
+        if (x4) (in[j].rx4 = p, in[j].rx4_int8 = true);
+        else (in[j].kq = p, in[j].kq_int8 = true);
+        tasks_.push_back({j, nullptr, nullptr, p});
       }
       continue;
     }
-    if (!wants_int16(jobs[j])) continue;
-    const int64_t cols = jobs[j].cols;
-    const uint8_t* MvInput::*const packed_of = jobs[j].layout == RowLayout::rows_x4 ? &MvInput::rx4
-                                               : dtype_is_kquant(jobs[j].dtype) ? &MvInput::kq
-                                                                                : &MvInput::q4x;
-    // Same activation as an earlier job: share what it computed.
+    if (!wants_int16(job)) continue;
+    const uint8_t* MvInput::*const member = packed_member(job);
+    // Same activation as an earlier job: share what it computes.
     for (size_t i = 0; i < j && !in[j].qx; ++i)
-      if (in[i].qx && jobs[i].x == jobs[j].x && jobs[i].cols == cols) in[j] = {jobs[j].x, in[i].qx, in[i].dx, nullptr, nullptr};
-    for (size_t i = 0; i < j && !(in[j].*packed_of); ++i)
-      if (in[i].*packed_of && !in[i].rx4_int8 && !in[i].kq_int8 && jobs[i].x == jobs[j].x && jobs[i].cols == cols)
-        in[j].*packed_of = in[i].*packed_of;
-    const bool need_packed = wants_packed(jobs[j]) && !(in[j].*packed_of);
+      if (in[i].qx && same_x(i)) in[j] = {job.x, in[i].qx, in[i].dx, nullptr, nullptr};
+    for (size_t i = 0; i < j && !(in[j].*member); ++i)
+      if (in[i].*member && !in[i].rx4_int8 && !in[i].kq_int8 && same_x(i)) in[j].*member = in[i].*member;
+    uint8_t* const packed = wants_packed(job) && !(in[j].*member) ? take_packed(job) : nullptr;
+    if (packed) in[j].*member = packed;
     if (!in[j].qx) {
-      // Quantises (and packs, if wanted) into fresh space.
-      in[j] = prepare_input(jobs[j], qbuf.data() + qoff, dbuf.data() + doff,
-                            reinterpret_cast<uint8_t*>(pbuf.data() + poff));
-      qoff += static_cast<size_t>(cols);
-      doff += static_cast<size_t>(cols / 32);
-    } else if (need_packed) {
-      pack_input(jobs[j], in[j], reinterpret_cast<uint8_t*>(pbuf.data() + poff));  // from the shared int16 blocks
+      in[j].qx = qbuf_.data() + qoff;
+      in[j].dx = dbuf_.data() + doff;
+      qoff += static_cast<size_t>(job.cols);
+      doff += static_cast<size_t>(job.cols / 32);
+      tasks_.push_back({j, const_cast<int16_t*>(in[j].qx), const_cast<float*>(in[j].dx), packed});
+    } else if (packed) {
+      tasks_.push_back({j, nullptr, nullptr, packed});  // from int16 blocks an earlier task writes
     }
-    if (need_packed) poff += packed_lines(jobs[j]);
   }
   return in;
 }
@@ -750,13 +814,15 @@ const MvInput* matvec_inputs(const MatvecJob* jobs, size_t n_jobs) {
 // an expert's down projection and its gate differ) lies in the p-th P-th of the total,
 // walking them front to back in chunks of `own` groups (fewer near its end); a thread
 // whose range is empty takes chunks of `steal` groups from the back of another's
-// (WorkRanges).
+// (WorkRanges). Each thread first takes its share of the batch's activation
+// preparation (inputs, planned).
 struct RowWork {
   int64_t rows;
   uint64_t row_cost;
 };
 void run_rows_parallel(size_t n_jobs, const std::function<RowWork(size_t)>& work_of, int64_t group, uint32_t own,
-                       uint32_t steal, ThreadPool& pool, const std::function<void(size_t, int64_t, int64_t)>& fn) {
+                       uint32_t steal, ThreadPool& pool, BatchInputs& inputs,
+                       const std::function<void(size_t, int64_t, int64_t)>& fn) {
   const int parts = pool.size();
   thread_local std::vector<int64_t> rows_buf;
   thread_local std::vector<uint64_t> cost_buf;
@@ -793,7 +859,9 @@ void run_rows_parallel(size_t n_jobs, const std::function<RowWork(size_t)>& work
   ranges.reset(bounds.data(), parts);
   const uint32_t* const fg = first_group.data();
   WorkRanges* const wr = &ranges;
-  auto part = [&, fg, wr](int64_t p0, int64_t, int) {
+  BatchInputs* const shared_inputs = &inputs;  // the caller's thread_local
+  auto part = [&, fg, wr, shared_inputs](int64_t p0, int64_t, int) {
+    shared_inputs->run_shared();
     uint32_t g0, g1;
     size_t j = 0;
     while (wr->next(static_cast<int>(p0), own, steal, g0, g1)) {
@@ -823,7 +891,8 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
     work += jobs[j].rows * jobs[j].cols;
   }
   if (total == 0) return;
-  const MvInput* const in = matvec_inputs(jobs, n_jobs);
+  thread_local BatchInputs inputs;
+  const MvInput* const in = inputs.plan(jobs, n_jobs);
   auto fn = HWY_DYNAMIC_DISPATCH(MatvecRows);
   // Work items: a job, or kStreams consecutive interleaved jobs of one type and shape
   // whose activations are packed for the VNNI kernel (an expert's gate and up, k and v,
@@ -970,6 +1039,7 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
   };
   const int parts = pool && pool->size() > 1 && work >= kMinParallelWork ? pool->size() : 1;
   if (parts == 1) {
+    inputs.run_all();
     for (size_t i = 0; i < item_buf.size(); ++i)
       if (jobs[items[i].a].rows > 0) run_item(i, 0, jobs[items[i].a].rows);
     return;
@@ -987,7 +1057,7 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
   // Measured (2 threads, 330M q8_0, medians of 5-6 alternating runs): own chunks of
   // 8 groups ran ~10% slower than no stealing (the software prefetch and the stream
   // restart at every chunk), 32 groups with steals of 4 ~3-15% faster.
-  run_rows_parallel(item_buf.size(), work_of, kGroup, 32, 4, *pool, run_item);
+  run_rows_parallel(item_buf.size(), work_of, kGroup, 32, 4, *pool, inputs, run_item);
 }
 
 void MatvecPlan::prepare(const MatvecJob& job) {
@@ -1069,7 +1139,8 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool) {
     const MatmulJob& m = jobs[j];
     one_tok[j] = {m.dtype, m.layout, m.W, m.rows, m.cols, m.n_tok == 1 ? m.X : nullptr, m.Y, m.x_int8};
   }
-  const MvInput* const in = matvec_inputs(one_tok.data(), n_jobs);
+  thread_local BatchInputs inputs;
+  const MvInput* const in = inputs.plan(one_tok.data(), n_jobs);
   auto fn = HWY_DYNAMIC_DISPATCH(MatmulRows);
   auto mv = HWY_DYNAMIC_DISPATCH(MatvecRows);
   auto run = [&](size_t k, int64_t r0, int64_t r1) {
@@ -1081,6 +1152,7 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool) {
     }
   };
   if (!pool || pool->size() <= 1 || work < kMinParallelWork) {
+    inputs.run_all();
     for (size_t j = 0; j < n_jobs; ++j) run(j, 0, jobs[j].rows);
     return;
   }
@@ -1092,7 +1164,7 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool) {
   // Groups of the kernel's row tile; a thread's own range in chunks of 8 tiles, steals
   // of one: compute-bound tiles, so smaller pieces cost little.
   const int64_t tile = HWY_DYNAMIC_DISPATCH(RowTile)();
-  run_rows_parallel(n_jobs, work_of, tile, 8, 1, *pool, run);
+  run_rows_parallel(n_jobs, work_of, tile, 8, 1, *pool, inputs, run);
 }
 
 void matmul(DType wt, const void* W, int64_t rows, int64_t cols, const float* X, int64_t n_tok,
