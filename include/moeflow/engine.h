@@ -46,10 +46,11 @@ struct EngineOptions {
   bool mmap = false;               // compute from the file mapping (starts faster, reads slower)
   bool repack = true;              // q4_0/q8_0 rows interleaved in fours on AVX-512 VNNI CPUs
   // Precision of the activations those interleaved rows and k-quant rows multiply:
-  // "int16" (products within ~2e-5 of f32) or "int8" (llama.cpp's q8_0 activations: ~4e-3
-  // per product, up to 1.4x the tokens per second where arithmetic, not memory, limits a
-  // batched step).
-  std::string activations = "int16";
+  // "int16" (products within ~2e-5 of f32), "int8" (llama.cpp's q8_0 activations: ~4e-3
+  // per product, up to 1.8x the tokens per second where arithmetic, not memory, limits a
+  // batched step) or "auto" (int8 for q4_0 and k-quant weights, whose own rounding is
+  // 8-32x coarser; int16 for q8_0).
+  std::string activations = "auto";
   // Expert offloading: with a policy other than "all", experts stream from the file
   // into a cache of expert_budget bytes ("25%" of what all experts take in memory,
   // "2GiB", or a byte count; empty: 100%).

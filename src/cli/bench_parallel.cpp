@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "backend/activation_precision.h"
 #include "cli/model_flags.h"
 #include "engine/expert_offload.h"
 #include "engine/expert_source.h"
@@ -129,7 +130,7 @@ int bench_parallel(const Args& a) {
   int threads = 0;
   double peak = 0, mac_peak = 0;
   bool vnni_experts = false;  // the experts' products run on the VNNI kernels
-  const bool int8 = a.str("--activations") == "int8";
+  bool int8 = false;  // the experts' activations (--activations, resolved for their weights)
   for (const std::string& pol : policies) {
     auto e = open_bench_engine(a, pol, n_prompt + n_gen + 1, static_cast<int>(n_max));
     const Model& m = e->model();
@@ -139,6 +140,7 @@ int bench_parallel(const Args& a) {
     // Interleaved rows and k-quants take the VNNI kernels wherever the CPU has them
     // (elsewhere the measured peak is 0 and the column shows no share).
     vnni_experts = gate0.layout == RowLayout::rows_x4 || dtype_is_kquant(gate0.dtype);
+    int8 = int8_activations_for(parse_activation_precision(a.str("--activations")), gate0.dtype);
     threads = e->thread_pool().size();
     StepBytes counter(m);
     e->add_listener(&counter);

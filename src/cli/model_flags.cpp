@@ -28,8 +28,9 @@ void add_model_flags(Args& a) {
   a.flag("--no-repack", "keep q4_0 and q8_0 weights in GGUF's row layout in memory (by default, on CPUs with "
                         "AVX-512 VNNI, their rows are interleaved in fours for the faster kernels)", false);
   a.flag("--activations", "precision of the activations that interleaved q4_0 / q8_0 rows and k-quant rows multiply: "
+                          "auto (int8 for q4_0 and k-quant weights, whose own rounding is coarser; int16 for q8_0), "
                           "int16 (within ~2e-5 of f32) or int8 (llama.cpp's q8_0 activations; faster batched decoding "
-                          "where arithmetic limits it)", true, "int16");
+                          "where arithmetic limits it)", true, "auto");
 }
 
 std::string default_model_path() {
@@ -54,8 +55,8 @@ EngineOptions engine_options_from_flags(const Args& a, const std::string& policy
   o.mmap = a.has("--mmap");
   o.repack = !a.has("--no-repack");  // where the backend interleaves rows at all
   o.activations = a.str("--activations");
-  if (o.activations != "int16" && o.activations != "int8")
-    throw UsageError("--activations '" + o.activations + "': expected int16 or int8");
+  if (o.activations != "auto" && o.activations != "int16" && o.activations != "int8")
+    throw UsageError("--activations '" + o.activations + "': expected auto, int16 or int8");
   o.policy = policy;
   if (!a.declared("--expert-budget")) return o;  // a command without the offloading flags
   if (a.has("--expert-budget")) o.expert_budget = a.str("--expert-budget");

@@ -61,9 +61,7 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
   if (o.ctx_size < 0) throw InputError("context size " + std::to_string(o.ctx_size) + ": must be >= 0");
   const bool offloaded = o.policy != "all";
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (o.activations != "int16" && o.activations != "int8")
-    throw InputError("activations '" + o.activations + "': expected int16 or int8");
-  im->backend = std::make_unique<CpuBackend>(threads, o.repack, o.activations == "int8");
+  im->backend = std::make_unique<CpuBackend>(threads, o.repack, parse_activation_precision(o.activations));
   LoadedWeights lw = load_model_and_tokenizer(o.model_path, o.mmap, offloaded, im->backend.get());
   im->model = std::move(lw.model);
   im->tokenizer = std::move(lw.tokenizer);

@@ -44,7 +44,7 @@ TEST(Cli, BadFlagsExitNonZeroAndSayWhatToFix) {
   expect_failure("run -m " + kModel + " --expert-budget 50%", "--policy");
   expect_failure("run -m " + kModel + " --policy lru --on-miss maybe", "--on-miss");
   expect_failure("run -m " + kModel + " --kv-type bf16", "--kv-type 'bf16'");
-  expect_failure("run -m " + kModel + " --activations int4", "--activations 'int4': expected int16 or int8");
+  expect_failure("run -m " + kModel + " --activations int4", "--activations 'int4': expected auto, int16 or int8");
   expect_failure("bench-kernels --cols 100", "multiple of 32");
   expect_failure("simulate", "--trace");
   expect_failure("trace", "subcommand");

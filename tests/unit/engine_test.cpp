@@ -261,7 +261,9 @@ TEST(EngineBatch, Int8ActivationsKeepEachSequenceItsOwnLogits) {
     EngineOptions o8 = options_for(fixture);
     o8.activations = "int8";
     auto e8 = Engine::open(o8);
-    auto e16 = Engine::open(options_for(fixture));
+    EngineOptions o16 = options_for(fixture);
+    o16.activations = "int16";
+    auto e16 = Engine::open(o16);
     for (int n : {1, 4, 16}) {
       const std::vector<Script> scripts = make_scripts(n, e8->n_vocab(), 300 + n);
       const std::vector<Transcript> together = run_together(*e8, scripts, 11 + n);
@@ -300,6 +302,19 @@ TEST(EngineBatch, Int8ActivationsKeepEachSequenceItsOwnLogits) {
     std::printf("  %-20s int8 against int16 activations: max relative difference of the logits %.3e\n", fixture, worst);
     EXPECT_LT(worst, 5e-2) << fixture;
     if (cpu::q4_vnni_enabled()) EXPECT_GT(worst, 0.0) << fixture << ": the option changed nothing";
+    // auto (the default) is int8 for q4_0 / k-quant weights and int16 for q8_0 ones,
+    // matrix by matrix: the fixtures whose integer products all have q8_0 weights
+    // (qwen3moe-q8_0; gpt-oss-mxfp4, whose dense matrices are q8_0 and whose mxfp4
+    // experts read f32) get int16's floats, the q4_0 ones int8's.
+    EngineOptions oa = options_for(fixture);
+    ASSERT_EQ(oa.activations, "auto");
+    auto ea = Engine::open(oa);
+    const Transcript aa = run_alone(*ea, s);
+    const bool q8 = std::string(fixture) == "qwen3moe-q8_0.gguf" || std::string(fixture) == "gpt-oss-mxfp4.gguf";
+    const Transcript& expected = q8 ? a16 : a8;
+    ASSERT_EQ(aa.logits.size(), expected.logits.size());
+    for (size_t k = 0; k < aa.logits.size(); ++k)
+      ASSERT_TRUE(aa.logits[k] == expected.logits[k]) << fixture << ": auto activations are not " << (q8 ? "int16" : "int8");
   }
   EngineOptions bad = options_for("olmoe-q4_0.gguf");
   bad.activations = "int4";

@@ -32,7 +32,7 @@ namespace {
 // mat-mul ones.
 void split_expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* const* slots, size_t n, const float* x,
                        const int64_t* requests, int64_t K, int64_t D, int64_t F, float* per_slot, ThreadPool* pool,
-                       bool x_int8) {
+                       ActivationPrecision activations) {
   thread_local std::vector<int64_t> order;  // slots of every expert, lone first
   thread_local std::vector<size_t> first, lone;
   thread_local std::vector<float> xe, gate, up, down;
@@ -85,7 +85,8 @@ void split_expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* c
       if (nt == 0) continue;
       const float* xin = in ? in[k] : gate.data() + r0 * static_cast<size_t>(in_w);
       jobs.push_back(
-          {w.dtype, w.layout, w.data, w.rows, w.cols, xin, static_cast<int64_t>(nt), out + r0 * out_w, k == 0, x_int8});
+          {w.dtype, w.layout, w.data, w.rows, w.cols, xin, static_cast<int64_t>(nt), out + r0 * out_w, k == 0,
+           int8_activations_for(activations, w.dtype)});
     }
   };
   for (size_t i = 0; i < n; ++i) {
@@ -117,13 +118,13 @@ void split_expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* c
 
 }  // namespace
 
-CpuBackend::CpuBackend(int threads, bool interleave_rows, bool int8_activations)
+CpuBackend::CpuBackend(int threads, bool interleave_rows, ActivationPrecision activations)
     : owned_(std::make_unique<ThreadPool>(threads)),
       pool_(owned_.get()),
       interleave_rows_(interleave_rows),
-      int8_activations_(int8_activations) {}
-CpuBackend::CpuBackend(ThreadPool* pool, bool interleave_rows, bool int8_activations)
-    : pool_(pool), interleave_rows_(interleave_rows), int8_activations_(int8_activations) {}
+      activations_(activations) {}
+CpuBackend::CpuBackend(ThreadPool* pool, bool interleave_rows, ActivationPrecision activations)
+    : pool_(pool), interleave_rows_(interleave_rows), activations_(activations) {}
 
 std::unique_ptr<DeviceBuffer> CpuBackend::allocate(size_t bytes) { return allocate_host_buffer(bytes); }
 
@@ -145,13 +146,13 @@ void CpuBackend::place(RowLayout layout, DType t, const void* src, int64_t rows,
 }
 
 void CpuBackend::products(const Product* jobs, size_t n) {
-  if (!int8_activations_) {
+  if (activations_ == ActivationPrecision::Int16) {
     cpu::matmul_batch(jobs, n, pool_);
     return;
   }
   thread_local std::vector<Product> marked;
   marked.assign(jobs, jobs + n);
-  for (Product& j : marked) j.x_int8 = true;
+  for (Product& j : marked) j.x_int8 = int8_activations_for(activations_, j.dtype);
   cpu::matmul_batch(marked.data(), n, pool_);
 }
 
@@ -203,10 +204,10 @@ void CpuBackend::expert_ffns(const ExpertMatrices* mats, const std::vector<int64
   const int64_t ne = static_cast<int64_t>(n);
   if (single_token && n > 0 && parts > 1 && ne % parts == 0 && 3 * ne * D * F >= (int64_t{1} << 15)) {
     thread_local ExpertsPerThread ept;  // the caller's; its buffers are reused
-    ept.run(mats, slots, n, x, K, D, F, per_slot, *pool_, int8_activations_);
+    ept.run(mats, slots, n, x, K, D, F, per_slot, *pool_, activations_);
     return;
   }
-  split_expert_ffns(mats, slots, n, x, requests, K, D, F, per_slot, pool_, int8_activations_);
+  split_expert_ffns(mats, slots, n, x, requests, K, D, F, per_slot, pool_, activations_);
 }
 
 }  // namespace moeflow

@@ -4,6 +4,7 @@
 #pragma once
 #include <memory>
 
+#include "backend/activation_precision.h"
 #include "backend/backend.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -12,13 +13,15 @@ namespace moeflow {
 class CpuBackend final : public Backend {
  public:
   // Owns a pool of `threads` workers. `interleave_rows` false keeps every matrix in
-  // GGUF's layout (--no-repack). `int8_activations` (--activations int8): products with
-  // interleaved q4_0 / q8_0 rows and k-quant rows quantise their activation to int8, not int16
-  // (cpu::MatvecJob::x_int8), every step alike, so a sequence's floats still do not
-  // depend on its company.
-  explicit CpuBackend(int threads, bool interleave_rows = true, bool int8_activations = false);
+  // GGUF's layout (--no-repack). `activations` (--activations): whether products with
+  // interleaved q4_0 / q8_0 rows and k-quant rows quantise their activation to int8 or
+  // int16 (cpu::MatvecJob::x_int8), decided by the weights' type alone, every step
+  // alike, so a sequence's floats still do not depend on its company.
+  explicit CpuBackend(int threads, bool interleave_rows = true,
+                      ActivationPrecision activations = ActivationPrecision::Int16);
   // Runs on `pool` (not owned; null: the calling thread alone).
-  explicit CpuBackend(ThreadPool* pool, bool interleave_rows = true, bool int8_activations = false);
+  explicit CpuBackend(ThreadPool* pool, bool interleave_rows = true,
+                      ActivationPrecision activations = ActivationPrecision::Int16);
 
   std::string name() const override { return "cpu"; }
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override;  // host memory, huge pages
@@ -47,7 +50,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<ThreadPool> owned_;
   ThreadPool* pool_;
   bool interleave_rows_;
-  bool int8_activations_;
+  ActivationPrecision activations_;
 };
 
 }  // namespace moeflow

@@ -8,8 +8,8 @@ namespace moeflow {
 
 void ExpertsPerThread::run(const ExpertMatrices* mats, const std::vector<int64_t>* const* slots, size_t n,
                            const float* x, int64_t K, int64_t D, int64_t F, float* per_slot, ThreadPool& pool,
-                           bool x_int8) {
-  x_int8_ = x_int8;
+                           ActivationPrecision activations) {
+  activations_ = activations;
   while (experts_.size() < n) experts_.push_back(std::make_unique<Shared>());
   const uint32_t groups = static_cast<uint32_t>((D + kGroup - 1) / kGroup);
   bounds_.resize(n + 1);
@@ -47,14 +47,17 @@ void ExpertsPerThread::own_expert(size_t e, const ExpertMatrices& m, int64_t slo
   s.up.resize(static_cast<size_t>(F));
   const float* xt = x + (slot / K) * D;
   const cpu::MatvecJob gate_up[2] = {
-      {m.gate.dtype, m.gate.layout, m.gate.data, m.gate.rows, m.gate.cols, xt, s.gate.data(), x_int8_},
-      {m.up.dtype, m.up.layout, m.up.data, m.up.rows, m.up.cols, xt, s.up.data(), x_int8_}};
+      {m.gate.dtype, m.gate.layout, m.gate.data, m.gate.rows, m.gate.cols, xt, s.gate.data(),
+       int8_activations_for(activations_, m.gate.dtype)},
+      {m.up.dtype, m.up.layout, m.up.data, m.up.rows, m.up.cols, xt, s.up.data(),
+       int8_activations_for(activations_, m.up.dtype)}};
   cpu::matvec_batch(gate_up, 2, nullptr);
   expert_hidden(m, s.gate.data(), s.up.data(), 1, F);
   s.mats = &m;
   s.out = per_slot + slot * D;
   s.down.prepare(
-      {m.down.dtype, m.down.layout, m.down.data, m.down.rows, m.down.cols, s.gate.data(), per_slot + slot * D, x_int8_});
+      {m.down.dtype, m.down.layout, m.down.data, m.down.rows, m.down.cols, s.gate.data(), per_slot + slot * D,
+       int8_activations_for(activations_, m.down.dtype)});
   s.ready.store(true, std::memory_order_release);
   uint32_t b = 0, end = 0;
   while (ranges_.take_front(static_cast<int>(e), kOwn, kSteal, b, end)) down_rows(e, b, end, D, groups);

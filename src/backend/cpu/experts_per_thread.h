@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/activation_precision.h"
 #include "model/model_weights.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
@@ -32,9 +33,10 @@ namespace moeflow {
 // calling thread).
 class ExpertsPerThread {
  public:
-  // x_int8: the products' MatvecJob::x_int8.
+  // activations: decides each product's MatvecJob::x_int8 by its weights' type.
   void run(const ExpertMatrices* mats, const std::vector<int64_t>* const* slots, size_t n, const float* x,
-           int64_t K, int64_t D, int64_t F, float* per_slot, ThreadPool& pool, bool x_int8 = false);
+           int64_t K, int64_t D, int64_t F, float* per_slot, ThreadPool& pool,
+           ActivationPrecision activations = ActivationPrecision::Int16);
 
  private:
   static constexpr int64_t kGroup = 8;              // rows per work item
@@ -52,7 +54,7 @@ class ExpertsPerThread {
                   float* per_slot, uint32_t groups);
   void steal(size_t n, int64_t D, uint32_t groups);
 
-  bool x_int8_ = false;
+  ActivationPrecision activations_ = ActivationPrecision::Int16;
   std::atomic<bool> failed_{false};  // an owner threw: nothing more becomes ready
   std::vector<std::unique_ptr<Shared>> experts_;
   std::vector<uint32_t> bounds_;

@@ -1,0 +1,34 @@
+// Which activations the integer kernels multiply a matrix's weights with
+// (EngineOptions::activations, --activations).
+#pragma once
+#include <string>
+
+#include "base/error.h"
+#include "tensor/dtype.h"
+
+namespace moeflow {
+
+enum class ActivationPrecision {
+  Int16,  // every block of 32 in int16 (products within ~2e-5 of f32)
+  Int8,   // every block of 32 in int8, as llama.cpp's q8_0 activations (~4e-3 per product)
+  Auto,   // int8 where the weights round coarser than int8 does, int16 for q8_0 weights
+};
+
+inline ActivationPrecision parse_activation_precision(const std::string& s) {
+  if (s == "auto") return ActivationPrecision::Auto;
+  if (s == "int16") return ActivationPrecision::Int16;
+  if (s == "int8") return ActivationPrecision::Int8;
+  throw InputError("activations '" + s + "': expected auto, int16 or int8");
+}
+
+// Auto: a q4_0 or k-quant weight's step is 1/8 to 1/32 of its block's range, an int8
+// activation's 1/254, so int8 adds little to the weights' own error (built-in model,
+// q4_0: +0.03% perplexity against +0.43% for the q4_0 weights themselves,
+// docs/performance.md) and halves the batched step's arithmetic. q8_0 weights round
+// as finely as int8 activations would, so they keep int16. Other types never read
+// integer activations (the flag is ignored for them).
+inline bool int8_activations_for(ActivationPrecision p, DType weights) {
+  return p == ActivationPrecision::Int8 || (p == ActivationPrecision::Auto && weights != DType::Q8_0);
+}
+
+}  // namespace moeflow
