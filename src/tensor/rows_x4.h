@@ -24,7 +24,14 @@
 //           the activation a lane needs is the same for every row, one 128-bit pattern
 //           broadcast to the four rows;
 //   scales: G x 16 f16; scale 16g + 4r + b = d of row 4q+r's block 4g+b.
-// REQUIRES rows % 4 == 0 and cols % 128 == 0 (rows_x4_fits).
+// Q4_K takes q4_0's quant arrangement for its 32-column sub-blocks ("block" 4g+b is the
+// row's sub-block 4g+b, its nibbles re-paired as q4_0 pairs them: byte i holds elements
+// i and 16+i), so the same kernels unpack both; and after the quants, per super-block
+// s (256 columns) 64 bytes: row r's at 16r, its 12 scale bytes as Q4_K packs them, then
+// d, then dmin (f16). Still 144 bytes per row and super-block, as in the file, and each
+// row's scale bytes in one 128-bit lane for the kernels' per-lane shuffles.
+// REQUIRES rows % 4 == 0 and cols % 128 == 0 (rows_x4_fits; Q4_K rows are whole
+// super-blocks of 256 columns anyway).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -43,23 +50,27 @@ inline bool rows_x4_fits(int64_t rows, int64_t cols) {
   return rows > 0 && cols > 0 && rows % kRowsX4 == 0 && cols % kRowsX4GroupCols == 0;
 }
 
-// Whether matrices of type t can be interleaved (q4_0 and q8_0).
-inline bool rows_x4_supports(DType t) { return t == DType::Q4_0 || t == DType::Q8_0; }
+// Whether matrices of type t can be interleaved (q4_0, q8_0 and Q4_K).
+inline bool rows_x4_supports(DType t) { return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q4_K; }
 
-// Quant bytes per group of one quad (256 for q4_0, 512 for q8_0).
+// Bytes of one super-block's scales of a Q4_K quad (four rows' 16).
+constexpr int64_t kRowsX4Q4KScaleBytes = 64;
+
+// Quant bytes per group of one quad (256 for q4_0 and Q4_K, 512 for q8_0).
 int64_t rows_x4_group_quant_bytes(DType t);
 
 // Bytes of one quad (four rows).
 inline size_t rows_x4_quad_bytes(DType t, int64_t cols) { return kRowsX4 * row_bytes(t, cols); }
 
 // Writes the interleaved copy of the rows x cols matrix src (GGUF layout, type
-// file_type: q4_0 or q8_0) to dst (same size; they must not overlap).
+// file_type: q4_0, q8_0 or Q4_K) to dst (same size; they must not overlap).
 // REQUIRES rows_x4_fits(rows, cols).
 void repack_rows_x4(DType file_type, const void* src, int64_t rows, int64_t cols, void* dst);
 
 // Blocks [b0, b0 + n) of row `row` of an interleaved matrix W of type t, as blocks of
-// the file type in GGUF layout (BlockQ4_0 or BlockQ8_0 at out): the readers that want
-// plain rows (the reference, the kernels' fallback) use this.
+// the file type in GGUF layout (BlockQ4_0, BlockQ8_0 or BlockQ4_K, of 32, 32 or 256
+// columns, at out): the readers that want plain rows (the reference, the kernels'
+// fallback) use this.
 void rows_x4_row_blocks(DType t, const void* W, int64_t cols, int64_t row, int64_t b0, int64_t n, void* out);
 
 }  // namespace moeflow

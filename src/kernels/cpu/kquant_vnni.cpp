@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/kquant_matvec.h"
+#include "kernels/cpu/q4_k_scales.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/quantize_x8.h"
 #include "tensor/kquants.h"
@@ -171,36 +172,6 @@ struct LaneIndex {
   }
 };
 constexpr LaneIndex kLanes;
-
-// Q4_K's 12 scale bytes as 8 scales (bytes 0-7) and 8 mins (bytes 8-15), as
-// kq_scale_min_k4 reads them: sub-blocks 0-3 keep 6 bits in s[0..7]; 4-7 their low 4
-// in the nibbles of s[8..11] and their top 2 in the top bits of s[0..7].
-struct Q4ScaleIndex {
-  alignas(16) uint8_t low[16], high[16];
-  constexpr Q4ScaleIndex() : low{}, high{} {
-    for (int i = 0; i < 4; ++i) {
-      low[i] = static_cast<uint8_t>(i);           // sc 0-3: s[i]
-      low[4 + i] = static_cast<uint8_t>(8 + i);   // sc 4-7: s[8+i] (low nibble)
-      low[8 + i] = static_cast<uint8_t>(4 + i);   // m 0-3: s[4+i]
-      low[12 + i] = static_cast<uint8_t>(8 + i);  // m 4-7: s[8+i] (high nibble)
-      high[i] = high[8 + i] = 0x80;               // none
-      high[4 + i] = static_cast<uint8_t>(i);      // sc 4-7: top bits of s[i]
-      high[12 + i] = static_cast<uint8_t>(4 + i); // m 4-7: top bits of s[4+i]
-    }
-  }
-};
-constexpr Q4ScaleIndex kQ4Scales;
-
-KQ_ATTR inline __m128i q4_k_scales_mins(const uint8_t* scales12, __m128i low_idx, __m128i high_idx) {
-  // 16 bytes: the 12 scale bytes and the first 4 quant bytes of the block, unused.
-  const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales12));
-  const __m128i a = _mm_shuffle_epi8(s, low_idx);
-  // Bytes 12-15 take the high nibble: shifted copy blended in.
-  const __m128i lo = _mm_and_si128(_mm_mask_blend_epi8(0xf000, a, _mm_srli_epi16(a, 4)),
-                                   _mm_set_epi32(0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f));
-  const __m128i hi = _mm_and_si128(_mm_srli_epi16(_mm_shuffle_epi8(s, high_idx), 2), _mm_set1_epi8(0x30));
-  return _mm_or_si128(lo, hi);
-}
 
 // Q5_K's fifth bit of 64-byte vector v (as Q4_K's vectors: sub-blocks 4u, 4u+2 in the
 // low nibbles, 4u+1, 4u+3 in the high ones, u = v / 2): qh[l] holds sub-block j's bit

@@ -467,7 +467,7 @@ void MatvecQuadsX4(DType wt, const uint8_t* W, int64_t r0, int64_t r1, int64_t p
   for (int64_t r = r0; r < r1; r += kRowsX4) {
     for (int i = 0; i < kRowsX4; ++i) {
       rows[i] = plain.data() + i * rb;
-      rows_x4_row_blocks(wt, W, cols, r + i, 0, cols / 32, plain.data() + i * rb);
+      rows_x4_row_blocks(wt, W, cols, r + i, 0, cols / dtype_info(wt).block_size, plain.data() + i * rb);
     }
     MvRows<kRowsX4>(ft, rows, cols, x, y + r, nullptr);
   }
@@ -624,6 +624,13 @@ void check_shape(DType wt, RowLayout layout, int64_t rows, int64_t cols) {
   if (layout == RowLayout::rows_x4 && rows > 0 && !rows_x4_fits(rows, cols))
     throw std::invalid_argument(std::string("moeflow: an interleaved ") + dtype_name(wt) + " matrix of " + std::to_string(rows) +
                                 " x " + std::to_string(cols) + " (needs rows % 4 == 0 and cols % 128 == 0)");
+}
+
+// Interleaved Q4_K rows have int8 kernels only (CpuBackend interleaves them only
+// where they meet int8 activations).
+void check_activation(const MatvecJob& j) {
+  if (j.layout == RowLayout::rows_x4 && j.dtype == DType::Q4_K && j.x && !j.x_int8 && q4_vnni_enabled())
+    throw std::invalid_argument("moeflow: interleaved Q4_K rows multiply int8 activations only (MatvecJob::x_int8)");
 }
 
 // What the mat-vec kernels read of a job's activation besides x: for interleaved rows
@@ -886,6 +893,7 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
   int64_t work = 0;
   for (size_t j = 0; j < n_jobs; ++j) {
     check_shape(jobs[j].dtype, jobs[j].layout, jobs[j].rows, jobs[j].cols);
+    check_activation(jobs[j]);
     if (jobs[j].cols == 0) std::fill(jobs[j].y, jobs[j].y + jobs[j].rows, 0.0f);  // empty sums
     total += row_bytes(jobs[j].dtype, jobs[j].cols) * static_cast<uint64_t>(jobs[j].rows);
     work += jobs[j].rows * jobs[j].cols;
@@ -1062,6 +1070,7 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
 
 void MatvecPlan::prepare(const MatvecJob& job) {
   check_shape(job.dtype, job.layout, job.rows, job.cols);
+  check_activation(job);
   job_ = job;
   if (wants_int16(job)) {
     qx_.resize(static_cast<size_t>(job.cols));
@@ -1138,6 +1147,7 @@ void matmul_batch(const MatmulJob* jobs, size_t n_jobs, ThreadPool* pool) {
   for (size_t j = 0; j < n_jobs; ++j) {
     const MatmulJob& m = jobs[j];
     one_tok[j] = {m.dtype, m.layout, m.W, m.rows, m.cols, m.n_tok == 1 ? m.X : nullptr, m.Y, m.x_int8};
+    check_activation(one_tok[j]);
   }
   thread_local BatchInputs inputs;
   const MvInput* const in = inputs.plan(one_tok.data(), n_jobs);
@@ -1184,7 +1194,7 @@ void matvec_reference(DType wt, const void* W, int64_t rows, int64_t cols, const
   std::vector<uint8_t> blocks(x4 ? rb : 0);
   for (int64_t r = 0; r < rows; ++r) {
     if (x4) {
-      rows_x4_row_blocks(wt, W, cols, r, 0, cols / 32, blocks.data());
+      rows_x4_row_blocks(wt, W, cols, r, 0, cols / dtype_info(wt).block_size, blocks.data());
       dequantize_row(wt, blocks.data(), buf.data(), cols);
     } else {
       dequantize_row(wt, w + rb * static_cast<size_t>(r), buf.data(), cols);

@@ -11,8 +11,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/q4_k_scales.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/quantize_x8.h"
+#include "tensor/kquants.h"
 #include "tensor/rows_x4.h"
 
 namespace moeflow::cpu {
@@ -147,7 +149,7 @@ MOEFLOW_VNNI_ATTR inline void group_sums(const uint8_t* const* q, const PackedX4
 }
 
 template <DType T>
-constexpr int64_t kQuadQuant = T == DType::Q4_0 ? 256 : 512;  // a quad's quant bytes per group
+constexpr int64_t kQuadQuant = T == DType::Q8_0 ? 512 : 256;  // a quad's quant bytes per group
 template <DType T>
 constexpr int64_t kQuadStep = kQuadQuant<T> + kRowsX4GroupScaleBytes;  // a quad's bytes per group
 
@@ -433,6 +435,7 @@ struct alignas(16) PackedX8 {
   int32_t q4_offset[4];  // block b: -8 * sum of its 32 values (the nibbles' offset)
   int32_t q8_offset[4];  // block b: -128 * sum of its 32 values (w + 128 against x)
   float dx[4];           // block b's scale
+  float xsum[4];         // block b's scale times the sum of its 32 values (Q4_K's mins multiply it)
 };
 static_assert(sizeof(PackedX8) == kRowsX4X8GroupBytes);
 
@@ -447,11 +450,45 @@ MOEFLOW_VNNI_ATTR void pack_x8(const float* x, int64_t cols, uint8_t* out) {
       p.q4_offset[b] = -8 * sum;
       p.q8_offset[b] = -128 * sum;
       p.dx[b] = k.d;
+      p.xsum[b] = k.d * static_cast<float>(sum);
       _mm_store_si128(reinterpret_cast<__m128i*>(q[b]), _mm512_cvtsepi32_epi8(k.q0));
       _mm_store_si128(reinterpret_cast<__m128i*>(q[b] + 16), _mm512_cvtsepi32_epi8(k.q1));
     }
     steps_of_blocks(q, p.x);
   }
+}
+
+// A Q4_K quad's scales (tensor/rows_x4.h), decoded once per super-block (sb_scales:
+// its 64 scale bytes): lane r of sm holds row r's 8 scales and 8 mins; d and dmin hold
+// row r's in lanes 4r..4r+3.
+struct Q4KSuperBlock {
+  __m512i sm;
+  __m512 d, dmin;
+};
+MOEFLOW_VNNI_ATTR inline Q4KSuperBlock q4_k_super_block(const uint8_t* sb_scales) {
+  const __m512i raw = _mm512_loadu_si512(sb_scales);
+  // Word 8r + 6 (d) and 8r + 7 (dmin) of the raw bytes to halves 4r..4r+3.
+  const __m512i d_idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 30, 30, 30, 30, 22, 22, 22,
+                                         22, 14, 14, 14, 14, 6, 6, 6, 6);
+  return {q4_k_scales_mins_x4(raw), _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(d_idx, raw))),
+          _mm512_cvtph_ps(_mm512_castsi512_si256(
+              _mm512_permutexvar_epi16(_mm512_add_epi16(d_idx, _mm512_set1_epi16(1)), raw)))};
+}
+// Group g's: lanes 4r + b hold row r's sub-block 4 (g % 2) + b, its scale times d (scd)
+// and its min times dmin (mnd); both products are exact in f32 (6-bit integers times
+// an f16), as in dequantize_row.
+struct Q4KGroupScales {
+  __m512 scd, mnd;
+};
+MOEFLOW_VNNI_ATTR inline Q4KGroupScales q4_k_group_scales(const Q4KSuperBlock& k, int64_t half) {
+  // dword b of each 128-bit lane: byte 4h + b (a scale) or 8 + 4h + b (a min), zero-extended.
+  const int h = static_cast<int>(4 * half);
+  const __m512i sc_idx = _mm512_broadcast_i32x4(_mm_set_epi32(
+      static_cast<int>(0x80808000u | (h + 3)), static_cast<int>(0x80808000u | (h + 2)),
+      static_cast<int>(0x80808000u | (h + 1)), static_cast<int>(0x80808000u | h)));
+  const __m512i m_idx = _mm512_add_epi32(sc_idx, _mm512_set1_epi32(8));
+  return {_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_shuffle_epi8(k.sm, sc_idx)), k.d),
+          _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_shuffle_epi8(k.sm, m_idx)), k.dmin)};
 }
 
 // NQ quads (quad j at q[j], `groups` groups each) against NT tokens' int8
@@ -462,10 +499,15 @@ MOEFLOW_VNNI_ATTR void pack_x8(const float* x, int64_t cols, uint8_t* out) {
 // held one Zen 5 core to ~5.5 G multiply-adds/s against 8.1 G with register operands;
 // each broadcast feeding both quads' multiply-adds halves the loads. Two quads by four
 // tokens keep 8 integer and 8 float accumulators, 8 independent chains.
+//
+// Q4_K (tensor/rows_x4.h): q4_0's nibbles without its offset of 8; instead each lane
+// (row r, sub-block b) takes d * scale times its sum and, subtracted, dmin * min times
+// the activation's sum over the sub-block (q4_k_group_scales).
 template <DType T, int NQ, int NT>
 MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, const PackedX8* const* x,
                                     float* const* out, const uint8_t* const* pf) {
-  constexpr bool kQ4 = T == DType::Q4_0;
+  constexpr bool kQ4 = T == DType::Q4_0 || T == DType::Q4_K;  // nibbles
+  constexpr bool kK = T == DType::Q4_K;
   constexpr int64_t kQuant = kQuadQuant<T>;
   const __m512i nibble = _mm512_set1_epi8(0x0f), bias = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[NQ][NT];
@@ -473,13 +515,15 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
   for (int j = 0; j < NQ; ++j)
 #pragma GCC unroll 4
     for (int t = 0; t < NT; ++t) acc[j][t] = _mm512_setzero_ps();
+  [[maybe_unused]] Q4KSuperBlock sb[NQ];  // Q4_K: the current super-block's scales, decoded
   for (int64_t g = 0; g < groups; ++g) {
     __m512i sum[NQ][NT];
 #pragma GCC unroll 2
     for (int j = 0; j < NQ; ++j) {
       if (pf[j]) prefetch_lines_nta(pf[j] + g * kQuadStep<T>, kQuadStep<T>, g == 0);
 #pragma GCC unroll 4
-      for (int t = 0; t < NT; ++t) sum[j][t] = bcast(kQ4 ? x[t][g].q4_offset : x[t][g].q8_offset);
+      for (int t = 0; t < NT; ++t)
+        sum[j][t] = kK ? _mm512_setzero_si512() : bcast(kQ4 ? x[t][g].q4_offset : x[t][g].q8_offset);
     }
 #pragma GCC unroll 4
     for (int s = 0; s < 4; ++s) {
@@ -507,17 +551,36 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
         }
       }
     }
-    __m512 dw[NQ];
+    if constexpr (kK) {
+      Q4KGroupScales sc[NQ];
 #pragma GCC unroll 2
-    for (int j = 0; j < NQ; ++j)
-      dw[j] = _mm512_cvtph_ps(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[j] + groups * kQuant + g * kRowsX4GroupScaleBytes)));
+      for (int j = 0; j < NQ; ++j) {
+        if (g % 2 == 0) sb[j] = q4_k_super_block(q[j] + groups * kQuant + (g / 2) * kRowsX4Q4KScaleBytes);
+        sc[j] = q4_k_group_scales(sb[j], g % 2);
+      }
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t) {
-      const __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(x[t][g].dx));
+      for (int t = 0; t < NT; ++t) {
+        const __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(x[t][g].dx));
+        const __m512 xs = _mm512_broadcast_f32x4(_mm_loadu_ps(x[t][g].xsum));
+#pragma GCC unroll 2
+        for (int j = 0; j < NQ; ++j) {
+          acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[j][t]), _mm512_mul_ps(sc[j].scd, dx), acc[j][t]);
+          acc[j][t] = _mm512_fnmadd_ps(sc[j].mnd, xs, acc[j][t]);
+        }
+      }
+    } else {
+      __m512 dw[NQ];
 #pragma GCC unroll 2
       for (int j = 0; j < NQ; ++j)
-        acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[j][t]), _mm512_mul_ps(dw[j], dx), acc[j][t]);
+        dw[j] = _mm512_cvtph_ps(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[j] + groups * kQuant + g * kRowsX4GroupScaleBytes)));
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) {
+        const __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(x[t][g].dx));
+#pragma GCC unroll 2
+        for (int j = 0; j < NQ; ++j)
+          acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[j][t]), _mm512_mul_ps(dw[j], dx), acc[j][t]);
+      }
     }
   }
 #pragma GCC unroll 2
@@ -663,10 +726,46 @@ MOEFLOW_VNNI_ATTR inline void rows_of_steps(const uint8_t* q, uint8_t (*rows)[64
   _mm512_store_si512(rows[3], _mm512_permutexvar_epi32(transpose, _mm512_shuffle_i32x4(t1, t3, 0xdd)));
 }
 
+// A Q4_K quad's groups [g0, g0 + n_groups) as floats, row r at out + r * ld: (d *
+// scale) * q - dmin * min per sub-block, the products and the subtraction
+// dequantize_row forms (no contraction into one rounding), so prefill is unchanged.
+__attribute__((optimize("fp-contract=off"))) MOEFLOW_VNNI_ATTR void dequant_q4_k_quad(const uint8_t* quad, int64_t cols,
+                                                                                      int64_t g0, int64_t n_groups,
+                                                                                      float* out, int64_t ld) {
+  const int64_t groups = cols / kRowsX4GroupCols;
+  alignas(64) uint8_t rows[4][64];  // [row]: sub-block b's 16 paired bytes at 16b
+  const __m512i nibble = _mm512_set1_epi32(0x0f);
+  for (int64_t g = g0; g < g0 + n_groups; ++g) {
+    rows_of_steps(quad + g * 256, rows);
+    const uint8_t* scales = quad + groups * 256 + (g / 2) * kRowsX4Q4KScaleBytes;
+    for (int r = 0; r < 4; ++r) {
+      const uint8_t* s = scales + 16 * r;
+      uint16_t dh, mh;
+      std::memcpy(&dh, s + 12, 2);
+      std::memcpy(&mh, s + 14, 2);
+      const float d = fp16_to_fp32(dh), dmin = fp16_to_fp32(mh);
+      float* o = out + r * ld + (g - g0) * kRowsX4GroupCols;
+      for (int b = 0; b < 4; ++b) {
+        int sc, m;
+        kq_scale_min_k4(s, static_cast<int>(4 * (g % 2) + b), sc, m);
+        const __m512 d1 = _mm512_set1_ps(d * static_cast<float>(sc)), m1 = _mm512_set1_ps(dmin * static_cast<float>(m));
+        const __m512i q = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(rows[r] + 16 * b)));
+        const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(q, nibble)), hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4));
+        _mm512_storeu_ps(o + 32 * b, _mm512_sub_ps(_mm512_mul_ps(d1, lo), m1));
+        _mm512_storeu_ps(o + 32 * b + 16, _mm512_sub_ps(_mm512_mul_ps(d1, hi), m1));
+      }
+    }
+  }
+}
+
 // Rows r of a quad's groups [g0, g0 + n_groups) as floats: d * q (q4_0: d * (nibble - 8)),
 // the products DequantSpan forms from GGUF's blocks, so prefill is unchanged.
 MOEFLOW_VNNI_ATTR void dequant_avx512(DType t, const uint8_t* quad, int64_t cols, int64_t g0, int64_t n_groups,
                                       float* out, int64_t ld) {
+  if (t == DType::Q4_K) {
+    dequant_q4_k_quad(quad, cols, g0, n_groups, out, ld);
+    return;
+  }
   const bool q8 = t == DType::Q8_0;
   const int64_t gq = q8 ? 512 : 256;
   const int64_t groups = cols / kRowsX4GroupCols;
@@ -757,6 +856,19 @@ void by_type(DType t, const char* what, F&& f) {
   }
 }
 
+// by_type for the int8 kernels, which also take Q4_K (the int16 ones do not:
+// CpuBackend interleaves Q4_K rows only where they meet int8 activations).
+template <class F>
+void by_type8(DType t, const char* what, F&& f) {
+  if (t == DType::Q4_K) {
+    f(std::integral_constant<DType, DType::Q4_K>{});
+  } else if (t == DType::Q4_0 || t == DType::Q8_0) {
+    by_type(t, what, f);
+  } else {
+    throw std::invalid_argument(std::string("moeflow: ") + what + ": no interleaved layout for this type");
+  }
+}
+
 void rows_x4_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out) { pack_x(qx, dx, cols, out); }
 
 void rows_x4_quads(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* xp, float* out,
@@ -784,23 +896,23 @@ void rows_x4_quads8(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, co
 }
 
 void rows_x4_quads8_multi(DType t, const RowsX4Stream* s, int n, int64_t n_quads, int64_t cols) {
-  by_type(t, "rows_x4_quads8_multi", [&](auto T) { quads8_multi<decltype(T)::value>(s, n, n_quads, cols); });
+  by_type8(t, "rows_x4_quads8_multi", [&](auto T) { quads8_multi<decltype(T)::value>(s, n, n_quads, cols); });
 }
 
 void rows_x4_quads8_tokens(DType t, const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* const* xs,
                            int n_tok, float* const* outs, const uint8_t* pf_end) {
-  by_type(t, "rows_x4_quads8_tokens",
+  by_type8(t, "rows_x4_quads8_tokens",
           [&](auto T) { quads8_tokens<decltype(T)::value>(W, n_quads, cols, xs, n_tok, outs, pf_end); });
 }
 void rows_x4_quads_tokens_pair(DType t, bool x_int8, const RowsX4TokensPair& m, int64_t n_quads, int64_t cols,
                                const uint8_t* const* xs, int n_tok) {
-  by_type(t, "rows_x4_quads_tokens_pair", [&](auto T) {
-    if (x_int8) {
-      quads_tokens_pair<decltype(T)::value, true>(m, n_quads, cols, xs, n_tok);
-    } else {
-      quads_tokens_pair<decltype(T)::value, false>(m, n_quads, cols, xs, n_tok);
-    }
-  });
+  if (x_int8) {
+    by_type8(t, "rows_x4_quads_tokens_pair",
+             [&](auto T) { quads_tokens_pair<decltype(T)::value, true>(m, n_quads, cols, xs, n_tok); });
+  } else {
+    by_type(t, "rows_x4_quads_tokens_pair",
+            [&](auto T) { quads_tokens_pair<decltype(T)::value, false>(m, n_quads, cols, xs, n_tok); });
+  }
 }
 
 #else  // no such kernels here: q4_vnni_enabled() is false, so nothing is repacked
@@ -843,7 +955,7 @@ void rows_x4_x8_values(const float* x, int64_t cols, float* out) {
 
 void rows_x4_repack(DType file_type, const void* src, int64_t rows, int64_t cols, void* dst) {
 #ifdef MOEFLOW_HAVE_VNNI_KERNEL
-  if (cpu_has_avx512_vnni() && rows_x4_fits(rows, cols) && rows_x4_supports(file_type)) {
+  if (cpu_has_avx512_vnni() && rows_x4_fits(rows, cols) && (file_type == DType::Q4_0 || file_type == DType::Q8_0)) {
     repack_avx512(file_type, static_cast<const uint8_t*>(src), rows, cols, static_cast<uint8_t*>(dst));
     return;
   }
@@ -859,12 +971,16 @@ void rows_x4_dequant_quad(DType t, const uint8_t* quad, int64_t cols, int64_t g0
     return;
   }
 #endif
-  // Tests build interleaved matrices on any CPU: the portable path.
-  const DType ft = t;
-  std::vector<uint8_t> blocks(row_bytes(ft, n_groups * kRowsX4GroupCols));
+  // Tests build interleaved matrices on any CPU: the portable path, over whole file
+  // blocks (Q4_K's span two groups).
+  const int64_t block_cols = dtype_info(t).block_size, c0 = g0 * kRowsX4GroupCols, c1 = c0 + n_groups * kRowsX4GroupCols;
+  const int64_t b0 = c0 / block_cols, b1 = (c1 + block_cols - 1) / block_cols;
+  std::vector<uint8_t> blocks(row_bytes(t, (b1 - b0) * block_cols));
+  std::vector<float> values(static_cast<size_t>((b1 - b0) * block_cols));
   for (int r = 0; r < kRowsX4; ++r) {
-    rows_x4_row_blocks(t, quad, cols, r, 4 * g0, 4 * n_groups, blocks.data());
-    dequantize_row(ft, blocks.data(), out + r * ld, n_groups * kRowsX4GroupCols);
+    rows_x4_row_blocks(t, quad, cols, r, b0, b1 - b0, blocks.data());
+    dequantize_row(t, blocks.data(), values.data(), (b1 - b0) * block_cols);
+    std::copy(values.begin() + (c0 - b0 * block_cols), values.begin() + (c1 - b0 * block_cols), out + r * ld);
   }
 }
 
