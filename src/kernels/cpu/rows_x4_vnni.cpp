@@ -798,14 +798,14 @@ MOEFLOW_VNNI_ATTR void dequant_avx512(DType t, const uint8_t* quad, int64_t cols
   }
 }
 
-// The inverse of rows_of_steps: each row's 64 bytes ([b][16 bytes], from the blocks
-// at rows[r] + block_bytes * b, quant bytes 16h..16h+15) to the four step vectors.
-MOEFLOW_VNNI_ATTR inline void steps_of_rows(const uint8_t* const* rows, int64_t block_bytes, int h, uint8_t* q) {
+// The inverse of rows_of_steps: each row's 64 bytes ([b][16 bytes], 16 bytes at
+// blocks[r] + block_bytes * b) to the four step vectors.
+MOEFLOW_VNNI_ATTR inline void steps_of_rows(const uint8_t* const* blocks, int64_t block_bytes, uint8_t* q) {
   // Within a row's vector, dword 4b+k goes to 4k+b (128-bit lane k: the row's step k).
   const __m512i transpose = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
   __m512i r[4];
   for (int i = 0; i < 4; ++i) {
-    const uint8_t* b = rows[i] + 2 + 16 * h;  // block 0's quant bytes 16h..
+    const uint8_t* b = blocks[i];
     __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
     v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + block_bytes)), 1);
     v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 * block_bytes)), 2);
@@ -833,10 +833,50 @@ MOEFLOW_VNNI_ATTR void repack_avx512(DType ft, const uint8_t* src, int64_t rows,
     for (int64_t g = 0; g < groups; ++g) {
       const uint8_t* blocks[4];
       for (int r = 0; r < 4; ++r) blocks[r] = in + r * rb + static_cast<size_t>(4 * g * block_bytes);
-      steps_of_rows(blocks, block_bytes, 0, quad + g * gq);
-      if (q8) steps_of_rows(blocks, block_bytes, 1, quad + g * gq + 256);
+      for (int h = 0; h < (q8 ? 2 : 1); ++h) {
+        const uint8_t* quants[4];  // quant bytes 16h.. of each row's block 0
+        for (int r = 0; r < 4; ++r) quants[r] = blocks[r] + 2 + 16 * h;
+        steps_of_rows(quants, block_bytes, quad + g * gq + 256 * h);
+      }
       for (int r = 0; r < 4; ++r)
         for (int b = 0; b < 4; ++b) std::memcpy(scales + 16 * g + 4 * r + b, blocks[r] + b * block_bytes, 2);
+    }
+  }
+}
+
+
+// Q4_K rows to the layout (tensor/rows_x4.h, repack_rows_x4 the reference): a
+// super-block's nibble pairs (sub-blocks 2p and 2p+1 share qs[32p..32p+31], low and
+// high) re-paired as q4_0's (byte i: elements i and 16+i of one sub-block), then placed
+// as q4_0's blocks are.
+MOEFLOW_VNNI_ATTR void repack_q4_k_avx512(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) {
+  const int64_t groups = cols / kRowsX4GroupCols, n_sb = cols / 256;
+  const size_t rb = static_cast<size_t>(n_sb) * sizeof(BlockQ4_K);
+  const __m128i low = _mm_set1_epi8(0x0f), high = _mm_set1_epi8(static_cast<char>(0xf0));
+  alignas(64) uint8_t paired[4][8][16];  // [row][sub-block]: q4_0's 16 bytes
+  for (int64_t q = 0; q < rows / kRowsX4; ++q) {
+    const uint8_t* in = src + static_cast<size_t>(4 * q) * rb;
+    uint8_t* quad = dst + 4 * rb * static_cast<size_t>(q);
+    for (int64_t sb = 0; sb < n_sb; ++sb) {
+      for (int r = 0; r < 4; ++r) {
+        const auto& b = reinterpret_cast<const BlockQ4_K*>(in + r * rb)[sb];
+        for (int p = 0; p < 4; ++p) {
+          const __m128i a0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 32 * p));
+          const __m128i a1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 32 * p + 16));
+          _mm_store_si128(reinterpret_cast<__m128i*>(paired[r][2 * p]),
+                          _mm_or_si128(_mm_and_si128(a0, low), _mm_slli_epi16(_mm_and_si128(a1, low), 4)));
+          _mm_store_si128(reinterpret_cast<__m128i*>(paired[r][2 * p + 1]),
+                          _mm_or_si128(_mm_and_si128(_mm_srli_epi16(a0, 4), low), _mm_and_si128(a1, high)));
+        }
+        uint8_t* sc = quad + groups * 256 + sb * kRowsX4Q4KScaleBytes + 16 * r;
+        std::memcpy(sc, b.scales, 12);
+        std::memcpy(sc + 12, &b.d, 2);
+        std::memcpy(sc + 14, &b.dmin, 2);
+      }
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t* blocks[4] = {paired[0][4 * half], paired[1][4 * half], paired[2][4 * half], paired[3][4 * half]};
+        steps_of_rows(blocks, 16, quad + (2 * sb + half) * 256);
+      }
     }
   }
 }
@@ -955,8 +995,11 @@ void rows_x4_x8_values(const float* x, int64_t cols, float* out) {
 
 void rows_x4_repack(DType file_type, const void* src, int64_t rows, int64_t cols, void* dst) {
 #ifdef MOEFLOW_HAVE_VNNI_KERNEL
-  if (cpu_has_avx512_vnni() && rows_x4_fits(rows, cols) && (file_type == DType::Q4_0 || file_type == DType::Q8_0)) {
-    repack_avx512(file_type, static_cast<const uint8_t*>(src), rows, cols, static_cast<uint8_t*>(dst));
+  if (cpu_has_avx512_vnni() && rows_x4_fits(rows, cols) && rows_x4_supports(file_type)) {
+    const auto* in = static_cast<const uint8_t*>(src);
+    auto* out = static_cast<uint8_t*>(dst);
+    if (file_type == DType::Q4_K) repack_q4_k_avx512(in, rows, cols, out);
+    else repack_avx512(file_type, in, rows, cols, out);
     return;
   }
 #endif
