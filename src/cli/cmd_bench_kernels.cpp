@@ -149,7 +149,7 @@ int cmd_bench_kernels(int argc, char** argv) {
     }
     for (int64_t m = 1; m < n_mat; ++m) std::memcpy(w + mat_bytes * static_cast<size_t>(m), w, mat_bytes);
     const std::vector<uint8_t> w0(w, w + mat_bytes);
-    // The kernels of this type: on VNNI CPUs q4_0, q8_0 (and Q4_K on int8 activations)
+    // The kernels of this type: on VNNI CPUs q4_0, q8_0 (and Q4_K, Q5_K on int8 activations)
     // first run on rows interleaved in fours (what the resident model uses), then in
     // GGUF's layout; q4_0 and the k-quants have a VNNI kernel for that too, then the f32 one.
     struct Kernel {
@@ -158,8 +158,8 @@ int cmd_bench_kernels(int argc, char** argv) {
     };
     const std::string target = cpu::simd_target_name();
     std::vector<Kernel> kernels;
-    // (Interleaved Q4_K rows have int8 kernels only, as the engine interleaves them.)
-    if (vnni && rows_x4_supports(t) && rows_x4_fits(rows, cols) && (t != DType::Q4_K || pr.x_int8)) {
+    // (Interleaved Q4_K / Q5_K rows have int8 kernels only, as the engine interleaves them.)
+    if (vnni && rows_x4_supports(t) && rows_x4_fits(rows, cols) && (!rows_x4_int8_only(t) || pr.x_int8)) {
       kernels.push_back({"avx512-vnni rows x4", true, true});
       // Two matrices on one activation read together (rows_x4_quads_multi).
       kernels.push_back({"rows x4, pairs on one x", true, true, true});

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "tensor/kquants.h"
 
@@ -18,6 +19,7 @@ BlockShape block_shape(DType t) {
     case DType::Q4_0: return {sizeof(BlockQ4_0), sizeof(BlockQ4_0::qs)};
     case DType::Q8_0: return {sizeof(BlockQ8_0), sizeof(BlockQ8_0::qs)};
     case DType::Q4_K: return {sizeof(BlockQ4_K), 16};  // per 32-column sub-block, as q4_0
+    case DType::Q5_K: return {sizeof(BlockQ5_K), 16};
     default: throw std::invalid_argument(std::string("moeflow: no interleaved layout for ") + dtype_name(t));
   }
 }
@@ -34,41 +36,95 @@ inline size_t scale_offset(int64_t group_quant_bytes, int64_t groups, int64_t bl
 }  // namespace
 
 namespace {
-// Q4_K's nibble of element e (0..31) of sub-block j (0..7) of a super-block's qs:
-// sub-blocks 2p and 2p+1 share bytes qs[32p .. 32p+31], low and high nibbles.
-inline uint8_t q4_k_nibble(const uint8_t* qs, int j, int e) {
+// Q4_K's (Q5_K's) nibble of element e (0..31) of sub-block j (0..7) of a super-block's
+// qs: sub-blocks 2p and 2p+1 share bytes qs[32p .. 32p+31], low and high nibbles.
+inline uint8_t kq_nibble(const uint8_t* qs, int j, int e) {
   const uint8_t byte = qs[32 * (j / 2) + e];
   return j % 2 ? byte >> 4 : byte & 0x0f;
 }
-inline size_t q4_k_scale_offset(int64_t groups, int64_t sb, int r) {
-  return static_cast<size_t>(groups * 256 + sb * kRowsX4Q4KScaleBytes + 16 * r);
+// Where a Q4_K / Q5_K quad keeps super-block sb's scale bytes of row r, and (Q5_K)
+// group g's fifth bits.
+inline size_t kq_scale_offset(DType t, int64_t groups, int64_t sb, int r) {
+  return static_cast<size_t>(groups * (256 + rows_x4_group_bit_bytes(t)) + sb * kRowsX4KquantScaleBytes + 16 * r);
+}
+inline size_t kq_bits_offset(int64_t groups, int64_t g) { return static_cast<size_t>(groups * 256 + g * 64); }
+// Bit of element e (0..31) of block b (0..3) of row r in its group's 64 fifth-bit
+// bytes: mask 2s (elements 4s..4s+3) or 2s+1 (16+4s..), 8 bytes each, bit 4(4r+b) + e % 4.
+inline void bit_place(int r, int b, int e, size_t& byte, int& bit) {
+  const int half = e / 16, s = (e % 16) / 4;
+  const int pos = 4 * (4 * r + b) + e % 4;
+  byte = static_cast<size_t>(8 * (2 * s + half) + pos / 8);
+  bit = pos % 8;
 }
 
-// Q4_K rows into the layout (rows_x4.h): each sub-block's nibbles paired as q4_0's.
-void repack_q4_k(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out) {
-  const size_t rb = row_bytes(DType::Q4_K, cols);
+template <class Block>
+void repack_kq(DType t, const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out) {
+  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_K>;
+  const size_t rb = row_bytes(t, cols);
   const int64_t groups = cols / kRowsX4GroupCols, n_sb = cols / 256;
   for (int64_t q = 0; q < rows / kRowsX4; ++q) {
-    uint8_t* quad = out + static_cast<size_t>(q) * rows_x4_quad_bytes(DType::Q4_K, cols);
+    uint8_t* quad = out + static_cast<size_t>(q) * rows_x4_quad_bytes(t, cols);
+    if (kQ5) std::memset(quad + kq_bits_offset(groups, 0), 0, static_cast<size_t>(groups * 64));
     for (int r = 0; r < kRowsX4; ++r) {
-      const auto* blocks = reinterpret_cast<const BlockQ4_K*>(in + static_cast<size_t>(4 * q + r) * rb);
+      const auto* blocks = reinterpret_cast<const Block*>(in + static_cast<size_t>(4 * q + r) * rb);
       for (int64_t sb = 0; sb < n_sb; ++sb) {
-        const BlockQ4_K& b = blocks[sb];
-        uint8_t* sc = quad + q4_k_scale_offset(groups, sb, r);
+        const Block& b = blocks[sb];
+        uint8_t* sc = quad + kq_scale_offset(t, groups, sb, r);
         std::memcpy(sc, b.scales, 12);
         std::memcpy(sc + 12, &b.d, 2);
         std::memcpy(sc + 14, &b.dmin, 2);
         for (int j = 0; j < 8; ++j) {
           uint8_t paired[16];
           for (int i = 0; i < 16; ++i)
-            paired[i] = static_cast<uint8_t>(q4_k_nibble(b.qs, j, i) | q4_k_nibble(b.qs, j, 16 + i) << 4);
-          for (int k = 0; k < 4; ++k) std::memcpy(quad + quant_offset(256, 8 * sb + j, r, k), paired + 4 * k, 4);
+            paired[i] = static_cast<uint8_t>(kq_nibble(b.qs, j, i) | kq_nibble(b.qs, j, 16 + i) << 4);
+          const int64_t blk = 8 * sb + j;
+          for (int k = 0; k < 4; ++k) std::memcpy(quad + quant_offset(256, blk, r, k), paired + 4 * k, 4);
+          if constexpr (kQ5) {
+            for (int e = 0; e < 32; ++e) {
+              size_t byte;
+              int bit;
+              bit_place(r, static_cast<int>(blk % 4), e, byte, bit);
+              quad[kq_bits_offset(groups, blk / 4) + byte] |= static_cast<uint8_t>(((b.qh[e] >> j) & 1) << bit);
+            }
+          }
         }
       }
     }
   }
 }
+
+template <class Block>
+void row_blocks_kq(DType t, const uint8_t* quad, int64_t cols, int r, int64_t b0, int64_t n, uint8_t* out) {
+  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_K>;
+  const int64_t groups = cols / kRowsX4GroupCols;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t sb = b0 + i;
+    Block b{};
+    const uint8_t* sc = quad + kq_scale_offset(t, groups, sb, r);
+    std::memcpy(b.scales, sc, 12);
+    std::memcpy(&b.d, sc + 12, 2);
+    std::memcpy(&b.dmin, sc + 14, 2);
+    for (int j = 0; j < 8; ++j) {
+      const int64_t blk = 8 * sb + j;
+      uint8_t paired[16];
+      for (int k = 0; k < 4; ++k) std::memcpy(paired + 4 * k, quad + quant_offset(256, blk, r, k), 4);
+      for (int e = 0; e < 32; ++e) {
+        const uint8_t v = e < 16 ? paired[e] & 0x0f : paired[e - 16] >> 4;
+        b.qs[32 * (j / 2) + e] |= static_cast<uint8_t>(j % 2 ? v << 4 : v);
+        if constexpr (kQ5) {
+          size_t byte;
+          int bit;
+          bit_place(r, static_cast<int>(blk % 4), e, byte, bit);
+          b.qh[e] |= static_cast<uint8_t>(((quad[kq_bits_offset(groups, blk / 4) + byte] >> bit) & 1) << j);
+        }
+      }
+    }
+    std::memcpy(out + static_cast<size_t>(i) * sizeof(Block), &b, sizeof(Block));
+  }
+}
 }  // namespace
+
+int64_t rows_x4_group_bit_bytes(DType t) { return t == DType::Q5_K ? 64 : 0; }
 
 int64_t rows_x4_group_quant_bytes(DType t) {
   return static_cast<int64_t>(16 * block_shape(t).quant_bytes);
@@ -79,8 +135,11 @@ void repack_rows_x4(DType file_type, const void* src, int64_t rows, int64_t cols
     throw std::invalid_argument("moeflow: repack_rows_x4: a " + std::to_string(rows) + " x " + std::to_string(cols) +
                                 " matrix needs rows % 4 == 0 and cols % 128 == 0");
   const BlockShape bs = block_shape(file_type);
-  if (file_type == DType::Q4_K) {
-    repack_q4_k(static_cast<const uint8_t*>(src), rows, cols, static_cast<uint8_t*>(dst));
+  if (file_type == DType::Q4_K || file_type == DType::Q5_K) {
+    const auto* in = static_cast<const uint8_t*>(src);
+    auto* o = static_cast<uint8_t*>(dst);
+    if (file_type == DType::Q4_K) repack_kq<BlockQ4_K>(file_type, in, rows, cols, o);
+    else repack_kq<BlockQ5_K>(file_type, in, rows, cols, o);
     return;
   }
   const size_t rb = row_bytes(file_type, cols);
@@ -108,23 +167,11 @@ void rows_x4_row_blocks(DType t, const void* W, int64_t cols, int64_t row, int64
   const int r = static_cast<int>(row % kRowsX4);
   auto* o = static_cast<uint8_t*>(out);
   if (t == DType::Q4_K) {
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t sb = b0 + i;
-      BlockQ4_K b{};
-      const uint8_t* sc = quad + q4_k_scale_offset(groups, sb, r);
-      std::memcpy(b.scales, sc, 12);
-      std::memcpy(&b.d, sc + 12, 2);
-      std::memcpy(&b.dmin, sc + 14, 2);
-      for (int j = 0; j < 8; ++j) {
-        uint8_t paired[16];
-        for (int k = 0; k < 4; ++k) std::memcpy(paired + 4 * k, quad + quant_offset(256, 8 * sb + j, r, k), 4);
-        for (int i = 0; i < 32; ++i) {
-          const uint8_t v = i < 16 ? paired[i] & 0x0f : paired[i - 16] >> 4;
-          b.qs[32 * (j / 2) + i] |= static_cast<uint8_t>(j % 2 ? v << 4 : v);
-        }
-      }
-      std::memcpy(o + static_cast<size_t>(i) * sizeof(BlockQ4_K), &b, sizeof(BlockQ4_K));
-    }
+    row_blocks_kq<BlockQ4_K>(t, quad, cols, r, b0, n, o);
+    return;
+  }
+  if (t == DType::Q5_K) {
+    row_blocks_kq<BlockQ5_K>(t, quad, cols, r, b0, n, o);
     return;
   }
   for (int64_t i = 0; i < n; ++i) {

@@ -29,7 +29,11 @@
 // i and 16+i), so the same kernels unpack both; and after the quants, per super-block
 // s (256 columns) 64 bytes: row r's at 16r, its 12 scale bytes as Q4_K packs them, then
 // d, then dmin (f16). Still 144 bytes per row and super-block, as in the file, and each
-// row's scale bytes in one 128-bit lane for the kernels' per-lane shuffles.
+// row's scale bytes in one 128-bit lane for the kernels' per-lane shuffles. Q5_K as
+// Q4_K, and between the quants and the scales, per group 64 bytes of fifth bits: eight
+// 64-bit masks, one per weight vector the kernels unpack (2s: elements 4s..4s+3 of each
+// block, 2s+1: elements 16+4s..), bit 4(4r + b) + i for element i of row r's block b
+// (176 bytes per row and super-block, as in the file).
 // REQUIRES rows % 4 == 0 and cols % 128 == 0 (rows_x4_fits; Q4_K rows are whole
 // super-blocks of 256 columns anyway).
 #pragma once
@@ -50,26 +54,34 @@ inline bool rows_x4_fits(int64_t rows, int64_t cols) {
   return rows > 0 && cols > 0 && rows % kRowsX4 == 0 && cols % kRowsX4GroupCols == 0;
 }
 
-// Whether matrices of type t can be interleaved (q4_0, q8_0 and Q4_K).
-inline bool rows_x4_supports(DType t) { return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q4_K; }
+// Whether matrices of type t can be interleaved (q4_0, q8_0, Q4_K and Q5_K).
+inline bool rows_x4_supports(DType t) {
+  return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K;
+}
 
-// Bytes of one super-block's scales of a Q4_K quad (four rows' 16).
-constexpr int64_t kRowsX4Q4KScaleBytes = 64;
+// Whether t's interleaved rows have int8 kernels only (Q4_K and Q5_K: the CPU backend
+// interleaves them only where they meet int8 activations).
+inline bool rows_x4_int8_only(DType t) { return t == DType::Q4_K || t == DType::Q5_K; }
 
-// Quant bytes per group of one quad (256 for q4_0 and Q4_K, 512 for q8_0).
+// Bytes of one super-block's scales of a Q4_K / Q5_K quad (four rows' 16).
+constexpr int64_t kRowsX4KquantScaleBytes = 64;
+// Bytes of fifth bits per group of a quad (64 for Q5_K, 0 otherwise).
+int64_t rows_x4_group_bit_bytes(DType t);
+
+// Quant bytes per group of one quad (256 for q4_0, Q4_K and Q5_K, 512 for q8_0).
 int64_t rows_x4_group_quant_bytes(DType t);
 
 // Bytes of one quad (four rows).
 inline size_t rows_x4_quad_bytes(DType t, int64_t cols) { return kRowsX4 * row_bytes(t, cols); }
 
 // Writes the interleaved copy of the rows x cols matrix src (GGUF layout, type
-// file_type: q4_0, q8_0 or Q4_K) to dst (same size; they must not overlap).
+// file_type: q4_0, q8_0, Q4_K or Q5_K) to dst (same size; they must not overlap).
 // REQUIRES rows_x4_fits(rows, cols).
 void repack_rows_x4(DType file_type, const void* src, int64_t rows, int64_t cols, void* dst);
 
 // Blocks [b0, b0 + n) of row `row` of an interleaved matrix W of type t, as blocks of
-// the file type in GGUF layout (BlockQ4_0, BlockQ8_0 or BlockQ4_K, of 32, 32 or 256
-// columns, at out): the readers that want plain rows (the reference, the kernels'
+// the file type in GGUF layout (BlockQ4_0, BlockQ8_0, BlockQ4_K or BlockQ5_K, of 32 or
+// 256 columns, at out): the readers that want plain rows (the reference, the kernels'
 // fallback) use this.
 void rows_x4_row_blocks(DType t, const void* W, int64_t cols, int64_t row, int64_t b0, int64_t n, void* out);
 

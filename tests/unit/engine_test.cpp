@@ -321,71 +321,74 @@ TEST(EngineBatch, Int8ActivationsKeepEachSequenceItsOwnLogits) {
   EXPECT_THROW(Engine::open(bad), InputError);
 }
 
-// Q4_K rows interleaved in fours (tensor/rows_x4.h), the layout the CPU backend gives
-// Q4_K on int8 activations (the default, auto): each sequence its own logits batched
+// Q4_K and Q5_K rows interleaved in fours (tensor/rows_x4.h), the layout the CPU backend
+// gives them on int8 activations (the default, auto): each sequence its own logits batched
 // (1 to 16 sequences) and with its experts streamed through a 25% cache, as for the
 // other interleaved types; within rounding of GGUF's layout on the same activations.
-TEST(EngineBatch, InterleavedQ4KKeepsEachSequenceItsOwnLogits) {
-  SyntheticModelSpec spec;
-  spec.dtype = DType::Q4_K;
-  spec.n_embd = 256;
-  spec.n_ff_expert = 256;
-  spec.head_dim = 64;
-  const std::string path = moeflow::testing::scratch_path("q4k-model") + ".gguf";
-  write_synthetic_model(spec, path);
-  EngineOptions o = options_for("mixtral-f32.gguf");
-  o.model_path = path;
-  auto e = Engine::open(o);
-  const MatrixRef& gate = e->model().weights().layers[0].gate_exps.first;
-  EXPECT_EQ(gate.dtype, DType::Q4_K);
-  EXPECT_EQ(gate.layout, cpu::q4_vnni_enabled() ? RowLayout::rows_x4 : RowLayout::gguf);
-  for (int n : {1, 4, 16}) {
-    const std::vector<Script> scripts = make_scripts(n, e->n_vocab(), 500 + n);
-    const std::vector<Transcript> together = run_together(*e, scripts, 3 + n);
-    expect_same(together, *e, scripts, "interleaved Q4_K, " + std::to_string(n) + " sequences");
-  }
-  EngineOptions off = o;
-  off.policy = "lru";
-  off.expert_budget = "25%";
-  auto e_off = Engine::open(off);
-  const std::vector<Script> scripts = make_scripts(6, e->n_vocab(), 91);
-  const std::vector<Transcript> together = run_together(*e_off, scripts, 5);
-  for (size_t i = 0; i < scripts.size(); ++i) {
-    const Transcript alone = run_alone(*e, scripts[i]);
-    ASSERT_EQ(together[i].logits.size(), alone.logits.size());
-    for (size_t k = 0; k < alone.logits.size(); ++k)
-      ASSERT_TRUE(together[i].logits[k] == alone.logits[k]) << "interleaved Q4_K, offloaded: sequence " << i;
-  }
-  EXPECT_GT(e_off->cache_stats().misses, 0u);
-  // Against GGUF's layout on the same int8 activations (--no-repack: the one-row
-  // k-quant kernels): the same products up to the order of the float steps.
-  EngineOptions plain = o;
-  plain.repack = false;
-  auto e_plain = Engine::open(plain);
-  EXPECT_EQ(e_plain->model().weights().layers[0].gate_exps.first.layout, RowLayout::gguf);
-  Script s = make_scripts(1, e->n_vocab(), 7)[0];
-  s.chunk = 1;
-  s.n_gen = 0;
-  const Transcript a = run_alone(*e, s), b = run_alone(*e_plain, s);
-  ASSERT_EQ(a.logits.size(), b.logits.size());
-  double worst = 0;
-  for (size_t k = 0; k < a.logits.size(); ++k) {
-    double num = 0, den = 0;
-    for (size_t v = 0; v < a.logits[k].size(); ++v) {
-      const double d = static_cast<double>(a.logits[k][v]) - b.logits[k][v];
-      num += d * d;
-      den += static_cast<double>(b.logits[k][v]) * b.logits[k][v];
+TEST(EngineBatch, InterleavedKquantsKeepEachSequenceItsOwnLogits) {
+  for (DType t : {DType::Q4_K, DType::Q5_K}) {
+    const std::string name = dtype_name(t);
+    SyntheticModelSpec spec;
+    spec.dtype = t;
+    spec.n_embd = 256;
+    spec.n_ff_expert = 256;
+    spec.head_dim = 64;
+    const std::string path = moeflow::testing::scratch_path(name + "-model") + ".gguf";
+    write_synthetic_model(spec, path);
+    EngineOptions o = options_for("mixtral-f32.gguf");
+    o.model_path = path;
+    auto e = Engine::open(o);
+    const MatrixRef& gate = e->model().weights().layers[0].gate_exps.first;
+    EXPECT_EQ(gate.dtype, t);
+    EXPECT_EQ(gate.layout, cpu::q4_vnni_enabled() ? RowLayout::rows_x4 : RowLayout::gguf);
+    for (int n : {1, 4, 16}) {
+      const std::vector<Script> scripts = make_scripts(n, e->n_vocab(), 500 + n);
+      const std::vector<Transcript> together = run_together(*e, scripts, 3 + n);
+      expect_same(together, *e, scripts, "interleaved " + name + ", " + std::to_string(n) + " sequences");
     }
-    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
+    EngineOptions off = o;
+    off.policy = "lru";
+    off.expert_budget = "25%";
+    auto e_off = Engine::open(off);
+    const std::vector<Script> scripts = make_scripts(6, e->n_vocab(), 91);
+    const std::vector<Transcript> together = run_together(*e_off, scripts, 5);
+    for (size_t i = 0; i < scripts.size(); ++i) {
+      const Transcript alone = run_alone(*e, scripts[i]);
+      ASSERT_EQ(together[i].logits.size(), alone.logits.size());
+      for (size_t k = 0; k < alone.logits.size(); ++k)
+        ASSERT_TRUE(together[i].logits[k] == alone.logits[k]) << "interleaved " << name << ", offloaded: sequence " << i;
+    }
+    EXPECT_GT(e_off->cache_stats().misses, 0u);
+    // Against GGUF's layout on the same int8 activations (--no-repack: the one-row
+    // k-quant kernels): the same products up to the order of the float steps.
+    EngineOptions plain = o;
+    plain.repack = false;
+    auto e_plain = Engine::open(plain);
+    EXPECT_EQ(e_plain->model().weights().layers[0].gate_exps.first.layout, RowLayout::gguf);
+    Script s = make_scripts(1, e->n_vocab(), 7)[0];
+    s.chunk = 1;
+    s.n_gen = 0;
+    const Transcript a = run_alone(*e, s), b = run_alone(*e_plain, s);
+    ASSERT_EQ(a.logits.size(), b.logits.size());
+    double worst = 0;
+    for (size_t k = 0; k < a.logits.size(); ++k) {
+      double num = 0, den = 0;
+      for (size_t v = 0; v < a.logits[k].size(); ++v) {
+        const double d = static_cast<double>(a.logits[k][v]) - b.logits[k][v];
+        num += d * d;
+        den += static_cast<double>(b.logits[k][v]) * b.logits[k][v];
+      }
+      worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
+    }
+    std::printf("  interleaved %s against GGUF's layout, int8 activations: max relative difference of the logits %.3e\n",
+                name.c_str(), worst);
+    EXPECT_LT(worst, 1e-5) << name;
+    // int16 activations keep GGUF's layout (the interleaved kernels are int8's).
+    EngineOptions o16 = o;
+    o16.activations = "int16";
+    EXPECT_EQ(Engine::open(o16)->model().weights().layers[0].gate_exps.first.layout, RowLayout::gguf);
+    std::remove(path.c_str());
   }
-  std::printf("  interleaved Q4_K against GGUF's layout, int8 activations: max relative difference of the logits %.3e\n",
-              worst);
-  EXPECT_LT(worst, 1e-5);
-  // int16 activations keep Q4_K in GGUF's layout (its interleaved kernels are int8's).
-  EngineOptions o16 = o;
-  o16.activations = "int16";
-  EXPECT_EQ(Engine::open(o16)->model().weights().layers[0].gate_exps.first.layout, RowLayout::gguf);
-  std::remove(path.c_str());
 }
 
 std::string error_of(const std::function<void()>& f) {

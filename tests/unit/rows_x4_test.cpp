@@ -155,45 +155,74 @@ TEST(RowsX4, Q4KBytesSitWhereTheLayoutSays) {
   }
 }
 
-// Q4_K: back to the file's blocks (whole rows and a span of super-blocks), the load-time
-// repack against the reference, and prefill's dequantisation against dequantize_row
-// (exactly), from any group on.
-TEST(RowsX4, Q4KRoundTripRepackAndDequant) {
+// Q5_K's fifth bits: element e of row r's sub-block b of group g in mask 2s (e = 4s + i)
+// or 2s + 1 (e = 16 + 4s + i) of the group's 64 bytes, at bit 4 (4r + b) + i.
+TEST(RowsX4, Q5KFifthBitsSitWhereTheLayoutSays) {
+  std::mt19937 rng(8);
+  const int64_t rows = 8, cols = 512, groups = cols / 128, n_sb = cols / 256;
+  const auto src = random_rows(DType::Q5_K, rows, cols, rng);
+  std::vector<uint8_t> dst(src.size());
+  repack_rows_x4(DType::Q5_K, src.data(), rows, cols, dst.data());
+  ASSERT_EQ(rows_x4_group_bit_bytes(DType::Q5_K), 64);
+  for (int64_t row = 0; row < rows; ++row) {
+    const uint8_t* quad = dst.data() + static_cast<size_t>(row / 4) * rows_x4_quad_bytes(DType::Q5_K, cols);
+    const int64_t r = row % 4;
+    for (int64_t sb = 0; sb < n_sb; ++sb) {
+      const auto& b = reinterpret_cast<const BlockQ5_K*>(src.data() + row * row_bytes(DType::Q5_K, cols))[sb];
+      ASSERT_EQ(std::memcmp(quad + groups * (256 + 64) + 64 * sb + 16 * r, b.scales, 12), 0);
+      for (int j = 0; j < 8; ++j)
+        for (int e = 0; e < 32; ++e) {
+          const int64_t blk = 8 * sb + j, g = blk / 4, bi = blk % 4;
+          uint64_t mask;
+          std::memcpy(&mask, quad + groups * 256 + 64 * g + 8 * (2 * ((e % 16) / 4) + e / 16), 8);
+          ASSERT_EQ((mask >> (4 * (4 * r + bi) + e % 4)) & 1, static_cast<uint64_t>((b.qh[e] >> j) & 1))
+              << "row " << row << " sub-block " << blk << " element " << e;
+        }
+    }
+  }
+}
+
+// Q4_K and Q5_K: back to the file's blocks (whole rows and a span of super-blocks), the
+// load-time repack against the reference, and prefill's dequantisation against
+// dequantize_row (exactly), from any group on.
+TEST(RowsX4, KquantRoundTripRepackAndDequant) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{4, 256}, {12, 768}, {8, 2048}}) {
-    const size_t rb = row_bytes(DType::Q4_K, cols);
-    std::vector<float> vals(static_cast<size_t>(rows * cols));
-    for (auto& v : vals) v = uni(rng);
-    std::vector<uint8_t> src(rb * static_cast<size_t>(rows)), dst(src.size()), fast(src.size());
-    for (int64_t r = 0; r < rows; ++r) quantize_row(DType::Q4_K, vals.data() + r * cols, src.data() + r * rb, cols);
-    repack_rows_x4(DType::Q4_K, src.data(), rows, cols, dst.data());
-    cpu::rows_x4_repack(DType::Q4_K, src.data(), rows, cols, fast.data());
-    EXPECT_EQ(fast, dst) << rows << "x" << cols;
-    const int64_t nb = cols / 256;
-    std::vector<uint8_t> back(rb);
-    for (int64_t row = 0; row < rows; ++row) {
-      rows_x4_row_blocks(DType::Q4_K, dst.data(), cols, row, 0, nb, back.data());
-      ASSERT_EQ(std::memcmp(back.data(), src.data() + row * rb, rb), 0) << rows << "x" << cols << " row " << row;
-      if (nb > 2) {
-        rows_x4_row_blocks(DType::Q4_K, dst.data(), cols, row, 1, nb - 2, back.data());
-        ASSERT_EQ(std::memcmp(back.data(), src.data() + row * rb + sizeof(BlockQ4_K), (nb - 2) * sizeof(BlockQ4_K)), 0);
-      }
-    }
-    const int64_t groups = cols / 128, ld = cols + 16;
-    std::vector<float> want(static_cast<size_t>(cols));
-    for (int64_t q = 0; q < rows / 4; ++q)
-      for (const auto& [g0, ng] : {std::pair<int64_t, int64_t>{0, groups}, {1, groups - 1}, {groups - 1, 1}}) {
-        std::vector<float> out(static_cast<size_t>(4 * ld), -1.0f);
-        cpu::rows_x4_dequant_quad(DType::Q4_K, dst.data() + q * rows_x4_quad_bytes(DType::Q4_K, cols), cols, g0, ng,
-                                  out.data(), ld);
-        for (int r = 0; r < 4; ++r) {
-          dequantize_row(DType::Q4_K, src.data() + (4 * q + r) * rb, want.data(), cols);
-          for (int64_t c = 0; c < 128 * ng; ++c)
-            ASSERT_EQ(out[r * ld + c], want[128 * g0 + c]) << "quad " << q << " row " << r << " groups " << g0 << "+" << ng;
-          EXPECT_EQ(out[r * ld + 128 * ng], -1.0f) << "wrote past its columns";
+  for (DType t : {DType::Q4_K, DType::Q5_K}) {
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{4, 256}, {12, 768}, {8, 2048}}) {
+      const size_t rb = row_bytes(t, cols);
+      std::vector<float> vals(static_cast<size_t>(rows * cols));
+      for (auto& v : vals) v = uni(rng);
+      std::vector<uint8_t> src(rb * static_cast<size_t>(rows)), dst(src.size()), fast(src.size());
+      for (int64_t r = 0; r < rows; ++r) quantize_row(t, vals.data() + r * cols, src.data() + r * rb, cols);
+      repack_rows_x4(t, src.data(), rows, cols, dst.data());
+      cpu::rows_x4_repack(t, src.data(), rows, cols, fast.data());
+      EXPECT_EQ(fast, dst) << dtype_name(t) << " " << rows << "x" << cols;
+      const int64_t nb = cols / 256;
+      std::vector<uint8_t> back(rb);
+      for (int64_t row = 0; row < rows; ++row) {
+        rows_x4_row_blocks(t, dst.data(), cols, row, 0, nb, back.data());
+        ASSERT_EQ(std::memcmp(back.data(), src.data() + row * rb, rb), 0) << rows << "x" << cols << " row " << row;
+        if (nb > 2) {
+          rows_x4_row_blocks(t, dst.data(), cols, row, 1, nb - 2, back.data());
+          ASSERT_EQ(std::memcmp(back.data(), src.data() + row * rb + static_cast<size_t>(dtype_info(t).type_size), (nb - 2) * static_cast<size_t>(dtype_info(t).type_size)), 0);
         }
       }
+      const int64_t groups = cols / 128, ld = cols + 16;
+      std::vector<float> want(static_cast<size_t>(cols));
+      for (int64_t q = 0; q < rows / 4; ++q)
+        for (const auto& [g0, ng] : {std::pair<int64_t, int64_t>{0, groups}, {1, groups - 1}, {groups - 1, 1}}) {
+          std::vector<float> out(static_cast<size_t>(4 * ld), -1.0f);
+          cpu::rows_x4_dequant_quad(t, dst.data() + q * rows_x4_quad_bytes(t, cols), cols, g0, ng,
+                                    out.data(), ld);
+          for (int r = 0; r < 4; ++r) {
+            dequantize_row(t, src.data() + (4 * q + r) * rb, want.data(), cols);
+            for (int64_t c = 0; c < 128 * ng; ++c)
+              ASSERT_EQ(out[r * ld + c], want[128 * g0 + c]) << "quad " << q << " row " << r << " groups " << g0 << "+" << ng;
+            EXPECT_EQ(out[r * ld + 128 * ng], -1.0f) << "wrote past its columns";
+          }
+        }
+    }
   }
 }
 
@@ -206,6 +235,7 @@ TEST(RowsX4, ShapesAndGuards) {
   EXPECT_TRUE(rows_x4_supports(DType::Q8_0));
   EXPECT_FALSE(rows_x4_supports(DType::F16)) << "no interleaved float layout";
   EXPECT_TRUE(rows_x4_supports(DType::Q4_K));
+  EXPECT_TRUE(rows_x4_supports(DType::Q5_K));
   EXPECT_FALSE(rows_x4_supports(DType::Q6_K));
   std::vector<uint8_t> buf(6 * row_bytes(DType::Q8_0, 128));
   EXPECT_THROW(repack_rows_x4(DType::Q4_0, buf.data(), 6, 128, buf.data()), std::invalid_argument);
@@ -223,8 +253,10 @@ TEST(RowsX4, ShapesAndGuards) {
   EXPECT_EQ(p->layout_for(DType::Q6_K, 8, 256), RowLayout::gguf);
   // Q4_K only where it meets int8 activations: its interleaved kernels are int8's.
   EXPECT_EQ(p->layout_for(DType::Q4_K, 8, 256), RowLayout::gguf) << "the test placer runs int16 activations";
+  EXPECT_EQ(p->layout_for(DType::Q5_K, 8, 256), RowLayout::gguf);
   const CpuBackend auto_backend(static_cast<ThreadPool*>(nullptr), true, ActivationPrecision::Auto);
   EXPECT_EQ(auto_backend.layout_for(DType::Q4_K, 8, 256), cpu::q4_vnni_enabled() ? RowLayout::rows_x4 : RowLayout::gguf);
+  EXPECT_EQ(auto_backend.layout_for(DType::Q5_K, 8, 256), cpu::q4_vnni_enabled() ? RowLayout::rows_x4 : RowLayout::gguf);
   EXPECT_EQ(p->layout_for(DType::F32, 8, 256), RowLayout::gguf);
   EXPECT_TRUE(dtype_is_file_type(DType::Q4_0));
   EXPECT_TRUE(dtype_is_file_type(DType::Q8_0));

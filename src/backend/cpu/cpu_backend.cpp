@@ -133,8 +133,8 @@ uint8_t* CpuBackend::allocate_expert_buffer(uint64_t bytes) { return host_expert
 void CpuBackend::release_expert_buffer(uint8_t* p, uint64_t bytes) { host_expert_memory().release_expert_buffer(p, bytes); }
 
 RowLayout CpuBackend::layout_for(DType t, int64_t rows, int64_t cols) const {
-  // Interleaved Q4_K rows have int8 kernels only (rows_x4_vnni.h).
-  const bool kernels = t != DType::Q4_K || int8_activations_for(activations_, t);
+  // Interleaved Q4_K / Q5_K rows have int8 kernels only.
+  const bool kernels = !rows_x4_int8_only(t) || int8_activations_for(activations_, t);
   return interleave_rows_ && cpu::q4_vnni_enabled() && rows_x4_supports(t) && kernels && rows_x4_fits(rows, cols)
              ? RowLayout::rows_x4
              : RowLayout::gguf;

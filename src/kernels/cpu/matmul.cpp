@@ -626,11 +626,11 @@ void check_shape(DType wt, RowLayout layout, int64_t rows, int64_t cols) {
                                 " x " + std::to_string(cols) + " (needs rows % 4 == 0 and cols % 128 == 0)");
 }
 
-// Interleaved Q4_K rows have int8 kernels only (CpuBackend interleaves them only
-// where they meet int8 activations).
+// Interleaved k-quant rows have int8 kernels only (rows_x4_int8_only).
 void check_activation(const MatvecJob& j) {
-  if (j.layout == RowLayout::rows_x4 && j.dtype == DType::Q4_K && j.x && !j.x_int8 && q4_vnni_enabled())
-    throw std::invalid_argument("moeflow: interleaved Q4_K rows multiply int8 activations only (MatvecJob::x_int8)");
+  if (j.layout == RowLayout::rows_x4 && rows_x4_int8_only(j.dtype) && j.x && !j.x_int8 && q4_vnni_enabled())
+    throw std::invalid_argument(std::string("moeflow: interleaved ") + dtype_name(j.dtype) +
+                                " rows multiply int8 activations only (MatvecJob::x_int8)");
 }
 
 // What the mat-vec kernels read of a job's activation besides x: for interleaved rows

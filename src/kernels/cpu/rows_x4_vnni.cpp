@@ -151,7 +151,9 @@ MOEFLOW_VNNI_ATTR inline void group_sums(const uint8_t* const* q, const PackedX4
 template <DType T>
 constexpr int64_t kQuadQuant = T == DType::Q8_0 ? 512 : 256;  // a quad's quant bytes per group
 template <DType T>
-constexpr int64_t kQuadStep = kQuadQuant<T> + kRowsX4GroupScaleBytes;  // a quad's bytes per group
+constexpr int64_t kQuadBits = T == DType::Q5_K ? 64 : 0;  // a quad's fifth-bit bytes per group
+template <DType T>
+constexpr int64_t kQuadStep = kQuadQuant<T> + kQuadBits<T> + kRowsX4GroupScaleBytes;  // a quad's bytes per group
 
 // NQ quads (`groups` groups each, quad j at quad[j]) into out[j][0, 4), from one packed
 // activation; quad j prefetches pf[j] (null: none) at the pace it reads.
@@ -296,6 +298,7 @@ MOEFLOW_VNNI_ATTR inline void tile16(const uint8_t* const* q, int64_t groups, co
   constexpr bool kQ4 = T == DType::Q4_0;
   constexpr int64_t kQuant = kQuadQuant<T>;
   const __m512i nibble = _mm512_set1_epi8(0x0f), bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  [[maybe_unused]] const __m512i k16 = _mm512_set1_epi8(16);
   __m512 acc[NQ][NT];
 #pragma GCC unroll 2
   for (int j = 0; j < NQ; ++j)
@@ -500,16 +503,19 @@ MOEFLOW_VNNI_ATTR inline Q4KGroupScales q4_k_group_scales(const Q4KSuperBlock& k
 // each broadcast feeding both quads' multiply-adds halves the loads. Two quads by four
 // tokens keep 8 integer and 8 float accumulators, 8 independent chains.
 //
-// Q4_K (tensor/rows_x4.h): q4_0's nibbles without its offset of 8; instead each lane
+// Q4_K (tensor/rows_x4.h): q4_0's nibbles without its offset of 8 (Q5_K: plus 16 where
+// a fifth bit is set, a masked add per weight vector); instead each lane
 // (row r, sub-block b) takes d * scale times its sum and, subtracted, dmin * min times
 // the activation's sum over the sub-block (q4_k_group_scales).
 template <DType T, int NQ, int NT>
 MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, const PackedX8* const* x,
                                     float* const* out, const uint8_t* const* pf) {
-  constexpr bool kQ4 = T == DType::Q4_0 || T == DType::Q4_K;  // nibbles
-  constexpr bool kK = T == DType::Q4_K;
+  constexpr bool kK = T == DType::Q4_K || T == DType::Q5_K;
+  constexpr bool kQ4 = T == DType::Q4_0 || kK;  // nibbles
+  constexpr bool kQ5 = T == DType::Q5_K;
   constexpr int64_t kQuant = kQuadQuant<T>;
   const __m512i nibble = _mm512_set1_epi8(0x0f), bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  [[maybe_unused]] const __m512i k16 = _mm512_set1_epi8(16);
   __m512 acc[NQ][NT];
 #pragma GCC unroll 2
   for (int j = 0; j < NQ; ++j)
@@ -536,6 +542,14 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
           const __m512i v = _mm512_loadu_si512(w + 64 * s);
           ua[j] = _mm512_and_si512(v, nibble);
           ub[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+          if constexpr (kQ5) {  // the fifth bits: 16 where set
+            const uint8_t* bits = q[j] + groups * kQuant + g * kQuadBits<T> + 16 * s;
+            uint64_t ma, mb;
+            std::memcpy(&ma, bits, 8);
+            std::memcpy(&mb, bits + 8, 8);
+            ua[j] = _mm512_mask_add_epi8(ua[j], _cvtu64_mask64(ma), ua[j], k16);
+            ub[j] = _mm512_mask_add_epi8(ub[j], _cvtu64_mask64(mb), ub[j], k16);
+          }
         } else {
           ua[j] = _mm512_xor_si512(_mm512_loadu_si512(w + 128 * s), bias);
           ub[j] = _mm512_xor_si512(_mm512_loadu_si512(w + 128 * s + 64), bias);
@@ -555,7 +569,8 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
       Q4KGroupScales sc[NQ];
 #pragma GCC unroll 2
       for (int j = 0; j < NQ; ++j) {
-        if (g % 2 == 0) sb[j] = q4_k_super_block(q[j] + groups * kQuant + (g / 2) * kRowsX4Q4KScaleBytes);
+        if (g % 2 == 0)
+          sb[j] = q4_k_super_block(q[j] + groups * (kQuant + kQuadBits<T>) + (g / 2) * kRowsX4KquantScaleBytes);
         sc[j] = q4_k_group_scales(sb[j], g % 2);
       }
 #pragma GCC unroll 4
@@ -726,18 +741,21 @@ MOEFLOW_VNNI_ATTR inline void rows_of_steps(const uint8_t* q, uint8_t (*rows)[64
   _mm512_store_si512(rows[3], _mm512_permutexvar_epi32(transpose, _mm512_shuffle_i32x4(t1, t3, 0xdd)));
 }
 
-// A Q4_K quad's groups [g0, g0 + n_groups) as floats, row r at out + r * ld: (d *
-// scale) * q - dmin * min per sub-block, the products and the subtraction
+// A Q4_K (Q5_K) quad's groups [g0, g0 + n_groups) as floats, row r at out + r * ld:
+// (d * scale) * q - dmin * min per sub-block, the products and the subtraction
 // dequantize_row forms (no contraction into one rounding), so prefill is unchanged.
-__attribute__((optimize("fp-contract=off"))) MOEFLOW_VNNI_ATTR void dequant_q4_k_quad(const uint8_t* quad, int64_t cols,
-                                                                                      int64_t g0, int64_t n_groups,
-                                                                                      float* out, int64_t ld) {
-  const int64_t groups = cols / kRowsX4GroupCols;
+template <bool Q5>
+__attribute__((optimize("fp-contract=off"))) MOEFLOW_VNNI_ATTR void dequant_kq_quad(const uint8_t* quad, int64_t cols,
+                                                                                    int64_t g0, int64_t n_groups,
+                                                                                    float* out, int64_t ld) {
+  const int64_t groups = cols / kRowsX4GroupCols, bit_bytes = Q5 ? 64 : 0;
   alignas(64) uint8_t rows[4][64];  // [row]: sub-block b's 16 paired bytes at 16b
   const __m512i nibble = _mm512_set1_epi32(0x0f);
   for (int64_t g = g0; g < g0 + n_groups; ++g) {
     rows_of_steps(quad + g * 256, rows);
-    const uint8_t* scales = quad + groups * 256 + (g / 2) * kRowsX4Q4KScaleBytes;
+    const uint8_t* scales = quad + groups * (256 + bit_bytes) + (g / 2) * kRowsX4KquantScaleBytes;
+    uint64_t masks[8] = {};  // Q5_K: the group's fifth-bit masks (tensor/rows_x4.h)
+    if (Q5) std::memcpy(masks, quad + groups * 256 + g * 64, 64);
     for (int r = 0; r < 4; ++r) {
       const uint8_t* s = scales + 16 * r;
       uint16_t dh, mh;
@@ -750,9 +768,18 @@ __attribute__((optimize("fp-contract=off"))) MOEFLOW_VNNI_ATTR void dequant_q4_k
         kq_scale_min_k4(s, static_cast<int>(4 * (g % 2) + b), sc, m);
         const __m512 d1 = _mm512_set1_ps(d * static_cast<float>(sc)), m1 = _mm512_set1_ps(dmin * static_cast<float>(m));
         const __m512i q = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(rows[r] + 16 * b)));
-        const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(q, nibble)), hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4));
-        _mm512_storeu_ps(o + 32 * b, _mm512_sub_ps(_mm512_mul_ps(d1, lo), m1));
-        _mm512_storeu_ps(o + 32 * b + 16, _mm512_sub_ps(_mm512_mul_ps(d1, hi), m1));
+        __m512i lo = _mm512_and_si512(q, nibble), hi = _mm512_srli_epi32(q, 4);
+        if (Q5) {  // elements 4s..4s+3 (lo) and 16+4s.. (hi) from masks 2s and 2s+1
+          __mmask16 blo = 0, bhi = 0;
+          for (int k = 0; k < 4; ++k) {
+            blo = static_cast<__mmask16>(blo | ((masks[2 * k] >> (4 * (4 * r + b))) & 0xf) << (4 * k));
+            bhi = static_cast<__mmask16>(bhi | ((masks[2 * k + 1] >> (4 * (4 * r + b))) & 0xf) << (4 * k));
+          }
+          lo = _mm512_mask_add_epi32(lo, blo, lo, _mm512_set1_epi32(16));
+          hi = _mm512_mask_add_epi32(hi, bhi, hi, _mm512_set1_epi32(16));
+        }
+        _mm512_storeu_ps(o + 32 * b, _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(lo)), m1));
+        _mm512_storeu_ps(o + 32 * b + 16, _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(hi)), m1));
       }
     }
   }
@@ -762,8 +789,8 @@ __attribute__((optimize("fp-contract=off"))) MOEFLOW_VNNI_ATTR void dequant_q4_k
 // the products DequantSpan forms from GGUF's blocks, so prefill is unchanged.
 MOEFLOW_VNNI_ATTR void dequant_avx512(DType t, const uint8_t* quad, int64_t cols, int64_t g0, int64_t n_groups,
                                       float* out, int64_t ld) {
-  if (t == DType::Q4_K) {
-    dequant_q4_k_quad(quad, cols, g0, n_groups, out, ld);
+  if (t == DType::Q4_K || t == DType::Q5_K) {
+    (t == DType::Q5_K ? dequant_kq_quad<true> : dequant_kq_quad<false>)(quad, cols, g0, n_groups, out, ld);
     return;
   }
   const bool q8 = t == DType::Q8_0;
@@ -845,21 +872,25 @@ MOEFLOW_VNNI_ATTR void repack_avx512(DType ft, const uint8_t* src, int64_t rows,
 }
 
 
-// Q4_K rows to the layout (tensor/rows_x4.h, repack_rows_x4 the reference): a
+// Q4_K (Q5_K) rows to the layout (tensor/rows_x4.h, repack_rows_x4 the reference): a
 // super-block's nibble pairs (sub-blocks 2p and 2p+1 share qs[32p..32p+31], low and
 // high) re-paired as q4_0's (byte i: elements i and 16+i of one sub-block), then placed
-// as q4_0's blocks are.
-MOEFLOW_VNNI_ATTR void repack_q4_k_avx512(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) {
-  const int64_t groups = cols / kRowsX4GroupCols, n_sb = cols / 256;
-  const size_t rb = static_cast<size_t>(n_sb) * sizeof(BlockQ4_K);
+// as q4_0's blocks are; Q5_K's fifth bits (bit j of qh[e]: element e of sub-block j)
+// gathered per sub-block by a byte movemask and dealt into the group's masks.
+template <class Block>
+MOEFLOW_VNNI_ATTR void repack_kq_avx512(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) {
+  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_K>;
+  const int64_t groups = cols / kRowsX4GroupCols, n_sb = cols / 256, bit_bytes = kQ5 ? 64 : 0;
+  const size_t rb = static_cast<size_t>(n_sb) * sizeof(Block);
   const __m128i low = _mm_set1_epi8(0x0f), high = _mm_set1_epi8(static_cast<char>(0xf0));
   alignas(64) uint8_t paired[4][8][16];  // [row][sub-block]: q4_0's 16 bytes
   for (int64_t q = 0; q < rows / kRowsX4; ++q) {
     const uint8_t* in = src + static_cast<size_t>(4 * q) * rb;
     uint8_t* quad = dst + 4 * rb * static_cast<size_t>(q);
     for (int64_t sb = 0; sb < n_sb; ++sb) {
+      uint64_t masks[2][8] = {};  // [half of the super-block][mask]
       for (int r = 0; r < 4; ++r) {
-        const auto& b = reinterpret_cast<const BlockQ4_K*>(in + r * rb)[sb];
+        const auto& b = reinterpret_cast<const Block*>(in + r * rb)[sb];
         for (int p = 0; p < 4; ++p) {
           const __m128i a0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 32 * p));
           const __m128i a1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs + 32 * p + 16));
@@ -868,7 +899,19 @@ MOEFLOW_VNNI_ATTR void repack_q4_k_avx512(const uint8_t* src, int64_t rows, int6
           _mm_store_si128(reinterpret_cast<__m128i*>(paired[r][2 * p + 1]),
                           _mm_or_si128(_mm_and_si128(_mm_srli_epi16(a0, 4), low), _mm_and_si128(a1, high)));
         }
-        uint8_t* sc = quad + groups * 256 + sb * kRowsX4Q4KScaleBytes + 16 * r;
+        if constexpr (kQ5) {
+          const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qh));
+          for (int j = 0; j < 8; ++j) {
+            // Bit e: element e's fifth bit (bit j of qh[e], shifted to each byte's top).
+            const auto w = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_slli_epi16(qh, 7 - j)));
+            const int lane = 4 * r + j % 4;
+            for (int k = 0; k < 4; ++k) {
+              masks[j / 4][2 * k] |= static_cast<uint64_t>((w >> (4 * k)) & 0xf) << (4 * lane);
+              masks[j / 4][2 * k + 1] |= static_cast<uint64_t>((w >> (16 + 4 * k)) & 0xf) << (4 * lane);
+            }
+          }
+        }
+        uint8_t* sc = quad + groups * (256 + bit_bytes) + sb * kRowsX4KquantScaleBytes + 16 * r;
         std::memcpy(sc, b.scales, 12);
         std::memcpy(sc + 12, &b.d, 2);
         std::memcpy(sc + 14, &b.dmin, 2);
@@ -876,6 +919,7 @@ MOEFLOW_VNNI_ATTR void repack_q4_k_avx512(const uint8_t* src, int64_t rows, int6
       for (int half = 0; half < 2; ++half) {
         const uint8_t* blocks[4] = {paired[0][4 * half], paired[1][4 * half], paired[2][4 * half], paired[3][4 * half]};
         steps_of_rows(blocks, 16, quad + (2 * sb + half) * 256);
+        if (kQ5) std::memcpy(quad + groups * 256 + (2 * sb + half) * 64, masks[half], 64);
       }
     }
   }
@@ -896,12 +940,14 @@ void by_type(DType t, const char* what, F&& f) {
   }
 }
 
-// by_type for the int8 kernels, which also take Q4_K (the int16 ones do not:
-// CpuBackend interleaves Q4_K rows only where they meet int8 activations).
+// by_type for the int8 kernels, which also take Q4_K and Q5_K (the int16 ones do not:
+// CpuBackend interleaves them only where they meet int8 activations).
 template <class F>
 void by_type8(DType t, const char* what, F&& f) {
   if (t == DType::Q4_K) {
     f(std::integral_constant<DType, DType::Q4_K>{});
+  } else if (t == DType::Q5_K) {
+    f(std::integral_constant<DType, DType::Q5_K>{});
   } else if (t == DType::Q4_0 || t == DType::Q8_0) {
     by_type(t, what, f);
   } else {
@@ -998,7 +1044,8 @@ void rows_x4_repack(DType file_type, const void* src, int64_t rows, int64_t cols
   if (cpu_has_avx512_vnni() && rows_x4_fits(rows, cols) && rows_x4_supports(file_type)) {
     const auto* in = static_cast<const uint8_t*>(src);
     auto* out = static_cast<uint8_t*>(dst);
-    if (file_type == DType::Q4_K) repack_q4_k_avx512(in, rows, cols, out);
+    if (file_type == DType::Q4_K) repack_kq_avx512<BlockQ4_K>(in, rows, cols, out);
+    else if (file_type == DType::Q5_K) repack_kq_avx512<BlockQ5_K>(in, rows, cols, out);
     else repack_avx512(file_type, in, rows, cols, out);
     return;
   }
