@@ -20,6 +20,7 @@ BlockShape block_shape(DType t) {
     case DType::Q8_0: return {sizeof(BlockQ8_0), sizeof(BlockQ8_0::qs)};
     case DType::Q4_K: return {sizeof(BlockQ4_K), 16};  // per 32-column sub-block, as q4_0
     case DType::Q5_K: return {sizeof(BlockQ5_K), 16};
+    case DType::Q6_K: return {sizeof(BlockQ6_K), 16};
     default: throw std::invalid_argument(std::string("moeflow: no interleaved layout for ") + dtype_name(t));
   }
 }
@@ -122,9 +123,91 @@ void row_blocks_kq(DType t, const uint8_t* quad, int64_t cols, int r, int64_t b0
     std::memcpy(out + static_cast<size_t>(i) * sizeof(Block), &b, sizeof(Block));
   }
 }
+
+// Q6_K (tensor/rows_x4.h): element e (0..255) of a super-block as the file keeps it, its
+// 6-bit value (q + 32) split into the low 4 and the top 2 bits.
+inline void q6_k_element(const BlockQ6_K& b, int e, uint8_t& low4, uint8_t& top2) {
+  const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+  const uint8_t ql = b.ql[64 * h + l + 32 * (k % 2)];
+  low4 = k < 2 ? ql & 0x0f : ql >> 4;
+  top2 = (b.qh[32 * h + l] >> (2 * k)) & 3;
+}
+// Where element e of row r's 32-column block b of a group sits among the group's two
+// 64-byte vectors of top bits: vector s % 2 for its step s = (e % 16) / 4, byte
+// 4 (4r + b) + e % 4, bits 4-5 (steps 0-1, first half), 6-7 (steps 0-1, second half),
+// 0-1 and 2-3 (steps 2-3).
+inline void q6_top_place(int r, int b, int e, size_t& byte, int& shift) {
+  const int s = (e % 16) / 4, half = e / 16;
+  byte = static_cast<size_t>(64 * (s % 2) + 4 * (4 * r + b) + e % 4);
+  shift = (s < 2 ? 4 : 0) + 2 * half;
+}
+inline size_t q6_scale_offset(int64_t groups, int64_t sb) {
+  return static_cast<size_t>(groups * (256 + 128) + sb * kRowsX4Q6KScaleBytes);
+}
+
+void repack_q6_k(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out) {
+  const size_t rb = row_bytes(DType::Q6_K, cols);
+  const int64_t groups = cols / kRowsX4GroupCols, n_sb = cols / 256;
+  for (int64_t q = 0; q < rows / kRowsX4; ++q) {
+    uint8_t* quad = out + static_cast<size_t>(q) * rows_x4_quad_bytes(DType::Q6_K, cols);
+    std::memset(quad + groups * 256, 0, static_cast<size_t>(groups * 128));
+    for (int r = 0; r < kRowsX4; ++r) {
+      const auto* blocks = reinterpret_cast<const BlockQ6_K*>(in + static_cast<size_t>(4 * q + r) * rb);
+      for (int64_t sb = 0; sb < n_sb; ++sb) {
+        const BlockQ6_K& b = blocks[sb];
+        uint8_t* sc = quad + q6_scale_offset(groups, sb);
+        std::memcpy(sc + 16 * r, b.scales, 16);
+        std::memcpy(sc + 64 + 2 * r, &b.d, 2);
+        for (int j = 0; j < 8; ++j) {  // 32-column blocks
+          const int64_t blk = 8 * sb + j;
+          uint8_t low[32], top[32];
+          for (int e = 0; e < 32; ++e) q6_k_element(b, 32 * j + e, low[e], top[e]);
+          uint8_t paired[16];
+          for (int i = 0; i < 16; ++i) paired[i] = static_cast<uint8_t>(low[i] | low[16 + i] << 4);
+          for (int k = 0; k < 4; ++k) std::memcpy(quad + quant_offset(256, blk, r, k), paired + 4 * k, 4);
+          uint8_t* tops = quad + groups * 256 + (blk / 4) * 128;
+          for (int e = 0; e < 32; ++e) {
+            size_t byte;
+            int shift;
+            q6_top_place(r, static_cast<int>(blk % 4), e, byte, shift);
+            tops[byte] |= static_cast<uint8_t>(top[e] << shift);
+          }
+        }
+      }
+    }
+  }
+}
+
+void row_blocks_q6_k(const uint8_t* quad, int64_t cols, int r, int64_t b0, int64_t n, uint8_t* out) {
+  const int64_t groups = cols / kRowsX4GroupCols;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t sb = b0 + i;
+    BlockQ6_K b{};
+    const uint8_t* sc = quad + q6_scale_offset(groups, sb);
+    std::memcpy(b.scales, sc + 16 * r, 16);
+    std::memcpy(&b.d, sc + 64 + 2 * r, 2);
+    for (int j = 0; j < 8; ++j) {
+      const int64_t blk = 8 * sb + j;
+      uint8_t paired[16];
+      for (int k = 0; k < 4; ++k) std::memcpy(paired + 4 * k, quad + quant_offset(256, blk, r, k), 4);
+      const uint8_t* tops = quad + groups * 256 + (blk / 4) * 128;
+      for (int e = 0; e < 32; ++e) {
+        const uint8_t low4 = e < 16 ? paired[e] & 0x0f : paired[e - 16] >> 4;
+        size_t byte;
+        int shift;
+        q6_top_place(r, static_cast<int>(blk % 4), e, byte, shift);
+        const uint8_t top2 = (tops[byte] >> shift) & 3;
+        const int el = 32 * j + e, h = el / 128, k = (el % 128) / 32, l = el % 32;
+        b.ql[64 * h + l + 32 * (k % 2)] |= static_cast<uint8_t>(k < 2 ? low4 : low4 << 4);
+        b.qh[32 * h + l] |= static_cast<uint8_t>(top2 << (2 * k));
+      }
+    }
+    std::memcpy(out + static_cast<size_t>(i) * sizeof(BlockQ6_K), &b, sizeof(BlockQ6_K));
+  }
+}
 }  // namespace
 
-int64_t rows_x4_group_bit_bytes(DType t) { return t == DType::Q5_K ? 64 : 0; }
+int64_t rows_x4_group_bit_bytes(DType t) { return t == DType::Q5_K ? 64 : t == DType::Q6_K ? 128 : 0; }
 
 int64_t rows_x4_group_quant_bytes(DType t) {
   return static_cast<int64_t>(16 * block_shape(t).quant_bytes);
@@ -140,6 +223,10 @@ void repack_rows_x4(DType file_type, const void* src, int64_t rows, int64_t cols
     auto* o = static_cast<uint8_t*>(dst);
     if (file_type == DType::Q4_K) repack_kq<BlockQ4_K>(file_type, in, rows, cols, o);
     else repack_kq<BlockQ5_K>(file_type, in, rows, cols, o);
+    return;
+  }
+  if (file_type == DType::Q6_K) {
+    repack_q6_k(static_cast<const uint8_t*>(src), rows, cols, static_cast<uint8_t*>(dst));
     return;
   }
   const size_t rb = row_bytes(file_type, cols);
@@ -172,6 +259,10 @@ void rows_x4_row_blocks(DType t, const void* W, int64_t cols, int64_t row, int64
   }
   if (t == DType::Q5_K) {
     row_blocks_kq<BlockQ5_K>(t, quad, cols, r, b0, n, o);
+    return;
+  }
+  if (t == DType::Q6_K) {
+    row_blocks_q6_k(quad, cols, r, b0, n, o);
     return;
   }
   for (int64_t i = 0; i < n; ++i) {

@@ -33,7 +33,13 @@
 // Q4_K, and between the quants and the scales, per group 64 bytes of fifth bits: eight
 // 64-bit masks, one per weight vector the kernels unpack (2s: elements 4s..4s+3 of each
 // block, 2s+1: elements 16+4s..), bit 4(4r + b) + i for element i of row r's block b
-// (176 bytes per row and super-block, as in the file).
+// (176 bytes per row and super-block, as in the file). Q6_K: the low 4 bits of each
+// 6-bit value (q + 32) as Q4_K's nibbles (its "block" 4g+b spans the 16-column
+// sub-blocks 2(4g+b) and 2(4g+b)+1, the halves the kernels sum apart), then per group
+// two 64-byte vectors of top bits, byte 4(4r + b) + i of vector s % 2 holding those of
+// step s (elements 4s+i and 16+4s+i of row r's block b) in bits 4-7 for steps 0-1 and
+// 0-3 for steps 2-3; then per super-block 72 bytes: the four rows' 16 int8 scales
+// (row r's at 16r) and their d (f16, at 64 + 2r). 210 bytes per row and super-block.
 // REQUIRES rows % 4 == 0 and cols % 128 == 0 (rows_x4_fits; Q4_K rows are whole
 // super-blocks of 256 columns anyway).
 #pragma once
@@ -54,18 +60,20 @@ inline bool rows_x4_fits(int64_t rows, int64_t cols) {
   return rows > 0 && cols > 0 && rows % kRowsX4 == 0 && cols % kRowsX4GroupCols == 0;
 }
 
-// Whether matrices of type t can be interleaved (q4_0, q8_0, Q4_K and Q5_K).
+// Whether matrices of type t can be interleaved (q4_0, q8_0, Q4_K, Q5_K and Q6_K).
 inline bool rows_x4_supports(DType t) {
-  return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K;
+  return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
 }
 
-// Whether t's interleaved rows have int8 kernels only (Q4_K and Q5_K: the CPU backend
+// Whether t's interleaved rows have int8 kernels only (the k-quants: the CPU backend
 // interleaves them only where they meet int8 activations).
-inline bool rows_x4_int8_only(DType t) { return t == DType::Q4_K || t == DType::Q5_K; }
+inline bool rows_x4_int8_only(DType t) { return dtype_is_kquant(t); }
 
 // Bytes of one super-block's scales of a Q4_K / Q5_K quad (four rows' 16).
 constexpr int64_t kRowsX4KquantScaleBytes = 64;
-// Bytes of fifth bits per group of a quad (64 for Q5_K, 0 otherwise).
+// Bytes of one super-block's scales of a Q6_K quad (four rows' 16 and four d).
+constexpr int64_t kRowsX4Q6KScaleBytes = 72;
+// Bytes of high bits per group of a quad (64 for Q5_K, 128 for Q6_K, 0 otherwise).
 int64_t rows_x4_group_bit_bytes(DType t);
 
 // Quant bytes per group of one quad (256 for q4_0, Q4_K and Q5_K, 512 for q8_0).

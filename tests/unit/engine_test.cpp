@@ -321,12 +321,12 @@ TEST(EngineBatch, Int8ActivationsKeepEachSequenceItsOwnLogits) {
   EXPECT_THROW(Engine::open(bad), InputError);
 }
 
-// Q4_K and Q5_K rows interleaved in fours (tensor/rows_x4.h), the layout the CPU backend
+// Q4_K, Q5_K and Q6_K rows interleaved in fours (tensor/rows_x4.h), the layout the CPU backend
 // gives them on int8 activations (the default, auto): each sequence its own logits batched
 // (1 to 16 sequences) and with its experts streamed through a 25% cache, as for the
 // other interleaved types; within rounding of GGUF's layout on the same activations.
 TEST(EngineBatch, InterleavedKquantsKeepEachSequenceItsOwnLogits) {
-  for (DType t : {DType::Q4_K, DType::Q5_K}) {
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const std::string name = dtype_name(t);
     SyntheticModelSpec spec;
     spec.dtype = t;

@@ -182,13 +182,13 @@ TEST(RowsX4, Q5KFifthBitsSitWhereTheLayoutSays) {
   }
 }
 
-// Q4_K and Q5_K: back to the file's blocks (whole rows and a span of super-blocks), the
+// Q4_K, Q5_K and Q6_K: back to the file's blocks (whole rows and a span of super-blocks), the
 // load-time repack against the reference, and prefill's dequantisation against
 // dequantize_row (exactly), from any group on.
 TEST(RowsX4, KquantRoundTripRepackAndDequant) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  for (DType t : {DType::Q4_K, DType::Q5_K}) {
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{4, 256}, {12, 768}, {8, 2048}}) {
       const size_t rb = row_bytes(t, cols);
       std::vector<float> vals(static_cast<size_t>(rows * cols));
@@ -236,7 +236,8 @@ TEST(RowsX4, ShapesAndGuards) {
   EXPECT_FALSE(rows_x4_supports(DType::F16)) << "no interleaved float layout";
   EXPECT_TRUE(rows_x4_supports(DType::Q4_K));
   EXPECT_TRUE(rows_x4_supports(DType::Q5_K));
-  EXPECT_FALSE(rows_x4_supports(DType::Q6_K));
+  EXPECT_TRUE(rows_x4_supports(DType::Q6_K));
+  EXPECT_FALSE(rows_x4_supports(DType::Q3_K));
   std::vector<uint8_t> buf(6 * row_bytes(DType::Q8_0, 128));
   EXPECT_THROW(repack_rows_x4(DType::Q4_0, buf.data(), 6, 128, buf.data()), std::invalid_argument);
   EXPECT_THROW(repack_rows_x4(DType::F32, buf.data(), 4, 128, buf.data() + 2048), std::invalid_argument);

@@ -151,9 +151,11 @@ MOEFLOW_VNNI_ATTR inline void group_sums(const uint8_t* const* q, const PackedX4
 template <DType T>
 constexpr int64_t kQuadQuant = T == DType::Q8_0 ? 512 : 256;  // a quad's quant bytes per group
 template <DType T>
-constexpr int64_t kQuadBits = T == DType::Q5_K ? 64 : 0;  // a quad's fifth-bit bytes per group
+constexpr int64_t kQuadBits = T == DType::Q5_K ? 64 : T == DType::Q6_K ? 128 : 0;  // high-bit bytes per group
 template <DType T>
-constexpr int64_t kQuadStep = kQuadQuant<T> + kQuadBits<T> + kRowsX4GroupScaleBytes;  // a quad's bytes per group
+constexpr int64_t kQuadScales = T == DType::Q6_K ? kRowsX4Q6KScaleBytes / 2 : kRowsX4GroupScaleBytes;
+template <DType T>
+constexpr int64_t kQuadStep = kQuadQuant<T> + kQuadBits<T> + kQuadScales<T>;  // a quad's bytes per group
 
 // NQ quads (`groups` groups each, quad j at quad[j]) into out[j][0, 4), from one packed
 // activation; quad j prefetches pf[j] (null: none) at the pace it reads.
@@ -298,7 +300,6 @@ MOEFLOW_VNNI_ATTR inline void tile16(const uint8_t* const* q, int64_t groups, co
   constexpr bool kQ4 = T == DType::Q4_0;
   constexpr int64_t kQuant = kQuadQuant<T>;
   const __m512i nibble = _mm512_set1_epi8(0x0f), bias = _mm512_set1_epi8(static_cast<char>(0x80));
-  [[maybe_unused]] const __m512i k16 = _mm512_set1_epi8(16);
   __m512 acc[NQ][NT];
 #pragma GCC unroll 2
   for (int j = 0; j < NQ; ++j)
@@ -439,6 +440,7 @@ struct alignas(16) PackedX8 {
   int32_t q8_offset[4];  // block b: -128 * sum of its 32 values (w + 128 against x)
   float dx[4];           // block b's scale
   float xsum[4];         // block b's scale times the sum of its 32 values (Q4_K's mins multiply it)
+  int32_t q6_offset[2][4];  // [half][b]: -32 * the sum of block b's values 16 half .. 16 half + 15 (Q6_K)
 };
 static_assert(sizeof(PackedX8) == kRowsX4X8GroupBytes);
 
@@ -449,7 +451,10 @@ MOEFLOW_VNNI_ATTR void pack_x8(const float* x, int64_t cols, uint8_t* out) {
     alignas(64) int8_t q[4][32];
     for (int b = 0; b < 4; ++b) {
       const X8BlockAvx512 k = quantize_x8_block_avx512(x + 128 * g + 32 * b);
-      const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(k.q0, k.q1));
+      const int32_t sum0 = _mm512_reduce_add_epi32(k.q0), sum1 = _mm512_reduce_add_epi32(k.q1);
+      const int32_t sum = sum0 + sum1;
+      p.q6_offset[0][b] = -32 * sum0;
+      p.q6_offset[1][b] = -32 * sum1;
       p.q4_offset[b] = -8 * sum;
       p.q8_offset[b] = -128 * sum;
       p.dx[b] = k.d;
@@ -494,6 +499,33 @@ MOEFLOW_VNNI_ATTR inline Q4KGroupScales q4_k_group_scales(const Q4KSuperBlock& k
           _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_shuffle_epi8(k.sm, m_idx)), k.dmin)};
 }
 
+// A Q6_K quad's scales for group g (tensor/rows_x4.h): lanes 4r + b hold d times the
+// scales of row r's 16-column sub-blocks 2(4h + b) (a) and 2(4h + b) + 1 (b), h = g % 2;
+// exact in f32 (an int8 times an f16), as dequantize_row's first product.
+// sb_scales: the super-block's 72 scale bytes.
+struct Q6KGroupScales {
+  __m512 a, b;
+};
+MOEFLOW_VNNI_ATTR inline Q6KGroupScales q6_k_group_scales(const uint8_t* sb_scales, int64_t half) {
+  const __m512i raw = _mm512_loadu_si512(sb_scales);
+  // dword b of lane r: scale byte 8h + 2b (+1) at the dword's top byte, then shifted
+  // down arithmetically (sign-extended).
+  const int h = static_cast<int>(8 * half);
+  const __m512i a_idx = _mm512_broadcast_i32x4(
+      _mm_set_epi32(static_cast<int>(static_cast<uint32_t>(h + 6) << 24 | 0x808080u),
+                    static_cast<int>(static_cast<uint32_t>(h + 4) << 24 | 0x808080u),
+                    static_cast<int>(static_cast<uint32_t>(h + 2) << 24 | 0x808080u),
+                    static_cast<int>(static_cast<uint32_t>(h) << 24 | 0x808080u)));
+  const __m512i b_idx = _mm512_add_epi32(a_idx, _mm512_set1_epi32(1 << 24));
+  uint64_t d4;
+  std::memcpy(&d4, sb_scales + 64, 8);
+  const __m512 d = _mm512_permutexvar_ps(
+      _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+      _mm512_cvtph_ps(_mm256_castsi128_si256(_mm_cvtsi64_si128(static_cast<long long>(d4)))));
+  return {_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_shuffle_epi8(raw, a_idx), 24))),
+          _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_shuffle_epi8(raw, b_idx), 24)))};
+}
+
 // NQ quads (quad j at q[j], `groups` groups each) against NT tokens' int8
 // activations, into out[j * NT + t][0, 4): a tile, as a mat-mul kernel holds one. The
 // weights are the unsigned operand throughout (q4_0: the nibbles, offset -8 * sum(x);
@@ -511,11 +543,12 @@ template <DType T, int NQ, int NT>
 MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, const PackedX8* const* x,
                                     float* const* out, const uint8_t* const* pf) {
   constexpr bool kK = T == DType::Q4_K || T == DType::Q5_K;
-  constexpr bool kQ4 = T == DType::Q4_0 || kK;  // nibbles
+  constexpr bool kQ6 = T == DType::Q6_K;
+  constexpr bool kQ4 = T == DType::Q4_0 || kK || kQ6;  // nibbles
   constexpr bool kQ5 = T == DType::Q5_K;
   constexpr int64_t kQuant = kQuadQuant<T>;
   const __m512i nibble = _mm512_set1_epi8(0x0f), bias = _mm512_set1_epi8(static_cast<char>(0x80));
-  [[maybe_unused]] const __m512i k16 = _mm512_set1_epi8(16);
+  [[maybe_unused]] const __m512i k16 = _mm512_set1_epi8(16), k30 = _mm512_set1_epi8(0x30);
   __m512 acc[NQ][NT];
 #pragma GCC unroll 2
   for (int j = 0; j < NQ; ++j)
@@ -524,12 +557,19 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
   [[maybe_unused]] Q4KSuperBlock sb[NQ];  // Q4_K: the current super-block's scales, decoded
   for (int64_t g = 0; g < groups; ++g) {
     __m512i sum[NQ][NT];
+    [[maybe_unused]] __m512i sumb[NQ][NT];  // Q6_K: the blocks' second halves, scaled apart
 #pragma GCC unroll 2
     for (int j = 0; j < NQ; ++j) {
       if (pf[j]) prefetch_lines_nta(pf[j] + g * kQuadStep<T>, kQuadStep<T>, g == 0);
 #pragma GCC unroll 4
-      for (int t = 0; t < NT; ++t)
-        sum[j][t] = kK ? _mm512_setzero_si512() : bcast(kQ4 ? x[t][g].q4_offset : x[t][g].q8_offset);
+      for (int t = 0; t < NT; ++t) {
+        if constexpr (kQ6) {
+          sum[j][t] = bcast(x[t][g].q6_offset[0]);
+          sumb[j][t] = bcast(x[t][g].q6_offset[1]);
+        } else {
+          sum[j][t] = kK ? _mm512_setzero_si512() : bcast(kQ4 ? x[t][g].q4_offset : x[t][g].q8_offset);
+        }
+      }
     }
 #pragma GCC unroll 4
     for (int s = 0; s < 4; ++s) {
@@ -550,6 +590,13 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
             ua[j] = _mm512_mask_add_epi8(ua[j], _cvtu64_mask64(ma), ua[j], k16);
             ub[j] = _mm512_mask_add_epi8(ub[j], _cvtu64_mask64(mb), ub[j], k16);
           }
+          if constexpr (kQ6) {  // the top two bits into bits 4-5 (tensor/rows_x4.h)
+            const __m512i top = _mm512_loadu_si512(q[j] + groups * kQuant + g * kQuadBits<T> + 64 * (s % 2));
+            const __m512i ta = s < 2 ? top : _mm512_slli_epi16(top, 4), tb = s < 2 ? _mm512_srli_epi16(top, 2)
+                                                                              : _mm512_slli_epi16(top, 2);
+            ua[j] = _mm512_or_si512(ua[j], _mm512_and_si512(ta, k30));
+            ub[j] = _mm512_or_si512(ub[j], _mm512_and_si512(tb, k30));
+          }
         } else {
           ua[j] = _mm512_xor_si512(_mm512_loadu_si512(w + 128 * s), bias);
           ub[j] = _mm512_xor_si512(_mm512_loadu_si512(w + 128 * s + 64), bias);
@@ -561,11 +608,26 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
 #pragma GCC unroll 2
         for (int j = 0; j < NQ; ++j) {
           sum[j][t] = _mm512_dpbusd_epi32(sum[j][t], ua[j], xa);
-          sum[j][t] = _mm512_dpbusd_epi32(sum[j][t], ub[j], xb);
+          if constexpr (kQ6) sumb[j][t] = _mm512_dpbusd_epi32(sumb[j][t], ub[j], xb);
+          else sum[j][t] = _mm512_dpbusd_epi32(sum[j][t], ub[j], xb);
         }
       }
     }
-    if constexpr (kK) {
+    if constexpr (kQ6) {
+      Q6KGroupScales sc[NQ];
+#pragma GCC unroll 2
+      for (int j = 0; j < NQ; ++j) sc[j] = q6_k_group_scales(q[j] + groups * (kQuant + kQuadBits<T>) +
+                                                              (g / 2) * kRowsX4Q6KScaleBytes, g % 2);
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) {
+        const __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(x[t][g].dx));
+#pragma GCC unroll 2
+        for (int j = 0; j < NQ; ++j) {
+          acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[j][t]), _mm512_mul_ps(sc[j].a, dx), acc[j][t]);
+          acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumb[j][t]), _mm512_mul_ps(sc[j].b, dx), acc[j][t]);
+        }
+      }
+    } else if constexpr (kK) {
       Q4KGroupScales sc[NQ];
 #pragma GCC unroll 2
       for (int j = 0; j < NQ; ++j) {
@@ -621,8 +683,14 @@ MOEFLOW_VNNI_ATTR inline void tile8_n(int nt, const uint8_t* const* q, int64_t g
 // where four would leave one (5, 9, 13, ...): a pass of one token unpacks the quads'
 // weights again for a quarter of the products, ~0.6 of a four-token pass, and a tile of
 // five still fits the registers (10 integer and 10 float accumulators).
+// Q6_K's tiles keep two integer accumulators per quad and token (its sub-blocks' halves
+// are scaled apart), so at most three tokens a pass fit the registers.
 constexpr int kMaxTokensPass8 = 5;
-inline int tokens_in_pass8(int left) { return left % 4 == 1 && left > 4 ? 5 : std::min(4, left); }
+template <DType T>
+inline int tokens_in_pass8(int left) {
+  if (T == DType::Q6_K) return std::min(3, left);
+  return left % 4 == 1 && left > 4 ? 5 : std::min(4, left);
+}
 
 // Where the int8 tiles prefetch: ~16 KiB on (at least two quads), not two quads. Their
 // quads take half the time, so two quads on left the reads too little lead (330M q4_0,
@@ -644,7 +712,7 @@ MOEFLOW_VNNI_ATTR void quads8_tokens(const uint8_t* W, int64_t n_quads, int64_t 
     const int nq = n_quads - i >= pair ? pair : 1;
     const uint8_t* q[2] = {W + static_cast<size_t>(i) * qb, W + static_cast<size_t>(i + 1) * qb};
     for (int t0 = 0, nt = 0; t0 < n_tok; t0 += nt) {
-      nt = tokens_in_pass8(n_tok - t0);
+      nt = tokens_in_pass8<T>(n_tok - t0);
       const PackedX8* x[kTokens];
       float* o[2 * kTokens];
       // The first pass over the quads prefetches as quads_tokens does; the others read
@@ -678,7 +746,7 @@ MOEFLOW_VNNI_ATTR void quads_tokens_pair(const RowsX4TokensPair& m, int64_t n_qu
   for (int64_t i = 0; i < n_quads; ++i) {
     const uint8_t* q[2] = {m.W[0] + static_cast<size_t>(i) * qb, m.W[1] + static_cast<size_t>(i) * qb};
     for (int t0 = 0, nt = 0; t0 < n_tok; t0 += nt) {
-      nt = kInt8 ? tokens_in_pass8(n_tok - t0) : tokens_in_pass16<T>(n_tok - t0);
+      nt = kInt8 ? tokens_in_pass8<T>(n_tok - t0) : tokens_in_pass16<T>(n_tok - t0);
       // The first pass over the quads prefetches at the pace it reads; the others
       // read them from cache.
       const uint8_t* pf[2] = {t0 == 0 ? prefetch_of(m.W[0], i, qb, m.pf_end[0], distance) : nullptr,
@@ -785,12 +853,59 @@ __attribute__((optimize("fp-contract=off"))) MOEFLOW_VNNI_ATTR void dequant_kq_q
   }
 }
 
+// A Q6_K quad's groups [g0, g0 + n_groups) as floats, row r at out + r * ld: (d *
+// scale) * (q - 32) per 16-column sub-block, dequantize_row's products in its order.
+MOEFLOW_VNNI_ATTR void dequant_q6_k_quad(const uint8_t* quad, int64_t cols, int64_t g0, int64_t n_groups, float* out,
+                                         int64_t ld) {
+  const int64_t groups = cols / kRowsX4GroupCols;
+  alignas(64) uint8_t rows[4][64];  // [row]: block b's 16 paired bytes at 16b
+  const __m512i two = _mm512_set1_epi8(3), nib = _mm512_set1_epi8(0x0f), k32 = _mm512_set1_epi32(32);
+  // 128-bit lane b of the gathered top bits: dwords (vector 0, vector 1, vector 0,
+  // vector 1) of block b, so byte 4s + t holds step s's byte for element t.
+  const __m512i gather = _mm512_set_epi32(19, 3, 19, 3, 18, 2, 18, 2, 17, 1, 17, 1, 16, 0, 16, 0);
+  constexpr __mmask64 kSteps23 = 0xff00ff00ff00ff00ull;  // bytes 8-15 of each lane
+  for (int64_t g = g0; g < g0 + n_groups; ++g) {
+    rows_of_steps(quad + g * 256, rows);
+    const uint8_t* tops = quad + groups * 256 + g * 128;
+    const uint8_t* scales = quad + groups * (256 + 128) + (g / 2) * kRowsX4Q6KScaleBytes;
+    for (int r = 0; r < 4; ++r) {
+      uint16_t dh;
+      std::memcpy(&dh, scales + 64 + 2 * r, 2);
+      const float d = fp16_to_fp32(dh);
+      const __m512i w = _mm512_permutex2var_epi32(
+          _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tops + 16 * r))), gather,
+          _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tops + 64 + 16 * r))));
+      // Steps 0-1 keep their top bits at 4 (first half) and 6, steps 2-3 at 0 and 2.
+      const __m512i top0 = _mm512_mask_blend_epi8(kSteps23, _mm512_and_si512(_mm512_srli_epi16(w, 4), two), _mm512_and_si512(w, two));
+      const __m512i top1 = _mm512_mask_blend_epi8(kSteps23, _mm512_and_si512(_mm512_srli_epi16(w, 6), two),
+                                                  _mm512_and_si512(_mm512_srli_epi16(w, 2), two));
+      const __m512i p = _mm512_load_si512(rows[r]);
+      alignas(64) uint8_t q[2][64];  // [half][16b + i]: element 16 half + i of block b, 0..63
+      _mm512_store_si512(q[0], _mm512_or_si512(_mm512_and_si512(p, nib), _mm512_slli_epi16(top0, 4)));
+      _mm512_store_si512(q[1], _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(p, 4), nib), _mm512_slli_epi16(top1, 4)));
+      float* o = out + r * ld + (g - g0) * kRowsX4GroupCols;
+      for (int b = 0; b < 4; ++b) {
+        const int j = 2 * static_cast<int>(4 * (g % 2) + b);  // its first 16-column sub-block in the super-block
+        for (int h = 0; h < 2; ++h) {
+          const float dj = d * static_cast<float>(static_cast<int8_t>(scales[16 * r + j + h]));
+          const __m512i v = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(q[h] + 16 * b))), k32);
+          _mm512_storeu_ps(o + 32 * b + 16 * h, _mm512_mul_ps(_mm512_set1_ps(dj), _mm512_cvtepi32_ps(v)));
+        }
+      }
+    }
+  }
+}
+
 // Rows r of a quad's groups [g0, g0 + n_groups) as floats: d * q (q4_0: d * (nibble - 8)),
 // the products DequantSpan forms from GGUF's blocks, so prefill is unchanged.
 MOEFLOW_VNNI_ATTR void dequant_avx512(DType t, const uint8_t* quad, int64_t cols, int64_t g0, int64_t n_groups,
                                       float* out, int64_t ld) {
   if (t == DType::Q4_K || t == DType::Q5_K) {
     (t == DType::Q5_K ? dequant_kq_quad<true> : dequant_kq_quad<false>)(quad, cols, g0, n_groups, out, ld);
+    return;
+  }
+  if (t == DType::Q6_K) {
+    dequant_q6_k_quad(quad, cols, g0, n_groups, out, ld);
     return;
   }
   const bool q8 = t == DType::Q8_0;
@@ -925,6 +1040,55 @@ MOEFLOW_VNNI_ATTR void repack_kq_avx512(const uint8_t* src, int64_t rows, int64_
   }
 }
 
+// Q6_K rows to the layout (tensor/rows_x4.h, repack_rows_x4 the reference): block j
+// (32 columns) of a super-block takes its low four bits from a 32-byte run of ql (low
+// nibbles for j % 4 < 2, high ones above) and its top two from qh[32 (j / 4) ..]
+// shifted by 2 (j % 4); the nibbles are re-paired and placed as Q4_K's, the top bits
+// packed four to a byte by shifts and dealt into the group's two vectors.
+MOEFLOW_VNNI_ATTR void repack_q6_k_avx512(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) {
+  const int64_t groups = cols / kRowsX4GroupCols, n_sb = cols / 256;
+  const size_t rb = static_cast<size_t>(n_sb) * sizeof(BlockQ6_K);
+  const __m128i low = _mm_set1_epi8(0x0f), high = _mm_set1_epi8(static_cast<char>(0xf0)), two = _mm_set1_epi8(3);
+  alignas(64) uint8_t paired[4][8][16];  // [row][block]: q4_0's 16 bytes
+  for (int64_t q = 0; q < rows / kRowsX4; ++q) {
+    const uint8_t* in = src + static_cast<size_t>(4 * q) * rb;
+    uint8_t* quad = dst + 4 * rb * static_cast<size_t>(q);
+    for (int64_t sb = 0; sb < n_sb; ++sb) {
+      uint8_t* scales = quad + groups * (256 + 128) + sb * kRowsX4Q6KScaleBytes;
+      for (int r = 0; r < 4; ++r) {
+        const auto& b = reinterpret_cast<const BlockQ6_K*>(in + r * rb)[sb];
+        for (int j = 0; j < 8; ++j) {
+          const int h = j / 4, k = j % 4;
+          const uint8_t* ql = b.ql + 64 * h + 32 * (k % 2);
+          const __m128i a0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ql));
+          const __m128i a1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + 16));
+          _mm_store_si128(reinterpret_cast<__m128i*>(paired[r][j]),
+                          k < 2 ? _mm_or_si128(_mm_and_si128(a0, low), _mm_slli_epi16(_mm_and_si128(a1, low), 4))
+                                : _mm_or_si128(_mm_and_si128(_mm_srli_epi16(a0, 4), low), _mm_and_si128(a1, high)));
+          // Top bits of elements 0-15 (t0) and 16-31 (t1), one per byte.
+          const __m128i t0 = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh + 32 * h)), 2 * k), two);
+          const __m128i t1 =
+              _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh + 32 * h + 16)), 2 * k), two);
+          // Steps 0-1 in bits 4-7 (elements 0-7 of each half), steps 2-3 in bits 0-3 (8-15).
+          const __m128i c = _mm_or_si128(_mm_slli_epi16(t0, 4), _mm_slli_epi16(t1, 6));
+          const __m128i d = _mm_or_si128(t0, _mm_slli_epi16(t1, 2));
+          const __m128i e = _mm_or_si128(c, _mm_srli_si128(d, 8));  // bytes 0-3: vector 0's, 4-7: vector 1's
+          uint8_t* tops = quad + groups * 256 + (2 * sb + j / 4) * 128 + 4 * (4 * r + j % 4);
+          const uint64_t both = static_cast<uint64_t>(_mm_cvtsi128_si64(e));
+          std::memcpy(tops, &both, 4);
+          std::memcpy(tops + 64, reinterpret_cast<const uint8_t*>(&both) + 4, 4);
+        }
+        std::memcpy(scales + 16 * r, b.scales, 16);
+        std::memcpy(scales + 64 + 2 * r, &b.d, 2);
+      }
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t* blocks[4] = {paired[0][4 * half], paired[1][4 * half], paired[2][4 * half], paired[3][4 * half]};
+        steps_of_rows(blocks, 16, quad + (2 * sb + half) * 256);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 // Runs f(tag) with tag's ::value the interleaved type t (q4_0 or q8_0); else throws
@@ -948,6 +1112,8 @@ void by_type8(DType t, const char* what, F&& f) {
     f(std::integral_constant<DType, DType::Q4_K>{});
   } else if (t == DType::Q5_K) {
     f(std::integral_constant<DType, DType::Q5_K>{});
+  } else if (t == DType::Q6_K) {
+    f(std::integral_constant<DType, DType::Q6_K>{});
   } else if (t == DType::Q4_0 || t == DType::Q8_0) {
     by_type(t, what, f);
   } else {
@@ -1046,6 +1212,7 @@ void rows_x4_repack(DType file_type, const void* src, int64_t rows, int64_t cols
     auto* out = static_cast<uint8_t*>(dst);
     if (file_type == DType::Q4_K) repack_kq_avx512<BlockQ4_K>(in, rows, cols, out);
     else if (file_type == DType::Q5_K) repack_kq_avx512<BlockQ5_K>(in, rows, cols, out);
+    else if (file_type == DType::Q6_K) repack_q6_k_avx512(in, rows, cols, out);
     else repack_avx512(file_type, in, rows, cols, out);
     return;
   }

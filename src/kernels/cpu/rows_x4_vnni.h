@@ -85,7 +85,7 @@ bool rows_x4_pair_pays(DType t, bool x_int8, int n_tok);
 // magnitude instead of ~2^-16. Integer sums stay exact, so a token gets the same floats
 // from the one-token, paired and multi-token kernels, and in any company of tokens.
 // x8_bytes(cols) bytes per packed activation.
-constexpr size_t kRowsX4X8GroupBytes = 192;
+constexpr size_t kRowsX4X8GroupBytes = 224;
 inline size_t rows_x4_x8_bytes(int64_t cols) { return static_cast<size_t>(cols / 128) * kRowsX4X8GroupBytes; }
 void rows_x4_pack_x8(const float* x, int64_t cols, uint8_t* out);
 // rows_x4_quads, rows_x4_quads_multi and rows_x4_quads_tokens on int8-packed activations.
