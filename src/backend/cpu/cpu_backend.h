@@ -1,6 +1,6 @@
 // The CPU backend: the project's SIMD kernels (Highway, AVX-512 VNNI where present)
 // on a thread pool, anonymous memory in huge pages where the kernel grants them, and
-// rows interleaved in fours for q4_0 / q8_0 on VNNI CPUs.
+// rows interleaved in fours for q4_0 / q8_0 and the common k-quants on VNNI CPUs.
 #pragma once
 #include <memory>
 
@@ -28,7 +28,8 @@ class CpuBackend final : public Backend {
   uint8_t* allocate_expert_buffer(uint64_t bytes) override;
   void release_expert_buffer(uint8_t* p, uint64_t bytes) override;
   // q4_0 / q8_0 matrices that fit are interleaved in fours on AVX-512 VNNI CPUs unless
-  // switched off (tensor/rows_x4.h says why); everything else keeps GGUF's layout.
+  // switched off (tensor/rows_x4.h says why), Q4_K / Q5_K / Q6_K too where they meet
+  // int8 activations; everything else keeps GGUF's layout.
   RowLayout layout_for(DType t, int64_t rows, int64_t cols) const override;
   void place(RowLayout layout, DType t, const void* src, int64_t rows, int64_t cols, void* dst) const override;
 

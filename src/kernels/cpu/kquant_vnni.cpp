@@ -8,7 +8,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/kquant_matvec.h"
-#include "kernels/cpu/q4_k_scales.h"
+#include "kernels/cpu/kquant_scales.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/quantize_x8.h"
 #include "tensor/kquants.h"

@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/cpu/q4_k_scales.h"
+#include "kernels/cpu/kquant_scales.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/quantize_x8.h"
 #include "tensor/kquants.h"
@@ -464,66 +464,6 @@ MOEFLOW_VNNI_ATTR void pack_x8(const float* x, int64_t cols, uint8_t* out) {
     }
     steps_of_blocks(q, p.x);
   }
-}
-
-// A Q4_K quad's scales (tensor/rows_x4.h), decoded once per super-block (sb_scales:
-// its 64 scale bytes): lane r of sm holds row r's 8 scales and 8 mins; d and dmin hold
-// row r's in lanes 4r..4r+3.
-struct Q4KSuperBlock {
-  __m512i sm;
-  __m512 d, dmin;
-};
-MOEFLOW_VNNI_ATTR inline Q4KSuperBlock q4_k_super_block(const uint8_t* sb_scales) {
-  const __m512i raw = _mm512_loadu_si512(sb_scales);
-  // Word 8r + 6 (d) and 8r + 7 (dmin) of the raw bytes to halves 4r..4r+3.
-  const __m512i d_idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 30, 30, 30, 30, 22, 22, 22,
-                                         22, 14, 14, 14, 14, 6, 6, 6, 6);
-  return {q4_k_scales_mins_x4(raw), _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(d_idx, raw))),
-          _mm512_cvtph_ps(_mm512_castsi512_si256(
-              _mm512_permutexvar_epi16(_mm512_add_epi16(d_idx, _mm512_set1_epi16(1)), raw)))};
-}
-// Group g's: lanes 4r + b hold row r's sub-block 4 (g % 2) + b, its scale times d (scd)
-// and its min times dmin (mnd); both products are exact in f32 (6-bit integers times
-// an f16), as in dequantize_row.
-struct Q4KGroupScales {
-  __m512 scd, mnd;
-};
-MOEFLOW_VNNI_ATTR inline Q4KGroupScales q4_k_group_scales(const Q4KSuperBlock& k, int64_t half) {
-  // dword b of each 128-bit lane: byte 4h + b (a scale) or 8 + 4h + b (a min), zero-extended.
-  const int h = static_cast<int>(4 * half);
-  const __m512i sc_idx = _mm512_broadcast_i32x4(_mm_set_epi32(
-      static_cast<int>(0x80808000u | (h + 3)), static_cast<int>(0x80808000u | (h + 2)),
-      static_cast<int>(0x80808000u | (h + 1)), static_cast<int>(0x80808000u | h)));
-  const __m512i m_idx = _mm512_add_epi32(sc_idx, _mm512_set1_epi32(8));
-  return {_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_shuffle_epi8(k.sm, sc_idx)), k.d),
-          _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_shuffle_epi8(k.sm, m_idx)), k.dmin)};
-}
-
-// A Q6_K quad's scales for group g (tensor/rows_x4.h): lanes 4r + b hold d times the
-// scales of row r's 16-column sub-blocks 2(4h + b) (a) and 2(4h + b) + 1 (b), h = g % 2;
-// exact in f32 (an int8 times an f16), as dequantize_row's first product.
-// sb_scales: the super-block's 72 scale bytes.
-struct Q6KGroupScales {
-  __m512 a, b;
-};
-MOEFLOW_VNNI_ATTR inline Q6KGroupScales q6_k_group_scales(const uint8_t* sb_scales, int64_t half) {
-  const __m512i raw = _mm512_loadu_si512(sb_scales);
-  // dword b of lane r: scale byte 8h + 2b (+1) at the dword's top byte, then shifted
-  // down arithmetically (sign-extended).
-  const int h = static_cast<int>(8 * half);
-  const __m512i a_idx = _mm512_broadcast_i32x4(
-      _mm_set_epi32(static_cast<int>(static_cast<uint32_t>(h + 6) << 24 | 0x808080u),
-                    static_cast<int>(static_cast<uint32_t>(h + 4) << 24 | 0x808080u),
-                    static_cast<int>(static_cast<uint32_t>(h + 2) << 24 | 0x808080u),
-                    static_cast<int>(static_cast<uint32_t>(h) << 24 | 0x808080u)));
-  const __m512i b_idx = _mm512_add_epi32(a_idx, _mm512_set1_epi32(1 << 24));
-  uint64_t d4;
-  std::memcpy(&d4, sb_scales + 64, 8);
-  const __m512 d = _mm512_permutexvar_ps(
-      _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-      _mm512_cvtph_ps(_mm256_castsi128_si256(_mm_cvtsi64_si128(static_cast<long long>(d4)))));
-  return {_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_shuffle_epi8(raw, a_idx), 24))),
-          _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_shuffle_epi8(raw, b_idx), 24)))};
 }
 
 // NQ quads (quad j at q[j], `groups` groups each) against NT tokens' int8
