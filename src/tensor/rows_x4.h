@@ -1,9 +1,8 @@
 // RowLayout::rows_x4: q4_0 / q8_0 (and Q4_K / Q5_K / Q6_K) matrices with their rows
-// interleaved in fours, so
-// that one 512-bit load holds 4 bytes of each of 16 (row, block) pairs and the VNNI
-// kernels (kernels/cpu/q4_vnni.h) accumulate every pair in its own 32-bit lane: no
-// gather of 18- or 34-byte blocks, no reduction across lanes, one scale conversion per
-// 16 blocks.
+// interleaved in fours, so that one 512-bit load holds 4 bytes of each of 16 (row,
+// block) pairs and the VNNI kernels (kernels/cpu/rows_x4_vnni.h) accumulate every pair
+// in its own 32-bit lane: no gather of 18- or 34-byte blocks, no reduction across
+// lanes, one scale conversion per 16 blocks.
 //
 // Why a second layout: GGUF keeps each row's blocks together, 18 (q4_0) or 34 (q8_0)
 // bytes apiece, which a 512-bit kernel must gather (two loads and a byte permute per 4
