@@ -137,6 +137,22 @@ EngineOptions options_for(const std::string& fixture, const std::string& policy 
   return o;
 }
 
+// The largest relative (root-mean-square) difference between two runs' logits, position
+// by position, against b's.
+double max_relative_difference(const Transcript& a, const Transcript& b) {
+  double worst = 0;
+  for (size_t k = 0; k < a.logits.size(); ++k) {
+    double num = 0, den = 0;
+    for (size_t v = 0; v < a.logits[k].size(); ++v) {
+      const double d = static_cast<double>(a.logits[k][v]) - b.logits[k][v];
+      num += d * d;
+      den += static_cast<double>(b.logits[k][v]) * b.logits[k][v];
+    }
+    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
+  }
+  return worst;
+}
+
 void expect_same(const std::vector<Transcript>& together, Engine& e, const std::vector<Script>& scripts,
                  const std::string& what) {
   for (size_t i = 0; i < scripts.size(); ++i) {
@@ -289,16 +305,7 @@ TEST(EngineBatch, Int8ActivationsKeepEachSequenceItsOwnLogits) {
     s.n_gen = 0;
     const Transcript a8 = run_alone(*e8, s), a16 = run_alone(*e16, s);
     ASSERT_EQ(a8.logits.size(), a16.logits.size());
-    double worst = 0;
-    for (size_t k = 0; k < a8.logits.size(); ++k) {
-      double num = 0, den = 0;
-      for (size_t v = 0; v < a8.logits[k].size(); ++v) {
-        const double d = static_cast<double>(a8.logits[k][v]) - a16.logits[k][v];
-        num += d * d;
-        den += static_cast<double>(a16.logits[k][v]) * a16.logits[k][v];
-      }
-      worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
-    }
+    const double worst = max_relative_difference(a8, a16);
     std::printf("  %-20s int8 against int16 activations: max relative difference of the logits %.3e\n", fixture, worst);
     EXPECT_LT(worst, 5e-2) << fixture;
     if (cpu::q4_vnni_enabled()) EXPECT_GT(worst, 0.0) << fixture << ": the option changed nothing";
@@ -370,16 +377,7 @@ TEST(EngineBatch, InterleavedKquantsKeepEachSequenceItsOwnLogits) {
     s.n_gen = 0;
     const Transcript a = run_alone(*e, s), b = run_alone(*e_plain, s);
     ASSERT_EQ(a.logits.size(), b.logits.size());
-    double worst = 0;
-    for (size_t k = 0; k < a.logits.size(); ++k) {
-      double num = 0, den = 0;
-      for (size_t v = 0; v < a.logits[k].size(); ++v) {
-        const double d = static_cast<double>(a.logits[k][v]) - b.logits[k][v];
-        num += d * d;
-        den += static_cast<double>(b.logits[k][v]) * b.logits[k][v];
-      }
-      worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
-    }
+    const double worst = max_relative_difference(a, b);
     std::printf("  interleaved %s against GGUF's layout, int8 activations: max relative difference of the logits %.3e\n",
                 name.c_str(), worst);
     EXPECT_LT(worst, 1e-5) << name;
