@@ -44,7 +44,7 @@ struct EngineOptions {
   int n_parallel = 1;              // sequences the KV pool holds at ctx_size each (the pool's size)
   std::string kv_type = "auto";    // auto (f16 for q8_0/q4_0 key/value weights, else f32), f32 or f16
   bool mmap = false;               // compute from the file mapping (starts faster, reads slower)
-  bool repack = true;              // q4_0/q8_0 (and, on int8 activations, Q4_K/Q5_K/Q6_K) rows interleaved in fours on VNNI CPUs
+  bool repack = true;              // rows interleaved in fours on VNNI CPUs (q4_0, q8_0; Q4_K-Q6_K on int8)
   // Precision of the activations those interleaved rows and k-quant rows multiply:
   // "int16" (products within ~2e-5 of f32), "int8" (llama.cpp's q8_0 activations: ~4e-3
   // per product, up to 1.8x the tokens per second where arithmetic, not memory, limits a

@@ -23,7 +23,7 @@ inline ActivationPrecision parse_activation_precision(const std::string& s) {
 
 // Auto: a q4_0 or k-quant weight's step is 1/8 to 1/32 of its block's range, an int8
 // activation's 1/254, so int8 adds little to the weights' own error (built-in model,
-// q4_0: +0.03% perplexity against +0.43% for the q4_0 weights themselves,
+// q4_0: +0.04% perplexity against +0.43% for the q4_0 weights themselves,
 // docs/performance.md) and halves the batched step's arithmetic. q8_0 weights round
 // as finely as int8 activations would, so they keep int16. Other types never read
 // integer activations (the flag is ignored for them).

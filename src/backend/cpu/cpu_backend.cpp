@@ -133,7 +133,7 @@ uint8_t* CpuBackend::allocate_expert_buffer(uint64_t bytes) { return host_expert
 void CpuBackend::release_expert_buffer(uint8_t* p, uint64_t bytes) { host_expert_memory().release_expert_buffer(p, bytes); }
 
 RowLayout CpuBackend::layout_for(DType t, int64_t rows, int64_t cols) const {
-  // Interleaved Q4_K / Q5_K rows have int8 kernels only.
+  // Interleaved k-quant rows have int8 kernels only (rows_x4_int8_only).
   const bool kernels = !rows_x4_int8_only(t) || int8_activations_for(activations_, t);
   return interleave_rows_ && cpu::q4_vnni_enabled() && rows_x4_supports(t) && kernels && rows_x4_fits(rows, cols)
              ? RowLayout::rows_x4

@@ -83,19 +83,22 @@ MOEFLOW_VNNI_ATTR void dequant_q6_k_quad(const uint8_t* quad, int64_t cols, int6
           _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tops + 16 * r))), gather,
           _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tops + 64 + 16 * r))));
       // Steps 0-1 keep their top bits at 4 (first half) and 6, steps 2-3 at 0 and 2.
-      const __m512i top0 = _mm512_mask_blend_epi8(kSteps23, _mm512_and_si512(_mm512_srli_epi16(w, 4), two), _mm512_and_si512(w, two));
+      const __m512i top0 =
+          _mm512_mask_blend_epi8(kSteps23, _mm512_and_si512(_mm512_srli_epi16(w, 4), two), _mm512_and_si512(w, two));
       const __m512i top1 = _mm512_mask_blend_epi8(kSteps23, _mm512_and_si512(_mm512_srli_epi16(w, 6), two),
                                                   _mm512_and_si512(_mm512_srli_epi16(w, 2), two));
       const __m512i p = _mm512_load_si512(rows[r]);
       alignas(64) uint8_t q[2][64];  // [half][16b + i]: element 16 half + i of block b, 0..63
       _mm512_store_si512(q[0], _mm512_or_si512(_mm512_and_si512(p, nib), _mm512_slli_epi16(top0, 4)));
-      _mm512_store_si512(q[1], _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(p, 4), nib), _mm512_slli_epi16(top1, 4)));
+      _mm512_store_si512(q[1],
+                         _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(p, 4), nib), _mm512_slli_epi16(top1, 4)));
       float* o = out + r * ld + (g - g0) * kRowsX4GroupCols;
       for (int b = 0; b < 4; ++b) {
         const int j = 2 * static_cast<int>(4 * (g % 2) + b);  // its first 16-column sub-block in the super-block
         for (int h = 0; h < 2; ++h) {
           const float dj = d * static_cast<float>(static_cast<int8_t>(scales[16 * r + j + h]));
-          const __m512i v = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(q[h] + 16 * b))), k32);
+          const __m128i bytes = _mm_load_si128(reinterpret_cast<const __m128i*>(q[h] + 16 * b));
+          const __m512i v = _mm512_sub_epi32(_mm512_cvtepu8_epi32(bytes), k32);
           _mm512_storeu_ps(o + 32 * b + 16 * h, _mm512_mul_ps(_mm512_set1_ps(dj), _mm512_cvtepi32_ps(v)));
         }
       }
@@ -182,9 +185,10 @@ MOEFLOW_VNNI_ATTR void repack_q6_k_avx512(const uint8_t* src, int64_t rows, int6
                           k < 2 ? _mm_or_si128(_mm_and_si128(a0, low), _mm_slli_epi16(_mm_and_si128(a1, low), 4))
                                 : _mm_or_si128(_mm_and_si128(_mm_srli_epi16(a0, 4), low), _mm_and_si128(a1, high)));
           // Top bits of elements 0-15 (t0) and 16-31 (t1), one per byte.
-          const __m128i t0 = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh + 32 * h)), 2 * k), two);
-          const __m128i t1 =
-              _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh + 32 * h + 16)), 2 * k), two);
+          const __m128i h0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh + 32 * h));
+          const __m128i h1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qh + 32 * h + 16));
+          const __m128i t0 = _mm_and_si128(_mm_srli_epi16(h0, 2 * k), two);
+          const __m128i t1 = _mm_and_si128(_mm_srli_epi16(h1, 2 * k), two);
           // Steps 0-1 in bits 4-7 (elements 0-7 of each half), steps 2-3 in bits 0-3 (8-15).
           const __m128i c = _mm_or_si128(_mm_slli_epi16(t0, 4), _mm_slli_epi16(t1, 6));
           const __m128i d = _mm_or_si128(t0, _mm_slli_epi16(t1, 2));
