@@ -137,6 +137,16 @@ EngineOptions options_for(const std::string& fixture, const std::string& policy 
   return o;
 }
 
+// A prompt fed a token at a time (each a mat-vec, as decoding runs it), no generation:
+// runs that differ only in arithmetic see the same tokens, so their logits compare
+// position by position.
+Script prompt_token_by_token(int64_t n_vocab) {
+  Script s = make_scripts(1, n_vocab, 7)[0];
+  s.chunk = 1;
+  s.n_gen = 0;
+  return s;
+}
+
 // The largest relative (root-mean-square) difference between two runs' logits, position
 // by position, against b's.
 double max_relative_difference(const Transcript& a, const Transcript& b) {
@@ -290,19 +300,9 @@ TEST(EngineBatch, Int8ActivationsKeepEachSequenceItsOwnLogits) {
     off.activations = "int8";
     auto e8_off = Engine::open(off);
     const std::vector<Script> scripts = make_scripts(6, e8->n_vocab(), 77);
-    const std::vector<Transcript> together = run_together(*e8_off, scripts, 5);
-    for (size_t i = 0; i < scripts.size(); ++i) {
-      const Transcript alone = run_alone(*e8, scripts[i]);
-      ASSERT_EQ(together[i].logits.size(), alone.logits.size());
-      for (size_t k = 0; k < alone.logits.size(); ++k)
-        ASSERT_TRUE(together[i].logits[k] == alone.logits[k]) << fixture << ", int8, offloaded: sequence " << i;
-    }
+    expect_same(run_together(*e8_off, scripts, 5), *e8, scripts, std::string(fixture) + ", int8, offloaded");
     EXPECT_GT(e8_off->cache_stats().misses, 0u);
-    // The prompt fed a token at a time (each a mat-vec, as decoding runs it), no
-    // generation: both see the same tokens, so the logits compare position by position.
-    Script s = make_scripts(1, e8->n_vocab(), 7)[0];
-    s.chunk = 1;
-    s.n_gen = 0;
+    const Script s = prompt_token_by_token(e8->n_vocab());
     const Transcript a8 = run_alone(*e8, s), a16 = run_alone(*e16, s);
     ASSERT_EQ(a8.logits.size(), a16.logits.size());
     const double worst = max_relative_difference(a8, a16);
@@ -358,13 +358,7 @@ TEST(EngineBatch, InterleavedKquantsKeepEachSequenceItsOwnLogits) {
     off.expert_budget = "25%";
     auto e_off = Engine::open(off);
     const std::vector<Script> scripts = make_scripts(6, e->n_vocab(), 91);
-    const std::vector<Transcript> together = run_together(*e_off, scripts, 5);
-    for (size_t i = 0; i < scripts.size(); ++i) {
-      const Transcript alone = run_alone(*e, scripts[i]);
-      ASSERT_EQ(together[i].logits.size(), alone.logits.size());
-      for (size_t k = 0; k < alone.logits.size(); ++k)
-        ASSERT_TRUE(together[i].logits[k] == alone.logits[k]) << "interleaved " << name << ", offloaded: sequence " << i;
-    }
+    expect_same(run_together(*e_off, scripts, 5), *e, scripts, "interleaved " + name + ", offloaded");
     EXPECT_GT(e_off->cache_stats().misses, 0u);
     // Against GGUF's layout on the same int8 activations (--no-repack: the one-row
     // k-quant kernels): the same products up to the order of the float steps.
@@ -372,9 +366,7 @@ TEST(EngineBatch, InterleavedKquantsKeepEachSequenceItsOwnLogits) {
     plain.repack = false;
     auto e_plain = Engine::open(plain);
     EXPECT_EQ(e_plain->model().weights().layers[0].gate_exps.first.layout, RowLayout::gguf);
-    Script s = make_scripts(1, e->n_vocab(), 7)[0];
-    s.chunk = 1;
-    s.n_gen = 0;
+    const Script s = prompt_token_by_token(e->n_vocab());
     const Transcript a = run_alone(*e, s), b = run_alone(*e_plain, s);
     ASSERT_EQ(a.logits.size(), b.logits.size());
     const double worst = max_relative_difference(a, b);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <stdexcept>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -125,22 +126,28 @@ TEST(RowsX4, DequantQuadMatchesGgufRows) {
   }
 }
 
-// Q4_K's layout: each sub-block's nibbles re-paired as q4_0 pairs them, at q4_0's
-// places, and each super-block's 12 scale bytes, d and dmin in row r's 16 bytes.
-TEST(RowsX4, Q4KBytesSitWhereTheLayoutSays) {
+// Q4_K's and Q5_K's layout: each sub-block's nibbles re-paired as q4_0 pairs them, at
+// q4_0's places; each super-block's 12 scale bytes, d and dmin in row r's 16 bytes (after
+// Q5_K's fifth bits); Q5_K's fifth bit of element e of row r's sub-block b of group g in
+// mask 2s (e = 4s + i) or 2s + 1 (e = 16 + 4s + i) of the group's 64 bytes, at bit
+// 4 (4r + b) + i.
+template <class Block>
+void expect_kquant_bytes_where_the_layout_says(DType t) {
+  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_K>;
   std::mt19937 rng(6);
   const int64_t rows = 8, cols = 512, groups = cols / 128, n_sb = cols / 256;
-  const auto src = random_rows(DType::Q4_K, rows, cols, rng);
+  const auto src = random_rows(t, rows, cols, rng);
   std::vector<uint8_t> dst(src.size());
-  repack_rows_x4(DType::Q4_K, src.data(), rows, cols, dst.data());
-  ASSERT_EQ(rows_x4_group_quant_bytes(DType::Q4_K), 256);
+  repack_rows_x4(t, src.data(), rows, cols, dst.data());
+  ASSERT_EQ(rows_x4_group_quant_bytes(t), 256);
+  ASSERT_EQ(rows_x4_group_bit_bytes(t), kQ5 ? 64 : 0);
   for (int64_t row = 0; row < rows; ++row) {
-    const uint8_t* quad = dst.data() + static_cast<size_t>(row / 4) * rows_x4_quad_bytes(DType::Q4_K, cols);
+    const uint8_t* quad = dst.data() + static_cast<size_t>(row / 4) * rows_x4_quad_bytes(t, cols);
     const int64_t r = row % 4;
     for (int64_t sb = 0; sb < n_sb; ++sb) {
-      const auto& b = reinterpret_cast<const BlockQ4_K*>(src.data() + row * row_bytes(DType::Q4_K, cols))[sb];
-      const uint8_t* sc = quad + groups * 256 + 64 * sb + 16 * r;
-      ASSERT_EQ(std::memcmp(sc, b.scales, 12), 0) << "row " << row << " super-block " << sb;
+      const auto& b = reinterpret_cast<const Block*>(src.data() + row * row_bytes(t, cols))[sb];
+      const uint8_t* sc = quad + groups * (256 + (kQ5 ? 64 : 0)) + 64 * sb + 16 * r;
+      ASSERT_EQ(std::memcmp(sc, b.scales, 12), 0) << dtype_name(t) << " row " << row << " super-block " << sb;
       ASSERT_EQ(std::memcmp(sc + 12, &b.d, 2), 0);
       ASSERT_EQ(std::memcmp(sc + 14, &b.dmin, 2), 0);
       for (int j = 0; j < 8; ++j)
@@ -149,37 +156,22 @@ TEST(RowsX4, Q4KBytesSitWhereTheLayoutSays) {
           const int want = j % 2 ? byte >> 4 : byte & 0x0f;
           const int64_t blk = 8 * sb + j, g = blk / 4, bi = blk % 4, i = e % 16;  // q4_0's byte i of the block
           const uint8_t got_byte = quad[256 * g + 64 * (i / 4) + 4 * (4 * r + bi) + i % 4];
-          ASSERT_EQ(e < 16 ? got_byte & 0x0f : got_byte >> 4, want) << "row " << row << " sub-block " << blk << " element " << e;
+          ASSERT_EQ(e < 16 ? got_byte & 0x0f : got_byte >> 4, want)
+              << dtype_name(t) << " row " << row << " sub-block " << blk << " element " << e;
+          if constexpr (kQ5) {
+            uint64_t mask;
+            std::memcpy(&mask, quad + groups * 256 + 64 * g + 8 * (2 * ((e % 16) / 4) + e / 16), 8);
+            ASSERT_EQ((mask >> (4 * (4 * r + bi) + e % 4)) & 1, static_cast<uint64_t>((b.qh[e] >> j) & 1))
+                << "q5_k fifth bit: row " << row << " sub-block " << blk << " element " << e;
+          }
         }
     }
   }
 }
 
-// Q5_K's fifth bits: element e of row r's sub-block b of group g in mask 2s (e = 4s + i)
-// or 2s + 1 (e = 16 + 4s + i) of the group's 64 bytes, at bit 4 (4r + b) + i.
-TEST(RowsX4, Q5KFifthBitsSitWhereTheLayoutSays) {
-  std::mt19937 rng(8);
-  const int64_t rows = 8, cols = 512, groups = cols / 128, n_sb = cols / 256;
-  const auto src = random_rows(DType::Q5_K, rows, cols, rng);
-  std::vector<uint8_t> dst(src.size());
-  repack_rows_x4(DType::Q5_K, src.data(), rows, cols, dst.data());
-  ASSERT_EQ(rows_x4_group_bit_bytes(DType::Q5_K), 64);
-  for (int64_t row = 0; row < rows; ++row) {
-    const uint8_t* quad = dst.data() + static_cast<size_t>(row / 4) * rows_x4_quad_bytes(DType::Q5_K, cols);
-    const int64_t r = row % 4;
-    for (int64_t sb = 0; sb < n_sb; ++sb) {
-      const auto& b = reinterpret_cast<const BlockQ5_K*>(src.data() + row * row_bytes(DType::Q5_K, cols))[sb];
-      ASSERT_EQ(std::memcmp(quad + groups * (256 + 64) + 64 * sb + 16 * r, b.scales, 12), 0);
-      for (int j = 0; j < 8; ++j)
-        for (int e = 0; e < 32; ++e) {
-          const int64_t blk = 8 * sb + j, g = blk / 4, bi = blk % 4;
-          uint64_t mask;
-          std::memcpy(&mask, quad + groups * 256 + 64 * g + 8 * (2 * ((e % 16) / 4) + e / 16), 8);
-          ASSERT_EQ((mask >> (4 * (4 * r + bi) + e % 4)) & 1, static_cast<uint64_t>((b.qh[e] >> j) & 1))
-              << "row " << row << " sub-block " << blk << " element " << e;
-        }
-    }
-  }
+TEST(RowsX4, KquantBytesSitWhereTheLayoutSays) {
+  expect_kquant_bytes_where_the_layout_says<BlockQ4_K>(DType::Q4_K);
+  expect_kquant_bytes_where_the_layout_says<BlockQ5_K>(DType::Q5_K);
 }
 
 // Q4_K, Q5_K and Q6_K: back to the file's blocks (whole rows and a span of super-blocks), the
