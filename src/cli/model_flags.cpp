@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "backend/activation_precision.h"
 #include "base/error.h"
 #include "engine/model_loading.h"
 
@@ -56,8 +57,11 @@ EngineOptions engine_options_from_flags(const Args& a, const std::string& policy
   o.mmap = a.has("--mmap");
   o.repack = !a.has("--no-repack");  // where the backend interleaves rows at all
   o.activations = a.str("--activations");
-  if (o.activations != "auto" && o.activations != "int16" && o.activations != "int8")
-    throw UsageError("--activations '" + o.activations + "': expected auto, int16 or int8");
+  try {
+    parse_activation_precision(o.activations);  // the engine's check, as a usage error here
+  } catch (const InputError& e) {
+    throw UsageError(std::string("--") + e.what());
+  }
   o.policy = policy;
   if (!a.declared("--expert-budget")) return o;  // a command without the offloading flags
   if (a.has("--expert-budget")) o.expert_budget = a.str("--expert-budget");

@@ -34,9 +34,7 @@ inline size_t scale_offset(int64_t group_quant_bytes, int64_t groups, int64_t bl
   const int64_t g = blk / 4, b = blk % 4;
   return static_cast<size_t>(groups * group_quant_bytes + g * kRowsX4GroupScaleBytes + 2 * (4 * r + b));
 }
-}  // namespace
 
-namespace {
 // Q4_K's (Q5_K's) nibble of element e (0..31) of sub-block j (0..7) of a super-block's
 // qs: sub-blocks 2p and 2p+1 share bytes qs[32p .. 32p+31], low and high nibbles.
 inline uint8_t kq_nibble(const uint8_t* qs, int j, int e) {
