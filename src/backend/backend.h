@@ -23,7 +23,8 @@
 namespace moeflow {
 
 // Y = W X for each product (matmul.h: a product of one token, or with per_token, of
-// each token alone, takes the mat-vec arithmetic; others the mat-mul's).
+// each token alone, takes the mat-vec arithmetic; others the mat-mul's, unless the
+// backend gives every token the mat-vec's, as the CPU one does on interleaved rows).
 using Product = cpu::MatmulJob;
 // The paged KV cache's shape and a query token's place in it (attention.h).
 using AttentionShape = cpu::AttentionShape;

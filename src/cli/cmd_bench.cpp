@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "backend/activation_precision.h"
 #include "cli/bench_parallel.h"
 #include "cli/commands.h"
 #include "cli/model_flags.h"
@@ -13,49 +14,63 @@
 #include "engine/generator.h"
 #include "moeflow/engine.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/roofline.h"
 
 namespace moeflow::cli {
 
 namespace {
 
+// Calls fn(matrix, uses) for every matrix one token is multiplied with: the dense ones
+// once, the routed experts' top-k times (their first expert stands for all).
+template <class Fn>
+void for_each_token_matrix(const Model& m, Fn&& fn) {
+  const ModelConfig& c = m.config();
+  const ModelWeights& w = m.weights();
+  fn(w.output, 1.0);
+  for (const auto& L : w.layers) {
+    for (const MatrixRef* d : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate_inp, &L.mla.wq_a, &L.mla.wq_b, &L.mla.wkv_a,
+                               &L.ffn.gate, &L.ffn.up, &L.ffn.down, &L.shexp.gate, &L.shexp.up, &L.shexp.down})
+      fn(*d, 1.0);
+    for (const std::vector<MatrixRef>* heads : {&L.mla.k_b, &L.mla.v_b})
+      for (const MatrixRef& d : *heads) fn(d, 1.0);
+    if (L.gate_exps.n_expert > 0)  // not deepseek2's leading dense layers
+      for (const MatrixRef* e : {&L.gate_exps.first, &L.up_exps.first, &L.down_exps.first})
+        fn(*e, static_cast<double>(c.n_expert_used));
+  }
+}
+
 // Bytes of weights one decode token must read: all dense matrices (attention,
 // router, output; the embedding contributes one row) plus top-k experts per layer.
 uint64_t weight_bytes_per_token(const Model& m) {
-  const ModelConfig& c = m.config();
-  const ModelWeights& w = m.weights();
-  uint64_t b = w.output.bytes() + w.tok_embd.row_bytes();
-  for (const auto& L : w.layers) {
-    b += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes() + L.gate_inp.bytes();
-    for (const MatrixRef* d : {&L.mla.wq_a, &L.mla.wq_b, &L.mla.wkv_a, &L.ffn.gate, &L.ffn.up, &L.ffn.down,
-                               &L.shexp.gate, &L.shexp.up, &L.shexp.down})
-      b += d->bytes();
-    for (const std::vector<MatrixRef>* heads : {&L.mla.k_b, &L.mla.v_b})
-      for (const MatrixRef& d : *heads) b += d.bytes();
-    b += static_cast<uint64_t>(c.n_expert_used) *
-         (L.gate_exps.first.bytes() + L.up_exps.first.bytes() + L.down_exps.first.bytes());
-  }
-  return b;
+  double b = static_cast<double>(m.weights().tok_embd.row_bytes());
+  for_each_token_matrix(m, [&](const MatrixRef& d, double uses) { b += uses * static_cast<double>(d.bytes()); });
+  return static_cast<uint64_t>(b);
 }
 
 // Multiply-add FLOPs of the matrices for one token (2 per weight); attention's
 // O(context) part is added separately.
 double matrix_flops_per_token(const Model& m) {
-  const ModelConfig& c = m.config();
-  const ModelWeights& w = m.weights();
-  double f = 2.0 * static_cast<double>(w.output.rows * w.output.cols);
-  for (const auto& L : w.layers) {
-    f += 2.0 * static_cast<double>(L.wq.rows * L.wq.cols + L.wk.rows * L.wk.cols + L.wv.rows * L.wv.cols +
-                                   L.wo.rows * L.wo.cols + L.gate_inp.rows * L.gate_inp.cols);
-    for (const MatrixRef* d : {&L.mla.wq_a, &L.mla.wq_b, &L.mla.wkv_a, &L.ffn.gate, &L.ffn.up, &L.ffn.down,
-                               &L.shexp.gate, &L.shexp.up, &L.shexp.down})
-      f += 2.0 * static_cast<double>(d->rows * d->cols);
-    for (const std::vector<MatrixRef>* heads : {&L.mla.k_b, &L.mla.v_b})
-      for (const MatrixRef& d : *heads) f += 2.0 * static_cast<double>(d.rows * d.cols);
-    if (L.gate_exps.n_expert > 0)  // not deepseek2's leading dense layers
-      f += 2.0 * static_cast<double>(c.n_expert_used) * 3.0 * static_cast<double>(c.n_embd * c.n_ff_expert);
-  }
+  double f = 0;
+  for_each_token_matrix(m, [&](const MatrixRef& d, double uses) {
+    f += 2.0 * uses * static_cast<double>(d.rows * d.cols);
+  });
   return f;
+}
+
+// The least time one prompt token's products can take: interleaved rows at the VNNI
+// peak of their activations (int8: one vpdpbusd per four multiply-adds a lane; int16
+// two), every other matrix at the FMA peak.
+double matrix_seconds_per_token(const Model& m, ActivationPrecision act, double fma_gflops, double int8_gmacs) {
+  double s = 0;
+  for_each_token_matrix(m, [&](const MatrixRef& d, double uses) {
+    const double macs = uses * static_cast<double>(d.rows * d.cols);
+    if (d.layout == RowLayout::rows_x4)
+      s += macs / (int8_gmacs * 1e9 / (int8_activations_for(act, d.dtype) ? 1.0 : 2.0));
+    else
+      s += 2.0 * macs / (fma_gflops * 1e9);
+  });
+  return s;
 }
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -195,6 +210,13 @@ int cmd_bench(int argc, char** argv) {
                       (static_cast<double>(n_prompt) * static_cast<double>(n_prompt + 1) / 2.0);
   const double pp_flops = matrix_flops_per_token(m) * static_cast<double>(n_prompt) + attn;
   const double pp_gflops = pp_flops / best_pp / 1e9;
+  // Prefill's bound: each matrix at the peak of the kernel it takes, attention at FMA's.
+  const double int8_gmacs = cpu::q4_vnni_enabled() ? cpu::measure_peak_int8_gmacs(&pool) : 0.0;
+  const double pp_bound_seconds =
+      matrix_seconds_per_token(m, parse_activation_precision(a.str("--activations")), peak_gflops, int8_gmacs) *
+          static_cast<double>(n_prompt) +
+      attn / (peak_gflops * 1e9);
+  const double pp_bound = static_cast<double>(n_prompt) / pp_bound_seconds;
   const double tg_gbs = bytes_tok * tg_tps / 1e9;
   // Where the fastest generation's time went: inside the pool's parallel sections or
   // between them (the calling thread alone: norms, quantising activations, routing),
@@ -258,7 +280,9 @@ int cmd_bench(int argc, char** argv) {
                         {"tg_fraction_of_bound", tg_tps / tg_bound},
                         {"pp_gflops", pp_gflops},
                         {"peak_gflops", peak_gflops},
-                        {"pp_fraction_of_peak", pp_gflops / peak_gflops}};
+                        {"peak_int8_gmacs", int8_gmacs},
+                        {"pp_bound_tokens_per_second", pp_bound},
+                        {"pp_fraction_of_bound", pp_tps / pp_bound}};
     if (runs.size() > 1) {
       j["expert_budget_bytes"] = budget;
       j["expert_bytes_total"] = m.weights().expert_bytes;
@@ -277,11 +301,14 @@ int cmd_bench(int argc, char** argv) {
               expert_layout.c_str(), cpu::simd_target_name(), resident->kv_type().c_str());
   std::printf("| test     | tokens/s | achieved          | bound                          | of bound |\n");
   std::printf("|----------|----------|-------------------|--------------------------------|----------|\n");
-  std::printf("| pp%-6lld | %8.1f | %7.1f GFLOP/s   | %7.1f GFLOP/s peak FMA       | %6.1f%% |\n", static_cast<long long>(n_prompt),
-              pp_tps, pp_gflops, peak_gflops, 100.0 * pp_gflops / peak_gflops);
+  std::printf("| pp%-6lld | %8.1f | %7.1f GFLOP/s   | %7.1f tok/s (peaks below)      | %6.1f%% |\n", static_cast<long long>(n_prompt),
+              pp_tps, pp_gflops, pp_bound, 100.0 * pp_tps / pp_bound);
   std::printf("| tg%-6lld | %8.1f | %7.2f GB/s      | %7.1f tok/s (%.2f GB/s triad) | %6.1f%% |\n", static_cast<long long>(n_gen),
               tg_tps, tg_gbs, tg_bound, bw_gbs, 100.0 * tg_tps / tg_bound);
   std::printf("weights read per generated token: %.2f MiB\n", bytes_tok / (1 << 20));
+  std::printf("prefill's bound: interleaved rows at the AVX-512 VNNI peak of their activations (int8 %.0f G "
+              "multiply-adds/s, int16 half), other matrices and attention at the FMA peak (%.1f GFLOP/s)\n",
+              int8_gmacs, peak_gflops);
   if (sec.sections > 0)
     std::printf("generation: %.1f parallel sections per token, %.1f%% of the time inside them (%.1f%% waiting for the "
                 "last part to start, %.1f%% with a thread done and waiting for the last to finish), %.1f%% between "

@@ -1,12 +1,13 @@
 // Model::make_resident: the copied weights give bit-identical logits to the file
-// mapping, for every dtype, with and without the experts, and with q4_0 rows
-// interleaved in fours (RowLayout::rows_x4): the VNNI kernels of both layouts add the same
-// integer sums in the same order, and without VNNI the interleaved rows are rebuilt
-// for the plain kernel. q8_0 rows interleaved (rows_x4) decode with a kernel that
-// converts whole block sums rather than partial ones: within 1e-5 there.
+// mapping, for every dtype, with and without the experts. Rows interleaved in fours
+// (RowLayout::rows_x4, on VNNI CPUs) take the integer kernels for every token, the
+// prompt's too, where GGUF's rows prefill with f32 activations; their activations are
+// int16 here, so within 1e-4 (RMS, relative) there; without VNNI the rows stay as
+// GGUF has them.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <utility>
@@ -27,7 +28,7 @@ std::vector<float> logits_of(const Model& m, ThreadPool& pool) {
   Transformer tf(m, &pool, 32, DType::F32);  // the weights compared, not the cache's rounding
   const std::vector<int32_t> prompt = {1, 5, 9, 3, 7, 2, 8, 4};
   std::vector<float> all, step;
-  tf.eval(prompt.data(), static_cast<int64_t>(prompt.size()), true, all);  // prefill (matmul)
+  tf.eval(prompt.data(), static_cast<int64_t>(prompt.size()), true, all);  // prefill
   int32_t tok = 6;
   for (int i = 0; i < 3; ++i) {  // decode (batched mat-vecs)
     tf.eval(&tok, 1, false, step);
@@ -62,14 +63,15 @@ TEST(ResidentWeights, CopiedWeightsGiveTheLogitsOfTheMapping) {
       EXPECT_EQ(w.tok_embd.dtype, f.tensor("token_embd.weight").dtype) << name << ": the embedding table is read by rows";
       const std::vector<float> got = logits_of(*resident, pool);
       const std::string what = std::string(name) + (experts ? " (all weights" : " (dense only") + (repack ? ", repacked)" : ")");
-      if (repack && ft == DType::Q8_0 && cpu::q4_vnni_enabled()) {
+      if (repack && interleaves) {
         ASSERT_EQ(got.size(), want.size());
         double num = 0, den = 0;
         for (size_t i = 0; i < got.size(); ++i) {
           num += (got[i] - want[i]) * (got[i] - want[i]);
           den += want[i] * want[i];
         }
-        EXPECT_LT(std::sqrt(num / den), 1e-5) << what;
+        EXPECT_LT(std::sqrt(num / den), 1e-4) << what;
+        std::printf("%s: relative RMS difference %.2e\n", what.c_str(), std::sqrt(num / den));
       } else {
         EXPECT_EQ(got, want) << what;
       }

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <functional>
 #include <thread>
+#include <unordered_map>
 #include <stdexcept>
 #include <vector>
 
@@ -718,6 +719,20 @@ class BatchInputs {
   }
 
  private:
+  // An activation (its pointer and length) in one prepared form.
+  enum class Form : uint8_t { int8_rows_x4, int8_kquant, int16, int16_rows_x4, int16_kquant, int16_q4 };
+  struct Prepared {
+    const float* x;
+    int64_t cols;
+    Form form;
+    bool operator==(const Prepared& o) const { return x == o.x && cols == o.cols && form == o.form; }
+  };
+  struct PreparedHash {
+    size_t operator()(const Prepared& p) const {
+      return std::hash<const float*>()(p.x) ^ (static_cast<size_t>(p.cols) * 31 + static_cast<size_t>(p.form)) * 0x9e3779b97f4a7c15ULL;
+    }
+  };
+  std::unordered_map<Prepared, size_t, PreparedHash> first_;
   struct Task {
     size_t job;
     int16_t* qx;      // int16 blocks to write (null with packed: quantise privately, an earlier task writes the shared ones)
@@ -776,32 +791,40 @@ const MvInput* BatchInputs::plan(const MatvecJob* jobs, size_t n_jobs) {
     poff += packed_lines(job);
     return p;
   };
+  // The first job to prepare each activation in each form, so later jobs on it share
+  // that (a prefill chunk's thousands of per-token jobs: a scan of the earlier jobs
+  // for each was quadratic).
+  first_.clear();
+  auto first = [&](size_t j, Form f) -> size_t* {
+    const auto [it, added] = first_.try_emplace(Prepared{jobs[j].x, jobs[j].cols, f}, j);
+    return added ? nullptr : &it->second;
+  };
   for (size_t j = 0; j < n_jobs; ++j) {
     const MatvecJob& job = jobs[j];
     in[j] = {job.x, nullptr, nullptr, nullptr, nullptr};
-    auto same_x = [&](size_t i) { return jobs[i].x == job.x && jobs[i].cols == job.cols; };
     if (wants_int8(job)) {
       // Same activation packed as int8 the same way by an earlier job: share it.
       const bool x4 = job.layout == RowLayout::rows_x4;
-      for (size_t i = 0; i < j && !in[j].rx4 && !in[j].kq; ++i)
-        if ((x4 ? in[i].rx4_int8 : in[i].kq_int8) && same_x(i)) in[j] = in[i];
-      if (!in[j].rx4 && !in[j].kq) {
-        uint8_t* p = take_packed(job);
-        if (x4) (in[j].rx4 = p, in[j].rx4_int8 = true);
-        else (in[j].kq = p, in[j].kq_int8 = true);
-        tasks_.push_back({j, nullptr, nullptr, p});
+      if (const size_t* i = first(j, x4 ? Form::int8_rows_x4 : Form::int8_kquant)) {
+        in[j] = in[*i];
+        continue;
       }
+      uint8_t* p = take_packed(job);
+      if (x4) (in[j].rx4 = p, in[j].rx4_int8 = true);
+      else (in[j].kq = p, in[j].kq_int8 = true);
+      tasks_.push_back({j, nullptr, nullptr, p});
       continue;
     }
     if (!wants_int16(job)) continue;
     const uint8_t* MvInput::*const member = packed_member(job);
     // Same activation as an earlier job: share what it computes.
-    for (size_t i = 0; i < j && !in[j].qx; ++i)
-      if (in[i].qx && same_x(i)) in[j] = {job.x, in[i].qx, in[i].dx, nullptr, nullptr};
-    for (size_t i = 0; i < j && !(in[j].*member); ++i)
-      if (in[i].*member && !in[i].rx4_int8 && !in[i].kq_int8 && same_x(i)) in[j].*member = in[i].*member;
-    uint8_t* const packed = wants_packed(job) && !(in[j].*member) ? take_packed(job) : nullptr;
-    if (packed) in[j].*member = packed;
+    if (const size_t* i = first(j, Form::int16)) in[j] = {job.x, in[*i].qx, in[*i].dx, nullptr, nullptr};
+    uint8_t* packed = nullptr;
+    if (wants_packed(job)) {
+      const Form f = member == &MvInput::rx4 ? Form::int16_rows_x4 : member == &MvInput::kq ? Form::int16_kquant : Form::int16_q4;
+      if (const size_t* i = first(j, f)) in[j].*member = in[*i].*member;
+      else in[j].*member = packed = take_packed(job);
+    }
     if (!in[j].qx) {
       in[j].qx = qbuf_.data() + qoff;
       in[j].dx = dbuf_.data() + doff;

@@ -7,9 +7,10 @@
 // rounding; except q8_0 mat-vecs (one token), and q4_0 ones on CPUs with AVX-512 VNNI
 // (q4_vnni.h), which multiply the integer weights with the activation quantised to
 // int16 per 32-element block (~2e-5 relative error, see matmul.cpp). SIMD via Highway
-// with runtime dispatch. q4_0 / q8_0 matrices with RowLayout::rows_x4 (rows
-// interleaved in fours, tensor/rows_x4.h) take the VNNI kernels of rows_x4_vnni.h for
-// mat-vecs and are dequantised quad by quad for mat-muls; their shapes must fit
+// with runtime dispatch. Matrices with RowLayout::rows_x4 (rows interleaved in fours,
+// tensor/rows_x4.h) take the VNNI kernels of rows_x4_vnni.h for mat-vecs and per-token
+// products (the CPU backend gives every product on them per_token, a prompt's too) and
+// are dequantised quad by quad for mat-muls (the f32 reference); their shapes must fit
 // (rows % 4 == 0, cols % 128 == 0). Every other matrix is in GGUF's row layout.
 #pragma once
 #include <cstdint>

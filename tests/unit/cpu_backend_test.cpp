@@ -1,0 +1,112 @@
+// CpuBackend::products: which arithmetic a product of several tokens takes. On rows
+// interleaved in fours (AVX-512 VNNI CPUs) every token takes the integer mat-vec
+// kernels, a prompt's as well as decode's, so each token's row of the product equals
+// that token's one-token product bit for bit; rows in GGUF's layout keep the f32
+// mat-mul.
+#include "backend/cpu/cpu_backend.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/q4_vnni.h"
+#include "tensor/dtype.h"
+
+namespace moeflow {
+namespace {
+
+struct Matrix {
+  DType dtype;
+  RowLayout layout;
+  int64_t rows, cols;
+  std::vector<uint8_t> bytes;  // in `layout`
+};
+
+Matrix random_matrix(const CpuBackend& be, DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const size_t rb = row_bytes(t, cols);
+  std::vector<uint8_t> gguf(rb * static_cast<size_t>(rows));
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : row) v = dist(rng);
+    quantize_row(t, row.data(), gguf.data() + rb * static_cast<size_t>(r), cols);
+  }
+  Matrix m{t, be.layout_for(t, rows, cols), rows, cols, std::vector<uint8_t>(gguf.size())};
+  be.place(m.layout, t, gguf.data(), rows, cols, m.bytes.data());
+  return m;
+}
+
+TEST(CpuBackend, PromptTokensTakeTheDecodeArithmeticOnInterleavedRows) {
+  std::mt19937 rng(17);
+  const int64_t rows = 256, cols = 512, n_tok = 37;  // several of the kernels' passes of tokens, and a rest
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> X(static_cast<size_t>(n_tok * cols));
+  for (float& v : X) v = dist(rng);
+  for (const char* act : {"int16", "int8", "auto"}) {
+    for (bool repack : {true, false}) {
+      CpuBackend be(2, repack, parse_activation_precision(act));
+      for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+        const Matrix m = random_matrix(be, t, rows, cols, rng);
+        const std::string what = std::string(dtype_name(t)) + " " + row_layout_name(m.layout) + ", " + act;
+        std::vector<float> chunk(static_cast<size_t>(n_tok * rows)), alone(chunk.size());
+        const Product p{t, m.layout, m.bytes.data(), rows, cols, X.data(), n_tok, chunk.data()};
+        be.products(&p, 1);
+        for (int64_t k = 0; k < n_tok; ++k) {
+          const Product one{t, m.layout, m.bytes.data(), rows, cols, X.data() + k * cols, 1, alone.data() + k * rows};
+          be.products(&one, 1);
+        }
+        if (m.layout == RowLayout::rows_x4) {
+          for (size_t i = 0; i < chunk.size(); ++i)
+            ASSERT_EQ(chunk[i], alone[i]) << what << ": token " << i / rows << " row " << i % rows;
+          continue;
+        }
+        // GGUF's layout: the f32 mat-mul, whose floats are cpu::matmul's.
+        std::vector<float> f32(chunk.size());
+        cpu::matmul(t, m.bytes.data(), rows, cols, X.data(), n_tok, f32.data(), nullptr, m.layout);
+        for (size_t i = 0; i < chunk.size(); ++i) ASSERT_EQ(chunk[i], f32[i]) << what;
+      }
+      if (repack && cpu::q4_vnni_enabled()) {
+        EXPECT_EQ(be.layout_for(DType::Q4_0, rows, cols), RowLayout::rows_x4) << act << ": the test covers no interleaved rows";
+      }
+    }
+  }
+}
+
+// The integer prompt products stay within their activations' rounding of the f32
+// mat-mul on the same (interleaved) weights.
+TEST(CpuBackend, PromptProductsOnInterleavedRowsAreCloseToF32) {
+  if (!cpu::q4_vnni_enabled()) GTEST_SKIP() << "no AVX-512 VNNI: no interleaved rows";
+  std::mt19937 rng(5);
+  const int64_t rows = 128, cols = 1024, n_tok = 12;
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> X(static_cast<size_t>(n_tok * cols));
+  for (float& v : X) v = dist(rng);
+  for (const auto& [act, bound] : {std::pair{"int16", 1e-4}, {"int8", 2e-2}}) {
+    CpuBackend be(2, true, parse_activation_precision(act));
+    for (DType t : {DType::Q4_0, DType::Q8_0}) {
+      const Matrix m = random_matrix(be, t, rows, cols, rng);
+      ASSERT_EQ(m.layout, RowLayout::rows_x4);
+      std::vector<float> got(static_cast<size_t>(n_tok * rows)), f32(got.size());
+      const Product p{t, m.layout, m.bytes.data(), rows, cols, X.data(), n_tok, got.data()};
+      be.products(&p, 1);
+      cpu::matmul(t, m.bytes.data(), rows, cols, X.data(), n_tok, f32.data(), nullptr, m.layout);  // dequantised quads, f32
+      double num = 0, den = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        num += (got[i] - f32[i]) * (got[i] - f32[i]);
+        den += f32[i] * f32[i];
+      }
+      const double rel = std::sqrt(num / den);
+      std::printf("  %s, %s activations: prompt products against f32, relative RMS %.2e\n", dtype_name(t), act, rel);
+      EXPECT_LT(rel, bound) << dtype_name(t) << " " << act;
+      EXPECT_GT(rel, 0.0) << dtype_name(t) << " " << act << ": still the f32 mat-mul";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moeflow
