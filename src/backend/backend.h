@@ -45,8 +45,10 @@ class Backend : public WeightPlacer, public ExpertMemory {
   virtual void products(const Product* jobs, size_t n) = 0;
   virtual void attention(const AttentionShape& s, const float* q, int64_t n_tok, const AttentionQuery* tok,
                          const void* k_cache, const void* v_cache, float* out) = 0;
-  // Writes `rows` rows of n floats into a cache of kv_type elements, dst_stride apart.
-  virtual void kv_store(DType kv_type, const float* src, int64_t rows, int64_t n, void* dst, int64_t dst_stride) = 0;
+  // Writes `rows` rows of n floats into a cache of kv_type elements, dst_stride apart,
+  // a row's elements elem_stride apart (keys: transposed planes, attention.h).
+  virtual void kv_store(DType kv_type, const float* src, int64_t rows, int64_t n, void* dst, int64_t dst_stride,
+                        int64_t elem_stride) = 0;
   // y[t] = rmsnorm(x[t]) * w for t < n_rows rows of d; y may alias x.
   virtual void rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int64_t d, float eps) = 0;
   virtual void softmax(float* x, int64_t n) = 0;

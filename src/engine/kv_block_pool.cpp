@@ -49,12 +49,11 @@ void KvBlockPool::release(std::vector<int32_t>& table) {
 void KvBlockPool::store(int64_t layer, const int32_t* table, int64_t pos, const float* k, const float* v) {
   const size_t block = static_cast<size_t>(table[pos / block_len_]);
   const size_t row = static_cast<size_t>(pos % block_len_);
-  const size_t k_off = (block * static_cast<size_t>(block_stride()) + row * static_cast<size_t>(head_dim_)) * elem_ +
-                       layer_offset(layer, head_dim_);
+  const size_t k_off = (block * static_cast<size_t>(block_stride()) + row) * elem_ + layer_offset(layer, head_dim_);
   const size_t v_off = (block * static_cast<size_t>(v_block_stride()) + row * static_cast<size_t>(v_head_dim_)) * elem_ +
                        layer_offset(layer, v_head_dim_);
-  backend_->kv_store(type_, k, n_head_kv_, head_dim_, k_->data() + k_off, block_len_ * head_dim_);
-  backend_->kv_store(type_, v, n_head_kv_, v_head_dim_, v_->data() + v_off, block_len_ * v_head_dim_);
+  backend_->kv_store(type_, k, n_head_kv_, head_dim_, k_->data() + k_off, block_len_ * head_dim_, block_len_);
+  backend_->kv_store(type_, v, n_head_kv_, v_head_dim_, v_->data() + v_off, block_len_ * v_head_dim_, 1);
 }
 
 }  // namespace moeflow

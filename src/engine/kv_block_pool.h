@@ -3,9 +3,10 @@
 // as its positions grow and returned the moment it ends, so sequences of different
 // lengths share one allocation and nothing is reserved for lengths never reached.
 //
-// Layout: block b of layer l holds n_head_kv planes of [block_len][head_dim], so the
-// rows one attention job reads (one kv head, consecutive positions) are contiguous
-// within a block (kernels/cpu/attention.h). Head-major rows against the earlier
+// Layout: block b of layer l holds n_head_kv planes of [block_len][head_dim] values
+// and of [head_dim][block_len] keys (transposed: kernels/cpu/attention.h says why), so
+// what one attention job reads (one kv head, consecutive positions) is contiguous
+// within a block. Head-major rows against the earlier
 // [pos][n_head_kv][head_dim] ones made a 1024-token decode ~23% faster
 // (docs/performance.md); a 32-position block of f16 keys with 64-wide heads is one
 // 4 KiB page, the unit the hardware prefetcher follows anyway.

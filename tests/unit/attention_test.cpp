@@ -82,10 +82,9 @@ TEST(Attention, MatchesReference) {
     for (int64_t g = 0; g < c.n_head_kv; ++g)
       for (int64_t p = 0; p < n_ctx; ++p)
         for (int64_t d = 0; d < c.head_dim; ++d) {
-          const int64_t from = table[p / c.block_len] * stride + g * c.block_len * c.head_dim +
-                               (p % c.block_len) * c.head_dim + d;
-          k1[(g * n_ctx + p) * c.head_dim + d] = k[from];
-          v1[(g * n_ctx + p) * c.head_dim + d] = v[from];
+          const int64_t plane = table[p / c.block_len] * stride + g * c.block_len * c.head_dim;
+          k1[(g * c.head_dim + d) * n_ctx + p] = k[plane + d * c.block_len + p % c.block_len];  // keys transposed
+          v1[(g * n_ctx + p) * c.head_dim + d] = v[plane + (p % c.block_len) * c.head_dim + d];
         }
     const int32_t zero = 0;
     std::vector<AttentionQuery> tok1(tok.size());
@@ -195,7 +194,9 @@ TEST(Attention, SlidingWindowAndSinks) {
   }
   // The definition, written out for one head of 2 dims over 4 cached positions, the
   // last query at position 3 with a window of 2 (positions 2 and 3).
-  const float kc[] = {1, 0, 0, 1, 1, 1, -1, 2}, vc[] = {1, 2, 3, 4, 5, 6, 7, 8}, qv[] = {0.5f, -1.5f};
+  // Keys transposed (element d of positions 0..3, then d = 1): positions' keys (1, 0),
+  // (0, 1), (1, 1), (-1, 2); values as rows.
+  const float kc[] = {1, 0, 1, -1, 0, 1, 1, 2}, vc[] = {1, 2, 3, 4, 5, 6, 7, 8}, qv[] = {0.5f, -1.5f};
   const float sink = 0.25f;
   const int32_t table0 = 0;
   AttentionShape s{1, 1, 2, 4, 8};
@@ -205,7 +206,7 @@ TEST(Attention, SlidingWindowAndSinks) {
   float got[2];
   attention_reference(s, qv, 1, &tq, kc, vc, got);
   const double sc = 1.0 / std::sqrt(2.0);
-  const double e2 = std::exp((qv[0] * kc[4] + qv[1] * kc[5]) * sc), e3 = std::exp((qv[0] * kc[6] + qv[1] * kc[7]) * sc);
+  const double e2 = std::exp((qv[0] * kc[2] + qv[1] * kc[6]) * sc), e3 = std::exp((qv[0] * kc[3] + qv[1] * kc[7]) * sc);
   const double z = e2 + e3 + std::exp(static_cast<double>(sink));
   EXPECT_NEAR(got[0], (e2 * vc[4] + e3 * vc[6]) / z, 1e-6);
   EXPECT_NEAR(got[1], (e2 * vc[5] + e3 * vc[7]) / z, 1e-6);

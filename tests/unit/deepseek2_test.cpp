@@ -238,9 +238,9 @@ TEST(DeepSeek2, AttentionWithNarrowerValuesAndAScale) {
       std::vector<double> w(static_cast<size_t>(n));
       double mx = -1e300, sum = 0;
       for (int64_t p = 0; p < n; ++p) {
-        const float* kr = k.data() + table[p / B] * ks + h * B * hk + (p % B) * hk;
+        const float* kr = k.data() + table[p / B] * ks + h * B * hk + p % B;  // keys transposed: element i at i * B
         double d = 0;
-        for (int64_t i = 0; i < hk; ++i) d += static_cast<double>(q[(t * H + h) * hk + i]) * kr[i];
+        for (int64_t i = 0; i < hk; ++i) d += static_cast<double>(q[(t * H + h) * hk + i]) * kr[i * B];
         w[p] = d * 0.37;
         mx = std::max(mx, w[p]);
       }

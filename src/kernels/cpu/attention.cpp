@@ -3,9 +3,11 @@
 // Why SIMD here: a plain loop `dot += q[d] * k[d]` is a floating-point reduction the
 // compiler may not reorder, so it runs one dependent FMA at a time (~4 cycles per
 // element). At a few hundred cached positions that made attention ~11% of a decode
-// step on the 330M benchmark model, against ~1% of its FLOPs. Here each score is a
-// few independent vector FMAs and one horizontal sum, the softmax is vectorised, and
-// the weighted sum of V keeps its output slice in registers while it walks the keys;
+// step on the 330M benchmark model, against ~1% of its FLOPs. Here the keys are
+// stored transposed, so the scores of consecutive positions fill a vector's lanes
+// (no horizontal sums; a 2048-token prompt's scores 23% -> 11% of its prefill), the
+// softmax is vectorised, and the weighted sum of V keeps its output slice in
+// registers while it walks the keys;
 // the query heads that share a kv head are computed together (see kHeads). The cache
 // may hold f16 (engine/kv_cache.h): widened to f32 as it is loaded, so the arithmetic
 // is the f32 path's and only the bytes streamed halve.
@@ -98,101 +100,82 @@ HWY_INLINE void ForEachRow(const Paged<T>& kv, int64_t first, int64_t n_keys, in
   }
 }
 
+// The first n lanes of v to p.
+HWY_INLINE void StoreFirst(DF df, VF v, float* HWY_RESTRICT p, int64_t n) {
+  HWY_ALIGN float part[hn::MaxLanes(DF())];
+  hn::Store(v, df, part);
+  std::copy_n(part, n, p);
+}
+
+// acc[h][j] += the products of head h's query with NV vectors of positions' keys,
+// col pointing at element 0 of the first (a plane's column d is len elements on).
+template <int HG, int NV, class T>
+HWY_INLINE void ScoreRun(const float* HWY_RESTRICT q, const T* HWY_RESTRICT col, int64_t len, int64_t hd,
+                         const T* prefetch, VF (&acc)[HG][NV]) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t d = 0; d < hd; ++d, col += len) {
+    if (prefetch) __builtin_prefetch(prefetch + d * len, 0, 3);
+    VF kv[NV];
+    for (int j = 0; j < NV; ++j) kv[j] = LoadKV(df, col + j * N);
+    for (int h = 0; h < HG; ++h) {
+      const VF qd = hn::Set(df, q[h * hd + d]);
+      for (int j = 0; j < NV; ++j) acc[h][j] = hn::MulAdd(qd, kv[j], acc[h][j]);
+    }
+  }
+}
+
 // scores[h * ss + p - first] = scale * <q_h, k_p> for the HG heads q_h = q + h * hd
-// and p in [first, n_keys).
+// and p in [first, n_keys). The keys are stored transposed within a block (column d
+// of a kv head's plane holds element d of the block's positions, attention.h), so a
+// vector holds one element of consecutive positions: each is widened once and
+// multiplied with every head's element d (a broadcast), and the sums come out one
+// position per lane, with no horizontal sums. Two vectors of positions at a time
+// where a block has them (2 x HG independent chains); a run shorter than a vector
+// (a block's or the context's end) through a zero-padded copy. The next block's plane
+// is prefetched a line per element.
 template <int HG, class T>
 HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const Paged<T>& k, int64_t first, int64_t n_keys,
                             int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const int64_t hv = hd / N * N;  // vector part of the head
-  ForEachRow(k, first, n_keys, hd, [&](int64_t p, const T* HWY_RESTRICT kp, const T* ahead) {
-    if (ahead) PrefetchRow(ahead, hd);
-    VF a0[HG], a1[HG];
-    for (int h = 0; h < HG; ++h) a0[h] = a1[h] = hn::Zero(df);
-    int64_t d = 0;
-    for (; d + 2 * N <= hv; d += 2 * N) {
-      const VF k0 = LoadKV(df, kp + d), k1 = LoadKV(df, kp + d + N);
+  const VF vscale = hn::Set(df, scale);
+  for (int64_t b = first / k.len, b0 = b * k.len; b0 < n_keys; b0 += k.len, ++b) {
+    const T* blk = k.block(b);
+    const T* next = b0 + k.len < n_keys ? k.block(b + 1) : nullptr;
+    const int64_t end = std::min(k.len, n_keys - b0);
+    int64_t i = std::max<int64_t>(0, first - b0);
+    for (; i + 2 * N <= end; i += 2 * N) {
+      VF acc[HG][2];
+      for (int h = 0; h < HG; ++h) acc[h][0] = acc[h][1] = hn::Zero(df);
+      ScoreRun<HG, 2>(q, blk + i, k.len, hd, i == 0 ? next : nullptr, acc);
       for (int h = 0; h < HG; ++h) {
-        a0[h] = hn::MulAdd(hn::LoadU(df, q + h * hd + d), k0, a0[h]);
-        a1[h] = hn::MulAdd(hn::LoadU(df, q + h * hd + d + N), k1, a1[h]);
+        hn::StoreU(hn::Mul(acc[h][0], vscale), df, scores + h * ss + (b0 + i - first));
+        hn::StoreU(hn::Mul(acc[h][1], vscale), df, scores + h * ss + (b0 + i - first) + N);
       }
     }
-    for (; d < hv; d += N) {
-      const VF k0 = LoadKV(df, kp + d);
-      for (int h = 0; h < HG; ++h) a0[h] = hn::MulAdd(hn::LoadU(df, q + h * hd + d), k0, a0[h]);
-    }
-    for (int h = 0; h < HG; ++h) {
-      float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0[h], a1[h])));
-      for (int64_t e = d; e < hd; ++e) sum += q[h * hd + e] * ScalarKV(kp[e]);
-      scores[h * ss + p] = sum * scale;
-    }
-  });
-}
-
-// The scores of the positions [first, n_keys) a vector's lanes at a time: per head,
-// one accumulator per position of the run (each row's products lane-wise), then a
-// tree of even/odd concatenations and adds leaves lane i holding position i's sum. A
-// horizontal sum per position and head (ScoresHeads) costs several shuffles, more than
-// the dot product itself at a head of 64. Returns the first position not done (the
-// rest of a run shorter than a vector's lanes; all of them where the vector's size is
-// not fixed at compile time).
-template <class T>
-HWY_INLINE int64_t ScoresRuns(int hg, const float* HWY_RESTRICT q, const Paged<T>& k, int64_t first, int64_t n_keys,
-                              int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {
-#if HWY_TARGET == HWY_SCALAR
-  return first;
-#else
-  const DF df;
-  constexpr size_t kN = hn::MaxLanes(DF());
-  if constexpr (kN < 4 || kN > 16 || (kN & (kN - 1)) != 0) {
-    return first;
-  } else {
-    const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-    if (N != static_cast<int64_t>(kN) || hd % N != 0) return first;
-    const VF vscale = hn::Set(df, scale);
-    int64_t p0 = first;
-    for (; p0 + N <= n_keys; p0 += N) {
-      // A run inside one block (the usual case: runs start at multiples of N from 0 and
-      // blocks hold a multiple of N positions) reads its rows hd apart from one pointer;
-      // sixteen separate pointers crowded the general registers.
-      const bool one_block = p0 % k.len + N <= k.len;
-      const T* base = k.block(p0 / k.len) + (p0 % k.len) * hd;
-      const T* rows[kN];
-      if (!one_block)
-        for (size_t i = 0; i < kN; ++i) {
-          const int64_t p = p0 + static_cast<int64_t>(i);
-          rows[i] = k.block(p / k.len) + (p % k.len) * hd;
-        }
-      auto row = [&](size_t i) { return one_block ? base + static_cast<int64_t>(i) * hd : rows[i]; };
-      for (int h = 0; h < hg; ++h) {
-        const float* qh = q + h * hd;
-        VF acc[kN];
-        for (size_t i = 0; i < kN; ++i) acc[i] = hn::Mul(hn::LoadU(df, qh), LoadKV(df, row(i)));
-        for (int64_t d = N; d < hd; d += N) {
-          const VF qd = hn::LoadU(df, qh + d);
-          for (size_t i = 0; i < kN; ++i) acc[i] = hn::MulAdd(qd, LoadKV(df, row(i) + d), acc[i]);
-        }
-        for (size_t n = kN; n > 1; n /= 2)
-          for (size_t j = 0; j < n / 2; ++j)
-            acc[j] = hn::Add(hn::ConcatEven(df, acc[2 * j + 1], acc[2 * j]), hn::ConcatOdd(df, acc[2 * j + 1], acc[2 * j]));
-        hn::StoreU(hn::Mul(acc[0], vscale), df, scores + h * ss + (p0 - first));
+    for (; i < end; i += N) {
+      const int64_t n = std::min(N, end - i);
+      VF acc[HG][1];
+      for (int h = 0; h < HG; ++h) acc[h][0] = hn::Zero(df);
+      if (n == N) {
+        ScoreRun<HG, 1>(q, blk + i, k.len, hd, i == 0 ? next : nullptr, acc);
+      } else {
+        // Positions [i, end) of every column, zero-padded to a vector (a run's tail).
+        thread_local std::vector<T> part;
+        part.assign(static_cast<size_t>(hd * N), T{});
+        for (int64_t d = 0; d < hd; ++d) std::copy_n(blk + d * k.len + i, n, part.data() + d * N);
+        ScoreRun<HG, 1, T>(q, part.data(), N, hd, nullptr, acc);
       }
+      for (int h = 0; h < HG; ++h) StoreFirst(df, hn::Mul(acc[h][0], vscale), scores + h * ss + (b0 + i - first), n);
     }
-    return p0;
   }
-#endif
 }
 
 template <class T>
 void ScoresT(int hg, const float* HWY_RESTRICT q, const Paged<T>& k, int64_t first, int64_t n_keys, int64_t hd,
              float scale, float* HWY_RESTRICT scores, int64_t ss) {
   static_assert(kHeads == 4, "one case per chunk size");
-  const int64_t done = ScoresRuns(hg, q, k, first, n_keys, hd, scale, scores, ss);
-  if (done == n_keys) return;
-  // The rest one position at a time, into the same rows.
-  scores += done - first;
-  first = done;
   switch (hg) {
     case 1: return ScoresHeads<1>(q, k, first, n_keys, hd, scale, scores, ss);
     case 2: return ScoresHeads<2>(q, k, first, n_keys, hd, scale, scores, ss);
@@ -375,6 +358,21 @@ void kv_store_rows(DType kv_type, const float* src, int64_t rows, int64_t n, voi
   }
 }
 
+void kv_store_columns(DType kv_type, const float* src, int64_t rows, int64_t n, void* dst, int64_t dst_stride,
+                      int64_t elem_stride) {
+  if (kv_type == DType::F32) {
+    auto* d = static_cast<float*>(dst);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < n; ++i) d[r * dst_stride + i * elem_stride] = src[r * n + i];
+  } else if (kv_type == DType::F16) {
+    auto* d = static_cast<uint16_t*>(dst);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < n; ++i) d[r * dst_stride + i * elem_stride] = fp32_to_fp16(src[r * n + i]);
+  } else {
+    throw std::invalid_argument(std::string("moeflow: a ") + dtype_name(kv_type) + " KV cache (f32 or f16 only)");
+  }
+}
+
 namespace {
 
 template <class T>
@@ -468,10 +466,10 @@ void attention_reference(const AttentionShape& s, const float* q, int64_t n_tok,
     const int64_t n_keys = tok[t].pos + 1;
     const int64_t first = s.window > 0 ? std::max<int64_t>(0, n_keys - s.window) : 0;
     std::vector<double> scores(static_cast<size_t>(n_keys));
-    // Element index of kv head g's row for position p.
-    auto row = [&](int64_t g, int64_t p) {
-      return tok[t].blocks[p / s.block_len] * s.block_stride + g * s.block_len * s.head_dim +
-             (p % s.block_len) * s.head_dim;
+    // Element index of element 0 of kv head g's key for position p (element d is
+    // block_len further on per d: the planes are transposed).
+    auto key = [&](int64_t g, int64_t p) {
+      return tok[t].blocks[p / s.block_len] * s.block_stride + g * s.block_len * s.head_dim + p % s.block_len;
     };
     auto v_row = [&](int64_t g, int64_t p) {
       return tok[t].blocks[p / s.block_len] * s.v_stride() + g * s.block_len * vd + (p % s.block_len) * vd;
@@ -482,9 +480,10 @@ void attention_reference(const AttentionShape& s, const float* q, int64_t n_tok,
       const double sink = s.sinks ? static_cast<double>(s.sinks[h]) : -INFINITY;
       double mx = sink;
       for (int64_t p = first; p < n_keys; ++p) {
-        const int64_t k = row(g, p);
+        const int64_t k = key(g, p);
         double dot = 0;
-        for (int64_t d = 0; d < s.head_dim; ++d) dot += static_cast<double>(qh[d]) * at(k_cache_raw, k + d);
+        for (int64_t d = 0; d < s.head_dim; ++d)
+          dot += static_cast<double>(qh[d]) * at(k_cache_raw, k + d * s.block_len);
         scores[p] = dot * scale;
         mx = std::max(mx, scores[p]);
       }

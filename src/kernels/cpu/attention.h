@@ -9,8 +9,11 @@ namespace moeflow::cpu {
 
 // The KV cache is paged: a sequence's positions live in blocks of block_len
 // positions taken from one pool (engine/kv_block_pool.h), found through its block
-// table. Within a block, each kv head's rows are contiguous ([n_head_kv][block_len]
-// [head_dim]), so the rows one job reads are block_len * head_dim elements in a row.
+// table. Within a block each kv head has a plane of block_len * head_dim elements in
+// a row, so one job reads one run: values as rows ([n_head_kv][block_len][head_dim]),
+// keys transposed ([n_head_kv][head_dim][block_len]: element d of the block's
+// positions together), so that a vector holds one element of consecutive positions
+// and the scores come out a position per lane (kv_store_columns writes them).
 struct AttentionShape {
   int64_t n_head = 0, n_head_kv = 0, head_dim = 0;
   int64_t block_len = 0;     // positions per block
@@ -43,8 +46,10 @@ struct AttentionQuery {
 
 // q: [n_tok][n_head*head_dim]; token t is tok[t] (tokens of different sequences may
 // share a call). k_cache, v_cache: the pool's first block for this layer: kv head g's
-// row for position p at tok.blocks[p / block_len] * block_stride +
-// g * block_len * head_dim + (p % block_len) * head_dim elements. out:
+// value row for position p at tok.blocks[p / block_len] * block_stride +
+// g * block_len * head_dim + (p % block_len) * head_dim elements, its key's element d
+// at tok.blocks[p / block_len] * block_stride + g * block_len * head_dim +
+// d * block_len + p % block_len. out:
 // [n_tok][n_head*v_dim()] (values at v_dim() and v_stride() likewise). Query head h
 // reads kv head h / (n_head / n_head_kv).
 // Throws std::invalid_argument for a cache type other than F32/F16 or an inconsistent
@@ -59,6 +64,10 @@ void kv_store(DType kv_type, const float* src, void* dst, int64_t n);
 // The same for `rows` rows of n floats (src row r at src + r * n) to dst rows
 // dst_stride elements apart: one call for every kv head of a position.
 void kv_store_rows(DType kv_type, const float* src, int64_t rows, int64_t n, void* dst, int64_t dst_stride);
+// The same with element i of a row elem_stride elements after element i - 1: a
+// position's keys into their transposed planes (elem_stride = block_len).
+void kv_store_columns(DType kv_type, const float* src, int64_t rows, int64_t n, void* dst, int64_t dst_stride,
+                      int64_t elem_stride);
 
 // The same, one thread, scalar and in double precision: the definition the SIMD
 // version is tested against.
