@@ -5,8 +5,8 @@
 // element). At a few hundred cached positions that made attention ~11% of a decode
 // step on the 330M benchmark model, against ~1% of its FLOPs. Here the keys are
 // stored transposed, so the scores of consecutive positions fill a vector's lanes
-// (no horizontal sums; a 2048-token prompt's scores 23% -> 11% of its prefill), the
-// softmax is vectorised, and the weighted sum of V keeps its output slice in
+// (no horizontal sums, and each half-precision key element widened once for all the
+// heads that read it), the softmax is vectorised, and the weighted sum of V keeps its output slice in
 // registers while it walks the keys;
 // the query heads that share a kv head are computed together (see kHeads). The cache
 // may hold f16 (engine/kv_cache.h): widened to f32 as it is loaded, so the arithmetic
