@@ -14,6 +14,7 @@
 #include "engine/generator.h"
 #include "moeflow/engine.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/nl4_vnni.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/roofline.h"
 
@@ -58,15 +59,16 @@ double matrix_flops_per_token(const Model& m) {
   return f;
 }
 
-// The least time one prompt token's products can take: interleaved rows at the VNNI
-// peak of their activations (int8: one vpdpbusd per four multiply-adds a lane; int16
-// two), every other matrix at the FMA peak.
+// The least time one prompt token's products can take: interleaved rows (and IQ4_NL /
+// MXFP4 ones on int8) at the VNNI peak of their activations (int8: one vpdpbusd per
+// four multiply-adds a lane; int16 two), every other matrix at the FMA peak.
 double matrix_seconds_per_token(const Model& m, ActivationPrecision act, double fma_gflops, double int8_gmacs) {
   double s = 0;
   for_each_token_matrix(m, [&](const MatrixRef& d, double uses) {
     const double macs = uses * static_cast<double>(d.rows * d.cols);
-    if (d.layout == RowLayout::rows_x4)
-      s += macs / (int8_gmacs * 1e9 / (int8_activations_for(act, d.dtype) ? 1.0 : 2.0));
+    const bool int8 = int8_activations_for(act, d.dtype);
+    if (d.layout == RowLayout::rows_x4 || (int8 && cpu::nl4_vnni_type(d.dtype)))
+      s += macs / (int8_gmacs * 1e9 / (int8 ? 1.0 : 2.0));
     else
       s += 2.0 * macs / (fma_gflops * 1e9);
   });

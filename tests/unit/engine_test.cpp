@@ -305,21 +305,41 @@ TEST(EngineBatch, Int8ActivationsKeepEachSequenceItsOwnLogits) {
     const Script s = prompt_token_by_token(e8->n_vocab());
     const Transcript a8 = run_alone(*e8, s), a16 = run_alone(*e16, s);
     ASSERT_EQ(a8.logits.size(), a16.logits.size());
-    const double worst = max_relative_difference(a8, a16);
-    std::printf("  %-20s int8 against int16 activations: max relative difference of the logits %.3e\n", fixture, worst);
-    EXPECT_LT(worst, 5e-2) << fixture;
+    // Position by position; a position whose router picked other experts (a near tie
+    // flipped by the rounding: on gpt-oss-mxfp4 int8 changes 3 of 256 token-layer
+    // routings, `trace record`) may differ by more: at most one of them.
+    double worst = 0;
+    int beyond = 0;
+    for (size_t k = 0; k < a8.logits.size(); ++k) {
+      Transcript one8, one16;
+      one8.logits = {a8.logits[k]};
+      one16.logits = {a16.logits[k]};
+      const double d = max_relative_difference(one8, one16);
+      worst = std::max(worst, d);
+      beyond += d >= 5e-2;
+    }
+    std::printf("  %-20s int8 against int16 activations: max relative difference of the logits %.3e (%d of %zu "
+                "positions beyond 5e-2)\n", fixture, worst, beyond, a8.logits.size());
+    EXPECT_LE(beyond, 1) << fixture;
     if (cpu::q4_vnni_enabled()) EXPECT_GT(worst, 0.0) << fixture << ": the option changed nothing";
-    // auto (the default) is int8 for q4_0 / k-quant weights and int16 for q8_0 ones,
-    // matrix by matrix: the fixtures whose integer products all have q8_0 weights
-    // (qwen3moe-q8_0; gpt-oss-mxfp4, whose dense matrices are q8_0 and whose mxfp4
-    // experts read f32) get int16's floats, the q4_0 ones int8's.
+    // auto (the default) is int8 for q4_0 / k-quant / MXFP4 weights and int16 for q8_0
+    // ones, matrix by matrix: qwen3moe-q8_0's integer products all have q8_0 weights
+    // (int16's floats), the q4_0 fixtures' q4_0 ones (int8's); gpt-oss-mxfp4 has q8_0
+    // dense matrices and MXFP4 experts, so neither.
     EngineOptions oa = options_for(fixture);
     ASSERT_EQ(oa.activations, "auto");
     auto ea = Engine::open(oa);
     const Transcript aa = run_alone(*ea, s);
-    const bool q8 = std::string(fixture) == "qwen3moe-q8_0.gguf" || std::string(fixture) == "gpt-oss-mxfp4.gguf";
+    ASSERT_EQ(aa.logits.size(), a16.logits.size());
+    if (std::string(fixture) == "gpt-oss-mxfp4.gguf") {
+      if (cpu::q4_vnni_enabled()) {
+        EXPECT_FALSE(aa.logits == a16.logits) << "auto: gpt-oss's MXFP4 experts on int8 activations";
+        EXPECT_FALSE(aa.logits == a8.logits) << "auto: gpt-oss's q8_0 matrices on int16 activations";
+      }
+      continue;
+    }
+    const bool q8 = std::string(fixture) == "qwen3moe-q8_0.gguf";
     const Transcript& expected = q8 ? a16 : a8;
-    ASSERT_EQ(aa.logits.size(), expected.logits.size());
     for (size_t k = 0; k < aa.logits.size(); ++k)
       ASSERT_TRUE(aa.logits[k] == expected.logits[k]) << fixture << ": auto activations are not " << (q8 ? "int16" : "int8");
   }

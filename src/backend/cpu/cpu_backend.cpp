@@ -6,6 +6,7 @@
 #include "backend/cpu/expert_activation.h"
 #include "backend/cpu/experts_per_thread.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/nl4_vnni.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/rows_x4_vnni.h"
 #include "tensor/rows_x4.h"
@@ -21,8 +22,12 @@ namespace {
 // per-token jobs): on AVX-512 VNNI 2-3x the f32 tiles' speed for prefill of q4_0 and
 // the k-quants (int8 activations, four multiply-adds per byte lane), 1.3-1.7x for q8_0
 // (int16, two passes). A token also gets the same floats prefilled in a chunk as
-// decoded alone. Rows in GGUF's layout keep the mat-mul (f32 activations).
-bool integer_per_token(const Product& p) { return p.per_token || p.layout == RowLayout::rows_x4; }
+// decoded alone. So do IQ4_NL and MXFP4 rows on int8 activations (nl4_vnni.h), whose
+// mat-mul dequantises block by block in scalar code. Other rows in GGUF's layout keep
+// the mat-mul (f32 activations).
+bool integer_per_token(const Product& p) {
+  return p.per_token || p.layout == RowLayout::rows_x4 || (p.x_int8 && cpu::nl4_vnni_type(p.dtype));
+}
 
 // The SwiGLU FFN of experts mats[0, n), each over the (token, slot) pairs slots[i]
 // that chose it, on the pool (null: the calling thread alone); row s of per_slot gets

@@ -29,6 +29,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/kquant_matvec.h"
 #include "kernels/cpu/kquant_vnni.h"
+#include "kernels/cpu/nl4_vnni.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/work_ranges.h"
 #include "kernels/cpu/rows_x4_vnni.h"
@@ -101,6 +102,7 @@ struct MvInput {
   const uint8_t* kq = nullptr;  // k-quant VNNI kernels' packing (kquant_matvec.h)
   bool rx4_int8 = false;        // rx4 holds int8 blocks (rows_x4_pack_x8)
   bool kq_int8 = false;         // kq holds int8 blocks (kquant_pack_x8)
+  const uint8_t* nl4 = nullptr;  // IQ4_NL / MXFP4 VNNI kernel's int8 packing (nl4_vnni.h)
 };
 }  // namespace moeflow::cpu
 #endif
@@ -442,8 +444,14 @@ HWY_INLINE void MvRows(DType wt, const uint8_t* const* rows, int64_t cols, const
     case DType::Q5_K:
     case DType::Q6_K:
     case DType::IQ4_NL:
-    case DType::IQ4_XS:
-    case DType::MXFP4: kquant_rows(wt, rows, R, cols, in.x, in.kq, in.kq_int8, out, pf); return;
+    case DType::MXFP4:
+      if (in.nl4) {
+        nl4_vnni_rows(wt, rows, R, cols, in.nl4, out, pf);
+        return;
+      }
+      kquant_rows(wt, rows, R, cols, in.x, in.kq, in.kq_int8, out, pf);
+      return;
+    case DType::IQ4_XS: kquant_rows(wt, rows, R, cols, in.x, in.kq, in.kq_int8, out, pf); return;
   }
   throw std::invalid_argument("moeflow: MvRows: unknown dtype");
 }
@@ -639,17 +647,20 @@ void check_activation(const MatvecJob& j) {
 // the floats; else int16 blocks for q8_0 weights (q4_0 ones too when the VNNI kernel
 // runs) and for every VNNI kernel, packed as that kernel reads it.
 bool wants_int8(const MatvecJob& j) {
-  return j.x && j.x_int8 && q4_vnni_enabled() && (j.layout == RowLayout::rows_x4 || kquant_vnni_type(j.dtype));
+  return j.x && j.x_int8 && q4_vnni_enabled() &&
+         (j.layout == RowLayout::rows_x4 || kquant_vnni_type(j.dtype) || nl4_vnni_type(j.dtype));
 }
 bool wants_int16(const MatvecJob& j) {
   const DType ft = j.dtype;
   return j.x && !wants_int8(j) && (ft == DType::Q8_0 || (q4_vnni_enabled() && ft == DType::Q4_0) || kquant_vnni_type(ft));
 }
 bool wants_packed(const MatvecJob& j) {
-  return j.x && q4_vnni_enabled() && (j.dtype == DType::Q4_0 || j.layout == RowLayout::rows_x4 || kquant_vnni_type(j.dtype));
+  return j.x && q4_vnni_enabled() &&
+         (j.dtype == DType::Q4_0 || j.layout == RowLayout::rows_x4 || kquant_vnni_type(j.dtype) || wants_int8(j));
 }
 size_t packed_lines(const MatvecJob& j) {
-  const size_t bytes = wants_int8(j) && j.layout == RowLayout::rows_x4 ? rows_x4_x8_bytes(j.cols)
+  const size_t bytes = wants_int8(j) && nl4_vnni_type(j.dtype)           ? nl4_x8_bytes(j.cols)
+                       : wants_int8(j) && j.layout == RowLayout::rows_x4 ? rows_x4_x8_bytes(j.cols)
                        : j.layout == RowLayout::rows_x4               ? rows_x4_x_bytes(j.cols)
                        : dtype_is_kquant(j.dtype)       ? kquant_x_bytes(j.cols)
                                                         : q4_vnni_x_bytes(j.cols);
@@ -666,7 +677,14 @@ void pack16(const MatvecJob& j, const int16_t* qx, const float* dx, uint8_t* pac
 }
 // Quantises j.x to int8 blocks packed as j's kernel reads them (wants_int8(j)).
 void pack8(const MatvecJob& j, uint8_t* packed) {
-  (j.layout == RowLayout::rows_x4 ? rows_x4_pack_x8 : kquant_pack_x8)(j.x, j.cols, packed);
+  (j.layout == RowLayout::rows_x4 ? rows_x4_pack_x8 : nl4_vnni_type(j.dtype) ? nl4_pack_x8 : kquant_pack_x8)(
+      j.x, j.cols, packed);
+}
+// Where an int8 packing goes in MvInput.
+void set_int8(const MatvecJob& j, uint8_t* packed, MvInput& in) {
+  if (j.layout == RowLayout::rows_x4) (in.rx4 = packed, in.rx4_int8 = true);
+  else if (nl4_vnni_type(j.dtype)) in.nl4 = packed;
+  else (in.kq = packed, in.kq_int8 = true);
 }
 // Quantises j.x into qx / dx (j.cols and j.cols / 32 elements); packs it into packed
 // when the kernel wants that; returns the kernels' view.
@@ -674,8 +692,7 @@ MvInput prepare_input(const MatvecJob& j, int16_t* qx, float* dx, uint8_t* packe
   MvInput in{j.x, nullptr, nullptr, nullptr, nullptr};
   if (wants_int8(j)) {
     pack8(j, packed);
-    if (j.layout == RowLayout::rows_x4) (in.rx4 = packed, in.rx4_int8 = true);
-    else (in.kq = packed, in.kq_int8 = true);
+    set_int8(j, packed, in);
     return in;
   }
   if (!wants_int16(j)) return in;
@@ -720,7 +737,7 @@ class BatchInputs {
 
  private:
   // An activation (its pointer and length) in one prepared form.
-  enum class Form : uint8_t { int8_rows_x4, int8_kquant, int16, int16_rows_x4, int16_kquant, int16_q4 };
+  enum class Form : uint8_t { int8_rows_x4, int8_kquant, int8_nl4, int16, int16_rows_x4, int16_kquant, int16_q4 };
   struct Prepared {
     const float* x;
     int64_t cols;
@@ -804,14 +821,15 @@ const MvInput* BatchInputs::plan(const MatvecJob* jobs, size_t n_jobs) {
     in[j] = {job.x, nullptr, nullptr, nullptr, nullptr};
     if (wants_int8(job)) {
       // Same activation packed as int8 the same way by an earlier job: share it.
-      const bool x4 = job.layout == RowLayout::rows_x4;
-      if (const size_t* i = first(j, x4 ? Form::int8_rows_x4 : Form::int8_kquant)) {
+      const Form f = job.layout == RowLayout::rows_x4 ? Form::int8_rows_x4
+                     : nl4_vnni_type(job.dtype)         ? Form::int8_nl4
+                                                        : Form::int8_kquant;
+      if (const size_t* i = first(j, f)) {
         in[j] = in[*i];
         continue;
       }
       uint8_t* p = take_packed(job);
-      if (x4) (in[j].rx4 = p, in[j].rx4_int8 = true);
-      else (in[j].kq = p, in[j].kq_int8 = true);
+      set_int8(job, p, in[j]);
       tasks_.push_back({j, nullptr, nullptr, p});
       continue;
     }
@@ -1108,6 +1126,7 @@ void MatvecPlan::prepare(const MatvecJob& job) {
   in_rx4_int8_ = in.rx4_int8;
   in_kq_int8_ = in.kq_int8;
   in_kq_ = in.kq;
+  in_nl4_ = in.nl4;
 }
 
 void MatvecPlan::rows(int64_t r0, int64_t r1) const {
@@ -1120,7 +1139,7 @@ void MatvecPlan::rows(int64_t r0, int64_t r1) const {
     std::fill(job_.y + r0, job_.y + r1, 0.0f);  // empty sums
     return;
   }
-  const MvInput in{job_.x, in_qx_, in_dx_, in_q4x_, in_rx4_, in_kq_, in_rx4_int8_, in_kq_int8_};
+  const MvInput in{job_.x, in_qx_, in_dx_, in_q4x_, in_rx4_, in_kq_, in_rx4_int8_, in_kq_int8_, in_nl4_};
   HWY_DYNAMIC_DISPATCH(MatvecRows)(job_.dtype, job_.layout, static_cast<const uint8_t*>(job_.W), r0, r1, job_.rows, job_.cols,
                                    in, job_.y);
 }

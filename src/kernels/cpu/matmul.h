@@ -80,6 +80,7 @@ class MatvecPlan {
   const uint8_t* in_rx4_ = nullptr;
   bool in_rx4_int8_ = false, in_kq_int8_ = false;
   const uint8_t* in_kq_ = nullptr;
+  const uint8_t* in_nl4_ = nullptr;
 };
 
 // Y[t][r] = sum_c W[r][c] * X[t][c] for t in [0, n_tok). X is [n_tok][cols],

@@ -1,0 +1,142 @@
+#include "kernels/cpu/vnni_target.h"  // first: see there
+
+#include "kernels/cpu/nl4_vnni.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/q4_vnni.h"
+#include "kernels/cpu/quantize_x8.h"
+#include "tensor/iquants.h"
+
+namespace moeflow::cpu {
+
+namespace {
+// One pair of blocks of the packed activation.
+struct alignas(64) PackedPair {
+  int8_t q[64];
+  int32_t sum[16];  // lane 0: block 0's sum, lane 8: block 1's, the rest 0
+  float d[16];      // lanes 0-7: block 0's scale, 8-15: block 1's
+};
+static_assert(sizeof(PackedPair) == 192);
+}  // namespace
+
+bool nl4_vnni_type(DType t) { return (t == DType::IQ4_NL || t == DType::MXFP4) && q4_vnni_enabled(); }
+
+size_t nl4_x8_bytes(int64_t cols) { return static_cast<size_t>((cols / 32 + 1) / 2) * sizeof(PackedPair); }
+
+#ifdef MOEFLOW_HAVE_VNNI_KERNEL
+namespace {
+
+MOEFLOW_VNNI_ATTR void pack_pairs(const float* x, int64_t cols, uint8_t* out) {
+  auto* pairs = reinterpret_cast<PackedPair*>(out);
+  const int64_t nb = cols / 32;
+  for (int64_t b = 0; b < nb; b += 2) {
+    PackedPair& p = pairs[b / 2];
+    std::memset(&p, 0, sizeof p);
+    for (int64_t k = 0; k < 2 && b + k < nb; ++k) {
+      const X8BlockAvx512 q = quantize_x8_block_avx512(x + 32 * (b + k));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p.q + 32 * k), _mm512_cvtsepi32_epi8(q.q0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p.q + 32 * k + 16), _mm512_cvtsepi32_epi8(q.q1));
+      p.sum[8 * k] = _mm512_reduce_add_epi32(_mm512_add_epi32(q.q0, q.q1));
+      for (int i = 0; i < 8; ++i) p.d[8 * k + i] = q.d;
+    }
+  }
+}
+
+// 2^(e - 128) for every exponent byte e (mxfp4_scale).
+struct Mxfp4Scales {
+  float f[256];
+  Mxfp4Scales() {
+    for (int e = 0; e < 256; ++e) f[e] = mxfp4_scale(static_cast<uint8_t>(e));
+  }
+};
+const Mxfp4Scales kMxfp4Scales;
+
+// These kernels also convert IQ4_NL's f16 scales (F16C, which every AVX-512 CPU has).
+#define MOEFLOW_NL4_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,f16c")))
+
+// A block's scale as f32.
+template <DType T>
+MOEFLOW_NL4_ATTR inline float block_scale(const uint8_t* block) {
+  if constexpr (T == DType::MXFP4) {
+    return kMxfp4Scales.f[block[0]];  // a load where the exponent arithmetic branched
+  } else {
+    uint16_t h;
+    std::memcpy(&h, block, 2);
+    return _cvtsh_ss(h);
+  }
+}
+
+template <DType T, int R>
+MOEFLOW_NL4_ATTR void rows_kernel(const uint8_t* const* rows, int64_t cols, const uint8_t* packed, float* out,
+                                   const uint8_t* pf) {
+  constexpr int64_t kBlock = T == DType::MXFP4 ? 17 : 18, kHead = kBlock - 16;  // bytes; scale bytes first
+  constexpr int kOffset = T == DType::MXFP4 ? 12 : 127;  // levels + offset: unsigned
+  const int8_t* levels = T == DType::MXFP4 ? kMxfp4Levels : kIq4Levels;
+  alignas(16) uint8_t lut[16];
+  for (int i = 0; i < 16; ++i) lut[i] = static_cast<uint8_t>(levels[i] + kOffset);
+  const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(lut)));
+  const __m512i nibble = _mm512_set1_epi8(0x0f), neg_offset = _mm512_set1_epi32(-kOffset);
+  // lanes [q0, q0 >> 4, q1, q1 >> 4] of two blocks' 16 quant bytes: elements 0-15,
+  // 16-31 of block 0, then of block 1 (GGUF's nibble order).
+  const __m512i spread = _mm512_set_epi64(3, 2, 3, 2, 1, 0, 1, 0);
+  const auto* x = reinterpret_cast<const PackedPair*>(packed);
+  const int64_t nb = cols / 32;
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b += 2) {
+    const PackedPair& p = x[b / 2];
+    const __m512i xv = _mm512_load_si512(p.q);
+    const __m512i init = _mm512_mullo_epi32(_mm512_load_si512(p.sum), neg_offset);
+    const __m512 dx = _mm512_load_ps(p.d);
+    const bool two = b + 1 < nb;
+    if (pf) prefetch_lines_nta(pf + b * kBlock * R, 2 * kBlock * R, b == 0);  // the next rows, at our pace
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b0 = rows[r] + b * kBlock;
+      const uint8_t* b1 = two ? b0 + kBlock : b0;  // an odd last block: its pair is zeros
+      const __m256i q = _mm256_inserti128_si256(
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + kHead))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + kHead)), 1);
+      __m512i v = _mm512_permutexvar_epi64(spread, _mm512_castsi256_si512(q));
+      v = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4), nibble);  // lanes 1 and 3
+      const __m512i w = _mm512_shuffle_epi8(table, v);
+      const __m512i dot = _mm512_dpbusd_epi32(init, w, xv);
+      const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(block_scale<T>(b0)), _mm256_set1_ps(block_scale<T>(b1)), 1);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, dx), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+template <DType T>
+MOEFLOW_NL4_ATTR void rows_of(const uint8_t* const* rows, int R, int64_t cols, const uint8_t* packed, float* out,
+                               const uint8_t* pf) {
+  switch (R) {
+    case 1: return rows_kernel<T, 1>(rows, cols, packed, out, pf);
+    case 2: return rows_kernel<T, 2>(rows, cols, packed, out, pf);
+    case 3: return rows_kernel<T, 3>(rows, cols, packed, out, pf);
+    case 4: return rows_kernel<T, 4>(rows, cols, packed, out, pf);
+  }
+  throw std::invalid_argument("moeflow: nl4_vnni_rows of " + std::to_string(R) + " rows (1 to 4)");
+}
+
+}  // namespace
+
+void nl4_pack_x8(const float* x, int64_t cols, uint8_t* out) { pack_pairs(x, cols, out); }
+
+void nl4_vnni_rows(DType t, const uint8_t* const* rows, int R, int64_t cols, const uint8_t* packed, float* out,
+                   const uint8_t* pf) {
+  if (t == DType::MXFP4) return rows_of<DType::MXFP4>(rows, R, cols, packed, out, pf);
+  if (t == DType::IQ4_NL) return rows_of<DType::IQ4_NL>(rows, R, cols, packed, out, pf);
+  throw std::invalid_argument(std::string("moeflow: nl4_vnni_rows of ") + dtype_name(t));
+}
+#else
+void nl4_pack_x8(const float*, int64_t, uint8_t*) { throw std::logic_error("moeflow: nl4_pack_x8 without AVX-512 VNNI"); }
+void nl4_vnni_rows(DType, const uint8_t* const*, int, int64_t, const uint8_t*, float*, const uint8_t*) {
+  throw std::logic_error("moeflow: nl4_vnni_rows without AVX-512 VNNI");
+}
+#endif
+
+}  // namespace moeflow::cpu

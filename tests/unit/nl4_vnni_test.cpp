@@ -1,0 +1,121 @@
+// IQ4_NL and MXFP4 mat-vecs on int8 activations (nl4_vnni.h): against the float64
+// product of the weights with the rounded activation (the kernel's only rounding), and
+// within the activation's rounding of the f32 product; any count of blocks (odd ones
+// pair with zeros; gpt-oss's 2880 columns); MXFP4's subnormal and large scales; the
+// same floats one row at a time, in groups, from a prepared plan, on two threads and
+// as a batched step's per-token jobs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/nl4_vnni.h"
+#include "kernels/cpu/q4_vnni.h"
+#include "kernels/cpu/quantize_x8.h"
+#include "kernels/cpu/thread_pool.h"
+#include "tensor/dtype.h"
+
+namespace moeflow::cpu {
+namespace {
+
+std::vector<float> random_floats(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = uni(rng);
+  return v;
+}
+
+double rel_err(const std::vector<float>& y, const std::vector<float>& ref) {
+  double se = 0, sr = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    se += (static_cast<double>(y[i]) - ref[i]) * (static_cast<double>(y[i]) - ref[i]);
+    sr += static_cast<double>(ref[i]) * ref[i];
+  }
+  return std::sqrt(se / sr);
+}
+
+// x as the kernel sees it: each block of 32 rounded to int8 times its scale.
+std::vector<float> rounded(const std::vector<float>& x) {
+  std::vector<float> r(x.size());
+  int8_t q[32];
+  for (size_t b = 0; b < x.size(); b += 32) {
+    const float d = quantize_x8_block(x.data() + b, q);
+    for (int j = 0; j < 32; ++j) r[b + j] = d * static_cast<float>(q[j]);
+  }
+  return r;
+}
+
+TEST(Nl4Vnni, MatchesTheProductWithTheRoundedActivation) {
+  if (!q4_vnni_enabled()) GTEST_SKIP() << "no AVX-512 VNNI: IQ4_NL and MXFP4 take the generic path";
+  std::mt19937 rng(29);
+  ThreadPool pool(2);
+  for (DType t : {DType::IQ4_NL, DType::MXFP4}) {
+    ASSERT_TRUE(nl4_vnni_type(t));
+    double worst = 0, worst_f32 = 0;
+    for (int64_t rows : {1, 3, 4, 7, 13}) {
+      for (int64_t cols : {32, 96, 256, 2880}) {
+        const size_t rb = row_bytes(t, cols);
+        std::vector<uint8_t> W(rb * static_cast<size_t>(rows) + 1);  // +1: rows need not be aligned
+        uint8_t* w = W.data() + 1;
+        for (int64_t r = 0; r < rows; ++r) {
+          const std::vector<float> row = random_floats(static_cast<size_t>(cols), rng);
+          quantize_row(t, row.data(), w + rb * static_cast<size_t>(r), cols);
+        }
+        if (t == DType::MXFP4 && cols >= 96) {  // the subnormal scales 2^-128, 2^-127, and 2^72
+          w[0] = 0;
+          w[17] = 1;
+          w[34] = 200;
+        }
+        const std::vector<float> x = random_floats(static_cast<size_t>(cols), rng), x8 = rounded(x);
+        const size_t n = static_cast<size_t>(rows);
+        std::vector<float> ref8(n), ref(n), y(n, NAN), y2(n, NAN), yp(n, NAN);
+        matvec_reference(t, w, rows, cols, x8.data(), ref8.data());
+        matvec_reference(t, w, rows, cols, x.data(), ref.data());
+        const MatvecJob job{t, RowLayout::gguf, w, rows, cols, x.data(), y.data(), true};
+        matvec_batch(&job, 1, nullptr);
+        const double e = rel_err(y, ref8);
+        worst = std::max(worst, e);
+        worst_f32 = std::max(worst_f32, rel_err(y, ref));
+        EXPECT_LT(e, 1e-5) << dtype_name(t) << " " << rows << "x" << cols;
+        EXPECT_LT(rel_err(y, ref), 0.1) << dtype_name(t) << " " << rows << "x" << cols << ": the activation's rounding";
+        const MatvecJob job2{t, RowLayout::gguf, w, rows, cols, x.data(), y2.data(), true};
+        matvec_batch(&job2, 1, &pool);
+        EXPECT_EQ(y2, y) << "two threads";
+        MatvecPlan plan;
+        plan.prepare({t, RowLayout::gguf, w, rows, cols, x.data(), yp.data(), true});
+        for (int64_t r = rows; r > 0; --r) plan.rows(r - 1, r);
+        EXPECT_EQ(yp, y) << "one row at a time";
+        // int16 activations keep the generic f32 path: the f32 product.
+        std::vector<float> y16(n, NAN);
+        const MatvecJob job16{t, RowLayout::gguf, w, rows, cols, x.data(), y16.data(), false};
+        matvec_batch(&job16, 1, nullptr);
+        EXPECT_LT(rel_err(y16, ref), 1e-5) << dtype_name(t) << ": the generic path";
+      }
+    }
+    std::printf("  %s: against the rounded activation %.2e, against f32 %.2e (relative RMS)\n", dtype_name(t), worst,
+                worst_f32);
+    // A batched step's tokens on one matrix: each token gets its own mat-vec's floats.
+    const int64_t rows = 40, cols = 2880, n_tok = 5;
+    const size_t rb = row_bytes(t, cols);
+    std::vector<uint8_t> w(rb * rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::vector<float> row = random_floats(static_cast<size_t>(cols), rng);
+      quantize_row(t, row.data(), w.data() + rb * static_cast<size_t>(r), cols);
+    }
+    const std::vector<float> X = random_floats(static_cast<size_t>(n_tok * cols), rng);
+    std::vector<float> alone(static_cast<size_t>(n_tok * rows)), together(alone.size(), NAN);
+    for (int64_t k = 0; k < n_tok; ++k) {
+      const MatvecJob one{t, RowLayout::gguf, w.data(), rows, cols, X.data() + k * cols, alone.data() + k * rows, true};
+      matvec_batch(&one, 1, nullptr);
+    }
+    const MatmulJob step{t, RowLayout::gguf, w.data(), rows, cols, X.data(), n_tok, together.data(), true, true};
+    matmul_batch(&step, 1, &pool);
+    EXPECT_EQ(together, alone) << dtype_name(t);
+  }
+}
+
+}  // namespace
+}  // namespace moeflow::cpu
