@@ -29,10 +29,11 @@ void add_model_flags(Args& a) {
   a.flag("--no-repack", "keep q4_0, q8_0, Q4_K, Q5_K and Q6_K weights in GGUF's row layout in memory (by default, on CPUs with "
                         "AVX-512 VNNI, their rows are interleaved in fours for the faster kernels; the k-quants on int8 "
                         "activations only)", false);
-  a.flag("--activations", "precision of the activations that interleaved q4_0 / q8_0 rows and k-quant rows multiply: "
-                          "auto (int8 for q4_0 and k-quant weights, whose own rounding is coarser; int16 for q8_0), "
-                          "int16 (within ~2e-5 of f32) or int8 (llama.cpp's q8_0 activations; faster batched decoding "
-                          "where arithmetic limits it)", true, "auto");
+  a.flag("--activations", "precision of the activations that interleaved q4_0 / q8_0 rows, k-quant rows and iq4_nl / "
+                          "mxfp4 rows multiply, in decode and prefill: auto (int8 for q4_0, k-quant, iq4_nl and mxfp4 "
+                          "weights, whose own rounding is coarser; int16 for q8_0), int16 (within ~2e-5 of f32; iq4_nl "
+                          "and mxfp4 then on f32) or int8 (llama.cpp's q8_0 activations; faster batched decoding and "
+                          "prefill where arithmetic limits them)", true, "auto");
 }
 
 std::string default_model_path() {
