@@ -25,9 +25,9 @@ inline ActivationPrecision parse_activation_precision(const std::string& s) {
 // activation's 1/254, so int8 adds little to the weights' own error (built-in model,
 // q4_0: +0.04% perplexity against +0.43% for the q4_0 weights themselves,
 // docs/performance.md) and halves the batched step's arithmetic. q8_0 weights round
-// as finely as int8 activations would, so they keep int16. IQ4_NL and MXFP4 (4-bit
-// levels) round as coarsely as q4_0 and have an int8 kernel only (nl4_vnni.h: on
-// int16 they take the f32 path). Other types never read integer activations.
+// as finely as int8 activations would, so they keep int16. IQ4_NL, IQ4_XS and MXFP4
+// (4-bit levels) round as coarsely as q4_0 and have an int8 kernel only (nl4_vnni.h:
+// on int16 they take the f32 path). Other types never read integer activations.
 inline bool int8_activations_for(ActivationPrecision p, DType weights) {
   return p == ActivationPrecision::Int8 || (p == ActivationPrecision::Auto && weights != DType::Q8_0);
 }

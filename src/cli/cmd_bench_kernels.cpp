@@ -151,7 +151,7 @@ int cmd_bench_kernels(int argc, char** argv) {
     const std::vector<uint8_t> w0(w, w + mat_bytes);
     // The kernels of this type: on VNNI CPUs q4_0, q8_0 (and Q4_K, Q5_K on int8 activations)
     // first run on rows interleaved in fours (what the resident model uses), then in
-    // GGUF's layout; q4_0, the k-quants (and IQ4_NL, MXFP4 on int8 activations) have a
+    // GGUF's layout; q4_0, the k-quants (and IQ4_NL, IQ4_XS, MXFP4 on int8 activations) have a
     // VNNI kernel for that too, then the f32 one.
     struct Kernel {
       std::string name;
@@ -173,8 +173,8 @@ int cmd_bench_kernels(int argc, char** argv) {
     } else if (dtype_is_kquant(t)) {
       kernels.push_back({kquant_f32, false, false});
     } else if (t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::MXFP4) {
-      // IQ4_NL and MXFP4 have a VNNI kernel on int8 activations (nl4_vnni.h).
-      if (vnni && pr.x_int8 && t != DType::IQ4_XS) kernels.push_back({"avx512-vnni", true, false});
+      // They have a VNNI kernel on int8 activations (nl4_vnni.h).
+      if (vnni && pr.x_int8) kernels.push_back({"avx512-vnni", true, false});
       kernels.push_back({"generic f32", false, false});
     } else {
       kernels.push_back({(t == DType::Q8_0 ? "int16 (" : "f32 (") + target + ")", vnni, false});

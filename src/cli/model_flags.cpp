@@ -30,9 +30,9 @@ void add_model_flags(Args& a) {
                         "AVX-512 VNNI, their rows are interleaved in fours for the faster kernels; the k-quants on int8 "
                         "activations only)", false);
   a.flag("--activations", "precision of the activations that interleaved q4_0 / q8_0 rows, k-quant rows and iq4_nl / "
-                          "mxfp4 rows multiply, in decode and prefill: auto (int8 for q4_0, k-quant, iq4_nl and mxfp4 "
-                          "weights, whose own rounding is coarser; int16 for q8_0), int16 (within ~2e-5 of f32; iq4_nl "
-                          "and mxfp4 then on f32) or int8 (llama.cpp's q8_0 activations; faster batched decoding and "
+                          "iq4_xs / mxfp4 rows multiply, in decode and prefill: auto (int8 for q4_0, k-quant, iq4 and "
+                          "mxfp4 weights, whose own rounding is coarser; int16 for q8_0), int16 (within ~2e-5 of f32; "
+                          "iq4 and mxfp4 then on f32) or int8 (llama.cpp's q8_0 activations; faster batched decoding and "
                           "prefill where arithmetic limits them)", true, "auto");
 }
 

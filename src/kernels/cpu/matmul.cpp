@@ -444,6 +444,7 @@ HWY_INLINE void MvRows(DType wt, const uint8_t* const* rows, int64_t cols, const
     case DType::Q5_K:
     case DType::Q6_K:
     case DType::IQ4_NL:
+    case DType::IQ4_XS:
     case DType::MXFP4:
       if (in.nl4) {
         nl4_vnni_rows(wt, rows, R, cols, in.nl4, out, pf);
@@ -451,7 +452,6 @@ HWY_INLINE void MvRows(DType wt, const uint8_t* const* rows, int64_t cols, const
       }
       kquant_rows(wt, rows, R, cols, in.x, in.kq, in.kq_int8, out, pf);
       return;
-    case DType::IQ4_XS: kquant_rows(wt, rows, R, cols, in.x, in.kq, in.kq_int8, out, pf); return;
   }
   throw std::invalid_argument("moeflow: MvRows: unknown dtype");
 }

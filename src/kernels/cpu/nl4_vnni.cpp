@@ -22,7 +22,9 @@ struct alignas(64) PackedPair {
 static_assert(sizeof(PackedPair) == 192);
 }  // namespace
 
-bool nl4_vnni_type(DType t) { return (t == DType::IQ4_NL || t == DType::MXFP4) && q4_vnni_enabled(); }
+bool nl4_vnni_type(DType t) {
+  return (t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::MXFP4) && q4_vnni_enabled();
+}
 
 size_t nl4_x8_bytes(int64_t cols) { return static_cast<size_t>((cols / 32 + 1) / 2) * sizeof(PackedPair); }
 
@@ -57,23 +59,39 @@ const Mxfp4Scales kMxfp4Scales;
 // These kernels also convert IQ4_NL's f16 scales (F16C, which every AVX-512 CPU has).
 #define MOEFLOW_NL4_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,f16c")))
 
-// A block's scale as f32.
+// Where block k (32 columns) of a row keeps its 16 quant bytes, and its scale as f32.
+// IQ4_NL: d (f16), qs; MXFP4: e, qs; IQ4_XS: super-blocks of 8 blocks, 136 bytes: d,
+// the 6-bit block scales' high bits (2 each) and low nibbles, then the blocks' qs.
 template <DType T>
-MOEFLOW_NL4_ATTR inline float block_scale(const uint8_t* block) {
+inline const uint8_t* block_quants(const uint8_t* row, int64_t k) {
+  if constexpr (T == DType::IQ4_XS) return row + (k / 8) * 136 + 8 + 16 * (k % 8);
+  else if constexpr (T == DType::MXFP4) return row + k * 17 + 1;
+  else return row + k * 18 + 2;
+}
+template <DType T>
+MOEFLOW_NL4_ATTR inline float block_scale(const uint8_t* row, int64_t k) {
   if constexpr (T == DType::MXFP4) {
-    return kMxfp4Scales.f[block[0]];  // a load where the exponent arithmetic branched
-  } else {
+    return kMxfp4Scales.f[row[k * 17]];  // a load where the exponent arithmetic branched
+  } else if constexpr (T == DType::IQ4_NL) {
     uint16_t h;
-    std::memcpy(&h, block, 2);
+    std::memcpy(&h, row + k * 18, 2);
     return _cvtsh_ss(h);
+  } else {
+    const uint8_t* sb = row + (k / 8) * 136;
+    const int ib = static_cast<int>(k % 8);
+    uint16_t h, scales_h;
+    std::memcpy(&h, sb, 2);
+    std::memcpy(&scales_h, sb + 2, 2);
+    const int ls = ((sb[4 + ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((scales_h >> (2 * ib)) & 3) << 4);
+    return _cvtsh_ss(h) * static_cast<float>(ls - 32);  // dequantize_iq4_xs's dl
   }
 }
 
 template <DType T, int R>
 MOEFLOW_NL4_ATTR void rows_kernel(const uint8_t* const* rows, int64_t cols, const uint8_t* packed, float* out,
                                    const uint8_t* pf) {
-  constexpr int64_t kBlock = T == DType::MXFP4 ? 17 : 18, kHead = kBlock - 16;  // bytes; scale bytes first
   constexpr int kOffset = T == DType::MXFP4 ? 12 : 127;  // levels + offset: unsigned
+  const size_t row_bytes_ = static_cast<size_t>(cols / dtype_info(T).block_size * dtype_info(T).type_size);
   const int8_t* levels = T == DType::MXFP4 ? kMxfp4Levels : kIq4Levels;
   alignas(16) uint8_t lut[16];
   for (int i = 0; i < 16; ++i) lut[i] = static_cast<uint8_t>(levels[i] + kOffset);
@@ -92,18 +110,21 @@ MOEFLOW_NL4_ATTR void rows_kernel(const uint8_t* const* rows, int64_t cols, cons
     const __m512i init = _mm512_mullo_epi32(_mm512_load_si512(p.sum), neg_offset);
     const __m512 dx = _mm512_load_ps(p.d);
     const bool two = b + 1 < nb;
-    if (pf) prefetch_lines_nta(pf + b * kBlock * R, 2 * kBlock * R, b == 0);  // the next rows, at our pace
+    if (pf) {  // the next rows, at our pace: this pair's share of them
+      const size_t at = row_bytes_ * static_cast<size_t>(b) / static_cast<size_t>(nb) * R;
+      prefetch_lines_nta(pf + at, static_cast<int64_t>(2 * row_bytes_ * R / static_cast<size_t>(nb)) + 1, b == 0);
+    }
+    const int64_t b1 = two ? b + 1 : b;  // an odd last block: its pair is zeros
     for (int r = 0; r < R; ++r) {
-      const uint8_t* b0 = rows[r] + b * kBlock;
-      const uint8_t* b1 = two ? b0 + kBlock : b0;  // an odd last block: its pair is zeros
       const __m256i q = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + kHead))),
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + kHead)), 1);
+          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block_quants<T>(rows[r], b)))),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(block_quants<T>(rows[r], b1))), 1);
       __m512i v = _mm512_permutexvar_epi64(spread, _mm512_castsi256_si512(q));
       v = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4), nibble);  // lanes 1 and 3
       const __m512i w = _mm512_shuffle_epi8(table, v);
       const __m512i dot = _mm512_dpbusd_epi32(init, w, xv);
-      const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(block_scale<T>(b0)), _mm256_set1_ps(block_scale<T>(b1)), 1);
+      const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(block_scale<T>(rows[r], b)),
+                                           _mm256_set1_ps(block_scale<T>(rows[r], b1)), 1);
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, dx), acc[r]);
     }
   }
@@ -130,6 +151,7 @@ void nl4_vnni_rows(DType t, const uint8_t* const* rows, int R, int64_t cols, con
                    const uint8_t* pf) {
   if (t == DType::MXFP4) return rows_of<DType::MXFP4>(rows, R, cols, packed, out, pf);
   if (t == DType::IQ4_NL) return rows_of<DType::IQ4_NL>(rows, R, cols, packed, out, pf);
+  if (t == DType::IQ4_XS) return rows_of<DType::IQ4_XS>(rows, R, cols, packed, out, pf);
   throw std::invalid_argument(std::string("moeflow: nl4_vnni_rows of ") + dtype_name(t));
 }
 #else

@@ -1,13 +1,15 @@
-// Mat-vec rows of the 4-bit non-linear types with blocks of 32 (IQ4_NL, MXFP4: gpt-oss's
-// experts), in GGUF's row layout, as 8-bit integer dot products (AVX-512 VNNI) against
+// Mat-vec rows of the 4-bit non-linear types (IQ4_NL, IQ4_XS, MXFP4: gpt-oss's experts),
+// in GGUF's row layout, as 8-bit integer dot products (AVX-512 VNNI) against
 // the activation quantised to int8 per 32 columns. A weight is a level from a table of
 // 16 small integers (tensor/iquants.h: kIq4Levels, kMxfp4Levels doubled) times its
-// block's scale (f16, or MXFP4's power of two 2^(e - 128)); a vpshufb maps the nibbles
+// 32-column block's scale (f16; IQ4_XS's f16 times a 6-bit block scale; MXFP4's power
+// of two 2^(e - 128)); a vpshufb maps the nibbles
 // to the levels plus an offset that makes them unsigned (127, 12), taken off with the
 // activation block's sum, so a block's product is sum(level * x) exactly in integers
 // and the only rounding beyond f32 is the activation's (~2^-8 of a block's largest
-// value). Any number of whole blocks a row (gpt-oss's 2880 columns are 90), which
-// the interleaved layouts (multiples of 128 or 256 columns) do not take.
+// value). Any number of whole blocks a row (gpt-oss's 2880 columns are 90; IQ4_XS's
+// super-blocks of 256), which the interleaved layouts (multiples of 128 or 256 columns)
+// do not take.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -16,7 +18,7 @@
 
 namespace moeflow::cpu {
 
-// IQ4_NL and MXFP4 on a CPU with q4_vnni_enabled().
+// IQ4_NL, IQ4_XS and MXFP4 on a CPU with q4_vnni_enabled().
 bool nl4_vnni_type(DType t);
 
 // The packed activation: per pair of 32-column blocks 64 int8 values, the two blocks'
