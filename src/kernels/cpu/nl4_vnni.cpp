@@ -59,7 +59,7 @@ const Mxfp4Scales kMxfp4Scales;
 // These kernels also convert IQ4_NL's f16 scales (F16C, which every AVX-512 CPU has).
 #define MOEFLOW_NL4_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,f16c")))
 
-// Where block k (32 columns) of a row keeps its 16 quant bytes, and its scale as f32.
+// Where block k (32 columns) of a row keeps its 16 quant bytes.
 // IQ4_NL: d (f16), qs; MXFP4: e, qs; IQ4_XS: super-blocks of 8 blocks, 136 bytes: d,
 // the 6-bit block scales' high bits (2 each) and low nibbles, then the blocks' qs.
 template <DType T>
@@ -68,23 +68,32 @@ inline const uint8_t* block_quants(const uint8_t* row, int64_t k) {
   else if constexpr (T == DType::MXFP4) return row + k * 17 + 1;
   else return row + k * 18 + 2;
 }
+// The scales of blocks k and k1 (k1 = k + 1, or k for an odd last block) as a vector:
+// lanes 0-7 block k's, 8-15 block k1's.
 template <DType T>
-MOEFLOW_NL4_ATTR inline float block_scale(const uint8_t* row, int64_t k) {
+MOEFLOW_NL4_ATTR inline __m512 pair_scales(const uint8_t* row, int64_t k, int64_t k1) {
+  float s0, s1;
   if constexpr (T == DType::MXFP4) {
-    return kMxfp4Scales.f[row[k * 17]];  // a load where the exponent arithmetic branched
+    s0 = kMxfp4Scales.f[row[k * 17]];  // a load where the exponent arithmetic branched
+    s1 = kMxfp4Scales.f[row[k1 * 17]];
   } else if constexpr (T == DType::IQ4_NL) {
-    uint16_t h;
-    std::memcpy(&h, row + k * 18, 2);
-    return _cvtsh_ss(h);
-  } else {
+    uint16_t h0, h1;
+    std::memcpy(&h0, row + k * 18, 2);
+    std::memcpy(&h1, row + k1 * 18, 2);
+    s0 = _cvtsh_ss(h0);
+    s1 = _cvtsh_ss(h1);
+  } else {  // k even, k1 = k + 1: one super-block, one byte of low scale bits
     const uint8_t* sb = row + (k / 8) * 136;
     const int ib = static_cast<int>(k % 8);
     uint16_t h, scales_h;
     std::memcpy(&h, sb, 2);
     std::memcpy(&scales_h, sb + 2, 2);
-    const int ls = ((sb[4 + ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((scales_h >> (2 * ib)) & 3) << 4);
-    return _cvtsh_ss(h) * static_cast<float>(ls - 32);  // dequantize_iq4_xs's dl
+    const int lo = sb[4 + ib / 2], hi = scales_h >> (2 * ib);
+    const float d = _cvtsh_ss(h);
+    s0 = d * static_cast<float>(((lo & 0x0f) | ((hi & 3) << 4)) - 32);  // dequantize_iq4_xs's dl
+    s1 = d * static_cast<float>(((lo >> 4) | (((hi >> 2) & 3) << 4)) - 32);
   }
+  return _mm512_insertf32x8(_mm512_set1_ps(s0), _mm256_set1_ps(s1), 1);
 }
 
 template <DType T, int R>
@@ -123,8 +132,7 @@ MOEFLOW_NL4_ATTR void rows_kernel(const uint8_t* const* rows, int64_t cols, cons
       v = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4), nibble);  // lanes 1 and 3
       const __m512i w = _mm512_shuffle_epi8(table, v);
       const __m512i dot = _mm512_dpbusd_epi32(init, w, xv);
-      const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(block_scale<T>(rows[r], b)),
-                                           _mm256_set1_ps(block_scale<T>(rows[r], b1)), 1);
+      const __m512 dw = pair_scales<T>(rows[r], b, b1);
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, dx), acc[r]);
     }
   }
