@@ -22,9 +22,9 @@ namespace {
 // per-token jobs): on AVX-512 VNNI 2-3x the f32 tiles' speed for prefill of q4_0 and
 // the k-quants (int8 activations, four multiply-adds per byte lane), 1.3-1.7x for q8_0
 // (int16, two passes). A token also gets the same floats prefilled in a chunk as
-// decoded alone. So do IQ4_NL, IQ4_XS and MXFP4 rows on int8 activations (nl4_vnni.h), whose
-// mat-mul dequantises block by block in scalar code. Other rows in GGUF's layout keep
-// the mat-mul (f32 activations).
+// decoded alone. So do IQ4_NL, IQ4_XS and MXFP4 rows on int8 activations
+// (nl4_vnni.h), whose mat-mul dequantises block by block in scalar code. Other rows in
+// GGUF's layout keep the mat-mul (f32 activations).
 bool integer_per_token(const Product& p) {
   return p.per_token || p.layout == RowLayout::rows_x4 || (p.x_int8 && cpu::nl4_vnni_type(p.dtype));
 }

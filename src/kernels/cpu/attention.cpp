@@ -6,9 +6,9 @@
 // step on the 330M benchmark model, against ~1% of its FLOPs. Here the keys are
 // stored transposed, so the scores of consecutive positions fill a vector's lanes
 // (no horizontal sums, and each half-precision key element widened once for all the
-// heads that read it), the softmax is vectorised, and the weighted sum of V keeps its output slice in
-// registers while it walks the keys;
-// the query heads that share a kv head are computed together (see kHeads). The cache
+// heads that read it), the softmax is vectorised, and the weighted sum of V keeps its
+// output slice in registers while it walks the keys; the query heads that share a kv
+// head are computed together (see kHeads). The cache
 // may hold f16 (engine/kv_cache.h): widened to f32 as it is loaded, so the arithmetic
 // is the f32 path's and only the bytes streamed halve.
 // attention_reference keeps the scalar (double-accumulating) definition for tests.

@@ -163,7 +163,9 @@ void nl4_vnni_rows(DType t, const uint8_t* const* rows, int R, int64_t cols, con
   throw std::invalid_argument(std::string("moeflow: nl4_vnni_rows of ") + dtype_name(t));
 }
 #else
-void nl4_pack_x8(const float*, int64_t, uint8_t*) { throw std::logic_error("moeflow: nl4_pack_x8 without AVX-512 VNNI"); }
+void nl4_pack_x8(const float*, int64_t, uint8_t*) {
+  throw std::logic_error("moeflow: nl4_pack_x8 without AVX-512 VNNI");
+}
 void nl4_vnni_rows(DType, const uint8_t* const*, int, int64_t, const uint8_t*, float*, const uint8_t*) {
   throw std::logic_error("moeflow: nl4_vnni_rows without AVX-512 VNNI");
 }
