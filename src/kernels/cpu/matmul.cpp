@@ -102,7 +102,7 @@ struct MvInput {
   const uint8_t* kq = nullptr;  // k-quant VNNI kernels' packing (kquant_matvec.h)
   bool rx4_int8 = false;        // rx4 holds int8 blocks (rows_x4_pack_x8)
   bool kq_int8 = false;         // kq holds int8 blocks (kquant_pack_x8)
-  const uint8_t* nl4 = nullptr;  // IQ4_NL / MXFP4 VNNI kernel's int8 packing (nl4_vnni.h)
+  const uint8_t* nl4 = nullptr;  // IQ4_NL / IQ4_XS / MXFP4 kernel's int8 packing (nl4_vnni.h)
 };
 }  // namespace moeflow::cpu
 #endif
