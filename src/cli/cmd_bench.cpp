@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "backend/activation_precision.h"
+#include "backend/cpu/cpu_backend.h"
 #include "cli/bench_parallel.h"
 #include "cli/commands.h"
 #include "cli/model_flags.h"
@@ -14,7 +15,6 @@
 #include "engine/generator.h"
 #include "moeflow/engine.h"
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/nl4_vnni.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/roofline.h"
 
@@ -59,15 +59,15 @@ double matrix_flops_per_token(const Model& m) {
   return f;
 }
 
-// The least time one prompt token's products can take: interleaved rows (and IQ4_NL /
-// MXFP4 ones on int8) at the VNNI peak of their activations (int8: one vpdpbusd per
+// The least time one prompt token's products can take: those on the integer kernels
+// (integer_kernels_for) at the VNNI peak of their activations (int8: one vpdpbusd per
 // four multiply-adds a lane; int16 two), every other matrix at the FMA peak.
 double matrix_seconds_per_token(const Model& m, ActivationPrecision act, double fma_gflops, double int8_gmacs) {
   double s = 0;
   for_each_token_matrix(m, [&](const MatrixRef& d, double uses) {
     const double macs = uses * static_cast<double>(d.rows * d.cols);
     const bool int8 = int8_activations_for(act, d.dtype);
-    if (d.layout == RowLayout::rows_x4 || (int8 && cpu::nl4_vnni_type(d.dtype)))
+    if (integer_kernels_for(d.dtype, d.layout, int8))
       s += macs / (int8_gmacs * 1e9 / (int8 ? 1.0 : 2.0));
     else
       s += 2.0 * macs / (fma_gflops * 1e9);
@@ -308,8 +308,9 @@ int cmd_bench(int argc, char** argv) {
   std::printf("| tg%-6lld | %8.1f | %7.2f GB/s      | %7.1f tok/s (%.2f GB/s triad) | %6.1f%% |\n", static_cast<long long>(n_gen),
               tg_tps, tg_gbs, tg_bound, bw_gbs, 100.0 * tg_tps / tg_bound);
   std::printf("weights read per generated token: %.2f MiB\n", bytes_tok / (1 << 20));
-  std::printf("prefill's bound: interleaved rows at the AVX-512 VNNI peak of their activations (int8 %.0f G "
-              "multiply-adds/s, int16 half), other matrices and attention at the FMA peak (%.1f GFLOP/s)\n",
+  std::printf("prefill's bound: products on the integer kernels (interleaved rows; iq4 / mxfp4 on int8) at the "
+              "AVX-512 VNNI peak of their activations (int8 %.0f G multiply-adds/s, int16 half), other matrices "
+              "and attention at the FMA peak (%.1f GFLOP/s)\n",
               int8_gmacs, peak_gflops);
   if (sec.sections > 0)
     std::printf("generation: %.1f parallel sections per token, %.1f%% of the time inside them (%.1f%% waiting for the "

@@ -16,18 +16,14 @@ namespace moeflow {
 
 namespace {
 
-// Which arithmetic a product of several tokens takes. Interleaved rows exist for the
-// integer kernels, and there every token is its own integer mat-vec, a prompt's tokens
-// as well as decode's, the matrix read once for a group of them (matmul_batch's
-// per-token jobs): on AVX-512 VNNI 2-3x the f32 tiles' speed for prefill of q4_0 and
+// A product's tokens as per-token integer mat-vecs where its weights take those kernels
+// (integer_kernels_for): the matrix is read once for a group of them (matmul_batch's
+// per-token jobs), on AVX-512 VNNI 2-3x the f32 tiles' speed for prefill of q4_0 and
 // the k-quants (int8 activations, four multiply-adds per byte lane), 1.3-1.7x for q8_0
-// (int16, two passes). A token also gets the same floats prefilled in a chunk as
-// decoded alone. So do IQ4_NL, IQ4_XS and MXFP4 rows on int8 activations
-// (nl4_vnni.h), whose mat-mul dequantises block by block in scalar code. Other rows in
-// GGUF's layout keep the mat-mul (f32 activations).
-bool integer_per_token(const Product& p) {
-  return p.per_token || p.layout == RowLayout::rows_x4 || (p.x_int8 && cpu::nl4_vnni_type(p.dtype));
-}
+// (int16, two passes), where IQ4_NL / IQ4_XS / MXFP4's mat-mul dequantises block by
+// block in scalar code; and a token gets the same floats prefilled in a chunk as
+// decoded alone.
+bool integer_per_token(const Product& p) { return p.per_token || integer_kernels_for(p.dtype, p.layout, p.x_int8); }
 
 // The SwiGLU FFN of experts mats[0, n), each over the (token, slot) pairs slots[i]
 // that chose it, on the pool (null: the calling thread alone); row s of per_slot gets
@@ -98,10 +94,9 @@ void split_expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* c
       const auto [r0, nt] = parts[k];
       if (nt == 0) continue;
       const float* xin = in ? in[k] : gate.data() + r0 * static_cast<size_t>(in_w);
-      jobs.push_back(
-          {w.dtype, w.layout, w.data, w.rows, w.cols, xin, static_cast<int64_t>(nt), out + r0 * out_w, k == 0,
-           int8_activations_for(activations, w.dtype)});
-      jobs.back().per_token = integer_per_token(jobs.back());
+      const bool int8 = int8_activations_for(activations, w.dtype);
+      jobs.push_back({w.dtype, w.layout, w.data, w.rows, w.cols, xin, static_cast<int64_t>(nt), out + r0 * out_w,
+                      k == 0 || integer_kernels_for(w.dtype, w.layout, int8), int8});
     }
   };
   for (size_t i = 0; i < n; ++i) {
@@ -132,6 +127,10 @@ void split_expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* c
 }
 
 }  // namespace
+
+bool integer_kernels_for(DType t, RowLayout layout, bool x_int8) {
+  return layout == RowLayout::rows_x4 || (x_int8 && cpu::nl4_vnni_type(t));
+}
 
 CpuBackend::CpuBackend(int threads, bool interleave_rows, ActivationPrecision activations)
     : owned_(std::make_unique<ThreadPool>(threads)),

@@ -10,6 +10,12 @@
 
 namespace moeflow {
 
+// Whether products with weights of type t in `layout` take the integer (AVX-512 VNNI)
+// mat-vec kernels for every token, a prompt's as well as decode's, on int8 (x_int8)
+// or int16 activations: interleaved rows on either, IQ4_NL / IQ4_XS / MXFP4 rows on
+// int8 (nl4_vnni.h). Every other product of several tokens is an f32 mat-mul.
+bool integer_kernels_for(DType t, RowLayout layout, bool x_int8);
+
 class CpuBackend final : public Backend {
  public:
   // Owns a pool of `threads` workers. `interleave_rows` false keeps every matrix in
