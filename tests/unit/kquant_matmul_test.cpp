@@ -15,9 +15,13 @@
 #include "kernels/cpu/rows_x4_vnni.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tensor/dtype.h"
+#include "float_vectors.h"
 
 namespace moeflow::cpu {
 namespace {
+
+using testing::random_vec;
+using testing::rel_err;
 
 // The k-quants, and the 4-bit non-linear types that share their generic path.
 const DType kKquants[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
@@ -32,23 +36,6 @@ std::vector<uint8_t> make_weights(DType t, int64_t rows, int64_t cols, std::mt19
     quantize_row(t, row.data(), w.data() + 1 + rb * static_cast<size_t>(r), cols);
   }
   return w;
-}
-
-std::vector<float> random_vec(size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = uni(rng);
-  return v;
-}
-
-double rel_err(const float* y, const float* ref, size_t n) {
-  double se = 0, sr = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double e = static_cast<double>(y[i]) - ref[i];
-    se += e * e;
-    sr += static_cast<double>(ref[i]) * ref[i];
-  }
-  return sr == 0 ? std::sqrt(se) : std::sqrt(se / sr);
 }
 
 // Error relative to the products' magnitude, sqrt(sum e^2 / sum m^2), m[r] = sum_c

@@ -19,9 +19,13 @@
 #include "kernels/cpu/thread_pool.h"
 #include "tensor/dtype.h"
 #include "tensor/rows_x4.h"
+#include "float_vectors.h"
 
 namespace moeflow::cpu {
 namespace {
+
+using testing::random_vec;
+using testing::rel_err;
 
 const DType kAllTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
 
@@ -42,23 +46,6 @@ Weights make_weights(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
   return w;
 }
 
-std::vector<float> random_vec(size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = uni(rng);
-  return v;
-}
-
-double rel_err(const std::vector<float>& y, const std::vector<float>& ref) {
-  double se = 0, sr = 0;
-  for (size_t i = 0; i < y.size(); ++i) {
-    const double e = static_cast<double>(y[i]) - ref[i];
-    se += e * e;
-    sr += static_cast<double>(ref[i]) * ref[i];
-  }
-  if (sr == 0) return std::sqrt(se);
-  return std::sqrt(se / sr);
-}
 
 // ---------------------------------------------------------------------------------
 // Thread pool.

@@ -18,25 +18,13 @@
 #include "kernels/cpu/quantize_x8.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tensor/dtype.h"
+#include "float_vectors.h"
 
 namespace moeflow::cpu {
 namespace {
 
-std::vector<float> random_floats(size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = uni(rng);
-  return v;
-}
-
-double rel_err(const std::vector<float>& y, const std::vector<float>& ref) {
-  double se = 0, sr = 0;
-  for (size_t i = 0; i < y.size(); ++i) {
-    se += (static_cast<double>(y[i]) - ref[i]) * (static_cast<double>(y[i]) - ref[i]);
-    sr += static_cast<double>(ref[i]) * ref[i];
-  }
-  return std::sqrt(se / sr);
-}
+using testing::random_vec;
+using testing::rel_err;
 
 // x as the kernel sees it: each block of 32 rounded to int8 times its scale.
 std::vector<float> rounded(const std::vector<float>& x) {
@@ -63,7 +51,7 @@ TEST(Nl4Vnni, MatchesTheProductWithTheRoundedActivation) {
         std::vector<uint8_t> W(rb * static_cast<size_t>(rows) + 1);  // +1: rows need not be aligned
         uint8_t* w = W.data() + 1;
         for (int64_t r = 0; r < rows; ++r) {
-          const std::vector<float> row = random_floats(static_cast<size_t>(cols), rng);
+          const std::vector<float> row = random_vec(static_cast<size_t>(cols), rng);
           quantize_row(t, row.data(), w + rb * static_cast<size_t>(r), cols);
         }
         if (t == DType::MXFP4 && cols >= 96) {  // the subnormal scales 2^-128, 2^-127, and 2^72
@@ -71,7 +59,7 @@ TEST(Nl4Vnni, MatchesTheProductWithTheRoundedActivation) {
           w[17] = 1;
           w[34] = 200;
         }
-        const std::vector<float> x = random_floats(static_cast<size_t>(cols), rng), x8 = rounded(x);
+        const std::vector<float> x = random_vec(static_cast<size_t>(cols), rng), x8 = rounded(x);
         const size_t n = static_cast<size_t>(rows);
         std::vector<float> ref8(n), ref(n), y(n, NAN), y2(n, NAN), yp(n, NAN);
         matvec_reference(t, w, rows, cols, x8.data(), ref8.data());
@@ -106,10 +94,10 @@ TEST(Nl4Vnni, MatchesTheProductWithTheRoundedActivation) {
     const size_t rb = row_bytes(t, cols);
     std::vector<uint8_t> w(rb * rows);
     for (int64_t r = 0; r < rows; ++r) {
-      const std::vector<float> row = random_floats(static_cast<size_t>(cols), rng);
+      const std::vector<float> row = random_vec(static_cast<size_t>(cols), rng);
       quantize_row(t, row.data(), w.data() + rb * static_cast<size_t>(r), cols);
     }
-    const std::vector<float> X = random_floats(static_cast<size_t>(n_tok * cols), rng);
+    const std::vector<float> X = random_vec(static_cast<size_t>(n_tok * cols), rng);
     std::vector<float> alone(static_cast<size_t>(n_tok * rows)), together(alone.size(), NAN);
     for (int64_t k = 0; k < n_tok; ++k) {
       const MatvecJob one{t, RowLayout::gguf, w.data(), rows, cols, X.data() + k * cols, alone.data() + k * rows, true};
