@@ -11,7 +11,13 @@ retrain it.
 usage: scripts/policy_sweep.py [--moeflow build/moeflow] [--out FILE] [--json FILE]
                                [--traces mixtral,flame,default] [--batches 1,16]
                                [--caches 12.5%,25%,50%] [--policies lru,lfu,...]
-                               [--duo-dir DIR]
+                               [--duo-dir DIR] [--in-sample DIR]
+
+--in-sample DIR asks what the learned policies could reach if the measured requests
+held nothing new: it writes each trace to DIR with the measured requests appended once
+more under new ids, learns on every original request (the measured ones included) and
+scores the copies. A policy that still misses a target there misses it for want of
+signal in the trace, not for want of learning requests.
 """
 import argparse
 import json
@@ -36,6 +42,23 @@ def resolve(path):
     if os.path.exists(alt):
         return alt
     sys.exit(f"trace not found: {path}")
+
+
+def in_sample_trace(trace, learn, measure, out_dir, name):
+    """Writes out_dir/name.jsonl: the trace, then its measured requests again under the
+    ids after the last; returns (path, learn range, measure range) scoring the copies."""
+    m0, m1 = (int(v) for v in measure.split(":"))
+    with open(trace) as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    n = 1 + max(d["request"] for d in lines)
+    path = os.path.join(out_dir, name + ".jsonl")
+    with open(path, "w") as out:
+        for d in lines:
+            out.write(json.dumps(d) + "\n")
+        for d in lines:
+            if m0 <= d["request"] < m1:
+                out.write(json.dumps(dict(d, request=n + d["request"] - m0)) + "\n")
+    return path, f"0:{n}", f"{n}:{n + m1 - m0}"
 
 
 def targets_table(rows, args):
@@ -75,6 +98,7 @@ def main():
     ap.add_argument("--policies", default=DEFAULT_POLICIES)
     ap.add_argument("--duo-dir", default="", help="folder with NAME.duo DuoServe states (trained if missing)")
     ap.add_argument("--from-json", default="", help="render the tables of an earlier --json instead of running")
+    ap.add_argument("--in-sample", default="", help="folder for traces whose measured requests are also learned")
     args = ap.parse_args()
 
     rows = []
@@ -84,6 +108,9 @@ def main():
     for name in ([] if args.from_json else args.traces.split(",")):
         trace, learn, measure, hw = TRACES[name]
         trace = resolve(trace)
+        if args.in_sample:
+            os.makedirs(args.in_sample, exist_ok=True)
+            trace, learn, measure = in_sample_trace(trace, learn, measure, args.in_sample, name)
         policies = args.policies
         extra = []
         if "duoserve" in policies.split(",") and args.duo_dir:
@@ -109,6 +136,8 @@ def main():
     lines = []
     for name in args.traces.split(","):
         trace, learn, measure, hw = TRACES[name]
+        if args.in_sample:
+            learn, measure = "all (in-sample)", "copies of " + measure
         for batch in args.batches.split(","):
             sel = [r for r in rows if r["trace"] == name and r["batch"] == int(batch)]
             caches = args.caches.split(",")
