@@ -308,7 +308,7 @@ int cmd_bench(int argc, char** argv) {
   std::printf("| tg%-6lld | %8.1f | %7.2f GB/s      | %7.1f tok/s (%.2f GB/s triad) | %6.1f%% |\n", static_cast<long long>(n_gen),
               tg_tps, tg_gbs, tg_bound, bw_gbs, 100.0 * tg_tps / tg_bound);
   std::printf("weights read per generated token: %.2f MiB\n", bytes_tok / (1 << 20));
-  std::printf("prefill's bound: products on the integer kernels (interleaved rows; iq4 / mxfp4 on int8) at the "
+  std::printf("prefill's bound: products on the integer kernels (interleaved rows; k-quant, iq4, mxfp4 rows on int8) at the "
               "AVX-512 VNNI peak of their activations (int8 %.0f G multiply-adds/s, int16 half), other matrices "
               "and attention at the FMA peak (%.1f GFLOP/s)\n",
               int8_gmacs, peak_gflops);

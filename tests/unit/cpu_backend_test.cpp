@@ -1,8 +1,9 @@
-// CpuBackend::products: which arithmetic a product of several tokens takes. On rows
-// interleaved in fours (AVX-512 VNNI CPUs) every token takes the integer mat-vec
-// kernels, a prompt's as well as decode's, so each token's row of the product equals
-// that token's one-token product bit for bit; rows in GGUF's layout keep the f32
-// mat-mul.
+// CpuBackend::products: which arithmetic a product of several tokens takes. Where the
+// weights take the integer mat-vec kernels (integer_kernels_for: rows interleaved in
+// fours on AVX-512 VNNI CPUs; k-quant, IQ4 and MXFP4 rows in GGUF's layout on int8
+// activations) every token takes them, a prompt's as well as decode's, so each token's
+// row of the product equals that token's one-token product bit for bit; the other
+// products keep the f32 mat-mul.
 #include "backend/cpu/cpu_backend.h"
 
 #include <gtest/gtest.h>
@@ -41,16 +42,17 @@ Matrix random_matrix(const CpuBackend& be, DType t, int64_t rows, int64_t cols, 
   return m;
 }
 
-TEST(CpuBackend, PromptTokensTakeTheDecodeArithmeticOnInterleavedRows) {
+TEST(CpuBackend, PromptTokensTakeTheDecodeArithmeticOnTheIntegerKernels) {
   std::mt19937 rng(17);
   const int64_t rows = 256, cols = 512, n_tok = 37;  // several of the kernels' passes of tokens, and a rest
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> X(static_cast<size_t>(n_tok * cols));
   for (float& v : X) v = dist(rng);
+  int gguf_integer = 0;  // products in GGUF's layout that took the integer kernels
   for (const char* act : {"int16", "int8", "auto"}) {
     for (bool repack : {true, false}) {
       CpuBackend be(2, repack, parse_activation_precision(act));
-      for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+      for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::Q3_K, DType::Q2_K}) {
         const Matrix m = random_matrix(be, t, rows, cols, rng);
         const std::string what = std::string(dtype_name(t)) + " " + row_layout_name(m.layout) + ", " + act;
         std::vector<float> chunk(static_cast<size_t>(n_tok * rows)), alone(chunk.size());
@@ -60,12 +62,13 @@ TEST(CpuBackend, PromptTokensTakeTheDecodeArithmeticOnInterleavedRows) {
           const Product one{t, m.layout, m.bytes.data(), rows, cols, X.data() + k * cols, 1, alone.data() + k * rows};
           be.products(&one, 1);
         }
-        if (m.layout == RowLayout::rows_x4) {
+        if (integer_kernels_for(t, m.layout, int8_activations_for(parse_activation_precision(act), t))) {
           for (size_t i = 0; i < chunk.size(); ++i)
             ASSERT_EQ(chunk[i], alone[i]) << what << ": token " << i / rows << " row " << i % rows;
+          gguf_integer += m.layout == RowLayout::gguf;
           continue;
         }
-        // GGUF's layout: the f32 mat-mul, whose floats are cpu::matmul's.
+        // The f32 mat-mul, whose floats are cpu::matmul's.
         std::vector<float> f32(chunk.size());
         cpu::matmul(t, m.bytes.data(), rows, cols, X.data(), n_tok, f32.data(), nullptr, m.layout);
         for (size_t i = 0; i < chunk.size(); ++i) ASSERT_EQ(chunk[i], f32[i]) << what;
@@ -74,6 +77,10 @@ TEST(CpuBackend, PromptTokensTakeTheDecodeArithmeticOnInterleavedRows) {
         EXPECT_EQ(be.layout_for(DType::Q4_0, rows, cols), RowLayout::rows_x4) << act << ": the test covers no interleaved rows";
       }
     }
+  }
+  // Q2_K / Q3_K (never interleaved) and --no-repack's k-quants on int8 activations.
+  if (cpu::q4_vnni_enabled()) {
+    EXPECT_GE(gguf_integer, 8) << "the test covers no k-quant rows in GGUF's layout";
   }
 }
 

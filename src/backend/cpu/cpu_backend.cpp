@@ -6,6 +6,7 @@
 #include "backend/cpu/expert_activation.h"
 #include "backend/cpu/experts_per_thread.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/kquant_matvec.h"
 #include "kernels/cpu/nl4_vnni.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/rows_x4_vnni.h"
@@ -20,9 +21,10 @@ namespace {
 // (integer_kernels_for): the matrix is read once for a group of them (matmul_batch's
 // per-token jobs), on AVX-512 VNNI 2-3x the f32 tiles' speed for prefill of q4_0 and
 // the k-quants (int8 activations, four multiply-adds per byte lane), 1.3-1.7x for q8_0
-// (int16, two passes), where IQ4_NL / IQ4_XS / MXFP4's mat-mul dequantises block by
-// block in scalar code; and a token gets the same floats prefilled in a chunk as
-// decoded alone.
+// (int16, two passes), 1.7-1.9x for Q2_K / Q3_K rows in GGUF's layout (int8, up to
+// four tokens a pass), more for IQ4_NL / IQ4_XS / MXFP4, whose f32 mat-mul
+// dequantises block by block in scalar code; and a token gets the same floats
+// prefilled in a chunk as decoded alone.
 bool integer_per_token(const Product& p) { return p.per_token || integer_kernels_for(p.dtype, p.layout, p.x_int8); }
 
 // The SwiGLU FFN of experts mats[0, n), each over the (token, slot) pairs slots[i]
@@ -129,7 +131,7 @@ void split_expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* c
 }  // namespace
 
 bool integer_kernels_for(DType t, RowLayout layout, bool x_int8) {
-  return layout == RowLayout::rows_x4 || (x_int8 && cpu::nl4_vnni_type(t));
+  return layout == RowLayout::rows_x4 || (x_int8 && (cpu::nl4_vnni_type(t) || cpu::kquant_vnni_type(t)));
 }
 
 CpuBackend::CpuBackend(int threads, bool interleave_rows, ActivationPrecision activations)

@@ -12,8 +12,10 @@ namespace moeflow {
 
 // Whether products with weights of type t in `layout` take the integer (AVX-512 VNNI)
 // mat-vec kernels for every token, a prompt's as well as decode's, on int8 (x_int8)
-// or int16 activations: interleaved rows on either, IQ4_NL / IQ4_XS / MXFP4 rows on
-// int8 (nl4_vnni.h). Every other product of several tokens is an f32 mat-mul.
+// or int16 activations: interleaved rows on either; on int8, k-quant rows in GGUF's
+// layout (Q2_K and Q3_K, which are never interleaved, and the others under
+// --no-repack; kquant_vnni.h) and IQ4_NL / IQ4_XS / MXFP4 rows (nl4_vnni.h). Every other
+// product of several tokens is an f32 mat-mul.
 bool integer_kernels_for(DType t, RowLayout layout, bool x_int8);
 
 class CpuBackend final : public Backend {

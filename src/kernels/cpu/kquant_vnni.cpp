@@ -403,70 +403,106 @@ struct Q3ScaleIndex {
 };
 constexpr Q3ScaleIndex kQ3Scales;
 
-// Q3_K (Q3) and Q2_K rows: 16-column sub-blocks in Q6_K's lane order (lane 4k+v is
-// sub-block 4v+k). Q3_K: (q - 4) with q's offset taken off as -4 * sum(x) per sub-block,
-// signed 6-bit scales; Q2_K: q with 4-bit scales and mins (mins against the activation's
-// sum per sub-block).
-template <int R, bool Q3, bool X8>
-KQ_ATTR void rows_q23_k(const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
-  using Block = std::conditional_t<Q3, BlockQ3_K, BlockQ2_K>;
+// One Q3_K (Q3) or Q2_K super-block of a row unpacked: w[v] the quants of columns
+// 64v..64v+63 (Q3_K: q in 0..7, its offset of 4 taken off later as -4 * sum(x) per
+// sub-block; Q2_K: q in 0..3), and per lane (16-column sub-blocks in Q6_K's lane order,
+// lane 4k+v is sub-block 4v+k) scd = d * scale (Q3_K's signed 6-bit scales, Q2_K's 4-bit
+// ones) and, Q2_K only, mnd = dmin * min (its mins multiply the activation's sum).
+template <bool Q3>
+KQ_ATTR inline void q23_unpack(const std::conditional_t<Q3, BlockQ3_K, BlockQ2_K>& blk, __m128i lane_idx, __m512i* w,
+                               __m512& scd, __m512& mnd) {
   const __m512i k03 = _mm512_set1_epi8(0x03), k4 = _mm512_set1_epi8(4);
-  const __m128i lane_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q6));
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b) {
-    if (pf) prefetch_nta(pf + b * R * static_cast<int64_t>(sizeof(Block)), R * sizeof(Block));
-    const PackedKq& xb = x[b];
-    __m512i xh[4], xl[4];
-    for (int v = 0; v < 4; ++v) {
-      xh[v] = _mm512_load_si512(xb.hi + 64 * v);
-      xl[v] = _mm512_load_si512(xb.lo + 64 * v);
-    }
-    const __m512i off32 = _mm512_load_si512(xb.q6_off);  // -32 * sum(qx) per sub-block
-    const __m512 dx = _mm512_load_ps(xb.q6_dx);
-    // Q2_K: the activation's sum per sub-block (dx * sum(qx)).
-    const __m512 xsum = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(off32), dx), _mm512_set1_ps(-1.0f / 32.0f));
-    for (int r = 0; r < R; ++r) {
-      const auto& blk = reinterpret_cast<const Block*>(rows[r])[b];
-      __m512i s[4];
-      __m512i hm;
-      if constexpr (Q3) hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.hmask)));
-      for (int h = 0; h < 2; ++h) {
-        const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * h));
-        const __m512i qs2 = _mm512_inserti64x4(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 2), 1);
-        for (int j = 0; j < 2; ++j) {
-          const int v = 2 * h + j;
-          __m512i w = _mm512_and_si512(j == 0 ? qs2 : _mm512_srli_epi16(qs2, 4), k03);
-          if constexpr (Q3) w = _mm512_mask_add_epi8(w, _mm512_test_epi8_mask(hm, _mm512_load_si512(kQ3High.m[v])), w, k4);
-          s[v] = dot64<X8>(w, xh[v], xl[v]);
-        }
-      }
-      const __m512i t = reduce_quads(s[0], s[1], s[2], s[3]);
-      if constexpr (Q3) {
-        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint8_t*>(&blk) + 94));
-        const __m128i a = _mm_shuffle_epi8(raw, _mm_load_si128(reinterpret_cast<const __m128i*>(kQ3Scales.low)));
-        const __m128i low = _mm_and_si128(_mm_mask_blend_epi8(0xff00, a, _mm_srli_epi16(a, 4)), _mm_set1_epi8(0x0f));
-        const __m128i hb = _mm_shuffle_epi8(raw, _mm_load_si128(reinterpret_cast<const __m128i*>(kQ3Scales.high)));
-        const __m128i high = _mm_and_si128(
-            _mm_srlv_epi16(hb, _mm_load_si128(reinterpret_cast<const __m128i*>(kQ3Scales.shift))), _mm_set1_epi8(0x03));
-        const __m128i sc6 = _mm_or_si128(low, _mm_slli_epi16(high, 4));
-        const __m512 sc = _mm512_cvtepi32_ps(
-            _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(sc6, lane_idx)), _mm512_set1_epi32(32)));
-        const __m512i tq = _mm512_add_epi32(t, _mm512_srai_epi32(off32, 3));  // -4 * sum(qx)
-        const __m512 d = _mm512_set1_ps(half_to_float(blk.d));
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tq), _mm512_mul_ps(_mm512_mul_ps(sc, d), dx), acc[r]);
-      } else {
-        const __m128i sm = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)), lane_idx);
-        const __m512i smw = _mm512_cvtepu8_epi32(sm);
-        const __m512 sc = _mm512_cvtepi32_ps(_mm512_and_si512(smw, _mm512_set1_epi32(0x0f)));
-        const __m512 mn = _mm512_cvtepi32_ps(_mm512_srli_epi32(smw, 4));
-        const __m512 d = _mm512_set1_ps(half_to_float(blk.d)), dmin = _mm512_set1_ps(half_to_float(blk.dmin));
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(_mm512_mul_ps(sc, d), dx), acc[r]);
-        acc[r] = _mm512_fnmadd_ps(_mm512_mul_ps(mn, dmin), xsum, acc[r]);
-      }
+  __m512i hm;
+  if constexpr (Q3) hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.hmask)));
+  for (int h = 0; h < 2; ++h) {
+    const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * h));
+    const __m512i qs2 = _mm512_inserti64x4(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 2), 1);
+    for (int j = 0; j < 2; ++j) {
+      const int v = 2 * h + j;
+      w[v] = _mm512_and_si512(j == 0 ? qs2 : _mm512_srli_epi16(qs2, 4), k03);
+      if constexpr (Q3) w[v] = _mm512_mask_add_epi8(w[v], _mm512_test_epi8_mask(hm, _mm512_load_si512(kQ3High.m[v])), w[v], k4);
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+  if constexpr (Q3) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint8_t*>(&blk) + 94));
+    const __m128i a = _mm_shuffle_epi8(raw, _mm_load_si128(reinterpret_cast<const __m128i*>(kQ3Scales.low)));
+    const __m128i low = _mm_and_si128(_mm_mask_blend_epi8(0xff00, a, _mm_srli_epi16(a, 4)), _mm_set1_epi8(0x0f));
+    const __m128i hb = _mm_shuffle_epi8(raw, _mm_load_si128(reinterpret_cast<const __m128i*>(kQ3Scales.high)));
+    const __m128i high = _mm_and_si128(
+        _mm_srlv_epi16(hb, _mm_load_si128(reinterpret_cast<const __m128i*>(kQ3Scales.shift))), _mm_set1_epi8(0x03));
+    const __m128i sc6 = _mm_or_si128(low, _mm_slli_epi16(high, 4));
+    const __m512 sc = _mm512_cvtepi32_ps(
+        _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(sc6, lane_idx)), _mm512_set1_epi32(32)));
+    scd = _mm512_mul_ps(sc, _mm512_set1_ps(half_to_float(blk.d)));
+    mnd = _mm512_setzero_ps();
+  } else {
+    const __m128i sm = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)), lane_idx);
+    const __m512i smw = _mm512_cvtepu8_epi32(sm);
+    const __m512 sc = _mm512_cvtepi32_ps(_mm512_and_si512(smw, _mm512_set1_epi32(0x0f)));
+    const __m512 mn = _mm512_cvtepi32_ps(_mm512_srli_epi32(smw, 4));
+    scd = _mm512_mul_ps(sc, _mm512_set1_ps(half_to_float(blk.d)));
+    mnd = _mm512_mul_ps(mn, _mm512_set1_ps(half_to_float(blk.dmin)));
+  }
+}
+
+// One token's share of a Q3_K / Q2_K super-block: w, scd, mnd as q23_unpack gives them,
+// the token's activation planes xh / xl, into acc.
+template <bool Q3, bool X8>
+KQ_ATTR inline __m512 q23_step(const __m512i* w, __m512 scd, __m512 mnd, const __m512i* xh, const __m512i* xl,
+                               const PackedKq& xb, __m512 acc) {
+  __m512i s[4];
+  for (int v = 0; v < 4; ++v) s[v] = dot64<X8>(w[v], xh[v], xl[v]);
+  const __m512i t = reduce_quads(s[0], s[1], s[2], s[3]);
+  const __m512i off32 = _mm512_load_si512(xb.q6_off);  // -32 * sum(qx) per sub-block
+  const __m512 dx = _mm512_load_ps(xb.q6_dx);
+  if constexpr (Q3) {
+    const __m512i tq = _mm512_add_epi32(t, _mm512_srai_epi32(off32, 3));  // -4 * sum(qx)
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(tq), _mm512_mul_ps(scd, dx), acc);
+  } else {
+    // The activation's sum per sub-block (dx * sum(qx)).
+    const __m512 xsum = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(off32), dx), _mm512_set1_ps(-1.0f / 32.0f));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(scd, dx), acc);
+    return _mm512_fnmadd_ps(mnd, xsum, acc);
+  }
+}
+
+// R Q3_K (Q3) or Q2_K rows against NT tokens: each row's super-block unpacked once for
+// all NT tokens (q23_unpack), each token's activation loaded once for all R rows.
+// Token t's arithmetic does not depend on NT or R, so the one-row, one-token call
+// (a mat-vec) and every batched one give a token the same floats.
+template <int R, int NT, bool Q3, bool X8>
+KQ_ATTR void rows_q23_k_tokens(const uint8_t* const* rows, int64_t blocks, const PackedKq* const* x,
+                               float* const* out, const uint8_t* pf) {
+  using Block = std::conditional_t<Q3, BlockQ3_K, BlockQ2_K>;
+  const __m128i lane_idx = _mm_load_si128(reinterpret_cast<const __m128i*>(kLanes.q6));
+  __m512 acc[R][NT];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
+  alignas(64) __m512i xh[NT][4], xl[NT][4];
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (pf) prefetch_nta(pf + b * R * static_cast<int64_t>(sizeof(Block)), R * sizeof(Block));
+    for (int t = 0; t < NT; ++t)
+      for (int v = 0; v < 4; ++v) {
+        xh[t][v] = _mm512_load_si512(x[t][b].hi + 64 * v);
+        xl[t][v] = X8 ? _mm512_setzero_si512() : _mm512_load_si512(x[t][b].lo + 64 * v);  // int8: no low plane
+      }
+    for (int r = 0; r < R; ++r) {
+      __m512i w[4];
+      __m512 scd, mnd;
+      q23_unpack<Q3>(reinterpret_cast<const Block*>(rows[r])[b], lane_idx, w, scd, mnd);
+      for (int t = 0; t < NT; ++t) acc[r][t] = q23_step<Q3, X8>(w, scd, mnd, xh[t], xl[t], x[t][b], acc[r][t]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < NT; ++t) out[t][r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+// R Q3_K / Q2_K rows against one token (kquant_vnni_rows).
+template <int R, bool Q3, bool X8>
+KQ_ATTR void rows_q23_k(const uint8_t* const* rows, int64_t blocks, const PackedKq* x, float* out, const uint8_t* pf) {
+  const PackedKq* xs[1] = {x};
+  float* outs[1] = {out};
+  rows_q23_k_tokens<R, 1, Q3, X8>(rows, blocks, xs, outs, pf);
 }
 
 template <int R, bool X8>
@@ -557,6 +593,8 @@ KQ_ATTR void rows_tokens(const uint8_t* const* rows, int64_t blocks, const Packe
                          const uint8_t* pf) {
   if constexpr (T == DType::Q6_K) {
     rows_q6_k_tokens<R, NT, X8>(rows, blocks, x, out, pf);
+  } else if constexpr (T == DType::Q3_K || T == DType::Q2_K) {
+    rows_q23_k_tokens<R, NT, T == DType::Q3_K, X8>(rows, blocks, x, out, pf);
   } else {
     rows_q45_k_tokens<R, NT, T == DType::Q5_K, X8>(rows, blocks, x, out, pf);
   }
@@ -642,13 +680,12 @@ void kquant_vnni_pack_x8(const float* x, int64_t cols, uint8_t* out) {
   }
 }
 
-bool kquant_vnni_tokens_type(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
+bool kquant_vnni_tokens_type(DType t) { return dtype_is_kquant(t); }
 
 void kquant_vnni_rows_tokens(DType t, const uint8_t* W, size_t rb, int64_t r0, int64_t r1, int64_t blocks,
                              const uint8_t* const* packed, int n_tok, bool x8, float* const* outs,
                              const uint8_t* pf_end) {
-  if (!kquant_vnni_tokens_type(t))
-    throw std::invalid_argument("moeflow: kquant_vnni_rows_tokens: Q4_K, Q5_K or Q6_K only");
+  if (!kquant_vnni_tokens_type(t)) throw std::invalid_argument("moeflow: kquant_vnni_rows_tokens: not a k-quant");
   constexpr int kMaxTokens = 64;
   if (n_tok > kMaxTokens) {
     for (int t0 = 0; t0 < n_tok; t0 += kMaxTokens)
@@ -668,6 +705,8 @@ void kquant_vnni_rows_tokens(DType t, const uint8_t* W, size_t rb, int64_t r0, i
   };
   if (t == DType::Q4_K) run(std::integral_constant<DType, DType::Q4_K>{});
   else if (t == DType::Q5_K) run(std::integral_constant<DType, DType::Q5_K>{});
+  else if (t == DType::Q3_K) run(std::integral_constant<DType, DType::Q3_K>{});
+  else if (t == DType::Q2_K) run(std::integral_constant<DType, DType::Q2_K>{});
   else run(std::integral_constant<DType, DType::Q6_K>{});
 }
 
