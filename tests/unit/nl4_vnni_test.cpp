@@ -72,7 +72,9 @@ TEST(Nl4Vnni, MatchesTheProductWithTheRoundedActivation) {
         EXPECT_LT(e, 1e-5) << dtype_name(t) << " " << rows << "x" << cols;
         // Against the f32 product: the activation's rounding, over enough rows (one dot
         // product alone may cancel to anything).
-        if (rows >= 7) EXPECT_LT(rel_err(y, ref), 0.1) << dtype_name(t) << " " << rows << "x" << cols;
+        if (rows >= 7) {
+          EXPECT_LT(rel_err(y, ref), 0.1) << dtype_name(t) << " " << rows << "x" << cols;
+        }
         const MatvecJob job2{t, RowLayout::gguf, w, rows, cols, x.data(), y2.data(), true};
         matvec_batch(&job2, 1, &pool);
         EXPECT_EQ(y2, y) << "two threads";
@@ -89,15 +91,17 @@ TEST(Nl4Vnni, MatchesTheProductWithTheRoundedActivation) {
     }
     std::printf("  %s: against the rounded activation %.2e, against f32 %.2e (relative RMS)\n", dtype_name(t), worst,
                 worst_f32);
-    // A batched step's tokens on one matrix: each token gets its own mat-vec's floats.
-    const int64_t rows = 40, cols = t == DType::IQ4_XS ? 3072 : 2880, n_tok = 5;
+    // A batched step's tokens on one matrix (passes of four tokens and a rest, groups of
+    // four rows and a rest): each token gets its own mat-vec's floats.
+    const int64_t rows = 41, cols = t == DType::IQ4_XS ? 3072 : 2880, n_tok = 7;
+    std::mt19937 step_rng(101 + static_cast<int>(t));  // the draws above stay as they were
     const size_t rb = row_bytes(t, cols);
     std::vector<uint8_t> w(rb * rows);
     for (int64_t r = 0; r < rows; ++r) {
-      const std::vector<float> row = random_vec(static_cast<size_t>(cols), rng);
+      const std::vector<float> row = random_vec(static_cast<size_t>(cols), step_rng);
       quantize_row(t, row.data(), w.data() + rb * static_cast<size_t>(r), cols);
     }
-    const std::vector<float> X = random_vec(static_cast<size_t>(n_tok * cols), rng);
+    const std::vector<float> X = random_vec(static_cast<size_t>(n_tok * cols), step_rng);
     std::vector<float> alone(static_cast<size_t>(n_tok * rows)), together(alone.size(), NAN);
     for (int64_t k = 0; k < n_tok; ++k) {
       const MatvecJob one{t, RowLayout::gguf, w.data(), rows, cols, X.data() + k * cols, alone.data() + k * rows, true};

@@ -1039,17 +1039,26 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
                       std::all_of(in + it.a, in + it.a + it.n, [kq_int8](const MvInput& v) {
                         return v.kq != nullptr && v.kq_int8 == kq_int8;
                       });
+      // IQ4_NL / IQ4_XS / MXFP4 rows on int8 activations: the multi-token kernel too.
+      const bool nl4 = !x4 && nl4_vnni_type(a.dtype) &&
+                       std::all_of(in + it.a, in + it.a + it.n, [](const MvInput& v) { return v.nl4 != nullptr; });
       thread_local std::vector<const uint8_t*> xs;
       thread_local std::vector<float*> outs;
-      if (x4 || kq) {
+      if (x4 || kq || nl4) {
         xs.resize(it.n);
         outs.resize(it.n);
-        for (size_t k = 0; k < it.n; ++k) xs[k] = x4 ? in[it.a + k].rx4 : in[it.a + k].kq;
+        for (size_t k = 0; k < it.n; ++k) xs[k] = x4 ? in[it.a + k].rx4 : kq ? in[it.a + k].kq : in[it.a + k].nl4;
       }
-      if (kq) {
+      if (kq || nl4) {
         for (size_t k = 0; k < it.n; ++k) outs[k] = jobs[it.a + k].y;
-        kquant_vnni_rows_tokens(a.dtype, W, static_cast<size_t>(rb), r0, r1, a.cols / 256, xs.data(),
-                                static_cast<int>(it.n), kq_int8, outs.data(), W + static_cast<size_t>(rb) * a.rows);
+        const uint8_t* end = W + static_cast<size_t>(rb) * a.rows;
+        if (kq) {
+          kquant_vnni_rows_tokens(a.dtype, W, static_cast<size_t>(rb), r0, r1, a.cols / 256, xs.data(),
+                                  static_cast<int>(it.n), kq_int8, outs.data(), end);
+        } else {
+          nl4_vnni_rows_tokens(a.dtype, W, static_cast<size_t>(rb), r0, r1, a.cols, xs.data(), static_cast<int>(it.n),
+                               outs.data(), end);
+        }
         return;
       }
       const size_t qb = x4 ? rows_x4_quad_bytes(a.dtype, a.cols) : 0;

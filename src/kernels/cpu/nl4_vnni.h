@@ -33,4 +33,11 @@ void nl4_pack_x8(const float* x, int64_t cols, uint8_t* out);
 void nl4_vnni_rows(DType t, const uint8_t* const* rows, int R, int64_t cols, const uint8_t* packed, float* out,
                    const uint8_t* pf);
 
+// Rows [r0, r1) of a matrix (row r at W + r * rb) against n_tok packed activations: row
+// r's product with token t into outs[t][r]. A batched step's or a prompt's tokens on one
+// matrix: each row's levels and scales unpacked once for up to four tokens; token t
+// gets nl4_vnni_rows' floats. Prefetches up to pf_end. REQUIRES nl4_vnni_type(t).
+void nl4_vnni_rows_tokens(DType t, const uint8_t* W, size_t rb, int64_t r0, int64_t r1, int64_t cols,
+                          const uint8_t* const* packed, int n_tok, float* const* outs, const uint8_t* pf_end);
+
 }  // namespace moeflow::cpu
