@@ -10,6 +10,7 @@
 #include "kernels/cpu/kquant_matvec.h"
 #include "kernels/cpu/kquant_scales.h"
 #include "kernels/cpu/q4_vnni.h"
+#include "kernels/cpu/row_token_tiles.h"
 #include "kernels/cpu/quantize_x8.h"
 #include "tensor/kquants.h"
 
@@ -611,32 +612,18 @@ KQ_ATTR void rows_tokens_n(int nt, const uint8_t* const* rows, int64_t blocks, c
   }
 }
 
-// Rows [r0, r1) four at a time (the rest one by one), each group against the tokens
-// four at a time.
+// Rows [r0, r1) in tiles of four rows by four tokens (for_row_token_tiles).
 template <DType T, bool X8>
 KQ_ATTR void kquant_tokens(const uint8_t* W, size_t rb, int64_t r0, int64_t r1, int64_t blocks,
                            const PackedKq* const* x, int n_tok, float* const* outs, const uint8_t* pf_end) {
-  constexpr int kRows = 4, kTokens = 4;
-  for (int64_t r = r0; r < r1;) {
-    const int nr = r1 - r >= kRows ? kRows : 1;
-    const uint8_t* rows[kRows];
-    for (int i = 0; i < nr; ++i) rows[i] = W + rb * static_cast<size_t>(r + i);
-    // The first pass over a group of rows prefetches the rows eight on; the others
-    // read them from cache.
-    const uint8_t* ahead = W + rb * static_cast<size_t>(r + 8);
-    for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
-      const int nt = std::min(kTokens, n_tok - t0);
-      float* o[kTokens];
-      for (int t = 0; t < nt; ++t) o[t] = outs[t0 + t] + r;
-      const uint8_t* pf = t0 == 0 && ahead + rb * nr <= pf_end ? ahead : nullptr;
-      if (nr == kRows) {
-        rows_tokens_n<T, kRows, X8>(nt, rows, blocks, x + t0, o, pf);
-      } else {
-        rows_tokens_n<T, 1, X8>(nt, rows, blocks, x + t0, o, pf);
-      }
-    }
-    r += nr;
-  }
+  for_row_token_tiles(W, rb, r0, r1, n_tok, outs, pf_end,
+                      [&](const uint8_t* const* rows, int nr, int t0, int nt, float* const* o, const uint8_t* pf) {
+                        if (nr == kTileRows) {
+                          rows_tokens_n<T, kTileRows, X8>(nt, rows, blocks, x + t0, o, pf);
+                        } else {
+                          rows_tokens_n<T, 1, X8>(nt, rows, blocks, x + t0, o, pf);
+                        }
+                      });
 }
 
 template <int R>

@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/quantize_x8.h"
+#include "kernels/cpu/row_token_tiles.h"
 #include "tensor/iquants.h"
 
 namespace moeflow::cpu {
@@ -97,6 +98,13 @@ MOEFLOW_NL4_ATTR inline __m512 pair_scales(const uint8_t* row, int64_t k, int64_
   return _mm512_insertf32x8(_mm512_set1_ps(s0), _mm256_set1_ps(s1), 1);
 }
 
+// Prefetches the next rows (R rows of `bytes` in all, at pf) at the kernels' pace: at the
+// pair of blocks b of nb, that pair's share of them.
+MOEFLOW_NL4_ATTR inline void prefetch_pair_share(const uint8_t* pf, size_t bytes, int64_t b, int64_t nb) {
+  const size_t at = bytes * static_cast<size_t>(b) / static_cast<size_t>(nb);
+  prefetch_lines_nta(pf + at, static_cast<int64_t>(2 * bytes / static_cast<size_t>(nb)) + 1, b == 0);
+}
+
 // A row's levels plus an offset that makes them unsigned (127 for IQ4's, 12 for
 // MXFP4's), 64 bytes for blocks b and b1 (b1 = b + 1, or b for an odd last block).
 template <DType T>
@@ -139,10 +147,7 @@ MOEFLOW_NL4_ATTR void rows_kernel(const uint8_t* const* rows, int64_t cols, cons
     const __m512i init = _mm512_mullo_epi32(_mm512_load_si512(p.sum), neg_offset);
     const __m512 dx = _mm512_load_ps(p.d);
     const bool two = b + 1 < nb;
-    if (pf) {  // the next rows, at our pace: this pair's share of them
-      const size_t at = row_bytes_ * static_cast<size_t>(b) / static_cast<size_t>(nb) * R;
-      prefetch_lines_nta(pf + at, static_cast<int64_t>(2 * row_bytes_ * R / static_cast<size_t>(nb)) + 1, b == 0);
-    }
+    if (pf) prefetch_pair_share(pf, R * row_bytes_, b, nb);
     const int64_t b1 = two ? b + 1 : b;  // an odd last block: its pair is zeros
     for (int r = 0; r < R; ++r) {
       const __m512i w = lv.of(rows[r], b, b1);
@@ -179,10 +184,7 @@ MOEFLOW_NL4_ATTR void rows_kernel_tokens(const uint8_t* const* rows, int64_t col
       dx[t] = _mm512_load_ps(p.d);
     }
     const bool two = b + 1 < nb;
-    if (pf) {  // the next rows, at our pace: this pair's share of them
-      const size_t at = row_bytes_ * static_cast<size_t>(b) / static_cast<size_t>(nb) * R;
-      prefetch_lines_nta(pf + at, static_cast<int64_t>(2 * row_bytes_ * R / static_cast<size_t>(nb)) + 1, b == 0);
-    }
+    if (pf) prefetch_pair_share(pf, R * row_bytes_, b, nb);
     const int64_t b1 = two ? b + 1 : b;  // an odd last block: its pair is zeros
     for (int r = 0; r < R; ++r) {
       const __m512i w = lv.of(rows[r], b, b1);
@@ -197,37 +199,24 @@ MOEFLOW_NL4_ATTR void rows_kernel_tokens(const uint8_t* const* rows, int64_t col
     for (int t = 0; t < NT; ++t) out[t][r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-// Rows [r0, r1) of a matrix (row r at W + r * rb), four at a time and the rest one by
-// one, against n_tok tokens up to kTokens a pass. Only the first pass over a group of
-// rows prefetches (the rows eight on); the others read them from cache.
+// Rows [r0, r1) in tiles of four rows by up to four tokens (for_row_token_tiles).
 template <DType T>
 MOEFLOW_NL4_ATTR void rows_tokens(const uint8_t* W, size_t rb, int64_t r0, int64_t r1, int64_t cols,
                                    const PackedPair* const* x, int n_tok, float* const* outs, const uint8_t* pf_end) {
-  constexpr int kRows = 4, kTokens = 4;
-  for (int64_t r = r0; r < r1;) {
-    const int nr = r1 - r >= kRows ? kRows : 1;
-    const uint8_t* rows[kRows];
-    for (int i = 0; i < nr; ++i) rows[i] = W + rb * static_cast<size_t>(r + i);
-    const uint8_t* ahead = W + rb * static_cast<size_t>(r + 8);
-    for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
-      const int nt = std::min(kTokens, n_tok - t0);
-      float* o[kTokens];
-      for (int t = 0; t < nt; ++t) o[t] = outs[t0 + t] + r;
-      const uint8_t* pf = t0 == 0 && ahead + rb * nr <= pf_end ? ahead : nullptr;
-      auto run = [&](auto rows_const) {
-        constexpr int NR = decltype(rows_const)::value;
-        switch (nt) {
-          case 1: rows_kernel_tokens<T, NR, 1>(rows, cols, x + t0, o, pf); break;
-          case 2: rows_kernel_tokens<T, NR, 2>(rows, cols, x + t0, o, pf); break;
-          case 3: rows_kernel_tokens<T, NR, 3>(rows, cols, x + t0, o, pf); break;
-          default: rows_kernel_tokens<T, NR, 4>(rows, cols, x + t0, o, pf); break;
-        }
-      };
-      if (nr == kRows) run(std::integral_constant<int, kRows>{});
-      else run(std::integral_constant<int, 1>{});
-    }
-    r += nr;
-  }
+  for_row_token_tiles(W, rb, r0, r1, n_tok, outs, pf_end,
+                      [&](const uint8_t* const* rows, int nr, int t0, int nt, float* const* o, const uint8_t* pf) {
+                        auto run = [&](auto rows_const) {
+                          constexpr int NR = decltype(rows_const)::value;
+                          switch (nt) {
+                            case 1: rows_kernel_tokens<T, NR, 1>(rows, cols, x + t0, o, pf); break;
+                            case 2: rows_kernel_tokens<T, NR, 2>(rows, cols, x + t0, o, pf); break;
+                            case 3: rows_kernel_tokens<T, NR, 3>(rows, cols, x + t0, o, pf); break;
+                            default: rows_kernel_tokens<T, NR, 4>(rows, cols, x + t0, o, pf); break;
+                          }
+                        };
+                        if (nr == kTileRows) run(std::integral_constant<int, kTileRows>{});
+                        else run(std::integral_constant<int, 1>{});
+                      });
 }
 
 template <DType T>
