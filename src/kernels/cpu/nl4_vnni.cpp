@@ -71,29 +71,20 @@ inline const uint8_t* block_quants(const uint8_t* row, int64_t k) {
   else return row + k * 18 + 2;
 }
 // The scales of blocks k and k1 (k1 = k + 1, or k for an odd last block) as a vector:
-// lanes 0-7 block k's, 8-15 block k1's.
+// lanes 0-7 block k's, 8-15 block k1's. IQ4_NL and MXFP4 (IQ4_XS: RowScales).
 template <DType T>
 MOEFLOW_NL4_ATTR inline __m512 pair_scales(const uint8_t* row, int64_t k, int64_t k1) {
+  static_assert(T == DType::MXFP4 || T == DType::IQ4_NL);
   float s0, s1;
   if constexpr (T == DType::MXFP4) {
     s0 = kMxfp4Scales.f[row[k * 17]];  // a load where the exponent arithmetic branched
     s1 = kMxfp4Scales.f[row[k1 * 17]];
-  } else if constexpr (T == DType::IQ4_NL) {
+  } else {
     uint16_t h0, h1;
     std::memcpy(&h0, row + k * 18, 2);
     std::memcpy(&h1, row + k1 * 18, 2);
     s0 = _cvtsh_ss(h0);
     s1 = _cvtsh_ss(h1);
-  } else {  // k even, k1 = k + 1: one super-block, one byte of low scale bits
-    const uint8_t* sb = row + (k / 8) * 136;
-    const int ib = static_cast<int>(k % 8);
-    uint16_t h, scales_h;
-    std::memcpy(&h, sb, 2);
-    std::memcpy(&scales_h, sb + 2, 2);
-    const int lo = sb[4 + ib / 2], hi = scales_h >> (2 * ib);
-    const float d = _cvtsh_ss(h);
-    s0 = d * static_cast<float>(((lo & 0x0f) | ((hi & 3) << 4)) - 32);  // dequantize_iq4_xs's dl
-    s1 = d * static_cast<float>(((lo >> 4) | (((hi >> 2) & 3) << 4)) - 32);
   }
   return _mm512_insertf32x8(_mm512_set1_ps(s0), _mm256_set1_ps(s1), 1);
 }
@@ -131,11 +122,56 @@ struct Levels {
   }
 };
 
+// The pair scales of R rows. IQ4_XS decodes a super-block's eight block scales,
+// d * (6-bit scale - 32) as dequantize_iq4_xs's dl, in one vector when a row enters it
+// (a scalar decode per pair of blocks had cost 35% of the kernel's speed); the other
+// types read theirs per pair (pair_scales). Pairs never straddle IQ4_XS's super-blocks
+// (8 blocks).
+template <DType T, int R>
+struct RowScales {
+  alignas(32) float xs[T == DType::IQ4_XS ? R : 1][8];
+  // Before pair b of rows (b even): the new super-block's scales where b starts one.
+  MOEFLOW_NL4_ATTR void enter(const uint8_t* const* rows, int64_t b) {
+    if constexpr (T == DType::IQ4_XS) {
+      if (b % 8 != 0) return;
+      // Block j: low nibble of byte 4 + j / 2 (high for odd j), 2 bits at 2j of the
+      // 16-bit scales_h.
+      const __m256i lo_shift = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+      const __m256i hi_shift = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* sb = rows[r] + (b / 8) * 136;
+        uint16_t h, scales_h;
+        uint32_t lows;
+        std::memcpy(&h, sb, 2);
+        std::memcpy(&scales_h, sb + 2, 2);
+        std::memcpy(&lows, sb + 4, 4);
+        const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(lows)), lo_shift),
+                                            _mm256_set1_epi32(0x0f));
+        const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(scales_h), hi_shift), _mm256_set1_epi32(3));
+        const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+        _mm256_store_ps(xs[r], _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h)), _mm256_cvtepi32_ps(ls)));
+      }
+    } else {
+      (void)rows;
+      (void)b;
+    }
+  }
+  MOEFLOW_NL4_ATTR __m512 pair(int r, const uint8_t* row, int64_t b, int64_t b1) const {
+    if constexpr (T == DType::IQ4_XS) {
+      return _mm512_insertf32x8(_mm512_set1_ps(xs[r][b % 8]), _mm256_set1_ps(xs[r][b1 % 8]), 1);
+    } else {
+      (void)r;
+      return pair_scales<T>(row, b, b1);
+    }
+  }
+};
+
 template <DType T, int R>
 MOEFLOW_NL4_ATTR void rows_kernel(const uint8_t* const* rows, int64_t cols, const uint8_t* packed, float* out,
                                    const uint8_t* pf) {
   const size_t row_bytes_ = static_cast<size_t>(cols / dtype_info(T).block_size * dtype_info(T).type_size);
   const Levels<T> lv;
+  RowScales<T, R> sc;
   const __m512i neg_offset = _mm512_set1_epi32(-Levels<T>::kOffset);
   const auto* x = reinterpret_cast<const PackedPair*>(packed);
   const int64_t nb = cols / 32;
@@ -149,10 +185,11 @@ MOEFLOW_NL4_ATTR void rows_kernel(const uint8_t* const* rows, int64_t cols, cons
     const bool two = b + 1 < nb;
     if (pf) prefetch_pair_share(pf, R * row_bytes_, b, nb);
     const int64_t b1 = two ? b + 1 : b;  // an odd last block: its pair is zeros
+    sc.enter(rows, b);
     for (int r = 0; r < R; ++r) {
       const __m512i w = lv.of(rows[r], b, b1);
       const __m512i dot = _mm512_dpbusd_epi32(init, w, xv);
-      const __m512 dw = pair_scales<T>(rows[r], b, b1);
+      const __m512 dw = sc.pair(r, rows[r], b, b1);
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, dx), acc[r]);
     }
   }
@@ -169,6 +206,7 @@ MOEFLOW_NL4_ATTR void rows_kernel_tokens(const uint8_t* const* rows, int64_t col
                                    float* const* out, const uint8_t* pf) {
   const size_t row_bytes_ = static_cast<size_t>(cols / dtype_info(T).block_size * dtype_info(T).type_size);
   const Levels<T> lv;
+  RowScales<T, R> sc;
   const __m512i neg_offset = _mm512_set1_epi32(-Levels<T>::kOffset);
   const int64_t nb = cols / 32;
   __m512 acc[R][NT];
@@ -186,9 +224,10 @@ MOEFLOW_NL4_ATTR void rows_kernel_tokens(const uint8_t* const* rows, int64_t col
     const bool two = b + 1 < nb;
     if (pf) prefetch_pair_share(pf, R * row_bytes_, b, nb);
     const int64_t b1 = two ? b + 1 : b;  // an odd last block: its pair is zeros
+    sc.enter(rows, b);
     for (int r = 0; r < R; ++r) {
       const __m512i w = lv.of(rows[r], b, b1);
-      const __m512 dw = pair_scales<T>(rows[r], b, b1);
+      const __m512 dw = sc.pair(r, rows[r], b, b1);
       for (int t = 0; t < NT; ++t) {
         const __m512i dot = _mm512_dpbusd_epi32(init[t], w, xv[t]);
         acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, dx[t]), acc[r][t]);
