@@ -447,24 +447,31 @@ KQ_ATTR inline void q23_unpack(const std::conditional_t<Q3, BlockQ3_K, BlockQ2_K
 }
 
 // One token's share of a Q3_K / Q2_K super-block: w, scd, mnd as q23_unpack gives them,
-// the token's activation planes xh / xl, into acc.
+// the token's activation planes xh / xl and (Q2_K) its sum per sub-block xsum
+// (q23_xsum), into acc.
 template <bool Q3, bool X8>
 KQ_ATTR inline __m512 q23_step(const __m512i* w, __m512 scd, __m512 mnd, const __m512i* xh, const __m512i* xl,
-                               const PackedKq& xb, __m512 acc) {
+                               __m512 xsum, const PackedKq& xb, __m512 acc) {
   __m512i s[4];
   for (int v = 0; v < 4; ++v) s[v] = dot64<X8>(w[v], xh[v], xl[v]);
   const __m512i t = reduce_quads(s[0], s[1], s[2], s[3]);
-  const __m512i off32 = _mm512_load_si512(xb.q6_off);  // -32 * sum(qx) per sub-block
   const __m512 dx = _mm512_load_ps(xb.q6_dx);
   if constexpr (Q3) {
+    const __m512i off32 = _mm512_load_si512(xb.q6_off);                   // -32 * sum(qx) per sub-block
     const __m512i tq = _mm512_add_epi32(t, _mm512_srai_epi32(off32, 3));  // -4 * sum(qx)
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(tq), _mm512_mul_ps(scd, dx), acc);
   } else {
-    // The activation's sum per sub-block (dx * sum(qx)).
-    const __m512 xsum = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(off32), dx), _mm512_set1_ps(-1.0f / 32.0f));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(scd, dx), acc);
     return _mm512_fnmadd_ps(mnd, xsum, acc);
   }
+}
+
+// The activation's sum per sub-block, dx * sum(qx), from its packing (Q2_K's mins
+// multiply it): once per token and super-block, for all rows.
+KQ_ATTR inline __m512 q23_xsum(const PackedKq& xb) {
+  const __m512 dx = _mm512_load_ps(xb.q6_dx);
+  return _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(xb.q6_off)), dx),
+                       _mm512_set1_ps(-1.0f / 32.0f));
 }
 
 // R Q3_K (Q3) or Q2_K rows against NT tokens: each row's super-block unpacked once for
@@ -480,18 +487,21 @@ KQ_ATTR void rows_q23_k_tokens(const uint8_t* const* rows, int64_t blocks, const
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
   alignas(64) __m512i xh[NT][4], xl[NT][4];
+  __m512 xsum[NT];
   for (int64_t b = 0; b < blocks; ++b) {
     if (pf) prefetch_nta(pf + b * R * static_cast<int64_t>(sizeof(Block)), R * sizeof(Block));
-    for (int t = 0; t < NT; ++t)
+    for (int t = 0; t < NT; ++t) {
       for (int v = 0; v < 4; ++v) {
         xh[t][v] = _mm512_load_si512(x[t][b].hi + 64 * v);
         xl[t][v] = X8 ? _mm512_setzero_si512() : _mm512_load_si512(x[t][b].lo + 64 * v);  // int8: no low plane
       }
+      xsum[t] = Q3 ? _mm512_setzero_ps() : q23_xsum(x[t][b]);
+    }
     for (int r = 0; r < R; ++r) {
       __m512i w[4];
       __m512 scd, mnd;
       q23_unpack<Q3>(reinterpret_cast<const Block*>(rows[r])[b], lane_idx, w, scd, mnd);
-      for (int t = 0; t < NT; ++t) acc[r][t] = q23_step<Q3, X8>(w, scd, mnd, xh[t], xl[t], x[t][b], acc[r][t]);
+      for (int t = 0; t < NT; ++t) acc[r][t] = q23_step<Q3, X8>(w, scd, mnd, xh[t], xl[t], xsum[t], x[t][b], acc[r][t]);
     }
   }
   for (int r = 0; r < R; ++r)
