@@ -3,13 +3,16 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <sys/stat.h>
+#include <thread>
+#include <vector>
 
 #include "base/error.h"
 #include "experts/expert_cache.h"
@@ -17,10 +20,6 @@
 namespace moeflow {
 
 namespace {
-
-double steady_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 struct FreeDeleter {
   void operator()(uint8_t* p) const { std::free(p); }
@@ -38,114 +37,22 @@ FileTransport::FileTransport(const ExpertStore& store, int n_threads, bool try_d
   if (try_direct) fd_direct_ = ::open(store.path().c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
 #endif
   direct_ = fd_direct_ >= 0;
-  if (n_threads < 1) n_threads = 1;
-  for (int i = 0; i < n_threads; ++i) threads_.emplace_back([this] { worker(); });
+  start_workers(n_threads);
 }
 
 FileTransport::~FileTransport() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  work_cv_.notify_all();
-  for (auto& t : threads_) t.join();
+  stop_workers();
   if (fd_direct_ >= 0) ::close(fd_direct_);
   if (fd_buffered_ >= 0) ::close(fd_buffered_);
 }
 
-void FileTransport::submit(const ExpertKey& key, uint8_t* dst, double priority) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push(key, dst, priority);
-  }
-  work_cv_.notify_one();
+uint64_t FileTransport::bytes_of(const ExpertKey& key) const {
+  uint64_t n = 0;
+  for (const ExpertPart& p : store_.parts(key)) n += p.span_end - p.span_begin;
+  return n;
 }
 
-void FileTransport::reprioritize(const ExpertKey& key, double priority) {
-  std::lock_guard<std::mutex> lock(mu_);
-  queue_.set_priority(key, priority);
-  for (auto& [k, p] : running_jobs_)
-    if (k == key) p = priority;  // a copy that became a demand is not given up
-}
-
-uint64_t FileTransport::preemptions() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return preemptions_;
-}
-
-bool FileTransport::should_yield(const ExpertKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (running_ < threads_.size()) return false;  // a free reader takes the demand
-  const size_t demands = queue_.count_at_least(kDemandPriority);
-  if (demands <= yielding_) return false;
-  for (const auto& [k, p] : running_jobs_)
-    if (k == key && p >= kDemandPriority) return false;
-  ++yielding_;
-  return true;
-}
-
-bool FileTransport::cancel(const ExpertKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return queue_.remove(key);
-}
-
-void FileTransport::collect(std::vector<ExpertKey>& done, bool block) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (block) done_cv_.wait(lock, [this] { return !done_.empty() || error_ || (queue_.empty() && running_ == 0); });
-  if (error_) std::rethrow_exception(error_);
-  done.insert(done.end(), done_.begin(), done_.end());
-  done_.clear();
-}
-
-double FileTransport::now() { return steady_seconds(); }
-
-uint64_t FileTransport::bytes_moved() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return bytes_moved_;
-}
-
-void FileTransport::worker() {
-  for (;;) {
-    TransferJob job;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-      if (stop_) return;
-      job = *queue_.pop();
-      ++running_;
-      running_jobs_.push_back({job.key, job.priority});
-    }
-    std::exception_ptr err;
-    bool finished = true;
-    try {
-      finished = read_expert(job);
-    } catch (...) {
-      err = std::current_exception();
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      --running_;
-      for (size_t i = 0; i < running_jobs_.size(); ++i)
-        if (running_jobs_[i].first == job.key) {
-          job.priority = running_jobs_[i].second;
-          running_jobs_.erase(running_jobs_.begin() + static_cast<int64_t>(i));
-          break;
-        }
-      if (!finished && !err) {
-        --yielding_;
-        ++preemptions_;
-        queue_.push_back(job);  // this reader takes the demand next
-        continue;
-      }
-      if (err && !error_) error_ = err;
-      done_.push_back(job.key);
-      for (const ExpertPart& p : store_.parts(job.key)) bytes_moved_ += p.span_end - p.span_begin;
-    }
-    done_cv_.notify_all();
-  }
-}
-
-bool FileTransport::read_expert(TransferJob& job) {
+bool FileTransport::copy(TransferJob& job) {
   // The expert's spans one after the other; job.done counts bytes across them.
   uint64_t start = 0;
   for (const ExpertPart& p : store_.parts(job.key)) {

@@ -9,6 +9,7 @@
 // calls these methods.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "experts/expert_key.h"
@@ -38,6 +39,18 @@ class Transport {
   // (DuoServe §5.3). A no-op where the predictor's time is real (the engine runs it
   // inline); the simulator charges it.
   virtual void hold_prefetches(double /*until*/) {}
+  // Seconds the link had a copy in flight so far (0 where not measured): against the
+  // run's time, how busy the copy engine was.
+  virtual double busy_seconds() const { return 0; }
+  // The link's copy bandwidth in bytes/second where the transport measured it (0:
+  // not measured; the file transports' storage is measured apart).
+  virtual double bandwidth() const { return 0; }
+  // Where the slow tier is, for humans ("O_DIRECT reads", "pinned host -> device").
+  virtual std::string medium() const { return ""; }
+  // An expert's bytes in host memory, laid out as its cache buffer, where the
+  // transport keeps every expert there (the CUDA backend's host tier); else null.
+  // --on-miss host-compute computes a missed expert from here on the CPU.
+  virtual const uint8_t* host_copy(const ExpertKey& /*key*/) const { return nullptr; }
 };
 
 }  // namespace moeflow
