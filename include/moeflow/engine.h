@@ -36,9 +36,14 @@ class Tokenizer;
 class ForwardListener;
 class ThreadPool;
 struct ExpertOffload;
+class Backend;
 
 struct EngineOptions {
   std::string model_path;          // GGUF file (required)
+  // Where the model computes: "cpu", or "cuda" / "cuda:N" (weights, KV cache and the
+  // expert cache in GPU memory; under an expert budget experts wait in pinned host
+  // memory and cross PCIe). "cuda" needs a build with the CUDA toolkit.
+  std::string backend = "cpu";
   int threads = 0;                 // worker threads (0: one per core)
   int64_t ctx_size = 0;            // most positions one sequence holds (0: the model's trained context, at most 4096)
   int n_parallel = 1;              // sequences the KV pool holds at ctx_size each (the pool's size)
@@ -56,7 +61,9 @@ struct EngineOptions {
   // "2GiB", or a byte count; empty: 100%).
   std::string expert_budget;
   std::string policy = "all";      // all, lru, lfu, on-demand, next-layer, moe-infinity, fmoe, duoserve, emoe
-  std::string on_miss = "load";    // load (lossless) or reroute (eMoE; lossy, labelled so)
+  // load (lossless), reroute (eMoE; lossy, labelled so) or host-compute (a GPU backend:
+  // a missing expert runs on the CPU from host memory; lossless)
+  std::string on_miss = "load";
   int io_threads = 4;              // expert readers
   std::string policy_state;        // learned policy state to start from
   std::string tasks_path;          // eMoE task profiles
@@ -138,6 +145,7 @@ class Engine {
   const Model& model() const;
   const Tokenizer& tokenizer() const;
   ThreadPool& thread_pool();
+  Backend& backend();
   ExpertOffload& offload();
   // Sees every step and layer routing (not owned; must outlive the engine's steps).
   void add_listener(ForwardListener* listener);

@@ -16,11 +16,14 @@
 
 #include "kernels/cpu/attention.h"
 #include "experts/expert_memory.h"
+#include "experts/transport.h"
 #include "kernels/cpu/matmul.h"
 #include "model/model_weights.h"
 #include "tensor/dtype.h"
 
 namespace moeflow {
+
+class ExpertStore;
 
 // Y = W X for each product (matmul.h: a product of one token, or with per_token, of
 // each token alone, takes the mat-vec arithmetic; others the mat-mul's, unless the
@@ -37,9 +40,40 @@ class Backend : public WeightPlacer, public ExpertMemory {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // The CPU threads this backend computes with (the CPU backend's pool; a GPU
+  // backend's host share); null when it runs on the calling thread alone.
+  virtual ThreadPool* thread_pool() const = 0;
 
-  // --- memory and layout: WeightPlacer's allocate, layout_for, place (weights and KV
-  // blocks) and ExpertMemory's buffers ---
+  // --- memory and layout: WeightPlacer's allocate, layout_for, place (weights) and
+  // ExpertMemory's buffers ---
+
+  // The KV cache's memory: only this backend's operations read or write it (a GPU
+  // backend's is device memory the host cannot touch). Null when it cannot be had.
+  virtual std::unique_ptr<DeviceBuffer> allocate_cache(size_t bytes) { return allocate(bytes); }
+  // What fills the expert cache under an expert budget (the cache's buffers are this
+  // backend's ExpertMemory); null: the model file read into them (FileTransport).
+  virtual std::unique_ptr<Transport> expert_transport(const ExpertStore& /*store*/, int /*io_threads*/) {
+    return nullptr;
+  }
+
+  // --- the bounds the benchmarks set speeds against, measured when asked ---
+  // Bytes/second its memory streams over a working set of about `bytes` (the CPU: a
+  // triad over its threads; a GPU: a device-to-device copy, reads and writes counted).
+  virtual double measure_memory_bandwidth_gbs(uint64_t bytes) = 0;
+  // Peak f32 multiply-add rate in GFLOP/s (2 per FMA); 0 where not measured.
+  virtual double measure_peak_gflops() { return 0; }
+  // Peak rate of its int8 multiply-accumulates in G/s; 0 where its kernels have none.
+  virtual double measure_peak_int8_gmacs() { return 0; }
+  // What its kernels run on ("AVX3_ZEN4", "sm_90 NVIDIA H200").
+  virtual std::string kernel_target() const = 0;
+  // Wall time inside each of its operations so far, where the backend keeps it (a GPU
+  // backend: staging, copies, kernels and waits together); empty where it does not.
+  struct OpTime {
+    std::string op;
+    double seconds = 0;
+    uint64_t calls = 0;
+  };
+  virtual std::vector<OpTime> op_times() const { return {}; }
 
   // --- operations on f32 activations ---
   virtual void products(const Product* jobs, size_t n) = 0;

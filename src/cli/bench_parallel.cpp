@@ -7,6 +7,7 @@
 #include <set>
 
 #include "backend/activation_precision.h"
+#include "backend/backend.h"
 #include "cli/model_flags.h"
 #include "engine/expert_offload.h"
 #include "engine/expert_source.h"
@@ -100,7 +101,10 @@ std::vector<std::string> bench_policies(const Args& a) {
 
 std::unique_ptr<Engine> open_bench_engine(const Args& a, const std::string& policy, int64_t ctx, int n_parallel) {
   EngineOptions o = engine_options_from_flags(a, policy);
-  if (policy == "all") o.expert_budget.clear();
+  if (policy == "all") {  // the resident reference: no budget, nothing to miss
+    o.expert_budget.clear();
+    o.on_miss = "load";
+  }
   o.ctx_size = ctx;
   o.n_parallel = n_parallel;
   return Engine::open(o);
@@ -126,7 +130,7 @@ int bench_parallel(const Args& a) {
   const int64_t n_max = *std::max_element(ns.begin(), ns.end());
   std::vector<ParallelRun> runs;
   double disk_bw = 0;
-  std::string model_path, layout;
+  std::string model_path, layout, target;
   int threads = 0;
   double peak = 0, mac_peak = 0;
   bool vnni_experts = false;  // the experts' products run on the VNNI kernels
@@ -135,6 +139,7 @@ int bench_parallel(const Args& a) {
     auto e = open_bench_engine(a, pol, n_prompt + n_gen + 1, static_cast<int>(n_max));
     const Model& m = e->model();
     model_path = m.file().path();
+    target = e->backend().kernel_target();
     const MatrixRef& gate0 = m.weights().layers[static_cast<size_t>(m.config().n_dense_lead)].gate_exps.first;  // the first MoE layer
     layout = std::string(dtype_name(gate0.dtype)) + " " + row_layout_name(gate0.layout);
     // Interleaved rows and k-quants take the VNNI kernels wherever the CPU has them
@@ -166,7 +171,7 @@ int bench_parallel(const Args& a) {
         std::vector<int32_t> next;
         for (size_t k = 0; k < batch.size(); ++k)
           if (batch[k].logits) next.push_back(argmax(e->logits(k), e->n_vocab()));
-        const double triad_before = pol == "all" ? cpu::measure_triad_bandwidth_gbs(&e->thread_pool(), 64ull << 20) : 0;
+        const double triad_before = pol == "all" ? e->backend().measure_memory_bandwidth_gbs(64ull << 20) : 0;
         const ExpertCacheStats before = e->cache_stats();
         counter.on = true;
         counter.bytes = counter.macs = counter.selected = counter.unique = 0;
@@ -181,7 +186,7 @@ int bench_parallel(const Args& a) {
         const double dt = now() - t0;
         e->thread_pool().set_timing(false);
         counter.on = false;
-        const double triad_after = pol == "all" ? cpu::measure_triad_bandwidth_gbs(&e->thread_pool(), 64ull << 20) : 0;
+        const double triad_after = pol == "all" ? e->backend().measure_memory_bandwidth_gbs(64ull << 20) : 0;
         if (dt < run.seconds) {
           run.seconds = dt;
           run.bytes = counter.bytes;
@@ -201,10 +206,10 @@ int bench_parallel(const Args& a) {
       runs.push_back(run);
     }
     if (pol == "all") {
-      peak = cpu::measure_peak_fma_gflops(&e->thread_pool());
+      peak = e->backend().measure_peak_gflops();
       // The VNNI kernels' arithmetic: one byte product per multiply-add with int8
       // activations, two with int16 ones.
-      if (vnni_experts) mac_peak = cpu::measure_peak_int8_gmacs(&e->thread_pool()) / (int8 ? 1.0 : 2.0);
+      if (vnni_experts) mac_peak = e->backend().measure_peak_int8_gmacs() / (int8 ? 1.0 : 2.0);
     }
     if (pol != "all" && disk_bw == 0) disk_bw = bench_disk_bandwidth(a, m);
   }
@@ -225,7 +230,7 @@ int bench_parallel(const Args& a) {
   auto gmacs = [&](const ParallelRun& r) { return static_cast<double>(r.macs) / r.seconds / 1e9; };
   if (a.has("--json")) {
     nlohmann::json j = {{"model", model_path}, {"threads", threads}, {"n_prompt", n_prompt}, {"n_gen", n_gen},
-                        {"expert_weight_layout", layout}, {"simd_target", cpu::simd_target_name()},
+                        {"expert_weight_layout", layout}, {"simd_target", target},
                         {"peak_gflops", peak}, {"activations", int8 ? "int8" : "int16"},
                         {"mac_peak_gmacs", mac_peak}, {"runs", nlohmann::json::array()}};
     for (const ParallelRun& r : runs) {
@@ -258,7 +263,7 @@ int bench_parallel(const Args& a) {
     return 0;
   }
   std::printf("model %s, %d threads, experts in memory as %s, %s kernels; %lld-token prompts, %lld decode steps\n",
-              model_path.c_str(), threads, layout.c_str(), cpu::simd_target_name(), static_cast<long long>(n_prompt),
+              model_path.c_str(), threads, layout.c_str(), target.c_str(), static_cast<long long>(n_prompt),
               static_cast<long long>(n_gen));
   if (disk_bw > 0)
     std::printf("storage reads %.2f GB/s: an offloaded row's bound is the smaller of its memory and storage bounds\n",

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -83,6 +84,7 @@ struct PolicyRun {
   std::string policy;
   double pp_seconds = 1e30, tg_seconds = 1e30;
   CacheCounters tg;  // during the best generation repetition
+  double tg_link_busy = 0;  // seconds the transport had a copy in flight then
   ThreadPool::Stats tg_sections;  // the pool's parallel sections in that repetition
   bool offloaded = false;
 };
@@ -124,7 +126,8 @@ int cmd_bench(int argc, char** argv) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
     t = static_cast<int32_t>((s >> 33) % static_cast<uint64_t>(c.n_vocab));
   }
-  auto measure_triad = [&] { return cpu::measure_triad_bandwidth_gbs(&pool, 64ull << 20); };
+  Backend& backend = resident->backend();
+  auto measure_triad = [&] { return backend.measure_memory_bandwidth_gbs(64ull << 20); };
   std::vector<double> triads;  // before each generation repetition of `all`, and after the last
   // A repetition of `all` is steady when the triads just before and just after it agree
   // within this ratio. This VM's bandwidth jumps between ~50 and ~100 GB/s from one
@@ -137,11 +140,13 @@ int cmd_bench(int argc, char** argv) {
   };
   std::vector<double> all_tg_seconds;           // each generation repetition of `all`
   std::vector<ThreadPool::Stats> all_sections;  // and where its time went
+  std::vector<std::vector<Backend::OpTime>> all_ops;  // in the backend's operations (where it keeps them)
   int64_t best_rep = -1, n_steady = 0;
   std::vector<PolicyRun> runs;
   std::vector<float> logits;
   uint64_t budget = 0;
   bool direct_io = false;
+  double link_bw = 0;  // a GPU backend's host-to-device link, as its transport measured it
   for (const std::string& pol : policies) {
     std::unique_ptr<Engine> owned = pol == "all" ? nullptr : open_engine(pol);
     Engine& e = pol == "all" ? *resident : *owned;
@@ -151,7 +156,8 @@ int cmd_bench(int argc, char** argv) {
     run.offloaded = offloaded;
     if (offloaded) {
       budget = e.offload().cache->budget_bytes();
-      direct_io = e.offload().transport->direct_io();
+      direct_io = e.offload().transport->medium() == "O_DIRECT";
+      link_bw = std::max(link_bw, e.offload().transport->bandwidth());
     }
     // The memory bound is measured next to each generation run of `all`, not once: a
     // shared VM's bandwidth moves by 2x within a minute, so a bound taken at another
@@ -165,6 +171,8 @@ int cmd_bench(int argc, char** argv) {
       sink.eval(prompt.data(), n_prompt, false, logits);
       run.pp_seconds = std::min(run.pp_seconds, now() - t0);
       const CacheCounters before = offloaded ? e.offload().cache->counters() : CacheCounters{};
+      const double busy_before = offloaded ? e.offload().transport->busy_seconds() : 0.0;
+      const std::vector<Backend::OpTime> ops_before = e.backend().op_times();
       e.thread_pool().set_timing(true);
       t0 = now();
       int32_t tok = prompt.back();
@@ -178,11 +186,18 @@ int cmd_bench(int argc, char** argv) {
         triads.push_back(measure_triad());
         all_tg_seconds.push_back(dt);
         all_sections.push_back(pool.stats());
+        std::vector<Backend::OpTime> ops = e.backend().op_times();
+        for (size_t k = 0; k < ops.size() && k < ops_before.size(); ++k) {
+          ops[k].seconds -= ops_before[k].seconds;
+          ops[k].calls -= ops_before[k].calls;
+        }
+        all_ops.push_back(std::move(ops));
         if (steady(static_cast<size_t>(r))) ++n_steady;
       } else if (dt < run.tg_seconds) {
         run.tg_seconds = dt;
         run.tg_sections = e.thread_pool().stats();
         run.tg = e.offload().cache->counters() - before;
+        run.tg_link_busy = e.offload().transport->busy_seconds() - busy_before;
       }
       e.remove_sequence(seq);
     }
@@ -203,7 +218,7 @@ int cmd_bench(int argc, char** argv) {
   // The bound for the reported repetition: the larger of the triads measured just
   // before and just after it (the larger bound is the conservative choice).
   const double bw_gbs = std::max(triads[static_cast<size_t>(best_rep)], triads[static_cast<size_t>(best_rep) + 1]);
-  const double peak_gflops = cpu::measure_peak_fma_gflops(&pool);
+  const double peak_gflops = backend.measure_peak_gflops();
   const double bytes_tok = static_cast<double>(weight_bytes_per_token(m));
   const double tg_bound = bw_gbs * 1e9 / bytes_tok;
   // Prefill FLOPs: every prompt token goes through the matrices (top-k experts each)
@@ -213,12 +228,14 @@ int cmd_bench(int argc, char** argv) {
   const double pp_flops = matrix_flops_per_token(m) * static_cast<double>(n_prompt) + attn;
   const double pp_gflops = pp_flops / best_pp / 1e9;
   // Prefill's bound: each matrix at the peak of the kernel it takes, attention at FMA's.
-  const double int8_gmacs = cpu::q4_vnni_enabled() ? cpu::measure_peak_int8_gmacs(&pool) : 0.0;
+  const double int8_gmacs = backend.measure_peak_int8_gmacs();
   const double pp_bound_seconds =
       matrix_seconds_per_token(m, parse_activation_precision(a.str("--activations")), peak_gflops, int8_gmacs) *
           static_cast<double>(n_prompt) +
       attn / (peak_gflops * 1e9);
-  const double pp_bound = static_cast<double>(n_prompt) / pp_bound_seconds;
+  // A backend that measures no FLOP peak (the GPU's) gives prefill no bound: NaN, null
+  // in the JSON.
+  const double pp_bound = peak_gflops > 0 ? static_cast<double>(n_prompt) / pp_bound_seconds : NAN;
   const double tg_gbs = bytes_tok * tg_tps / 1e9;
   // Where the fastest generation's time went: inside the pool's parallel sections or
   // between them (the calling thread alone: norms, quantising activations, routing),
@@ -235,7 +252,8 @@ int cmd_bench(int argc, char** argv) {
   // each generated token actually missed (perfect overlap with compute: the smaller
   // of this and the memory-bandwidth bound).
   double disk_bw = 0;
-  if (runs.size() > 1) disk_bw = bench_disk_bandwidth(a, m);
+  // Experts cross a GPU backend's link (pinned host memory to the device), not storage.
+  if (runs.size() > 1) disk_bw = link_bw > 0 ? link_bw : bench_disk_bandwidth(a, m);
   auto policy_json = [&](const PolicyRun& r) {
     const double tps = static_cast<double>(n_gen) / r.tg_seconds;
     nlohmann::json j = {{"policy", r.policy},
@@ -249,6 +267,7 @@ int cmd_bench(int argc, char** argv) {
       j["prefetch_hit_rate"] = r.tg.prefetch_hit_rate();
       j["bytes_read_per_token"] = bpt;
       j["stall_fraction"] = r.tg.stall_seconds / r.tg_seconds;
+      j["link_busy_fraction"] = r.tg_link_busy / r.tg_seconds;
       j["io_bound_tokens_per_second"] = bpt > 0 ? io_bound : -1.0;
       j["bound_tokens_per_second"] = std::min(io_bound, tg_bound);
       j["fraction_of_bound"] = tps / std::min(io_bound, tg_bound);
@@ -262,8 +281,9 @@ int cmd_bench(int argc, char** argv) {
   const std::string expert_layout = std::string(dtype_name(gate0.dtype)) + " " + row_layout_name(gate0.layout);
   if (a.has("--json")) {
     nlohmann::json j = {{"model", m.file().path()},
+                        {"backend", resident->backend().name()},
                         {"expert_weight_layout", expert_layout},
-                        {"simd_target", cpu::simd_target_name()},
+                        {"simd_target", backend.kernel_target()},
                         {"kv_type", resident->kv_type()},
                         {"threads", pool.size()},
                         {"n_prompt", n_prompt},
@@ -285,10 +305,17 @@ int cmd_bench(int argc, char** argv) {
                         {"peak_int8_gmacs", int8_gmacs},
                         {"pp_bound_tokens_per_second", pp_bound},
                         {"pp_fraction_of_bound", pp_tps / pp_bound}};
+    nlohmann::json ops = nlohmann::json::array();
+    for (const Backend::OpTime& o : all_ops[static_cast<size_t>(best_rep)])
+      ops.push_back({{"op", o.op},
+                     {"ms_per_token", 1000.0 * o.seconds / static_cast<double>(n_gen)},
+                     {"calls_per_token", static_cast<double>(o.calls) / static_cast<double>(n_gen)}});
+    j["tg_backend_ops"] = ops;
     if (runs.size() > 1) {
       j["expert_budget_bytes"] = budget;
       j["expert_bytes_total"] = m.weights().expert_bytes;
-      j["disk_read_gbs"] = disk_bw / 1e9;
+      j["disk_read_gbs"] = disk_bw / 1e9;  // or the GPU link's (link_gbs)
+      j["link_gbs"] = link_bw / 1e9;
       j["direct_io"] = direct_io;
       j["policies"] = nlohmann::json::array();
       for (const PolicyRun& r : runs) j["policies"].push_back(policy_json(r));
@@ -300,13 +327,14 @@ int cmd_bench(int argc, char** argv) {
               "%s KV cache\n",
               m.file().path().c_str(), c.arch_name.c_str(), static_cast<long long>(c.n_layer),
               static_cast<long long>(c.n_expert), static_cast<long long>(c.n_expert_used), pool.size(),
-              expert_layout.c_str(), cpu::simd_target_name(), resident->kv_type().c_str());
+              expert_layout.c_str(), backend.kernel_target().c_str(), resident->kv_type().c_str());
   std::printf("| test     | tokens/s | achieved          | bound                          | of bound |\n");
   std::printf("|----------|----------|-------------------|--------------------------------|----------|\n");
   std::printf("| pp%-6lld | %8.1f | %7.1f GFLOP/s   | %7.1f tok/s (peaks below)      | %6.1f%% |\n", static_cast<long long>(n_prompt),
               pp_tps, pp_gflops, pp_bound, 100.0 * pp_tps / pp_bound);
   std::printf("| tg%-6lld | %8.1f | %7.2f GB/s      | %7.1f tok/s (%.2f GB/s triad) | %6.1f%% |\n", static_cast<long long>(n_gen),
               tg_tps, tg_gbs, tg_bound, bw_gbs, 100.0 * tg_tps / tg_bound);
+  // (A GPU backend's "triad" is its device-to-device copy; its prefill has no bound.)
   std::printf("weights read per generated token: %.2f MiB\n", bytes_tok / (1 << 20));
   std::printf("prefill's bound: products on the integer kernels (interleaved rows; k-quant, iq4, mxfp4 rows on int8) at the "
               "AVX-512 VNNI peak of their activations (int8 %.0f G multiply-adds/s, int16 half), other matrices "

@@ -20,6 +20,8 @@ namespace moeflow::cli {
 
 void add_model_flags(Args& a) {
   a.flag("-m,--model", "GGUF model file (default: the built-in model)");
+  a.flag("--backend", "where the model computes: cpu, or cuda / cuda:N (weights, KV cache and expert cache in GPU "
+                      "memory; needs a build with the CUDA toolkit)", true, "cpu");
   a.flag("-t,--threads", "worker threads", true, std::to_string(std::max(1u, std::thread::hardware_concurrency())));
   a.flag("-c,--ctx-size", "context size in tokens (0: the model's, at most 4096)", true, "0");
   a.flag("--mmap", "compute from the file mapping instead of copying the weights into memory first "
@@ -51,6 +53,7 @@ EngineOptions engine_options_from_flags(const Args& a, const std::string& policy
   if (o.model_path.empty())
     throw UsageError("no model given and no built-in default found: pass -m model.gguf (or set MOEFLOW_DEFAULT_MODEL)");
   o.threads = static_cast<int>(a.integer("--threads", 1, 256));
+  o.backend = a.str("--backend");
   o.ctx_size = a.integer("--ctx-size", 0, 1 << 20);
   o.kv_type = a.str("--kv-type");
   if (o.kv_type != "auto" && o.kv_type != "f32" && o.kv_type != "f16")

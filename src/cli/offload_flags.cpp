@@ -11,7 +11,8 @@ void add_offload_flags(Args& a) {
   std::string names = "all";
   for (const std::string& n : policy_names()) names += ", " + n;
   a.flag("--policy", "expert cache policy: " + names, true, "all");
-  a.flag("--on-miss", "load (lossless) or reroute (eMoE; lossy: tokens may differ)", true, "load");
+  a.flag("--on-miss", "load (lossless), reroute (eMoE; lossy: tokens may differ) or host-compute (--backend cuda: a "
+                      "missing expert computes on the CPU from host memory; lossless)", true, "load");
   a.flag("--io-threads", "threads reading experts from the model file", true, "4");
   a.flag("--policy-state", "learned policy state to start from (see train-predictor)");
   a.flag("--policy-state-out", "save the policy's learned state here after the run (e.g. MoE-Infinity's EAM collection)");
@@ -40,12 +41,12 @@ nlohmann::json offload_counters_json(const ExpertOffload& o) {
   const ExpertCache* cache = o.cache.get();
   const ExpertStore* store = o.store.get();
   const OffloadedExperts* source = o.source.get();
-  const FileTransport* transport = o.transport.get();
+  const Transport* transport = o.transport.get();
   const std::string& policy_name = o.policy_name;
   const bool lossy = o.lossy;
   const CacheCounters& c = cache->counters();
   return {{"policy", policy_name},
-          {"on_miss", lossy ? "reroute" : "load"},
+          {"on_miss", lossy ? "reroute" : source->host_computed() ? "host-compute" : "load"},
           {"lossy", lossy},
           {"budget_bytes", cache->budget_bytes()},
           {"expert_bytes_total", store->geometry().total_bytes()},
@@ -65,7 +66,10 @@ nlohmann::json offload_counters_json(const ExpertOffload& o) {
           {"peak_bytes", c.peak_bytes},
           {"stall_seconds", c.stall_seconds},
           {"rerouted_slots", source->rerouted_slots()},
-          {"direct_io", transport->direct_io()}};
+          {"host_computed_experts", source->host_computed()},
+          {"direct_io", transport->medium() == "O_DIRECT"},
+          {"transport", transport->medium()},
+          {"link_busy_seconds", transport->busy_seconds()}};
 }
 
 }  // namespace moeflow::cli

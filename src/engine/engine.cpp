@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/backend_factory.h"
 #include "base/error.h"
 #include "engine/expert_offload.h"
 #include "engine/forward_pass.h"
@@ -24,7 +24,7 @@ struct Engine::Impl {
 
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<CpuBackend> backend;
+  std::unique_ptr<Backend> backend;
   std::unique_ptr<KvBlockPool> kv;
   std::unique_ptr<ForwardPass> fwd;
   ExpertOffload offload;
@@ -61,7 +61,14 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
   if (o.ctx_size < 0) throw InputError("context size " + std::to_string(o.ctx_size) + ": must be >= 0");
   const bool offloaded = o.policy != "all";
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  im->backend = std::make_unique<CpuBackend>(threads, o.repack, parse_activation_precision(o.activations));
+  BackendOptions bo;
+  bo.name = o.backend;
+  bo.threads = threads;
+  bo.repack = o.repack;
+  bo.activations = parse_activation_precision(o.activations);
+  if (o.mmap && bo.name != "cpu")
+    throw InputError("--mmap computes from the file mapping, in host memory: it cannot run with --backend " + bo.name);
+  im->backend = make_backend(bo);
   LoadedWeights lw = load_model_and_tokenizer(o.model_path, o.mmap, offloaded, im->backend.get());
   im->model = std::move(lw.model);
   im->tokenizer = std::move(lw.tokenizer);
@@ -81,6 +88,10 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
   oo.emoe_top_l = o.emoe_top_l;
   oo.placer = im->backend.get();
   oo.memory = im->backend.get();
+  Backend* backend = im->backend.get();
+  oo.make_transport = [backend](const ExpertStore& store, int io_threads) {
+    return backend->expert_transport(store, io_threads);
+  };
   const Tokenizer* tok = im->tokenizer.get();
   oo.detokenize = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids); };
   im->offload = make_expert_offload(*im->model, oo);
@@ -225,7 +236,8 @@ void Engine::save_policy_state(const std::string& path) const { impl_->offload.s
 
 const Model& Engine::model() const { return *impl_->model; }
 const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
-ThreadPool& Engine::thread_pool() { return *impl_->backend->pool(); }
+ThreadPool& Engine::thread_pool() { return *impl_->backend->thread_pool(); }
+Backend& Engine::backend() { return *impl_->backend; }
 ExpertOffload& Engine::offload() { return impl_->offload; }
 void Engine::add_listener(ForwardListener* l) { impl_->fwd->add_listener(l); }
 

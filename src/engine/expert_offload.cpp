@@ -20,7 +20,7 @@ ExpertOffload make_expert_offload(const Model& model, const OffloadOptions& opt)
   o.policy_name = opt.policy;
   if (opt.policy == "all") {
     if (!opt.budget.empty()) throw InputError("an expert budget needs a policy other than 'all' (e.g. lru)");
-    if (on_miss != OnMiss::Load) throw InputError("--on-miss reroute needs an expert budget and a policy");
+    if (on_miss != OnMiss::Load) throw InputError("--on-miss " + opt.on_miss + " needs an expert budget and a policy");
     return o;
   }
   // Experts read into the cache take the resident model's layout (rows interleaved in
@@ -39,10 +39,14 @@ ExpertOffload make_expert_offload(const Model& model, const OffloadOptions& opt)
   po.detokenize = opt.detokenize;
   po.async_matching = true;  // in the engine, matching must never block the forward pass (fMoE §4.3)
   o.policy = make_policy(o.policy_name, g, po);
-  o.transport = std::make_unique<FileTransport>(*o.store, opt.io_threads);
+  if (opt.make_transport) o.transport = opt.make_transport(*o.store, opt.io_threads);
+  if (!o.transport) o.transport = std::make_unique<FileTransport>(*o.store, opt.io_threads);
+  if (on_miss == OnMiss::HostCompute && !o.transport->host_copy({0, 0}))
+    throw InputError("--on-miss host-compute computes a missing expert on the CPU from host memory: it needs a GPU "
+                     "backend (--backend cuda); on the CPU backend every expert already computes there (use load)");
   o.cache = std::make_unique<ExpertCache>(g, budget, *o.transport, *o.policy,
                                           opt.memory ? *opt.memory : host_expert_memory());
-  o.source = std::make_unique<OffloadedExperts>(model.config(), *o.store, *o.cache, on_miss);
+  o.source = std::make_unique<OffloadedExperts>(model.config(), *o.store, *o.cache, on_miss, o.transport.get());
   return o;
 }
 
@@ -58,14 +62,17 @@ void ExpertOffload::save_state(const std::string& path) const {
 std::string ExpertOffload::summary() const {
   if (!active()) return {};
   const CacheCounters& c = cache->counters();
-  char s[512];
+  // Under host-compute most misses are experts computed on the CPU, not loads.
+  const uint64_t host = source->host_computed();
+  char s[640];
   std::snprintf(s, sizeof s,
-                "experts: policy %s, budget %.1f MiB of %.1f MiB%s | hit rate %.1f%% (%llu hits, %llu misses), "
+                "experts: policy %s, budget %.1f MiB of %.1f MiB (%s) | hit rate %.1f%% (%llu hits, %llu misses%s%s), "
                 "prefetch hits %llu of %llu, %.1f MiB read, %.3f s stalled%s",
                 policy_name.c_str(), static_cast<double>(cache->budget_bytes()) / 1048576.0,
                 static_cast<double>(store->geometry().total_bytes()) / 1048576.0,
-                transport->direct_io() ? " (O_DIRECT)" : " (buffered reads)", 100.0 * c.hit_rate(),
-                static_cast<unsigned long long>(c.hits), static_cast<unsigned long long>(c.misses),
+                transport->medium().c_str(), 100.0 * c.hit_rate(), static_cast<unsigned long long>(c.hits),
+                static_cast<unsigned long long>(c.misses), host ? ", computed on the host: " : "",
+                host ? std::to_string(host).c_str() : "",
                 static_cast<unsigned long long>(c.prefetch_hits), static_cast<unsigned long long>(c.prefetches_issued),
                 static_cast<double>(c.bytes_read) / 1048576.0, c.stall_seconds,
                 lossy ? " | LOSSY: --on-miss reroute changes which experts run" : "");

@@ -22,7 +22,7 @@ struct OffloadOptions {
   // included), so "100%" holds every expert. Empty: every expert (with a policy).
   std::string budget;
   std::string policy = "all";      // "all": no offloading; else policy_names()
-  std::string on_miss = "load";    // load (lossless) or reroute (eMoE; lossy)
+  std::string on_miss = "load";    // load (lossless), reroute (eMoE; lossy) or host-compute (lossless; a GPU backend)
   int io_threads = 4;              // expert readers
   std::string policy_state;        // learned state to start from (may be empty)
   std::string tasks_path;          // eMoE task profiles (empty: profiles/tasks.json if present)
@@ -34,13 +34,16 @@ struct OffloadOptions {
   // The backend's memory for the cache's expert buffers (null: host memory); must
   // outlive the offload.
   ExpertMemory* memory = nullptr;
+  // The backend's transport into the cache's buffers (Backend::expert_transport);
+  // unset or null: FileTransport, the file read into host buffers.
+  std::function<std::unique_ptr<Transport>(const ExpertStore&, int io_threads)> make_transport;
   // eMoE's keyword task detection reads a request's prompt as text.
   std::function<std::string(const std::vector<int32_t>&)> detokenize;
 };
 
 struct ExpertOffload {
   std::unique_ptr<ExpertStore> store;
-  std::unique_ptr<FileTransport> transport;
+  std::unique_ptr<Transport> transport;
   std::unique_ptr<ExpertPolicy> policy;
   std::unique_ptr<ExpertCache> cache;
   std::unique_ptr<OffloadedExperts> source;

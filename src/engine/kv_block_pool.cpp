@@ -20,8 +20,8 @@ KvBlockPool::KvBlockPool(Backend& backend, int64_t n_layer, int64_t n_head_kv, i
     throw InputError("a KV cache of " + std::to_string(n_blocks) + " blocks of " + std::to_string(block_len) +
                      " positions is more than the pool can index: lower --ctx-size or --parallel");
   const uint64_t blocks = static_cast<uint64_t>(n_blocks_) * elem_;
-  k_ = backend.allocate(static_cast<uint64_t>(block_stride()) * blocks);
-  v_ = backend.allocate(static_cast<uint64_t>(v_block_stride()) * blocks);
+  k_ = backend.allocate_cache(static_cast<uint64_t>(block_stride()) * blocks);
+  v_ = backend.allocate_cache(static_cast<uint64_t>(v_block_stride()) * blocks);
   if (!k_ || !v_)
     throw InputError("cannot map " + std::to_string(bytes() >> 20) + " MiB for the KV cache (" +
                      std::to_string(n_blocks) + " blocks of " + std::to_string(block_len) +

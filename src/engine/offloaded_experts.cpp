@@ -11,7 +11,8 @@ namespace moeflow {
 OnMiss parse_on_miss(const std::string& s) {
   if (s == "load") return OnMiss::Load;
   if (s == "reroute") return OnMiss::Reroute;
-  throw InputError("--on-miss '" + s + "': expected load (lossless) or reroute (lossy)");
+  if (s == "host-compute") return OnMiss::HostCompute;
+  throw InputError("--on-miss '" + s + "': expected load (lossless), reroute (lossy) or host-compute (lossless; a GPU backend)");
 }
 
 std::vector<float> prompt_embedding(const Model& model, const std::vector<int32_t>& tokens) {
@@ -31,8 +32,9 @@ std::vector<float> prompt_embedding(const Model& model, const std::vector<int32_
 }
 
 OffloadedExperts::OffloadedExperts(const ModelConfig& config, const ExpertStore& store, ExpertCache& cache,
-                                   OnMiss on_miss)
-    : config_(config), store_(store), cache_(cache), policy_(cache.policy()), protocol_(cache), on_miss_(on_miss) {}
+                                   OnMiss on_miss, const Transport* transport)
+    : config_(config), store_(store), cache_(cache), policy_(cache.policy()), protocol_(cache), on_miss_(on_miss),
+      transport_(transport) {}
 
 void OffloadedExperts::begin_request(const RequestInfo& info) {
   if (running_.count(info.id)) end_request(info.id);
@@ -82,6 +84,26 @@ void OffloadedExperts::prepare_layer(LayerRouting& r) {
 }
 
 void OffloadedExperts::run_experts(int32_t layer, const std::vector<int32_t>& needed, const ExpertCompute& compute) {
+  if (on_miss_ == OnMiss::HostCompute) {
+    // Resident experts through the protocol (hits, the policy's prefetches); then each
+    // missing one is counted as a miss, starts loading in the background (ahead of every
+    // prefetch, behind demands: the cache keeps up with what tokens use, and no later
+    // demand waits behind it) and computes on the CPU from the host copy meanwhile.
+    constexpr double kLoadBehindHostCompute = 1e200;
+    resident_.clear();
+    missing_.clear();
+    for (int32_t e : needed) (cache_.resident({layer, e}) ? resident_ : missing_).push_back(e);
+    protocol_.run(layer, resident_, [&](int32_t e, const uint8_t* buf) { compute(e, store_.matrices({layer, e}, buf)); });
+    for (int32_t e : missing_) {
+      cache_.note_served_elsewhere({layer, e});
+      cache_.prefetch({layer, e}, kLoadBehindHostCompute);
+    }
+    for (int32_t e : missing_) {
+      compute(e, store_.matrices({layer, e}, transport_->host_copy({layer, e})));
+      ++host_computed_;
+    }
+    return;
+  }
   protocol_.run(layer, needed, [&](int32_t e, const uint8_t* buf) { compute(e, store_.matrices({layer, e}, buf)); });
 }
 

@@ -6,6 +6,9 @@
 //            expert instead (lossy; the weights are recomputed from the router's
 //            probabilities); only when fewer than top-k experts of the layer are
 //            resident does a token still load its own.
+//   host-compute  Fiddler: a missing expert computes on the CPU from the host copy the
+//            transport keeps (Transport::host_copy; a GPU backend's host tier), its
+//            load never waited for; lossless.
 // Within a layer, experts are fetched and computed in the order of
 // experts/layer_protocol.h: resident ones compute while missing ones load, or, when
 // the policy streams prefill (DuoServe), through the two-slot pipeline.
@@ -25,8 +28,8 @@
 
 namespace moeflow {
 
-enum class OnMiss { Load, Reroute };
-// "load" or "reroute"; throws InputError otherwise.
+enum class OnMiss { Load, Reroute, HostCompute };
+// "load", "reroute" or "host-compute"; throws InputError otherwise.
 OnMiss parse_on_miss(const std::string& s);
 
 // Mean of the model's input embeddings of `tokens` (fMoE's semantic prompt key).
@@ -34,7 +37,9 @@ std::vector<float> prompt_embedding(const Model& model, const std::vector<int32_
 
 class OffloadedExperts final : public ExpertSource {
  public:
-  OffloadedExperts(const ModelConfig& config, const ExpertStore& store, ExpertCache& cache, OnMiss on_miss);
+  // `transport`: where host-compute finds a missing expert's bytes (the cache's own).
+  OffloadedExperts(const ModelConfig& config, const ExpertStore& store, ExpertCache& cache, OnMiss on_miss,
+                   const Transport* transport = nullptr);
 
   // Requests join and leave; several may run at once (the policy keeps each one's
   // state by its id).
@@ -51,6 +56,8 @@ class OffloadedExperts final : public ExpertSource {
   void end_step() override;
 
   uint64_t rerouted_slots() const { return rerouted_; }
+  // Experts computed from host memory on a miss (host-compute).
+  uint64_t host_computed() const { return host_computed_; }
   uint64_t iterations() const { return iter_; }
   const PipelineCounters& pipeline() const { return protocol_.pipeline(); }
 
@@ -63,6 +70,9 @@ class OffloadedExperts final : public ExpertSource {
   ExpertPolicy& policy_;
   LayerProtocol protocol_;
   OnMiss on_miss_;
+  const Transport* transport_;
+  uint64_t host_computed_ = 0;
+  std::vector<int32_t> resident_, missing_;
   std::set<int64_t> running_;
   int64_t iter_ = 0;
   uint64_t rerouted_ = 0;

@@ -271,6 +271,11 @@ void ExpertCache::count_access(Entry& e, bool hit) {
   e.last_use = ++tick_;
 }
 
+void ExpertCache::note_served_elsewhere(const ExpertKey& key) {
+  if (in_flight_ > 0) poll();
+  count_access(at(key), false);
+}
+
 const uint8_t* ExpertCache::try_acquire(const ExpertKey& key) {
   if (in_flight_ > 0) poll();
   Entry& e = at(key);

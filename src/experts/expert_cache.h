@@ -90,6 +90,9 @@ class ExpertCache {
   // prefill pipeline owns the link, and stale decode guesses left in the queue would
   // otherwise start whenever its one loading slot is between copies.
   void cancel_prefetches(const std::vector<ExpertKey>& keep);
+  // An access served from another tier without loading (--on-miss host-compute): a
+  // miss, and a use for the policy's recency and frequency.
+  void note_served_elsewhere(const ExpertKey& key);
   // Waits until `key`'s copy, if one is in flight, has landed (pins and counts nothing).
   void wait_for(const ExpertKey& key);
 

@@ -16,6 +16,7 @@
 //                 weights), f16 d.
 //                 x = (d * sc) * (q - 32),  q in 0..63.
 #pragma once
+#include "base/host_device.h"
 #include <cstdint>
 
 namespace moeflow {
@@ -34,7 +35,7 @@ static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(Bloc
 // Sub-blocks 0-3 keep theirs in the low 6 bits of scales[j] / scales[j+4]; sub-blocks
 // 4-7 keep their low 4 bits in the nibbles of scales[j+4] and their top 2 bits in the
 // top bits of scales[j-4] / scales[j].
-inline void kq_scale_min_k4(const uint8_t* s, int j, int& sc, int& m) {
+MOEFLOW_HD void kq_scale_min_k4(const uint8_t* s, int j, int& sc, int& m) {
   if (j < 4) {
     sc = s[j] & 63;
     m = s[j + 4] & 63;
@@ -46,7 +47,7 @@ inline void kq_scale_min_k4(const uint8_t* s, int j, int& sc, int& m) {
 // Q3_K: the 6-bit scale (0..63, to be used minus 32) of sub-block j (0..15): low 4 bits
 // in a nibble of scales[j % 8] (low for j < 8), top 2 bits in scales[8 + j % 4] at bit
 // 2 * (j / 4).
-inline int kq_scale_q3(const uint8_t* s, int j) {
+MOEFLOW_HD int kq_scale_q3(const uint8_t* s, int j) {
   const int lo = j < 8 ? s[j] & 0x0f : s[j - 8] >> 4;
   return lo | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4);
 }

@@ -44,16 +44,22 @@ struct RunResult {
   uint64_t rerouted = 0;
 };
 
+// n tokens, greedy, past any end of text.
+GenerateOptions greedy(int n) {
+  GenerateOptions opt;
+  opt.n_predict = n;
+  opt.stop_at_eog = false;
+  opt.sampler.temperature = 0;
+  return opt;
+}
+
 // budget_fraction < 0: the minimum budget. policy empty: all resident.
 RunResult generate_with(const Model& model, const std::string& policy, double budget_fraction, OnMiss on_miss,
                         int64_t prefill_chunk = 512, bool repack = false) {
   ThreadPool pool(2);
   Transformer tf(model, &pool, 64);
-  GenerateOptions opt;
-  opt.n_predict = 16;
-  opt.stop_at_eog = false;
+  GenerateOptions opt = greedy(16);
   opt.prefill_chunk = prefill_chunk;
-  opt.sampler.temperature = 0;
   RunResult out;
   if (policy.empty()) {
     out.tokens = generate(tf, kPrompt, opt, nullptr, nullptr).generated;
@@ -242,10 +248,7 @@ TEST(Offload, CopiesReuseEvictedBuffers) {
   auto model = Model::load(fixture_path("mixtral-f32.gguf"));
   ThreadPool pool(2);
   Transformer tf(*model, &pool, 64);
-  GenerateOptions opt;
-  opt.n_predict = 12;
-  opt.stop_at_eog = false;
-  opt.sampler.temperature = 0;
+  const GenerateOptions opt = greedy(12);
   const std::vector<int32_t> ref = generate(tf, kPrompt, opt, nullptr, nullptr).generated;
   ExpertStore store(*model);
   const ExpertGeometry& g = store.geometry();
@@ -359,6 +362,87 @@ TEST(Offload, ReaderPreemptsAPrefetchForADemand) {
       EXPECT_EQ(0, std::memcmp(got.gate.data, want.gate.data, want.gate.bytes()));
       EXPECT_EQ(0, std::memcmp(got.up.data, want.up.data, want.up.bytes()));
       EXPECT_EQ(0, std::memcmp(got.down.data, want.down.data, want.down.bytes()));
+    }
+  }
+}
+
+// What a GPU backend's transport keeps (backend/cuda/host_to_device_transport.h): every
+// expert in host memory laid out as its cache buffer, read from the file once. Copies
+// into the cache are memcpy's from there, done at once and reported at the next
+// collect (a link faster than any compute: the tiny fixtures compute a whole
+// generation within one file read).
+class HostTierTransport final : public Transport {
+ public:
+  explicit HostTierTransport(const ExpertStore& store) : store_(store) {
+    const ExpertGeometry& g = store.geometry();
+    FILE* f = std::fopen(store.path().c_str(), "rb");
+    EXPECT_NE(f, nullptr);
+    for (int32_t l = 0; l < g.n_layer; ++l)
+      for (int32_t e = 0; e < g.n_expert; ++e) {
+        std::vector<uint8_t>& buf = host_.emplace_back(g.bytes_of({l, e}));
+        for (const ExpertPart& p : store.parts({l, e})) {
+          std::fseek(f, static_cast<long>(p.span_begin), SEEK_SET);
+          // The last span may run past the file's end (padding): a short read is fine.
+          const size_t got = std::fread(buf.data() + p.buffer_offset, 1, p.span_end - p.span_begin, f);
+          EXPECT_GE(got, p.data_offset() - p.buffer_offset + p.bytes);
+        }
+      }
+    std::fclose(f);
+  }
+  bool needs_buffers() const override { return true; }
+  void submit(const ExpertKey& key, uint8_t* dst, double) override {
+    std::memcpy(dst, host_copy(key), store_.buffer_bytes(key));
+    done_.push_back(key);
+    moved_ += store_.buffer_bytes(key);
+  }
+  void reprioritize(const ExpertKey&, double) override {}
+  bool cancel(const ExpertKey&) override { return false; }  // every copy has started
+  void collect(std::vector<ExpertKey>& done, bool) override {
+    done.insert(done.end(), done_.begin(), done_.end());
+    done_.clear();
+  }
+  double now() override { return 0; }
+  uint64_t bytes_moved() const override { return moved_; }
+  const uint8_t* host_copy(const ExpertKey& key) const override {
+    return host_[static_cast<size_t>(store_.geometry().index(key))].data();
+  }
+
+ private:
+  const ExpertStore& store_;
+  std::vector<std::vector<uint8_t>> host_;
+  std::vector<ExpertKey> done_;
+  uint64_t moved_ = 0;
+};
+
+// --on-miss host-compute: a missing expert computes from the host copy while it loads
+// behind, so the tokens are all-resident's, misses are counted as such, and the cache
+// fills with what tokens use (later accesses hit).
+TEST(Offload, HostComputeGivesTheTokensOfAllResident) {
+  for (const char* fixture : {"mixtral-f32.gguf", "qwen2moe-q4_0.gguf"}) {
+    auto model = Model::load(fixture_path(fixture));
+    const std::vector<int32_t> ref = generate_with(*model, "", 1.0, OnMiss::Load).tokens;
+    for (const std::string policy : {"lru", "moe-infinity"}) {
+      ThreadPool pool(2);
+      Transformer tf(*model, &pool, 64);
+      const GenerateOptions opt = greedy(16);
+      ExpertStore store(*model);
+      const ExpertGeometry& g = store.geometry();
+      auto pol = make_policy(policy, g);
+      HostTierTransport transport(store);
+      ExpertCache cache(g, std::max(g.total_bytes() / 4, g.min_budget()), transport, *pol);
+      OffloadedExperts src(model->config(), store, cache, OnMiss::HostCompute, &transport);
+      tf.set_expert_source(&src);
+      src.begin_request(RequestInfo{0, kPrompt, prompt_embedding(*model, kPrompt), ""});
+      EXPECT_EQ(generate(tf, kPrompt, opt, nullptr, nullptr).generated, ref) << fixture << ", " << policy;
+      src.end_request();
+      const CacheCounters& c = cache.counters();
+      std::printf("%s %s host-compute at 25%%: %llu experts on the CPU, %llu hits, %llu misses\n", fixture,
+                  policy.c_str(), static_cast<unsigned long long>(src.host_computed()),
+                  static_cast<unsigned long long>(c.hits), static_cast<unsigned long long>(c.misses));
+      EXPECT_GT(src.host_computed(), 0u) << fixture << ", " << policy;
+      EXPECT_GE(c.misses, src.host_computed()) << "every host-computed expert is a miss";
+      EXPECT_GT(c.hits, 0u) << fixture << ", " << policy << ": the loads behind host-compute never landed";
+      EXPECT_LE(c.peak_bytes, cache.budget_bytes());
     }
   }
 }

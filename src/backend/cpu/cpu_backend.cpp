@@ -9,6 +9,7 @@
 #include "kernels/cpu/kquant_matvec.h"
 #include "kernels/cpu/nl4_vnni.h"
 #include "kernels/cpu/q4_vnni.h"
+#include "kernels/cpu/roofline.h"
 #include "kernels/cpu/rows_x4_vnni.h"
 #include "tensor/rows_x4.h"
 #include "tensor/device_buffer.h"
@@ -163,6 +164,13 @@ void CpuBackend::place(RowLayout layout, DType t, const void* src, int64_t rows,
     std::memcpy(dst, src, row_bytes(t, cols) * static_cast<size_t>(rows));
   }
 }
+
+double CpuBackend::measure_memory_bandwidth_gbs(uint64_t bytes) { return cpu::measure_triad_bandwidth_gbs(pool_, bytes); }
+double CpuBackend::measure_peak_gflops() { return cpu::measure_peak_fma_gflops(pool_); }
+double CpuBackend::measure_peak_int8_gmacs() {
+  return cpu::q4_vnni_enabled() ? cpu::measure_peak_int8_gmacs(pool_) : 0.0;
+}
+std::string CpuBackend::kernel_target() const { return cpu::simd_target_name(); }
 
 void CpuBackend::products(const Product* jobs, size_t n) {
   thread_local std::vector<Product> marked;

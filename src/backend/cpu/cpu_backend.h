@@ -41,6 +41,11 @@ class CpuBackend final : public Backend {
   RowLayout layout_for(DType t, int64_t rows, int64_t cols) const override;
   void place(RowLayout layout, DType t, const void* src, int64_t rows, int64_t cols, void* dst) const override;
 
+  double measure_memory_bandwidth_gbs(uint64_t bytes) override;
+  double measure_peak_gflops() override;
+  double measure_peak_int8_gmacs() override;  // AVX-512 VNNI's, 0 without
+  std::string kernel_target() const override;
+
   void products(const Product* jobs, size_t n) override;
   void attention(const AttentionShape& s, const float* q, int64_t n_tok, const AttentionQuery* tok,
                  const void* k_cache, const void* v_cache, float* out) override;
@@ -55,6 +60,7 @@ class CpuBackend final : public Backend {
 
   // Null when single-threaded.
   ThreadPool* pool() const { return pool_; }
+  ThreadPool* thread_pool() const override { return pool_; }
 
  private:
   std::unique_ptr<ThreadPool> owned_;
