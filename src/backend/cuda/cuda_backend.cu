@@ -333,10 +333,12 @@ std::unique_ptr<DeviceBuffer> CudaBackend::allocate_cache(size_t bytes) {
 }
 
 // Evicted buffers are kept for the next expert of the same size (experts of a model
-// share a few sizes): cudaFree would wait for the whole device. The cache never holds
-// more than its budget, so buffers held plus kept never exceed the most it held.
+// share a few sizes): cudaFree would wait for the whole device. A request no kept
+// buffer fits frees every kept one first, so what is allocated never exceeds what the
+// cache holds plus the new buffer, within its budget.
 uint8_t* CudaBackend::allocate_expert_buffer(uint64_t bytes) {
   im_->bind();
+  std::vector<std::pair<uint8_t*, uint64_t>> unfit;
   {
     std::lock_guard<std::mutex> lock(im_->mu);
     auto it = im_->free_experts.find(bytes);
@@ -345,6 +347,15 @@ uint8_t* CudaBackend::allocate_expert_buffer(uint64_t bytes) {
       it->second.pop_back();
       return p;
     }
+    for (auto& [size, list] : im_->free_experts)
+      for (uint8_t* q : list) unfit.push_back({q, size});
+    im_->free_experts.clear();
+  }
+  for (auto [q, size] : unfit) {
+    im_->remove_range(q);
+    cudaFree(q);
+    std::lock_guard<std::mutex> lock(im_->mu);
+    im_->mem.experts -= size;
   }
   uint8_t* p = nullptr;
   if (cudaMalloc(reinterpret_cast<void**>(&p), bytes) != cudaSuccess) {
