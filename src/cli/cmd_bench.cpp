@@ -156,7 +156,7 @@ int cmd_bench(int argc, char** argv) {
     run.offloaded = offloaded;
     if (offloaded) {
       budget = e.offload().cache->budget_bytes();
-      direct_io = e.offload().transport->medium() == "O_DIRECT";
+      direct_io = reads_direct(*e.offload().transport);
       link_bw = std::max(link_bw, e.offload().transport->bandwidth());
     }
     // The memory bound is measured next to each generation run of `all`, not once: a

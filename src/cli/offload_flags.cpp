@@ -46,7 +46,7 @@ nlohmann::json offload_counters_json(const ExpertOffload& o) {
   const bool lossy = o.lossy;
   const CacheCounters& c = cache->counters();
   return {{"policy", policy_name},
-          {"on_miss", lossy ? "reroute" : source->host_computed() ? "host-compute" : "load"},
+          {"on_miss", on_miss_name(source->on_miss())},
           {"lossy", lossy},
           {"budget_bytes", cache->budget_bytes()},
           {"expert_bytes_total", store->geometry().total_bytes()},
@@ -67,7 +67,7 @@ nlohmann::json offload_counters_json(const ExpertOffload& o) {
           {"stall_seconds", c.stall_seconds},
           {"rerouted_slots", source->rerouted_slots()},
           {"host_computed_experts", source->host_computed()},
-          {"direct_io", transport->medium() == "O_DIRECT"},
+          {"direct_io", reads_direct(*transport)},
           {"transport", transport->medium()},
           {"link_busy_seconds", transport->busy_seconds()}};
 }

@@ -15,6 +15,14 @@ OnMiss parse_on_miss(const std::string& s) {
   throw InputError("--on-miss '" + s + "': expected load (lossless), reroute (lossy) or host-compute (lossless; a GPU backend)");
 }
 
+const char* on_miss_name(OnMiss m) {
+  switch (m) {
+    case OnMiss::Reroute: return "reroute";
+    case OnMiss::HostCompute: return "host-compute";
+    default: return "load";
+  }
+}
+
 std::vector<float> prompt_embedding(const Model& model, const std::vector<int32_t>& tokens) {
   const MatrixRef& emb = model.weights().tok_embd;
   const int64_t D = emb.cols;

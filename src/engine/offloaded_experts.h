@@ -31,6 +31,8 @@ namespace moeflow {
 enum class OnMiss { Load, Reroute, HostCompute };
 // "load", "reroute" or "host-compute"; throws InputError otherwise.
 OnMiss parse_on_miss(const std::string& s);
+// The flag's word for m: "load", "reroute" or "host-compute".
+const char* on_miss_name(OnMiss m);
 
 // Mean of the model's input embeddings of `tokens` (fMoE's semantic prompt key).
 std::vector<float> prompt_embedding(const Model& model, const std::vector<int32_t>& tokens);
@@ -55,6 +57,7 @@ class OffloadedExperts final : public ExpertSource {
   void run_experts(int32_t layer, const std::vector<int32_t>& needed, const ExpertCompute& compute) override;
   void end_step() override;
 
+  OnMiss on_miss() const { return on_miss_; }
   uint64_t rerouted_slots() const { return rerouted_; }
   // Experts computed from host memory on a miss (host-compute).
   uint64_t host_computed() const { return host_computed_; }

@@ -73,30 +73,38 @@ bool FileTransport::copy(TransferJob& job) {
 }
 
 void FileTransport::read_span(uint8_t* dst, uint64_t offset, uint64_t len) {
+  // Some file systems accept O_DIRECT at open but refuse the read: go buffered.
+  bool refused = false;
+  if (direct_) read_file_range(fd_direct_, store_.path(), dst, offset, len, &refused);
+  if (direct_ && !refused) return;
+  read_file_range(fd_buffered_, store_.path(), dst, offset, len);
+  ::posix_fadvise(fd_buffered_, static_cast<off_t>(offset), static_cast<off_t>(len), POSIX_FADV_DONTNEED);
+}
+
+void read_file_range(int fd, const std::string& path, uint8_t* dst, uint64_t offset, uint64_t len, bool* einval) {
   uint64_t done = 0;
-  bool direct = direct_;
   while (done < len) {
-    const int fd = direct ? fd_direct_ : fd_buffered_;
     const ssize_t r = ::pread(fd, dst + done, len - done, static_cast<off_t>(offset + done));
     if (r < 0) {
       if (errno == EINTR) continue;
-      // Some file systems accept O_DIRECT at open but refuse the read: go buffered.
-      if (direct && errno == EINVAL) {
-        direct = false;
-        continue;
+      if (einval && errno == EINVAL) {
+        *einval = true;
+        return;
       }
-      throw InputError(store_.path() + ": read of " + std::to_string(len) + " bytes at offset " +
-                       std::to_string(offset) + " failed: " + std::strerror(errno));
+      throw InputError(path + ": read of " + std::to_string(len) + " bytes at offset " + std::to_string(offset) +
+                       " failed: " + std::strerror(errno));
     }
     if (r == 0) {
-      // The aligned span may run past the end of the file; the expert's bytes do not
-      // (the reader validated every tensor range), so the tail is padding.
       std::memset(dst + done, 0, len - done);
-      break;
+      return;
     }
     done += static_cast<uint64_t>(r);
   }
-  if (!direct) ::posix_fadvise(fd_buffered_, static_cast<off_t>(offset), static_cast<off_t>(len), POSIX_FADV_DONTNEED);
+}
+
+bool reads_direct(const Transport& t) {
+  const auto* f = dynamic_cast<const FileTransport*>(&t);
+  return f && f->direct_io();
 }
 
 double measure_file_read_bandwidth(const std::string& path, int n_threads, uint64_t chunk_bytes, uint64_t max_bytes) {

@@ -44,6 +44,18 @@ class FileTransport final : public WorkerTransport {
   std::function<void(const ExpertKey&, uint64_t)> chunk_hook_;
 };
 
+// Reads [offset, offset + len) of the file open as fd (named `path` in errors) into
+// dst, retrying short and interrupted reads. Bytes past the file's end read as zeros:
+// an expert's aligned span may run past it, the expert's own bytes never do (the reader
+// validated every tensor range). With `einval` non-null, a read the file system
+// refuses with EINVAL (O_DIRECT accepted at open, refused at read) sets it and returns;
+// every other failure throws InputError.
+void read_file_range(int fd, const std::string& path, uint8_t* dst, uint64_t offset, uint64_t len,
+                     bool* einval = nullptr);
+
+// Whether t reads experts from the file with O_DIRECT (a FileTransport that could).
+bool reads_direct(const Transport& t);
+
 // Measures the read bandwidth of `path`'s storage the way FileTransport reads
 // (O_DIRECT where allowed, `n_threads` readers, chunks of `chunk_bytes`), over at most
 // `max_bytes` spread across the file. Returns bytes/second.

@@ -224,13 +224,8 @@ TEST(CudaEngine, OffloadingIsLosslessAtEveryBudget) {
     for (const auto& [policy, budget] : runs) {
       auto e = Engine::open(cuda_options(fixture, policy, budget));
       ASSERT_TRUE(e->offloaded());
-      const std::vector<Transcript> got = run_together(*e, scripts, 3);
-      for (size_t i = 0; i < scripts.size(); ++i) {
-        ASSERT_EQ(got[i].logits.size(), ref[i].logits.size());
-        for (size_t k = 0; k < ref[i].logits.size(); ++k)
-          ASSERT_TRUE(got[i].logits[k] == ref[i].logits[k])
-              << fixture << ", " << policy << " at " << budget << ": sequence " << i << ", logits " << k;
-      }
+      ASSERT_NO_FATAL_FAILURE(expect_same_logits(run_together(*e, scripts, 3), ref,
+                                                 std::string(fixture) + ", " + policy + " at " + budget));
       const ExpertCacheStats st = e->cache_stats();
       if (budget == "25%") {
         EXPECT_GT(st.misses, 0u) << policy;

@@ -158,6 +158,18 @@ inline double max_relative_difference(const Transcript& a, const Transcript& b) 
   return d.empty() ? 0.0 : *std::max_element(d.begin(), d.end());
 }
 
+// Every sequence's logits in `got` equal `ref`'s, bit for bit (callers wrap it in
+// ASSERT_NO_FATAL_FAILURE).
+inline void expect_same_logits(const std::vector<Transcript>& got, const std::vector<Transcript>& ref,
+                               const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ASSERT_EQ(got[i].logits.size(), ref[i].logits.size()) << what << ": sequence " << i;
+    for (size_t k = 0; k < ref[i].logits.size(); ++k)
+      ASSERT_TRUE(got[i].logits[k] == ref[i].logits[k]) << what << ": sequence " << i << ", logits " << k;
+  }
+}
+
 inline void expect_same(const std::vector<Transcript>& together, Engine& e, const std::vector<Script>& scripts,
                  const std::string& what) {
   for (size_t i = 0; i < scripts.size(); ++i) {

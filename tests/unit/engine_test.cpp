@@ -59,13 +59,7 @@ TEST(EngineBatch, OffloadedUnderEveryPolicyIsLossless) {
     for (const std::string& policy : policy_names()) {
       auto e = Engine::open(options_for(fixture, policy, "25%"));
       ASSERT_TRUE(e->offloaded());
-      const std::vector<Transcript> together = run_together(*e, scripts, 3);
-      for (size_t i = 0; i < scripts.size(); ++i) {
-        ASSERT_EQ(together[i].logits.size(), ref[i].logits.size());
-        for (size_t k = 0; k < ref[i].logits.size(); ++k)
-          ASSERT_TRUE(together[i].logits[k] == ref[i].logits[k])
-              << fixture << ", " << policy << ": sequence " << i << ", logits " << k;
-      }
+      ASSERT_NO_FATAL_FAILURE(expect_same_logits(run_together(*e, scripts, 3), ref, std::string(fixture) + ", " + policy));
       const ExpertCacheStats st = e->cache_stats();
       EXPECT_GT(st.misses, 0u) << policy << ": a 25% budget must miss";
       std::printf("%s %-12s 9 sequences at 25%%: hit rate %.1f%%, %llu evictions\n", fixture, policy.c_str(),
@@ -103,13 +97,8 @@ TEST(EngineBatch, AdaptiveIsLosslessAtEveryBudget) {
         ASSERT_TRUE(e->offloaded());
         LookaheadSeen seen;
         e->add_listener(&seen);
-        const std::vector<Transcript> together = run_together(*e, scripts, 5);
-        for (size_t i = 0; i < scripts.size(); ++i) {
-          ASSERT_EQ(together[i].logits.size(), ref[i].logits.size());
-          for (size_t k = 0; k < ref[i].logits.size(); ++k)
-            ASSERT_TRUE(together[i].logits[k] == ref[i].logits[k])
-                << model << ", " << policy << " at " << budget << ": sequence " << i << ", logits " << k;
-        }
+        ASSERT_NO_FATAL_FAILURE(
+            expect_same_logits(run_together(*e, scripts, 5), ref, model + ", " + policy + " at " + budget));
         const int64_t layers = model == four ? 4 : 2;
         EXPECT_EQ(seen.deepest, std::string(policy) == "adaptive-nolookahead" ? 0 : std::min<int64_t>(2, layers - 1))
             << model << ", " << policy;
@@ -167,7 +156,9 @@ TEST(EngineBatch, Int8ActivationsKeepEachSequenceItsOwnLogits) {
     std::printf("  %-20s int8 against int16 activations: max relative difference of the logits %.3e (%d of %zu "
                 "positions beyond 5e-2)\n", fixture, worst, static_cast<int>(beyond), diffs.size());
     EXPECT_LE(beyond, 1) << fixture;
-    if (cpu::q4_vnni_enabled()) EXPECT_GT(worst, 0.0) << fixture << ": the option changed nothing";
+    if (cpu::q4_vnni_enabled()) {
+      EXPECT_GT(worst, 0.0) << fixture << ": the option changed nothing";
+    }
     // auto (the default) is int8 for q4_0 / k-quant / MXFP4 weights and int16 for q8_0
     // ones, matrix by matrix: qwen3moe-q8_0's integer products all have q8_0 weights
     // (int16's floats), the q4_0 fixtures' q4_0 ones (int8's); gpt-oss-mxfp4 has q8_0

@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <functional>
 #include <memory>
@@ -375,19 +377,15 @@ class HostTierTransport final : public Transport {
  public:
   explicit HostTierTransport(const ExpertStore& store) : store_(store) {
     const ExpertGeometry& g = store.geometry();
-    FILE* f = std::fopen(store.path().c_str(), "rb");
-    EXPECT_NE(f, nullptr);
+    const int fd = ::open(store.path().c_str(), O_RDONLY);
+    EXPECT_GE(fd, 0);
     for (int32_t l = 0; l < g.n_layer; ++l)
       for (int32_t e = 0; e < g.n_expert; ++e) {
         std::vector<uint8_t>& buf = host_.emplace_back(g.bytes_of({l, e}));
-        for (const ExpertPart& p : store.parts({l, e})) {
-          std::fseek(f, static_cast<long>(p.span_begin), SEEK_SET);
-          // The last span may run past the file's end (padding): a short read is fine.
-          const size_t got = std::fread(buf.data() + p.buffer_offset, 1, p.span_end - p.span_begin, f);
-          EXPECT_GE(got, p.data_offset() - p.buffer_offset + p.bytes);
-        }
+        for (const ExpertPart& p : store.parts({l, e}))
+          read_file_range(fd, store.path(), buf.data() + p.buffer_offset, p.span_begin, p.span_end - p.span_begin);
       }
-    std::fclose(f);
+    ::close(fd);
   }
   bool needs_buffers() const override { return true; }
   void submit(const ExpertKey& key, uint8_t* dst, double) override {

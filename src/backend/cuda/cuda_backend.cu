@@ -236,6 +236,13 @@ class DeviceOnlyBuffer final : public DeviceBuffer {
   size_t size_;
 };
 
+// Throws InputError naming the type when the kernels cannot read `what` of type t.
+void require_kernel(DType t, const char* what) {
+  if (!cuda::cuda_supports(t))
+    throw InputError(std::string("CUDA backend: no kernel for ") + dtype_name(t) + " " + what +
+                     " yet (f32, f16, bf16, q8_0, q4_0, Q2_K..Q6_K): run this model with --backend cpu");
+}
+
 uint8_t* device_alloc(size_t bytes, const char* what) {
   uint8_t* p = nullptr;
   if (cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(bytes, 1)) != cudaSuccess) {
@@ -403,9 +410,7 @@ void CudaBackend::products(const Product* jobs, size_t n) {
   for (size_t j = 0; j < n; ++j) {
     const Product& p = jobs[j];
     if (p.layout != RowLayout::gguf) throw std::invalid_argument("CUDA backend: a product in a CPU row layout");
-    if (!cuda::cuda_supports(p.dtype))
-      throw InputError(std::string("CUDA backend: no kernel for ") + dtype_name(p.dtype) +
-                       " weights yet (f32, f16, bf16, q8_0, q4_0, Q2_K..Q6_K): run this model with --backend cpu");
+    require_kernel(p.dtype, "weights");
     const size_t bytes = static_cast<size_t>(p.n_tok * p.cols) * 4;
     auto it = std::find_if(inputs.begin(), inputs.end(), [&](const Input& e) { return e.x == p.X; });
     if (it == inputs.end()) {
@@ -547,10 +552,7 @@ void CudaBackend::expert_ffns(const ExpertMatrices* mats, const std::vector<int6
   const size_t rows = first.back();
   if (rows > 0) {
     for (size_t i : dev)
-      for (const MatrixRef* m : {&mats[i].gate, &mats[i].up, &mats[i].down})
-        if (!cuda::cuda_supports(m->dtype))
-          throw InputError(std::string("CUDA backend: no kernel for ") + dtype_name(m->dtype) +
-                           " experts yet: run this model with --backend cpu");
+      for (const MatrixRef* m : {&mats[i].gate, &mats[i].up, &mats[i].down}) require_kernel(m->dtype, "experts");
     const size_t x_bytes = rows * static_cast<size_t>(D) * 4;
     uint8_t* h_in = im.stage_in(x_bytes);
     for (size_t i = 0; i < dev.size(); ++i)

@@ -15,25 +15,9 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "base/error.h"
+#include "experts/file_transport.h"
 
 namespace moeflow {
-namespace {
-
-// Reads [offset, offset + len) of fd into dst; throws InputError naming the file.
-void read_fully(int fd, const std::string& path, uint8_t* dst, uint64_t offset, uint64_t len) {
-  uint64_t done = 0;
-  while (done < len) {
-    const ssize_t r = ::pread(fd, dst + done, len - done, static_cast<off_t>(offset + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0)
-      throw InputError(path + ": cannot read experts at offset " + std::to_string(offset + done) + ": " +
-                       (r < 0 ? std::strerror(errno) : "the file ends early"));
-    done += static_cast<uint64_t>(r);
-  }
-}
-
-}  // namespace
-
 HostToDeviceTransport::HostToDeviceTransport(const ExpertStore& store, int io_threads, uint64_t chunk_bytes)
     : store_(store), chunk_bytes_(std::max<uint64_t>(chunk_bytes, 1 << 20)) {
   const ExpertGeometry& g = store.geometry();
@@ -63,7 +47,8 @@ HostToDeviceTransport::HostToDeviceTransport(const ExpertStore& store, int io_th
         const ExpertKey key{static_cast<int32_t>(i / static_cast<size_t>(g.n_expert)),
                             static_cast<int32_t>(i % static_cast<size_t>(g.n_expert))};
         for (const ExpertPart& p : store.parts(key))
-          read_fully(fd, store.path(), host_ + offsets_[i] + p.buffer_offset, p.span_begin, p.span_end - p.span_begin);
+          read_file_range(fd, store.path(), host_ + offsets_[i] + p.buffer_offset, p.span_begin,
+                          p.span_end - p.span_begin);
       }
     } catch (...) {
       std::lock_guard<std::mutex> lock(err_mu);
