@@ -229,6 +229,26 @@ TEST(Attention, KvStoreRoundsAsTheScalarConversion) {
   kv_store(DType::F16, &nan, &h, 1);
   EXPECT_TRUE(std::isnan(fp16_to_fp32(h)));
   EXPECT_THROW(kv_store(DType::BF16, x.data(), got.data(), 1), std::invalid_argument);
+
+  // Keys go in column by column (transposed planes): the same bits at a stride, rows
+  // dst_stride apart, and nothing between them touched.
+  const int64_t rows = 3, n = 37, elem_stride = 5, dst_stride = n * elem_stride + 2;
+  std::vector<uint16_t> planes(static_cast<size_t>(rows * dst_stride), 0xabcd);
+  kv_store_columns(DType::F16, x.data(), rows, n, planes.data(), dst_stride, elem_stride);
+  std::vector<float> planes32(planes.size(), -7.0f);
+  kv_store_columns(DType::F32, x.data(), rows, n, planes32.data(), dst_stride, elem_stride);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < dst_stride; ++i) {
+      const size_t at = static_cast<size_t>(r * dst_stride + i);
+      if (i % elem_stride == 0 && i / elem_stride < n) {
+        const float v = x[static_cast<size_t>(r * n + i / elem_stride)];
+        EXPECT_EQ(planes[at], fp32_to_fp16(v)) << "row " << r << " element " << i / elem_stride;
+        EXPECT_EQ(planes32[at], v);
+      } else {
+        EXPECT_EQ(planes[at], 0xabcd) << "row " << r << " offset " << i;
+        EXPECT_EQ(planes32[at], -7.0f);
+      }
+    }
 }
 
 }  // namespace

@@ -60,14 +60,14 @@ using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
 // In a decode step the rows of the cache were pushed out of the caches by the weights
-// read since the last token: the row kAhead positions on is prefetched. Measured on
-// the 330M benchmark model (8 layers, 12 heads in 4 groups, 160 positions), when the
-// cache kept all heads of a position together (a head's 64-128 floats every
-// n_head_kv times that, too short a run for the hardware prefetcher): per-head kernels
-// without prefetch spent 147 us of a 1.4 ms token in attention. The engine's cache is
-// now head-major (engine/kv_cache.h), one contiguous stream per job; 32 rows ahead
-// instead of 8 made no measurable difference there.
-constexpr int64_t kAhead = 8;
+// read since the last token, and a sequence's blocks lie anywhere in the pool (4 KiB
+// of f16 per kv head and block: a page, where the hardware prefetcher stops). So the
+// value row kAhead positions on is prefetched, and the key plane of the block
+// kKeyBlocksAhead on (the first ones as a job starts). One block ahead was less than
+// a memory latency of arithmetic: 8 tokens at 1024 positions, f16, cold, 2 threads,
+// 20 -> 26 GB/s with 32 rows and 2 blocks ahead instead of 8 rows and 1 block.
+constexpr int64_t kAhead = 32;
+constexpr int64_t kKeyBlocksAhead = 2;
 template <class T>
 HWY_INLINE void PrefetchRow(const T* p, int64_t n) {
   constexpr int64_t kLine = 64 / sizeof(T);
@@ -93,8 +93,10 @@ HWY_INLINE void ForEachRow(const Paged<T>& kv, int64_t first, int64_t n_keys, in
     const int64_t n = std::min(kv.len, n_keys - b0);
     const T* next = b0 + kv.len < n_keys ? kv.block(b + 1) : nullptr;
     for (int64_t i = std::max<int64_t>(0, first - b0); i < n; ++i) {
+      // Within this block or the next (kAhead may exceed a short block: then nothing).
       const int64_t a = i + kAhead;
-      const T* ahead = a < n ? blk + a * hd : (next && b0 + a < n_keys ? next + (a - kv.len) * hd : nullptr);
+      const T* ahead = a < n ? blk + a * hd
+                             : (next && b0 + a < n_keys && a - kv.len < kv.len ? next + (a - kv.len) * hd : nullptr);
       row(b0 + i - first, blk + i * hd, ahead);
     }
   }
@@ -132,8 +134,8 @@ HWY_INLINE void ScoreRun(const float* HWY_RESTRICT q, const T* HWY_RESTRICT col,
 // multiplied with every head's element d (a broadcast), and the sums come out one
 // position per lane, with no horizontal sums. Two vectors of positions at a time
 // where a block has them (2 x HG independent chains); a run shorter than a vector
-// (a block's or the context's end) through a zero-padded copy. The next block's plane
-// is prefetched a line per element.
+// (a block's or the context's end) through a zero-padded copy. The plane of the block
+// kKeyBlocksAhead on is prefetched a line per element.
 template <int HG, class T>
 HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const Paged<T>& k, int64_t first, int64_t n_keys,
                             int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {
@@ -142,7 +144,10 @@ HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const Paged<T>& k, int6
   const VF vscale = hn::Set(df, scale);
   for (int64_t b = first / k.len, b0 = b * k.len; b0 < n_keys; b0 += k.len, ++b) {
     const T* blk = k.block(b);
-    const T* next = b0 + k.len < n_keys ? k.block(b + 1) : nullptr;
+    const T* next = b0 + kKeyBlocksAhead * k.len < n_keys ? k.block(b + kKeyBlocksAhead) : nullptr;
+    if (b == first / k.len)  // the blocks before the first one `next` reaches
+      for (int64_t e = 1; e < kKeyBlocksAhead && b0 + e * k.len < n_keys; ++e)
+        for (int64_t d = 0; d < hd; ++d) __builtin_prefetch(k.block(b + e) + d * k.len, 0, 3);
     const int64_t end = std::min(k.len, n_keys - b0);
     int64_t i = std::max<int64_t>(0, first - b0);
     for (; i + 2 * N <= end; i += 2 * N) {
@@ -365,9 +370,15 @@ void kv_store_columns(DType kv_type, const float* src, int64_t rows, int64_t n, 
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t i = 0; i < n; ++i) d[r * dst_stride + i * elem_stride] = src[r * n + i];
   } else if (kv_type == DType::F16) {
+    // Each row rounded by the vector conversion first (ToF16, the value rows' own),
+    // then scattered: one scalar fp32_to_fp16 per element took ~1 us for a 256-float
+    // key, 3% of a decode step of 8 sequences.
+    thread_local std::vector<uint16_t> half;
+    half.resize(static_cast<size_t>(rows * n));
+    HWY_DYNAMIC_DISPATCH(ToF16)(src, rows, n, half.data(), n);
     auto* d = static_cast<uint16_t*>(dst);
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t i = 0; i < n; ++i) d[r * dst_stride + i * elem_stride] = fp32_to_fp16(src[r * n + i]);
+      for (int64_t i = 0; i < n; ++i) d[r * dst_stride + i * elem_stride] = half[static_cast<size_t>(r * n + i)];
   } else {
     throw std::invalid_argument(std::string("moeflow: a ") + dtype_name(kv_type) + " KV cache (f32 or f16 only)");
   }
