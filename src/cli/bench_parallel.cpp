@@ -8,6 +8,7 @@
 
 #include "backend/activation_precision.h"
 #include "backend/backend.h"
+#include "cli/kv_read_bytes.h"
 #include "cli/model_flags.h"
 #include "engine/expert_offload.h"
 #include "engine/expert_source.h"
@@ -24,12 +25,13 @@ namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-// The weight bytes the counted steps read: every dense matrix once per step, one
-// embedding row per token, and each expert the step's tokens selected in a layer
-// once (the step groups tokens by expert), counted from the routing.
+// The bytes the counted steps read: every dense matrix once per step, one embedding
+// row per token, and each expert the step's tokens selected in a layer once (the step
+// groups tokens by expert), counted from the routing; and each token's keys and values
+// at the positions it attends to (kv_read_bytes.h).
 class StepBytes final : public ForwardListener {
  public:
-  explicit StepBytes(const Model& m) : m_(m) {
+  StepBytes(const Model& m, std::string kv_type) : m_(m), kv_type_(std::move(kv_type)) {
     const ModelWeights& w = m.weights();
     add_dense(w.output);
     for (const LayerWeights& L : w.layers) {
@@ -52,6 +54,7 @@ class StepBytes final : public ForwardListener {
     if (!on) return;
     bytes += dense_ + static_cast<uint64_t>(s.size()) * m_.weights().tok_embd.row_bytes();
     macs += dense_macs_ * static_cast<uint64_t>(s.size());
+    for (int64_t p : s.pos) kv_bytes += kv_bytes_read(m_.config(), kv_type_, p);
   }
   void routed(const LayerRouting& r) override {
     if (!on) return;
@@ -63,6 +66,7 @@ class StepBytes final : public ForwardListener {
   }
   bool on = false;
   uint64_t bytes = 0, macs = 0, selected = 0, unique = 0;  // macs: the matrices' multiply-adds
+  uint64_t kv_bytes = 0;                                     // the KV cache's, beside the weights' `bytes`
 
  private:
   static uint64_t macs_of(const MatrixRef& d) { return static_cast<uint64_t>(d.rows) * static_cast<uint64_t>(d.cols); }
@@ -71,6 +75,7 @@ class StepBytes final : public ForwardListener {
     dense_macs_ += macs_of(d);
   }
   const Model& m_;
+  std::string kv_type_;
   uint64_t dense_ = 0, dense_macs_ = 0;
   std::vector<uint64_t> expert_, expert_macs_;
 };
@@ -80,6 +85,7 @@ struct ParallelRun {
   int64_t n = 0;
   double seconds = 1e30;       // the fastest repetition's decode steps
   uint64_t bytes = 0;          // weight bytes those steps read
+  uint64_t kv_bytes = 0;       // and KV cache bytes
   uint64_t macs = 0;           // their matrices' multiply-adds
   double triad = 0;            // the larger triad around it (all resident)
   double unique_share = 0;     // distinct experts per layer over selections
@@ -147,7 +153,7 @@ int bench_parallel(const Args& a) {
     vnni_experts = gate0.layout == RowLayout::rows_x4 || dtype_is_kquant(gate0.dtype);
     int8 = int8_activations_for(parse_activation_precision(a.str("--activations")), gate0.dtype);
     threads = e->thread_pool().size();
-    StepBytes counter(m);
+    StepBytes counter(m, e->kv_type());
     e->add_listener(&counter);
     for (int64_t n : ns) {
       ParallelRun run;
@@ -174,7 +180,7 @@ int bench_parallel(const Args& a) {
         const double triad_before = pol == "all" ? e->backend().measure_memory_bandwidth_gbs(64ull << 20) : 0;
         const ExpertCacheStats before = e->cache_stats();
         counter.on = true;
-        counter.bytes = counter.macs = counter.selected = counter.unique = 0;
+        counter.bytes = counter.kv_bytes = counter.macs = counter.selected = counter.unique = 0;
         e->thread_pool().set_timing(true);
         const double t0 = now();
         for (int64_t g = 0; g < n_gen; ++g) {
@@ -190,6 +196,7 @@ int bench_parallel(const Args& a) {
         if (dt < run.seconds) {
           run.seconds = dt;
           run.bytes = counter.bytes;
+          run.kv_bytes = counter.kv_bytes;
           run.macs = counter.macs;
           run.triad = std::max(triad_before, triad_after);
           run.sections = e->thread_pool().stats();
@@ -222,7 +229,7 @@ int bench_parallel(const Args& a) {
   // is also bound by its storage reads (the smaller of the two, perfect overlap).
   auto bound = [&](const ParallelRun& r) {
     const ParallelRun& a0 = resident(r.n);
-    const double mem = static_cast<double>(a0.n * n_gen) / (static_cast<double>(a0.bytes) / (a0.triad * 1e9));
+    const double mem = static_cast<double>(a0.n * n_gen) / (static_cast<double>(a0.bytes + a0.kv_bytes) / (a0.triad * 1e9));
     if (r.policy == "all" || r.bytes_read == 0 || disk_bw <= 0) return mem;
     return std::min(mem, static_cast<double>(r.n * n_gen) / (static_cast<double>(r.bytes_read) / disk_bw));
   };
@@ -240,6 +247,7 @@ int bench_parallel(const Args& a) {
                           {"tg_bound_tokens_per_second", bound(r)},
                           {"tg_fraction_of_bound", tps(r) / bound(r)},
                           {"weight_bytes_per_step", static_cast<double>(r.bytes) / static_cast<double>(n_gen)},
+                          {"kv_bytes_per_step", static_cast<double>(r.kv_bytes) / static_cast<double>(n_gen)},
                           {"distinct_expert_share", r.unique_share},
                           {"triad_bandwidth_gbs", resident(r.n).triad},
                           {"gmacs_per_second", gmacs(r)},
@@ -272,6 +280,12 @@ int bench_parallel(const Args& a) {
     std::printf("%s activations: the VNNI kernels' arithmetic peak is %.0f G multiply-adds/s (AVX-512 VNNI "
                 "on every thread%s)\n",
                 int8 ? "int8" : "int16", mac_peak, int8 ? "" : ", two byte products each");
+  std::printf("MiB read/step: the weights and the KV cache the step's tokens attend to (of it the cache's, all resident:");
+  for (const ParallelRun& r : runs)
+    if (r.policy == "all")
+      std::printf(" %.1f at N=%lld", static_cast<double>(r.kv_bytes) / static_cast<double>(n_gen) / 1048576.0,
+                  static_cast<long long>(r.n));
+  std::printf(")\n");
   std::printf("| policy       | parallel | tg tok/s | per seq | vs N=1 | MiB read/step | distinct/selected | bound tok/s "
               "(triad GB/s) | of bound | GMAC/s (of peak) | hit rate |\n");
   std::printf("|--------------|---------:|---------:|--------:|-------:|--------------:|------------------:|----------"
@@ -286,7 +300,7 @@ int bench_parallel(const Args& a) {
     }
     std::printf("| %-12s | %8lld | %8.1f | %7.1f | %5.2fx | %13.1f | %16.0f%% | %9.1f (%5.1f) | %7.1f%% | %16s | %8s |\n",
                 r.policy.c_str(), static_cast<long long>(r.n), tps(r), tps(r) / static_cast<double>(r.n),
-                tps1 > 0 ? tps(r) / tps1 : 0.0, static_cast<double>(r.bytes) / static_cast<double>(n_gen) / 1048576.0,
+                tps1 > 0 ? tps(r) / tps1 : 0.0, static_cast<double>(r.bytes + r.kv_bytes) / static_cast<double>(n_gen) / 1048576.0,
                 100.0 * r.unique_share, bound(r), resident(r.n).triad, 100.0 * tps(r) / bound(r), mac, hit);
   }
   // Where the decode steps' time went, as `bench` prints it for one sequence.

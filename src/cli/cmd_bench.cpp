@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "cli/bench_parallel.h"
 #include "cli/commands.h"
+#include "cli/kv_read_bytes.h"
 #include "cli/model_flags.h"
 #include "cli/offload_flags.h"
 #include "experts/file_transport.h"
@@ -220,7 +221,11 @@ int cmd_bench(int argc, char** argv) {
   const double bw_gbs = std::max(triads[static_cast<size_t>(best_rep)], triads[static_cast<size_t>(best_rep) + 1]);
   const double peak_gflops = backend.measure_peak_gflops();
   const double bytes_tok = static_cast<double>(weight_bytes_per_token(m));
-  const double tg_bound = bw_gbs * 1e9 / bytes_tok;
+  // And the KV cache a decode token reads, on average over the generated positions.
+  double kv_tok = 0;
+  for (int64_t g = 0; g < n_gen; ++g) kv_tok += static_cast<double>(kv_bytes_read(c, resident->kv_type(), n_prompt + g));
+  kv_tok /= static_cast<double>(std::max<int64_t>(1, n_gen));
+  const double tg_bound = bw_gbs * 1e9 / (bytes_tok + kv_tok);
   // Prefill FLOPs: every prompt token goes through the matrices (top-k experts each)
   // plus causal attention (QK^T and AV: 4 * head_dim * n_head per key).
   const double attn = 4.0 * static_cast<double>(c.n_head * c.head_dim * c.n_layer) *
@@ -236,7 +241,7 @@ int cmd_bench(int argc, char** argv) {
   // A backend that measures no FLOP peak (the GPU's) gives prefill no bound: NaN, null
   // in the JSON.
   const double pp_bound = peak_gflops > 0 ? static_cast<double>(n_prompt) / pp_bound_seconds : NAN;
-  const double tg_gbs = bytes_tok * tg_tps / 1e9;
+  const double tg_gbs = (bytes_tok + kv_tok) * tg_tps / 1e9;
   // Where the fastest generation's time went: inside the pool's parallel sections or
   // between them (the calling thread alone: norms, quantising activations, routing),
   // and inside them, how long the last part started after the job was published and
@@ -291,6 +296,7 @@ int cmd_bench(int argc, char** argv) {
                         {"pp_tokens_per_second", pp_tps},
                         {"tg_tokens_per_second", tg_tps},
                         {"weight_bytes_per_token", bytes_tok},
+                        {"kv_bytes_per_token", kv_tok},
                         {"tg_effective_gbs", tg_gbs},
                         {"tg_sections", tg_sections},
                         {"triad_bandwidth_gbs", bw_gbs},
@@ -335,7 +341,8 @@ int cmd_bench(int argc, char** argv) {
   std::printf("| tg%-6lld | %8.1f | %7.2f GB/s      | %7.1f tok/s (%.2f GB/s triad) | %6.1f%% |\n", static_cast<long long>(n_gen),
               tg_tps, tg_gbs, tg_bound, bw_gbs, 100.0 * tg_tps / tg_bound);
   // (A GPU backend's "triad" is its device-to-device copy; its prefill has no bound.)
-  std::printf("weights read per generated token: %.2f MiB\n", bytes_tok / (1 << 20));
+  std::printf("read per generated token: %.2f MiB of weights, %.2f MiB of KV cache (the mean over its positions)\n",
+              bytes_tok / (1 << 20), kv_tok / (1 << 20));
   std::printf("prefill's bound: products on the integer kernels (interleaved rows; k-quant, iq4, mxfp4 rows on int8) at the "
               "AVX-512 VNNI peak of their activations (int8 %.0f G multiply-adds/s, int16 half), other matrices "
               "and attention at the FMA peak (%.1f GFLOP/s)\n",

@@ -105,7 +105,7 @@ TEST(Cli, BenchParallelJsonHasSummedSpeedsAndStepBounds) {
   ASSERT_EQ(r.code, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
   ASSERT_EQ(j["runs"].size(), 4u) << "all and lru, each at 1 and 4";
-  double bytes1 = 0, bytes4 = 0;
+  double bytes1 = 0, bytes4 = 0, kv1 = 0, kv4 = 0;
   for (const auto& run : j["runs"]) {
     const int n = run["parallel"].get<int>();
     EXPECT_TRUE(n == 1 || n == 4);
@@ -126,7 +126,10 @@ TEST(Cli, BenchParallelJsonHasSummedSpeedsAndStepBounds) {
       EXPECT_GE(run[f].get<double>(), 0.0) << f;
       EXPECT_LE(run[f].get<double>(), inside + 1e-12) << f;
     }
-    if (run["policy"] == "all") (n == 1 ? bytes1 : bytes4) = run["weight_bytes_per_step"].get<double>();
+    if (run["policy"] == "all") {
+      (n == 1 ? bytes1 : bytes4) = run["weight_bytes_per_step"].get<double>();
+      (n == 1 ? kv1 : kv4) = run["kv_bytes_per_step"].get<double>();
+    }
     if (run["policy"] == "lru") {
       EXPECT_TRUE(run.contains("hit_rate"));
     }
@@ -134,6 +137,9 @@ TEST(Cli, BenchParallelJsonHasSummedSpeedsAndStepBounds) {
   // Four tokens read the dense weights once but more experts than one token does.
   EXPECT_GT(bytes4, bytes1);
   EXPECT_LT(bytes4, 4 * bytes1);
+  // Each sequence's tokens read their own keys and values at the same positions.
+  EXPECT_GT(kv1, 0.0);
+  EXPECT_DOUBLE_EQ(kv4, 4 * kv1);
   const Result bad = run("bench -m " + kModel + " --parallel 0");
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.out.find("--parallel"), std::string::npos) << bad.out;
@@ -145,8 +151,13 @@ TEST(Cli, BenchJsonHasSpeedsBoundsAndSections) {
   const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
   EXPECT_EQ(j["threads"].get<int>(), 2);
   for (const char* f : {"pp_tokens_per_second", "tg_tokens_per_second", "tg_bound_tokens_per_second",
-                        "triad_bandwidth_gbs", "peak_gflops", "weight_bytes_per_token"})
+                        "triad_bandwidth_gbs", "peak_gflops", "weight_bytes_per_token", "kv_bytes_per_token"})
     EXPECT_GT(j[f].get<double>(), 0.0) << f;
+  // The bound reads the weights and the KV cache at the triad.
+  EXPECT_NEAR(j["tg_bound_tokens_per_second"].get<double>(),
+              j["triad_bandwidth_gbs"].get<double>() * 1e9 /
+                  (j["weight_bytes_per_token"].get<double>() + j["kv_bytes_per_token"].get<double>()),
+              1e-6 * j["tg_bound_tokens_per_second"].get<double>());
   EXPECT_NEAR(j["tg_fraction_of_bound"].get<double>(),
               j["tg_tokens_per_second"].get<double>() / j["tg_bound_tokens_per_second"].get<double>(), 1e-9);
   // The bound is the larger triad around the reported repetition, one whose two triads
