@@ -281,10 +281,13 @@ int bench_parallel(const Args& a) {
                 "on every thread%s)\n",
                 int8 ? "int8" : "int16", mac_peak, int8 ? "" : ", two byte products each");
   std::printf("MiB read/step: the weights and the KV cache the step's tokens attend to (of it the cache's, all resident:");
+  const char* sep = " ";
   for (const ParallelRun& r : runs)
-    if (r.policy == "all")
-      std::printf(" %.1f at N=%lld", static_cast<double>(r.kv_bytes) / static_cast<double>(n_gen) / 1048576.0,
+    if (r.policy == "all") {
+      std::printf("%s%.1f at N=%lld", sep, static_cast<double>(r.kv_bytes) / static_cast<double>(n_gen) / 1048576.0,
                   static_cast<long long>(r.n));
+      sep = ", ";
+    }
   std::printf(")\n");
   std::printf("| policy       | parallel | tg tok/s | per seq | vs N=1 | MiB read/step | distinct/selected | bound tok/s "
               "(triad GB/s) | of bound | GMAC/s (of peak) | hit rate |\n");

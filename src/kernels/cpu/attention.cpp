@@ -63,9 +63,9 @@ using VF = hn::Vec<DF>;
 // read since the last token, and a sequence's blocks lie anywhere in the pool (4 KiB
 // of f16 per kv head and block: a page, where the hardware prefetcher stops). So the
 // value row kAhead positions on is prefetched, and the key plane of the block
-// kKeyBlocksAhead on (the first ones as a job starts). One block ahead was less than
-// a memory latency of arithmetic: 8 tokens at 1024 positions, f16, cold, 2 threads,
-// 20 -> 26 GB/s with 32 rows and 2 blocks ahead instead of 8 rows and 1 block.
+// kKeyBlocksAhead on (the first ones as a job starts): a block's arithmetic takes less
+// than a memory latency, so one block ahead arrived late (docs/performance.md,
+// "long contexts").
 constexpr int64_t kAhead = 32;
 constexpr int64_t kKeyBlocksAhead = 2;
 template <class T>
@@ -371,8 +371,7 @@ void kv_store_columns(DType kv_type, const float* src, int64_t rows, int64_t n, 
       for (int64_t i = 0; i < n; ++i) d[r * dst_stride + i * elem_stride] = src[r * n + i];
   } else if (kv_type == DType::F16) {
     // Each row rounded by the vector conversion first (ToF16, the value rows' own),
-    // then scattered: one scalar fp32_to_fp16 per element took ~1 us for a 256-float
-    // key, 3% of a decode step of 8 sequences.
+    // then scattered: the scalar fp32_to_fp16 per element cost more than the stores.
     thread_local std::vector<uint16_t> half;
     half.resize(static_cast<size_t>(rows * n));
     HWY_DYNAMIC_DISPATCH(ToF16)(src, rows, n, half.data(), n);
