@@ -7,19 +7,16 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/forward_pass.h"
 #include "model/model_config.h"
 
 namespace moeflow::cli {
 
 // The bytes of one cached position in one layer (keys and values, every kv head), as
-// the engine's pool stores them (engine/forward_pass.cpp, make_kv_pool): deepseek2 one
-// latent row and its rope key, the others n_head_kv heads of head_dim keys and values.
+// the engine's pool stores them (kv_shape).
 inline uint64_t kv_bytes_per_position(const ModelConfig& c, const std::string& kv_type) {
-  const uint64_t elem = kv_type == "f16" ? 2 : 4;
-  const uint64_t width = c.arch == Arch::DeepSeek2
-                             ? static_cast<uint64_t>(2 * c.mla.kv_lora_rank + c.rot_dim)
-                             : static_cast<uint64_t>(2 * c.n_head_kv * c.head_dim);
-  return width * elem;
+  const KvShape s = kv_shape(c);
+  return static_cast<uint64_t>(s.heads * (s.k_width + s.v_width)) * (kv_type == "f16" ? 2u : 4u);
 }
 
 // A token at position pos, every layer: pos + 1 positions, a sliding window's layers

@@ -19,12 +19,16 @@ DType default_kv_type(const Model& model) {
   return dtype_is_quantized(k) && dtype_is_quantized(v) ? DType::F16 : DType::F32;
 }
 
+KvShape kv_shape(const ModelConfig& c) {
+  if (c.arch == Arch::DeepSeek2)  // one row per position: the latent and the rope key (forward_pass_mla.cpp)
+    return {1, c.mla.kv_lora_rank + c.rot_dim, c.mla.kv_lora_rank};
+  return {c.n_head_kv, c.head_dim, c.head_dim};
+}
+
 KvBlockPool make_kv_pool(const Model& model, Backend& backend, int64_t n_blocks, DType kv_type, int64_t block_len) {
   const ModelConfig& c = model.config();
-  if (c.arch == Arch::DeepSeek2)  // one row per position: the latent and the rope key (forward_pass_mla.cpp)
-    return KvBlockPool(backend, c.n_layer, 1, c.mla.kv_lora_rank + c.rot_dim, n_blocks, block_len, kv_type,
-                       c.mla.kv_lora_rank);
-  return KvBlockPool(backend, c.n_layer, c.n_head_kv, c.head_dim, n_blocks, block_len, kv_type);
+  const KvShape s = kv_shape(c);
+  return KvBlockPool(backend, c.n_layer, s.heads, s.k_width, n_blocks, block_len, kv_type, s.v_width);
 }
 
 ForwardPass::ForwardPass(const Model& model, Backend& backend, KvBlockPool& kv)

@@ -30,7 +30,15 @@ namespace moeflow {
 // (f32 / f16 / bf16 models keep full precision).
 DType default_kv_type(const Model& model);
 
-// A KV block pool shaped for `model`.
+// What the KV cache holds per position and layer: `heads` rows of `k_width` key and
+// `v_width` value elements (deepseek2: one latent row with its rope key, and the
+// latent as the value; the others n_head_kv heads of head_dim each).
+struct KvShape {
+  int64_t heads = 0, k_width = 0, v_width = 0;
+};
+KvShape kv_shape(const ModelConfig& c);
+
+// A KV block pool shaped for `model` (kv_shape).
 KvBlockPool make_kv_pool(const Model& model, Backend& backend, int64_t n_blocks, DType kv_type,
                          int64_t block_len = KvBlockPool::kDefaultBlockLen);
 

@@ -146,8 +146,10 @@ HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const Paged<T>& k, int6
     const T* blk = k.block(b);
     const T* next = b0 + kKeyBlocksAhead * k.len < n_keys ? k.block(b + kKeyBlocksAhead) : nullptr;
     if (b == first / k.len)  // the blocks before the first one `next` reaches
-      for (int64_t e = 1; e < kKeyBlocksAhead && b0 + e * k.len < n_keys; ++e)
-        for (int64_t d = 0; d < hd; ++d) __builtin_prefetch(k.block(b + e) + d * k.len, 0, 3);
+      for (int64_t e = 1; e < kKeyBlocksAhead && b0 + e * k.len < n_keys; ++e) {
+        const T* plane = k.block(b + e);
+        for (int64_t d = 0; d < hd; ++d) __builtin_prefetch(plane + d * k.len, 0, 3);
+      }
     const int64_t end = std::min(k.len, n_keys - b0);
     int64_t i = std::max<int64_t>(0, first - b0);
     for (; i + 2 * N <= end; i += 2 * N) {
