@@ -22,6 +22,7 @@
 #include "model/synthetic_model.h"
 #include "engine_scripts.h"
 #include "test_paths.h"
+#include "top4_model.h"
 
 namespace moeflow {
 namespace {
@@ -49,6 +50,36 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EngineBatch,
 
 // Offloaded under every policy (25% budget, --on-miss load): batched sequences get
 // the floats of all-resident alone runs.
+// Decode steps of many sequences run whole experts per thread, each expert on all the
+// tokens that chose it, and threads take rows of others' down projections
+// (experts_per_thread.h): on 1 to 4 threads every sequence's logits are the same bits.
+// A top-4-of-8 model large enough for that path (128 x 128 experts): q4_0 and q8_0
+// interleaved in fours, and gpt-oss's mxfp4 experts with their biases and clamped
+// SwiGLU; 9 sequences, so experts get one to several tokens each.
+TEST(EngineBatch, DecodeStepsGiveTheSameLogitsOnOneToFourThreads) {
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::MXFP4}) {
+    const std::string path = moeflow::testing::write_top4_model(t, "batched_top4");
+    EngineOptions o;
+    o.model_path = path;
+    o.ctx_size = 64;
+    o.n_parallel = 16;
+    std::vector<Transcript> one;
+    std::vector<Script> scripts;
+    for (int threads : {1, 2, 3, 4}) {
+      o.threads = threads;
+      auto e = Engine::open(o);
+      if (scripts.empty()) scripts = make_scripts(9, e->n_vocab(), 31);
+      const std::vector<Transcript> got = run_together(*e, scripts, 5);
+      if (threads == 1) {
+        one = got;
+        continue;
+      }
+      ASSERT_NO_FATAL_FAILURE(
+          expect_same_logits(got, one, std::string(dtype_name(t)) + ", " + std::to_string(threads) + " threads"));
+    }
+  }
+}
+
 TEST(EngineBatch, OffloadedUnderEveryPolicyIsLossless) {
   for (const char* fixture : {"mixtral-f32.gguf", "qwen3moe-q8_0.gguf", "qwen2moe-q4_0.gguf", "deepseek2-f32.gguf",
                               "deepseek2-q4_0.gguf", "gpt-oss-mxfp4.gguf"}) {

@@ -673,6 +673,43 @@ TEST(Matmul, PlanRowsInAnyChunksMatchTheMatvecBitForBit) {
       if (interleaved) {
         EXPECT_THROW(plan.rows(2, 8), std::invalid_argument);  // quads only
       }
+      // Three tokens' mat-vecs on the matrix (an expert's tokens in a batched decode
+      // step), on int16 and int8 activations: the rows of all three at once, in chunks
+      // from both ends, give what matvec_batch gives the same jobs, and each token the
+      // lone mat-vec's floats.
+      for (bool int8 : {false, true}) {
+        if (interleaved && rows_x4_int8_only(t) && !int8) continue;
+        std::vector<std::vector<float>> xs, lone, batch, got;
+        std::vector<MatvecJob> jobs;
+        for (int k = 0; k < 3; ++k) {
+          xs.push_back(random_vec(cols, rng));
+          lone.emplace_back(rows, NAN);
+          batch.emplace_back(rows, NAN);
+          got.emplace_back(rows, NAN);
+        }
+        for (int k = 0; k < 3; ++k) {
+          const MatvecJob one{t, layout, W, rows, cols, xs[k].data(), lone[k].data(), int8};
+          matvec_batch(&one, 1, nullptr);
+          jobs.push_back({t, layout, W, rows, cols, xs[k].data(), batch[k].data(), int8});
+        }
+        matvec_batch(jobs.data(), jobs.size(), nullptr);
+        for (int k = 0; k < 3; ++k) jobs[k].y = got[k].data();
+        plan.prepare(jobs.data(), jobs.size());
+        std::thread from_back([&] {
+          for (int64_t r = rows; r > 40; r -= 8) plan.rows(r - 8, r);
+        });
+        for (int64_t r = 0; r < 40; r += 8) plan.rows(r, r + 8);
+        from_back.join();
+        for (int k = 0; k < 3; ++k) {
+          EXPECT_EQ(got[k], batch[k]) << dtype_name(t) << " " << row_layout_name(layout) << " token " << k
+                                      << (int8 ? " int8" : " int16");
+          EXPECT_EQ(got[k], lone[k]) << dtype_name(t) << " " << row_layout_name(layout) << " token " << k
+                                     << (int8 ? " int8" : " int16");
+        }
+      }
+      MatvecJob other{t, layout, nullptr, rows, cols, x.data(), y.data()};
+      const MatvecJob mixed[2] = {{t, layout, W, rows, cols, x.data(), y.data()}, other};
+      EXPECT_THROW(plan.prepare(mixed, 2), std::invalid_argument);  // one matrix only
     }
 }
 

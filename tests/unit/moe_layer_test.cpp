@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/experts_per_thread.h"
 #include "engine/generator.h"
 #include "engine/transformer.h"
 #include "kernels/cpu/q4_vnni.h"
@@ -16,6 +17,7 @@
 #include "model/synthetic_model.h"
 #include "cpu_placer.h"
 #include "test_paths.h"
+#include "top4_model.h"
 
 namespace moeflow {
 namespace {
@@ -62,19 +64,7 @@ TEST(MoeLayer, DecodeGivesTheSameLogitsOnOneTwoAndThreeThreads) {
 // SwiGLU applied by whichever thread owns the rows), from the file mapping and resident.
 TEST(MoeLayer, TopFourGivesTheSameLogitsOnOneToFourThreads) {
   for (DType t : {DType::Q4_0, DType::Q8_0, DType::MXFP4}) {
-    SyntheticModelSpec spec;
-    spec.dtype = t;
-    if (t == DType::MXFP4) {
-      spec.arch = Arch::GptOss;
-      spec.dtype = DType::Q8_0;
-      spec.expert_dtype = DType::MXFP4;
-    }
-    spec.n_embd = 128;
-    spec.n_ff_expert = 128;
-    spec.head_dim = 32;
-    spec.n_expert_used = 4;
-    const std::string path = moeflow::testing::scratch_path("top4") + ".gguf";
-    write_synthetic_model(spec, path);
+    const std::string path = moeflow::testing::write_top4_model(t, "top4");
     for (bool resident : {false, true}) {
       auto m = Model::load(path);
       if (resident) m->make_resident(true, testing::cpu_placer());
@@ -88,6 +78,31 @@ TEST(MoeLayer, TopFourGivesTheSameLogitsOnOneToFourThreads) {
       }
     }
   }
+}
+
+// The owners' runs of experts in a batched decode step, by hand: an expert costs its
+// tokens plus 3 and goes to the owner in whose share of the total its middle falls.
+TEST(MoeLayer, OwnerRunsSplitExpertsByTheirTokens) {
+  auto runs = [](const std::vector<size_t>& tokens, int parts) {
+    std::vector<std::vector<int64_t>> slots;
+    for (size_t n : tokens) slots.emplace_back(n, 0);
+    std::vector<const std::vector<int64_t>*> ptrs;
+    for (const auto& s : slots) ptrs.push_back(&s);
+    std::vector<size_t> first;
+    ExpertsPerThread::owner_runs(ptrs.data(), ptrs.size(), parts, first);
+    return first;
+  };
+  using V = std::vector<size_t>;
+  EXPECT_EQ(runs({1, 1}, 2), (V{0, 1, 2}));                    // top-2, one sequence
+  EXPECT_EQ(runs({1, 1, 1, 1, 1, 1, 1, 1}, 2), (V{0, 4, 8}));  // top-8: four each
+  EXPECT_EQ(runs({1, 1, 1, 1, 1, 1, 1, 1}, 4), (V{0, 2, 4, 6, 8}));
+  // Costs 8, 4, 4, 4 (total 20, half 10): the first expert's middle (4) is in the
+  // first half, the second's (10) starts the second.
+  EXPECT_EQ(runs({5, 1, 1, 1}, 2), (V{0, 1, 4}));
+  // Costs 4, 4, 4: middles 2, 6, 10 against the half at 6.
+  EXPECT_EQ(runs({1, 1, 1}, 2), (V{0, 1, 3}));
+  // Costs 4, 4, 4, 4, 13, 4 (total 33): middles 2, 6, 10, 14, 22.5, 31 against 11 and 22.
+  EXPECT_EQ(runs({1, 1, 1, 1, 10, 1}, 3), (V{0, 3, 4, 6}));
 }
 
 }  // namespace

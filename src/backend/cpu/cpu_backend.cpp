@@ -129,6 +129,16 @@ void split_expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* c
   for (size_t r = 0; r < rows; ++r) std::copy_n(down.data() + r * D, D, per_slot + order[r] * D);
 }
 
+// Whether every one of the step's n_tok tokens is the only one of its sequence (a
+// decode step); without requests the tokens are one sequence's.
+bool tokens_alone_in_sequences(const int64_t* requests, int64_t n_tok) {
+  if (!requests) return n_tok == 1;
+  thread_local std::vector<int64_t> sorted;
+  sorted.assign(requests, requests + n_tok);
+  std::sort(sorted.begin(), sorted.end());
+  return std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+}
+
 }  // namespace
 
 bool integer_kernels_for(DType t, RowLayout layout, bool x_int8) {
@@ -210,27 +220,24 @@ void CpuBackend::rope_apply(float* head, int64_t rot_dim, const float* cs, bool 
 void CpuBackend::expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* const* slots, size_t n,
                              const float* x, const int64_t* requests, int64_t K, int64_t D, int64_t F,
                              float* per_slot) {
-  // A decode step whose experts divide evenly among the threads (top-2 on 2 threads,
-  // top-8 on 2, 4 or 8), each expert with its one token: each thread runs whole
-  // experts, gate and up, SwiGLU, the quantising of its output and down, in one
-  // parallel section. Split by rows, the same step takes two sections, and between
-  // them the calling thread reads the other core's half of every gate and up output:
-  // the largest serial gap of a decode step (docs/performance.md). Same kernels on the
-  // same rows, so the same floats (MoeLayer tests). Tiny experts (the test fixtures')
-  // are not worth a fork/join: matmul.cpp's threshold for one, 2^15 multiply-adds,
-  // applies to all of them together.
+  // A decode step (every token alone in its sequence: one sequence's token, or one
+  // token of each of several sequences) whose experts are enough to give every thread
+  // whole ones (as many as threads, and a multiple of them or at least two each): each
+  // thread runs whole experts, gate and up on all of an expert's tokens, SwiGLU, the
+  // quantising of its output and down, in one parallel section (experts_per_thread.h).
+  // Same kernels on the same rows, so the same floats (MoeLayer tests). Tiny experts
+  // (the test fixtures') are not worth a fork/join: matmul.cpp's threshold for one,
+  // 2^15 multiply-adds, applies to all of them together.
   const int parts = pool_ ? pool_->size() : 1;
-  const bool one_token_each = std::all_of(slots, slots + n, [](const std::vector<int64_t>* s) { return s->size() == 1; });
-  const int64_t tokens = [&] {
-    int64_t m = -1;
-    for (size_t i = 0; i < n; ++i) m = std::max(m, (*slots[i])[0] / K);
-    return m;
-  }();
-  const bool single_token = one_token_each && std::all_of(slots, slots + n, [&](const std::vector<int64_t>* s) {
-    return (*s)[0] / K == tokens;
-  });
-  const int64_t ne = static_cast<int64_t>(n);
-  if (single_token && n > 0 && parts > 1 && ne % parts == 0 && 3 * ne * D * F >= (int64_t{1} << 15)) {
+  const size_t threads = static_cast<size_t>(parts);
+  int64_t n_slots = 0, n_tok = 0;
+  for (size_t i = 0; i < n; ++i) {
+    n_slots += static_cast<int64_t>(slots[i]->size());
+    for (int64_t s : *slots[i]) n_tok = std::max(n_tok, s / K + 1);
+  }
+  const bool enough = parts > 1 && n >= threads && (n % threads == 0 || n >= 2 * threads) &&
+                      3 * n_slots * D * F >= (int64_t{1} << 15);
+  if (enough && tokens_alone_in_sequences(requests, n_tok)) {
     thread_local ExpertsPerThread ept;  // the caller's; its buffers are reused
     ept.run(mats, slots, n, x, K, D, F, per_slot, *pool_, activations_);
     return;

@@ -1,5 +1,6 @@
-// A decode step's experts run whole, one thread each (moe_forward, when they divide
-// evenly among the threads: top-2 on 2 threads, top-8 on 2, 4 or 8).
+// A decode step's experts run whole, one thread each, every expert with the tokens
+// that chose it: one in a sequence's own step, several in a batched step of many
+// sequences (moe_forward, when the step's tokens are each alone in their sequence).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -14,23 +15,28 @@
 
 namespace moeflow {
 
-// Thread p owns experts [p * k, (p + 1) * k), k = n / threads: each expert's gate and
-// up (one paired batch on one activation), SwiGLU and the quantising of h run on its
-// owner, which then computes its down rows front to back; a thread done with its own
-// experts takes rows from the back of others' down projections once they are
-// prepared (cpu::MatvecPlan). Why the stealing: the two vCPUs' speeds drift apart
-// from section to section (each finishing last about as often, 6-9 us apart in ~70 us
-// sections), and without it one sat idle 5-10% of a step; with it 1-2% (42
-// alternating rounds, 330M models, 2 threads). Decode speed moved less: q8_0 653-675
-// -> 667-689 tok/s when the triad is ~95 GB/s, q4_0 and the ~50 GB/s phase within
-// noise (the idle core's share of memory went to the other). It also keeps a thread
-// that the OS preempts from holding up the step.
+// Thread p owns a run of consecutive experts, the runs cut where the experts'
+// cumulative cost crosses p / threads of the total (owner_runs): each expert's gate
+// and up (one paired batch on its tokens' activations, the matrices read once for
+// all of them), SwiGLU and the quantising of h run on its owner, which then computes
+// its down rows front to back; a thread done with its own experts takes rows from the
+// back of others' down projections once they are prepared (cpu::MatvecPlan).
 //
-// run: expert e (of n) over the single token x (its slot (*slots[e])[0] of the
-// token's K), its output into row slot of per_slot (D floats each); n % pool.size()
-// must be 0. The same kernels on the same rows as the row-split path, so the same
-// floats. Not thread-safe: one run at a time per object (moe_forward keeps one per
-// calling thread).
+// Why whole experts: split by rows, a step takes two sections per layer, and between
+// them the calling thread reads the other core's half of every gate and up output and
+// runs SwiGLU alone: the largest serial gap of a decode step (docs/performance.md).
+// Why the stealing: the two vCPUs' speeds drift apart from section to section (each
+// finishing last about as often, 6-9 us apart in ~70 us sections), and without it one
+// sat idle 5-10% of a step; with it 1-2% (42 alternating rounds, 330M models, 2
+// threads). In a batched step it also evens out the owners' shares, which whole
+// experts with different numbers of tokens cannot. It keeps a thread that the OS
+// preempts from holding up the step too.
+//
+// run: expert e (of n) over its tokens (slot s of *slots[e] is token s / K's), its
+// outputs into rows s of per_slot (D floats each); every token alone in its sequence
+// (each takes a mat-vec's arithmetic); n >= pool.size(). The same kernels on the same
+// rows as the row-split path, so the same floats. Not thread-safe: one run at a time
+// per object (moe_forward keeps one per calling thread).
 class ExpertsPerThread {
  public:
   // activations: decides each product's MatvecJob::x_int8 by its weights' type.
@@ -38,26 +44,34 @@ class ExpertsPerThread {
            int64_t K, int64_t D, int64_t F, float* per_slot, ThreadPool& pool,
            ActivationPrecision activations = ActivationPrecision::Int16);
 
+  // The first expert of each of `parts` owners' runs (parts + 1 entries, the last n):
+  // expert e's cost is its tokens plus 3 (a pass over the weights costs about as much
+  // as three tokens' arithmetic on the int8 kernels), and an expert goes to the owner
+  // in whose share of the total cost its middle falls. Equal costs and n % parts == 0
+  // give every owner n / parts.
+  static void owner_runs(const std::vector<int64_t>* const* slots, size_t n, int parts, std::vector<size_t>& first);
+
  private:
   static constexpr int64_t kGroup = 8;              // rows per work item
   static constexpr uint32_t kOwn = 16, kSteal = 4;  // work items per chunk
   struct Shared {
-    std::vector<float> gate, up;  // h = SwiGLU(gate, up) lands in gate
+    std::vector<float> gate, up;  // [token][F]; h = SwiGLU(gate, up) lands in gate
     cpu::MatvecPlan down;
     const ExpertMatrices* mats = nullptr;  // for its down bias (gpt-oss)
-    float* out = nullptr;                  // its output row
-    std::atomic<bool> ready{false};  // down prepared: its rows may be taken
+    std::vector<float*> outs;              // its tokens' output rows
+    std::atomic<bool> ready{false};        // down prepared: its rows may be taken
   };
 
   void down_rows(size_t e, uint32_t b, uint32_t end, int64_t D, uint32_t groups) const;
-  void own_expert(size_t e, const ExpertMatrices& m, int64_t slot, const float* x, int64_t K, int64_t D, int64_t F,
-                  float* per_slot, uint32_t groups);
+  void own_expert(size_t e, const ExpertMatrices& m, const std::vector<int64_t>& slots, const float* x, int64_t K,
+                  int64_t D, int64_t F, float* per_slot, uint32_t groups);
   void steal(size_t n, int64_t D, uint32_t groups);
 
   ActivationPrecision activations_ = ActivationPrecision::Int16;
   std::atomic<bool> failed_{false};  // an owner threw: nothing more becomes ready
   std::vector<std::unique_ptr<Shared>> experts_;
   std::vector<uint32_t> bounds_;
+  std::vector<size_t> owners_;
   cpu::WorkRanges ranges_;
 };
 

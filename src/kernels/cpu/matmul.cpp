@@ -924,6 +924,78 @@ void run_rows_parallel(size_t n_jobs, const std::function<RowWork(size_t)>& work
   };
   pool.parallel_for(parts, part, 1);
 }
+
+// A matrix that several tokens' mat-vecs read once for all (a batched decode step) is
+// visited in pieces of ~16 KiB (whole groups of 8 rows, so quads stay whole) that stay
+// in cache while every token reads them; the first pass over a piece prefetches ahead
+// as a lone mat-vec does (to the matrix's end: the next chunk is usually this
+// thread's too). The rows of a piece:
+int64_t shared_piece_rows(const MatvecJob& a) {
+  constexpr int64_t kGroup = 8;
+  const int64_t rb = static_cast<int64_t>(row_bytes(a.dtype, a.cols));
+  return std::max<int64_t>(kGroup, (16384 / std::max<int64_t>(rb, 1)) / kGroup * kGroup);
+}
+
+// Rows [r0, r1) of n mat-vecs on one matrix (jobs[0, n), each on its own activation
+// in[k]), piece by piece: matvec_batch's items on one matrix and MatvecPlan's tokens.
+void shared_matrix_rows(const MatvecJob* jobs, const MvInput* in, size_t n, int64_t r0, int64_t r1) {
+  const MatvecJob& a = jobs[0];
+  const int64_t rb = static_cast<int64_t>(row_bytes(a.dtype, a.cols));
+  const int64_t piece = shared_piece_rows(a);
+  const auto* W = static_cast<const uint8_t*>(a.W);
+  auto fn = HWY_DYNAMIC_DISPATCH(MatvecRows);
+  // Interleaved rows whose activations are all packed for the VNNI kernel take it
+  // once per piece for all the tokens (each quad's weights loaded once per four).
+  const bool int8 = in[0].rx4_int8;
+  const bool x4 = a.layout == RowLayout::rows_x4 && std::all_of(in, in + n, [int8](const MvInput& v) {
+                    return v.rx4 != nullptr && v.rx4_int8 == int8;
+                  });
+  // Q4_K / Q5_K / Q6_K rows whose activations are all packed the same way take the
+  // multi-token k-quant kernel (each row unpacked once per four tokens).
+  const bool kq_int8 = in[0].kq_int8;
+  const bool kq = !x4 && kquant_vnni_type(a.dtype) && kquant_vnni_tokens_type(a.dtype) &&
+                  std::all_of(in, in + n, [kq_int8](const MvInput& v) {
+                    return v.kq != nullptr && v.kq_int8 == kq_int8;
+                  });
+  // IQ4_NL / IQ4_XS / MXFP4 rows on int8 activations: the multi-token kernel too.
+  const bool nl4 = !x4 && nl4_vnni_type(a.dtype) &&
+                   std::all_of(in, in + n, [](const MvInput& v) { return v.nl4 != nullptr; });
+  thread_local std::vector<const uint8_t*> xs;
+  thread_local std::vector<float*> outs;
+  if (x4 || kq || nl4) {
+    xs.resize(n);
+    outs.resize(n);
+    for (size_t k = 0; k < n; ++k) xs[k] = x4 ? in[k].rx4 : kq ? in[k].kq : in[k].nl4;
+  }
+  if (kq || nl4) {
+    for (size_t k = 0; k < n; ++k) outs[k] = jobs[k].y;
+    const uint8_t* end = W + static_cast<size_t>(rb) * a.rows;
+    if (kq) {
+      kquant_vnni_rows_tokens(a.dtype, W, static_cast<size_t>(rb), r0, r1, a.cols / 256, xs.data(),
+                              static_cast<int>(n), kq_int8, outs.data(), end);
+    } else {
+      nl4_vnni_rows_tokens(a.dtype, W, static_cast<size_t>(rb), r0, r1, a.cols, xs.data(), static_cast<int>(n),
+                           outs.data(), end);
+    }
+    return;
+  }
+  const size_t qb = x4 ? rows_x4_quad_bytes(a.dtype, a.cols) : 0;
+  for (int64_t s0 = r0; s0 < r1; s0 += piece) {
+    const int64_t s1 = std::min(r1, s0 + piece);
+    if (x4) {
+      for (size_t k = 0; k < n; ++k) outs[k] = jobs[k].y + s0;
+      (int8 ? rows_x4_quads8_tokens : rows_x4_quads_tokens)(
+          a.dtype, W + qb * static_cast<size_t>(s0 / kRowsX4), (s1 - s0) / kRowsX4, a.cols, xs.data(),
+          static_cast<int>(n), outs.data(), W + qb * static_cast<size_t>(a.rows / kRowsX4));
+      continue;
+    }
+    for (size_t k = 0; k < n; ++k) {
+      const MatvecJob& m = jobs[k];
+      fn(m.dtype, m.layout, W, s0, s1, k == 0 ? m.rows : s1, m.cols, in[k], m.y);
+    }
+  }
+}
+
 }  // namespace
 
 void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
@@ -1000,14 +1072,9 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
     const Item it = items[i];
     const MatvecJob& a = jobs[it.a];
     if (it.shared) {
-      // Rows in pieces of ~16 KiB (whole groups of 8, so quads stay whole) that stay
-      // in cache while every token reads them; the first pass over a piece prefetches
-      // ahead as a lone mat-vec does (to the matrix's end: the next chunk is usually
-      // this thread's too).
-      const int64_t rb = static_cast<int64_t>(row_bytes(a.dtype, a.cols));
-      const int64_t piece = std::max<int64_t>(kGroup, (16384 / std::max<int64_t>(rb, 1)) / kGroup * kGroup);
-      const auto* W = static_cast<const uint8_t*>(a.W);
       if (it.pair) {
+        const int64_t piece = shared_piece_rows(a);
+        const auto* W = static_cast<const uint8_t*>(a.W);
         thread_local std::vector<const uint8_t*> xs;
         thread_local std::vector<float*> outs[2];
         xs.resize(it.n);
@@ -1026,56 +1093,7 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
         }
         return;
       }
-      // Interleaved rows whose activations are all packed for the VNNI kernel take it
-      // once per piece for all the tokens (each quad's weights loaded once per four).
-      const bool int8 = in[it.a].rx4_int8;
-      const bool x4 = a.layout == RowLayout::rows_x4 && std::all_of(in + it.a, in + it.a + it.n, [int8](const MvInput& v) {
-                        return v.rx4 != nullptr && v.rx4_int8 == int8;
-                      });
-      // Q4_K / Q5_K / Q6_K rows whose activations are all packed the same way take the
-      // multi-token k-quant kernel (each row unpacked once per four tokens).
-      const bool kq_int8 = in[it.a].kq_int8;
-      const bool kq = !x4 && kquant_vnni_type(a.dtype) && kquant_vnni_tokens_type(a.dtype) &&
-                      std::all_of(in + it.a, in + it.a + it.n, [kq_int8](const MvInput& v) {
-                        return v.kq != nullptr && v.kq_int8 == kq_int8;
-                      });
-      // IQ4_NL / IQ4_XS / MXFP4 rows on int8 activations: the multi-token kernel too.
-      const bool nl4 = !x4 && nl4_vnni_type(a.dtype) &&
-                       std::all_of(in + it.a, in + it.a + it.n, [](const MvInput& v) { return v.nl4 != nullptr; });
-      thread_local std::vector<const uint8_t*> xs;
-      thread_local std::vector<float*> outs;
-      if (x4 || kq || nl4) {
-        xs.resize(it.n);
-        outs.resize(it.n);
-        for (size_t k = 0; k < it.n; ++k) xs[k] = x4 ? in[it.a + k].rx4 : kq ? in[it.a + k].kq : in[it.a + k].nl4;
-      }
-      if (kq || nl4) {
-        for (size_t k = 0; k < it.n; ++k) outs[k] = jobs[it.a + k].y;
-        const uint8_t* end = W + static_cast<size_t>(rb) * a.rows;
-        if (kq) {
-          kquant_vnni_rows_tokens(a.dtype, W, static_cast<size_t>(rb), r0, r1, a.cols / 256, xs.data(),
-                                  static_cast<int>(it.n), kq_int8, outs.data(), end);
-        } else {
-          nl4_vnni_rows_tokens(a.dtype, W, static_cast<size_t>(rb), r0, r1, a.cols, xs.data(), static_cast<int>(it.n),
-                               outs.data(), end);
-        }
-        return;
-      }
-      const size_t qb = x4 ? rows_x4_quad_bytes(a.dtype, a.cols) : 0;
-      for (int64_t s0 = r0; s0 < r1; s0 += piece) {
-        const int64_t s1 = std::min(r1, s0 + piece);
-        if (x4) {
-          for (size_t k = 0; k < it.n; ++k) outs[k] = jobs[it.a + k].y + s0;
-          (int8 ? rows_x4_quads8_tokens : rows_x4_quads_tokens)(
-              a.dtype, W + qb * static_cast<size_t>(s0 / kRowsX4), (s1 - s0) / kRowsX4, a.cols, xs.data(),
-              static_cast<int>(it.n), outs.data(), W + qb * static_cast<size_t>(a.rows / kRowsX4));
-          continue;
-        }
-        for (size_t k = 0; k < it.n; ++k) {
-          const MatvecJob& m = jobs[it.a + k];
-          fn(m.dtype, m.layout, W, s0, s1, k == 0 ? m.rows : s1, m.cols, in[it.a + k], m.y);
-        }
-      }
+      shared_matrix_rows(jobs + it.a, in + it.a, it.n, r0, r1);
       return;
     }
     if (it.n == 1) {
@@ -1118,39 +1136,52 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
   run_rows_parallel(item_buf.size(), work_of, kGroup, 32, 4, *pool, inputs, run_item);
 }
 
-void MatvecPlan::prepare(const MatvecJob& job) {
-  check_shape(job.dtype, job.layout, job.rows, job.cols);
-  check_activation(job);
-  job_ = job;
-  if (wants_int16(job)) {
-    qx_.resize(static_cast<size_t>(job.cols));
-    dx_.resize(static_cast<size_t>(job.cols / 32));
+MatvecPlan::MatvecPlan() = default;
+MatvecPlan::~MatvecPlan() = default;
+
+void MatvecPlan::prepare(const MatvecJob* jobs, size_t n) {
+  if (n == 0) throw std::invalid_argument("moeflow: MatvecPlan::prepare without a job");
+  for (size_t k = 0; k < n; ++k) {
+    const MatvecJob& j = jobs[k];
+    check_shape(j.dtype, j.layout, j.rows, j.cols);
+    check_activation(j);
+    if (j.W != jobs[0].W || j.dtype != jobs[0].dtype || j.layout != jobs[0].layout || j.rows != jobs[0].rows ||
+        j.cols != jobs[0].cols || j.x_int8 != jobs[0].x_int8)
+      throw std::invalid_argument("moeflow: MatvecPlan::prepare: jobs on different matrices");
   }
-  if (wants_packed(job)) packed_.resize(packed_lines(job));
-  const MvInput in = prepare_input(job, qx_.data(), dx_.data(), reinterpret_cast<uint8_t*>(packed_.data()));
-  in_qx_ = in.qx;
-  in_dx_ = in.dx;
-  in_q4x_ = in.q4x;
-  in_rx4_ = in.rx4;
-  in_rx4_int8_ = in.rx4_int8;
-  in_kq_int8_ = in.kq_int8;
-  in_kq_ = in.kq;
-  in_nl4_ = in.nl4;
+  jobs_.assign(jobs, jobs + n);
+  if (buffers_.size() < n) buffers_.resize(n);
+  inputs_.resize(n);
+  for (size_t k = 0; k < n; ++k) {
+    const MatvecJob& j = jobs[k];
+    Buffers& b = buffers_[k];
+    if (wants_int16(j)) {
+      b.qx.resize(static_cast<size_t>(j.cols));
+      b.dx.resize(static_cast<size_t>(j.cols / 32));
+    }
+    if (wants_packed(j)) b.packed.resize(packed_lines(j));
+    inputs_[k] = prepare_input(j, b.qx.data(), b.dx.data(), reinterpret_cast<uint8_t*>(b.packed.data()));
+  }
 }
 
 void MatvecPlan::rows(int64_t r0, int64_t r1) const {
-  if (r0 < 0 || r1 > job_.rows || r0 > r1 || (job_.layout == RowLayout::rows_x4 && (r0 % kRowsX4 || r1 % kRowsX4)))
+  if (jobs_.empty()) throw std::logic_error("moeflow: MatvecPlan::rows before prepare");
+  const MatvecJob& job = jobs_[0];
+  if (r0 < 0 || r1 > job.rows || r0 > r1 || (job.layout == RowLayout::rows_x4 && (r0 % kRowsX4 || r1 % kRowsX4)))
     throw std::invalid_argument("moeflow: MatvecPlan::rows [" + std::to_string(r0) + ", " + std::to_string(r1) +
-                                ") of a " + dtype_name(job_.dtype) + " matrix of " + std::to_string(job_.rows) +
+                                ") of a " + dtype_name(job.dtype) + " matrix of " + std::to_string(job.rows) +
                                 " rows (interleaved rows go in fours)");
   if (r0 == r1) return;
-  if (job_.cols == 0) {
-    std::fill(job_.y + r0, job_.y + r1, 0.0f);  // empty sums
+  if (job.cols == 0) {
+    for (const MatvecJob& j : jobs_) std::fill(j.y + r0, j.y + r1, 0.0f);  // empty sums
     return;
   }
-  const MvInput in{job_.x, in_qx_, in_dx_, in_q4x_, in_rx4_, in_kq_, in_rx4_int8_, in_kq_int8_, in_nl4_};
-  HWY_DYNAMIC_DISPATCH(MatvecRows)(job_.dtype, job_.layout, static_cast<const uint8_t*>(job_.W), r0, r1, job_.rows, job_.cols,
-                                   in, job_.y);
+  if (jobs_.size() > 1) {
+    shared_matrix_rows(jobs_.data(), inputs_.data(), jobs_.size(), r0, r1);
+    return;
+  }
+  HWY_DYNAMIC_DISPATCH(MatvecRows)(job.dtype, job.layout, static_cast<const uint8_t*>(job.W), r0, r1, job.rows, job.cols,
+                                   inputs_[0], job.y);
 }
 
 void matvec(DType wt, const void* W, int64_t rows, int64_t cols, const float* x, float* y,

@@ -48,39 +48,45 @@ struct MatvecJob {
 // the whole batch rather than per matrix.
 void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool);
 
-// One mat-vec whose rows several threads compute, each on its own, with no fork/join
-// of its own: prepare() quantises and packs x once, on the calling thread, into the
-// plan's buffers, as matvec_batch would; rows() then computes rows [r0, r1) on the
-// calling thread, from any thread (r0 a multiple of 4 for interleaved weights). The
-// plan and x must outlive every rows() call; prepare() again only when no rows() call
-// is running. (moe_forward's expert-per-thread decode: a thread that finished its own
-// experts takes rows from the back of another's down projection.) Same kernels and
-// inputs as matvec, so the same floats.
+// Mat-vecs on one matrix whose rows several threads compute, each on its own, with no
+// fork/join of their own: prepare() quantises and packs every job's x, on the calling
+// thread, into the plan's buffers, as matvec_batch would; rows() then computes rows
+// [r0, r1) of every job on the calling thread, from any thread (r0 a multiple of 4 for
+// interleaved weights), several jobs reading the matrix once for all of them (the
+// tokens of one expert in a batched decode step). The plan and the x's must outlive
+// every rows() call; prepare() again only when no rows() call is running.
+// (moe_forward's expert-per-thread decode: a thread that finished its own experts
+// takes rows from the back of another's down projection.) Same kernels and inputs as
+// matvec_batch, so the same floats.
 // A cache line of packed activation: the VNNI kernels load it aligned.
 struct alignas(64) CacheLine {
   uint8_t bytes[64];
 };
 
+struct MvInput;  // matmul.cpp: a job's activation as the kernels read it
+
 class MatvecPlan {
  public:
-  void prepare(const MatvecJob& job);
+  MatvecPlan();
+  ~MatvecPlan();
+  MatvecPlan(const MatvecPlan&) = delete;
+  MatvecPlan& operator=(const MatvecPlan&) = delete;
+
+  // jobs[0, n), n >= 1: one matrix (dtype, layout, W, rows, cols), each job its own x, y.
+  void prepare(const MatvecJob* jobs, size_t n);
+  void prepare(const MatvecJob& job) { prepare(&job, 1); }
   void rows(int64_t r0, int64_t r1) const;
-  int64_t n_rows() const { return job_.rows; }
+  int64_t n_rows() const { return jobs_.empty() ? 0 : jobs_[0].rows; }
 
  private:
-  MatvecJob job_{};
-  std::vector<int16_t> qx_;
-  std::vector<float> dx_;
-  std::vector<CacheLine> packed_;
-  // The kernels' view of the activation (matmul.cpp's MvInput): qx_, dx_ and packed_
-  // where the kernel reads them, else null.
-  const int16_t* in_qx_ = nullptr;
-  const float* in_dx_ = nullptr;
-  const uint8_t* in_q4x_ = nullptr;
-  const uint8_t* in_rx4_ = nullptr;
-  bool in_rx4_int8_ = false, in_kq_int8_ = false;
-  const uint8_t* in_kq_ = nullptr;
-  const uint8_t* in_nl4_ = nullptr;
+  struct Buffers {
+    std::vector<int16_t> qx;
+    std::vector<float> dx;
+    std::vector<CacheLine> packed;
+  };
+  std::vector<MatvecJob> jobs_;
+  std::vector<Buffers> buffers_;  // per job, kept between prepares
+  std::vector<MvInput> inputs_;   // the kernels' view of each job's activation
 };
 
 // Y[t][r] = sum_c W[r][c] * X[t][c] for t in [0, n_tok). X is [n_tok][cols],
