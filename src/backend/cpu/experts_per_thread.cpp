@@ -41,12 +41,18 @@ void ExpertsPerThread::run(const ExpertMatrices* mats, const std::vector<int64_t
   pool.parallel_for(pool.size(), [&](int64_t p0, int64_t p1, int) {
     // Own experts first, then others' rows: a thread handed several threads' shares
     // must not wait for experts it has yet to prepare itself.
+    // Every own expert's gate and up before any own down rows, so that a thread whose
+    // run ends first finds the others' down projections ready to take from.
+    const size_t e0 = owners_[static_cast<size_t>(p0)], e1 = owners_[static_cast<size_t>(p1)];
     try {
-      for (size_t e = owners_[static_cast<size_t>(p0)]; e < owners_[static_cast<size_t>(p1)]; ++e)
-        own_expert(e, mats[e], *slots[e], x, K, D, F, per_slot, groups);
+      for (size_t e = e0; e < e1; ++e) prepare_expert(e, mats[e], *slots[e], x, K, D, F, per_slot);
     } catch (...) {
       failed_.store(true);  // the others must not wait for experts that will never be ready
       throw;
+    }
+    for (size_t e = e0; e < e1; ++e) {
+      uint32_t b = 0, end = 0;
+      while (ranges_.take_front(static_cast<int>(e), kOwn, kSteal, b, end)) down_rows(e, b, end, D, groups);
     }
     steal(n, D, groups);
   });
@@ -60,9 +66,8 @@ void ExpertsPerThread::down_rows(size_t e, uint32_t b, uint32_t end, int64_t D, 
   for (float* out : s.outs) expert_down_bias(*s.mats, out, 1, 0, first, last);
 }
 
-void ExpertsPerThread::own_expert(size_t e, const ExpertMatrices& m, const std::vector<int64_t>& slots,
-                                  const float* x, int64_t K, int64_t D, int64_t F, float* per_slot,
-                                  uint32_t groups) {
+void ExpertsPerThread::prepare_expert(size_t e, const ExpertMatrices& m, const std::vector<int64_t>& slots,
+                                      const float* x, int64_t K, int64_t D, int64_t F, float* per_slot) {
   Shared& s = *experts_[e];
   const size_t nt = slots.size();
   s.gate.resize(nt * static_cast<size_t>(F));
@@ -90,8 +95,6 @@ void ExpertsPerThread::own_expert(size_t e, const ExpertMatrices& m, const std::
   }
   s.down.prepare(jobs.data(), nt);
   s.ready.store(true, std::memory_order_release);
-  uint32_t b = 0, end = 0;
-  while (ranges_.take_front(static_cast<int>(e), kOwn, kSteal, b, end)) down_rows(e, b, end, D, groups);
 }
 
 // Rows from the back of every other expert's down projection until none is left,

@@ -18,9 +18,12 @@ namespace moeflow {
 // Thread p owns a run of consecutive experts, the runs cut where the experts'
 // cumulative cost crosses p / threads of the total (owner_runs): each expert's gate
 // and up (one paired batch on its tokens' activations, the matrices read once for
-// all of them), SwiGLU and the quantising of h run on its owner, which then computes
-// its down rows front to back; a thread done with its own experts takes rows from the
-// back of others' down projections once they are prepared (cpu::MatvecPlan).
+// all of them), SwiGLU and the quantising of h run on its owner, which, its run's
+// experts all prepared, computes their down rows front to back; a thread done with
+// its own experts takes rows from the back of others' down projections once they are
+// prepared (cpu::MatvecPlan). Preparing the whole run first matters where the runs
+// differ: 5 experts on 2 threads, the owner of 3 would otherwise still be on its
+// third expert's gate and up when the other, done, found nothing to take.
 //
 // Why whole experts: split by rows, a step takes two sections per layer, and between
 // them the calling thread reads the other core's half of every gate and up output and
@@ -63,8 +66,9 @@ class ExpertsPerThread {
   };
 
   void down_rows(size_t e, uint32_t b, uint32_t end, int64_t D, uint32_t groups) const;
-  void own_expert(size_t e, const ExpertMatrices& m, const std::vector<int64_t>& slots, const float* x, int64_t K,
-                  int64_t D, int64_t F, float* per_slot, uint32_t groups);
+  // Gate, up, SwiGLU and the down product's inputs: its rows may then be taken.
+  void prepare_expert(size_t e, const ExpertMatrices& m, const std::vector<int64_t>& slots, const float* x,
+                      int64_t K, int64_t D, int64_t F, float* per_slot);
   void steal(size_t n, int64_t D, uint32_t groups);
 
   ActivationPrecision activations_ = ActivationPrecision::Int16;

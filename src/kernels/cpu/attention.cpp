@@ -133,9 +133,12 @@ HWY_INLINE void ScoreRun(const float* HWY_RESTRICT q, const T* HWY_RESTRICT col,
 // vector holds one element of consecutive positions: each is widened once and
 // multiplied with every head's element d (a broadcast), and the sums come out one
 // position per lane, with no horizontal sums. Two vectors of positions at a time
-// where a block has them (2 x HG independent chains); a run shorter than a vector
-// (a block's or the context's end) through a zero-padded copy. The plane of the block
-// kKeyBlocksAhead on is prefetched a line per element.
+// where a block has them (2 x HG independent chains); at the context's end a whole
+// vector of the block's column all the same (its lanes past the end are not stored),
+// and a run that a block shorter than a vector ends through a zero-padded copy (a
+// decode token's last run had taken the copy, the vector's zeroing and a short copy
+// per element, in nearly every job). The plane of the block kKeyBlocksAhead on is
+// prefetched a line per element.
 template <int HG, class T>
 HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const Paged<T>& k, int64_t first, int64_t n_keys,
                             int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {
@@ -165,7 +168,9 @@ HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const Paged<T>& k, int6
       const int64_t n = std::min(N, end - i);
       VF acc[HG][1];
       for (int h = 0; h < HG; ++h) acc[h][0] = hn::Zero(df);
-      if (n == N) {
+      if (i + N <= k.len) {
+        // A whole vector of the column, the lanes past the context's end included:
+        // every lane is its own sum, and only the first n are stored.
         ScoreRun<HG, 1>(q, blk + i, k.len, hd, i == 0 ? next : nullptr, acc);
       } else {
         // Positions [i, end) of every column, zero-padded to a vector (a run's tail).
