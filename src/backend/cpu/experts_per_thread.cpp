@@ -39,10 +39,10 @@ void ExpertsPerThread::run(const ExpertMatrices* mats, const std::vector<int64_t
   failed_.store(false, std::memory_order_relaxed);
   owner_runs(slots, n, pool.size(), owners_);
   pool.parallel_for(pool.size(), [&](int64_t p0, int64_t p1, int) {
-    // Own experts first, then others' rows: a thread handed several threads' shares
-    // must not wait for experts it has yet to prepare itself.
-    // Every own expert's gate and up before any own down rows, so that a thread whose
-    // run ends first finds the others' down projections ready to take from.
+    // Every own expert prepared before any own down rows, so that a thread whose run
+    // ends first finds the others' down projections ready to take from; then others'
+    // rows: a thread handed several threads' shares must not wait for experts it has
+    // yet to prepare itself.
     const size_t e0 = owners_[static_cast<size_t>(p0)], e1 = owners_[static_cast<size_t>(p1)];
     try {
       for (size_t e = e0; e < e1; ++e) prepare_expert(e, mats[e], *slots[e], x, K, D, F, per_slot);
