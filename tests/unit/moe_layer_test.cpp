@@ -59,8 +59,8 @@ TEST(MoeLayer, DecodeGivesTheSameLogitsOnOneTwoAndThreeThreads) {
 }
 
 // Top-4 over 8 experts: 2 threads run two experts each, 4 threads one each (and take
-// rows of each other's down projections when one finishes first), 3 threads split
-// rows; q4_0 and q8_0, and gpt-oss with mxfp4 experts (biases added and the clamped
+// rows of each other's down projections when one finishes first), 3 threads runs of
+// one and two experts; q4_0 and q8_0, and gpt-oss with mxfp4 experts (biases added and the clamped
 // SwiGLU applied by whichever thread owns the rows), from the file mapping and resident.
 TEST(MoeLayer, TopFourGivesTheSameLogitsOnOneToFourThreads) {
   for (DType t : {DType::Q4_0, DType::Q8_0, DType::MXFP4}) {

@@ -221,10 +221,11 @@ void CpuBackend::expert_ffns(const ExpertMatrices* mats, const std::vector<int64
                              const float* x, const int64_t* requests, int64_t K, int64_t D, int64_t F,
                              float* per_slot) {
   // A decode step (every token alone in its sequence: one sequence's token, or one
-  // token of each of several sequences) whose experts are enough to give every thread
-  // whole ones (as many as threads, and a multiple of them or at least two each): each
-  // thread runs whole experts, gate and up on all of an expert's tokens, SwiGLU, the
-  // quantising of its output and down, in one parallel section (experts_per_thread.h).
+  // token of each of several sequences) with at least as many experts as threads:
+  // each thread runs whole experts, gate and up on all of an expert's tokens, SwiGLU,
+  // the quantising of its output and down, in one parallel section, and the down rows
+  // even out runs of unequal length (experts_per_thread.h; 3 experts on 2 threads: 2
+  // sequences of a top-2 model, 60.0 -> 64.4% of the bound, 7 alternating rounds).
   // Same kernels on the same rows, so the same floats (MoeLayer tests). Tiny experts
   // (the test fixtures') are not worth a fork/join: matmul.cpp's threshold for one,
   // 2^15 multiply-adds, applies to all of them together.
@@ -235,7 +236,7 @@ void CpuBackend::expert_ffns(const ExpertMatrices* mats, const std::vector<int64
     n_slots += static_cast<int64_t>(slots[i]->size());
     for (int64_t s : *slots[i]) n_tok = std::max(n_tok, s / K + 1);
   }
-  const bool enough = parts > 1 && n >= threads && (n % threads == 0 || n >= 2 * threads) &&
+  const bool enough = parts > 1 && n >= threads &&
                       3 * n_slots * D * F >= (int64_t{1} << 15);
   if (enough && tokens_alone_in_sequences(requests, n_tok)) {
     thread_local ExpertsPerThread ept;  // the caller's; its buffers are reused

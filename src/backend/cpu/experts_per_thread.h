@@ -22,8 +22,8 @@ namespace moeflow {
 // experts all prepared, computes their down rows front to back; a thread done with
 // its own experts takes rows from the back of others' down projections once they are
 // prepared (cpu::MatvecPlan). Preparing the whole run first matters where the runs
-// differ: 5 experts on 2 threads, the owner of 3 would otherwise still be on its
-// third expert's gate and up when the other, done, found nothing to take.
+// differ: 3 experts on 2 threads, the owner of 2 would otherwise still be on its
+// second expert's gate and up when the other, done, found nothing to take.
 //
 // Why whole experts: split by rows, a step takes two sections per layer, and between
 // them the calling thread reads the other core's half of every gate and up output and
