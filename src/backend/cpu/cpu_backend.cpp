@@ -236,8 +236,7 @@ void CpuBackend::expert_ffns(const ExpertMatrices* mats, const std::vector<int64
     n_slots += static_cast<int64_t>(slots[i]->size());
     for (int64_t s : *slots[i]) n_tok = std::max(n_tok, s / K + 1);
   }
-  const bool enough = parts > 1 && n >= threads &&
-                      3 * n_slots * D * F >= (int64_t{1} << 15);
+  const bool enough = parts > 1 && n >= threads && 3 * n_slots * D * F >= (int64_t{1} << 15);
   if (enough && tokens_alone_in_sequences(requests, n_tok)) {
     thread_local ExpertsPerThread ept;  // the caller's; its buffers are reused
     ept.run(mats, slots, n, x, K, D, F, per_slot, *pool_, activations_);

@@ -133,12 +133,13 @@ HWY_INLINE void ScoreRun(const float* HWY_RESTRICT q, const T* HWY_RESTRICT col,
 // vector holds one element of consecutive positions: each is widened once and
 // multiplied with every head's element d (a broadcast), and the sums come out one
 // position per lane, with no horizontal sums. Two vectors of positions at a time
-// where a block has them (2 x HG independent chains); at the context's end a whole
-// vector of the block's column all the same (its lanes past the end are not stored),
-// and a run that a block shorter than a vector ends through a zero-padded copy (a
-// decode token's last run had taken the copy, the vector's zeroing and a short copy
-// per element, in nearly every job). The plane of the block kKeyBlocksAhead on is
-// prefetched a line per element.
+// where a block has them (2 x HG independent chains). A shorter run at the context's
+// end still reads a whole vector of each column when the block holds one (the lanes
+// past the end are computed and not stored): a decode token's context ends inside a
+// block in nearly every job, and a zero-padded copy of its columns there cost more
+// than the arithmetic. Only a run cut by the end of a block shorter than a vector
+// takes the copy. The plane of the block kKeyBlocksAhead on is prefetched a line per
+// element.
 template <int HG, class T>
 HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const Paged<T>& k, int64_t first, int64_t n_keys,
                             int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {

@@ -925,15 +925,18 @@ void run_rows_parallel(size_t n_jobs, const std::function<RowWork(size_t)>& work
   pool.parallel_for(parts, part, 1);
 }
 
+// matvec_batch's rows go to the threads in groups of this many (whole quads of
+// interleaved rows).
+constexpr int64_t kBatchRowGroup = 8;
+
 // A matrix that several tokens' mat-vecs read once for all (a batched decode step) is
-// visited in pieces of ~16 KiB (whole groups of 8 rows, so quads stay whole) that stay
-// in cache while every token reads them; the first pass over a piece prefetches ahead
-// as a lone mat-vec does (to the matrix's end: the next chunk is usually this
-// thread's too). The rows of a piece:
+// visited in pieces of ~16 KiB (whole row groups, so quads stay whole) that stay in
+// cache while every token reads them; the first pass over a piece prefetches ahead as
+// a lone mat-vec does (to the matrix's end: the next chunk is usually this thread's
+// too). The rows of a piece:
 int64_t shared_piece_rows(const MatvecJob& a) {
-  constexpr int64_t kGroup = 8;
   const int64_t rb = static_cast<int64_t>(row_bytes(a.dtype, a.cols));
-  return std::max<int64_t>(kGroup, (16384 / std::max<int64_t>(rb, 1)) / kGroup * kGroup);
+  return std::max<int64_t>(kBatchRowGroup, (16384 / std::max<int64_t>(rb, 1)) / kBatchRowGroup * kBatchRowGroup);
 }
 
 // Rows [r0, r1) of n mat-vecs on one matrix (jobs[0, n), each on its own activation
@@ -999,9 +1002,8 @@ void shared_matrix_rows(const MatvecJob* jobs, const MvInput* in, size_t n, int6
 }  // namespace
 
 void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
-  // Rows in groups of kGroup, the threads' shares balanced by bytes read
+  // Rows in groups of kBatchRowGroup, the threads' shares balanced by bytes read
   // (run_rows_parallel).
-  constexpr int64_t kGroup = 8;
   uint64_t total = 0;
   int64_t work = 0;
   for (size_t j = 0; j < n_jobs; ++j) {
@@ -1133,7 +1135,7 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool) {
   // Measured (2 threads, 330M q8_0, medians of 5-6 alternating runs): own chunks of
   // 8 groups ran ~10% slower than no stealing (the software prefetch and the stream
   // restart at every chunk), 32 groups with steals of 4 ~3-15% faster.
-  run_rows_parallel(item_buf.size(), work_of, kGroup, 32, 4, *pool, inputs, run_item);
+  run_rows_parallel(item_buf.size(), work_of, kBatchRowGroup, 32, 4, *pool, inputs, run_item);
 }
 
 MatvecPlan::MatvecPlan() = default;

@@ -48,6 +48,13 @@ struct MatvecJob {
 // the whole batch rather than per matrix.
 void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool);
 
+// A cache line of packed activation: the VNNI kernels load it aligned.
+struct alignas(64) CacheLine {
+  uint8_t bytes[64];
+};
+
+struct MvInput;  // matmul.cpp: a job's activation as the kernels read it
+
 // Mat-vecs on one matrix whose rows several threads compute, each on its own, with no
 // fork/join of their own: prepare() quantises and packs every job's x, on the calling
 // thread, into the plan's buffers, as matvec_batch would; rows() then computes rows
@@ -58,13 +65,6 @@ void matvec_batch(const MatvecJob* jobs, size_t n_jobs, ThreadPool* pool);
 // (moe_forward's expert-per-thread decode: a thread that finished its own experts
 // takes rows from the back of another's down projection.) Same kernels and inputs as
 // matvec_batch, so the same floats.
-// A cache line of packed activation: the VNNI kernels load it aligned.
-struct alignas(64) CacheLine {
-  uint8_t bytes[64];
-};
-
-struct MvInput;  // matmul.cpp: a job's activation as the kernels read it
-
 class MatvecPlan {
  public:
   MatvecPlan();
