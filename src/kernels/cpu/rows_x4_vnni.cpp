@@ -127,12 +127,15 @@ MOEFLOW_VNNI_ATTR inline void group_sums(const uint8_t* const* q, const PackedX4
     for (int j = 0; j < NQ; ++j) {
       __m512i ua, ub, sa, sb;  // a and b, unsigned (against hi) and signed (against lo)
       if constexpr (kQ4) {
-        const __m512i w = _mm512_loadu_si512(q[j] + 64 * s);
+        __m512i w = _mm512_loadu_si512(q[j] + 64 * s);
+        MOEFLOW_LOAD_ONCE(w);
         ua = sa = _mm512_and_si512(w, nibble);
         ub = sb = _mm512_and_si512(_mm512_srli_epi16(w, 4), nibble);
       } else {
         sa = _mm512_loadu_si512(q[j] + 128 * s);
         sb = _mm512_loadu_si512(q[j] + 128 * s + 64);
+        MOEFLOW_LOAD_ONCE(sa);
+        MOEFLOW_LOAD_ONCE(sb);
         ua = _mm512_xor_si512(sa, bias);
         ub = _mm512_xor_si512(sb, bias);
       }
@@ -264,12 +267,15 @@ MOEFLOW_VNNI_ATTR inline void quad_tokens(const uint8_t* quad, int64_t groups, c
       const int ka = kQ4 ? s : 2 * s, kb = kQ4 ? 4 + s : 2 * s + 1;
       __m512i ua, ub, sa, sb;
       if constexpr (kQ4) {
-        const __m512i w = _mm512_loadu_si512(q + 64 * s);
+        __m512i w = _mm512_loadu_si512(q + 64 * s);
+        MOEFLOW_LOAD_ONCE(w);
         ua = sa = _mm512_and_si512(w, nibble);
         ub = sb = _mm512_and_si512(_mm512_srli_epi16(w, 4), nibble);
       } else {
         sa = _mm512_loadu_si512(q + 128 * s);
         sb = _mm512_loadu_si512(q + 128 * s + 64);
+        MOEFLOW_LOAD_ONCE(sa);
+        MOEFLOW_LOAD_ONCE(sb);
         ua = _mm512_xor_si512(sa, bias);
         ub = _mm512_xor_si512(sb, bias);
       }
@@ -325,12 +331,15 @@ MOEFLOW_VNNI_ATTR inline void tile16(const uint8_t* const* q, int64_t groups, co
       for (int j = 0; j < NQ; ++j) {
         const uint8_t* w = q[j] + g * kQuant;
         if constexpr (kQ4) {
-          const __m512i v = _mm512_loadu_si512(w + 64 * s);
+          __m512i v = _mm512_loadu_si512(w + 64 * s);
+          MOEFLOW_LOAD_ONCE(v);
           ua[j] = sa[j] = _mm512_and_si512(v, nibble);
           ub[j] = sb[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
         } else {
           sa[j] = _mm512_loadu_si512(w + 128 * s);
           sb[j] = _mm512_loadu_si512(w + 128 * s + 64);
+          MOEFLOW_LOAD_ONCE(sa[j]);
+          MOEFLOW_LOAD_ONCE(sb[j]);
           ua[j] = _mm512_xor_si512(sa[j], bias);
           ub[j] = _mm512_xor_si512(sb[j], bias);
         }
@@ -520,7 +529,8 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
       for (int j = 0; j < NQ; ++j) {
         const uint8_t* w = q[j] + g * kQuant;
         if constexpr (kQ4) {
-          const __m512i v = _mm512_loadu_si512(w + 64 * s);
+          __m512i v = _mm512_loadu_si512(w + 64 * s);
+          MOEFLOW_LOAD_ONCE(v);
           ua[j] = _mm512_and_si512(v, nibble);
           ub[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
           if constexpr (kQ5) {  // the fifth bits: 16 where set
