@@ -44,6 +44,16 @@ MOEFLOW_VNNI_ATTR inline __m512i bcast(const void* p) {
   return _mm512_broadcast_i32x4(_mm_loadu_si128(static_cast<const __m128i*>(p)));
 }
 
+// A weight vector, loaded once into a register. Where one load feeds two instructions
+// (a nibble's AND and its shift; q8_0's bytes as the signed operand and, offset, the
+// unsigned one) GCC folds it into both, and from cache these kernels are bound by their
+// loads as much as by their multiply-adds (docs/performance.md, 2026-11-28).
+MOEFLOW_VNNI_ATTR inline __m512i load_weights(const uint8_t* p) {
+  __m512i v = _mm512_loadu_si512(p);
+  asm("" : "+v"(v));  // opaque to the compiler: the value stays in this register
+  return v;
+}
+
 // A group's four blocks of 32 bytes, block-major (blocks[b]: dword k holds elements
 // 4k..4k+3), to the packed activation's step-major order: steps[k] holds dword k of
 // blocks 0-3 (dword 4k + b of the two vectors stored). vpermt2d picks from blocks 0-1
@@ -127,15 +137,12 @@ MOEFLOW_VNNI_ATTR inline void group_sums(const uint8_t* const* q, const PackedX4
     for (int j = 0; j < NQ; ++j) {
       __m512i ua, ub, sa, sb;  // a and b, unsigned (against hi) and signed (against lo)
       if constexpr (kQ4) {
-        __m512i w = _mm512_loadu_si512(q[j] + 64 * s);
-        MOEFLOW_LOAD_ONCE(w);
+        const __m512i w = load_weights(q[j] + 64 * s);
         ua = sa = _mm512_and_si512(w, nibble);
         ub = sb = _mm512_and_si512(_mm512_srli_epi16(w, 4), nibble);
       } else {
-        sa = _mm512_loadu_si512(q[j] + 128 * s);
-        sb = _mm512_loadu_si512(q[j] + 128 * s + 64);
-        MOEFLOW_LOAD_ONCE(sa);
-        MOEFLOW_LOAD_ONCE(sb);
+        sa = load_weights(q[j] + 128 * s);
+        sb = load_weights(q[j] + 128 * s + 64);
         ua = _mm512_xor_si512(sa, bias);
         ub = _mm512_xor_si512(sb, bias);
       }
@@ -267,15 +274,12 @@ MOEFLOW_VNNI_ATTR inline void quad_tokens(const uint8_t* quad, int64_t groups, c
       const int ka = kQ4 ? s : 2 * s, kb = kQ4 ? 4 + s : 2 * s + 1;
       __m512i ua, ub, sa, sb;
       if constexpr (kQ4) {
-        __m512i w = _mm512_loadu_si512(q + 64 * s);
-        MOEFLOW_LOAD_ONCE(w);
+        const __m512i w = load_weights(q + 64 * s);
         ua = sa = _mm512_and_si512(w, nibble);
         ub = sb = _mm512_and_si512(_mm512_srli_epi16(w, 4), nibble);
       } else {
-        sa = _mm512_loadu_si512(q + 128 * s);
-        sb = _mm512_loadu_si512(q + 128 * s + 64);
-        MOEFLOW_LOAD_ONCE(sa);
-        MOEFLOW_LOAD_ONCE(sb);
+        sa = load_weights(q + 128 * s);
+        sb = load_weights(q + 128 * s + 64);
         ua = _mm512_xor_si512(sa, bias);
         ub = _mm512_xor_si512(sb, bias);
       }
@@ -331,15 +335,12 @@ MOEFLOW_VNNI_ATTR inline void tile16(const uint8_t* const* q, int64_t groups, co
       for (int j = 0; j < NQ; ++j) {
         const uint8_t* w = q[j] + g * kQuant;
         if constexpr (kQ4) {
-          __m512i v = _mm512_loadu_si512(w + 64 * s);
-          MOEFLOW_LOAD_ONCE(v);
+          const __m512i v = load_weights(w + 64 * s);
           ua[j] = sa[j] = _mm512_and_si512(v, nibble);
           ub[j] = sb[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
         } else {
-          sa[j] = _mm512_loadu_si512(w + 128 * s);
-          sb[j] = _mm512_loadu_si512(w + 128 * s + 64);
-          MOEFLOW_LOAD_ONCE(sa[j]);
-          MOEFLOW_LOAD_ONCE(sb[j]);
+          sa[j] = load_weights(w + 128 * s);
+          sb[j] = load_weights(w + 128 * s + 64);
           ua[j] = _mm512_xor_si512(sa[j], bias);
           ub[j] = _mm512_xor_si512(sb[j], bias);
         }
@@ -529,8 +530,7 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
       for (int j = 0; j < NQ; ++j) {
         const uint8_t* w = q[j] + g * kQuant;
         if constexpr (kQ4) {
-          __m512i v = _mm512_loadu_si512(w + 64 * s);
-          MOEFLOW_LOAD_ONCE(v);
+          const __m512i v = load_weights(w + 64 * s);
           ua[j] = _mm512_and_si512(v, nibble);
           ub[j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
           if constexpr (kQ5) {  // the fifth bits: 16 where set

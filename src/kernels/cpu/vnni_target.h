@@ -20,13 +20,6 @@
 #include <immintrin.h>
 #define MOEFLOW_VNNI_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi")))
 
-// Keeps a loaded weight vector in a register. Where one load feeds two instructions
-// (a nibble's AND and its shift; q8_0's bytes as the signed operand and, offset, the
-// unsigned one) GCC folds it into both, and from cache these kernels are bound by their
-// loads as much as by their multiply-adds: q8_0 on int16 activations ran 10-50% faster
-// from cache with one load, q6_k on int8 ~10%, q4_0 the same (docs/performance.md).
-#define MOEFLOW_LOAD_ONCE(v) asm("" : "+v"(v))
-
 namespace moeflow::cpu {
 // Prefetches [p, p + bytes) (and the line after it), non-temporal as matmul.cpp's
 // PrefetchStep: a decode step reads each weight once.
