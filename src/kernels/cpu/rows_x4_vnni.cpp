@@ -643,11 +643,15 @@ inline int tokens_in_pass8(int left) {
   return left % 4 == 1 && left > 4 ? 5 : std::min(4, left);
 }
 
-// Where the int8 tiles prefetch: ~16 KiB on (at least two quads), not two quads. Their
-// quads take half the time, so two quads on left the reads too little lead (330M q4_0,
-// 768 and 2048 columns, 8 and 16 sequences: four quads on, +8-14% in two alternating
-// rounds); a fixed four quads of q8_0's 2048 columns (35 KiB) streamed slower.
-inline int64_t tokens_prefetch_quads(size_t qb) { return std::max<int64_t>(2, static_cast<int64_t>(16384 / qb)); }
+// Where the int8 tiles prefetch: ~8 KiB on (at least two quads). Their quads take half
+// the time of the int16 ones, so two quads of 768 columns on left the reads too little
+// lead; but the prefetched lines go to L1 (non-temporal), and with the gate and up
+// matrices streamed as a pair, 16 KiB on each (a third of a Zen 5 core's 48 KiB L1 per
+// stream) was slower at every batch of 2 to 16 sequences than 8 KiB (docs/performance.md).
+constexpr int64_t kInt8PrefetchBytes = 8192;
+inline int64_t tokens_prefetch_quads(size_t qb) {
+  return std::max<int64_t>(2, kInt8PrefetchBytes / static_cast<int64_t>(qb));
+}
 
 template <DType T>
 MOEFLOW_VNNI_ATTR void quads8_tokens(const uint8_t* W, int64_t n_quads, int64_t cols, const uint8_t* const* xs,
