@@ -647,7 +647,7 @@ inline int tokens_in_pass8(int left) {
 // the time of the int16 ones, so two quads of 768 columns on left the reads too little
 // lead; but the prefetched lines go to L1 (non-temporal), and with the gate and up
 // matrices streamed as a pair, 16 KiB on each (a third of a Zen 5 core's 48 KiB L1 per
-// stream) was slower at every batch of 2 to 16 sequences than 8 KiB (docs/performance.md).
+// stream) was slower than 8 KiB at every batch of 4 to 16 sequences (docs/performance.md).
 constexpr int64_t kInt8PrefetchBytes = 8192;
 inline int64_t tokens_prefetch_quads(size_t qb) {
   return std::max<int64_t>(2, kInt8PrefetchBytes / static_cast<int64_t>(qb));
