@@ -8,7 +8,10 @@
 # usage: scripts/cuda_device_check.sh BIN_DIR OUT_DIR
 #   BIN_DIR holds moeflow and moeflow_tests built with CUDA. BACKEND=cpu and LAYERS,
 #   EMBD, FF let the same steps run small on a CPU (to check the script itself);
-#   QUICK=1 runs the tests and the offloading benchmark of two policies only.
+#   QUICK=1 runs the tests, the kernel benchmark and the offloading benchmark of two
+#   policies only. PEER_LLAMA_BENCH=path runs that llama-bench (a llama.cpp build with
+#   CUDA, made outside this repository) on the same model file: all layers on the GPU,
+#   and with every layer's experts kept on the CPU (--n-cpu-moe), its offloading mode.
 set -uo pipefail
 BIN=$1
 OUT=$2
@@ -32,6 +35,19 @@ if [ "$BACKEND" = cuda ]; then
   echo "tests: rc $?"
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|error|relative|max error|hit rate|budget|host-compute" "$OUT/tests.txt" | head -80
 fi
+# The mat-vec kernel alone at Mixtral's expert shapes, one token and eight, every type
+# and rows-per-warp setting, against the device's copy bandwidth.
+if [ "$BACKEND" = cuda ]; then
+  for shape in "$FF $EMBD" "$EMBD $FF"; do
+    set -- $shape
+    for tok in 1 8; do
+      timeout 120 "$BIN/moeflow" bench-kernels --backend cuda --rows "$1" --cols "$2" --tokens "$tok" --stream-mib 1024 \
+        --min-seconds 0.05 > "$OUT/kernels-$1x$2-t$tok.md" 2>&1
+      echo "bench-kernels ${1}x$2, $tok token(s): rc $?"
+      cat "$OUT/kernels-$1x$2-t$tok.md"
+    done
+  done
+fi
 wait $MAKE || { echo "make-model failed"; cat "$OUT/make-model.txt"; exit 1; }
 
 POLICIES=lru,lfu,on-demand,next-layer,moe-infinity,fmoe,adaptive
@@ -39,6 +55,13 @@ POLICIES=lru,lfu,on-demand,next-layer,moe-infinity,fmoe,adaptive
 timeout 300 "$BIN/moeflow" bench --backend "$BACKEND" -m "$M" -t 8 -p 32 -n 32 -r 2 --policy "$POLICIES" \
   --expert-budget 25% --json > "$OUT/bench.json" 2> "$OUT/bench.err"
 echo "bench: rc $?"
+if [ -n "${PEER_LLAMA_BENCH:-}" ]; then
+  timeout 240 "$PEER_LLAMA_BENCH" -m "$M" -ngl 99 -p 32 -n 32 -r 2 -t 8 > "$OUT/llama-bench.md" 2>&1
+  echo "llama-bench, all on the GPU: rc $?"
+  timeout 240 "$PEER_LLAMA_BENCH" -m "$M" -ngl 99 -ncmoe "$LAYERS" -p 32 -n 32 -r 2 -t 8 >> "$OUT/llama-bench.md" 2>&1
+  echo "llama-bench, experts on the CPU: rc $?"
+  grep -E "^\|" "$OUT/llama-bench.md"
+fi
 if [ -n "${QUICK:-}" ]; then
   python3 "$HERE/cuda_device_summary.py" "$OUT" report | tee "$OUT/summary.md"
   exit 0

@@ -10,6 +10,8 @@
 // IQ4_NL, IQ4_XS and MXFP4 on the generic path. With --tokens N each product is a
 // batched decode step's: N tokens' mat-vecs on one matrix read once (per-token jobs,
 // the multi-token kernels), and --activations int8 takes the int8 kernels.
+// --backend cuda runs the GPU's mat-vec kernel instead, for every type it reads and
+// each rows-per-warp setting, beside the device's copy bandwidth.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -27,6 +29,11 @@
 #include "kernels/cpu/roofline.h"
 #include "kernels/cpu/rows_x4_vnni.h"
 #include "base/error.h"
+#ifdef MOEFLOW_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "kernels/cuda/dequant_groups.cuh"
+#include "kernels/cuda/kernels.h"
+#endif
 #include "tensor/anon_memory.h"
 #include "tensor/dtype.h"
 #include "tensor/rows_x4.h"
@@ -84,6 +91,78 @@ double matvec_gbs(DType t, RowLayout layout, const uint8_t* W, size_t mat_bytes,
   return best;
 }
 
+// One matrix of random weights of type t: 512 rows quantised, repeated (values do not
+// matter for speed, and a GPU-sized matrix of k-quants takes seconds to quantise).
+std::vector<uint8_t> random_matrix(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  const size_t rb = row_bytes(t, cols);
+  std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+  std::vector<float> row(static_cast<size_t>(cols));
+  const int64_t distinct = std::min<int64_t>(rows, 512);
+  for (int64_t r = 0; r < distinct; ++r) {
+    for (float& v : row) v = uni(rng);
+    quantize_row(t, row.data(), w.data() + rb * static_cast<size_t>(r), cols);
+  }
+  for (int64_t r = distinct; r < rows; ++r)
+    std::memcpy(w.data() + rb * static_cast<size_t>(r), w.data() + rb * static_cast<size_t>(r % distinct), rb);
+  return w;
+}
+
+// The GPU's mat-vec kernel: streaming GB/s per type and rows per warp, against the
+// device's own copy bandwidth.
+int bench_kernels_cuda(const std::string& backend, int64_t rows, int64_t cols, int64_t tokens, uint64_t stream_bytes,
+                       double min_seconds, bool json) {
+#ifndef MOEFLOW_HAVE_CUDA
+  (void)rows, (void)cols, (void)tokens, (void)stream_bytes, (void)min_seconds, (void)json;
+  throw UsageError("moeflow bench-kernels --backend " + backend + ": this build has no CUDA backend");
+#else
+  int device = 0;
+  if (backend.size() > 5) {
+    if (backend[4] != ':' || backend.find_first_not_of("0123456789", 5) != std::string::npos)
+      throw UsageError("moeflow bench-kernels: --backend " + backend + ": cpu, cuda or cuda:N");
+    device = std::stoi(backend.substr(5));
+  }
+  CudaBackend gpu(device, 1);
+  const double copy_gbs = gpu.measure_memory_bandwidth_gbs(1ull << 30);
+  std::vector<int> settings = {0, 1, 2};  // 0: the kernel's own choice
+  if (tokens == 1) settings.push_back(4);
+  std::mt19937 rng(1);
+  nlohmann::json runs = nlohmann::json::array();
+  std::vector<DType> types = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::IQ4_NL, DType::MXFP4};
+  if (cols % 256 == 0)
+    types.insert(types.end(), {DType::Q4_K, DType::Q6_K, DType::Q5_K, DType::Q3_K, DType::Q2_K, DType::IQ4_XS});
+  if (!json)
+    std::printf("CUDA mat-vec kernel on %s, %lld x %lld matrices, %lld token%s a matrix, %.0f MiB streamed per type; "
+                "device copy bandwidth %.0f GB/s\n| type   | rows per warp | GB/s   | of copy bandwidth | G mult-add/s |\n"
+                "|--------|---------------|--------|-------------------|--------------|\n",
+                gpu.kernel_target().c_str(), static_cast<long long>(rows), static_cast<long long>(cols),
+                static_cast<long long>(tokens), tokens == 1 ? "" : "s", static_cast<double>(stream_bytes) / 1048576.0,
+                copy_gbs);
+  for (DType t : types) {
+    if (!cuda::cuda_supports(t)) continue;
+    const std::vector<uint8_t> w = random_matrix(t, rows, cols, rng);
+    const std::vector<double> gbs = cuda::matvec_stream_gbs(t, w.data(), rows, cols, tokens, settings, stream_bytes,
+                                                            min_seconds);
+    const double macs_per_byte = static_cast<double>(cols * tokens) / static_cast<double>(row_bytes(t, cols));
+    for (size_t i = 0; i < settings.size(); ++i) {
+      const std::string setting = settings[i] ? std::to_string(settings[i]) : "auto";
+      if (json)
+        runs.push_back({{"dtype", dtype_name(t)}, {"rows_per_warp", setting}, {"stream_gbs", gbs[i]},
+                        {"fraction_of_copy", gbs[i] / copy_gbs}, {"gmacs", gbs[i] * macs_per_byte}});
+      else
+        std::printf("| %-6s | %-13s | %6.0f | %16.1f%% | %12.0f |\n", dtype_name(t), setting.c_str(), gbs[i],
+                    100.0 * gbs[i] / copy_gbs, gbs[i] * macs_per_byte);
+    }
+  }
+  if (json)
+    std::printf("%s\n", nlohmann::json({{"backend", gpu.name()}, {"rows", rows}, {"cols", cols}, {"tokens", tokens},
+                                        {"stream_bytes", stream_bytes}, {"copy_gbs", copy_gbs}, {"kernels", runs}})
+                            .dump()
+                            .c_str());
+  return 0;
+#endif
+}
+
 }  // namespace
 
 int cmd_bench_kernels(int argc, char** argv) {
@@ -97,6 +176,8 @@ int cmd_bench_kernels(int argc, char** argv) {
   a.flag("--tokens", "tokens per matrix: 1 a mat-vec, more a batched decode step's (the matrix read once for all)",
          true, "1");
   a.flag("--activations", "int16 or int8: the activations the VNNI kernels multiply", true, "int16");
+  a.flag("--backend", "cpu, or cuda[:N]: the GPU's kernel (use matrices of GPU size, e.g. --rows 14336 --cols 4096)",
+         true, "cpu");
   a.flag("--json", "print one JSON object", false);
   a.parse(argc, argv, 2);
   const double min_seconds = a.number("--min-seconds", 0.0, 60.0);
@@ -113,13 +194,16 @@ int cmd_bench_kernels(int argc, char** argv) {
   const std::string act = a.str("--activations");
   if (act != "int16" && act != "int8") throw UsageError("moeflow bench-kernels: --activations " + act + ": int16 or int8");
   pr.x_int8 = act == "int8";
+  const std::string backend = a.str("--backend");
+  if (backend.rfind("cuda", 0) == 0)
+    return bench_kernels_cuda(backend, rows, cols, pr.tokens, stream_bytes, min_seconds, a.has("--json"));
+  if (backend != "cpu") throw UsageError("moeflow bench-kernels: --backend " + backend + ": cpu, cuda or cuda:N");
   ThreadPool pool(threads);
   ThreadPool* const p = threads > 1 ? &pool : nullptr;
 
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(pr.tokens * cols)), y(2 * static_cast<size_t>(pr.tokens * rows)),
-      row(static_cast<size_t>(cols));
+  std::vector<float> x(static_cast<size_t>(pr.tokens * cols)), y(2 * static_cast<size_t>(pr.tokens * rows));
   for (float& v : x) v = uni(rng);
 
   const bool vnni = cpu::q4_vnni_enabled();
@@ -143,12 +227,8 @@ int cmd_bench_kernels(int argc, char** argv) {
       throw InputError("bench-kernels: cannot allocate " + std::to_string(total >> 20) + " MiB of " + dtype_name(t) +
                        " matrices (lower --stream-mib, or --rows/--cols)");
     uint8_t* const w = mem->data();
-    for (int64_t r = 0; r < rows; ++r) {
-      for (float& v : row) v = uni(rng);
-      quantize_row(t, row.data(), w + rb * static_cast<size_t>(r), cols);
-    }
-    for (int64_t m = 1; m < n_mat; ++m) std::memcpy(w + mat_bytes * static_cast<size_t>(m), w, mat_bytes);
-    const std::vector<uint8_t> w0(w, w + mat_bytes);
+    const std::vector<uint8_t> w0 = random_matrix(t, rows, cols, rng);
+    for (int64_t m = 0; m < n_mat; ++m) std::memcpy(w + mat_bytes * static_cast<size_t>(m), w0.data(), mat_bytes);
     // The kernels of this type: on VNNI CPUs q4_0, q8_0 (and Q4_K, Q5_K on int8 activations)
     // first run on rows interleaved in fours (what the resident model uses), then in
     // GGUF's layout; q4_0, the k-quants (and IQ4_NL, IQ4_XS, MXFP4 on int8 activations) have a

@@ -4,6 +4,7 @@
 // against the CPU backend's, sequences in company bit-equal to alone, offloading
 // lossless at every budget, and the expert budget holding in device memory.
 #ifdef MOEFLOW_HAVE_CUDA
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,8 +32,8 @@ namespace {
 
 using namespace moeflow::testing;
 
-const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                        DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,   DType::Q4_0,   DType::Q2_K, DType::Q3_K,
+                        DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
 
 #define REQUIRE_GPU() \
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (run on a GPU machine)"
@@ -62,6 +63,20 @@ TEST(CudaDecode, GroupsMatchDequantizeRow) {
     std::printf("%-5s decoder vs dequantize_row: max error %.2e of %.2f\n", dtype_name(t), err, mag);
     EXPECT_LE(err, 1e-6 * mag) << dtype_name(t);
   }
+}
+
+// MXFP4's scale is made from its exponent's bits: every exponent, the subnormal scales
+// of e = 0 and 1 among them, against the reference's ldexp.
+TEST(CudaDecode, Mxfp4ScalesAtEveryExponent) {
+  std::vector<uint8_t> blocks(256 * 17);
+  for (int e = 0; e < 256; ++e) {
+    blocks[e * 17] = static_cast<uint8_t>(e);
+    for (int j = 0; j < 16; ++j) blocks[e * 17 + 1 + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  }
+  std::vector<float> ref(256 * 32), got(256 * 32);
+  dequantize_row(DType::MXFP4, blocks.data(), ref.data(), 256 * 32);
+  cuda::decode_row_on_host(DType::MXFP4, blocks.data(), got.data(), 256 * 32);
+  EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), ref.size() * 4));
 }
 
 TEST(CudaKernels, ProductsMatchFloat64AndEachTokenAlone) {
@@ -99,6 +114,44 @@ TEST(CudaKernels, ProductsMatchFloat64AndEachTokenAlone) {
           << dtype_name(t) << ": token " << k << " alone differs from its result in company";
     }
   }
+}
+
+// The kernel's rows per warp (1, 2, 4 or its own choice) and the token count change
+// its speed only: every setting gives the bits of one row per warp. 67 rows leave a
+// part-filled warp at every setting; 11 tokens a part-filled pass of eight.
+TEST(CudaKernels, RowsPerWarpChangeNoBit) {
+  REQUIRE_GPU();
+  const int64_t rows = 67, cols = 512, n_tok = 11;
+  const std::vector<float> w = normal_floats(static_cast<size_t>(rows * cols), 4);
+  const std::vector<float> x = normal_floats(static_cast<size_t>(n_tok * cols), 5);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  float *dx = nullptr, *dy = nullptr;
+  uint8_t* dw = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dx), x.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dy), static_cast<size_t>(rows * n_tok) * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dw), static_cast<size_t>(rows * cols) * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  auto run = [&](DType t, int64_t tokens, int rows_per_warp) {
+    std::vector<float> y(static_cast<size_t>(rows * tokens));
+    cuda::matvec(t, dw, rows, cols, dx, cols, tokens, dy, rows, nullptr, rows_per_warp);
+    EXPECT_EQ(cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    return y;
+  };
+  for (DType t : kTypes) {
+    const size_t rb = row_bytes(t, cols);
+    std::vector<uint8_t> q(rb * rows);
+    for (int64_t r = 0; r < rows; ++r) quantize_row(t, w.data() + r * cols, q.data() + r * rb, cols);
+    ASSERT_EQ(cudaMemcpy(dw, q.data(), q.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    for (int64_t tokens : {int64_t{1}, int64_t{3}, n_tok}) {
+      const std::vector<float> ref = run(t, tokens, 1);
+      for (int r : {0, 2, 4}) {
+        const std::vector<float> got = run(t, tokens, r);
+        EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), ref.size() * 4))
+            << dtype_name(t) << ", " << tokens << " tokens, " << r << " rows per warp";
+      }
+    }
+  }
+  cudaFree(dx), cudaFree(dy), cudaFree(dw);
 }
 
 // The paged cache filled through each backend's kv_store, then attention of three
@@ -154,7 +207,7 @@ TEST(CudaKernels, AttentionAndKvStoresMatchTheReference) {
 const char* const kFixtures[] = {"mixtral-f32.gguf",   "mixtral-f16.gguf",   "mixtral-bf16.gguf", "olmoe-f32.gguf",
                                  "olmoe-q4_0.gguf",    "qwen2moe-f32.gguf",  "qwen2moe-q4_0.gguf",
                                  "qwen3moe-f32.gguf",  "qwen3moe-q8_0.gguf", "deepseek2-f32.gguf",
-                                 "deepseek2-q4_0.gguf", "gpt-oss-f32.gguf"};
+                                 "deepseek2-q4_0.gguf", "gpt-oss-f32.gguf",   "gpt-oss-mxfp4.gguf"};
 
 EngineOptions cuda_options(const std::string& fixture, const std::string& policy = "all",
                            const std::string& budget = "") {
@@ -187,20 +240,41 @@ TEST(CudaEngine, LogitsMatchTheCpuBackendOnEveryFixture) {
   }
 }
 
-TEST(CudaEngine, RefusesTypesItHasNoKernelFor) {
+// The k-quant mix users download most (Q4_K with Q6_K experts' rows, as Q4_K_M gives
+// some) and the 4-bit non-linear types, in models of 256-wide rows written here.
+TEST(CudaEngine, KQuantAndIQuantModelsMatchTheCpuBackend) {
   REQUIRE_GPU();
-  auto gpu = Engine::open(cuda_options("gpt-oss-mxfp4.gguf"));
-  try {
-    run_alone(*gpu, prompt_token_by_token(gpu->n_vocab()));
-    FAIL() << "an mxfp4 model ran on the CUDA backend";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("no kernel for mxfp4"), std::string::npos) << e.what();
+  struct Case {
+    DType dense, experts;
+  };
+  for (const Case c : {Case{DType::Q4_K, DType::Q6_K}, Case{DType::Q5_K, DType::Q3_K}, Case{DType::Q2_K, DType::Q4_K},
+                       Case{DType::IQ4_XS, DType::IQ4_XS}, Case{DType::IQ4_NL, DType::MXFP4}}) {
+    SyntheticModelSpec spec;
+    spec.dtype = c.dense;
+    spec.expert_dtype = c.experts;
+    spec.n_embd = 256;
+    spec.n_ff_expert = 256;
+    spec.n_head = 4;
+    spec.n_head_kv = 2;
+    spec.head_dim = 64;
+    const std::string name = std::string(dtype_name(c.dense)) + "-" + dtype_name(c.experts);
+    const std::string path = scratch_path("cuda-" + name) + ".gguf";
+    write_synthetic_model(spec, path);
+    EngineOptions gpu_o = cuda_options("mixtral-f32.gguf"), cpu_o = cpu_reference("mixtral-f32.gguf");
+    gpu_o.model_path = cpu_o.model_path = path;
+    auto cpu = Engine::open(cpu_o);
+    auto gpu = Engine::open(gpu_o);
+    Script s = prompt_token_by_token(cpu->n_vocab());
+    s.chunk = 3;
+    const double d = max_relative_difference(run_alone(*gpu, s), run_alone(*cpu, s));
+    std::printf("%-14s logits relative to the CPU backend's %.2e\n", name.c_str(), d);
+    EXPECT_LE(d, 1e-3) << name;
   }
 }
 
 TEST(CudaEngine, EachSequenceGetsTheLogitsItGetsAlone) {
   REQUIRE_GPU();
-  for (const char* fixture : {"mixtral-f32.gguf", "qwen2moe-q4_0.gguf", "deepseek2-q4_0.gguf", "gpt-oss-f32.gguf"}) {
+  for (const char* fixture : {"mixtral-f32.gguf", "qwen2moe-q4_0.gguf", "deepseek2-q4_0.gguf", "gpt-oss-mxfp4.gguf"}) {
     auto e = Engine::open(cuda_options(fixture));
     const std::vector<Script> scripts = make_scripts(8, e->n_vocab(), 21);
     expect_same(run_together(*e, scripts, 5), *e, scripts, std::string(fixture) + " on the GPU");

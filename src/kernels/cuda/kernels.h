@@ -3,6 +3,7 @@
 // on `stream` (a cudaStream_t) without waiting for it.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cpu/attention.h"
 #include "tensor/dtype.h"
@@ -14,9 +15,17 @@ using Stream = void*;
 // y[t * y_stride + r] = sum_c W[r][c] x[t * x_stride + c] for r < rows, t < n_tok; W in
 // GGUF's layout, of a type cuda_supports (dequant_groups.cuh). Each token's sum is
 // formed in the same order whatever n_tok is: a token's result never depends on the
-// tokens beside it.
+// tokens beside it. rows_per_warp (1, 2 or 4; 0 picks by the matrix's rows and the
+// device's multiprocessors) changes the speed only, never a bit of the result.
 void matvec(DType t, const uint8_t* w, int64_t rows, int64_t cols, const float* x, int64_t x_stride, int64_t n_tok,
-            float* y, int64_t y_stride, Stream stream);
+            float* y, int64_t y_stride, Stream stream, int rows_per_warp = 0);
+
+// GB/s (weight bytes) of matvec streaming over copies of one matrix (`matrix`, host
+// memory, GGUF's layout) that fill stream_bytes of device memory: for each entry of
+// rows_per_warp, the best of three passes of at least min_seconds each. Runs on the
+// current device and waits for it; throws when the memory cannot be had.
+std::vector<double> matvec_stream_gbs(DType t, const uint8_t* matrix, int64_t rows, int64_t cols, int64_t n_tok,
+                                      const std::vector<int>& rows_per_warp, uint64_t stream_bytes, double min_seconds);
 
 // Where each query token reads its sequence (attention.h's AttentionQuery with the
 // block table copied to the device): table_offset indexes the device table array.
