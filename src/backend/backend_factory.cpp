@@ -29,7 +29,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
       device = static_cast<int>(d);
     }
 #ifdef MOEFLOW_HAVE_CUDA
-    return std::make_unique<CudaBackend>(device, o.threads);
+    return std::make_unique<CudaBackend>(device, o.threads, o.activations);
 #else
     (void)device;
     throw InputError("--backend " + o.name + ": this build has no CUDA backend (rebuild where the CUDA toolkit is "

@@ -13,7 +13,7 @@ struct BackendOptions {
   std::string name = "cpu";
   int threads = 1;              // CPU threads (the CPU backend's pool; a GPU backend's host share)
   bool repack = true;           // CPU: rows interleaved in fours on VNNI CPUs
-  ActivationPrecision activations = ActivationPrecision::Int16;  // CPU: int8 / int16 activations
+  ActivationPrecision activations = ActivationPrecision::Int16;  // CPU, and a GPU backend's host share
 };
 
 // Whether this build has the CUDA backend (configured with CUDA found).

@@ -308,20 +308,33 @@ TEST(CudaEngine, OffloadingIsLosslessAtEveryBudget) {
                   100.0 * static_cast<double>(st.hits) / static_cast<double>(std::max<uint64_t>(1, st.hits + st.misses)),
                   static_cast<double>(st.bytes_read) / 1048576.0);
     }
-    EngineOptions o = cuda_options(fixture, "lru", "25%");
-    o.on_miss = "host-compute";
-    auto e = Engine::open(o);
-    double worst = 0;
-    for (size_t i = 0; i < scripts.size(); ++i) {
-      Script s = scripts[i];
-      s.n_gen = 0;  // the same tokens in: logits compare position by position
-      worst = std::max(worst, max_relative_difference(run_alone(*e, s), run_alone(*resident, s)));
+    // The host's experts on int16 activations (within ~2e-5 of f32 per product), and on
+    // auto's (int8 for q4_0: as the CPU backend rounds them, a near-tie routing may flip
+    // at one position).
+    for (const char* act : {"int16", "auto"}) {
+      EngineOptions o = cuda_options(fixture, "lru", "25%");
+      o.on_miss = "host-compute";
+      o.activations = act;
+      auto e = Engine::open(o);
+      double worst = 0;
+      int64_t beyond = 0;
+      for (size_t i = 0; i < scripts.size(); ++i) {
+        Script s = scripts[i];
+        s.n_gen = 0;  // the same tokens in: logits compare position by position
+        const std::vector<double> d = relative_differences(run_alone(*e, s), run_alone(*resident, s));
+        worst = std::max(worst, *std::max_element(d.begin(), d.end()));
+        beyond += std::count_if(d.begin(), d.end(), [](double x) { return x >= 5e-2; });
+      }
+      const uint64_t host = e->offload().source->host_computed();
+      std::printf("%-20s host-compute at 25%%, %-5s activations: %llu experts on the CPU, logits within %.2e\n",
+                  fixture, act, static_cast<unsigned long long>(host), worst);
+      EXPECT_GT(host, 0u);
+      if (std::string(act) == "int16") {
+        EXPECT_LE(worst, 1e-3) << fixture;
+      } else {
+        EXPECT_LE(beyond, 1) << fixture;
+      }
     }
-    const uint64_t host = e->offload().source->host_computed();
-    std::printf("%-20s host-compute at 25%%: %llu experts on the CPU, logits within %.2e\n", fixture,
-                static_cast<unsigned long long>(host), worst);
-    EXPECT_GT(host, 0u);
-    EXPECT_LE(worst, 1e-3) << fixture;
   }
 }
 

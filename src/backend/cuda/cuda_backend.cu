@@ -258,7 +258,7 @@ uint8_t* device_alloc(size_t bytes, const char* what) {
 
 }  // namespace
 
-CudaBackend::CudaBackend(int device, int threads) : im_(std::make_shared<Impl>()) {
+CudaBackend::CudaBackend(int device, int threads, ActivationPrecision activations) : im_(std::make_shared<Impl>()) {
   const int n = cuda_device_count();
   if (n == 0) throw InputError("--backend cuda: no CUDA device is visible (driver missing or no GPU)");
   if (device < 0 || device >= n)
@@ -267,8 +267,9 @@ CudaBackend::CudaBackend(int device, int threads) : im_(std::make_shared<Impl>()
   CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&im_->stream, cudaStreamNonBlocking));
   // The CPU's share (norms, RoPE, host-computed experts) in GGUF's layout: the same
-  // bytes the device reads.
-  im_->cpu = std::make_unique<CpuBackend>(threads, false);
+  // bytes the device reads. On int8 activations (auto's choice for q4_0, the k-quants,
+  // IQ4 and MXFP4) that layout has VNNI kernels; on int16 those types take f32 paths.
+  im_->cpu = std::make_unique<CpuBackend>(threads, false, activations);
   for (DeviceScratch* s : {&im_->d_in, &im_->d_out, &im_->d_work}) s->accounted = &im_->mem.scratch;
 }
 

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/activation_precision.h"
 #include "backend/backend.h"
 
 namespace moeflow {
@@ -31,8 +32,9 @@ uint64_t cuda_device_memory_used(int device);
 class CudaBackend final : public Backend {
  public:
   // Runs on GPU `device`, with `threads` CPU threads for the work that stays on the
-  // host. Throws InputError when the device cannot be used.
-  CudaBackend(int device, int threads);
+  // host; experts computed there multiply `activations` as the CPU backend's do (the
+  // GPU's own products take f32). Throws InputError when the device cannot be used.
+  CudaBackend(int device, int threads, ActivationPrecision activations = ActivationPrecision::Int16);
   ~CudaBackend() override;
 
   std::string name() const override;
