@@ -663,6 +663,7 @@ MOEFLOW_VNNI_ATTR void quads8_tokens(const uint8_t* W, int64_t n_quads, int64_t 
   // where the memory stream does (one core streaming a 37 MB matrix: q8_0 four tokens
   // 26 -> 44 GB/s as single quads, sixteen 12 -> 9; q4_0 two tokens 44 -> 48, four 36 -> 32).
   const int pair = rows_x4_pair_pays(T, true, n_tok) ? 2 : 1;
+  const int64_t distance = tokens_prefetch_quads(qb);
   for (int64_t i = 0; i < n_quads; i += pair) {
     const int nq = n_quads - i >= pair ? pair : 1;
     const uint8_t* q[2] = {W + static_cast<size_t>(i) * qb, W + static_cast<size_t>(i + 1) * qb};
@@ -672,8 +673,8 @@ MOEFLOW_VNNI_ATTR void quads8_tokens(const uint8_t* W, int64_t n_quads, int64_t 
       float* o[2 * kTokens];
       // The first pass over the quads prefetches as quads_tokens does; the others read
       // them from cache.
-      const uint8_t* pf[2] = {t0 == 0 ? prefetch_of(W, i, qb, pf_end, tokens_prefetch_quads(qb)) : nullptr,
-                              t0 == 0 && nq == 2 ? prefetch_of(W, i + 1, qb, pf_end, tokens_prefetch_quads(qb)) : nullptr};
+      const uint8_t* pf[2] = {t0 == 0 ? prefetch_of(W, i, qb, pf_end, distance) : nullptr,
+                              t0 == 0 && nq == 2 ? prefetch_of(W, i + 1, qb, pf_end, distance) : nullptr};
       for (int t = 0; t < nt; ++t) {
         x[t] = reinterpret_cast<const PackedX8*>(xs[t0 + t]);
         for (int j = 0; j < nq; ++j) o[j * nt + t] = outs[t0 + t] + 4 * (i + j);
