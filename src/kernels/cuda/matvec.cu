@@ -15,7 +15,7 @@ constexpr int kTokensPerPass = 8;  // tokens a warp multiplies per read of its r
 // A warp takes R consecutive rows; lane l takes groups l, l + 32, ... of each: a warp
 // reads a k-quant super-block (or 32 q4_0 / q8_0 blocks) of a row together, so its
 // loads are contiguous, and the activation's floats a lane loads serve all R rows (at
-// R = 1 they are four times the weight bytes a q4_0 lane reads). Every row's sum is
+// R = 1 they are seven times the bytes of q4_0 weights it streams). Every row's sum is
 // formed in the same order whatever R and the token count are (the loop bounds are
 // uniform): a token's result never depends on the tokens or rows beside it, and R = 1
 // is the reference the others are tested against bit for bit.
