@@ -7,7 +7,7 @@
 // interleaved layout's kernel also as decode runs an expert's gate and up: two
 // matrices on one activation in one batch. The k-quants (when --cols is a multiple of
 // 256): their VNNI kernels and the f32 ones (Highway for Q4_K..Q6_K, generic for Q2_K, Q3_K);
-// IQ4_NL, IQ4_XS and MXFP4 on the generic path. With --tokens N each product is a
+// IQ4_NL, IQ4_XS and MXFP4 on Highway's f32 kernel (and VNNI on int8). With --tokens N each product is a
 // batched decode step's: N tokens' mat-vecs on one matrix read once (per-token jobs,
 // the multi-token kernels), and --activations int8 takes the int8 kernels.
 // --backend cuda runs the GPU's mat-vec kernel instead, for every type it reads and
@@ -255,7 +255,7 @@ int cmd_bench_kernels(int argc, char** argv) {
     } else if (t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::MXFP4) {
       // They have a VNNI kernel on int8 activations (nl4_vnni.h).
       if (vnni && pr.x_int8) kernels.push_back({"avx512-vnni", true, false});
-      kernels.push_back({"generic f32", false, false});
+      kernels.push_back({"f32 (" + target + ")", false, false});
     } else {
       kernels.push_back({(t == DType::Q8_0 ? "int16 (" : "f32 (") + target + ")", vnni, false});
     }

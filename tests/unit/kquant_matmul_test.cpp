@@ -88,7 +88,7 @@ void check_matvec(bool vnni) {
         for (size_t i = 0; i < y1.size(); ++i) ASSERT_EQ(y1[i], y2[i]) << "1 vs 2 threads, row " << i;
       }
     std::printf("%s mat-vec (%s): worst error vs matvec_reference, relative to sum |w x|: %.3g (bound %g)\n",
-                dtype_name(t), integer ? "VNNI int16" : "generic f32", worst, integer ? 1e-5 : 1e-6);
+                dtype_name(t), integer ? "VNNI int16" : "f32 kernels", worst, integer ? 1e-5 : 1e-6);
   }
 }
 

@@ -1,12 +1,15 @@
-// Q4_K, Q5_K and Q6_K mat-vec rows in f32 SIMD (Highway foreach_target), for CPUs
-// without the VNNI kernels (AVX2, SSE4, other architectures): each sub-block's quants are
-// widened to f32 lanes and dotted with x, then scaled once per sub-block:
+// Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4 mat-vec rows in f32 SIMD (Highway
+// foreach_target), for CPUs without the VNNI kernels (AVX2, SSE4, other architectures)
+// and for int16 activations: each sub-block's quants are widened to f32 lanes and
+// dotted with x, then scaled once per sub-block:
 //   Q4_K / Q5_K: acc += (d*sc) * sum(q*x) - (dmin*m) * sum(x)   (32 columns)
 //   Q6_K:        acc += (d*sc) * sum((q-32)*x)                   (16 columns)
+//   IQ4 / MXFP4: acc += scale * sum(level[q]*x)                  (32 columns)
 // The unscaled sums are exact up to f32 rounding, so the result matches the reference
 // (rows dequantised, then dotted) to f32 rounding. The activation's sums per 32 columns
 // are computed once per block for the R rows. ~3x the generic path (dequantise a block,
-// then dot).
+// then dot) on the k-quants; the 4-bit level tables are looked up sixteen at a time with
+// one byte shuffle.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/kquant_hwy.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -15,6 +18,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/kquant_matvec.h"
+#include "tensor/iquants.h"
 #include "tensor/kquants.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -104,8 +108,68 @@ void RowsQ6(const uint8_t* const* rows, int64_t blocks, const float* HWY_RESTRIC
   for (int r = 0; r < R; ++r) out[r] = acc[r];
 }
 
-// Returns false for types this file has no kernel for.
-bool KquantRowsHwy(DType t, const uint8_t* const* rows, int R, int64_t blocks, const float* x, float* out) {
+// Byte shuffles need 128-bit blocks: not on the scalar and emulated targets.
+#if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+// Sub-block b (32 weights) of a 4-bit level row: its 16 bytes of nibbles (IQ4_NL's
+// order: weight j in the low nibble of qs[j], j + 16 in the high one) and its scale.
+template <DType T>
+HWY_INLINE const uint8_t* Nl4Sub(const uint8_t* row, int64_t b, float& scale) {
+  if constexpr (T == DType::IQ4_NL) {
+    const auto& blk = reinterpret_cast<const BlockIQ4_NL*>(row)[b];
+    scale = fp16_to_fp32(blk.d);
+    return blk.qs;
+  } else if constexpr (T == DType::MXFP4) {
+    const auto& blk = reinterpret_cast<const BlockMXFP4*>(row)[b];
+    scale = mxfp4_scale(blk.e);
+    return blk.qs;
+  } else {
+    const auto& blk = reinterpret_cast<const BlockIQ4_XS*>(row)[b / 8];
+    const int ib = static_cast<int>(b % 8);
+    const int ls = ((blk.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((blk.scales_h >> (2 * ib)) & 3) << 4);
+    scale = fp16_to_fp32(blk.d) * static_cast<float>(ls - 32);
+    return blk.qs + 16 * ib;
+  }
+}
+
+template <int R, DType T>
+void RowsNl4(const uint8_t* const* rows, int64_t subs, const float* HWY_RESTRICT x, float* out) {
+  const DF df;
+  const DI di;
+  const hn::Full128<uint8_t> d16;
+  const hn::Rebind<int8_t, DF> d8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int8_t* levels = T == DType::MXFP4 ? kMxfp4Levels : kIq4Levels;
+  const auto table = hn::LoadU(d16, reinterpret_cast<const uint8_t*>(levels));
+  const auto low = hn::Set(d16, 0x0f);
+  alignas(64) int8_t lv[32];
+  // Scaled sub-block sums gather lane-wise; one horizontal sum a row at the end.
+  VF acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df);
+  for (int64_t b = 0; b < subs; ++b, x += 32) {
+    for (int r = 0; r < R; ++r) {
+      float scale;
+      const auto q = hn::LoadU(d16, Nl4Sub<T>(rows[r], b, scale));
+      hn::StoreU(hn::TableLookupBytes(table, hn::And(q, low)), d16, reinterpret_cast<uint8_t*>(lv));
+      hn::StoreU(hn::TableLookupBytes(table, hn::ShiftRight<4>(q)), d16, reinterpret_cast<uint8_t*>(lv + 16));
+      VF dot = hn::Zero(df);
+      for (int64_t l = 0; l < 32; l += N)
+        dot = hn::MulAdd(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, lv + l))), hn::LoadU(df, x + l), dot);
+      acc[r] = hn::MulAdd(hn::Set(df, scale), dot, acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = Sum(df, acc[r]);
+}
+
+template <DType T>
+void Nl4Group(int n, const uint8_t* const* rr, int64_t subs, const float* x, float* o) {
+  n == 4 ? RowsNl4<4, T>(rr, subs, x, o) : n == 3 ? RowsNl4<3, T>(rr, subs, x, o)
+  : n == 2 ? RowsNl4<2, T>(rr, subs, x, o) : RowsNl4<1, T>(rr, subs, x, o);
+}
+#endif
+
+// Returns false for types this file has no kernel for (on this target).
+bool KquantRowsHwy(DType t, const uint8_t* const* rows, int R, int64_t cols, const float* x, float* out) {
+  const int64_t blocks = cols / 256;
   for (int r = 0; r < R; r += 4) {  // groups of up to 4 rows share the activation's loads
     const int n = R - r < 4 ? R - r : 4;
     const uint8_t* const* rr = rows + r;
@@ -123,6 +187,11 @@ bool KquantRowsHwy(DType t, const uint8_t* const* rows, int R, int64_t blocks, c
         n == 4 ? RowsQ6<4>(rr, blocks, x, o) : n == 3 ? RowsQ6<3>(rr, blocks, x, o)
         : n == 2 ? RowsQ6<2>(rr, blocks, x, o) : RowsQ6<1>(rr, blocks, x, o);
         break;
+#if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+      case DType::IQ4_NL: Nl4Group<DType::IQ4_NL>(n, rr, cols / 32, x, o); break;
+      case DType::IQ4_XS: Nl4Group<DType::IQ4_XS>(n, rr, cols / 32, x, o); break;
+      case DType::MXFP4: Nl4Group<DType::MXFP4>(n, rr, cols / 32, x, o); break;
+#endif
       default:
         return false;
     }
@@ -139,7 +208,7 @@ namespace moeflow::cpu {
 HWY_EXPORT(KquantRowsHwy);
 
 bool kquant_rows_simd(DType t, const uint8_t* const* rows, int R, int64_t cols, const float* x, float* out) {
-  return HWY_DYNAMIC_DISPATCH(KquantRowsHwy)(t, rows, R, cols / 256, x, out);
+  return HWY_DYNAMIC_DISPATCH(KquantRowsHwy)(t, rows, R, cols, x, out);
 }
 }  // namespace moeflow::cpu
 #endif  // HWY_ONCE

@@ -19,8 +19,8 @@ inline size_t kquant_x_bytes(int64_t cols) { return static_cast<size_t>(cols / 2
 // True when t's mat-vec rows take the VNNI kernel (and so want the packed activation).
 bool kquant_vnni_type(DType t);
 
-// The f32 SIMD kernel of kquant_hwy.cpp for R rows (Q4_K, Q5_K, Q6_K): false, with
-// nothing written, for the other types.
+// The f32 SIMD kernel of kquant_hwy.cpp for R rows (Q4_K, Q5_K, Q6_K; IQ4_NL, IQ4_XS
+// and MXFP4 on targets with byte shuffles): false, with nothing written, for the others.
 bool kquant_rows_simd(DType t, const uint8_t* const* rows, int R, int64_t cols, const float* x, float* out);
 
 // Dequantises nb * 256 columns of t (k-quant blocks, or whole blocks of another type)
