@@ -131,8 +131,12 @@ HWY_INLINE const uint8_t* Nl4Sub(const uint8_t* row, int64_t b, float& scale) {
   }
 }
 
+// pf (or null): the next rows' bytes, R rows of subs sub-blocks, touched a line ahead
+// of each sub-block as the generic path does (short rows give the hardware's stream
+// prefetchers too little to start on).
 template <int R, DType T>
-void RowsNl4(const uint8_t* const* rows, int64_t subs, const float* HWY_RESTRICT x, float* out) {
+void RowsNl4(const uint8_t* const* rows, int64_t subs, const float* HWY_RESTRICT x, float* out, const uint8_t* pf) {
+  constexpr int64_t kSubBytes = T == DType::IQ4_NL ? 18 : 17;  // IQ4_XS: 136 bytes per 8
   const DF df;
   const DI di;
   const hn::Full128<uint8_t> d16;
@@ -146,6 +150,7 @@ void RowsNl4(const uint8_t* const* rows, int64_t subs, const float* HWY_RESTRICT
   VF acc[R];
   for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df);
   for (int64_t b = 0; b < subs; ++b, x += 32) {
+    if (pf) __builtin_prefetch(pf + b * kSubBytes * R, 0, 0);
     for (int r = 0; r < R; ++r) {
       float scale;
       const auto q = hn::LoadU(d16, Nl4Sub<T>(rows[r], b, scale));
@@ -161,19 +166,22 @@ void RowsNl4(const uint8_t* const* rows, int64_t subs, const float* HWY_RESTRICT
 }
 
 template <DType T>
-void Nl4Group(int n, const uint8_t* const* rr, int64_t subs, const float* x, float* o) {
-  n == 4 ? RowsNl4<4, T>(rr, subs, x, o) : n == 3 ? RowsNl4<3, T>(rr, subs, x, o)
-  : n == 2 ? RowsNl4<2, T>(rr, subs, x, o) : RowsNl4<1, T>(rr, subs, x, o);
+void Nl4Group(int n, const uint8_t* const* rr, int64_t subs, const float* x, float* o, const uint8_t* pf) {
+  n == 4 ? RowsNl4<4, T>(rr, subs, x, o, pf) : n == 3 ? RowsNl4<3, T>(rr, subs, x, o, pf)
+  : n == 2 ? RowsNl4<2, T>(rr, subs, x, o, pf) : RowsNl4<1, T>(rr, subs, x, o, pf);
 }
 #endif
 
 // Returns false for types this file has no kernel for (on this target).
-bool KquantRowsHwy(DType t, const uint8_t* const* rows, int R, int64_t cols, const float* x, float* out) {
+bool KquantRowsHwy(DType t, const uint8_t* const* rows, int R, int64_t cols, const float* x, float* out,
+                   const uint8_t* pf) {
   const int64_t blocks = cols / 256;
   for (int r = 0; r < R; r += 4) {  // groups of up to 4 rows share the activation's loads
     const int n = R - r < 4 ? R - r : 4;
     const uint8_t* const* rr = rows + r;
     float* o = out + r;
+    // The group after this one within the call, or the caller's next rows after the last.
+    [[maybe_unused]] const uint8_t* next = r + 4 < R ? rows[r + 4] : pf;
     switch (t) {
       case DType::Q4_K:
         n == 4 ? RowsQ45<4, false>(rr, blocks, x, o) : n == 3 ? RowsQ45<3, false>(rr, blocks, x, o)
@@ -188,9 +196,9 @@ bool KquantRowsHwy(DType t, const uint8_t* const* rows, int R, int64_t cols, con
         : n == 2 ? RowsQ6<2>(rr, blocks, x, o) : RowsQ6<1>(rr, blocks, x, o);
         break;
 #if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
-      case DType::IQ4_NL: Nl4Group<DType::IQ4_NL>(n, rr, cols / 32, x, o); break;
-      case DType::IQ4_XS: Nl4Group<DType::IQ4_XS>(n, rr, cols / 32, x, o); break;
-      case DType::MXFP4: Nl4Group<DType::MXFP4>(n, rr, cols / 32, x, o); break;
+      case DType::IQ4_NL: Nl4Group<DType::IQ4_NL>(n, rr, cols / 32, x, o, next); break;
+      case DType::IQ4_XS: Nl4Group<DType::IQ4_XS>(n, rr, cols / 32, x, o, next); break;
+      case DType::MXFP4: Nl4Group<DType::MXFP4>(n, rr, cols / 32, x, o, next); break;
 #endif
       default:
         return false;
@@ -207,8 +215,9 @@ HWY_AFTER_NAMESPACE();
 namespace moeflow::cpu {
 HWY_EXPORT(KquantRowsHwy);
 
-bool kquant_rows_simd(DType t, const uint8_t* const* rows, int R, int64_t cols, const float* x, float* out) {
-  return HWY_DYNAMIC_DISPATCH(KquantRowsHwy)(t, rows, R, cols, x, out);
+bool kquant_rows_simd(DType t, const uint8_t* const* rows, int R, int64_t cols, const float* x, float* out,
+                      const uint8_t* pf) {
+  return HWY_DYNAMIC_DISPATCH(KquantRowsHwy)(t, rows, R, cols, x, out, pf);
 }
 }  // namespace moeflow::cpu
 #endif  // HWY_ONCE

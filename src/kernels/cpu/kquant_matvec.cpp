@@ -39,7 +39,7 @@ void kquant_rows(DType t, const uint8_t* const* rows, int R, int64_t cols, const
     kquant_vnni_rows(t, rows, R, cols / 256, packed, x8, out, pf);
     return;
   }
-  if (kquant_rows_simd(t, rows, R, cols, x, out)) return;
+  if (kquant_rows_simd(t, rows, R, cols, x, out, pf)) return;
   // The generic path: 256 columns at a time (whole blocks of every type here).
   const DTypeInfo& info = dtype_info(t);
   const size_t chunk_bytes = static_cast<size_t>(256 / info.block_size * info.type_size);

@@ -21,7 +21,9 @@ bool kquant_vnni_type(DType t);
 
 // The f32 SIMD kernel of kquant_hwy.cpp for R rows (Q4_K, Q5_K, Q6_K; IQ4_NL, IQ4_XS
 // and MXFP4 on targets with byte shuffles): false, with nothing written, for the others.
-bool kquant_rows_simd(DType t, const uint8_t* const* rows, int R, int64_t cols, const float* x, float* out);
+// pf (or null): the rows after these, which the IQ4 / MXFP4 kernel prefetches.
+bool kquant_rows_simd(DType t, const uint8_t* const* rows, int R, int64_t cols, const float* x, float* out,
+                      const uint8_t* pf = nullptr);
 
 // Dequantises nb * 256 columns of t (k-quant blocks, or whole blocks of another type)
 // into y, as dequantize_row does (bit-identical),
