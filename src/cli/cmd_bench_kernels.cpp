@@ -16,8 +16,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -29,8 +31,8 @@
 #include "kernels/cpu/roofline.h"
 #include "kernels/cpu/rows_x4_vnni.h"
 #include "base/error.h"
+#include "backend/backend_factory.h"
 #ifdef MOEFLOW_HAVE_CUDA
-#include "backend/cuda/cuda_backend.h"
 #include "kernels/cuda/dequant_groups.cuh"
 #include "kernels/cuda/kernels.h"
 #endif
@@ -112,18 +114,14 @@ std::vector<uint8_t> random_matrix(DType t, int64_t rows, int64_t cols, std::mt1
 // device's own copy bandwidth.
 int bench_kernels_cuda(const std::string& backend, int64_t rows, int64_t cols, int64_t tokens, uint64_t stream_bytes,
                        double min_seconds, bool json) {
+  // The factory reads the name (cuda, cuda:N), selects the device, and says why when
+  // the build has no CUDA backend or the GPU is not there.
+  const std::unique_ptr<Backend> gpu = make_backend({backend, 1});
 #ifndef MOEFLOW_HAVE_CUDA
-  (void)rows, (void)cols, (void)tokens, (void)stream_bytes, (void)min_seconds, (void)json;
-  throw UsageError("moeflow bench-kernels --backend " + backend + ": this build has no CUDA backend");
+  (void)gpu, (void)rows, (void)cols, (void)tokens, (void)stream_bytes, (void)min_seconds, (void)json;
+  throw std::logic_error("bench-kernels: a GPU backend in a build without CUDA");
 #else
-  int device = 0;
-  if (backend.size() > 5) {
-    if (backend[4] != ':' || backend.find_first_not_of("0123456789", 5) != std::string::npos)
-      throw UsageError("moeflow bench-kernels: --backend " + backend + ": cpu, cuda or cuda:N");
-    device = std::stoi(backend.substr(5));
-  }
-  CudaBackend gpu(device, 1);
-  const double copy_gbs = gpu.measure_memory_bandwidth_gbs(1ull << 30);
+  const double copy_gbs = gpu->measure_memory_bandwidth_gbs(1ull << 30);
   std::vector<int> settings = {0, 1, 2};  // 0: the kernel's own choice
   if (tokens == 1) settings.push_back(4);
   std::mt19937 rng(1);
@@ -135,7 +133,7 @@ int bench_kernels_cuda(const std::string& backend, int64_t rows, int64_t cols, i
     std::printf("CUDA mat-vec kernel on %s, %lld x %lld matrices, %lld token%s a matrix, %.0f MiB streamed per type; "
                 "device copy bandwidth %.0f GB/s\n| type   | rows per warp | GB/s   | of copy bandwidth | G mult-add/s |\n"
                 "|--------|---------------|--------|-------------------|--------------|\n",
-                gpu.kernel_target().c_str(), static_cast<long long>(rows), static_cast<long long>(cols),
+                gpu->kernel_target().c_str(), static_cast<long long>(rows), static_cast<long long>(cols),
                 static_cast<long long>(tokens), tokens == 1 ? "" : "s", static_cast<double>(stream_bytes) / 1048576.0,
                 copy_gbs);
   for (DType t : types) {
@@ -155,7 +153,7 @@ int bench_kernels_cuda(const std::string& backend, int64_t rows, int64_t cols, i
     }
   }
   if (json)
-    std::printf("%s\n", nlohmann::json({{"backend", gpu.name()}, {"rows", rows}, {"cols", cols}, {"tokens", tokens},
+    std::printf("%s\n", nlohmann::json({{"backend", gpu->name()}, {"rows", rows}, {"cols", cols}, {"tokens", tokens},
                                         {"stream_bytes", stream_bytes}, {"copy_gbs", copy_gbs}, {"kernels", runs}})
                             .dump()
                             .c_str());
@@ -195,9 +193,8 @@ int cmd_bench_kernels(int argc, char** argv) {
   if (act != "int16" && act != "int8") throw UsageError("moeflow bench-kernels: --activations " + act + ": int16 or int8");
   pr.x_int8 = act == "int8";
   const std::string backend = a.str("--backend");
-  if (backend.rfind("cuda", 0) == 0)
+  if (backend != "cpu")
     return bench_kernels_cuda(backend, rows, cols, pr.tokens, stream_bytes, min_seconds, a.has("--json"));
-  if (backend != "cpu") throw UsageError("moeflow bench-kernels: --backend " + backend + ": cpu, cuda or cuda:N");
   ThreadPool pool(threads);
   ThreadPool* const p = threads > 1 ? &pool : nullptr;
 

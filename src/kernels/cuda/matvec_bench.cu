@@ -18,6 +18,18 @@ void check(cudaError_t e, const char* what) {
   }
 }
 
+// What the benchmark allocates, freed however it ends.
+struct Buffers {
+  uint8_t* w = nullptr;
+  float *x = nullptr, *y = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  ~Buffers() {
+    cudaFree(w), cudaFree(x), cudaFree(y);
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+  }
+};
+
 }  // namespace
 
 std::vector<double> matvec_stream_gbs(DType t, const uint8_t* matrix, int64_t rows, int64_t cols, int64_t n_tok,
@@ -28,46 +40,34 @@ std::vector<double> matvec_stream_gbs(DType t, const uint8_t* matrix, int64_t ro
   // device's L2 cannot hold what a pass reads.
   const size_t stride = (mat_bytes + 255) / 256 * 256;
   const int64_t n_mat = std::max<int64_t>(1, static_cast<int64_t>(stream_bytes / stride));
-  uint8_t* w = nullptr;
-  float *x = nullptr, *y = nullptr;
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  Buffers b;
+  check(cudaMalloc(reinterpret_cast<void**>(&b.w), stride * static_cast<size_t>(n_mat)), "weights");
+  check(cudaMalloc(reinterpret_cast<void**>(&b.x), static_cast<size_t>(n_tok * cols) * 4), "activations");
+  check(cudaMalloc(reinterpret_cast<void**>(&b.y), static_cast<size_t>(n_tok * rows) * 4), "results");
+  check(cudaMemset(b.x, 0, static_cast<size_t>(n_tok * cols) * 4), "activations");
+  check(cudaMemcpy(b.w, matrix, mat_bytes, cudaMemcpyHostToDevice), "upload");
+  for (int64_t m = 1; m < n_mat; ++m)
+    check(cudaMemcpy(b.w + stride * static_cast<size_t>(m), b.w, mat_bytes, cudaMemcpyDeviceToDevice), "copies");
+  check(cudaEventCreate(&b.e0), "event");
+  check(cudaEventCreate(&b.e1), "event");
   std::vector<double> out;
-  try {
-    check(cudaMalloc(reinterpret_cast<void**>(&w), stride * static_cast<size_t>(n_mat)), "weights");
-    check(cudaMalloc(reinterpret_cast<void**>(&x), static_cast<size_t>(n_tok * cols) * 4), "activations");
-    check(cudaMalloc(reinterpret_cast<void**>(&y), static_cast<size_t>(n_tok * rows) * 4), "results");
-    check(cudaMemset(x, 0, static_cast<size_t>(n_tok * cols) * 4), "activations");
-    check(cudaMemcpy(w, matrix, mat_bytes, cudaMemcpyHostToDevice), "upload");
-    for (int64_t m = 1; m < n_mat; ++m)
-      check(cudaMemcpy(w + stride * static_cast<size_t>(m), w, mat_bytes, cudaMemcpyDeviceToDevice), "copies");
-    check(cudaEventCreate(&e0), "event");
-    check(cudaEventCreate(&e1), "event");
-    for (int r : rows_per_warp) {
-      double best = 0;
-      for (int rep = 0; rep < 3; ++rep) {
-        int64_t calls = 0;
-        float ms = 0;
-        check(cudaEventRecord(e0), "event");
-        do {
-          for (int64_t m = 0; m < n_mat; ++m, ++calls)
-            matvec(t, w + stride * static_cast<size_t>(m), rows, cols, x, cols, n_tok, y, rows, nullptr, r);
-          check(cudaEventRecord(e1), "event");
-          check(cudaEventSynchronize(e1), "kernels");
-          check(cudaEventElapsedTime(&ms, e0, e1), "event");
-        } while (ms * 1e-3 < min_seconds);
-        best = std::max(best, static_cast<double>(calls) * static_cast<double>(mat_bytes) / (ms * 1e-3) / 1e9);
-      }
-      out.push_back(best);
+  for (int r : rows_per_warp) {
+    double best = 0;
+    for (int rep = 0; rep < 3; ++rep) {
+      int64_t calls = 0;
+      float ms = 0;
+      check(cudaEventRecord(b.e0), "event");
+      do {
+        for (int64_t m = 0; m < n_mat; ++m, ++calls)
+          matvec(t, b.w + stride * static_cast<size_t>(m), rows, cols, b.x, cols, n_tok, b.y, rows, nullptr, r);
+        check(cudaEventRecord(b.e1), "event");
+        check(cudaEventSynchronize(b.e1), "kernels");
+        check(cudaEventElapsedTime(&ms, b.e0, b.e1), "event");
+      } while (ms * 1e-3 < min_seconds);
+      best = std::max(best, static_cast<double>(calls) * static_cast<double>(mat_bytes) / (ms * 1e-3) / 1e9);
     }
-  } catch (...) {
-    cudaFree(w), cudaFree(x), cudaFree(y);
-    if (e0) cudaEventDestroy(e0);
-    if (e1) cudaEventDestroy(e1);
-    throw;
+    out.push_back(best);
   }
-  cudaFree(w), cudaFree(x), cudaFree(y);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
   return out;
 }
 
