@@ -25,6 +25,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "kernels/cpu/int8_avx2.h"
 #include "kernels/cpu/kquant_matvec.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/q4_vnni.h"
@@ -173,7 +174,7 @@ int cmd_bench_kernels(int argc, char** argv) {
   a.flag("--triad-mib", "bytes of each of the triad's three arrays", true, "64");
   a.flag("--tokens", "tokens per matrix: 1 a mat-vec, more a batched decode step's (the matrix read once for all)",
          true, "1");
-  a.flag("--activations", "int16 or int8: the activations the VNNI kernels multiply", true, "int16");
+  a.flag("--activations", "int16 or int8: the activations the integer kernels multiply (VNNI; AVX2 on int8)", true, "int16");
   a.flag("--backend", "cpu, or cuda[:N]: the GPU's kernel (use matrices of GPU size, e.g. --rows 14336 --cols 4096)",
          true, "cpu");
   a.flag("--json", "print one JSON object", false);
@@ -233,6 +234,7 @@ int cmd_bench_kernels(int argc, char** argv) {
     struct Kernel {
       std::string name;
       bool vnni, interleaved, paired = false;
+      bool avx2_int8 = false;  // int8_avx2.h's kernels (else switched off)
     };
     const std::string target = cpu::simd_target_name();
     std::vector<Kernel> kernels;
@@ -256,6 +258,11 @@ int cmd_bench_kernels(int argc, char** argv) {
     } else {
       kernels.push_back({(t == DType::Q8_0 ? "int16 (" : "f32 (") + target + ")", vnni, false});
     }
+    // Without VNNI, q4_0, q8_0 and Q4_K..Q6_K on int8 activations have AVX2 integer kernels
+    // (int8_avx2.h), before the Highway kernel they replace.
+    cpu::set_int8_avx2_enabled(true);
+    if (!vnni && pr.x_int8 && cpu::int8_avx2_type(t, RowLayout::gguf))
+      kernels.insert(kernels.begin(), {"int8 (AVX2)", false, false, false, true});
     // From cache: the first rows of the matrix, ~256 KiB per thread, so that every
     // type's matrix stays in the cores' L2 (whole quads for the interleaved layout).
     // Paired, the same rows as two matrices of half as many.
@@ -264,6 +271,7 @@ int cmd_bench_kernels(int argc, char** argv) {
                             std::min<int64_t>(8, rows), rows);
     for (const Kernel& k : kernels) {
       cpu::set_q4_vnni_enabled(k.vnni);
+      cpu::set_int8_avx2_enabled(k.avx2_int8);
       if (k.interleaved)  // every copy from the one GGUF-layout matrix, as the resident copy is made
         for (int64_t m = 0; m < n_mat; ++m) cpu::rows_x4_repack(t, w0.data(), rows, cols, w + mat_bytes * static_cast<size_t>(m));
       const RowLayout kl = k.interleaved ? RowLayout::rows_x4 : RowLayout::gguf;
@@ -279,6 +287,7 @@ int cmd_bench_kernels(int argc, char** argv) {
         for (int64_t m = 0; m < n_mat; ++m) std::memcpy(w + mat_bytes * static_cast<size_t>(m), w0.data(), mat_bytes);
     }
     cpu::set_q4_vnni_enabled(true);
+    cpu::set_int8_avx2_enabled(true);
   }
   // The ceiling beside them: plain reads with one and with two streams per thread (a
   // paired mat-vec batch walks two), next to a triad taken just before.

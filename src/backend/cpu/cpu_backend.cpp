@@ -7,6 +7,7 @@
 #include "backend/cpu/experts_per_thread.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/kquant_matvec.h"
+#include "kernels/cpu/int8_avx2.h"
 #include "kernels/cpu/nl4_vnni.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/roofline.h"
@@ -180,7 +181,13 @@ double CpuBackend::measure_peak_gflops() { return cpu::measure_peak_fma_gflops(p
 double CpuBackend::measure_peak_int8_gmacs() {
   return cpu::q4_vnni_enabled() ? cpu::measure_peak_int8_gmacs(pool_) : 0.0;
 }
-std::string CpuBackend::kernel_target() const { return cpu::simd_target_name(); }
+std::string CpuBackend::kernel_target() const {
+  // Highway's target for the f32 kernels, and which integer kernels run beside them.
+  const std::string integer = cpu::q4_vnni_enabled()      ? " + AVX-512 VNNI"
+                              : cpu::int8_avx2_enabled() ? " + int8"
+                                                         : "";
+  return cpu::simd_target_name() + integer;
+}
 
 void CpuBackend::products(const Product* jobs, size_t n) {
   thread_local std::vector<Product> marked;

@@ -27,6 +27,8 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/f16_table.h"
+#include "kernels/cpu/int8_avx2.h"
 #include "kernels/cpu/kquant_matvec.h"
 #include "kernels/cpu/kquant_vnni.h"
 #include "kernels/cpu/nl4_vnni.h"
@@ -38,31 +40,6 @@
 #ifndef MOEFLOW_MATMUL_ONCE
 #define MOEFLOW_MATMUL_ONCE
 namespace moeflow::cpu::detail {
-
-// Branch-free f16 -> f32 (exact for every input, including subnormals, inf, nan).
-inline float half_to_float(uint16_t h) {
-  const uint32_t o = static_cast<uint32_t>(h & 0x7fffu) << 13;
-  float f;
-  std::memcpy(&f, &o, 4);
-  f *= 5.192296858534827628530496e+33f;  // 2^112 rebias (also normalises subnormals)
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((h & 0x7c00u) == 0x7c00u) u = o | 0x7f800000u;
-  u |= static_cast<uint32_t>(h & 0x8000u) << 16;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// All 65536 halves as floats (256 KiB): a block scale costs one broadcast load. The
-// scales of a model sit in a narrow range, so only a few lines of it stay hot.
-inline const float* f16_table() {
-  static const std::vector<float> table = [] {
-    std::vector<float> t(65536);
-    for (uint32_t h = 0; h < 65536; ++h) t[h] = half_to_float(static_cast<uint16_t>(h));
-    return t;
-  }();
-  return table.data();
-}
 
 inline float load_scalar(DType wt, const uint8_t* row, int64_t c) {
   switch (wt) {
@@ -103,6 +80,7 @@ struct MvInput {
   bool rx4_int8 = false;        // rx4 holds int8 blocks (rows_x4_pack_x8)
   bool kq_int8 = false;         // kq holds int8 blocks (kquant_pack_x8)
   const uint8_t* nl4 = nullptr;  // IQ4_NL / IQ4_XS / MXFP4 kernel's int8 packing (nl4_vnni.h)
+  const uint8_t* a8 = nullptr;   // the AVX2 int8 kernels' packing (int8_avx2.h)
 };
 }  // namespace moeflow::cpu
 #endif
@@ -432,6 +410,10 @@ HWY_INLINE void MvQ4Rows(const uint8_t* const* rows, int64_t cols, const MvInput
 template <int R>
 HWY_INLINE void MvRows(DType wt, const uint8_t* const* rows, int64_t cols, const MvInput& in,
                        float* out, const uint8_t* pf) {
+  if (in.a8) {  // the AVX2 int8 kernels (q4_0, q8_0, Q4_K..Q6_K)
+    int8_avx2_rows(wt, rows, R, cols, in.a8, out, pf);
+    return;
+  }
   switch (wt) {
     case DType::Q8_0: MvQ8Rows<R>(rows, cols, in, out, pf); return;
     case DType::Q4_0: MvQ4Rows<R>(rows, cols, in, out, pf); return;
@@ -646,20 +628,25 @@ void check_activation(const MatvecJob& j) {
 // and k-quants on an int8 activation (MatvecJob::x_int8) its int8 blocks, packed from
 // the floats; else int16 blocks for q8_0 weights (q4_0 ones too when the VNNI kernel
 // runs) and for every VNNI kernel, packed as that kernel reads it.
+// q4_0 and Q4_K..Q6_K rows on a CPU without the VNNI kernels take the AVX2 int8 ones.
+bool wants_int8_avx2(const MatvecJob& j) { return j.x && j.x_int8 && int8_avx2_type(j.dtype, j.layout); }
 bool wants_int8(const MatvecJob& j) {
-  return j.x && j.x_int8 && q4_vnni_enabled() &&
-         (j.layout == RowLayout::rows_x4 || kquant_vnni_type(j.dtype) || nl4_vnni_type(j.dtype));
+  return (j.x && j.x_int8 && q4_vnni_enabled() &&
+          (j.layout == RowLayout::rows_x4 || kquant_vnni_type(j.dtype) || nl4_vnni_type(j.dtype))) ||
+         wants_int8_avx2(j);
 }
 bool wants_int16(const MatvecJob& j) {
   const DType ft = j.dtype;
   return j.x && !wants_int8(j) && (ft == DType::Q8_0 || (q4_vnni_enabled() && ft == DType::Q4_0) || kquant_vnni_type(ft));
 }
 bool wants_packed(const MatvecJob& j) {
-  return j.x && q4_vnni_enabled() &&
-         (j.dtype == DType::Q4_0 || j.layout == RowLayout::rows_x4 || kquant_vnni_type(j.dtype) || wants_int8(j));
+  return (j.x && q4_vnni_enabled() &&
+          (j.dtype == DType::Q4_0 || j.layout == RowLayout::rows_x4 || kquant_vnni_type(j.dtype) || wants_int8(j))) ||
+         wants_int8_avx2(j);
 }
 size_t packed_lines(const MatvecJob& j) {
-  const size_t bytes = wants_int8(j) && nl4_vnni_type(j.dtype)           ? nl4_x8_bytes(j.cols)
+  const size_t bytes = wants_int8_avx2(j)                                ? int8_avx2_x_bytes(j.cols)
+                       : wants_int8(j) && nl4_vnni_type(j.dtype)           ? nl4_x8_bytes(j.cols)
                        : wants_int8(j) && j.layout == RowLayout::rows_x4 ? rows_x4_x8_bytes(j.cols)
                        : j.layout == RowLayout::rows_x4               ? rows_x4_x_bytes(j.cols)
                        : dtype_is_kquant(j.dtype)       ? kquant_x_bytes(j.cols)
@@ -677,12 +664,14 @@ void pack16(const MatvecJob& j, const int16_t* qx, const float* dx, uint8_t* pac
 }
 // Quantises j.x to int8 blocks packed as j's kernel reads them (wants_int8(j)).
 void pack8(const MatvecJob& j, uint8_t* packed) {
+  if (wants_int8_avx2(j)) return int8_avx2_pack_x8(j.x, j.cols, packed);
   (j.layout == RowLayout::rows_x4 ? rows_x4_pack_x8 : nl4_vnni_type(j.dtype) ? nl4_pack_x8 : kquant_pack_x8)(
       j.x, j.cols, packed);
 }
 // Where an int8 packing goes in MvInput.
 void set_int8(const MatvecJob& j, uint8_t* packed, MvInput& in) {
-  if (j.layout == RowLayout::rows_x4) (in.rx4 = packed, in.rx4_int8 = true);
+  if (wants_int8_avx2(j)) in.a8 = packed;
+  else if (j.layout == RowLayout::rows_x4) (in.rx4 = packed, in.rx4_int8 = true);
   else if (nl4_vnni_type(j.dtype)) in.nl4 = packed;
   else (in.kq = packed, in.kq_int8 = true);
 }
@@ -737,7 +726,7 @@ class BatchInputs {
 
  private:
   // An activation (its pointer and length) in one prepared form.
-  enum class Form : uint8_t { int8_rows_x4, int8_kquant, int8_nl4, int16, int16_rows_x4, int16_kquant, int16_q4 };
+  enum class Form : uint8_t { int8_rows_x4, int8_kquant, int8_nl4, int8_avx2, int16, int16_rows_x4, int16_kquant, int16_q4 };
   struct Prepared {
     const float* x;
     int64_t cols;
@@ -821,7 +810,8 @@ const MvInput* BatchInputs::plan(const MatvecJob* jobs, size_t n_jobs) {
     in[j] = {job.x, nullptr, nullptr, nullptr, nullptr};
     if (wants_int8(job)) {
       // Same activation packed as int8 the same way by an earlier job: share it.
-      const Form f = job.layout == RowLayout::rows_x4 ? Form::int8_rows_x4
+      const Form f = wants_int8_avx2(job)                 ? Form::int8_avx2
+                     : job.layout == RowLayout::rows_x4 ? Form::int8_rows_x4
                      : nl4_vnni_type(job.dtype)         ? Form::int8_nl4
                                                         : Form::int8_kquant;
       if (const size_t* i = first(j, f)) {
@@ -963,17 +953,23 @@ void shared_matrix_rows(const MatvecJob* jobs, const MvInput* in, size_t n, int6
   // IQ4_NL / IQ4_XS / MXFP4 rows on int8 activations: the multi-token kernel too.
   const bool nl4 = !x4 && nl4_vnni_type(a.dtype) &&
                    std::all_of(in, in + n, [](const MvInput& v) { return v.nl4 != nullptr; });
+  // q4_0 and Q4_K..Q6_K rows on int8 activations without the VNNI kernels: the AVX2
+  // multi-token kernel.
+  const bool a8 = std::all_of(in, in + n, [](const MvInput& v) { return v.a8 != nullptr; });
   thread_local std::vector<const uint8_t*> xs;
   thread_local std::vector<float*> outs;
-  if (x4 || kq || nl4) {
+  if (x4 || kq || nl4 || a8) {
     xs.resize(n);
     outs.resize(n);
-    for (size_t k = 0; k < n; ++k) xs[k] = x4 ? in[k].rx4 : kq ? in[k].kq : in[k].nl4;
+    for (size_t k = 0; k < n; ++k) xs[k] = x4 ? in[k].rx4 : kq ? in[k].kq : nl4 ? in[k].nl4 : in[k].a8;
   }
-  if (kq || nl4) {
+  if (kq || nl4 || a8) {
     for (size_t k = 0; k < n; ++k) outs[k] = jobs[k].y;
     const uint8_t* end = W + static_cast<size_t>(rb) * a.rows;
-    if (kq) {
+    if (a8) {
+      int8_avx2_rows_tokens(a.dtype, W, static_cast<size_t>(rb), r0, r1, a.cols, xs.data(), static_cast<int>(n),
+                            outs.data(), end);
+    } else if (kq) {
       kquant_vnni_rows_tokens(a.dtype, W, static_cast<size_t>(rb), r0, r1, a.cols / 256, xs.data(),
                               static_cast<int>(n), kq_int8, outs.data(), end);
     } else {

@@ -1,0 +1,303 @@
+// q4_0 / Q4_K / Q5_K / Q6_K mat-vec rows with AVX2 and int8 activations; see
+// int8_avx2.h for the arithmetic. The functions carry their own target attribute, so
+// the file builds with the project's baseline flags and the instructions run only
+// after int8_avx2_enabled() checked the CPU.
+#include "kernels/cpu/int8_avx2.h"
+
+#include <algorithm>
+#include <atomic>
+#include <type_traits>
+
+#include "kernels/cpu/f16_table.h"
+#include "kernels/cpu/q4_vnni.h"
+#include "kernels/cpu/quantize_x8.h"
+#include "tensor/kquants.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MOEFLOW_HAVE_INT8_AVX2 1
+#include <immintrin.h>
+#define A8_ATTR __attribute__((target("avx2,fma")))
+#endif
+
+namespace moeflow::cpu {
+namespace {
+
+std::atomic<bool> g_enabled{true};
+
+bool cpu_has_avx2() {
+#ifdef MOEFLOW_HAVE_INT8_AVX2
+  // libgcc's check includes the OS saving the AVX registers (XCR0).
+  static const bool ok =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+bool kernel_type(DType t) {
+  return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+}
+
+// The packed activation's three arrays (int8_avx2.h).
+struct PackedView {
+  const int8_t* q;
+  const float* d;
+  const float* c;  // -d * sum(q)
+};
+PackedView view(const uint8_t* p, int64_t cols) {
+  const auto* d = reinterpret_cast<const float*>(p + cols);
+  return {reinterpret_cast<const int8_t*>(p), d, d + cols / 32};
+}
+
+}  // namespace
+
+bool int8_avx2_enabled() { return cpu_has_avx2() && g_enabled.load(std::memory_order_relaxed); }
+void set_int8_avx2_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
+bool int8_avx2_type(DType t, RowLayout layout) {
+  return kernel_type(t) && layout == RowLayout::gguf && int8_avx2_enabled() && !q4_vnni_enabled();
+}
+
+size_t int8_avx2_x_bytes(int64_t cols) { return static_cast<size_t>(cols) + static_cast<size_t>(cols / 32) * 8; }
+
+void int8_avx2_pack_x8(const float* x, int64_t cols, uint8_t* out) {
+  const int64_t nb = cols / 32;
+  auto* q = reinterpret_cast<int8_t*>(out);
+  auto* d = reinterpret_cast<float*>(out + cols);
+  float* c = d + nb;
+  for (int64_t b = 0; b < nb; ++b) {
+    int8_t* qb = q + 32 * b;
+    d[b] = quantize_x8_block(x + 32 * b, qb);
+    int32_t sum = 0;
+    for (int j = 0; j < 32; ++j) sum += qb[j];
+    c[b] = -d[b] * static_cast<float>(sum);
+  }
+}
+
+#ifdef MOEFLOW_HAVE_INT8_AVX2
+namespace {
+
+A8_ATTR inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 s2 = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+A8_ATTR inline void prefetch(const uint8_t* p, int64_t bytes) {
+  for (int64_t off = 0; off < bytes + 63; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_NTA);
+}
+
+// A block scale (f16) in all lanes, from detail::f16_table() (which a kernel reads once
+// before its loop: the table's first-use guard inside the loop would make the compiler
+// keep the accumulators in memory around its possible call).
+A8_ATTR inline __m256 scale_of(const float* f16, uint16_t h) { return _mm256_broadcast_ss(f16 + h); }
+
+A8_ATTR inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// Unsigned quants (0..63) against token block k: int32 lanes of sum q * q_x times the
+// int16 factors of scale16 (ones, or a sub-block scale).
+A8_ATTR inline __m256i dot_u8(__m256i q, const PackedView& x, int64_t k, __m256i scale16) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(q, load32(x.q + 32 * k)), scale16);
+}
+
+// Blocks [0, nb) of a row: step(b, acc) adds block b into acc[0, T), even blocks into
+// one set of accumulators and odd ones into another, so that each FMA chain waits on
+// every second block only (one chain per (row, token) is bound by the FMA's latency at
+// one token). Then out[t] = the sum of both.
+template <int T, class Step>
+A8_ATTR inline void two_chains(int64_t nb, float* out, Step&& step) {
+  __m256 even[T], odd[T];
+  for (int t = 0; t < T; ++t) even[t] = odd[t] = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 1 < nb; b += 2) {
+    step(b, even);
+    step(b + 1, odd);
+  }
+  if (b < nb) step(b, even);
+  for (int t = 0; t < T; ++t) out[t] = hsum(_mm256_add_ps(even[t], odd[t]));
+}
+
+// q4_0: per block, the nibbles as 32 bytes in element order (byte i holds elements i
+// and 16 + i), then per token (d_x sum n q_x + c) spread over 8 lanes, times d.
+template <int T>
+A8_ATTR __attribute__((noinline)) void row_q4_0(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
+                                                const uint8_t* pf) {
+  const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0f);
+  const auto* blk = reinterpret_cast<const BlockQ4_0*>(row);
+  const float* const f16 = detail::f16_table();
+  two_chains<T>(cols / 32, out, [&](int64_t b, __m256* acc) __attribute__((target("avx2,fma"), always_inline)) {
+    if (pf) prefetch(pf + b * static_cast<int64_t>(sizeof(BlockQ4_0)), sizeof(BlockQ4_0));
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[b].qs));
+    const __m256i n = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1), low4);
+    const __m256 d = scale_of(f16, blk[b].d);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      // The activation's c is -d_x sum q_x; each of the 8 lanes adds it, so 8 c in all.
+      const __m256 s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8(n, xs[t], b, ones)), _mm256_broadcast_ss(xs[t].d + b),
+                                       _mm256_broadcast_ss(xs[t].c + b));
+      acc[t] = _mm256_fmadd_ps(s, d, acc[t]);
+    }
+  });
+}
+
+// q8_0: signed quants, so |q| meets q_x with q's sign; per token d_x sum q q_x times d.
+template <int T>
+A8_ATTR __attribute__((noinline)) void row_q8_0(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
+                                                const uint8_t* pf) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const auto* blk = reinterpret_cast<const BlockQ8_0*>(row);
+  const float* const f16 = detail::f16_table();
+  two_chains<T>(cols / 32, out, [&](int64_t b, __m256* acc) __attribute__((target("avx2,fma"), always_inline)) {
+    if (pf) prefetch(pf + b * static_cast<int64_t>(sizeof(BlockQ8_0)), sizeof(BlockQ8_0));
+    const __m256i q = load32(blk[b].qs), aq = _mm256_sign_epi8(q, q);
+    const __m256 d = scale_of(f16, blk[b].d);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const __m256i p = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(load32(xs[t].q + 32 * b), q));
+      const __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), _mm256_broadcast_ss(xs[t].d + b));
+      acc[t] = _mm256_fmadd_ps(s, d, acc[t]);
+    }
+  });
+}
+
+// Q4_K / Q5_K: per super-block the 8 scales and mins decoded once; per 64 columns 32
+// quant bytes hold sub-blocks 2c (low nibbles) and 2c + 1 (high), Q5_K's fifth bits in
+// bits 2c and 2c + 1 of qh. Per token two chains of d_x * sc * sum(n q_x) (sub-blocks
+// 2c and 2c + 1), times d once, and dmin * m dotted with the super-block's eight c.
+template <int T, bool kFive>
+A8_ATTR __attribute__((noinline)) void row_q45_k(const uint8_t* row, int64_t cols, const PackedView* xs, float* out, const uint8_t* pf) {
+  using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
+  const __m256i low4 = _mm256_set1_epi8(0x0f), bit0 = _mm256_set1_epi8(1);
+  const auto* blk = reinterpret_cast<const Block*>(row);
+  const float* const f16 = detail::f16_table();
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < cols / kQK_K; ++s, ++blk) {
+    if (pf) prefetch(pf + s * static_cast<int64_t>(sizeof(Block)), sizeof(Block));
+    int sc[8], m[8];
+    for (int j = 0; j < 8; ++j) kq_scale_min_k4(blk->scales, j, sc[j], m[j]);
+    const __m256 mins = _mm256_mul_ps(scale_of(f16, blk->dmin),
+                                      _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m))));
+    __m256 inner[T][2];
+    for (int t = 0; t < T; ++t) inner[t][0] = inner[t][1] = _mm256_setzero_ps();
+    __m256i qh;
+    if constexpr (kFive) qh = load32(blk->qh);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i v = load32(blk->qs + 32 * c);
+      __m256i n0 = _mm256_and_si256(v, low4), n1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+      if constexpr (kFive) {
+        n0 = _mm256_or_si256(n0, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), bit0), 4));
+        n1 = _mm256_or_si256(n1, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), bit0), 4));
+      }
+      const __m256i s0 = _mm256_set1_epi16(static_cast<int16_t>(sc[2 * c]));
+      const __m256i s1 = _mm256_set1_epi16(static_cast<int16_t>(sc[2 * c + 1]));
+      const int64_t k = 8 * s + 2 * c;
+  #pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+        inner[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8(n0, xs[t], k, s0)), _mm256_broadcast_ss(xs[t].d + k),
+                                      inner[t][0]);
+        inner[t][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8(n1, xs[t], k + 1, s1)),
+                                      _mm256_broadcast_ss(xs[t].d + k + 1), inner[t][1]);
+      }
+    }
+    const __m256 d = scale_of(f16, blk->d);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      acc[t] = _mm256_fmadd_ps(_mm256_add_ps(inner[t][0], inner[t][1]), d, acc[t]);
+      acc[t] = _mm256_fmadd_ps(mins, _mm256_loadu_ps(xs[t].c + 8 * s), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
+}
+
+// Q6_K: per 128 columns 64 bytes of low nibbles and 32 of 2-bit highs make four 32-column
+// blocks; a block's quants minus 32 are signed, so |q| (unsigned) meets q_x with q's
+// sign, and vpmaddwd multiplies the int16 pair sums of its two 16-column halves by their
+// scales. Per token two chains of d_x * sum, times d once.
+template <int T>
+A8_ATTR __attribute__((noinline)) void row_q6_k(const uint8_t* row, int64_t cols, const PackedView* xs, float* out, const uint8_t* pf) {
+  const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+  const auto* blk = reinterpret_cast<const BlockQ6_K*>(row);
+  const float* const f16 = detail::f16_table();
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < cols / kQK_K; ++s, ++blk) {
+    if (pf) prefetch(pf + s * static_cast<int64_t>(sizeof(BlockQ6_K)), sizeof(BlockQ6_K));
+    __m256 inner[T][2];
+    for (int t = 0; t < T; ++t) inner[t][0] = inner[t][1] = _mm256_setzero_ps();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i l0 = load32(blk->ql + 64 * h), l1 = load32(blk->ql + 64 * h + 32), hb = load32(blk->qh + 32 * h);
+      for (int j = 0; j < 4; ++j) {
+        const __m256i low = _mm256_and_si256(j < 2 ? (j == 0 ? l0 : l1) : _mm256_srli_epi16(j == 2 ? l0 : l1, 4), low4);
+        const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * j), two), 4);
+        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(low, high), k32);
+        const __m256i aq = _mm256_sign_epi8(q, q);
+        const int k = 4 * h + j;  // the block within the super-block: scales 2k, 2k + 1
+        const __m256i scale = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(blk->scales[2 * k])),
+                                                      _mm_set1_epi16(blk->scales[2 * k + 1]), 1);
+        const int64_t kb = 8 * s + k;
+    #pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+          const __m256i p = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(load32(xs[t].q + 32 * kb), q));
+          inner[t][j & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, scale)),
+                                            _mm256_broadcast_ss(xs[t].d + kb), inner[t][j & 1]);
+        }
+      }
+    }
+    const __m256 d = scale_of(f16, blk->d);
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(_mm256_add_ps(inner[t][0], inner[t][1]), d, acc[t]);
+  }
+  for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
+}
+
+template <int T>
+A8_ATTR void row(DType t, const uint8_t* w, int64_t cols, const PackedView* xs, float* out, const uint8_t* pf) {
+  switch (t) {
+    case DType::Q4_0: row_q4_0<T>(w, cols, xs, out, pf); return;
+    case DType::Q8_0: row_q8_0<T>(w, cols, xs, out, pf); return;
+    case DType::Q4_K: row_q45_k<T, false>(w, cols, xs, out, pf); return;
+    case DType::Q5_K: row_q45_k<T, true>(w, cols, xs, out, pf); return;
+    default: row_q6_k<T>(w, cols, xs, out, pf); return;
+  }
+}
+
+}  // namespace
+
+void int8_avx2_rows(DType t, const uint8_t* const* rows, int R, int64_t cols, const uint8_t* packed, float* out,
+                    const uint8_t* pf) {
+  const PackedView x = view(packed, cols);
+  const int64_t rb = static_cast<int64_t>(row_bytes(t, cols));
+  for (int r = 0; r < R; ++r) row<1>(t, rows[r], cols, &x, out + r, pf ? pf + r * rb : nullptr);
+}
+
+void int8_avx2_rows_tokens(DType t, const uint8_t* W, size_t rb, int64_t r0, int64_t r1, int64_t cols,
+                           const uint8_t* const* packed, int n_tok, float* const* outs, const uint8_t* pf_end) {
+  constexpr int kTokens = 4;  // a row's accumulators for four tokens stay within AVX2's sixteen registers
+  constexpr int64_t kAheadRows = 4;
+  PackedView xs[kTokens];
+  float y[kTokens];
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* w = W + rb * static_cast<size_t>(r);
+    // The first pass over a row prefetches the row kAheadRows on; the others read it from cache.
+    const uint8_t* ahead = w + rb * kAheadRows;
+    for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
+      const int nt = std::min(kTokens, n_tok - t0);
+      for (int k = 0; k < nt; ++k) xs[k] = view(packed[t0 + k], cols);
+      const uint8_t* pf = t0 == 0 && ahead + rb <= pf_end ? ahead : nullptr;
+      switch (nt) {
+        case 1: row<1>(t, w, cols, xs, y, pf); break;
+        case 2: row<2>(t, w, cols, xs, y, pf); break;
+        case 3: row<3>(t, w, cols, xs, y, pf); break;
+        default: row<4>(t, w, cols, xs, y, pf); break;
+      }
+      for (int k = 0; k < nt; ++k) outs[t0 + k][r] = y[k];
+    }
+  }
+}
+#else
+void int8_avx2_rows(DType, const uint8_t* const*, int, int64_t, const uint8_t*, float*, const uint8_t*) {}
+void int8_avx2_rows_tokens(DType, const uint8_t*, size_t, int64_t, int64_t, int64_t, const uint8_t* const*, int,
+                           float* const*, const uint8_t*) {}
+#endif
+
+}  // namespace moeflow::cpu

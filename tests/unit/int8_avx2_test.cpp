@@ -1,0 +1,191 @@
+// q4_0, q8_0, Q4_K, Q5_K and Q6_K mat-vecs on int8 activations with AVX2 (int8_avx2.h), the
+// path of CPUs without AVX-512 VNNI (on one that has it the VNNI kernels are switched
+// off for the test): against the float64 product of the weights with the rounded
+// activation (the kernels' only rounding), and within the activation's rounding of the
+// f32 product; the same floats for one row at a time, on two threads, from a prepared
+// plan and as a batched step's per-token jobs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/int8_avx2.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/q4_vnni.h"
+#include "kernels/cpu/quantize_x8.h"
+#include "kernels/cpu/thread_pool.h"
+#include "tensor/dtype.h"
+#include "float_vectors.h"
+
+namespace moeflow::cpu {
+namespace {
+
+using testing::random_vec;
+using testing::rel_err;
+
+constexpr DType kTypes[] = {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+// x as the kernel sees it: each block of 32 rounded to int8 times its scale.
+std::vector<float> rounded(const std::vector<float>& x) {
+  std::vector<float> r(x.size());
+  int8_t q[32];
+  for (size_t b = 0; b < x.size(); b += 32) {
+    const float d = quantize_x8_block(x.data() + b, q);
+    for (int j = 0; j < 32; ++j) r[b + j] = d * static_cast<float>(q[j]);
+  }
+  return r;
+}
+
+// The VNNI kernels off for the test's duration, so the AVX2 ones run where both exist.
+struct WithoutVnni {
+  bool was = q4_vnni_enabled();
+  WithoutVnni() { set_q4_vnni_enabled(false); }
+  ~WithoutVnni() { set_q4_vnni_enabled(was); }
+};
+
+std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t cols, std::mt19937& rng, size_t skew) {
+  const size_t rb = row_bytes(t, cols);
+  std::vector<uint8_t> W(rb * static_cast<size_t>(rows) + skew);
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<float> row = random_vec(static_cast<size_t>(cols), rng);
+    quantize_row(t, row.data(), W.data() + skew + rb * static_cast<size_t>(r), cols);
+  }
+  return W;
+}
+
+TEST(Int8Avx2, PackingIsTheInt8BlocksTheirScalesAndOffsets) {
+  std::mt19937 rng(5);
+  const int64_t cols = 96;
+  std::vector<float> x = random_vec(static_cast<size_t>(cols), rng);
+  for (int j = 32; j < 64; ++j) x[static_cast<size_t>(j)] = 0.0f;  // a block of zeros: scale 0
+  std::vector<uint8_t> p(int8_avx2_x_bytes(cols));
+  ASSERT_EQ(p.size(), static_cast<size_t>(cols + 3 * 8));
+  int8_avx2_pack_x8(x.data(), cols, p.data());
+  const auto* q = reinterpret_cast<const int8_t*>(p.data());
+  const auto* d = reinterpret_cast<const float*>(p.data() + cols);
+  for (int b = 0; b < 3; ++b) {
+    int8_t want[32];
+    const float dw = quantize_x8_block(x.data() + 32 * b, want);
+    int32_t sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      EXPECT_EQ(q[32 * b + j], want[j]) << "block " << b << " element " << j;
+      sum += want[j];
+    }
+    EXPECT_EQ(d[b], dw) << "block " << b;
+    EXPECT_EQ(d[3 + b], -dw * static_cast<float>(sum)) << "block " << b;
+  }
+  EXPECT_EQ(d[1], 0.0f);
+}
+
+TEST(Int8Avx2, MatchesTheProductWithTheRoundedActivation) {
+  WithoutVnni off;
+  if (!int8_avx2_type(DType::Q4_0, RowLayout::gguf)) GTEST_SKIP() << "no AVX2 / FMA";
+  std::mt19937 rng(31);
+  ThreadPool pool(2);
+  for (DType t : kTypes) {
+    ASSERT_TRUE(int8_avx2_type(t, RowLayout::gguf)) << dtype_name(t);
+    EXPECT_FALSE(int8_avx2_type(t, RowLayout::rows_x4)) << dtype_name(t);
+    double worst = 0, worst_f32 = 0;
+    for (int64_t rows : {1, 3, 4, 7, 13}) {
+      for (int64_t cols : {32, 96, 256, 768, 2816}) {
+        if (cols % dtype_info(t).block_size) continue;  // the k-quants: super-blocks of 256
+        const std::vector<uint8_t> W = random_rows(t, rows, cols, rng, 1);  // rows need not be aligned
+        const uint8_t* w = W.data() + 1;
+        const std::vector<float> x = random_vec(static_cast<size_t>(cols), rng), x8 = rounded(x);
+        const size_t n = static_cast<size_t>(rows);
+        std::vector<float> ref8(n), ref(n), y(n, NAN), y2(n, NAN), yp(n, NAN);
+        matvec_reference(t, w, rows, cols, x8.data(), ref8.data());
+        matvec_reference(t, w, rows, cols, x.data(), ref.data());
+        const MatvecJob job{t, RowLayout::gguf, w, rows, cols, x.data(), y.data(), true};
+        matvec_batch(&job, 1, nullptr);
+        const double e = rel_err(y, ref8);
+        worst = std::max(worst, e);
+        EXPECT_LT(e, 1e-5) << dtype_name(t) << " " << rows << "x" << cols;
+        // Against the f32 product: the activation's rounding, over enough rows (one dot
+        // product alone may cancel to anything).
+        if (rows >= 7) {
+          worst_f32 = std::max(worst_f32, rel_err(y, ref));
+          EXPECT_LT(rel_err(y, ref), 0.05) << dtype_name(t) << " " << rows << "x" << cols;
+        }
+        const MatvecJob job2{t, RowLayout::gguf, w, rows, cols, x.data(), y2.data(), true};
+        matvec_batch(&job2, 1, &pool);
+        EXPECT_EQ(y2, y) << dtype_name(t) << ": two threads";
+        MatvecPlan plan;
+        plan.prepare({t, RowLayout::gguf, w, rows, cols, x.data(), yp.data(), true});
+        for (int64_t r = rows; r > 0; --r) plan.rows(r - 1, r);
+        EXPECT_EQ(yp, y) << dtype_name(t) << ": one row at a time";
+        // Without int8 activations the Highway kernels: the f32 product (q8_0's int16
+        // kernel within ~2e-5 of it).
+        std::vector<float> y16(n, NAN);
+        const MatvecJob job16{t, RowLayout::gguf, w, rows, cols, x.data(), y16.data(), false};
+        matvec_batch(&job16, 1, nullptr);
+        EXPECT_LT(rel_err(y16, ref), t == DType::Q8_0 ? 1e-4 : 1e-5) << dtype_name(t) << ": the Highway kernel";
+      }
+    }
+    std::printf("  %s AVX2 int8: against the rounded activation %.2e, against f32 %.2e (relative RMS)\n",
+                dtype_name(t), worst, worst_f32);
+  }
+}
+
+// The extremes of every type's integer sums: all quants at their largest and smallest,
+// activation blocks at +-127, the k-quants' largest scales and mins.
+TEST(Int8Avx2, ExtremeQuantsAndScalesStayExact) {
+  WithoutVnni off;
+  if (!int8_avx2_type(DType::Q4_0, RowLayout::gguf)) GTEST_SKIP() << "no AVX2 / FMA";
+  const int64_t cols = 512;
+  std::vector<float> x(static_cast<size_t>(cols));
+  for (int64_t c = 0; c < cols; ++c) x[static_cast<size_t>(c)] = (c / 32) % 2 ? -1.0f : 1.0f;  // q_x = +-127
+  for (DType t : kTypes) {
+    for (int sign : {1, -1}) {
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t c = 0; c < cols; ++c) row[static_cast<size_t>(c)] = static_cast<float>(sign) * (c % 7 == 0 ? 0.25f : 1.0f);
+      const size_t rb = row_bytes(t, cols);
+      std::vector<uint8_t> w(rb);
+      quantize_row(t, row.data(), w.data(), cols);
+      float ref8 = 0, y = NAN;
+      const std::vector<float> x8 = rounded(x);
+      matvec_reference(t, w.data(), 1, cols, x8.data(), &ref8);
+      const MatvecJob job{t, RowLayout::gguf, w.data(), 1, cols, x.data(), &y, true};
+      matvec_batch(&job, 1, nullptr);
+      EXPECT_NEAR(y, ref8, 1e-5 * std::fabs(ref8) + 1e-6) << dtype_name(t) << " sign " << sign;
+    }
+  }
+}
+
+TEST(Int8Avx2, BatchedTokensGetTheirOwnMatvecsFloats) {
+  WithoutVnni off;
+  if (!int8_avx2_type(DType::Q4_0, RowLayout::gguf)) GTEST_SKIP() << "no AVX2 / FMA";
+  std::mt19937 rng(47);
+  ThreadPool pool(2);
+  for (DType t : kTypes) {
+    // Passes of four tokens and a rest; the rows split between two threads.
+    const int64_t rows = 41, cols = 768;
+    const std::vector<uint8_t> w = random_rows(t, rows, cols, rng, 0);
+    for (int64_t n_tok : {2, 7}) {
+      const std::vector<float> X = random_vec(static_cast<size_t>(n_tok * cols), rng);
+      std::vector<float> alone(static_cast<size_t>(n_tok * rows)), together(alone.size(), NAN);
+      for (int64_t k = 0; k < n_tok; ++k) {
+        const MatvecJob one{t, RowLayout::gguf, w.data(), rows, cols, X.data() + k * cols, alone.data() + k * rows, true};
+        matvec_batch(&one, 1, nullptr);
+      }
+      const MatmulJob step{t, RowLayout::gguf, w.data(), rows, cols, X.data(), n_tok, together.data(), true, true};
+      matmul_batch(&step, 1, &pool);
+      EXPECT_EQ(together, alone) << dtype_name(t) << ", " << n_tok << " tokens";
+      // The same tokens through a plan of several jobs on the matrix (an expert's tokens).
+      std::vector<float> planned(alone.size(), NAN);
+      std::vector<MatvecJob> jobs;
+      for (int64_t k = 0; k < n_tok; ++k)
+        jobs.push_back({t, RowLayout::gguf, w.data(), rows, cols, X.data() + k * cols, planned.data() + k * rows, true});
+      MatvecPlan plan;
+      plan.prepare(jobs.data(), jobs.size());
+      plan.rows(0, 17);
+      plan.rows(17, rows);
+      EXPECT_EQ(planned, alone) << dtype_name(t) << ", " << n_tok << " tokens, planned";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moeflow::cpu
