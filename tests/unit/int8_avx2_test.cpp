@@ -1,4 +1,4 @@
-// q4_0, q8_0, Q4_K, Q5_K and Q6_K mat-vecs on int8 activations with AVX2 (int8_avx2.h), the
+// q4_0, q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS and MXFP4 mat-vecs on int8 activations with AVX2 (int8_avx2.h), the
 // path of CPUs without AVX-512 VNNI (on one that has it the VNNI kernels are switched
 // off for the test): against the float64 product of the weights with the rounded
 // activation (the kernels' only rounding), and within the activation's rounding of the
@@ -25,7 +25,8 @@ namespace {
 using testing::random_vec;
 using testing::rel_err;
 
-constexpr DType kTypes[] = {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+constexpr DType kTypes[] = {DType::Q4_0, DType::Q8_0,  DType::Q2_K,   DType::Q3_K,   DType::Q4_K,
+                             DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
 
 // x as the kernel sees it: each block of 32 rounded to int8 times its scale.
 std::vector<float> rounded(const std::vector<float>& x) {
@@ -61,20 +62,22 @@ TEST(Int8Avx2, PackingIsTheInt8BlocksTheirScalesAndOffsets) {
   std::vector<float> x = random_vec(static_cast<size_t>(cols), rng);
   for (int j = 32; j < 64; ++j) x[static_cast<size_t>(j)] = 0.0f;  // a block of zeros: scale 0
   std::vector<uint8_t> p(int8_avx2_x_bytes(cols));
-  ASSERT_EQ(p.size(), static_cast<size_t>(cols + 3 * 8));
+  ASSERT_EQ(p.size(), static_cast<size_t>(cols + 3 * 16));
   int8_avx2_pack_x8(x.data(), cols, p.data());
   const auto* q = reinterpret_cast<const int8_t*>(p.data());
   const auto* d = reinterpret_cast<const float*>(p.data() + cols);
   for (int b = 0; b < 3; ++b) {
     int8_t want[32];
     const float dw = quantize_x8_block(x.data() + 32 * b, want);
-    int32_t sum = 0;
+    int32_t half[2] = {0, 0};
     for (int j = 0; j < 32; ++j) {
       EXPECT_EQ(q[32 * b + j], want[j]) << "block " << b << " element " << j;
-      sum += want[j];
+      half[j / 16] += want[j];
     }
     EXPECT_EQ(d[b], dw) << "block " << b;
-    EXPECT_EQ(d[3 + b], -dw * static_cast<float>(sum)) << "block " << b;
+    EXPECT_EQ(d[3 + b], -dw * static_cast<float>(half[0] + half[1])) << "block " << b;
+    EXPECT_EQ(d[6 + 2 * b], -dw * static_cast<float>(half[0])) << "block " << b;
+    EXPECT_EQ(d[6 + 2 * b + 1], -dw * static_cast<float>(half[1])) << "block " << b;
   }
   EXPECT_EQ(d[1], 0.0f);
 }
@@ -91,8 +94,13 @@ TEST(Int8Avx2, MatchesTheProductWithTheRoundedActivation) {
     for (int64_t rows : {1, 3, 4, 7, 13}) {
       for (int64_t cols : {32, 96, 256, 768, 2816}) {
         if (cols % dtype_info(t).block_size) continue;  // the k-quants: super-blocks of 256
-        const std::vector<uint8_t> W = random_rows(t, rows, cols, rng, 1);  // rows need not be aligned
-        const uint8_t* w = W.data() + 1;
+        std::vector<uint8_t> W = random_rows(t, rows, cols, rng, 1);  // rows need not be aligned
+        uint8_t* w = W.data() + 1;
+        if (t == DType::MXFP4 && cols >= 96) {  // the subnormal scales 2^-128, 2^-127, and 2^72
+          w[0] = 0;
+          w[17] = 1;
+          w[34] = 200;
+        }
         const std::vector<float> x = random_vec(static_cast<size_t>(cols), rng), x8 = rounded(x);
         const size_t n = static_cast<size_t>(rows);
         std::vector<float> ref8(n), ref(n), y(n, NAN), y2(n, NAN), yp(n, NAN);

@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <atomic>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/f16_table.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/quantize_x8.h"
+#include "tensor/iquants.h"
 #include "tensor/kquants.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -36,18 +38,31 @@ bool cpu_has_avx2() {
 }
 
 bool kernel_type(DType t) {
-  return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+  switch (t) {
+    case DType::Q4_0:
+    case DType::Q8_0:
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS:
+    case DType::MXFP4: return true;
+    default: return false;
+  }
 }
 
 // The packed activation's three arrays (int8_avx2.h).
 struct PackedView {
   const int8_t* q;
   const float* d;
-  const float* c;  // -d * sum(q)
+  const float* c;    // -d * sum(q)
+  const float* s16;  // -d * the sum of q over each half (16 columns)
 };
 PackedView view(const uint8_t* p, int64_t cols) {
   const auto* d = reinterpret_cast<const float*>(p + cols);
-  return {reinterpret_cast<const int8_t*>(p), d, d + cols / 32};
+  return {reinterpret_cast<const int8_t*>(p), d, d + cols / 32, d + 2 * (cols / 32)};
 }
 
 }  // namespace
@@ -58,19 +73,22 @@ bool int8_avx2_type(DType t, RowLayout layout) {
   return kernel_type(t) && layout == RowLayout::gguf && int8_avx2_enabled() && !q4_vnni_enabled();
 }
 
-size_t int8_avx2_x_bytes(int64_t cols) { return static_cast<size_t>(cols) + static_cast<size_t>(cols / 32) * 8; }
+size_t int8_avx2_x_bytes(int64_t cols) { return static_cast<size_t>(cols) + static_cast<size_t>(cols / 32) * 16; }
 
 void int8_avx2_pack_x8(const float* x, int64_t cols, uint8_t* out) {
   const int64_t nb = cols / 32;
   auto* q = reinterpret_cast<int8_t*>(out);
   auto* d = reinterpret_cast<float*>(out + cols);
   float* c = d + nb;
+  float* s16 = c + nb;
   for (int64_t b = 0; b < nb; ++b) {
     int8_t* qb = q + 32 * b;
     d[b] = quantize_x8_block(x + 32 * b, qb);
-    int32_t sum = 0;
-    for (int j = 0; j < 32; ++j) sum += qb[j];
-    c[b] = -d[b] * static_cast<float>(sum);
+    int32_t half[2] = {0, 0};
+    for (int j = 0; j < 32; ++j) half[j / 16] += qb[j];
+    c[b] = -d[b] * static_cast<float>(half[0] + half[1]);
+    s16[2 * b] = -d[b] * static_cast<float>(half[0]);
+    s16[2 * b + 1] = -d[b] * static_cast<float>(half[1]);
   }
 }
 
@@ -250,11 +268,163 @@ A8_ATTR __attribute__((noinline)) void row_q6_k(const uint8_t* row, int64_t cols
   for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
 }
 
+// Q2_K / Q3_K: per 128 columns 32 bytes hold four 32-column blocks in bit pairs 2k
+// (Q3_K's third bit in hmask at bit 4h + k); the 16-column sub-blocks' integer scales
+// multiply in vpmaddwd (Q3_K's minus 32, signed). The offsets (Q2_K's dmin * m, Q3_K's
+// 4 of every quant) are dotted with the super-block's sixteen half-block sums once.
+template <int T, bool kThree>
+A8_ATTR __attribute__((noinline)) void row_q23_k(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
+                                                 const uint8_t* pf) {
+  using Block = std::conditional_t<kThree, BlockQ3_K, BlockQ2_K>;
+  const __m256i two = _mm256_set1_epi8(3), bit0 = _mm256_set1_epi8(1);
+  const auto* blk = reinterpret_cast<const Block*>(row);
+  const float* const f16 = detail::f16_table();
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < cols / kQK_K; ++s, ++blk) {
+    if (pf) prefetch(pf + s * static_cast<int64_t>(sizeof(Block)), sizeof(Block));
+    const __m256 d = scale_of(f16, blk->d);
+    int16_t sc[16];
+    alignas(32) int32_t off[16];  // per sub-block: Q2_K's min m, Q3_K's scale (both times the sums)
+    for (int j = 0; j < 16; ++j) {
+      if constexpr (kThree) {
+        sc[j] = static_cast<int16_t>(kq_scale_q3(blk->scales, j) - 32);
+        off[j] = 4 * sc[j];
+      } else {
+        sc[j] = static_cast<int16_t>(blk->scales[j] & 0x0f);
+        off[j] = blk->scales[j] >> 4;
+      }
+    }
+    // Q2_K: dmin * m * (-d_x sum q_x); Q3_K: d * 4 (sc - 32) * (-d_x sum q_x) (the -4 of q - 4).
+    __m256 of = d;
+    if constexpr (!kThree) of = scale_of(f16, blk->dmin);
+    const __m256 off0 = _mm256_mul_ps(of, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(off))));
+    const __m256 off1 = _mm256_mul_ps(of, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(off + 8))));
+    __m256 inner[T][2];
+    for (int t = 0; t < T; ++t) inner[t][0] = inner[t][1] = _mm256_setzero_ps();
+    __m256i hm;
+    if constexpr (kThree) hm = load32(blk->hmask);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i v = load32(blk->qs + 32 * h);
+      for (int k = 0; k < 4; ++k) {
+        __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * k), two);
+        if constexpr (kThree)
+          q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + k), bit0), 2));
+        const int j = 8 * h + 2 * k;  // its two 16-column sub-blocks: j, j + 1
+        const __m256i scale = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[j])),
+                                                      _mm_set1_epi16(sc[j + 1]), 1);
+        const int64_t kb = 8 * s + 4 * h + k;
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t)
+          inner[t][k & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8(q, xs[t], kb, scale)),
+                                            _mm256_broadcast_ss(xs[t].d + kb), inner[t][k & 1]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      acc[t] = _mm256_fmadd_ps(_mm256_add_ps(inner[t][0], inner[t][1]), d, acc[t]);
+      acc[t] = _mm256_fmadd_ps(off0, _mm256_loadu_ps(xs[t].s16 + 16 * s), acc[t]);
+      acc[t] = _mm256_fmadd_ps(off1, _mm256_loadu_ps(xs[t].s16 + 16 * s + 8), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
+}
+
+// The 16 levels of IQ4_NL / IQ4_XS (kIq4Levels) or MXFP4 (kMxfp4Levels) in both 128-bit
+// lanes, for a byte shuffle to map nibbles to them.
+A8_ATTR inline __m256i level_table(const int8_t* levels) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels)));
+}
+// A 32-column block's 16 nibble bytes (byte i: elements i and 16 + i) as its 32 signed
+// levels in element order.
+A8_ATTR inline __m256i levels_of(const uint8_t* qs, __m256i table) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i n = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1),
+                                     _mm256_set1_epi8(0x0f));
+  return _mm256_shuffle_epi8(table, n);
+}
+// Signed levels (|l| <= 127) against token block k: |l| meets q_x with l's sign.
+A8_ATTR inline __m256i dot_signed(__m256i l, const PackedView& x, int64_t k, __m256i scale16) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(l, l), _mm256_sign_epi8(load32(x.q + 32 * k), l)),
+                           scale16);
+}
+
+// MXFP4's scale 2^(e - 128) for every e (the levels are kept doubled).
+const float* mxfp4_scales() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(256);
+    for (int e = 0; e < 256; ++e) t[static_cast<size_t>(e)] = mxfp4_scale(static_cast<uint8_t>(e));
+    return t;
+  }();
+  return table.data();
+}
+
+// IQ4_NL and MXFP4: per 32-column block levels from the shuffle, per token d_x sum l q_x
+// times the block's scale (f16, or MXFP4's power of two).
+template <int T, DType kType>
+A8_ATTR __attribute__((noinline)) void row_nl4(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
+                                               const uint8_t* pf) {
+  using Block = std::conditional_t<kType == DType::MXFP4, BlockMXFP4, BlockIQ4_NL>;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i table = level_table(kType == DType::MXFP4 ? kMxfp4Levels : kIq4Levels);
+  const auto* blk = reinterpret_cast<const Block*>(row);
+  const float* const f16 = detail::f16_table();
+  const float* const e8 = mxfp4_scales();
+  two_chains<T>(cols / 32, out, [&](int64_t b, __m256* acc) __attribute__((target("avx2,fma"), always_inline)) {
+    if (pf) prefetch(pf + b * static_cast<int64_t>(sizeof(Block)), sizeof(Block));
+    const __m256i l = levels_of(blk[b].qs, table);
+    __m256 d;
+    if constexpr (kType == DType::MXFP4) d = _mm256_broadcast_ss(e8 + blk[b].e);
+    else d = scale_of(f16, blk[b].d);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(dot_signed(l, xs[t], b, ones)), _mm256_broadcast_ss(xs[t].d + b));
+      acc[t] = _mm256_fmadd_ps(s, d, acc[t]);
+    }
+  });
+}
+
+// IQ4_XS: per super-block d, per 32-column sub-block its 6-bit scale minus 32 (signed)
+// multiplying in vpmaddwd, its 16 bytes of nibbles as IQ4_NL's block; two chains a token.
+template <int T>
+A8_ATTR __attribute__((noinline)) void row_iq4_xs(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
+                                                  const uint8_t* pf) {
+  const __m256i table = level_table(kIq4Levels);
+  const auto* blk = reinterpret_cast<const BlockIQ4_XS*>(row);
+  const float* const f16 = detail::f16_table();
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < cols / kQK_K; ++s, ++blk) {
+    if (pf) prefetch(pf + s * static_cast<int64_t>(sizeof(BlockIQ4_XS)), sizeof(BlockIQ4_XS));
+    __m256 inner[T][2];
+    for (int t = 0; t < T; ++t) inner[t][0] = inner[t][1] = _mm256_setzero_ps();
+    for (int j = 0; j < 8; ++j) {
+      const int ls = ((blk->scales_l[j / 2] >> (4 * (j % 2))) & 0x0f) | (((blk->scales_h >> (2 * j)) & 3) << 4);
+      const __m256i scale = _mm256_set1_epi16(static_cast<int16_t>(ls - 32));
+      const __m256i l = levels_of(blk->qs + 16 * j, table);
+      const int64_t kb = 8 * s + j;
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t)
+        inner[t][j & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_signed(l, xs[t], kb, scale)),
+                                          _mm256_broadcast_ss(xs[t].d + kb), inner[t][j & 1]);
+    }
+    const __m256 d = scale_of(f16, blk->d);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(_mm256_add_ps(inner[t][0], inner[t][1]), d, acc[t]);
+  }
+  for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
+}
+
 template <int T>
 A8_ATTR void row(DType t, const uint8_t* w, int64_t cols, const PackedView* xs, float* out, const uint8_t* pf) {
   switch (t) {
     case DType::Q4_0: row_q4_0<T>(w, cols, xs, out, pf); return;
     case DType::Q8_0: row_q8_0<T>(w, cols, xs, out, pf); return;
+    case DType::Q2_K: row_q23_k<T, false>(w, cols, xs, out, pf); return;
+    case DType::Q3_K: row_q23_k<T, true>(w, cols, xs, out, pf); return;
+    case DType::IQ4_NL: row_nl4<T, DType::IQ4_NL>(w, cols, xs, out, pf); return;
+    case DType::MXFP4: row_nl4<T, DType::MXFP4>(w, cols, xs, out, pf); return;
+    case DType::IQ4_XS: row_iq4_xs<T>(w, cols, xs, out, pf); return;
     case DType::Q4_K: row_q45_k<T, false>(w, cols, xs, out, pf); return;
     case DType::Q5_K: row_q45_k<T, true>(w, cols, xs, out, pf); return;
     default: row_q6_k<T>(w, cols, xs, out, pf); return;

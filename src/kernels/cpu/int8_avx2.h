@@ -1,26 +1,32 @@
-// Mat-vec rows of q4_0, q8_0, Q4_K, Q5_K and Q6_K in GGUF's layout as 8-bit integer dot
-// products with AVX2, for CPUs without AVX-512 VNNI (Zen 2 / Zen 3, Intel before Ice
-// Lake, most laptops), against the activation quantised to int8 per 32 columns
-// (`--activations int8`, and auto's choice for all but q8_0, which keeps int16 there).
+// Mat-vec rows of q4_0, q8_0, the k-quants (Q2_K .. Q6_K) and the 4-bit non-linear types
+// (IQ4_NL, IQ4_XS, MXFP4) in GGUF's layout as 8-bit integer dot products with AVX2, for
+// CPUs without AVX-512 VNNI (Zen 2 / Zen 3, Intel before Ice Lake, most laptops),
+// against the activation quantised to int8 per 32 columns (`--activations int8`, and
+// auto's choice for all but q8_0, which keeps int16 there).
 //
-// Why: the Highway kernels convert every weight to f32 (~10 vector instructions per 32
-// weights and token: q4_0 7-8 GB/s a core from cache, Q4_K 2-4 on a Zen 3), and a
-// batched decode step repeats all of it for every token. Here a 32-column block's
-// quants are unpacked once to 32 bytes and each token costs `vpmaddubsw` (unsigned
-// quant x signed int8, pairs summed in int16), `vpmaddwd` (int32 lanes; by ones, or by
-// the k-quants' integer sub-block scales), one conversion and one FMA with the
-// activation block's scale.
+// Why: without them these types convert every weight to f32 (q4_0 7-8 GB/s a core from
+// cache on a Zen 3, Q4_K..Q6_K 3-4 GB/s, IQ4 3-4 GB/s, Q2_K / Q3_K 0.6 GB/s through the
+// generic dequantise-then-dot path), and a batched decode step repeats all of it for
+// every token. Here a 32-column block's quants are unpacked once to 32 bytes and each
+// token costs `vpmaddubsw` (unsigned quant x signed int8, pairs summed in int16),
+// `vpmaddwd` (int32 lanes; by ones, or by a k-quant's integer sub-block scales), one
+// conversion and one FMA with the activation block's scale.
 //
 // Arithmetic, per 32 columns of activation x = d_x * q_x:
 // - q4_0: sum (n - 8) x = d_x sum n q_x - 8 d_x sum q_x (n the nibble, 0..15); the
 //   second term is precomputed when packing (c = -d_x sum q_x, spread over 8 lanes).
+// - q8_0, and the non-linear types' levels (a byte shuffle of the nibbles): signed, so
+//   |q| meets q_x with q's sign (vpsignb; q_x is never -128).
 // - Q4_K / Q5_K: d sc sum n x - dmin m sum x, with the 6-bit sc and m of the sub-block:
 //   sc multiplies in `vpmaddwd`, m is dotted with the eight c of the super-block once.
-// - q8_0: signed quants: |q| against q_x with q's sign (vpsignb; q_x is never -128).
-// - Q6_K: the 6-bit quants minus 32 are signed: |q| against q_x with q's sign (vpsignb),
-//   and `vpmaddwd` by the int8 scales of the two 16-column sub-blocks.
-// Every integer sum is exact (at most 2 * 128 * 127 per int16 pair, 2^21 per int32 lane);
-// the only rounding beyond f32 is the activation's int8 quantisation (~2^-8 of a
+// - Q2_K / Q3_K: the 2- or 3-bit quants unsigned against the 16-column sub-blocks'
+//   scales in `vpmaddwd`; Q2_K's mins and Q3_K's offset of 4 dotted with the sixteen
+//   half-block sums of the super-block once.
+// - Q6_K: the 6-bit quants minus 32 are signed, as q8_0, and `vpmaddwd` multiplies by
+//   the int8 scales of the two 16-column sub-blocks. IQ4_XS likewise by its 6-bit
+//   sub-block scales minus 32.
+// Every integer sum is exact (at most 2 * 127 * 127 per int16 pair, 2^22 per int32
+// lane); the only rounding beyond f32 is the activation's int8 quantisation (~2^-8 of a
 // block's largest value, as llama.cpp's q8_0 activations and the VNNI int8 kernels).
 // Each (row, token) pair has its own accumulators and the same operations in the same
 // order whatever the tile, so a token gets the same floats alone, in a batched step and
@@ -39,12 +45,13 @@ bool int8_avx2_enabled();
 // Tests and A/B benchmarks switch them off to compare with the Highway kernels.
 void set_int8_avx2_enabled(bool on);
 // Whether a matrix of this type and layout on int8 activations takes these kernels:
-// q4_0, q8_0, Q4_K, Q5_K, Q6_K in GGUF's layout where they are enabled and the VNNI kernels
-// are not (those take these types on a CPU that has them).
+// the types above in GGUF's layout, where they are enabled and the VNNI kernels are not
+// (those take these types on a CPU that has them).
 bool int8_avx2_type(DType t, RowLayout layout);
 
 // The packed activation (cols % 32 == 0): the int8 values of every 32-column block in
-// order (cols bytes), then per block its scale d (f32), then c = -d * sum(q) (f32).
+// order (cols bytes), then per block its scale d (f32), then per block c = -d * sum(q)
+// (f32), then per half block (16 columns) -d * its sum of q (f32).
 size_t int8_avx2_x_bytes(int64_t cols);
 void int8_avx2_pack_x8(const float* x, int64_t cols, uint8_t* out);
 
