@@ -18,26 +18,17 @@
 #include "kernels/cpu/thread_pool.h"
 #include "tensor/dtype.h"
 #include "float_vectors.h"
+#include "int8_rounded.h"
 
 namespace moeflow::cpu {
 namespace {
 
+using testing::int8_rounded;
 using testing::random_vec;
 using testing::rel_err;
 
 constexpr DType kTypes[] = {DType::Q4_0, DType::Q8_0,  DType::Q2_K,   DType::Q3_K,   DType::Q4_K,
                              DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
-
-// x as the kernel sees it: each block of 32 rounded to int8 times its scale.
-std::vector<float> rounded(const std::vector<float>& x) {
-  std::vector<float> r(x.size());
-  int8_t q[32];
-  for (size_t b = 0; b < x.size(); b += 32) {
-    const float d = quantize_x8_block(x.data() + b, q);
-    for (int j = 0; j < 32; ++j) r[b + j] = d * static_cast<float>(q[j]);
-  }
-  return r;
-}
 
 // The VNNI kernels off for the test's duration, so the AVX2 ones run where both exist.
 struct WithoutVnni {
@@ -101,7 +92,7 @@ TEST(Int8Avx2, MatchesTheProductWithTheRoundedActivation) {
           w[17] = 1;
           w[34] = 200;
         }
-        const std::vector<float> x = random_vec(static_cast<size_t>(cols), rng), x8 = rounded(x);
+        const std::vector<float> x = random_vec(static_cast<size_t>(cols), rng), x8 = int8_rounded(x);
         const size_t n = static_cast<size_t>(rows);
         std::vector<float> ref8(n), ref(n), y(n, NAN), y2(n, NAN), yp(n, NAN);
         matvec_reference(t, w, rows, cols, x8.data(), ref8.data());
@@ -153,7 +144,7 @@ TEST(Int8Avx2, ExtremeQuantsAndScalesStayExact) {
       std::vector<uint8_t> w(rb);
       quantize_row(t, row.data(), w.data(), cols);
       float ref8 = 0, y = NAN;
-      const std::vector<float> x8 = rounded(x);
+      const std::vector<float> x8 = int8_rounded(x);
       matvec_reference(t, w.data(), 1, cols, x8.data(), &ref8);
       const MatvecJob job{t, RowLayout::gguf, w.data(), 1, cols, x.data(), &y, true};
       matvec_batch(&job, 1, nullptr);

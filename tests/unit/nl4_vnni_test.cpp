@@ -19,26 +19,17 @@
 #include "kernels/cpu/thread_pool.h"
 #include "tensor/dtype.h"
 #include "float_vectors.h"
+#include "int8_rounded.h"
 
 namespace moeflow::cpu {
 namespace {
 
+using testing::int8_rounded;
 using testing::random_vec;
 using testing::rel_err;
 
-// x as the kernel sees it: each block of 32 rounded to int8 times its scale.
-std::vector<float> rounded(const std::vector<float>& x) {
-  std::vector<float> r(x.size());
-  int8_t q[32];
-  for (size_t b = 0; b < x.size(); b += 32) {
-    const float d = quantize_x8_block(x.data() + b, q);
-    for (int j = 0; j < 32; ++j) r[b + j] = d * static_cast<float>(q[j]);
-  }
-  return r;
-}
-
 TEST(Nl4Vnni, MatchesTheProductWithTheRoundedActivation) {
-  if (!q4_vnni_enabled()) GTEST_SKIP() << "no AVX-512 VNNI: IQ4_NL and MXFP4 take the generic path";
+  if (!q4_vnni_enabled()) GTEST_SKIP() << "no AVX-512 VNNI (on AVX2 these types take int8_avx2.h: Int8Avx2.*)";
   std::mt19937 rng(29);
   ThreadPool pool(2);
   for (DType t : {DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4}) {
@@ -59,7 +50,7 @@ TEST(Nl4Vnni, MatchesTheProductWithTheRoundedActivation) {
           w[17] = 1;
           w[34] = 200;
         }
-        const std::vector<float> x = random_vec(static_cast<size_t>(cols), rng), x8 = rounded(x);
+        const std::vector<float> x = random_vec(static_cast<size_t>(cols), rng), x8 = int8_rounded(x);
         const size_t n = static_cast<size_t>(rows);
         std::vector<float> ref8(n), ref(n), y(n, NAN), y2(n, NAN), yp(n, NAN);
         matvec_reference(t, w, rows, cols, x8.data(), ref8.data());

@@ -19,6 +19,9 @@
 #define MOEFLOW_HAVE_INT8_AVX2 1
 #include <immintrin.h>
 #define A8_ATTR __attribute__((target("avx2,fma")))
+// A kernel's per-block or per-super-block step: lambdas take no target from their
+// enclosing function, and must be inlined into it.
+#define A8_LAMBDA __attribute__((target("avx2,fma"), always_inline))
 #endif
 
 namespace moeflow::cpu {
@@ -143,7 +146,7 @@ A8_ATTR __attribute__((noinline)) void row_q4_0(const uint8_t* row, int64_t cols
   const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0f);
   const auto* blk = reinterpret_cast<const BlockQ4_0*>(row);
   const float* const f16 = detail::f16_table();
-  two_chains<T>(cols / 32, out, [&](int64_t b, __m256* acc) __attribute__((target("avx2,fma"), always_inline)) {
+  two_chains<T>(cols / 32, out, [&](int64_t b, __m256* acc) A8_LAMBDA {
     if (pf) prefetch(pf + b * static_cast<int64_t>(sizeof(BlockQ4_0)), sizeof(BlockQ4_0));
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[b].qs));
     const __m256i n = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1), low4);
@@ -165,7 +168,7 @@ A8_ATTR __attribute__((noinline)) void row_q8_0(const uint8_t* row, int64_t cols
   const __m256i ones = _mm256_set1_epi16(1);
   const auto* blk = reinterpret_cast<const BlockQ8_0*>(row);
   const float* const f16 = detail::f16_table();
-  two_chains<T>(cols / 32, out, [&](int64_t b, __m256* acc) __attribute__((target("avx2,fma"), always_inline)) {
+  two_chains<T>(cols / 32, out, [&](int64_t b, __m256* acc) A8_LAMBDA {
     if (pf) prefetch(pf + b * static_cast<int64_t>(sizeof(BlockQ8_0)), sizeof(BlockQ8_0));
     const __m256i q = load32(blk[b].qs), aq = _mm256_sign_epi8(q, q);
     const __m256 d = scale_of(f16, blk[b].d);
@@ -178,30 +181,49 @@ A8_ATTR __attribute__((noinline)) void row_q8_0(const uint8_t* row, int64_t cols
   });
 }
 
+// The super-blocks of a row (256 columns each): step(blk, s, inner) adds super-block s's
+// sub-blocks into two chains a token (inner[t][0..1], zeroed for it) and returns its
+// scale d; the chains' sum times d goes into the token's total, then offsets(blk, s,
+// acc) adds the super-block's terms that do not scale with d (mins, quant offsets).
+// out[t] = the token's total, its lanes summed.
+template <int T, class Block, class Step, class Offsets>
+A8_ATTR inline void super_blocks(const uint8_t* row, int64_t cols, float* out, const uint8_t* pf, Step&& step,
+                                 Offsets&& offsets) {
+  const auto* blk = reinterpret_cast<const Block*>(row);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < cols / kQK_K; ++s) {
+    if (pf) prefetch(pf + s * static_cast<int64_t>(sizeof(Block)), sizeof(Block));
+    __m256 inner[T][2];
+    for (int t = 0; t < T; ++t) inner[t][0] = inner[t][1] = _mm256_setzero_ps();
+    const __m256 d = step(blk[s], s, inner);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(_mm256_add_ps(inner[t][0], inner[t][1]), d, acc[t]);
+    offsets(blk[s], s, acc);
+  }
+  for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
+}
+constexpr auto kNoOffsets = [](const auto&, int64_t, __m256*) A8_LAMBDA {};
+
 // Q4_K / Q5_K: per super-block the 8 scales and mins decoded once; per 64 columns 32
 // quant bytes hold sub-blocks 2c (low nibbles) and 2c + 1 (high), Q5_K's fifth bits in
 // bits 2c and 2c + 1 of qh. Per token two chains of d_x * sc * sum(n q_x) (sub-blocks
 // 2c and 2c + 1), times d once, and dmin * m dotted with the super-block's eight c.
 template <int T, bool kFive>
-A8_ATTR __attribute__((noinline)) void row_q45_k(const uint8_t* row, int64_t cols, const PackedView* xs, float* out, const uint8_t* pf) {
+A8_ATTR __attribute__((noinline)) void row_q45_k(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
+                                                 const uint8_t* pf) {
   using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
   const __m256i low4 = _mm256_set1_epi8(0x0f), bit0 = _mm256_set1_epi8(1);
-  const auto* blk = reinterpret_cast<const Block*>(row);
   const float* const f16 = detail::f16_table();
-  __m256 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t s = 0; s < cols / kQK_K; ++s, ++blk) {
-    if (pf) prefetch(pf + s * static_cast<int64_t>(sizeof(Block)), sizeof(Block));
+  __m256 mins;
+  auto step = [&](const Block& blk, int64_t s, __m256 (*inner)[2]) A8_LAMBDA {
     int sc[8], m[8];
-    for (int j = 0; j < 8; ++j) kq_scale_min_k4(blk->scales, j, sc[j], m[j]);
-    const __m256 mins = _mm256_mul_ps(scale_of(f16, blk->dmin),
-                                      _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m))));
-    __m256 inner[T][2];
-    for (int t = 0; t < T; ++t) inner[t][0] = inner[t][1] = _mm256_setzero_ps();
+    for (int j = 0; j < 8; ++j) kq_scale_min_k4(blk.scales, j, sc[j], m[j]);
+    mins = _mm256_mul_ps(scale_of(f16, blk.dmin), _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m))));
     __m256i qh;
-    if constexpr (kFive) qh = load32(blk->qh);
+    if constexpr (kFive) qh = load32(blk.qh);
     for (int c = 0; c < 4; ++c) {
-      const __m256i v = load32(blk->qs + 32 * c);
+      const __m256i v = load32(blk.qs + 32 * c);
       __m256i n0 = _mm256_and_si256(v, low4), n1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
       if constexpr (kFive) {
         n0 = _mm256_or_si256(n0, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), bit0), 4));
@@ -210,22 +232,21 @@ A8_ATTR __attribute__((noinline)) void row_q45_k(const uint8_t* row, int64_t col
       const __m256i s0 = _mm256_set1_epi16(static_cast<int16_t>(sc[2 * c]));
       const __m256i s1 = _mm256_set1_epi16(static_cast<int16_t>(sc[2 * c + 1]));
       const int64_t k = 8 * s + 2 * c;
-  #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
         inner[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8(n0, xs[t], k, s0)), _mm256_broadcast_ss(xs[t].d + k),
                                       inner[t][0]);
         inner[t][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8(n1, xs[t], k + 1, s1)),
                                       _mm256_broadcast_ss(xs[t].d + k + 1), inner[t][1]);
       }
     }
-    const __m256 d = scale_of(f16, blk->d);
+    return scale_of(f16, blk.d);
+  };
+  auto offsets = [&](const Block&, int64_t s, __m256* acc) A8_LAMBDA {
 #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
-      acc[t] = _mm256_fmadd_ps(_mm256_add_ps(inner[t][0], inner[t][1]), d, acc[t]);
-      acc[t] = _mm256_fmadd_ps(mins, _mm256_loadu_ps(xs[t].c + 8 * s), acc[t]);
-    }
-  }
-  for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(mins, _mm256_loadu_ps(xs[t].c + 8 * s), acc[t]);
+  };
+  super_blocks<T, Block>(row, cols, out, pf, step, offsets);
 }
 
 // Q6_K: per 128 columns 64 bytes of low nibbles and 32 of 2-bit highs make four 32-column
@@ -233,39 +254,33 @@ A8_ATTR __attribute__((noinline)) void row_q45_k(const uint8_t* row, int64_t col
 // sign, and vpmaddwd multiplies the int16 pair sums of its two 16-column halves by their
 // scales. Per token two chains of d_x * sum, times d once.
 template <int T>
-A8_ATTR __attribute__((noinline)) void row_q6_k(const uint8_t* row, int64_t cols, const PackedView* xs, float* out, const uint8_t* pf) {
+A8_ATTR __attribute__((noinline)) void row_q6_k(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
+                                                const uint8_t* pf) {
   const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
-  const auto* blk = reinterpret_cast<const BlockQ6_K*>(row);
   const float* const f16 = detail::f16_table();
-  __m256 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t s = 0; s < cols / kQK_K; ++s, ++blk) {
-    if (pf) prefetch(pf + s * static_cast<int64_t>(sizeof(BlockQ6_K)), sizeof(BlockQ6_K));
-    __m256 inner[T][2];
-    for (int t = 0; t < T; ++t) inner[t][0] = inner[t][1] = _mm256_setzero_ps();
+  auto step = [&](const BlockQ6_K& blk, int64_t s, __m256 (*inner)[2]) A8_LAMBDA {
     for (int h = 0; h < 2; ++h) {
-      const __m256i l0 = load32(blk->ql + 64 * h), l1 = load32(blk->ql + 64 * h + 32), hb = load32(blk->qh + 32 * h);
+      const __m256i l0 = load32(blk.ql + 64 * h), l1 = load32(blk.ql + 64 * h + 32), hb = load32(blk.qh + 32 * h);
       for (int j = 0; j < 4; ++j) {
         const __m256i low = _mm256_and_si256(j < 2 ? (j == 0 ? l0 : l1) : _mm256_srli_epi16(j == 2 ? l0 : l1, 4), low4);
         const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * j), two), 4);
         const __m256i q = _mm256_sub_epi8(_mm256_or_si256(low, high), k32);
         const __m256i aq = _mm256_sign_epi8(q, q);
         const int k = 4 * h + j;  // the block within the super-block: scales 2k, 2k + 1
-        const __m256i scale = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(blk->scales[2 * k])),
-                                                      _mm_set1_epi16(blk->scales[2 * k + 1]), 1);
+        const __m256i scale = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(blk.scales[2 * k])),
+                                                      _mm_set1_epi16(blk.scales[2 * k + 1]), 1);
         const int64_t kb = 8 * s + k;
-    #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
           const __m256i p = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(load32(xs[t].q + 32 * kb), q));
           inner[t][j & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, scale)),
                                             _mm256_broadcast_ss(xs[t].d + kb), inner[t][j & 1]);
         }
       }
     }
-    const __m256 d = scale_of(f16, blk->d);
-    for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(_mm256_add_ps(inner[t][0], inner[t][1]), d, acc[t]);
-  }
-  for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
+    return scale_of(f16, blk.d);
+  };
+  super_blocks<T, BlockQ6_K>(row, cols, out, pf, step, kNoOffsets);
 }
 
 // Q2_K / Q3_K: per 128 columns 32 bytes hold four 32-column blocks in bit pairs 2k
@@ -277,35 +292,30 @@ A8_ATTR __attribute__((noinline)) void row_q23_k(const uint8_t* row, int64_t col
                                                  const uint8_t* pf) {
   using Block = std::conditional_t<kThree, BlockQ3_K, BlockQ2_K>;
   const __m256i two = _mm256_set1_epi8(3), bit0 = _mm256_set1_epi8(1);
-  const auto* blk = reinterpret_cast<const Block*>(row);
   const float* const f16 = detail::f16_table();
-  __m256 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t s = 0; s < cols / kQK_K; ++s, ++blk) {
-    if (pf) prefetch(pf + s * static_cast<int64_t>(sizeof(Block)), sizeof(Block));
-    const __m256 d = scale_of(f16, blk->d);
+  __m256 off0, off1;
+  auto step = [&](const Block& blk, int64_t s, __m256 (*inner)[2]) A8_LAMBDA {
+    const __m256 d = scale_of(f16, blk.d);
     int16_t sc[16];
-    alignas(32) int32_t off[16];  // per sub-block: Q2_K's min m, Q3_K's scale (both times the sums)
+    alignas(32) int32_t off[16];  // per sub-block: Q2_K's min m, Q3_K's 4 (sc - 32)
     for (int j = 0; j < 16; ++j) {
       if constexpr (kThree) {
-        sc[j] = static_cast<int16_t>(kq_scale_q3(blk->scales, j) - 32);
+        sc[j] = static_cast<int16_t>(kq_scale_q3(blk.scales, j) - 32);
         off[j] = 4 * sc[j];
       } else {
-        sc[j] = static_cast<int16_t>(blk->scales[j] & 0x0f);
-        off[j] = blk->scales[j] >> 4;
+        sc[j] = static_cast<int16_t>(blk.scales[j] & 0x0f);
+        off[j] = blk.scales[j] >> 4;
       }
     }
     // Q2_K: dmin * m * (-d_x sum q_x); Q3_K: d * 4 (sc - 32) * (-d_x sum q_x) (the -4 of q - 4).
     __m256 of = d;
-    if constexpr (!kThree) of = scale_of(f16, blk->dmin);
-    const __m256 off0 = _mm256_mul_ps(of, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(off))));
-    const __m256 off1 = _mm256_mul_ps(of, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(off + 8))));
-    __m256 inner[T][2];
-    for (int t = 0; t < T; ++t) inner[t][0] = inner[t][1] = _mm256_setzero_ps();
+    if constexpr (!kThree) of = scale_of(f16, blk.dmin);
+    off0 = _mm256_mul_ps(of, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(off))));
+    off1 = _mm256_mul_ps(of, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(off + 8))));
     __m256i hm;
-    if constexpr (kThree) hm = load32(blk->hmask);
+    if constexpr (kThree) hm = load32(blk.hmask);
     for (int h = 0; h < 2; ++h) {
-      const __m256i v = load32(blk->qs + 32 * h);
+      const __m256i v = load32(blk.qs + 32 * h);
       for (int k = 0; k < 4; ++k) {
         __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * k), two);
         if constexpr (kThree)
@@ -320,14 +330,16 @@ A8_ATTR __attribute__((noinline)) void row_q23_k(const uint8_t* row, int64_t col
                                             _mm256_broadcast_ss(xs[t].d + kb), inner[t][k & 1]);
       }
     }
+    return d;
+  };
+  auto offsets = [&](const Block&, int64_t s, __m256* acc) A8_LAMBDA {
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
-      acc[t] = _mm256_fmadd_ps(_mm256_add_ps(inner[t][0], inner[t][1]), d, acc[t]);
       acc[t] = _mm256_fmadd_ps(off0, _mm256_loadu_ps(xs[t].s16 + 16 * s), acc[t]);
       acc[t] = _mm256_fmadd_ps(off1, _mm256_loadu_ps(xs[t].s16 + 16 * s + 8), acc[t]);
     }
-  }
-  for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
+  };
+  super_blocks<T, Block>(row, cols, out, pf, step, offsets);
 }
 
 // The 16 levels of IQ4_NL / IQ4_XS (kIq4Levels) or MXFP4 (kMxfp4Levels) in both 128-bit
@@ -370,7 +382,7 @@ A8_ATTR __attribute__((noinline)) void row_nl4(const uint8_t* row, int64_t cols,
   const auto* blk = reinterpret_cast<const Block*>(row);
   const float* const f16 = detail::f16_table();
   const float* const e8 = mxfp4_scales();
-  two_chains<T>(cols / 32, out, [&](int64_t b, __m256* acc) __attribute__((target("avx2,fma"), always_inline)) {
+  two_chains<T>(cols / 32, out, [&](int64_t b, __m256* acc) A8_LAMBDA {
     if (pf) prefetch(pf + b * static_cast<int64_t>(sizeof(Block)), sizeof(Block));
     const __m256i l = levels_of(blk[b].qs, table);
     __m256 d;
@@ -390,29 +402,21 @@ template <int T>
 A8_ATTR __attribute__((noinline)) void row_iq4_xs(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
                                                   const uint8_t* pf) {
   const __m256i table = level_table(kIq4Levels);
-  const auto* blk = reinterpret_cast<const BlockIQ4_XS*>(row);
   const float* const f16 = detail::f16_table();
-  __m256 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t s = 0; s < cols / kQK_K; ++s, ++blk) {
-    if (pf) prefetch(pf + s * static_cast<int64_t>(sizeof(BlockIQ4_XS)), sizeof(BlockIQ4_XS));
-    __m256 inner[T][2];
-    for (int t = 0; t < T; ++t) inner[t][0] = inner[t][1] = _mm256_setzero_ps();
+  auto step = [&](const BlockIQ4_XS& blk, int64_t s, __m256 (*inner)[2]) A8_LAMBDA {
     for (int j = 0; j < 8; ++j) {
-      const int ls = ((blk->scales_l[j / 2] >> (4 * (j % 2))) & 0x0f) | (((blk->scales_h >> (2 * j)) & 3) << 4);
+      const int ls = ((blk.scales_l[j / 2] >> (4 * (j % 2))) & 0x0f) | (((blk.scales_h >> (2 * j)) & 3) << 4);
       const __m256i scale = _mm256_set1_epi16(static_cast<int16_t>(ls - 32));
-      const __m256i l = levels_of(blk->qs + 16 * j, table);
+      const __m256i l = levels_of(blk.qs + 16 * j, table);
       const int64_t kb = 8 * s + j;
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t)
         inner[t][j & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_signed(l, xs[t], kb, scale)),
                                           _mm256_broadcast_ss(xs[t].d + kb), inner[t][j & 1]);
     }
-    const __m256 d = scale_of(f16, blk->d);
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(_mm256_add_ps(inner[t][0], inner[t][1]), d, acc[t]);
-  }
-  for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
+    return scale_of(f16, blk.d);
+  };
+  super_blocks<T, BlockIQ4_XS>(row, cols, out, pf, step, kNoOffsets);
 }
 
 template <int T>
