@@ -15,7 +15,6 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/nl4_vnni.h"
 #include "kernels/cpu/q4_vnni.h"
-#include "kernels/cpu/quantize_x8.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tensor/dtype.h"
 #include "float_vectors.h"
