@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -205,6 +206,40 @@ A8_ATTR inline void super_blocks(const uint8_t* row, int64_t cols, float* out, c
 }
 constexpr auto kNoOffsets = [](const auto&, int64_t, __m256*) A8_LAMBDA {};
 
+// The sixteen 16-column sub-block scales of a super-block as int16 (lane j: sub-block j)
+// -> the vpmaddwd factor of 32-column block m: sub-block 2m in the low 128-bit lane,
+// 2m + 1 in the high one (a dword permute, then a byte shuffle within each lane).
+A8_ATTR inline __m256i pair_scale(__m256i scales16, int m) {
+  const __m256i pair = _mm256_permutevar8x32_epi32(scales16, _mm256_set1_epi32(m));
+  return _mm256_shuffle_epi8(pair, _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,  //
+                                                    2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
+}
+
+// Q4_K's (and Q5_K's) 12 scale bytes -> 8 scales (bytes 0-7) and 8 mins (8-15), with
+// word operations: sub-blocks 0-3 keep 6 bits in bytes 0-3 / 4-7; 4-7 their low 4 in the
+// nibbles of bytes 8-11 and their top 2 in the top bits of bytes 0-7 (kq_scale_min_k4).
+inline void q4_k_scales(const uint8_t* scales12, uint8_t* out16) {
+  uint32_t w[3];
+  std::memcpy(w, scales12, 12);
+  const uint32_t six = 0x3f3f3f3fu, four = 0x0f0f0f0fu, two = 0x03030303u;
+  const uint32_t o[4] = {w[0] & six, (w[2] & four) | (((w[0] >> 6) & two) << 4), w[1] & six,
+                         ((w[2] >> 4) & four) | (((w[1] >> 6) & two) << 4)};
+  std::memcpy(out16, o, 16);
+}
+
+// Q3_K's 12 scale bytes -> its 16 6-bit scales (unsigned, to be used minus 32): low 4
+// bits in the nibbles of bytes 0-7 (low for sub-blocks 0-7), top 2 in bytes 8-11 at bit
+// 2 (j / 4) (kq_scale_q3).
+inline void q3_k_scales(const uint8_t* scales12, uint8_t* out16) {
+  uint32_t w[3];
+  std::memcpy(w, scales12, 12);
+  const uint32_t four = 0x0f0f0f0fu, two = 0x03030303u;
+  const uint32_t o[4] = {(w[0] & four) | ((w[2] & two) << 4), (w[1] & four) | (((w[2] >> 2) & two) << 4),
+                         ((w[0] >> 4) & four) | (((w[2] >> 4) & two) << 4),
+                         ((w[1] >> 4) & four) | (((w[2] >> 6) & two) << 4)};
+  std::memcpy(out16, o, 16);
+}
+
 // Q4_K / Q5_K: per super-block the 8 scales and mins decoded once; per 64 columns 32
 // quant bytes hold sub-blocks 2c (low nibbles) and 2c + 1 (high), Q5_K's fifth bits in
 // bits 2c and 2c + 1 of qh. Per token two chains of d_x * sc * sum(n q_x) (sub-blocks
@@ -217,9 +252,10 @@ A8_ATTR __attribute__((noinline)) void row_q45_k(const uint8_t* row, int64_t col
   const float* const f16 = detail::f16_table();
   __m256 mins;
   auto step = [&](const Block& blk, int64_t s, __m256 (*inner)[2]) A8_LAMBDA {
-    int sc[8], m[8];
-    for (int j = 0; j < 8; ++j) kq_scale_min_k4(blk.scales, j, sc[j], m[j]);
-    mins = _mm256_mul_ps(scale_of(f16, blk.dmin), _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(m))));
+    alignas(16) uint8_t sc[16];  // 8 scales, then 8 mins
+    q4_k_scales(blk.scales, sc);
+    mins = _mm256_mul_ps(scale_of(f16, blk.dmin),
+                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8)))));
     __m256i qh;
     if constexpr (kFive) qh = load32(blk.qh);
     for (int c = 0; c < 4; ++c) {
@@ -259,6 +295,7 @@ A8_ATTR __attribute__((noinline)) void row_q6_k(const uint8_t* row, int64_t cols
   const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
   const float* const f16 = detail::f16_table();
   auto step = [&](const BlockQ6_K& blk, int64_t s, __m256 (*inner)[2]) A8_LAMBDA {
+    const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)));
     for (int h = 0; h < 2; ++h) {
       const __m256i l0 = load32(blk.ql + 64 * h), l1 = load32(blk.ql + 64 * h + 32), hb = load32(blk.qh + 32 * h);
       for (int j = 0; j < 4; ++j) {
@@ -267,8 +304,7 @@ A8_ATTR __attribute__((noinline)) void row_q6_k(const uint8_t* row, int64_t cols
         const __m256i q = _mm256_sub_epi8(_mm256_or_si256(low, high), k32);
         const __m256i aq = _mm256_sign_epi8(q, q);
         const int k = 4 * h + j;  // the block within the super-block: scales 2k, 2k + 1
-        const __m256i scale = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(blk.scales[2 * k])),
-                                                      _mm_set1_epi16(blk.scales[2 * k + 1]), 1);
+        const __m256i scale = pair_scale(scales16, k);
         const int64_t kb = 8 * s + k;
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
@@ -296,22 +332,24 @@ A8_ATTR __attribute__((noinline)) void row_q23_k(const uint8_t* row, int64_t col
   __m256 off0, off1;
   auto step = [&](const Block& blk, int64_t s, __m256 (*inner)[2]) A8_LAMBDA {
     const __m256 d = scale_of(f16, blk.d);
-    int16_t sc[16];
-    alignas(32) int32_t off[16];  // per sub-block: Q2_K's min m, Q3_K's 4 (sc - 32)
-    for (int j = 0; j < 16; ++j) {
-      if constexpr (kThree) {
-        sc[j] = static_cast<int16_t>(kq_scale_q3(blk.scales, j) - 32);
-        off[j] = 4 * sc[j];
-      } else {
-        sc[j] = static_cast<int16_t>(blk.scales[j] & 0x0f);
-        off[j] = blk.scales[j] >> 4;
-      }
+    // The sub-blocks' scales (int8) and what multiplies their half-block sums (int8):
+    // Q2_K's min m (times dmin), Q3_K's scale (times 4 d, the -4 of q - 4).
+    __m128i sc8, off8;
+    __m256 of;
+    if constexpr (kThree) {
+      alignas(16) uint8_t raw[16];
+      q3_k_scales(blk.scales, raw);
+      sc8 = off8 = _mm_sub_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(raw)), _mm_set1_epi8(32));
+      of = _mm256_mul_ps(d, _mm256_set1_ps(4.0f));
+    } else {
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
+      sc8 = _mm_and_si128(raw, _mm_set1_epi8(0x0f));
+      off8 = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f));
+      of = scale_of(f16, blk.dmin);
     }
-    // Q2_K: dmin * m * (-d_x sum q_x); Q3_K: d * 4 (sc - 32) * (-d_x sum q_x) (the -4 of q - 4).
-    __m256 of = d;
-    if constexpr (!kThree) of = scale_of(f16, blk.dmin);
-    off0 = _mm256_mul_ps(of, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(off))));
-    off1 = _mm256_mul_ps(of, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(off + 8))));
+    const __m256i scales16 = _mm256_cvtepi8_epi16(sc8);
+    off0 = _mm256_mul_ps(of, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(off8)));
+    off1 = _mm256_mul_ps(of, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(off8, 8))));
     __m256i hm;
     if constexpr (kThree) hm = load32(blk.hmask);
     for (int h = 0; h < 2; ++h) {
@@ -320,9 +358,7 @@ A8_ATTR __attribute__((noinline)) void row_q23_k(const uint8_t* row, int64_t col
         __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * k), two);
         if constexpr (kThree)
           q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + k), bit0), 2));
-        const int j = 8 * h + 2 * k;  // its two 16-column sub-blocks: j, j + 1
-        const __m256i scale = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[j])),
-                                                      _mm_set1_epi16(sc[j + 1]), 1);
+        const __m256i scale = pair_scale(scales16, 4 * h + k);  // sub-blocks 8h + 2k, 8h + 2k + 1
         const int64_t kb = 8 * s + 4 * h + k;
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t)
