@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cpu/dequant_avx2.h"
 #include "kernels/cpu/kquant_vnni.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "tensor/kquants.h"
@@ -14,6 +15,7 @@ bool kquant_vnni_type(DType t) { return dtype_is_kquant(t) && q4_vnni_enabled();
 
 void kquant_dequant(DType t, const uint8_t* blocks, int64_t nb, float* y) {
   if (q4_vnni_enabled() && kquant_avx512_dequant(t, blocks, nb, y)) return;
+  if (dequant_avx2(t, blocks, nb * 256, y)) return;
   dequantize_row(t, blocks, y, nb * 256);
 }
 

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/dequant_avx2.h"
 #include "kernels/cpu/f16_table.h"
 #include "kernels/cpu/int8_avx2.h"
 #include "kernels/cpu/kquant_matvec.h"
@@ -229,9 +230,11 @@ void DequantSpan(DType wt, const uint8_t* row, int64_t c0, int64_t n, float* HWY
       return;
     case DType::IQ4_NL:
     case DType::IQ4_XS:
-    case DType::MXFP4:  // c0, n multiples of the block (kKc is of 256)
-      dequantize_row(wt, row + c0 / dtype_info(wt).block_size * dtype_info(wt).type_size, dst, n);
+    case DType::MXFP4: {  // c0, n multiples of the block (kKc is of 256)
+      const uint8_t* blocks = row + c0 / dtype_info(wt).block_size * dtype_info(wt).type_size;
+      if (!dequant_avx2(wt, blocks, n, dst)) dequantize_row(wt, blocks, dst, n);
       return;
+    }
   }
 }
 
