@@ -1,5 +1,5 @@
-// q4_0 / Q4_K / Q5_K / Q6_K mat-vec rows with AVX2 and int8 activations; see
-// int8_avx2.h for the arithmetic. The functions carry their own target attribute, so
+// Mat-vec rows of q4_0, q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS and MXFP4 with AVX2 and int8
+// activations; see int8_avx2.h for the arithmetic. The functions carry their own target attribute, so
 // the file builds with the project's baseline flags and the instructions run only
 // after int8_avx2_enabled() checked the CPU.
 #include "kernels/cpu/int8_avx2.h"
@@ -33,8 +33,7 @@ std::atomic<bool> g_enabled{true};
 bool cpu_has_avx2() {
 #ifdef MOEFLOW_HAVE_INT8_AVX2
   // libgcc's check includes the OS saving the AVX registers (XCR0).
-  static const bool ok =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return ok;
 #else
   return false;
@@ -57,7 +56,7 @@ bool kernel_type(DType t) {
   }
 }
 
-// The packed activation's three arrays (int8_avx2.h).
+// The packed activation's four arrays (int8_avx2.h).
 struct PackedView {
   const int8_t* q;
   const float* d;
