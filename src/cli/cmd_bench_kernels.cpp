@@ -7,7 +7,8 @@
 // interleaved layout's kernel also as decode runs an expert's gate and up: two
 // matrices on one activation in one batch. The k-quants (when --cols is a multiple of
 // 256): their VNNI kernels and the f32 ones (Highway for Q4_K..Q6_K, generic for Q2_K, Q3_K);
-// IQ4_NL, IQ4_XS and MXFP4 on Highway's f32 kernel (and VNNI on int8). With --tokens N each product is a
+// IQ4_NL, IQ4_XS and MXFP4 on Highway's f32 kernel (and VNNI on int8). Without VNNI,
+// every quantised type on int8 activations also takes its AVX2 int8 kernel. With --tokens N each product is a
 // batched decode step's: N tokens' mat-vecs on one matrix read once (per-token jobs,
 // the multi-token kernels), and --activations int8 takes the int8 kernels.
 // --backend cuda runs the GPU's mat-vec kernel instead, for every type it reads and
@@ -258,9 +259,8 @@ int cmd_bench_kernels(int argc, char** argv) {
     } else {
       kernels.push_back({(t == DType::Q8_0 ? "int16 (" : "f32 (") + target + ")", vnni, false});
     }
-    // Without VNNI, q4_0, q8_0 and Q4_K..Q6_K on int8 activations have AVX2 integer kernels
-    // (int8_avx2.h), before the Highway kernel they replace.
-    cpu::set_int8_avx2_enabled(true);
+    // Without VNNI, every quantised type on int8 activations has an AVX2 integer kernel
+    // (int8_avx2.h), measured before the kernel it replaces.
     if (!vnni && pr.x_int8 && cpu::int8_avx2_type(t, RowLayout::gguf))
       kernels.insert(kernels.begin(), {"int8 (AVX2)", false, false, false, true});
     // From cache: the first rows of the matrix, ~256 KiB per thread, so that every

@@ -413,7 +413,7 @@ HWY_INLINE void MvQ4Rows(const uint8_t* const* rows, int64_t cols, const MvInput
 template <int R>
 HWY_INLINE void MvRows(DType wt, const uint8_t* const* rows, int64_t cols, const MvInput& in,
                        float* out, const uint8_t* pf) {
-  if (in.a8) {  // the AVX2 int8 kernels (q4_0, q8_0, Q4_K..Q6_K)
+  if (in.a8) {  // the AVX2 int8 kernels (int8_avx2_type)
     int8_avx2_rows(wt, rows, R, cols, in.a8, out, pf);
     return;
   }
@@ -630,8 +630,8 @@ void check_activation(const MatvecJob& j) {
 // What the mat-vec kernels read of a job's activation besides x: for interleaved rows
 // and k-quants on an int8 activation (MatvecJob::x_int8) its int8 blocks, packed from
 // the floats; else int16 blocks for q8_0 weights (q4_0 ones too when the VNNI kernel
-// runs) and for every VNNI kernel, packed as that kernel reads it.
-// q4_0 and Q4_K..Q6_K rows on a CPU without the VNNI kernels take the AVX2 int8 ones.
+// runs) and for every VNNI kernel, packed as that kernel reads it. Without the VNNI
+// kernels, the quantised types int8_avx2_type names take the AVX2 int8 ones.
 bool wants_int8_avx2(const MatvecJob& j) { return j.x && j.x_int8 && int8_avx2_type(j.dtype, j.layout); }
 bool wants_int8(const MatvecJob& j) {
   return (j.x && j.x_int8 && q4_vnni_enabled() &&
@@ -956,7 +956,7 @@ void shared_matrix_rows(const MatvecJob* jobs, const MvInput* in, size_t n, int6
   // IQ4_NL / IQ4_XS / MXFP4 rows on int8 activations: the multi-token kernel too.
   const bool nl4 = !x4 && nl4_vnni_type(a.dtype) &&
                    std::all_of(in, in + n, [](const MvInput& v) { return v.nl4 != nullptr; });
-  // q4_0 and Q4_K..Q6_K rows on int8 activations without the VNNI kernels: the AVX2
+  // The int8_avx2_type rows on int8 activations without the VNNI kernels: the AVX2
   // multi-token kernel.
   const bool a8 = std::all_of(in, in + n, [](const MvInput& v) { return v.a8 != nullptr; });
   thread_local std::vector<const uint8_t*> xs;

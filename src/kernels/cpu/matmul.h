@@ -8,8 +8,8 @@
 // (q4_vnni.h), which multiply the integer weights with the activation quantised to
 // int16 per 32-element block (~2e-5 relative error, see matmul.cpp); and mat-vecs on
 // int8 activations (MatvecJob::x_int8) of the types that have integer kernels for them
-// (the VNNI ones; on other AVX2 CPUs q4_0, q8_0 and Q4_K..Q6_K, int8_avx2.h). SIMD via Highway
-// with runtime dispatch. Matrices with RowLayout::rows_x4 (rows interleaved in fours,
+// (the VNNI ones; on other AVX2 CPUs q4_0, q8_0, the k-quants and IQ4 / MXFP4,
+// int8_avx2.h). SIMD via Highway with runtime dispatch. Matrices with RowLayout::rows_x4 (rows interleaved in fours,
 // tensor/rows_x4.h) take the VNNI kernels of rows_x4_vnni.h for mat-vecs and per-token
 // products (the CPU backend gives every product on them per_token, a prompt's too) and
 // are dequantised quad by quad for mat-muls (the f32 reference); their shapes must fit
@@ -39,7 +39,7 @@ struct MatvecJob {
   // q4_0 / q8_0 rows interleaved in fours, and k-quants on the VNNI kernels: the
   // activation as int8 blocks, not int16 (rows_x4_vnni.h, kquant_vnni.h: half the
   // multiply-adds, ~2^-8 instead of ~2^-16 of a block's largest value as rounding);
-  // without VNNI, q4_0, q8_0 and Q4_K..Q6_K rows then take the AVX2 int8 kernels
+  // without VNNI, q4_0, q8_0, the k-quants and IQ4 / MXFP4 then take the AVX2 int8 kernels
   // (int8_avx2.h). Ignored by every other matrix.
   bool x_int8 = false;
 };
