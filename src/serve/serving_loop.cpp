@@ -161,24 +161,31 @@ void ServingLoop::finish(Slot& s, const std::string& reason, double t) {
   e.finish_reason = reason;
   e.prompt_tokens = s.prompt_len();
   e.completion_tokens = s.generated;
-  s.job.stream->push(std::move(e));
+  // The request is counted as finished before its client hears so: a client that reads
+  // /metrics right after its response must not still see it running (the loop's own
+  // count of running slots catches up at the end of the step).
   s.done = true;
+  --metrics_.requests_running;
   (reason == "stop" ? metrics_.finished_stop : metrics_.finished_length)++;
   const double e2e = t - s.arrival;
   metrics_.e2e_latency.observe(e2e);
   const double slo = s.job.slo_s > 0 ? s.job.slo_s : opt_.sched_options.default_slo_s;
   if (slo > 0) (e2e <= slo ? metrics_.slo_met : metrics_.slo_missed)++;
-  std::lock_guard<std::mutex> lock(mu_);
-  scheduler_->completed(s.job.task, s.generated);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    scheduler_->completed(s.job.task, s.generated);
+  }
+  s.job.stream->push(std::move(e));
 }
 
 void ServingLoop::fail(Slot& s, const ApiError& err) {
   StreamEvent e;
   e.finished = true;
   e.error = err;
-  s.job.stream->push(std::move(e));
-  s.done = true;
+  s.done = true;  // counted before the client hears, as finish() does
+  --metrics_.requests_running;
   ++metrics_.finished_error;
+  s.job.stream->push(std::move(e));
 }
 
 void ServingLoop::step_once() {
