@@ -37,6 +37,9 @@ struct WithoutVnni {
   ~WithoutVnni() { set_q4_vnni_enabled(was); }
 };
 
+// The types whose activation is rounded per 256 columns (int8_avx2.h).
+bool on_super_grid(DType t) { return dtype_is_kquant(t) || t == DType::IQ4_XS; }
+
 std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t cols, std::mt19937& rng, size_t skew) {
   const size_t rb = row_bytes(t, cols);
   std::vector<uint8_t> W(rb * static_cast<size_t>(rows) + skew);
@@ -52,25 +55,53 @@ TEST(Int8Avx2, PackingIsTheInt8BlocksTheirScalesAndOffsets) {
   const int64_t cols = 96;
   std::vector<float> x = random_vec(static_cast<size_t>(cols), rng);
   for (int j = 32; j < 64; ++j) x[static_cast<size_t>(j)] = 0.0f;  // a block of zeros: scale 0
-  std::vector<uint8_t> p(int8_avx2_x_bytes(cols));
-  ASSERT_EQ(p.size(), static_cast<size_t>(cols + 3 * 16));
-  int8_avx2_pack_x8(x.data(), cols, p.data());
+  std::vector<uint8_t> p(int8_avx2_x_bytes(DType::Q4_0, cols));
+  ASSERT_EQ(p.size(), static_cast<size_t>(cols + 3 * 8));
+  int8_avx2_pack_x8(DType::Q4_0, x.data(), cols, p.data());
   const auto* q = reinterpret_cast<const int8_t*>(p.data());
   const auto* d = reinterpret_cast<const float*>(p.data() + cols);
   for (int b = 0; b < 3; ++b) {
     int8_t want[32];
     const float dw = quantize_x8_block(x.data() + 32 * b, want);
-    int32_t half[2] = {0, 0};
+    int32_t sum = 0;
     for (int j = 0; j < 32; ++j) {
       EXPECT_EQ(q[32 * b + j], want[j]) << "block " << b << " element " << j;
-      half[j / 16] += want[j];
+      sum += want[j];
     }
     EXPECT_EQ(d[b], dw) << "block " << b;
-    EXPECT_EQ(d[3 + b], -dw * static_cast<float>(half[0] + half[1])) << "block " << b;
-    EXPECT_EQ(d[6 + 2 * b], -dw * static_cast<float>(half[0])) << "block " << b;
-    EXPECT_EQ(d[6 + 2 * b + 1], -dw * static_cast<float>(half[1])) << "block " << b;
+    EXPECT_EQ(d[3 + b], -dw * static_cast<float>(sum)) << "block " << b;
   }
   EXPECT_EQ(d[1], 0.0f);
+}
+
+// The k-quants and IQ4_XS: int8 per 256 columns, then the sums per 16 columns.
+TEST(Int8Avx2, SuperBlockPackingIsTheInt8ValuesTheirScalesAndSums) {
+  std::mt19937 rng(6);
+  const int64_t cols = 768;
+  std::vector<float> x = random_vec(static_cast<size_t>(cols), rng);
+  for (int j = 256; j < 512; ++j) x[static_cast<size_t>(j)] = 0.0f;  // a super-block of zeros: scale 0
+  x[700] = 40.0f;  // one large value sets its super-block's scale
+  for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
+    std::vector<uint8_t> p(int8_avx2_x_bytes(t, cols));
+    ASSERT_EQ(p.size(), static_cast<size_t>(cols + 3 * 4 + 48 * 2)) << dtype_name(t);
+    int8_avx2_pack_x8(t, x.data(), cols, p.data());
+    const auto* q = reinterpret_cast<const int8_t*>(p.data());
+    const auto* d = reinterpret_cast<const float*>(p.data() + cols);
+    const auto* bs = reinterpret_cast<const int16_t*>(d + 3);
+    for (int s = 0; s < 3; ++s) {
+      int8_t want[256];
+      EXPECT_EQ(d[s], quantize_x8<256>(x.data() + 256 * s, want)) << dtype_name(t) << " super-block " << s;
+      for (int j = 0; j < 256; ++j) EXPECT_EQ(q[256 * s + j], want[j]) << dtype_name(t) << " element " << 256 * s + j;
+      for (int h = 0; h < 16; ++h) {
+        int32_t sum = 0;
+        for (int j = 0; j < 16; ++j) sum += want[16 * h + j];
+        EXPECT_EQ(bs[16 * s + h], sum) << dtype_name(t) << " super-block " << s << " sum " << h;
+      }
+    }
+    EXPECT_EQ(d[1], 0.0f);
+    EXPECT_EQ(d[2], 40.0f / 127.0f);
+    EXPECT_EQ(q[700], 127);
+  }
 }
 
 TEST(Int8Avx2, MatchesTheProductWithTheRoundedActivation) {
@@ -92,7 +123,8 @@ TEST(Int8Avx2, MatchesTheProductWithTheRoundedActivation) {
           w[17] = 1;
           w[34] = 200;
         }
-        const std::vector<float> x = random_vec(static_cast<size_t>(cols), rng), x8 = int8_rounded(x);
+        const std::vector<float> x = random_vec(static_cast<size_t>(cols), rng);
+        const std::vector<float> x8 = on_super_grid(t) ? int8_rounded<256>(x) : int8_rounded(x);
         const size_t n = static_cast<size_t>(rows);
         std::vector<float> ref8(n), ref(n), y(n, NAN), y2(n, NAN), yp(n, NAN);
         matvec_reference(t, w, rows, cols, x8.data(), ref8.data());
@@ -144,7 +176,7 @@ TEST(Int8Avx2, ExtremeQuantsAndScalesStayExact) {
       std::vector<uint8_t> w(rb);
       quantize_row(t, row.data(), w.data(), cols);
       float ref8 = 0, y = NAN;
-      const std::vector<float> x8 = int8_rounded(x);
+      const std::vector<float> x8 = on_super_grid(t) ? int8_rounded<256>(x) : int8_rounded(x);
       matvec_reference(t, w.data(), 1, cols, x8.data(), &ref8);
       const MatvecJob job{t, RowLayout::gguf, w.data(), 1, cols, x.data(), &y, true};
       matvec_batch(&job, 1, nullptr);

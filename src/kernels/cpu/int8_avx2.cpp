@@ -56,16 +56,22 @@ bool kernel_type(DType t) {
   }
 }
 
-// The packed activation's four arrays (int8_avx2.h).
+// Whether t's packed activation is on the super-block grid (int8_avx2.h).
+bool super_grid(DType t) { return dtype_is_kquant(t) || t == DType::IQ4_XS; }
+
+// The packed activation's arrays (int8_avx2.h): d per 32 columns and c for the 32-column
+// grid; d per 256 columns and bs for the super-block grid.
 struct PackedView {
   const int8_t* q;
   const float* d;
-  const float* c;    // -d * sum(q)
-  const float* s16;  // -d * the sum of q over each half (16 columns)
+  const float* c;     // -d * sum(q) per block
+  const int16_t* bs;  // sum(q) per 16 columns
 };
-PackedView view(const uint8_t* p, int64_t cols) {
+PackedView view(DType t, const uint8_t* p, int64_t cols) {
+  const auto* q = reinterpret_cast<const int8_t*>(p);
   const auto* d = reinterpret_cast<const float*>(p + cols);
-  return {reinterpret_cast<const int8_t*>(p), d, d + cols / 32, d + 2 * (cols / 32)};
+  if (super_grid(t)) return {q, d, nullptr, reinterpret_cast<const int16_t*>(d + cols / 256)};
+  return {q, d, d + cols / 32, nullptr};
 }
 
 }  // namespace
@@ -76,22 +82,31 @@ bool int8_avx2_type(DType t, RowLayout layout) {
   return kernel_type(t) && layout == RowLayout::gguf && int8_avx2_enabled() && !q4_vnni_enabled();
 }
 
-size_t int8_avx2_x_bytes(int64_t cols) { return static_cast<size_t>(cols) + static_cast<size_t>(cols / 32) * 16; }
+size_t int8_avx2_x_bytes(DType t, int64_t cols) {
+  const auto n = static_cast<size_t>(cols);
+  return super_grid(t) ? n + n / 256 * sizeof(float) + n / 16 * sizeof(int16_t) : n + n / 32 * 2 * sizeof(float);
+}
 
-void int8_avx2_pack_x8(const float* x, int64_t cols, uint8_t* out) {
-  const int64_t nb = cols / 32;
+void int8_avx2_pack_x8(DType t, const float* x, int64_t cols, uint8_t* out) {
   auto* q = reinterpret_cast<int8_t*>(out);
   auto* d = reinterpret_cast<float*>(out + cols);
+  if (super_grid(t)) {
+    auto* bs = reinterpret_cast<int16_t*>(d + cols / 256);
+    for (int64_t s = 0; s < cols / 256; ++s) d[s] = quantize_x8<256>(x + 256 * s, q + 256 * s);
+    for (int64_t h = 0; h < cols / 16; ++h) {
+      int32_t sum = 0;
+      for (int j = 0; j < 16; ++j) sum += q[16 * h + j];
+      bs[h] = static_cast<int16_t>(sum);
+    }
+    return;
+  }
+  const int64_t nb = cols / 32;
   float* c = d + nb;
-  float* s16 = c + nb;
   for (int64_t b = 0; b < nb; ++b) {
-    int8_t* qb = q + 32 * b;
-    d[b] = quantize_x8_block(x + 32 * b, qb);
-    int32_t half[2] = {0, 0};
-    for (int j = 0; j < 32; ++j) half[j / 16] += qb[j];
-    c[b] = -d[b] * static_cast<float>(half[0] + half[1]);
-    s16[2 * b] = -d[b] * static_cast<float>(half[0]);
-    s16[2 * b + 1] = -d[b] * static_cast<float>(half[1]);
+    d[b] = quantize_x8_block(x + 32 * b, q + 32 * b);
+    int32_t sum = 0;
+    for (int j = 0; j < 32; ++j) sum += q[32 * b + j];
+    c[b] = -d[b] * static_cast<float>(sum);
   }
 }
 
@@ -181,29 +196,41 @@ A8_ATTR __attribute__((noinline)) void row_q8_0(const uint8_t* row, int64_t cols
   });
 }
 
-// The super-blocks of a row (256 columns each): step(blk, s, inner) adds super-block s's
-// sub-blocks into two chains a token (inner[t][0..1], zeroed for it) and returns its
-// scale d; the chains' sum times d goes into the token's total, then offsets(blk, s,
-// acc) adds the super-block's terms that do not scale with d (mins, quant offsets).
-// out[t] = the token's total, its lanes summed.
+// The super-blocks of a row (256 columns each), on the 256-column grid: step(blk, s,
+// isum) adds super-block s's integer sums into isum[0, T) (zeroed for it) and returns
+// its scale d; token t's total gains isum[t] * d * d_x once, then offsets(blk, s, acc)
+// adds the terms of another scale (the mins' dmin). out[t] = the token's total, its
+// lanes summed.
 template <int T, class Block, class Step, class Offsets>
-A8_ATTR inline void super_blocks(const uint8_t* row, int64_t cols, float* out, const uint8_t* pf, Step&& step,
-                                 Offsets&& offsets) {
+A8_ATTR inline void super_blocks(const uint8_t* row, int64_t cols, const PackedView* xs, float* out, const uint8_t* pf,
+                                 Step&& step, Offsets&& offsets) {
   const auto* blk = reinterpret_cast<const Block*>(row);
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t s = 0; s < cols / kQK_K; ++s) {
     if (pf) prefetch(pf + s * static_cast<int64_t>(sizeof(Block)), sizeof(Block));
-    __m256 inner[T][2];
-    for (int t = 0; t < T; ++t) inner[t][0] = inner[t][1] = _mm256_setzero_ps();
-    const __m256 d = step(blk[s], s, inner);
+    __m256i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+    const __m256 d = step(blk[s], s, isum);
 #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(_mm256_add_ps(inner[t][0], inner[t][1]), d, acc[t]);
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d, _mm256_broadcast_ss(xs[t].d + s)), acc[t]);
     offsets(blk[s], s, acc);
   }
   for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
 }
 constexpr auto kNoOffsets = [](const auto&, int64_t, __m256*) A8_LAMBDA {};
+
+// Token t's 16 sums of q_x per 16 columns of super-block s.
+A8_ATTR inline __m256i block_sums(const PackedView& x, int64_t s) { return load32(x.bs + 16 * s); }
+
+// The two 32-column blocks' products of a pair of unpacked quant vectors, each by its
+// int16 factors, summed: one add into a token's isum per two blocks.
+A8_ATTR inline __m256i two_blocks(__m256i q0, __m256i s0, __m256i q1, __m256i s1, const PackedView& x, int64_t k0,
+                                  int64_t k1) {
+  return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q0, load32(x.q + 32 * k0)), s0),
+                          _mm256_madd_epi16(_mm256_maddubs_epi16(q1, load32(x.q + 32 * k1)), s1));
+}
 
 // The sixteen 16-column sub-block scales of a super-block as int16 (lane j: sub-block j)
 // -> the vpmaddwd factor of 32-column block m: sub-block 2m in the low 128-bit lane,
@@ -241,22 +268,23 @@ inline void q3_k_scales(const uint8_t* scales12, uint8_t* out16) {
 
 // Q4_K / Q5_K: per super-block the 8 scales and mins decoded once; per 64 columns 32
 // quant bytes hold sub-blocks 2c (low nibbles) and 2c + 1 (high), Q5_K's fifth bits in
-// bits 2c and 2c + 1 of qh. Per token two chains of d_x * sc * sum(n q_x) (sub-blocks
-// 2c and 2c + 1), times d once, and dmin * m dotted with the super-block's eight c.
+// bits 2c and 2c + 1 of qh. Per token sum sc * sum(n q_x) in int32 lanes, times d d_x;
+// minus dmin d_x times the mins (each twice, per 16 columns) dotted with the block sums.
 template <int T, bool kFive>
 A8_ATTR __attribute__((noinline)) void row_q45_k(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
                                                  const uint8_t* pf) {
   using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
   const __m256i low4 = _mm256_set1_epi8(0x0f), bit0 = _mm256_set1_epi8(1);
+  const __m128i twice = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   const float* const f16 = detail::f16_table();
-  __m256 mins;
-  auto step = [&](const Block& blk, int64_t s, __m256 (*inner)[2]) A8_LAMBDA {
+  __m256i mins16;
+  auto step = [&](const Block& blk, int64_t s, __m256i* isum) A8_LAMBDA {
     alignas(16) uint8_t sc[16];  // 8 scales, then 8 mins
     q4_k_scales(blk.scales, sc);
-    mins = _mm256_mul_ps(scale_of(f16, blk.dmin),
-                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8)))));
+    mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8)), twice));
     __m256i qh;
     if constexpr (kFive) qh = load32(blk.qh);
+#pragma GCC unroll 1
     for (int c = 0; c < 4; ++c) {
       const __m256i v = load32(blk.qs + 32 * c);
       __m256i n0 = _mm256_and_si256(v, low4), n1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
@@ -268,113 +296,120 @@ A8_ATTR __attribute__((noinline)) void row_q45_k(const uint8_t* row, int64_t col
       const __m256i s1 = _mm256_set1_epi16(static_cast<int16_t>(sc[2 * c + 1]));
       const int64_t k = 8 * s + 2 * c;
 #pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) {
-        inner[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8(n0, xs[t], k, s0)), _mm256_broadcast_ss(xs[t].d + k),
-                                      inner[t][0]);
-        inner[t][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8(n1, xs[t], k + 1, s1)),
-                                      _mm256_broadcast_ss(xs[t].d + k + 1), inner[t][1]);
-      }
+      for (int t = 0; t < T; ++t) isum[t] = _mm256_add_epi32(isum[t], two_blocks(n0, s0, n1, s1, xs[t], k, k + 1));
     }
     return scale_of(f16, blk.d);
   };
-  auto offsets = [&](const Block&, int64_t s, __m256* acc) A8_LAMBDA {
+  auto offsets = [&](const Block& blk, int64_t s, __m256* acc) A8_LAMBDA {
+    const __m256 dmin = scale_of(f16, blk.dmin);
 #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(mins, _mm256_loadu_ps(xs[t].c + 8 * s), acc[t]);
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mins16, block_sums(xs[t], s))),
+                                _mm256_mul_ps(dmin, _mm256_broadcast_ss(xs[t].d + s)), acc[t]);
   };
-  super_blocks<T, Block>(row, cols, out, pf, step, offsets);
+  super_blocks<T, Block>(row, cols, xs, out, pf, step, offsets);
 }
 
 // Q6_K: per 128 columns 64 bytes of low nibbles and 32 of 2-bit highs make four 32-column
-// blocks; a block's quants minus 32 are signed, so |q| (unsigned) meets q_x with q's
-// sign, and vpmaddwd multiplies the int16 pair sums of its two 16-column halves by their
-// scales. Per token two chains of d_x * sum, times d once.
+// blocks of unsigned quants q (0..63), the weight d sc (q - 32); vpmaddwd multiplies the
+// int16 pair sums of a block's two 16-column halves by their scales, and 32 sc is taken
+// off with the block sums, all in int32.
 template <int T>
 A8_ATTR __attribute__((noinline)) void row_q6_k(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
                                                 const uint8_t* pf) {
-  const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+  const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3);
   const float* const f16 = detail::f16_table();
-  auto step = [&](const BlockQ6_K& blk, int64_t s, __m256 (*inner)[2]) A8_LAMBDA {
+  auto step = [&](const BlockQ6_K& blk, int64_t s, __m256i* isum) A8_LAMBDA {
     const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)));
+#pragma GCC unroll 1
     for (int h = 0; h < 2; ++h) {
-      const __m256i l0 = load32(blk.ql + 64 * h), l1 = load32(blk.ql + 64 * h + 32), hb = load32(blk.qh + 32 * h);
-      for (int j = 0; j < 4; ++j) {
-        const __m256i low = _mm256_and_si256(j < 2 ? (j == 0 ? l0 : l1) : _mm256_srli_epi16(j == 2 ? l0 : l1, 4), low4);
-        const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * j), two), 4);
-        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(low, high), k32);
-        const __m256i aq = _mm256_sign_epi8(q, q);
-        const int k = 4 * h + j;  // the block within the super-block: scales 2k, 2k + 1
-        const __m256i scale = pair_scale(scales16, k);
-        const int64_t kb = 8 * s + k;
+      __m256i l0 = load32(blk.ql + 64 * h), l1 = load32(blk.ql + 64 * h + 32), hb = load32(blk.qh + 32 * h);
+      // Blocks 4h + j, two at a time (j = 2p: l0's nibbles, j = 2p + 1: l1's; the highs in
+      // bits 2j of hb), so that the unpacked quants and their factors stay in registers.
+#pragma GCC unroll 1
+      for (int p = 0; p < 2; ++p) {
+        const __m256i q0 = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hb, two), 4));
+        const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), two), 4));
+        const __m256i f0 = pair_scale(scales16, 4 * h + 2 * p), f1 = pair_scale(scales16, 4 * h + 2 * p + 1);
+        const int64_t kb = 8 * s + 4 * h + 2 * p;
 #pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-          const __m256i p = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(load32(xs[t].q + 32 * kb), q));
-          inner[t][j & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, scale)),
-                                            _mm256_broadcast_ss(xs[t].d + kb), inner[t][j & 1]);
-        }
+        for (int t = 0; t < T; ++t) isum[t] = _mm256_add_epi32(isum[t], two_blocks(q0, f0, q1, f1, xs[t], kb, kb + 1));
+        l0 = _mm256_srli_epi16(l0, 4);
+        l1 = _mm256_srli_epi16(l1, 4);
+        hb = _mm256_srli_epi16(hb, 4);
       }
     }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t)
+      isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(_mm256_madd_epi16(scales16, block_sums(xs[t], s)), 5));
     return scale_of(f16, blk.d);
   };
-  super_blocks<T, BlockQ6_K>(row, cols, out, pf, step, kNoOffsets);
+  super_blocks<T, BlockQ6_K>(row, cols, xs, out, pf, step, kNoOffsets);
 }
 
 // Q2_K / Q3_K: per 128 columns 32 bytes hold four 32-column blocks in bit pairs 2k
-// (Q3_K's third bit in hmask at bit 4h + k); the 16-column sub-blocks' integer scales
-// multiply in vpmaddwd (Q3_K's minus 32, signed). The offsets (Q2_K's dmin * m, Q3_K's
-// 4 of every quant) are dotted with the super-block's sixteen half-block sums once.
+// (Q3_K's third bit in hmask at bit 4h + k), unsigned against the 16-column sub-blocks'
+// scales in vpmaddwd (Q3_K's minus 32, signed). Q3_K's offset of 4 (its weight is
+// d (sc - 32) (q - 4)) comes off the int32 sums with the block sums; Q2_K's mins
+// (d sc q - dmin m) are the block sums times m, times dmin d_x.
 template <int T, bool kThree>
 A8_ATTR __attribute__((noinline)) void row_q23_k(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
                                                  const uint8_t* pf) {
   using Block = std::conditional_t<kThree, BlockQ3_K, BlockQ2_K>;
   const __m256i two = _mm256_set1_epi8(3), bit0 = _mm256_set1_epi8(1);
   const float* const f16 = detail::f16_table();
-  __m256 off0, off1;
-  auto step = [&](const Block& blk, int64_t s, __m256 (*inner)[2]) A8_LAMBDA {
-    const __m256 d = scale_of(f16, blk.d);
-    // The sub-blocks' scales (int8) and what multiplies their half-block sums (int8):
-    // Q2_K's min m (times dmin), Q3_K's scale (times 4 d, the -4 of q - 4).
-    __m128i sc8, off8;
-    __m256 of;
+  __m256i mins16;
+  auto step = [&](const Block& blk, int64_t s, __m256i* isum) A8_LAMBDA {
+    __m256i scales16;
     if constexpr (kThree) {
       alignas(16) uint8_t raw[16];
       q3_k_scales(blk.scales, raw);
-      sc8 = off8 = _mm_sub_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(raw)), _mm_set1_epi8(32));
-      of = _mm256_mul_ps(d, _mm256_set1_ps(4.0f));
+      scales16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(raw)), _mm_set1_epi8(32)));
     } else {
       const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
-      sc8 = _mm_and_si128(raw, _mm_set1_epi8(0x0f));
-      off8 = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f));
-      of = scale_of(f16, blk.dmin);
+      scales16 = _mm256_cvtepu8_epi16(_mm_and_si128(raw, _mm_set1_epi8(0x0f)));
+      mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)));
     }
-    const __m256i scales16 = _mm256_cvtepi8_epi16(sc8);
-    off0 = _mm256_mul_ps(of, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(off8)));
-    off1 = _mm256_mul_ps(of, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(off8, 8))));
     __m256i hm;
     if constexpr (kThree) hm = load32(blk.hmask);
+#pragma GCC unroll 1
     for (int h = 0; h < 2; ++h) {
-      const __m256i v = load32(blk.qs + 32 * h);
-      for (int k = 0; k < 4; ++k) {
-        __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * k), two);
-        if constexpr (kThree)
-          q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + k), bit0), 2));
-        const __m256i scale = pair_scale(scales16, 4 * h + k);  // sub-blocks 8h + 2k, 8h + 2k + 1
-        const int64_t kb = 8 * s + 4 * h + k;
+      __m256i v = load32(blk.qs + 32 * h);
+      // Blocks 4h + k (bit pair 2k of v; Q3_K's third bit at bit 4h + k of hm), two at a
+      // time, so that the unpacked quants and their factors stay in registers.
+#pragma GCC unroll 1
+      for (int p = 0; p < 2; ++p) {
+        __m256i q0 = _mm256_and_si256(v, two), q1 = _mm256_and_si256(_mm256_srli_epi16(v, 2), two);
+        if constexpr (kThree) {
+          q0 = _mm256_or_si256(q0, _mm256_slli_epi16(_mm256_and_si256(hm, bit0), 2));
+          q1 = _mm256_or_si256(q1, _mm256_and_si256(_mm256_slli_epi16(hm, 1), _mm256_slli_epi16(bit0, 2)));
+          hm = _mm256_srli_epi16(hm, 2);
+        }
+        const __m256i f0 = pair_scale(scales16, 4 * h + 2 * p), f1 = pair_scale(scales16, 4 * h + 2 * p + 1);
+        const int64_t kb = 8 * s + 4 * h + 2 * p;
 #pragma GCC unroll 4
-        for (int t = 0; t < T; ++t)
-          inner[t][k & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8(q, xs[t], kb, scale)),
-                                            _mm256_broadcast_ss(xs[t].d + kb), inner[t][k & 1]);
+        for (int t = 0; t < T; ++t) isum[t] = _mm256_add_epi32(isum[t], two_blocks(q0, f0, q1, f1, xs[t], kb, kb + 1));
+        v = _mm256_srli_epi16(v, 4);
       }
     }
-    return d;
-  };
-  auto offsets = [&](const Block&, int64_t s, __m256* acc) A8_LAMBDA {
+    if constexpr (kThree) {
 #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
-      acc[t] = _mm256_fmadd_ps(off0, _mm256_loadu_ps(xs[t].s16 + 16 * s), acc[t]);
-      acc[t] = _mm256_fmadd_ps(off1, _mm256_loadu_ps(xs[t].s16 + 16 * s + 8), acc[t]);
+      for (int t = 0; t < T; ++t)
+        isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(_mm256_madd_epi16(scales16, block_sums(xs[t], s)), 2));
+    }
+    return scale_of(f16, blk.d);
+  };
+  auto offsets = [&](const Block& blk, int64_t s, __m256* acc) A8_LAMBDA {
+    if constexpr (!kThree) {
+      const __m256 dmin = scale_of(f16, blk.dmin);
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t)
+        acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mins16, block_sums(xs[t], s))),
+                                  _mm256_mul_ps(dmin, _mm256_broadcast_ss(xs[t].d + s)), acc[t]);
     }
   };
-  super_blocks<T, Block>(row, cols, out, pf, step, offsets);
+  super_blocks<T, Block>(row, cols, xs, out, pf, step, offsets);
 }
 
 // The 16 levels of IQ4_NL / IQ4_XS (kIq4Levels) or MXFP4 (kMxfp4Levels) in both 128-bit
@@ -432,26 +467,30 @@ A8_ATTR __attribute__((noinline)) void row_nl4(const uint8_t* row, int64_t cols,
 }
 
 // IQ4_XS: per super-block d, per 32-column sub-block its 6-bit scale minus 32 (signed)
-// multiplying in vpmaddwd, its 16 bytes of nibbles as IQ4_NL's block; two chains a token.
+// multiplying in vpmaddwd, its 16 bytes of nibbles as IQ4_NL's block; int32 sums a token.
 template <int T>
 A8_ATTR __attribute__((noinline)) void row_iq4_xs(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
                                                   const uint8_t* pf) {
   const __m256i table = level_table(kIq4Levels);
   const float* const f16 = detail::f16_table();
-  auto step = [&](const BlockIQ4_XS& blk, int64_t s, __m256 (*inner)[2]) A8_LAMBDA {
-    for (int j = 0; j < 8; ++j) {
-      const int ls = ((blk.scales_l[j / 2] >> (4 * (j % 2))) & 0x0f) | (((blk.scales_h >> (2 * j)) & 3) << 4);
-      const __m256i scale = _mm256_set1_epi16(static_cast<int16_t>(ls - 32));
-      const __m256i l = levels_of(blk.qs + 16 * j, table);
+  auto step = [&](const BlockIQ4_XS& blk, int64_t s, __m256i* isum) A8_LAMBDA {
+#pragma GCC unroll 1
+    for (int j = 0; j < 8; j += 2) {
+      __m256i l[2], f[2];
+      for (int i = 0; i < 2; ++i) {
+        const int ls = ((blk.scales_l[j / 2] >> (4 * i)) & 0x0f) | (((blk.scales_h >> (2 * (j + i))) & 3) << 4);
+        f[i] = _mm256_set1_epi16(static_cast<int16_t>(ls - 32));
+        l[i] = levels_of(blk.qs + 16 * (j + i), table);
+      }
       const int64_t kb = 8 * s + j;
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t)
-        inner[t][j & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_signed(l, xs[t], kb, scale)),
-                                          _mm256_broadcast_ss(xs[t].d + kb), inner[t][j & 1]);
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(dot_signed(l[0], xs[t], kb, f[0]),
+                                                             dot_signed(l[1], xs[t], kb + 1, f[1])));
     }
     return scale_of(f16, blk.d);
   };
-  super_blocks<T, BlockIQ4_XS>(row, cols, out, pf, step, kNoOffsets);
+  super_blocks<T, BlockIQ4_XS>(row, cols, xs, out, pf, step, kNoOffsets);
 }
 
 template <int T>
@@ -474,7 +513,7 @@ A8_ATTR void row(DType t, const uint8_t* w, int64_t cols, const PackedView* xs, 
 
 void int8_avx2_rows(DType t, const uint8_t* const* rows, int R, int64_t cols, const uint8_t* packed, float* out,
                     const uint8_t* pf) {
-  const PackedView x = view(packed, cols);
+  const PackedView x = view(t, packed, cols);
   const int64_t rb = static_cast<int64_t>(row_bytes(t, cols));
   for (int r = 0; r < R; ++r) row<1>(t, rows[r], cols, &x, out + r, pf ? pf + r * rb : nullptr);
 }
@@ -483,7 +522,11 @@ void int8_avx2_rows_tokens(DType t, const uint8_t* W, size_t rb, int64_t r0, int
                            const uint8_t* const* packed, int n_tok, float* const* outs, const uint8_t* pf_end) {
   constexpr int kTokens = 4;  // a row's accumulators for four tokens stay within AVX2's sixteen registers
   constexpr int64_t kAheadRows = 4;
-  PackedView xs[kTokens];
+  // The tokens' views once for all rows (on the stack for up to 32 tokens).
+  PackedView local[32];
+  std::vector<PackedView> heap(n_tok > 32 ? static_cast<size_t>(n_tok) : 0);
+  PackedView* const xs = n_tok > 32 ? heap.data() : local;
+  for (int k = 0; k < n_tok; ++k) xs[k] = view(t, packed[k], cols);
   float y[kTokens];
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* w = W + rb * static_cast<size_t>(r);
@@ -491,13 +534,13 @@ void int8_avx2_rows_tokens(DType t, const uint8_t* W, size_t rb, int64_t r0, int
     const uint8_t* ahead = w + rb * kAheadRows;
     for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
       const int nt = std::min(kTokens, n_tok - t0);
-      for (int k = 0; k < nt; ++k) xs[k] = view(packed[t0 + k], cols);
+      const PackedView* x = xs + t0;
       const uint8_t* pf = t0 == 0 && ahead + rb <= pf_end ? ahead : nullptr;
       switch (nt) {
-        case 1: row<1>(t, w, cols, xs, y, pf); break;
-        case 2: row<2>(t, w, cols, xs, y, pf); break;
-        case 3: row<3>(t, w, cols, xs, y, pf); break;
-        default: row<4>(t, w, cols, xs, y, pf); break;
+        case 1: row<1>(t, w, cols, x, y, pf); break;
+        case 2: row<2>(t, w, cols, x, y, pf); break;
+        case 3: row<3>(t, w, cols, x, y, pf); break;
+        default: row<4>(t, w, cols, x, y, pf); break;
       }
       for (int k = 0; k < nt; ++k) outs[t0 + k][r] = y[k];
     }

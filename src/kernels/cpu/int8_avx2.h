@@ -1,33 +1,42 @@
 // Mat-vec rows of q4_0, q8_0, the k-quants (Q2_K .. Q6_K) and the 4-bit non-linear types
 // (IQ4_NL, IQ4_XS, MXFP4) in GGUF's layout as 8-bit integer dot products with AVX2, for
 // CPUs without AVX-512 VNNI (Zen 2 / Zen 3, Intel before Ice Lake, most laptops),
-// against the activation quantised to int8 per 32 columns (`--activations int8`, and
-// auto's choice for all but q8_0, which keeps int16 there).
+// against the activation quantised to int8 (`--activations int8`, and auto's choice for
+// all but q8_0, which keeps int16 there).
 //
 // Why: without them these types convert every weight to f32 (q4_0 7-8 GB/s a core from
 // cache on a Zen 3, Q4_K..Q6_K 3-4 GB/s, IQ4 3-4 GB/s, Q2_K / Q3_K 0.6 GB/s through the
 // generic dequantise-then-dot path), and a batched decode step repeats all of it for
 // every token. Here a 32-column block's quants are unpacked once to 32 bytes and each
-// token costs `vpmaddubsw` (unsigned quant x signed int8, pairs summed in int16),
-// `vpmaddwd` (int32 lanes; by ones, or by a k-quant's integer sub-block scales), one
-// conversion and one FMA with the activation block's scale.
+// token costs `vpmaddubsw` (unsigned quant x signed int8, pairs summed in int16) and
+// `vpmaddwd` (int32 lanes; by ones, or by a k-quant's integer sub-block scales).
 //
-// Arithmetic, per 32 columns of activation x = d_x * q_x:
+// Two grids for the activation x = d_x * q_x, each with llama.cpp's choice for the type:
+// - Types whose blocks of 32 carry their own float scale (q4_0, q8_0, IQ4_NL, MXFP4):
+//   int8 per 32 columns (llama.cpp's q8_0 activations); each block and token then takes
+//   one conversion and one FMA with d_x times the weights' scale.
+// - Types with integer sub-block scales under one float scale per 256 columns (Q2_K..Q6_K,
+//   IQ4_XS): int8 per 256 columns (llama.cpp's q8_K), so the whole super-block sums in
+//   int32 lanes and converts once a token. An AVX2 core's issue ports bind these kernels
+//   (a conversion, a broadcast and an FMA per block and token cost as much as the two
+//   integer multiplies), so this takes a third to two fifths off a batched step's
+//   products; the price is the activation's rounding on the coarser grid (~2^-8 of the
+//   largest value of 256 columns instead of 32).
+//
+// Arithmetic:
 // - q4_0: sum (n - 8) x = d_x sum n q_x - 8 d_x sum q_x (n the nibble, 0..15); the
 //   second term is precomputed when packing (c = -d_x sum q_x, spread over 8 lanes).
 // - q8_0, and the non-linear types' levels (a byte shuffle of the nibbles): signed, so
 //   |q| meets q_x with q's sign (vpsignb; q_x is never -128).
-// - Q4_K / Q5_K: d sc sum n x - dmin m sum x, with the 6-bit sc and m of the sub-block:
-//   sc multiplies in `vpmaddwd`, m is dotted with the eight c of the super-block once.
+// - Q4_K / Q5_K: d sum sc sum n q_x - dmin sum m sum q_x, with the 6-bit sc and m of the
+//   sub-block: sc multiplies in `vpmaddwd`, m with the activation's sums per 16 columns.
 // - Q2_K / Q3_K: the 2- or 3-bit quants unsigned against the 16-column sub-blocks'
-//   scales in `vpmaddwd`; Q2_K's mins and Q3_K's offset of 4 dotted with the sixteen
-//   half-block sums of the super-block once.
-// - Q6_K: the 6-bit quants minus 32 are signed, as q8_0, and `vpmaddwd` multiplies by
-//   the int8 scales of the two 16-column sub-blocks. IQ4_XS likewise by its 6-bit
-//   sub-block scales minus 32.
-// Every integer sum is exact (at most 2 * 127 * 127 per int16 pair, 2^22 per int32
-// lane); the only rounding beyond f32 is the activation's int8 quantisation (~2^-8 of a
-// block's largest value, as llama.cpp's q8_0 activations and the VNNI int8 kernels).
+//   scales in `vpmaddwd`; Q2_K's mins as Q4_K's, Q3_K's offset of 4 taken off the int32
+//   sums with the activation's sums.
+// - Q6_K: the 6-bit quants unsigned, their offset of 32 taken off as Q3_K's; IQ4_XS's
+//   signed levels as IQ4_NL's, times the 6-bit sub-block scales minus 32.
+// Every integer sum is exact (at most 2 * 127 * 127 per int16 pair, 2^27 per int32
+// lane); the only rounding beyond f32 is the activation's int8 quantisation.
 // Each (row, token) pair has its own accumulators and the same operations in the same
 // order whatever the tile, so a token gets the same floats alone, in a batched step and
 // in any grouping of rows.
@@ -49,11 +58,13 @@ void set_int8_avx2_enabled(bool on);
 // (those take these types on a CPU that has them).
 bool int8_avx2_type(DType t, RowLayout layout);
 
-// The packed activation (cols % 32 == 0): the int8 values of every 32-column block in
-// order (cols bytes), then per block its scale d (f32), then per block c = -d * sum(q)
-// (f32), then per half block (16 columns) -d * its sum of q (f32).
-size_t int8_avx2_x_bytes(int64_t cols);
-void int8_avx2_pack_x8(const float* x, int64_t cols, uint8_t* out);
+// The packed activation of a matrix of type t (cols a multiple of t's block): the int8
+// values in column order (cols bytes), then
+// - on the 32-column grid: per block its scale d (f32), then per block c = -d * sum(q);
+// - on the 256-column grid (the k-quants, IQ4_XS): per 256 columns d (f32), then per
+//   16 columns the sum of q (int16).
+size_t int8_avx2_x_bytes(DType t, int64_t cols);
+void int8_avx2_pack_x8(DType t, const float* x, int64_t cols, uint8_t* out);
 
 // out[r] = row r (rows[r], cols columns of t) times the packed activation, R in 1..4;
 // pf, when not null, is prefetched a little at every block (the next rows' bytes, R

@@ -648,7 +648,7 @@ bool wants_packed(const MatvecJob& j) {
          wants_int8_avx2(j);
 }
 size_t packed_lines(const MatvecJob& j) {
-  const size_t bytes = wants_int8_avx2(j)                                ? int8_avx2_x_bytes(j.cols)
+  const size_t bytes = wants_int8_avx2(j)                                ? int8_avx2_x_bytes(j.dtype, j.cols)
                        : wants_int8(j) && nl4_vnni_type(j.dtype)           ? nl4_x8_bytes(j.cols)
                        : wants_int8(j) && j.layout == RowLayout::rows_x4 ? rows_x4_x8_bytes(j.cols)
                        : j.layout == RowLayout::rows_x4               ? rows_x4_x_bytes(j.cols)
@@ -667,7 +667,7 @@ void pack16(const MatvecJob& j, const int16_t* qx, const float* dx, uint8_t* pac
 }
 // Quantises j.x to int8 blocks packed as j's kernel reads them (wants_int8(j)).
 void pack8(const MatvecJob& j, uint8_t* packed) {
-  if (wants_int8_avx2(j)) return int8_avx2_pack_x8(j.x, j.cols, packed);
+  if (wants_int8_avx2(j)) return int8_avx2_pack_x8(j.dtype, j.x, j.cols, packed);
   (j.layout == RowLayout::rows_x4 ? rows_x4_pack_x8 : nl4_vnni_type(j.dtype) ? nl4_pack_x8 : kquant_pack_x8)(
       j.x, j.cols, packed);
 }

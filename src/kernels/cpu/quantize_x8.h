@@ -18,14 +18,17 @@ inline X8Scale x8_scale(float amax) {
   return {d, d > 0.0f ? 1.0f / d : 0.0f};
 }
 
-// Writes q[0, 32) and returns d (0 for a block of zeros, whose q are all 0).
-inline float quantize_x8_block(const float* x, int8_t* q) {
+// Writes q[0, N) and returns d (0 for a block of zeros, whose q are all 0). N = 256 is
+// llama.cpp's q8_K grid, one scale per k-quant super-block (int8_avx2.h).
+template <int N>
+inline float quantize_x8(const float* x, int8_t* q) {
   float amax = 0;
-  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+  for (int j = 0; j < N; ++j) amax = std::max(amax, std::fabs(x[j]));
   const X8Scale s = x8_scale(amax);
-  for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>(std::clamp(std::nearbyint(x[j] * s.inv), -128.0f, 127.0f));
+  for (int j = 0; j < N; ++j) q[j] = static_cast<int8_t>(std::clamp(std::nearbyint(x[j] * s.inv), -128.0f, 127.0f));
   return s.d;
 }
+inline float quantize_x8_block(const float* x, int8_t* q) { return quantize_x8<32>(x, q); }
 
 #ifdef MOEFLOW_HAVE_VNNI_KERNEL
 // quantize_x8_block with AVX-512 (for the VNNI kernel files, which include
