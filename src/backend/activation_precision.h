@@ -10,7 +10,8 @@ namespace moeflow {
 
 enum class ActivationPrecision {
   Int16,  // every block of 32 in int16 (products within ~2e-5 of f32)
-  Int8,   // every block of 32 in int8, as llama.cpp's q8_0 activations (~4e-3 per product)
+  Int8,   // int8 per 32 columns, as llama.cpp's q8_0 activations (~4e-3 per product); per 256 for the
+          // k-quants and iq4_xs on AVX2 CPUs without VNNI, as its q8_K (int8_avx2.h)
   Auto,   // int8 where the weights round coarser than int8 does, int16 for q8_0 weights
 };
 

@@ -34,8 +34,9 @@ void add_model_flags(Args& a) {
   a.flag("--activations", "precision of the activations that interleaved q4_0 / q8_0 rows, k-quant rows and iq4_nl / "
                           "iq4_xs / mxfp4 rows multiply, in decode and prefill: auto (int8 for q4_0, k-quant, iq4 and "
                           "mxfp4 weights, whose own rounding is coarser; int16 for q8_0), int16 (within ~2e-5 of f32; "
-                          "iq4 and mxfp4 then on f32) or int8 (llama.cpp's q8_0 activations; faster batched decoding and "
-                          "prefill where arithmetic limits them)", true, "auto");
+                          "iq4 and mxfp4 then on f32) or int8 (llama.cpp's q8_0 activations, or its q8_K for k-quant and "
+                          "iq4_xs weights on AVX2 CPUs without VNNI; faster batched decoding and prefill where arithmetic "
+                          "limits them)", true, "auto");
 }
 
 std::string default_model_path() {

@@ -196,14 +196,24 @@ A8_ATTR __attribute__((noinline)) void row_q8_0(const uint8_t* row, int64_t cols
   });
 }
 
+// A super-block's float scales: d for the integer sums; for the types with mins (Q2_K,
+// Q4_K, Q5_K) dmin and the mins as 16 int16 (one per 16 columns), which multiply the
+// activation's sums.
+struct SuperScales {
+  __m256 d, dmin;
+  __m256i mins16;
+};
+
+// Token t's 16 sums of q_x per 16 columns of super-block s.
+A8_ATTR inline __m256i block_sums(const PackedView& x, int64_t s) { return load32(x.bs + 16 * s); }
+
 // The super-blocks of a row (256 columns each), on the 256-column grid: step(blk, s,
 // isum) adds super-block s's integer sums into isum[0, T) (zeroed for it) and returns
-// its scale d; token t's total gains isum[t] * d * d_x once, then offsets(blk, s, acc)
-// adds the terms of another scale (the mins' dmin). out[t] = the token's total, its
-// lanes summed.
-template <int T, class Block, class Step, class Offsets>
+// its scales; token t's total then gains d_x (d isum[t] - dmin mins . sums) once.
+// out[t] = the token's total, its lanes summed.
+template <int T, class Block, bool kMins, class Step>
 A8_ATTR inline void super_blocks(const uint8_t* row, int64_t cols, const PackedView* xs, float* out, const uint8_t* pf,
-                                 Step&& step, Offsets&& offsets) {
+                                 Step&& step) {
   const auto* blk = reinterpret_cast<const Block*>(row);
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
@@ -211,18 +221,17 @@ A8_ATTR inline void super_blocks(const uint8_t* row, int64_t cols, const PackedV
     if (pf) prefetch(pf + s * static_cast<int64_t>(sizeof(Block)), sizeof(Block));
     __m256i isum[T];
     for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
-    const __m256 d = step(blk[s], s, isum);
+    const SuperScales sc = step(blk[s], s, isum);
 #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t)
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(d, _mm256_broadcast_ss(xs[t].d + s)), acc[t]);
-    offsets(blk[s], s, acc);
+    for (int t = 0; t < T; ++t) {
+      __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[t]), sc.d);
+      if constexpr (kMins)
+        v = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(sc.mins16, block_sums(xs[t], s))), sc.dmin, v);
+      acc[t] = _mm256_fmadd_ps(v, _mm256_broadcast_ss(xs[t].d + s), acc[t]);
+    }
   }
   for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
 }
-constexpr auto kNoOffsets = [](const auto&, int64_t, __m256*) A8_LAMBDA {};
-
-// Token t's 16 sums of q_x per 16 columns of super-block s.
-A8_ATTR inline __m256i block_sums(const PackedView& x, int64_t s) { return load32(x.bs + 16 * s); }
 
 // The two 32-column blocks' products of a pair of unpacked quant vectors, each by its
 // int16 factors, summed: one add into a token's isum per two blocks.
@@ -277,20 +286,19 @@ A8_ATTR __attribute__((noinline)) void row_q45_k(const uint8_t* row, int64_t col
   const __m256i low4 = _mm256_set1_epi8(0x0f), bit0 = _mm256_set1_epi8(1);
   const __m128i twice = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   const float* const f16 = detail::f16_table();
-  __m256i mins16;
   auto step = [&](const Block& blk, int64_t s, __m256i* isum) A8_LAMBDA {
     alignas(16) uint8_t sc[16];  // 8 scales, then 8 mins
     q4_k_scales(blk.scales, sc);
-    mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8)), twice));
     __m256i qh;
     if constexpr (kFive) qh = load32(blk.qh);
 #pragma GCC unroll 1
     for (int c = 0; c < 4; ++c) {
       const __m256i v = load32(blk.qs + 32 * c);
       __m256i n0 = _mm256_and_si256(v, low4), n1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-      if constexpr (kFive) {
-        n0 = _mm256_or_si256(n0, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), bit0), 4));
-        n1 = _mm256_or_si256(n1, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), bit0), 4));
+      if constexpr (kFive) {  // bits 2c and 2c + 1 of qh, at bits 0 and 1 here
+        n0 = _mm256_or_si256(n0, _mm256_slli_epi16(_mm256_and_si256(qh, bit0), 4));
+        n1 = _mm256_or_si256(n1, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), bit0), 4));
+        qh = _mm256_srli_epi16(qh, 2);
       }
       const __m256i s0 = _mm256_set1_epi16(static_cast<int16_t>(sc[2 * c]));
       const __m256i s1 = _mm256_set1_epi16(static_cast<int16_t>(sc[2 * c + 1]));
@@ -298,16 +306,11 @@ A8_ATTR __attribute__((noinline)) void row_q45_k(const uint8_t* row, int64_t col
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) isum[t] = _mm256_add_epi32(isum[t], two_blocks(n0, s0, n1, s1, xs[t], k, k + 1));
     }
-    return scale_of(f16, blk.d);
+    const __m256i mins16 =
+        _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8)), twice));
+    return SuperScales{scale_of(f16, blk.d), scale_of(f16, blk.dmin), mins16};
   };
-  auto offsets = [&](const Block& blk, int64_t s, __m256* acc) A8_LAMBDA {
-    const __m256 dmin = scale_of(f16, blk.dmin);
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t)
-      acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mins16, block_sums(xs[t], s))),
-                                _mm256_mul_ps(dmin, _mm256_broadcast_ss(xs[t].d + s)), acc[t]);
-  };
-  super_blocks<T, Block>(row, cols, xs, out, pf, step, offsets);
+  super_blocks<T, Block, true>(row, cols, xs, out, pf, step);
 }
 
 // Q6_K: per 128 columns 64 bytes of low nibbles and 32 of 2-bit highs make four 32-column
@@ -343,9 +346,9 @@ A8_ATTR __attribute__((noinline)) void row_q6_k(const uint8_t* row, int64_t cols
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t)
       isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(_mm256_madd_epi16(scales16, block_sums(xs[t], s)), 5));
-    return scale_of(f16, blk.d);
+    return SuperScales{scale_of(f16, blk.d), {}, {}};
   };
-  super_blocks<T, BlockQ6_K>(row, cols, xs, out, pf, step, kNoOffsets);
+  super_blocks<T, BlockQ6_K, false>(row, cols, xs, out, pf, step);
 }
 
 // Q2_K / Q3_K: per 128 columns 32 bytes hold four 32-column blocks in bit pairs 2k
@@ -359,7 +362,6 @@ A8_ATTR __attribute__((noinline)) void row_q23_k(const uint8_t* row, int64_t col
   using Block = std::conditional_t<kThree, BlockQ3_K, BlockQ2_K>;
   const __m256i two = _mm256_set1_epi8(3), bit0 = _mm256_set1_epi8(1);
   const float* const f16 = detail::f16_table();
-  __m256i mins16;
   auto step = [&](const Block& blk, int64_t s, __m256i* isum) A8_LAMBDA {
     __m256i scales16;
     if constexpr (kThree) {
@@ -369,7 +371,6 @@ A8_ATTR __attribute__((noinline)) void row_q23_k(const uint8_t* row, int64_t col
     } else {
       const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
       scales16 = _mm256_cvtepu8_epi16(_mm_and_si128(raw, _mm_set1_epi8(0x0f)));
-      mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)));
     }
     __m256i hm;
     if constexpr (kThree) hm = load32(blk.hmask);
@@ -397,19 +398,14 @@ A8_ATTR __attribute__((noinline)) void row_q23_k(const uint8_t* row, int64_t col
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t)
         isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(_mm256_madd_epi16(scales16, block_sums(xs[t], s)), 2));
-    }
-    return scale_of(f16, blk.d);
-  };
-  auto offsets = [&](const Block& blk, int64_t s, __m256* acc) A8_LAMBDA {
-    if constexpr (!kThree) {
-      const __m256 dmin = scale_of(f16, blk.dmin);
-#pragma GCC unroll 4
-      for (int t = 0; t < T; ++t)
-        acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mins16, block_sums(xs[t], s))),
-                                  _mm256_mul_ps(dmin, _mm256_broadcast_ss(xs[t].d + s)), acc[t]);
+      return SuperScales{scale_of(f16, blk.d), {}, {}};
+    } else {
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
+      const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)));
+      return SuperScales{scale_of(f16, blk.d), scale_of(f16, blk.dmin), mins16};
     }
   };
-  super_blocks<T, Block>(row, cols, xs, out, pf, step, offsets);
+  super_blocks<T, Block, !kThree>(row, cols, xs, out, pf, step);
 }
 
 // The 16 levels of IQ4_NL / IQ4_XS (kIq4Levels) or MXFP4 (kMxfp4Levels) in both 128-bit
@@ -488,9 +484,9 @@ A8_ATTR __attribute__((noinline)) void row_iq4_xs(const uint8_t* row, int64_t co
         isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(dot_signed(l[0], xs[t], kb, f[0]),
                                                              dot_signed(l[1], xs[t], kb + 1, f[1])));
     }
-    return scale_of(f16, blk.d);
+    return SuperScales{scale_of(f16, blk.d), {}, {}};
   };
-  super_blocks<T, BlockIQ4_XS>(row, cols, xs, out, pf, step, kNoOffsets);
+  super_blocks<T, BlockIQ4_XS, false>(row, cols, xs, out, pf, step);
 }
 
 template <int T>
