@@ -209,7 +209,7 @@ A8_ATTR inline __m256i block_sums(const PackedView& x, int64_t s) { return load3
 
 // The super-blocks of a row (256 columns each), on the 256-column grid: step(blk, s,
 // isum) adds super-block s's integer sums into isum[0, T) (zeroed for it) and returns
-// its scales; token t's total then gains d_x (d isum[t] - dmin mins . sums) once.
+// its scales; token t's total then gains d d_x isum[t] - dmin d_x mins . sums once.
 // out[t] = the token's total, its lanes summed.
 template <int T, class Block, bool kMins, class Step>
 A8_ATTR inline void super_blocks(const uint8_t* row, int64_t cols, const PackedView* xs, float* out, const uint8_t* pf,
@@ -224,10 +224,11 @@ A8_ATTR inline void super_blocks(const uint8_t* row, int64_t cols, const PackedV
     const SuperScales sc = step(blk[s], s, isum);
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
-      __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[t]), sc.d);
+      const __m256 dx = _mm256_broadcast_ss(xs[t].d + s);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(sc.d, dx), acc[t]);
       if constexpr (kMins)
-        v = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(sc.mins16, block_sums(xs[t], s))), sc.dmin, v);
-      acc[t] = _mm256_fmadd_ps(v, _mm256_broadcast_ss(xs[t].d + s), acc[t]);
+        acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(sc.mins16, block_sums(xs[t], s))),
+                                  _mm256_mul_ps(sc.dmin, dx), acc[t]);
     }
   }
   for (int t = 0; t < T; ++t) out[t] = hsum(acc[t]);
@@ -237,8 +238,7 @@ A8_ATTR inline void super_blocks(const uint8_t* row, int64_t cols, const PackedV
 // int16 factors, summed: one add into a token's isum per two blocks.
 A8_ATTR inline __m256i two_blocks(__m256i q0, __m256i s0, __m256i q1, __m256i s1, const PackedView& x, int64_t k0,
                                   int64_t k1) {
-  return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q0, load32(x.q + 32 * k0)), s0),
-                          _mm256_madd_epi16(_mm256_maddubs_epi16(q1, load32(x.q + 32 * k1)), s1));
+  return _mm256_add_epi32(dot_u8(q0, x, k0, s0), dot_u8(q1, x, k1, s1));
 }
 
 // The sixteen 16-column sub-block scales of a super-block as int16 (lane j: sub-block j)
@@ -518,11 +518,10 @@ void int8_avx2_rows_tokens(DType t, const uint8_t* W, size_t rb, int64_t r0, int
                            const uint8_t* const* packed, int n_tok, float* const* outs, const uint8_t* pf_end) {
   constexpr int kTokens = 4;  // a row's accumulators for four tokens stay within AVX2's sixteen registers
   constexpr int64_t kAheadRows = 4;
-  // The tokens' views once for all rows (on the stack for up to 32 tokens).
-  PackedView local[32];
-  std::vector<PackedView> heap(n_tok > 32 ? static_cast<size_t>(n_tok) : 0);
-  PackedView* const xs = n_tok > 32 ? heap.data() : local;
-  for (int k = 0; k < n_tok; ++k) xs[k] = view(t, packed[k], cols);
+  // The tokens' views once for all rows.
+  thread_local std::vector<PackedView> xs;
+  xs.resize(static_cast<size_t>(n_tok));
+  for (int k = 0; k < n_tok; ++k) xs[static_cast<size_t>(k)] = view(t, packed[k], cols);
   float y[kTokens];
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* w = W + rb * static_cast<size_t>(r);
@@ -530,7 +529,7 @@ void int8_avx2_rows_tokens(DType t, const uint8_t* W, size_t rb, int64_t r0, int
     const uint8_t* ahead = w + rb * kAheadRows;
     for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
       const int nt = std::min(kTokens, n_tok - t0);
-      const PackedView* x = xs + t0;
+      const PackedView* x = xs.data() + t0;
       const uint8_t* pf = t0 == 0 && ahead + rb <= pf_end ? ahead : nullptr;
       switch (nt) {
         case 1: row<1>(t, w, cols, x, y, pf); break;
