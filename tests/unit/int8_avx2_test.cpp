@@ -55,23 +55,62 @@ TEST(Int8Avx2, PackingIsTheInt8BlocksTheirScalesAndOffsets) {
   const int64_t cols = 96;
   std::vector<float> x = random_vec(static_cast<size_t>(cols), rng);
   for (int j = 32; j < 64; ++j) x[static_cast<size_t>(j)] = 0.0f;  // a block of zeros: scale 0
+  for (DType t : {DType::Q8_0, DType::IQ4_NL, DType::MXFP4}) {
+    std::vector<uint8_t> p(int8_avx2_x_bytes(t, cols));
+    ASSERT_EQ(p.size(), static_cast<size_t>(cols + 3 * 8)) << dtype_name(t);
+    int8_avx2_pack_x8(t, x.data(), cols, p.data());
+    const auto* q = reinterpret_cast<const int8_t*>(p.data());
+    const auto* d = reinterpret_cast<const float*>(p.data() + cols);
+    for (int b = 0; b < 3; ++b) {
+      int8_t want[32];
+      const float dw = quantize_x8_block(x.data() + 32 * b, want);
+      int32_t sum = 0;
+      for (int j = 0; j < 32; ++j) {
+        EXPECT_EQ(q[32 * b + j], want[j]) << dtype_name(t) << " block " << b << " element " << j;
+        sum += want[j];
+      }
+      EXPECT_EQ(d[b], dw) << dtype_name(t) << " block " << b;
+      EXPECT_EQ(d[3 + b], -dw * static_cast<float>(sum)) << dtype_name(t) << " block " << b;
+    }
+    EXPECT_EQ(d[1], 0.0f);
+  }
+}
+
+// q4_0: blocks in pairs, each pair's values interleaved by 8 (the order of the kernel's
+// unpacked nibbles), then per pair [d_a d_a d_b d_b 2c_a 2c_a 2c_b 2c_b]; an odd last
+// block pairs with a block of zeros.
+TEST(Int8Avx2, Q4_0PackingPairsTheBlocks) {
+  std::mt19937 rng(7);
+  const int64_t cols = 96;
+  std::vector<float> x = random_vec(static_cast<size_t>(cols), rng);
   std::vector<uint8_t> p(int8_avx2_x_bytes(DType::Q4_0, cols));
-  ASSERT_EQ(p.size(), static_cast<size_t>(cols + 3 * 8));
+  ASSERT_EQ(p.size(), static_cast<size_t>(2 * (64 + 8 * 4)));
   int8_avx2_pack_x8(DType::Q4_0, x.data(), cols, p.data());
   const auto* q = reinterpret_cast<const int8_t*>(p.data());
-  const auto* d = reinterpret_cast<const float*>(p.data() + cols);
+  const auto* dc = reinterpret_cast<const float*>(p.data() + 128);
+  int8_t want[4][32] = {};
+  float d[4] = {}, c[4] = {};
   for (int b = 0; b < 3; ++b) {
-    int8_t want[32];
-    const float dw = quantize_x8_block(x.data() + 32 * b, want);
+    d[b] = quantize_x8_block(x.data() + 32 * b, want[b]);
     int32_t sum = 0;
-    for (int j = 0; j < 32; ++j) {
-      EXPECT_EQ(q[32 * b + j], want[j]) << "block " << b << " element " << j;
-      sum += want[j];
-    }
-    EXPECT_EQ(d[b], dw) << "block " << b;
-    EXPECT_EQ(d[3 + b], -dw * static_cast<float>(sum)) << "block " << b;
+    for (int j = 0; j < 32; ++j) sum += want[b][j];
+    c[b] = -d[b] * static_cast<float>(sum);
   }
-  EXPECT_EQ(d[1], 0.0f);
+  for (int pair = 0; pair < 2; ++pair) {
+    for (int i = 0; i < 64; ++i) {
+      // byte i: element 16 (i / 32) + 8 ((i / 16) % 2) + i % 8 of block a or (bit 3) b
+      const int block = 2 * pair + (i / 8) % 2, element = 16 * (i / 32) + 8 * ((i / 16) % 2) + i % 8;
+      EXPECT_EQ(q[64 * pair + i], want[block][element]) << "pair " << pair << " byte " << i;
+    }
+    const float* f = dc + 8 * pair;
+    for (int k = 0; k < 2; ++k) {
+      EXPECT_EQ(f[2 * k], d[2 * pair + k]) << "pair " << pair;
+      EXPECT_EQ(f[2 * k + 1], d[2 * pair + k]) << "pair " << pair;
+      EXPECT_EQ(f[4 + 2 * k], 2 * c[2 * pair + k]) << "pair " << pair;
+      EXPECT_EQ(f[5 + 2 * k], 2 * c[2 * pair + k]) << "pair " << pair;
+    }
+  }
+  EXPECT_EQ(dc[8 + 2], 0.0f);  // the padding block
 }
 
 // The k-quants and IQ4_XS: int8 per 256 columns, then the sums per 16 columns.
