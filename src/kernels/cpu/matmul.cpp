@@ -365,6 +365,70 @@ HWY_INLINE void MvQ8Rows(const uint8_t* const* rows, int64_t cols, const MvInput
 }
 #endif
 
+// q8_0 rows in GGUF's layout against up to four tokens' int16 blocks: each block's
+// weights widened to int16 once for all the tokens (a batched step's tokens on one
+// matrix), then per token MvQ8Rows' operations in its order, so each token gets the
+// floats of its own mat-vec.
+template <int T>
+HWY_INLINE void MvQ8RowTokens(const uint8_t* row, int64_t cols, const MvInput* const* in, float* out,
+                              const uint8_t* pf) {
+#if HWY_TARGET == HWY_SCALAR
+  for (int t = 0; t < T; ++t) MvQ8Rows<1>(&row, cols, *in[t], out + t, t == 0 ? pf : nullptr);
+#else
+  const DF df;
+  const hn::RebindToSigned<DF> di;
+  const hn::Repartition<int16_t, DF> d16;
+  const hn::Rebind<int8_t, decltype(d16)> d8;
+  const float* HWY_RESTRICT f16t = detail::f16_table();
+  constexpr int64_t N16 = static_cast<int64_t>(hn::MaxLanes(decltype(d16)()));
+  constexpr int64_t V = N16 >= 32 ? 1 : 32 / N16;
+  const auto* blk = reinterpret_cast<const BlockQ8_0*>(row);
+  VF acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = hn::Zero(df);
+  for (int64_t k = 0; k < cols / 32; ++k) {
+    if (pf) PrefetchStep(pf + k * static_cast<int64_t>(sizeof(BlockQ8_0)), sizeof(BlockQ8_0));
+    hn::Vec<decltype(d16)> w[V];
+    for (int64_t j = 0; j < V; ++j) w[j] = hn::PromoteTo(d16, hn::LoadU(d8, blk[k].qs + j * N16));
+    const VF d = hn::Set(df, f16t[blk[k].d]);
+    for (int t = 0; t < T; ++t) {
+      const int16_t* qx = in[t]->qx + 32 * k;
+      auto s1 = hn::Zero(di);
+      auto s0 = hn::ReorderWidenMulAccumulate(di, w[0], hn::LoadU(d16, qx), hn::Zero(di), s1);
+      for (int64_t j = 1; j < V; ++j) s0 = hn::ReorderWidenMulAccumulate(di, w[j], hn::LoadU(d16, qx + j * N16), s0, s1);
+      const VF s = hn::Mul(hn::ConvertTo(df, hn::Add(s0, s1)), hn::Set(df, in[t]->dx[k]));
+      acc[t] = hn::MulAdd(d, s, acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) out[t] = Sum(df, acc[t]);
+#endif
+}
+
+// Rows [r0, r1) of a q8_0 matrix (GGUF's layout) against n_tok tokens' int16 blocks:
+// row r's product with token t into outs[t][r], four tokens a pass; the first pass over
+// a row prefetches the row kPrefetchGroups * kMvRowsQ on, up to pf_end.
+void Q8MatvecTokens(const uint8_t* W, size_t rb, int64_t r0, int64_t r1, int64_t cols, const MvInput* in, int n_tok,
+                    float* const* outs, const uint8_t* pf_end) {
+  constexpr int kTokens = 4;
+  const MvInput* xs[kTokens];
+  float y[kTokens];
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* w = W + rb * static_cast<size_t>(r);
+    const uint8_t* ahead = w + rb * kPrefetchGroups * kMvRowsQ;
+    for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
+      const int nt = std::min(kTokens, n_tok - t0);
+      for (int k = 0; k < nt; ++k) xs[k] = in + t0 + k;
+      const uint8_t* pf = t0 == 0 && ahead + rb <= pf_end ? ahead : nullptr;
+      switch (nt) {
+        case 1: MvQ8RowTokens<1>(w, cols, xs, y, pf); break;
+        case 2: MvQ8RowTokens<2>(w, cols, xs, y, pf); break;
+        case 3: MvQ8RowTokens<3>(w, cols, xs, y, pf); break;
+        default: MvQ8RowTokens<4>(w, cols, xs, y, pf); break;
+      }
+      for (int k = 0; k < nt; ++k) outs[t0 + k][r] = y[k];
+    }
+  }
+}
+
 template <int R>
 HWY_INLINE void MvQ4Rows(const uint8_t* const* rows, int64_t cols, const MvInput& in, float* out,
                          const uint8_t* pf) {
@@ -601,6 +665,7 @@ HWY_AFTER_NAMESPACE();
 namespace moeflow::cpu {
 
 HWY_EXPORT(MatvecRows);
+HWY_EXPORT(Q8MatvecTokens);
 HWY_EXPORT(QuantizeX16);
 HWY_EXPORT(MatmulRows);
 HWY_EXPORT(RowTile);
@@ -961,6 +1026,15 @@ void shared_matrix_rows(const MatvecJob* jobs, const MvInput* in, size_t n, int6
   const bool a8 = std::all_of(in, in + n, [](const MvInput& v) { return v.a8 != nullptr; });
   thread_local std::vector<const uint8_t*> xs;
   thread_local std::vector<float*> outs;
+  // q8_0 rows in GGUF's layout on int16 blocks: each block widened once for four tokens.
+  if (n >= 2 && !x4 && !a8 && a.dtype == DType::Q8_0 && a.layout == RowLayout::gguf &&
+      std::all_of(in, in + n, [](const MvInput& v) { return v.qx != nullptr; })) {
+    outs.resize(n);
+    for (size_t k = 0; k < n; ++k) outs[k] = jobs[k].y;
+    HWY_DYNAMIC_DISPATCH(Q8MatvecTokens)(W, static_cast<size_t>(rb), r0, r1, a.cols, in, static_cast<int>(n),
+                                         outs.data(), W + static_cast<size_t>(rb) * a.rows);
+    return;
+  }
   if (x4 || kq || nl4 || a8) {
     xs.resize(n);
     outs.resize(n);
