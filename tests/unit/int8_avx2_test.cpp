@@ -76,15 +76,15 @@ TEST(Int8Avx2, PackingIsTheInt8BlocksTheirScalesAndOffsets) {
   }
 }
 
-// q4_0: blocks in pairs, each pair's values interleaved by 8 (the order of the kernel's
-// unpacked nibbles), then per pair [d_a d_a d_b d_b 2c_a 2c_a 2c_b 2c_b]; an odd last
-// block pairs with a block of zeros.
+// q4_0: blocks in pairs, each pair's values as [a0-15 b0-15 a16-31 b16-31] (the order of
+// the kernel's unpacked nibbles), then per pair [d_a x4, d_b x4, 2c_a x4, 2c_b x4]; an
+// odd last block pairs with a block of zeros.
 TEST(Int8Avx2, Q4_0PackingPairsTheBlocks) {
   std::mt19937 rng(7);
   const int64_t cols = 96;
   std::vector<float> x = random_vec(static_cast<size_t>(cols), rng);
   std::vector<uint8_t> p(int8_avx2_x_bytes(DType::Q4_0, cols));
-  ASSERT_EQ(p.size(), static_cast<size_t>(2 * (64 + 8 * 4)));
+  ASSERT_EQ(p.size(), static_cast<size_t>(2 * (64 + 16 * 4)));
   int8_avx2_pack_x8(DType::Q4_0, x.data(), cols, p.data());
   const auto* q = reinterpret_cast<const int8_t*>(p.data());
   const auto* dc = reinterpret_cast<const float*>(p.data() + 128);
@@ -98,19 +98,17 @@ TEST(Int8Avx2, Q4_0PackingPairsTheBlocks) {
   }
   for (int pair = 0; pair < 2; ++pair) {
     for (int i = 0; i < 64; ++i) {
-      // byte i: element 16 (i / 32) + 8 ((i / 16) % 2) + i % 8 of block a or (bit 3) b
-      const int block = 2 * pair + (i / 8) % 2, element = 16 * (i / 32) + 8 * ((i / 16) % 2) + i % 8;
+      // byte i: element 16 (i / 32) + i % 16 of block a, or of b when bit 4 is set
+      const int block = 2 * pair + (i / 16) % 2, element = 16 * (i / 32) + i % 16;
       EXPECT_EQ(q[64 * pair + i], want[block][element]) << "pair " << pair << " byte " << i;
     }
-    const float* f = dc + 8 * pair;
-    for (int k = 0; k < 2; ++k) {
-      EXPECT_EQ(f[2 * k], d[2 * pair + k]) << "pair " << pair;
-      EXPECT_EQ(f[2 * k + 1], d[2 * pair + k]) << "pair " << pair;
-      EXPECT_EQ(f[4 + 2 * k], 2 * c[2 * pair + k]) << "pair " << pair;
-      EXPECT_EQ(f[5 + 2 * k], 2 * c[2 * pair + k]) << "pair " << pair;
-    }
+    for (int k = 0; k < 2; ++k)
+      for (int lane = 0; lane < 4; ++lane) {
+        EXPECT_EQ(dc[16 * pair + 4 * k + lane], d[2 * pair + k]) << "pair " << pair << " block " << k;
+        EXPECT_EQ(dc[16 * pair + 8 + 4 * k + lane], 2 * c[2 * pair + k]) << "pair " << pair << " block " << k;
+      }
   }
-  EXPECT_EQ(dc[8 + 2], 0.0f);  // the padding block
+  EXPECT_EQ(dc[16 + 4], 0.0f);  // the padding block
 }
 
 // The k-quants and IQ4_XS: int8 per 256 columns, then the sums per 16 columns.

@@ -65,7 +65,7 @@ int64_t pairs_of(int64_t cols) { return (cols / 32 + 1) / 2; }
 
 // The packed activation's arrays (int8_avx2.h): d per 32 columns and c for the 32-column
 // grid; d per 256 columns and bs for the super-block grid; for q4_0's pairs, d holds
-// per pair [d_a d_a d_b d_b  2c_a 2c_a 2c_b 2c_b].
+// per pair [d_a x4, d_b x4, 2c_a x4, 2c_b x4].
 struct PackedView {
   const int8_t* q;
   const float* d;
@@ -81,8 +81,8 @@ PackedView view(DType t, const uint8_t* p, int64_t cols) {
 }
 
 // q4_0's pairs of blocks a, b (a zero block b after an odd last one): the int8 values as
-// [a0-7 b0-7 a8-15 b8-15] [a16-23 b16-23 a24-31 b24-31], the order in which the kernel
-// unpacks the two blocks' nibbles, then the scales and offsets (int8_avx2.h).
+// [a0-15 b0-15 a16-31 b16-31], the order in which the kernel unpacks the two blocks'
+// nibbles, then the scales and offsets in its lane order (int8_avx2.h).
 void pack_pairs(const float* x, int64_t nb, int8_t* q, float* dc) {
   for (int64_t p = 0; p < pairs_of(32 * nb); ++p) {
     int8_t blocks[2][32] = {};
@@ -95,14 +95,12 @@ void pack_pairs(const float* x, int64_t nb, int8_t* q, float* dc) {
     }
     int8_t* o = q + 64 * p;
     for (int half = 0; half < 2; ++half)
-      for (int eighth = 0; eighth < 2; ++eighth)
-        for (int k = 0; k < 2; ++k)
-          std::memcpy(o + 32 * half + 16 * eighth + 8 * k, blocks[k] + 16 * half + 8 * eighth, 8);
-    float* f = dc + 8 * p;
+      for (int k = 0; k < 2; ++k) std::memcpy(o + 32 * half + 16 * k, blocks[k] + 16 * half, 16);
+    float* f = dc + 16 * p;
     for (int k = 0; k < 2; ++k) {
-      f[2 * k] = f[2 * k + 1] = d[k];
       // Each block's products land in 4 of the 8 lanes, so each lane adds 2c.
-      f[4 + 2 * k] = f[5 + 2 * k] = 2.0f * c[k];
+      std::fill_n(f + 4 * k, 4, d[k]);
+      std::fill_n(f + 8 + 4 * k, 4, 2.0f * c[k]);
     }
   }
 }
@@ -117,7 +115,7 @@ bool int8_avx2_type(DType t, RowLayout layout) {
 
 size_t int8_avx2_x_bytes(DType t, int64_t cols) {
   const auto n = static_cast<size_t>(cols);
-  if (pair_grid(t)) return static_cast<size_t>(pairs_of(cols)) * (64 + 8 * sizeof(float));
+  if (pair_grid(t)) return static_cast<size_t>(pairs_of(cols)) * (64 + 16 * sizeof(float));
   return super_grid(t) ? n + n / 256 * sizeof(float) + n / 16 * sizeof(int16_t) : n + n / 32 * 2 * sizeof(float);
 }
 
@@ -188,12 +186,12 @@ A8_ATTR inline void two_chains(int64_t nb, float* out, Step&& step) {
   for (int t = 0; t < T; ++t) out[t] = hsum(_mm256_add_ps(even[t], odd[t]));
 }
 
-// q4_0, two blocks a, b at a time: their 32 bytes of nibbles, qwords reordered to
-// [a0-7 b0-7 | a8-15 b8-15], give the low nibbles (elements 0-15) and the high ones
-// (16-31) as two vectors, matching the packed activation's order. Per token the two
-// vpmaddubsw add in int16 (at most 4 * 15 * 128 a lane), so one vpmaddwd, conversion and
-// pair of FMAs serve both blocks: int32 lanes 0-1 of each 128-bit half are block a's,
-// 2-3 block b's, against [d_a d_a d_b d_b] and the weights' scales in the same order.
+// q4_0, two blocks a, b at a time: their 32 bytes of nibbles [a | b] give the low
+// nibbles (elements 0-15 of a, then of b) and the high ones (16-31) as two vectors,
+// matching the packed activation's order. Per token the two vpmaddubsw add in int16 (at
+// most 4 * 15 * 128 a lane), so one vpmaddwd, conversion and pair of FMAs serve both
+// blocks: the low 128-bit lane is block a's, the high one block b's, against the
+// activation's [d_a x4, d_b x4] and the weights' scales in the same order.
 template <int T>
 A8_ATTR __attribute__((noinline)) void row_q4_0(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
                                                 const uint8_t* pf) {
@@ -201,18 +199,16 @@ A8_ATTR __attribute__((noinline)) void row_q4_0(const uint8_t* row, int64_t cols
   const auto* blk = reinterpret_cast<const BlockQ4_0*>(row);
   const float* const f16 = detail::f16_table();
   const int64_t nb = cols / 32;
-  auto step = [&](int64_t p, __m256i ab, __m256 d, __m256* acc) A8_LAMBDA {
-    const __m256i v = _mm256_permute4x64_epi64(ab, 0xd8);
+  auto step = [&](int64_t p, __m256i v, __m256 d, __m256* acc) A8_LAMBDA {
     const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       const int8_t* q = xs[t].q + 64 * p;
       const __m256i s16 =
           _mm256_add_epi16(_mm256_maddubs_epi16(lo, load32(q)), _mm256_maddubs_epi16(hi, load32(q + 32)));
-      const float* dc = xs[t].d + 8 * p;
-      const __m256 s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)),
-                                       _mm256_broadcast_ps(reinterpret_cast<const __m128*>(dc)),
-                                       _mm256_broadcast_ps(reinterpret_cast<const __m128*>(dc + 4)));
+      const float* dc = xs[t].d + 16 * p;
+      const __m256 s =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)), _mm256_loadu_ps(dc), _mm256_loadu_ps(dc + 8));
       acc[t] = _mm256_fmadd_ps(s, d, acc[t]);
     }
   };
@@ -222,8 +218,7 @@ A8_ATTR __attribute__((noinline)) void row_q4_0(const uint8_t* row, int64_t cols
     const __m256i ab =
         _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a[0].qs))),
                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[1].qs)), 1);
-    const __m128 d4 = _mm_movelh_ps(_mm_broadcast_ss(f16 + a[0].d), _mm_broadcast_ss(f16 + a[1].d));
-    step(p, ab, _mm256_set_m128(d4, d4), acc);
+    step(p, ab, _mm256_set_m128(_mm_broadcast_ss(f16 + a[1].d), _mm_broadcast_ss(f16 + a[0].d)), acc);
   });
   if (nb % 2 == 0) return;
   // An odd last block pairs with zeros (its packed activation does too).
@@ -231,9 +226,8 @@ A8_ATTR __attribute__((noinline)) void row_q4_0(const uint8_t* row, int64_t cols
   if (pf) prefetch(pf + (nb - 1) * static_cast<int64_t>(sizeof(BlockQ4_0)), sizeof(BlockQ4_0));
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-  const __m128 d4 = _mm_movelh_ps(_mm_broadcast_ss(f16 + a.d), _mm_setzero_ps());
   step(nb / 2, _mm256_set_m128i(_mm_setzero_si128(), _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs))),
-       _mm256_set_m128(d4, d4), acc);
+       _mm256_set_m128(_mm_setzero_ps(), _mm_broadcast_ss(f16 + a.d)), acc);
   for (int t = 0; t < T; ++t) out[t] += hsum(acc[t]);
 }
 

@@ -30,7 +30,7 @@
 //   second term is precomputed when packing (c = -d_x sum q_x). Two blocks go together:
 //   their two vpmaddubsw per token add in int16 (nibbles are small), so one vpmaddwd,
 //   conversion and pair of FMAs serve both blocks (4 lanes each, each lane adding 2c),
-//   1.2-1.4x faster at two to four tokens on a Zen 3 (docs/performance.md).
+//   1.2-1.8x faster at one to four tokens on a Zen 3 (docs/performance.md).
 // - q8_0, and the non-linear types' levels (a byte shuffle of the nibbles): signed, so
 //   |q| meets q_x with q's sign (vpsignb; q_x is never -128).
 // - Q4_K / Q5_K: d sum sc sum n q_x - dmin sum m sum q_x, with the 6-bit sc and m of the
@@ -67,8 +67,8 @@ bool int8_avx2_type(DType t, RowLayout layout);
 // values in column order (cols bytes), then
 // - on the 32-column grid: per block its scale d (f32), then per block c = -d * sum(q);
 //   but q4_0 in pairs of blocks a, b (b zeros after an odd last block): per pair its 64
-//   values as [a0-7 b0-7 a8-15 b8-15 a16-23 b16-23 a24-31 b24-31], then after all pairs
-//   per pair [d_a d_a d_b d_b 2c_a 2c_a 2c_b 2c_b] (f32), the kernel's lane order;
+//   values as [a0-15 b0-15 a16-31 b16-31], then after all pairs per pair
+//   [d_a x4, d_b x4, 2c_a x4, 2c_b x4] (f32), the kernel's lane order;
 // - on the 256-column grid (the k-quants, IQ4_XS): per 256 columns d (f32), then per
 //   16 columns the sum of q (int16).
 size_t int8_avx2_x_bytes(DType t, int64_t cols);
