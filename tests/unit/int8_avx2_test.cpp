@@ -55,7 +55,7 @@ TEST(Int8Avx2, PackingIsTheInt8BlocksTheirScalesAndOffsets) {
   const int64_t cols = 96;
   std::vector<float> x = random_vec(static_cast<size_t>(cols), rng);
   for (int j = 32; j < 64; ++j) x[static_cast<size_t>(j)] = 0.0f;  // a block of zeros: scale 0
-  for (DType t : {DType::Q8_0, DType::IQ4_NL, DType::MXFP4}) {
+  for (DType t : {DType::Q8_0, DType::IQ4_NL}) {
     std::vector<uint8_t> p(int8_avx2_x_bytes(t, cols));
     ASSERT_EQ(p.size(), static_cast<size_t>(cols + 3 * 8)) << dtype_name(t);
     int8_avx2_pack_x8(t, x.data(), cols, p.data());
@@ -76,18 +76,14 @@ TEST(Int8Avx2, PackingIsTheInt8BlocksTheirScalesAndOffsets) {
   }
 }
 
-// q4_0: blocks in pairs, each pair's values as [a0-15 b0-15 a16-31 b16-31] (the order of
-// the kernel's unpacked nibbles), then per pair [d_a x4, d_b x4, 2c_a x4, 2c_b x4]; an
-// odd last block pairs with a block of zeros.
-TEST(Int8Avx2, Q4_0PackingPairsTheBlocks) {
+// q4_0 and MXFP4: blocks in pairs, each pair's values as [a0-15 b0-15 a16-31 b16-31]
+// (the order of the kernel's unpacked nibbles), then per pair [d_a x4, d_b x4, o c_a x4,
+// o c_b x4], o a quarter of the offset that makes the quants unsigned (8 for q4_0, 12 for
+// MXFP4); an odd last block pairs with a block of zeros.
+TEST(Int8Avx2, PairPackingInterleavesTwoBlocks) {
   std::mt19937 rng(7);
   const int64_t cols = 96;
   std::vector<float> x = random_vec(static_cast<size_t>(cols), rng);
-  std::vector<uint8_t> p(int8_avx2_x_bytes(DType::Q4_0, cols));
-  ASSERT_EQ(p.size(), static_cast<size_t>(2 * (64 + 16 * 4)));
-  int8_avx2_pack_x8(DType::Q4_0, x.data(), cols, p.data());
-  const auto* q = reinterpret_cast<const int8_t*>(p.data());
-  const auto* dc = reinterpret_cast<const float*>(p.data() + 128);
   int8_t want[4][32] = {};
   float d[4] = {}, c[4] = {};
   for (int b = 0; b < 3; ++b) {
@@ -96,19 +92,28 @@ TEST(Int8Avx2, Q4_0PackingPairsTheBlocks) {
     for (int j = 0; j < 32; ++j) sum += want[b][j];
     c[b] = -d[b] * static_cast<float>(sum);
   }
-  for (int pair = 0; pair < 2; ++pair) {
-    for (int i = 0; i < 64; ++i) {
-      // byte i: element 16 (i / 32) + i % 16 of block a, or of b when bit 4 is set
-      const int block = 2 * pair + (i / 16) % 2, element = 16 * (i / 32) + i % 16;
-      EXPECT_EQ(q[64 * pair + i], want[block][element]) << "pair " << pair << " byte " << i;
-    }
-    for (int k = 0; k < 2; ++k)
-      for (int lane = 0; lane < 4; ++lane) {
-        EXPECT_EQ(dc[16 * pair + 4 * k + lane], d[2 * pair + k]) << "pair " << pair << " block " << k;
-        EXPECT_EQ(dc[16 * pair + 8 + 4 * k + lane], 2 * c[2 * pair + k]) << "pair " << pair << " block " << k;
+  for (DType t : {DType::Q4_0, DType::MXFP4}) {
+    const float o = t == DType::Q4_0 ? 2.0f : 3.0f;
+    std::vector<uint8_t> p(int8_avx2_x_bytes(t, cols));
+    ASSERT_EQ(p.size(), static_cast<size_t>(2 * (64 + 16 * 4))) << dtype_name(t);
+    int8_avx2_pack_x8(t, x.data(), cols, p.data());
+    const auto* q = reinterpret_cast<const int8_t*>(p.data());
+    const auto* dc = reinterpret_cast<const float*>(p.data() + 128);
+    for (int pair = 0; pair < 2; ++pair) {
+      for (int i = 0; i < 64; ++i) {
+        // byte i: element 16 (i / 32) + i % 16 of block a, or of b when bit 4 is set
+        const int block = 2 * pair + (i / 16) % 2, element = 16 * (i / 32) + i % 16;
+        EXPECT_EQ(q[64 * pair + i], want[block][element]) << dtype_name(t) << " pair " << pair << " byte " << i;
       }
+      for (int k = 0; k < 2; ++k)
+        for (int lane = 0; lane < 4; ++lane) {
+          EXPECT_EQ(dc[16 * pair + 4 * k + lane], d[2 * pair + k]) << dtype_name(t) << " pair " << pair << " block " << k;
+          EXPECT_EQ(dc[16 * pair + 8 + 4 * k + lane], o * c[2 * pair + k])
+              << dtype_name(t) << " pair " << pair << " block " << k;
+        }
+    }
+    EXPECT_EQ(dc[16 + 4], 0.0f) << dtype_name(t);  // the padding block
   }
-  EXPECT_EQ(dc[16 + 4], 0.0f);  // the padding block
 }
 
 // The k-quants and IQ4_XS: int8 per 256 columns, then the sums per 16 columns.

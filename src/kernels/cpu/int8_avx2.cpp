@@ -59,13 +59,16 @@ bool kernel_type(DType t) {
 // Whether t's packed activation is on the super-block grid (int8_avx2.h).
 bool super_grid(DType t) { return dtype_is_kquant(t) || t == DType::IQ4_XS; }
 
-// q4_0's packed activation pairs its 32-column blocks (int8_avx2.h).
-bool pair_grid(DType t) { return t == DType::Q4_0; }
+// q4_0's and MXFP4's packed activations pair their 32-column blocks (int8_avx2.h).
+bool pair_grid(DType t) { return t == DType::Q4_0 || t == DType::MXFP4; }
+// What their kernels add to a quant to make it unsigned: q4_0's nibbles are n - 8,
+// MXFP4's levels -12..12.
+int pair_offset(DType t) { return t == DType::Q4_0 ? 8 : 12; }
 int64_t pairs_of(int64_t cols) { return (cols / 32 + 1) / 2; }
 
 // The packed activation's arrays (int8_avx2.h): d per 32 columns and c for the 32-column
-// grid; d per 256 columns and bs for the super-block grid; for q4_0's pairs, d holds
-// per pair [d_a x4, d_b x4, 2c_a x4, 2c_b x4].
+// grid; d per 256 columns and bs for the super-block grid; for the pairs (q4_0, MXFP4), d
+// holds per pair [d_a x4, d_b x4, o c_a x4, o c_b x4] (o: the offset / 4).
 struct PackedView {
   const int8_t* q;
   const float* d;
@@ -80,10 +83,10 @@ PackedView view(DType t, const uint8_t* p, int64_t cols) {
   return {q, d, d + cols / 32, nullptr};
 }
 
-// q4_0's pairs of blocks a, b (a zero block b after an odd last one): the int8 values as
+// The pairs of blocks a, b (a zero block b after an odd last one): the int8 values as
 // [a0-15 b0-15 a16-31 b16-31], the order in which the kernel unpacks the two blocks'
 // nibbles, then the scales and offsets in its lane order (int8_avx2.h).
-void pack_pairs(const float* x, int64_t nb, int8_t* q, float* dc) {
+void pack_pairs(const float* x, int64_t nb, int offset, int8_t* q, float* dc) {
   for (int64_t p = 0; p < pairs_of(32 * nb); ++p) {
     int8_t blocks[2][32] = {};
     float d[2] = {0, 0}, c[2] = {0, 0};
@@ -98,9 +101,9 @@ void pack_pairs(const float* x, int64_t nb, int8_t* q, float* dc) {
       for (int k = 0; k < 2; ++k) std::memcpy(o + 32 * half + 16 * k, blocks[k] + 16 * half, 16);
     float* f = dc + 16 * p;
     for (int k = 0; k < 2; ++k) {
-      // Each block's products land in 4 of the 8 lanes, so each lane adds 2c.
+      // Each block's products land in 4 of the 8 lanes, so each lane adds offset / 4 c.
       std::fill_n(f + 4 * k, 4, d[k]);
-      std::fill_n(f + 8 + 4 * k, 4, 2.0f * c[k]);
+      std::fill_n(f + 8 + 4 * k, 4, static_cast<float>(offset / 4) * c[k]);
     }
   }
 }
@@ -133,7 +136,7 @@ void int8_avx2_pack_x8(DType t, const float* x, int64_t cols, uint8_t* out) {
     return;
   }
   const int64_t nb = cols / 32;
-  if (pair_grid(t)) return pack_pairs(x, nb, q, reinterpret_cast<float*>(out + 64 * pairs_of(cols)));
+  if (pair_grid(t)) return pack_pairs(x, nb, pair_offset(t), q, reinterpret_cast<float*>(out + 64 * pairs_of(cols)));
   float* c = d + nb;
   for (int64_t b = 0; b < nb; ++b) {
     d[b] = quantize_x8_block(x + 32 * b, q + 32 * b);
@@ -186,21 +189,49 @@ A8_ATTR inline void two_chains(int64_t nb, float* out, Step&& step) {
   for (int t = 0; t < T; ++t) out[t] = hsum(_mm256_add_ps(even[t], odd[t]));
 }
 
-// q4_0, two blocks a, b at a time: their 32 bytes of nibbles [a | b] give the low
-// nibbles (elements 0-15 of a, then of b) and the high ones (16-31) as two vectors,
-// matching the packed activation's order. Per token the two vpmaddubsw add in int16 (at
-// most 4 * 15 * 128 a lane), so one vpmaddwd, conversion and pair of FMAs serve both
-// blocks: the low 128-bit lane is block a's, the high one block b's, against the
-// activation's [d_a x4, d_b x4] and the weights' scales in the same order.
-template <int T>
-A8_ATTR __attribute__((noinline)) void row_q4_0(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
-                                                const uint8_t* pf) {
+// The non-linear types' 16 levels in both 128-bit lanes, for vpshufb by nibble.
+A8_ATTR inline __m256i level_table(const int8_t* levels) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels)));
+}
+
+// MXFP4's scale 2^(e - 128) for every e (the levels are kept doubled).
+const float* mxfp4_scales() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(256);
+    for (int e = 0; e < 256; ++e) t[static_cast<size_t>(e)] = mxfp4_scale(static_cast<uint8_t>(e));
+    return t;
+  }();
+  return table.data();
+}
+
+// q4_0 and MXFP4, two blocks a, b at a time: their 32 bytes of nibbles [a | b] give the
+// low nibbles (elements 0-15 of a, then of b) and the high ones (16-31) as two vectors,
+// matching the packed activation's order; MXFP4's nibbles then become its levels plus
+// 12 (a byte shuffle), q4_0's stay n = (n - 8) + 8. Per token the two vpmaddubsw add in
+// int16 (at most 4 * 24 * 128 a lane), so one vpmaddwd, conversion and pair of FMAs
+// serve both blocks: the low 128-bit lane is block a's, the high one block b's, against
+// the activation's [d_a x4, d_b x4] (with its offsets) and the weights' scales in the
+// same order.
+template <int T, DType kType>
+A8_ATTR __attribute__((noinline)) void row_pairs(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
+                                                 const uint8_t* pf) {
+  using Block = std::conditional_t<kType == DType::MXFP4, BlockMXFP4, BlockQ4_0>;
   const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0f);
-  const auto* blk = reinterpret_cast<const BlockQ4_0*>(row);
+  const __m256i table = _mm256_add_epi8(level_table(kMxfp4Levels), _mm256_set1_epi8(12));
+  const auto* blk = reinterpret_cast<const Block*>(row);
   const float* const f16 = detail::f16_table();
+  const float* const e8 = mxfp4_scales();
+  auto scale = [&](const Block& b) A8_LAMBDA {
+    if constexpr (kType == DType::MXFP4) return _mm_broadcast_ss(e8 + b.e);
+    else return _mm_broadcast_ss(f16 + b.d);
+  };
   const int64_t nb = cols / 32;
   auto step = [&](int64_t p, __m256i v, __m256 d, __m256* acc) A8_LAMBDA {
-    const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+    __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+    if constexpr (kType == DType::MXFP4) {
+      lo = _mm256_shuffle_epi8(table, lo);
+      hi = _mm256_shuffle_epi8(table, hi);
+    }
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       const int8_t* q = xs[t].q + 64 * p;
@@ -213,21 +244,21 @@ A8_ATTR __attribute__((noinline)) void row_q4_0(const uint8_t* row, int64_t cols
     }
   };
   two_chains<T>(nb / 2, out, [&](int64_t p, __m256* acc) A8_LAMBDA {
-    const BlockQ4_0* a = blk + 2 * p;
-    if (pf) prefetch(pf + 2 * p * static_cast<int64_t>(sizeof(BlockQ4_0)), 2 * sizeof(BlockQ4_0));
+    const Block* a = blk + 2 * p;
+    if (pf) prefetch(pf + 2 * p * static_cast<int64_t>(sizeof(Block)), 2 * sizeof(Block));
     const __m256i ab =
         _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a[0].qs))),
                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[1].qs)), 1);
-    step(p, ab, _mm256_set_m128(_mm_broadcast_ss(f16 + a[1].d), _mm_broadcast_ss(f16 + a[0].d)), acc);
+    step(p, ab, _mm256_set_m128(scale(a[1]), scale(a[0])), acc);
   });
   if (nb % 2 == 0) return;
   // An odd last block pairs with zeros (its packed activation does too).
-  const BlockQ4_0& a = blk[nb - 1];
-  if (pf) prefetch(pf + (nb - 1) * static_cast<int64_t>(sizeof(BlockQ4_0)), sizeof(BlockQ4_0));
+  const Block& a = blk[nb - 1];
+  if (pf) prefetch(pf + (nb - 1) * static_cast<int64_t>(sizeof(Block)), sizeof(Block));
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   step(nb / 2, _mm256_set_m128i(_mm_setzero_si128(), _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs))),
-       _mm256_set_m128(_mm_setzero_ps(), _mm_broadcast_ss(f16 + a.d)), acc);
+       _mm256_set_m128(_mm_setzero_ps(), scale(a)), acc);
   for (int t = 0; t < T; ++t) out[t] += hsum(acc[t]);
 }
 
@@ -465,9 +496,6 @@ A8_ATTR __attribute__((noinline)) void row_q23_k(const uint8_t* row, int64_t col
 
 // The 16 levels of IQ4_NL / IQ4_XS (kIq4Levels) or MXFP4 (kMxfp4Levels) in both 128-bit
 // lanes, for a byte shuffle to map nibbles to them.
-A8_ATTR inline __m256i level_table(const int8_t* levels) {
-  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels)));
-}
 // A 32-column block's 16 nibble bytes (byte i: elements i and 16 + i) as its 32 signed
 // levels in element order.
 A8_ATTR inline __m256i levels_of(const uint8_t* qs, __m256i table) {
@@ -482,33 +510,20 @@ A8_ATTR inline __m256i dot_signed(__m256i l, const PackedView& x, int64_t k, __m
                            scale16);
 }
 
-// MXFP4's scale 2^(e - 128) for every e (the levels are kept doubled).
-const float* mxfp4_scales() {
-  static const std::vector<float> table = [] {
-    std::vector<float> t(256);
-    for (int e = 0; e < 256; ++e) t[static_cast<size_t>(e)] = mxfp4_scale(static_cast<uint8_t>(e));
-    return t;
-  }();
-  return table.data();
-}
 
-// IQ4_NL and MXFP4: per 32-column block levels from the shuffle, per token d_x sum l q_x
-// times the block's scale (f16, or MXFP4's power of two).
-template <int T, DType kType>
-A8_ATTR __attribute__((noinline)) void row_nl4(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
+// IQ4_NL: per 32-column block levels from the shuffle, per token d_x sum l q_x times the
+// block's scale.
+template <int T>
+A8_ATTR __attribute__((noinline)) void row_iq4_nl(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
                                                const uint8_t* pf) {
-  using Block = std::conditional_t<kType == DType::MXFP4, BlockMXFP4, BlockIQ4_NL>;
   const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i table = level_table(kType == DType::MXFP4 ? kMxfp4Levels : kIq4Levels);
-  const auto* blk = reinterpret_cast<const Block*>(row);
+  const __m256i table = level_table(kIq4Levels);
+  const auto* blk = reinterpret_cast<const BlockIQ4_NL*>(row);
   const float* const f16 = detail::f16_table();
-  const float* const e8 = mxfp4_scales();
   two_chains<T>(cols / 32, out, [&](int64_t b, __m256* acc) A8_LAMBDA {
-    if (pf) prefetch(pf + b * static_cast<int64_t>(sizeof(Block)), sizeof(Block));
+    if (pf) prefetch(pf + b * static_cast<int64_t>(sizeof(BlockIQ4_NL)), sizeof(BlockIQ4_NL));
     const __m256i l = levels_of(blk[b].qs, table);
-    __m256 d;
-    if constexpr (kType == DType::MXFP4) d = _mm256_broadcast_ss(e8 + blk[b].e);
-    else d = scale_of(f16, blk[b].d);
+    const __m256 d = scale_of(f16, blk[b].d);
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       const __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(dot_signed(l, xs[t], b, ones)), _mm256_broadcast_ss(xs[t].d + b));
@@ -547,12 +562,12 @@ A8_ATTR __attribute__((noinline)) void row_iq4_xs(const uint8_t* row, int64_t co
 template <int T>
 A8_ATTR void row(DType t, const uint8_t* w, int64_t cols, const PackedView* xs, float* out, const uint8_t* pf) {
   switch (t) {
-    case DType::Q4_0: row_q4_0<T>(w, cols, xs, out, pf); return;
+    case DType::Q4_0: row_pairs<T, DType::Q4_0>(w, cols, xs, out, pf); return;
     case DType::Q8_0: row_q8_0<T>(w, cols, xs, out, pf); return;
     case DType::Q2_K: row_q23_k<T, false>(w, cols, xs, out, pf); return;
     case DType::Q3_K: row_q23_k<T, true>(w, cols, xs, out, pf); return;
-    case DType::IQ4_NL: row_nl4<T, DType::IQ4_NL>(w, cols, xs, out, pf); return;
-    case DType::MXFP4: row_nl4<T, DType::MXFP4>(w, cols, xs, out, pf); return;
+    case DType::IQ4_NL: row_iq4_nl<T>(w, cols, xs, out, pf); return;
+    case DType::MXFP4: row_pairs<T, DType::MXFP4>(w, cols, xs, out, pf); return;
     case DType::IQ4_XS: row_iq4_xs<T>(w, cols, xs, out, pf); return;
     case DType::Q4_K: row_q45_k<T, false>(w, cols, xs, out, pf); return;
     case DType::Q5_K: row_q45_k<T, true>(w, cols, xs, out, pf); return;
