@@ -66,21 +66,19 @@ bool pair_grid(DType t) { return t == DType::Q4_0 || t == DType::MXFP4; }
 int pair_offset(DType t) { return t == DType::Q4_0 ? 8 : 12; }
 int64_t pairs_of(int64_t cols) { return (cols / 32 + 1) / 2; }
 
-// The packed activation's arrays (int8_avx2.h): d per 32 columns and c for the 32-column
-// grid; d per 256 columns and bs for the super-block grid; for the pairs (q4_0, MXFP4), d
-// holds per pair [d_a x4, d_b x4, o c_a x4, o c_b x4] (o: the offset / 4).
+// The packed activation's arrays (int8_avx2.h): d per 32 columns on the 32-column grid;
+// d per 256 columns and bs on the super-block grid; for the pairs (q4_0, MXFP4), d holds
+// per pair [d_a x4, d_b x4, o c_a x4, o c_b x4] (o: the offset / 4).
 struct PackedView {
   const int8_t* q;
   const float* d;
-  const float* c;     // -d * sum(q) per block
   const int16_t* bs;  // sum(q) per 16 columns
 };
 PackedView view(DType t, const uint8_t* p, int64_t cols) {
   const auto* q = reinterpret_cast<const int8_t*>(p);
-  if (pair_grid(t)) return {q, reinterpret_cast<const float*>(p + 64 * pairs_of(cols)), nullptr, nullptr};
+  if (pair_grid(t)) return {q, reinterpret_cast<const float*>(p + 64 * pairs_of(cols)), nullptr};
   const auto* d = reinterpret_cast<const float*>(p + cols);
-  if (super_grid(t)) return {q, d, nullptr, reinterpret_cast<const int16_t*>(d + cols / 256)};
-  return {q, d, d + cols / 32, nullptr};
+  return {q, d, super_grid(t) ? reinterpret_cast<const int16_t*>(d + cols / 256) : nullptr};
 }
 
 // The pairs of blocks a, b (a zero block b after an odd last one): the int8 values as
@@ -119,7 +117,7 @@ bool int8_avx2_type(DType t, RowLayout layout) {
 size_t int8_avx2_x_bytes(DType t, int64_t cols) {
   const auto n = static_cast<size_t>(cols);
   if (pair_grid(t)) return static_cast<size_t>(pairs_of(cols)) * (64 + 16 * sizeof(float));
-  return super_grid(t) ? n + n / 256 * sizeof(float) + n / 16 * sizeof(int16_t) : n + n / 32 * 2 * sizeof(float);
+  return super_grid(t) ? n + n / 256 * sizeof(float) + n / 16 * sizeof(int16_t) : n + n / 32 * sizeof(float);
 }
 
 void int8_avx2_pack_x8(DType t, const float* x, int64_t cols, uint8_t* out) {
@@ -137,13 +135,7 @@ void int8_avx2_pack_x8(DType t, const float* x, int64_t cols, uint8_t* out) {
   }
   const int64_t nb = cols / 32;
   if (pair_grid(t)) return pack_pairs(x, nb, pair_offset(t), q, reinterpret_cast<float*>(out + 64 * pairs_of(cols)));
-  float* c = d + nb;
-  for (int64_t b = 0; b < nb; ++b) {
-    d[b] = quantize_x8_block(x + 32 * b, q + 32 * b);
-    int32_t sum = 0;
-    for (int j = 0; j < 32; ++j) sum += q[32 * b + j];
-    c[b] = -d[b] * static_cast<float>(sum);
-  }
+  for (int64_t b = 0; b < nb; ++b) d[b] = quantize_x8_block(x + 32 * b, q + 32 * b);
 }
 
 #ifdef MOEFLOW_HAVE_INT8_AVX2
@@ -189,7 +181,8 @@ A8_ATTR inline void two_chains(int64_t nb, float* out, Step&& step) {
   for (int t = 0; t < T; ++t) out[t] = hsum(_mm256_add_ps(even[t], odd[t]));
 }
 
-// The non-linear types' 16 levels in both 128-bit lanes, for vpshufb by nibble.
+// The 16 levels of IQ4_NL / IQ4_XS (kIq4Levels) or MXFP4 (kMxfp4Levels) in both 128-bit
+// lanes, for a byte shuffle to map nibbles to them.
 A8_ATTR inline __m256i level_table(const int8_t* levels) {
   return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels)));
 }
@@ -494,8 +487,6 @@ A8_ATTR __attribute__((noinline)) void row_q23_k(const uint8_t* row, int64_t col
   super_blocks<T, Block, !kThree>(row, cols, xs, out, pf, step);
 }
 
-// The 16 levels of IQ4_NL / IQ4_XS (kIq4Levels) or MXFP4 (kMxfp4Levels) in both 128-bit
-// lanes, for a byte shuffle to map nibbles to them.
 // A 32-column block's 16 nibble bytes (byte i: elements i and 16 + i) as its 32 signed
 // levels in element order.
 A8_ATTR inline __m256i levels_of(const uint8_t* qs, __m256i table) {
@@ -510,12 +501,11 @@ A8_ATTR inline __m256i dot_signed(__m256i l, const PackedView& x, int64_t k, __m
                            scale16);
 }
 
-
 // IQ4_NL: per 32-column block levels from the shuffle, per token d_x sum l q_x times the
 // block's scale.
 template <int T>
 A8_ATTR __attribute__((noinline)) void row_iq4_nl(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
-                                               const uint8_t* pf) {
+                                                  const uint8_t* pf) {
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i table = level_table(kIq4Levels);
   const auto* blk = reinterpret_cast<const BlockIQ4_NL*>(row);

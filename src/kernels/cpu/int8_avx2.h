@@ -67,11 +67,11 @@ bool int8_avx2_type(DType t, RowLayout layout);
 
 // The packed activation of a matrix of type t (cols a multiple of t's block): the int8
 // values in column order (cols bytes), then
-// - on the 32-column grid: per block its scale d (f32), then per block c = -d * sum(q);
-//   but q4_0 and MXFP4 in pairs of blocks a, b (b zeros after an odd last block): per
-//   pair its 64 values as [a0-15 b0-15 a16-31 b16-31], then after all pairs per pair
-//   [d_a x4, d_b x4, o c_a x4, o c_b x4] (f32; o = 2 for q4_0, 3 for MXFP4, a quarter
-//   of the offset), the kernel's lane order;
+// - on the 32-column grid: per block its scale d (f32); but q4_0 and MXFP4 in pairs of
+//   blocks a, b (b zeros after an odd last block): per pair its 64 values as
+//   [a0-15 b0-15 a16-31 b16-31], then after all pairs per pair
+//   [d_a x4, d_b x4, o c_a x4, o c_b x4] (f32; c = -d sum(q), o = 2 for q4_0, 3 for
+//   MXFP4, a quarter of the offset), the kernel's lane order;
 // - on the 256-column grid (the k-quants, IQ4_XS): per 256 columns d (f32), then per
 //   16 columns the sum of q (int16).
 size_t int8_avx2_x_bytes(DType t, int64_t cols);
