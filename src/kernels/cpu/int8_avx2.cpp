@@ -13,6 +13,7 @@
 #include "kernels/cpu/f16_table.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/quantize_x8.h"
+#include "kernels/cpu/row_token_tiles.h"
 #include "tensor/iquants.h"
 #include "tensor/kquants.h"
 
@@ -210,13 +211,19 @@ A8_ATTR __attribute__((noinline)) void row_pairs(const uint8_t* row, int64_t col
                                                  const uint8_t* pf) {
   using Block = std::conditional_t<kType == DType::MXFP4, BlockMXFP4, BlockQ4_0>;
   const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0f);
-  const __m256i table = _mm256_add_epi8(level_table(kMxfp4Levels), _mm256_set1_epi8(12));
   const auto* blk = reinterpret_cast<const Block*>(row);
-  const float* const f16 = detail::f16_table();
-  const float* const e8 = mxfp4_scales();
+  // MXFP4's level table and exponent scales, q4_0's f16 scales: each type sets up only its own.
+  [[maybe_unused]] __m256i table;
+  const float* scales;
+  if constexpr (kType == DType::MXFP4) {
+    table = _mm256_add_epi8(level_table(kMxfp4Levels), _mm256_set1_epi8(12));
+    scales = mxfp4_scales();
+  } else {
+    scales = detail::f16_table();
+  }
   auto scale = [&](const Block& b) A8_LAMBDA {
-    if constexpr (kType == DType::MXFP4) return _mm_broadcast_ss(e8 + b.e);
-    else return _mm_broadcast_ss(f16 + b.d);
+    if constexpr (kType == DType::MXFP4) return _mm_broadcast_ss(scales + b.e);
+    else return _mm_broadcast_ss(scales + b.d);
   };
   const int64_t nb = cols / 32;
   auto step = [&](int64_t p, __m256i v, __m256 d, __m256* acc) A8_LAMBDA {
@@ -576,30 +583,14 @@ void int8_avx2_rows(DType t, const uint8_t* const* rows, int R, int64_t cols, co
 
 void int8_avx2_rows_tokens(DType t, const uint8_t* W, size_t rb, int64_t r0, int64_t r1, int64_t cols,
                            const uint8_t* const* packed, int n_tok, float* const* outs, const uint8_t* pf_end) {
-  constexpr int kTokens = 4;  // a row's accumulators for four tokens stay within AVX2's sixteen registers
-  constexpr int64_t kAheadRows = 4;
   // The tokens' views once for all rows.
   thread_local std::vector<PackedView> xs;
   xs.resize(static_cast<size_t>(n_tok));
   for (int k = 0; k < n_tok; ++k) xs[static_cast<size_t>(k)] = view(t, packed[k], cols);
-  float y[kTokens];
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* w = W + rb * static_cast<size_t>(r);
-    // The first pass over a row prefetches the row kAheadRows on; the others read it from cache.
-    const uint8_t* ahead = w + rb * kAheadRows;
-    for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
-      const int nt = std::min(kTokens, n_tok - t0);
-      const PackedView* x = xs.data() + t0;
-      const uint8_t* pf = t0 == 0 && ahead + rb <= pf_end ? ahead : nullptr;
-      switch (nt) {
-        case 1: row<1>(t, w, cols, x, y, pf); break;
-        case 2: row<2>(t, w, cols, x, y, pf); break;
-        case 3: row<3>(t, w, cols, x, y, pf); break;
-        default: row<4>(t, w, cols, x, y, pf); break;
-      }
-      for (int k = 0; k < nt; ++k) outs[t0 + k][r] = y[k];
-    }
-  }
+  // Four tokens a pass: a row's accumulators for four stay within AVX2's sixteen registers.
+  for_row_tokens(W, rb, r0, r1, n_tok, outs, pf_end, [&](auto T, const uint8_t* w, int t0, float* y, const uint8_t* pf) {
+    row<decltype(T)::value>(t, w, cols, xs.data() + t0, y, pf);
+  });
 }
 #else
 void int8_avx2_rows(DType, const uint8_t* const*, int, int64_t, const uint8_t*, float*, const uint8_t*) {}

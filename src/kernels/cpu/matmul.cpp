@@ -34,6 +34,7 @@
 #include "kernels/cpu/kquant_vnni.h"
 #include "kernels/cpu/nl4_vnni.h"
 #include "kernels/cpu/q4_vnni.h"
+#include "kernels/cpu/row_token_tiles.h"
 #include "kernels/cpu/work_ranges.h"
 #include "kernels/cpu/rows_x4_vnni.h"
 #include "tensor/rows_x4.h"
@@ -328,11 +329,24 @@ HWY_INLINE void MvQ8Rows(const uint8_t* const* rows, int64_t cols, const MvInput
   }
 }
 #else
+// One q8_0 block against one token's int16 block, V vectors each (w: the weights
+// widened to int16): the integer dot product in int32 lanes, to float, times the
+// token's scale dx, accumulated by the weights' scale d. MvQ8Rows and MvQ8RowTokens
+// both take it, so a token's floats are the same alone and in a batched step.
+template <int64_t V, class VI16>
+HWY_INLINE VF Q8Block(const VI16* w, const VI16* x, VF dx, VF d, VF acc) {
+  const DF df;
+  const hn::RebindToSigned<DF> di;
+  auto s1 = hn::Zero(di);
+  auto s0 = hn::ReorderWidenMulAccumulate(di, w[0], x[0], hn::Zero(di), s1);
+  for (int64_t j = 1; j < V; ++j) s0 = hn::ReorderWidenMulAccumulate(di, w[j], x[j], s0, s1);
+  return hn::MulAdd(d, hn::Mul(hn::ConvertTo(df, hn::Add(s0, s1)), dx), acc);
+}
+
 template <int R>
 HWY_INLINE void MvQ8Rows(const uint8_t* const* rows, int64_t cols, const MvInput& in, float* out,
                          const uint8_t* pf) {
   const DF df;
-  const hn::RebindToSigned<DF> di;
   const hn::Repartition<int16_t, DF> d16;  // twice the lanes of df
   const hn::Rebind<int8_t, decltype(d16)> d8;
   const float* HWY_RESTRICT f16t = detail::f16_table();
@@ -351,14 +365,9 @@ HWY_INLINE void MvQ8Rows(const uint8_t* const* rows, int64_t cols, const MvInput
     const VF dxv = hn::Set(df, in.dx[k]);
     for (int r = 0; r < R; ++r) {
       const BlockQ8_0& blk = b[r][k];
-      auto s1 = hn::Zero(di);
-      auto s0 = hn::ReorderWidenMulAccumulate(di, hn::PromoteTo(d16, hn::LoadU(d8, blk.qs)), xv[0],
-                                              hn::Zero(di), s1);
-      for (int64_t j = 1; j < V; ++j)
-        s0 = hn::ReorderWidenMulAccumulate(di, hn::PromoteTo(d16, hn::LoadU(d8, blk.qs + j * N16)), xv[j],
-                                           s0, s1);
-      const VF s = hn::Mul(hn::ConvertTo(df, hn::Add(s0, s1)), dxv);
-      acc[r] = hn::MulAdd(hn::Set(df, f16t[blk.d]), s, acc[r]);
+      hn::Vec<decltype(d16)> w[V];
+      for (int64_t j = 0; j < V; ++j) w[j] = hn::PromoteTo(d16, hn::LoadU(d8, blk.qs + j * N16));
+      acc[r] = Q8Block<V>(w, xv, dxv, hn::Set(df, f16t[blk.d]), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) out[r] = Sum(df, acc[r]);
@@ -367,8 +376,7 @@ HWY_INLINE void MvQ8Rows(const uint8_t* const* rows, int64_t cols, const MvInput
 
 // q8_0 rows in GGUF's layout against up to four tokens' int16 blocks: each block's
 // weights widened to int16 once for all the tokens (a batched step's tokens on one
-// matrix), then per token MvQ8Rows' operations in its order, so each token gets the
-// floats of its own mat-vec.
+// matrix), then per token the block step of its own mat-vec (Q8Block).
 template <int T>
 HWY_INLINE void MvQ8RowTokens(const uint8_t* row, int64_t cols, const MvInput* const* in, float* out,
                               const uint8_t* pf) {
@@ -376,7 +384,6 @@ HWY_INLINE void MvQ8RowTokens(const uint8_t* row, int64_t cols, const MvInput* c
   for (int t = 0; t < T; ++t) MvQ8Rows<1>(&row, cols, *in[t], out + t, t == 0 ? pf : nullptr);
 #else
   const DF df;
-  const hn::RebindToSigned<DF> di;
   const hn::Repartition<int16_t, DF> d16;
   const hn::Rebind<int8_t, decltype(d16)> d8;
   const float* HWY_RESTRICT f16t = detail::f16_table();
@@ -391,12 +398,9 @@ HWY_INLINE void MvQ8RowTokens(const uint8_t* row, int64_t cols, const MvInput* c
     for (int64_t j = 0; j < V; ++j) w[j] = hn::PromoteTo(d16, hn::LoadU(d8, blk[k].qs + j * N16));
     const VF d = hn::Set(df, f16t[blk[k].d]);
     for (int t = 0; t < T; ++t) {
-      const int16_t* qx = in[t]->qx + 32 * k;
-      auto s1 = hn::Zero(di);
-      auto s0 = hn::ReorderWidenMulAccumulate(di, w[0], hn::LoadU(d16, qx), hn::Zero(di), s1);
-      for (int64_t j = 1; j < V; ++j) s0 = hn::ReorderWidenMulAccumulate(di, w[j], hn::LoadU(d16, qx + j * N16), s0, s1);
-      const VF s = hn::Mul(hn::ConvertTo(df, hn::Add(s0, s1)), hn::Set(df, in[t]->dx[k]));
-      acc[t] = hn::MulAdd(d, s, acc[t]);
+      hn::Vec<decltype(d16)> x[V];
+      for (int64_t j = 0; j < V; ++j) x[j] = hn::LoadU(d16, in[t]->qx + 32 * k + j * N16);
+      acc[t] = Q8Block<V>(w, x, hn::Set(df, in[t]->dx[k]), d, acc[t]);
     }
   }
   for (int t = 0; t < T; ++t) out[t] = Sum(df, acc[t]);
@@ -404,29 +408,15 @@ HWY_INLINE void MvQ8RowTokens(const uint8_t* row, int64_t cols, const MvInput* c
 }
 
 // Rows [r0, r1) of a q8_0 matrix (GGUF's layout) against n_tok tokens' int16 blocks:
-// row r's product with token t into outs[t][r], four tokens a pass; the first pass over
-// a row prefetches the row kPrefetchGroups * kMvRowsQ on, up to pf_end.
+// row r's product with token t into outs[t][r], in tiles of four rows by four tokens
+// (for_row_tokens).
 void Q8MatvecTokens(const uint8_t* W, size_t rb, int64_t r0, int64_t r1, int64_t cols, const MvInput* in, int n_tok,
                     float* const* outs, const uint8_t* pf_end) {
-  constexpr int kTokens = 4;
-  const MvInput* xs[kTokens];
-  float y[kTokens];
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* w = W + rb * static_cast<size_t>(r);
-    const uint8_t* ahead = w + rb * kPrefetchGroups * kMvRowsQ;
-    for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
-      const int nt = std::min(kTokens, n_tok - t0);
-      for (int k = 0; k < nt; ++k) xs[k] = in + t0 + k;
-      const uint8_t* pf = t0 == 0 && ahead + rb <= pf_end ? ahead : nullptr;
-      switch (nt) {
-        case 1: MvQ8RowTokens<1>(w, cols, xs, y, pf); break;
-        case 2: MvQ8RowTokens<2>(w, cols, xs, y, pf); break;
-        case 3: MvQ8RowTokens<3>(w, cols, xs, y, pf); break;
-        default: MvQ8RowTokens<4>(w, cols, xs, y, pf); break;
-      }
-      for (int k = 0; k < nt; ++k) outs[t0 + k][r] = y[k];
-    }
-  }
+  for_row_tokens(W, rb, r0, r1, n_tok, outs, pf_end, [&](auto T, const uint8_t* row, int t0, float* y, const uint8_t* pf) {
+    const MvInput* xs[kTileTokens];
+    for (int k = 0; k < decltype(T)::value; ++k) xs[k] = in + t0 + k;
+    MvQ8RowTokens<decltype(T)::value>(row, cols, xs, y, pf);
+  });
 }
 
 template <int R>

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace moeflow::cpu {
 
@@ -31,6 +32,29 @@ inline void for_row_token_tiles(const uint8_t* W, size_t rb, int64_t r0, int64_t
     }
     r += nr;
   }
+}
+
+// The same walk for a kernel that takes one row against up to kTileTokens tokens:
+// row_tokens(std::integral_constant<int, T>{}, row, t0, y, pf) puts the row's products
+// with tokens [t0, t0 + T) into y[0, T), prefetching from pf (null: none); each row of
+// a tile's first pass prefetches its row eight on.
+template <class RowTokens>
+inline void for_row_tokens(const uint8_t* W, size_t rb, int64_t r0, int64_t r1, int n_tok, float* const* outs,
+                           const uint8_t* pf_end, RowTokens&& row_tokens) {
+  for_row_token_tiles(W, rb, r0, r1, n_tok, outs, pf_end,
+                      [&](const uint8_t* const* rows, int nr, int t0, int nt, float* const* o, const uint8_t* pf) {
+                        float y[kTileTokens];
+                        for (int i = 0; i < nr; ++i) {
+                          const uint8_t* p = pf ? pf + rb * static_cast<size_t>(i) : nullptr;
+                          switch (nt) {
+                            case 1: row_tokens(std::integral_constant<int, 1>{}, rows[i], t0, y, p); break;
+                            case 2: row_tokens(std::integral_constant<int, 2>{}, rows[i], t0, y, p); break;
+                            case 3: row_tokens(std::integral_constant<int, 3>{}, rows[i], t0, y, p); break;
+                            default: row_tokens(std::integral_constant<int, 4>{}, rows[i], t0, y, p); break;
+                          }
+                          for (int k = 0; k < nt; ++k) o[k][i] = y[k];
+                        }
+                      });
 }
 
 }  // namespace moeflow::cpu
