@@ -64,6 +64,9 @@ class Backend : public WeightPlacer, public ExpertMemory {
   virtual double measure_peak_gflops() { return 0; }
   // Peak rate of its int8 multiply-accumulates in G/s; 0 where its kernels have none.
   virtual double measure_peak_int8_gmacs() { return 0; }
+  // Whether its products of t rows in `layout` against int8 (else int16) activations
+  // run on the integer kernels that peak measures, int16 ones at half its rate.
+  virtual bool int8_peak_applies(DType /*t*/, RowLayout /*layout*/, bool /*x_int8*/) const { return false; }
   // What its kernels run on ("AVX3_ZEN4", "sm_90 NVIDIA H200").
   virtual std::string kernel_target() const = 0;
   // Wall time inside each of its operations so far, where the backend keeps it (a GPU

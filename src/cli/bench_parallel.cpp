@@ -139,7 +139,7 @@ int bench_parallel(const Args& a) {
   std::string model_path, layout, target;
   int threads = 0;
   double peak = 0, mac_peak = 0;
-  bool vnni_experts = false;  // the experts' products run on the VNNI kernels
+  bool integer_experts = false;  // the experts' products run on the integer kernels the int8 peak measures
   bool int8 = false;  // the experts' activations (--activations, resolved for their weights)
   for (const std::string& pol : policies) {
     auto e = open_bench_engine(a, pol, n_prompt + n_gen + 1, static_cast<int>(n_max));
@@ -148,10 +148,9 @@ int bench_parallel(const Args& a) {
     target = e->backend().kernel_target();
     const MatrixRef& gate0 = m.weights().layers[static_cast<size_t>(m.config().n_dense_lead)].gate_exps.first;  // the first MoE layer
     layout = std::string(dtype_name(gate0.dtype)) + " " + row_layout_name(gate0.layout);
-    // Interleaved rows and k-quants take the VNNI kernels wherever the CPU has them
-    // (elsewhere the measured peak is 0 and the column shows no share).
-    vnni_experts = gate0.layout == RowLayout::rows_x4 || dtype_is_kquant(gate0.dtype);
     int8 = int8_activations_for(parse_activation_precision(a.str("--activations")), gate0.dtype);
+    // Elsewhere the column shows no share.
+    integer_experts = e->backend().int8_peak_applies(gate0.dtype, gate0.layout, int8);
     threads = e->thread_pool().size();
     StepBytes counter(m, e->kv_type());
     e->add_listener(&counter);
@@ -214,9 +213,9 @@ int bench_parallel(const Args& a) {
     }
     if (pol == "all") {
       peak = e->backend().measure_peak_gflops();
-      // The VNNI kernels' arithmetic: one byte product per multiply-add with int8
+      // The integer kernels' arithmetic: one byte product per multiply-add with int8
       // activations, two with int16 ones.
-      if (vnni_experts) mac_peak = e->backend().measure_peak_int8_gmacs() / (int8 ? 1.0 : 2.0);
+      if (integer_experts) mac_peak = e->backend().measure_peak_int8_gmacs() / (int8 ? 1.0 : 2.0);
     }
     if (pol != "all" && disk_bw == 0) disk_bw = bench_disk_bandwidth(a, m);
   }
@@ -277,9 +276,11 @@ int bench_parallel(const Args& a) {
     std::printf("storage reads %.2f GB/s: an offloaded row's bound is the smaller of its memory and storage bounds\n",
                 disk_bw / 1e9);
   if (mac_peak > 0)
-    std::printf("%s activations: the VNNI kernels' arithmetic peak is %.0f G multiply-adds/s (AVX-512 VNNI "
-                "on every thread%s)\n",
-                int8 ? "int8" : "int16", mac_peak, int8 ? "" : ", two byte products each");
+    std::printf("%s activations: the integer kernels' arithmetic peak is %.0f G multiply-adds/s (%s on every "
+                "thread%s)\n",
+                int8 ? "int8" : "int16", mac_peak,
+                target.find("VNNI") != std::string::npos ? "AVX-512 VNNI vpdpbusd" : "AVX2 vpmaddubsw + vpmaddwd",
+                int8 ? "" : ", two byte products each");
   std::printf("MiB read/step: the weights and the KV cache the step's tokens attend to (of it the cache's, all resident:");
   const char* sep = " ";
   for (const ParallelRun& r : runs)

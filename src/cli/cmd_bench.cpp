@@ -62,8 +62,8 @@ double matrix_flops_per_token(const Model& m) {
 }
 
 // The least time one prompt token's products can take: those on the integer kernels
-// (integer_kernels_for) at the VNNI peak of their activations (int8: one vpdpbusd per
-// four multiply-adds a lane; int16 two), every other matrix at the FMA peak.
+// (integer_kernels_for, the VNNI kernels) at the int8 peak of their activations (int8:
+// one vpdpbusd per four multiply-adds a lane; int16 two), every other matrix at the FMA peak.
 double matrix_seconds_per_token(const Model& m, ActivationPrecision act, double fma_gflops, double int8_gmacs) {
   double s = 0;
   for_each_token_matrix(m, [&](const MatrixRef& d, double uses) {
@@ -344,7 +344,7 @@ int cmd_bench(int argc, char** argv) {
   std::printf("read per generated token: %.2f MiB of weights, %.2f MiB of KV cache (the mean over its positions)\n",
               bytes_tok / (1 << 20), kv_tok / (1 << 20));
   std::printf("prefill's bound: products on the integer kernels (interleaved rows; k-quant, iq4, mxfp4 rows on int8) at the "
-              "AVX-512 VNNI peak of their activations (int8 %.0f G multiply-adds/s, int16 half), other matrices "
+              "integer kernels' peak for their activations (int8 %.0f G multiply-adds/s, int16 half), other matrices "
               "and attention at the FMA peak (%.1f GFLOP/s)\n",
               int8_gmacs, peak_gflops);
   if (sec.sections > 0)

@@ -179,7 +179,14 @@ void CpuBackend::place(RowLayout layout, DType t, const void* src, int64_t rows,
 double CpuBackend::measure_memory_bandwidth_gbs(uint64_t bytes) { return cpu::measure_triad_bandwidth_gbs(pool_, bytes); }
 double CpuBackend::measure_peak_gflops() { return cpu::measure_peak_fma_gflops(pool_); }
 double CpuBackend::measure_peak_int8_gmacs() {
-  return cpu::q4_vnni_enabled() ? cpu::measure_peak_int8_gmacs(pool_) : 0.0;
+  if (cpu::q4_vnni_enabled()) return cpu::measure_peak_int8_gmacs(pool_);
+  return cpu::int8_avx2_enabled() ? cpu::measure_peak_int8_avx2_gmacs(pool_) : 0.0;
+}
+bool CpuBackend::int8_peak_applies(DType t, RowLayout layout, bool x_int8) const {
+  // VNNI: interleaved rows and the k-quants, on either activation; without it the AVX2
+  // kernels, on int8 activations only (int16 ones take Highway's widening products).
+  if (cpu::q4_vnni_enabled()) return layout == RowLayout::rows_x4 || dtype_is_kquant(t);
+  return x_int8 && cpu::int8_avx2_type(t, layout);
 }
 std::string CpuBackend::kernel_target() const {
   // Highway's target for the f32 kernels, and which integer kernels run beside them.

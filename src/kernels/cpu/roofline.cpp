@@ -154,6 +154,18 @@ double measure_read_bandwidth_gbs(ThreadPool* pool, size_t bytes, int streams) {
   return static_cast<double>(n) * sizeof(float) / best / 1e9;
 }
 
+double fastest_pass_on_every_thread(ThreadPool* pool, int threads, const std::function<void(int)>& work) {
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = Clock::now();
+    run_parallel(pool, threads, 1, [&](int64_t i0, int64_t i1, int) {
+      for (int64_t i = i0; i < i1; ++i) work(static_cast<int>(i));
+    });
+    best = std::min(best, seconds_since(t0));
+  }
+  return best;
+}
+
 double measure_peak_fma_gflops(ThreadPool* pool) {
   const auto loop = HWY_DYNAMIC_DISPATCH(FmaLoop);
   const int threads = pool ? pool->size() : 1;
@@ -161,18 +173,11 @@ double measure_peak_fma_gflops(ThreadPool* pool) {
   float warm = 0.0f;
   loop(1 << 16, &warm);
   const int64_t iters = int64_t{1} << 22;
-  double best = 1e30;
   int64_t lanes_per_iter = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = Clock::now();
-    run_parallel(pool, threads, 1, [&](int64_t i0, int64_t i1, int) {
-      for (int64_t i = i0; i < i1; ++i) {
-        const int64_t l = loop(iters, &sink[static_cast<size_t>(i) * 16]);
-        if (i == 0) lanes_per_iter = l;
-      }
-    });
-    best = std::min(best, seconds_since(t0));
-  }
+  const double best = fastest_pass_on_every_thread(pool, threads, [&](int i) {
+    const int64_t l = loop(iters, &sink[static_cast<size_t>(i) * 16]);
+    if (i == 0) lanes_per_iter = l;
+  });
   const double flops = 2.0 * static_cast<double>(lanes_per_iter) * static_cast<double>(iters) * threads;
   return flops / best / 1e9;
 }

@@ -1,6 +1,8 @@
 // Tiny machine benchmarks for roofline reporting (CLI `bench` and tests).
 #pragma once
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 
 #include "kernels/cpu/thread_pool.h"
 
@@ -26,5 +28,15 @@ double measure_peak_fma_gflops(ThreadPool* pool);
 // (1e9); 0 where the CPU has no VNNI. The interleaved q4_0 / q8_0 kernels take one
 // such product per weight and token with int8 activations, two with int16 ones.
 double measure_peak_int8_gmacs(ThreadPool* pool);
+
+// Peak 8-bit integer multiply-adds without VNNI: independent AVX2 `vpmaddubsw` (32
+// byte products into int16 pairs), each widened by `vpmaddwd` and added in int32, the
+// sequence the AVX2 int8 kernels (int8_avx2.h) take, on every thread of the pool (null:
+// one thread). G multiply-adds/s (1e9); 0 where the CPU has no AVX2.
+double measure_peak_int8_avx2_gmacs(ThreadPool* pool);
+
+// The peak probes' harness: work(thread) once on each of `threads` threads of the pool
+// at a time (null pool: one thread), three passes; returns the fastest pass's seconds.
+double fastest_pass_on_every_thread(ThreadPool* pool, int threads, const std::function<void(int)>& work);
 
 }  // namespace moeflow::cpu

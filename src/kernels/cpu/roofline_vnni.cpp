@@ -3,8 +3,6 @@
 #include "kernels/cpu/vnni_target.h"  // first: its pragmas must precede immintrin.h
 #include "kernels/cpu/roofline.h"
 
-#include <algorithm>
-#include <chrono>
 #include <vector>
 
 #include "kernels/cpu/q4_vnni.h"
@@ -42,19 +40,8 @@ double measure_peak_int8_gmacs(ThreadPool* pool) {
   const int64_t iters = int64_t{1} << 21;
   std::vector<int32_t> sink(static_cast<size_t>(threads) * 16);
   dpbusd_loop(1 << 14);
-  double best = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto fn = [&](int64_t i0, int64_t i1, int) {
-      for (int64_t i = i0; i < i1; ++i) sink[static_cast<size_t>(i) * 16] += dpbusd_loop(iters);
-    };
-    if (pool) {
-      pool->parallel_for(threads, fn, 1);
-    } else {
-      fn(0, 1, 0);
-    }
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
+  const double best = fastest_pass_on_every_thread(
+      pool, threads, [&](int i) { sink[static_cast<size_t>(i) * 16] += dpbusd_loop(iters); });
   return 12.0 * 64.0 * static_cast<double>(iters) * threads / best / 1e9;
 #else
   (void)pool;
