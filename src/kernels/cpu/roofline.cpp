@@ -166,6 +166,15 @@ double fastest_pass_on_every_thread(ThreadPool* pool, int threads, const std::fu
   return best;
 }
 
+double integer_loop_gops(ThreadPool* pool, int64_t iters, double ops_per_iter, int32_t (*loop)(int64_t)) {
+  const int threads = pool ? pool->size() : 1;
+  std::vector<int32_t> sink(static_cast<size_t>(threads) * 16);
+  loop(iters >> 7);
+  const double best = fastest_pass_on_every_thread(
+      pool, threads, [&](int i) { sink[static_cast<size_t>(i) * 16] += loop(iters); });
+  return ops_per_iter * static_cast<double>(iters) * threads / best / 1e9;
+}
+
 double measure_peak_fma_gflops(ThreadPool* pool) {
   const auto loop = HWY_DYNAMIC_DISPATCH(FmaLoop);
   const int threads = pool ? pool->size() : 1;

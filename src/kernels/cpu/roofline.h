@@ -38,5 +38,9 @@ double measure_peak_int8_avx2_gmacs(ThreadPool* pool);
 // The peak probes' harness: work(thread) once on each of `threads` threads of the pool
 // at a time (null pool: one thread), three passes; returns the fastest pass's seconds.
 double fastest_pass_on_every_thread(ThreadPool* pool, int threads, const std::function<void(int)>& work);
+// An integer probe's rate: loop(iters) (which returns a value depending on all its
+// work, so none is optimised away) warmed once, then on every thread of the pool
+// (null: one thread); G operations/s for ops_per_iter operations per iteration.
+double integer_loop_gops(ThreadPool* pool, int64_t iters, double ops_per_iter, int32_t (*loop)(int64_t));
 
 }  // namespace moeflow::cpu

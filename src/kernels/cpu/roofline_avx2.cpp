@@ -3,8 +3,6 @@
 // builds with the project's baseline flags and the loop runs only after the CPU check.
 #include "kernels/cpu/roofline.h"
 
-#include <vector>
-
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define MOEFLOW_HAVE_AVX2_PROBE 1
 #include <immintrin.h>
@@ -52,13 +50,7 @@ __attribute__((target("avx2"))) int32_t maddubs_loop(int64_t iters) {
 double measure_peak_int8_avx2_gmacs(ThreadPool* pool) {
 #ifdef MOEFLOW_HAVE_AVX2_PROBE
   if (!__builtin_cpu_supports("avx2")) return 0;
-  const int threads = pool ? pool->size() : 1;
-  const int64_t iters = int64_t{1} << 21;
-  std::vector<int32_t> sink(static_cast<size_t>(threads) * 16);
-  maddubs_loop(1 << 14);
-  const double best = fastest_pass_on_every_thread(
-      pool, threads, [&](int i) { sink[static_cast<size_t>(i) * 16] += maddubs_loop(iters); });
-  return kChains * 32.0 * static_cast<double>(iters) * threads / best / 1e9;
+  return integer_loop_gops(pool, int64_t{1} << 21, kChains * 32.0, maddubs_loop);
 #else
   (void)pool;
   return 0;

@@ -3,8 +3,6 @@
 #include "kernels/cpu/vnni_target.h"  // first: its pragmas must precede immintrin.h
 #include "kernels/cpu/roofline.h"
 
-#include <vector>
-
 #include "kernels/cpu/q4_vnni.h"
 
 namespace moeflow::cpu {
@@ -36,13 +34,7 @@ MOEFLOW_VNNI_ATTR int32_t dpbusd_loop(int64_t iters) {
 double measure_peak_int8_gmacs(ThreadPool* pool) {
 #ifdef MOEFLOW_HAVE_VNNI_KERNEL
   if (!cpu_has_avx512_vnni()) return 0;
-  const int threads = pool ? pool->size() : 1;
-  const int64_t iters = int64_t{1} << 21;
-  std::vector<int32_t> sink(static_cast<size_t>(threads) * 16);
-  dpbusd_loop(1 << 14);
-  const double best = fastest_pass_on_every_thread(
-      pool, threads, [&](int i) { sink[static_cast<size_t>(i) * 16] += dpbusd_loop(iters); });
-  return 12.0 * 64.0 * static_cast<double>(iters) * threads / best / 1e9;
+  return integer_loop_gops(pool, int64_t{1} << 21, 12.0 * 64.0, dpbusd_loop);
 #else
   (void)pool;
   return 0;
