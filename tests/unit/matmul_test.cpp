@@ -796,7 +796,7 @@ TEST(Roofline, SmokeTest) {
   std::printf("  peak int8 without VNNI (AVX2 vpmaddubsw + vpmaddwd): %.1f G multiply-adds/s\n", avx2);
   if (__builtin_cpu_supports("avx2")) {
     // Each pair does 32 multiply-adds where an FMA does 16 flops, and AVX2 cores issue
-    // one to two of either a cycle (Zen 3: 2.5x here, the FMA probe being latency-bound).
+    // one to two of either a cycle (the Zen 3 VM measured 2-2.5x the FMA probe's rate).
     EXPECT_GT(avx2, 0.25 * gflops);
   } else {
     EXPECT_EQ(avx2, 0.0);
