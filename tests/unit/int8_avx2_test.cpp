@@ -111,6 +111,31 @@ TEST(Int8Avx2, PairPackingInterleavesTwoBlocks) {
   }
 }
 
+// The AVX2 packing against the element-by-element reference, byte for byte: every type,
+// an odd and an even number of blocks, a block of zeros, one huge value, tiny values of
+// mixed signs, and values that round to exactly half.
+TEST(Int8Avx2, PackingMatchesTheReferenceByteForByte) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (DType t : kTypes)
+    for (int64_t cols : {160, 256, 1440, 2048}) {  // 160, 1440: an odd number of blocks
+      if (on_super_grid(t) && cols % 256 != 0) continue;
+      std::vector<float> x(static_cast<size_t>(cols + 32));
+      for (auto& v : x) v = nd(rng);
+      for (int i = 0; i < 32; ++i) x[static_cast<size_t>(32 + i)] = 0.0f;                 // a block of zeros
+      x[70] = 3e30f;                                                                        // one huge value
+      for (int i = 0; i < 32; ++i) x[static_cast<size_t>(96 + i)] = 1e-30f * (i % 3 - 1);  // tiny, mixed signs
+      // A block whose values are k + 1/2 times its scale (127 / 127.0 at the largest): ties.
+      for (int i = 0; i < 32; ++i) x[static_cast<size_t>(128 + i)] = i == 0 ? 127.0f : (i % 16) + 0.5f;
+      for (size_t skew : {size_t{0}, size_t{1}}) {  // the activation as allocated, or 4 bytes off
+        std::vector<uint8_t> want(int8_avx2_x_bytes(t, cols)), got(want.size(), 0xa5);
+        int8_avx2_pack_x8_reference(t, x.data() + skew, cols, want.data());
+        int8_avx2_pack_x8(t, x.data() + skew, cols, got.data());
+        EXPECT_EQ(got, want) << dtype_name(t) << " cols " << cols << " skew " << skew;
+      }
+    }
+}
+
 // The k-quants and IQ4_XS: int8 per 256 columns, then the sums per 16 columns.
 TEST(Int8Avx2, SuperBlockPackingIsTheInt8ValuesTheirScalesAndSums) {
   std::mt19937 rng(6);

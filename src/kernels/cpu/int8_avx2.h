@@ -76,6 +76,9 @@ bool int8_avx2_type(DType t, RowLayout layout);
 //   16 columns the sum of q (int16).
 size_t int8_avx2_x_bytes(DType t, int64_t cols);
 void int8_avx2_pack_x8(DType t, const float* x, int64_t cols, uint8_t* out);
+// The same packing one element at a time: the definition the AVX2 one is tested against
+// byte for byte, and the packing on CPUs without AVX2.
+void int8_avx2_pack_x8_reference(DType t, const float* x, int64_t cols, uint8_t* out);
 
 // out[r] = row r (rows[r], cols columns of t) times the packed activation, R in 1..4;
 // pf, when not null, is prefetched a little at every block (the next rows' bytes, R
