@@ -11,6 +11,11 @@ ctest --test-dir build --output-on-failure -j"$jobs"
 if [ "${MOEFLOW_SKIP_SANITIZE:-0}" != "1" ]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOEFLOW_SANITIZE=ON >/dev/null
   cmake --build build-asan -j"$jobs" --target moeflow_tests moeflow
+  # The release run's test times, so that ctest starts the slowest sanitizer tests
+  # first (without them it starts tests in file order, and a slow one found last runs
+  # alone on one core).
+  mkdir -p build-asan/Testing/Temporary
+  cp -f build/Testing/Temporary/CTestCostData.txt build-asan/Testing/Temporary/ 2>/dev/null || true
   ctest --test-dir build-asan --output-on-failure -j"$jobs"
 fi
 if [ "${MOEFLOW_SKIP_FUZZ:-0}" != "1" ]; then

@@ -62,8 +62,13 @@ class Backend : public WeightPlacer, public ExpertMemory {
   virtual double measure_memory_bandwidth_gbs(uint64_t bytes) = 0;
   // Peak f32 multiply-add rate in GFLOP/s (2 per FMA); 0 where not measured.
   virtual double measure_peak_gflops() { return 0; }
-  // Peak rate of its int8 multiply-accumulates in G/s; 0 where its kernels have none.
-  virtual double measure_peak_int8_gmacs() { return 0; }
+  // Peak rate of its int8 multiply-accumulates in G/s (0 where its kernels have none),
+  // and the instructions that rate was measured on.
+  struct Int8Peak {
+    double gmacs = 0;
+    std::string instructions;
+  };
+  virtual Int8Peak measure_peak_int8() { return {}; }
   // Whether its products of t rows in `layout` against int8 (else int16) activations
   // run on the integer kernels that peak measures, int16 ones at half its rate.
   virtual bool int8_peak_applies(DType /*t*/, RowLayout /*layout*/, bool /*x_int8*/) const { return false; }

@@ -139,6 +139,7 @@ int bench_parallel(const Args& a) {
   std::string model_path, layout, target;
   int threads = 0;
   double peak = 0, mac_peak = 0;
+  std::string mac_instructions;
   bool integer_experts = false;  // the experts' products run on the integer kernels the int8 peak measures
   bool int8 = false;  // the experts' activations (--activations, resolved for their weights)
   for (const std::string& pol : policies) {
@@ -215,7 +216,11 @@ int bench_parallel(const Args& a) {
       peak = e->backend().measure_peak_gflops();
       // The integer kernels' arithmetic: one byte product per multiply-add with int8
       // activations, two with int16 ones.
-      if (integer_experts) mac_peak = e->backend().measure_peak_int8_gmacs() / (int8 ? 1.0 : 2.0);
+      if (integer_experts) {
+        const Backend::Int8Peak p = e->backend().measure_peak_int8();
+        mac_peak = p.gmacs / (int8 ? 1.0 : 2.0);
+        mac_instructions = p.instructions;
+      }
     }
     if (pol != "all" && disk_bw == 0) disk_bw = bench_disk_bandwidth(a, m);
   }
@@ -279,7 +284,7 @@ int bench_parallel(const Args& a) {
     std::printf("%s activations: the integer kernels' arithmetic peak is %.0f G multiply-adds/s (%s on every "
                 "thread%s)\n",
                 int8 ? "int8" : "int16", mac_peak,
-                target.find("VNNI") != std::string::npos ? "AVX-512 VNNI vpdpbusd" : "AVX2 vpmaddubsw + vpmaddwd",
+                mac_instructions.c_str(),
                 int8 ? "" : ", two byte products each");
   std::printf("MiB read/step: the weights and the KV cache the step's tokens attend to (of it the cache's, all resident:");
   const char* sep = " ";

@@ -233,7 +233,7 @@ int cmd_bench(int argc, char** argv) {
   const double pp_flops = matrix_flops_per_token(m) * static_cast<double>(n_prompt) + attn;
   const double pp_gflops = pp_flops / best_pp / 1e9;
   // Prefill's bound: each matrix at the peak of the kernel it takes, attention at FMA's.
-  const double int8_gmacs = backend.measure_peak_int8_gmacs();
+  const double int8_gmacs = backend.measure_peak_int8().gmacs;
   const double pp_bound_seconds =
       matrix_seconds_per_token(m, parse_activation_precision(a.str("--activations")), peak_gflops, int8_gmacs) *
           static_cast<double>(n_prompt) +

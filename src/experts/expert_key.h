@@ -38,7 +38,7 @@ struct LayerRouting {
   // nobody asked for it, at the last layer, or when a trace does not carry it. Never
   // wraps into the next token's layers (their input is not known yet).
   int64_t lookahead_depth = 0;
-  std::vector<int32_t> lookahead;
+  std::vector<int32_t> lookahead = {};
   // The ids layer layer+h (1 <= h <= lookahead_depth) would give token t.
   const int32_t* lookahead_of(int64_t t, int64_t h) const {
     return lookahead.data() + (t * lookahead_depth + (h - 1)) * top_k;

@@ -181,7 +181,17 @@ TEST(Simulator, ReproducesTheSharedMixtralBaselines) {
 // requests of the shared real ones (1: Mixtral, 2: FLAME), at batch 1 and 4: one test a
 // trace and batch, so that ctest spreads them over the cores (as one test it was the
 // sanitizer run's last four minutes, on one core).
-class BeladyIsNeverBeaten : public ::testing::TestWithParam<std::tuple<int, size_t>> {};
+struct BeladyCase {
+  int which;
+  size_t batch;
+};
+// The name ctest gives each case: without spaces, which ctest's cost file (the test
+// times by which the next run starts the slowest first) splits its lines at.
+void PrintTo(const BeladyCase& c, std::ostream* os) {
+  static const char* const kTraces[] = {"tiny", "mixtral", "flame"};
+  *os << kTraces[c.which] << "_batch" << c.batch;
+}
+class BeladyIsNeverBeaten : public ::testing::TestWithParam<BeladyCase> {};
 
 TEST_P(BeladyIsNeverBeaten, ByAnyPolicy) {
   const auto [which, batch] = GetParam();
@@ -220,7 +230,8 @@ TEST_P(BeladyIsNeverBeaten, ByAnyPolicy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Simulator, BeladyIsNeverBeaten,
-                         ::testing::Combine(::testing::Values(0, 1, 2), ::testing::Values(size_t{1}, size_t{4})));
+                         ::testing::Values(BeladyCase{0, 1}, BeladyCase{0, 4}, BeladyCase{1, 1}, BeladyCase{1, 4},
+                                           BeladyCase{2, 1}, BeladyCase{2, 4}));
 
 // Belady's two bounds, ordered: the simulator's `belady` is at least the better of
 // demand MIN and the conservative prefetching oracle; with copies faster than a

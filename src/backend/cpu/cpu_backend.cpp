@@ -178,9 +178,10 @@ void CpuBackend::place(RowLayout layout, DType t, const void* src, int64_t rows,
 
 double CpuBackend::measure_memory_bandwidth_gbs(uint64_t bytes) { return cpu::measure_triad_bandwidth_gbs(pool_, bytes); }
 double CpuBackend::measure_peak_gflops() { return cpu::measure_peak_fma_gflops(pool_); }
-double CpuBackend::measure_peak_int8_gmacs() {
-  if (cpu::q4_vnni_enabled()) return cpu::measure_peak_int8_gmacs(pool_);
-  return cpu::int8_avx2_enabled() ? cpu::measure_peak_int8_avx2_gmacs(pool_) : 0.0;
+Backend::Int8Peak CpuBackend::measure_peak_int8() {
+  if (cpu::q4_vnni_enabled()) return {cpu::measure_peak_int8_gmacs(pool_), "AVX-512 VNNI vpdpbusd"};
+  if (cpu::int8_avx2_enabled()) return {cpu::measure_peak_int8_avx2_gmacs(pool_), "AVX2 vpmaddubsw + vpmaddwd"};
+  return {};
 }
 bool CpuBackend::int8_peak_applies(DType t, RowLayout layout, bool x_int8) const {
   // VNNI: interleaved rows and the k-quants, on either activation; without it the AVX2

@@ -43,7 +43,7 @@ class CpuBackend final : public Backend {
 
   double measure_memory_bandwidth_gbs(uint64_t bytes) override;
   double measure_peak_gflops() override;
-  double measure_peak_int8_gmacs() override;  // AVX-512 VNNI's, else AVX2's, 0 without either
+  Int8Peak measure_peak_int8() override;  // AVX-512 VNNI's, else AVX2's, 0 without either
   bool int8_peak_applies(DType t, RowLayout layout, bool x_int8) const override;
   std::string kernel_target() const override;
 

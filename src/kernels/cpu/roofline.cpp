@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -99,6 +100,20 @@ class Floats {
   std::vector<float> fallback_;
 };
 
+// The peak probes' harness: work(thread) once on each of `threads` threads of the pool
+// at a time (null pool: one thread), three passes; returns the fastest pass's seconds.
+double fastest_pass_on_every_thread(ThreadPool* pool, int threads, const std::function<void(int)>& work) {
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = Clock::now();
+    run_parallel(pool, threads, 1, [&](int64_t i0, int64_t i1, int) {
+      for (int64_t i = i0; i < i1; ++i) work(static_cast<int>(i));
+    });
+    best = std::min(best, seconds_since(t0));
+  }
+  return best;
+}
+
 }  // namespace
 
 double measure_triad_bandwidth_gbs(ThreadPool* pool, size_t bytes_per_array) {
@@ -152,18 +167,6 @@ double measure_read_bandwidth_gbs(ThreadPool* pool, size_t bytes, int streams) {
   volatile float keep = sink[0];
   (void)keep;
   return static_cast<double>(n) * sizeof(float) / best / 1e9;
-}
-
-double fastest_pass_on_every_thread(ThreadPool* pool, int threads, const std::function<void(int)>& work) {
-  double best = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = Clock::now();
-    run_parallel(pool, threads, 1, [&](int64_t i0, int64_t i1, int) {
-      for (int64_t i = i0; i < i1; ++i) work(static_cast<int>(i));
-    });
-    best = std::min(best, seconds_since(t0));
-  }
-  return best;
 }
 
 double integer_loop_gops(ThreadPool* pool, int64_t iters, double ops_per_iter, int32_t (*loop)(int64_t)) {

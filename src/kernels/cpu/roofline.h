@@ -2,7 +2,6 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 
 #include "kernels/cpu/thread_pool.h"
 
@@ -35,9 +34,6 @@ double measure_peak_int8_gmacs(ThreadPool* pool);
 // one thread). G multiply-adds/s (1e9); 0 where the CPU has no AVX2.
 double measure_peak_int8_avx2_gmacs(ThreadPool* pool);
 
-// The peak probes' harness: work(thread) once on each of `threads` threads of the pool
-// at a time (null pool: one thread), three passes; returns the fastest pass's seconds.
-double fastest_pass_on_every_thread(ThreadPool* pool, int threads, const std::function<void(int)>& work);
 // An integer probe's rate: loop(iters) (which returns a value depending on all its
 // work, so none is optimised away) warmed once, then on every thread of the pool
 // (null: one thread); G operations/s for ops_per_iter operations per iteration.
