@@ -142,8 +142,8 @@ void int8_avx2_pack_x8_reference(DType t, const float* x, int64_t cols, uint8_t*
 #ifdef MOEFLOW_HAVE_INT8_AVX2
 namespace {
 
-// The packings with AVX2: the same bytes as the reference (which quantised one element
-// at a time through libm's nearbyintf, ~6% of a batched step of 8 on q4_0). Rounding:
+// The packings with AVX2: the same bytes as the reference (which calls libm's nearbyintf
+// for every value, a visible share of a batched step's time). Rounding:
 // vcvtps2dq rounds to nearest even in the default MXCSR mode, as nearbyint does in the
 // default rounding mode; |x / d| <= 127 up to a few ulps, and the saturating packs clamp
 // as the reference does. The maximum takes |x| as its first operand so that a NaN is
@@ -170,8 +170,8 @@ A8_ATTR inline __m256i round_32(const float* x, __m256 inv) {
   const __m256i v1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8), inv));
   const __m256i v2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16), inv));
   const __m256i v3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 24), inv));
-  // The packs work within 128-bit lanes: dword k of the result holds elements
-  // 4 (k / 2) .. of v(k % 4) in lane k / 4; the permutation puts them back in order.
+  // The packs work within 128-bit lanes: dwords 0-3 hold elements 0-3 of v0..v3 and
+  // dwords 4-7 their elements 4-7; the permutation puts them back in column order.
   const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(v0, v1), _mm256_packs_epi32(v2, v3));
   return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
