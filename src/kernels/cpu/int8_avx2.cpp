@@ -60,16 +60,19 @@ bool kernel_type(DType t) {
 // Whether t's packed activation is on the super-block grid (int8_avx2.h).
 bool super_grid(DType t) { return dtype_is_kquant(t) || t == DType::IQ4_XS; }
 
-// q4_0's and MXFP4's packed activations pair their 32-column blocks (int8_avx2.h).
-bool pair_grid(DType t) { return t == DType::Q4_0 || t == DType::MXFP4; }
+// q4_0's and MXFP4's packed activations group their 32-column blocks in fours (int8_avx2.h).
+bool quad_grid(DType t) { return t == DType::Q4_0 || t == DType::MXFP4; }
 // What their kernels add to a quant to make it unsigned: q4_0's nibbles are n - 8,
 // MXFP4's levels -12..12.
-int pair_offset(DType t) { return t == DType::Q4_0 ? 8 : 12; }
-int64_t pairs_of(int64_t cols) { return (cols / 32 + 1) / 2; }
+int quad_offset(DType t) { return t == DType::Q4_0 ? 8 : 12; }
+int64_t quads_of(int64_t cols) { return (cols / 32 + 3) / 4; }
+// The block of a quad (a, b, c, d = 0..3) whose products each of the kernel's 8 float
+// lanes holds: [a a c c | b b d d].
+constexpr int kQuadLaneBlock[8] = {0, 0, 2, 2, 1, 1, 3, 3};
 
 // The packed activation's arrays (int8_avx2.h): d per 32 columns on the 32-column grid;
-// d per 256 columns and bs on the super-block grid; for the pairs (q4_0, MXFP4), d holds
-// per pair [d_a x4, d_b x4, o c_a x4, o c_b x4] (o: the offset / 4).
+// d per 256 columns and bs on the super-block grid; for the quads (q4_0, MXFP4), d holds
+// per quad the blocks' scales and then o c in kQuadLaneBlock's order (o: the offset / 2).
 struct PackedView {
   const int8_t* q;
   const float* d;
@@ -77,32 +80,34 @@ struct PackedView {
 };
 PackedView view(DType t, const uint8_t* p, int64_t cols) {
   const auto* q = reinterpret_cast<const int8_t*>(p);
-  if (pair_grid(t)) return {q, reinterpret_cast<const float*>(p + 64 * pairs_of(cols)), nullptr};
+  if (quad_grid(t)) return {q, reinterpret_cast<const float*>(p + 128 * quads_of(cols)), nullptr};
   const auto* d = reinterpret_cast<const float*>(p + cols);
   return {q, d, super_grid(t) ? reinterpret_cast<const int16_t*>(d + cols / 256) : nullptr};
 }
 
-// The pairs of blocks a, b (a zero block b after an odd last one): the int8 values as
-// [a0-15 b0-15 a16-31 b16-31], the order in which the kernel unpacks the two blocks'
-// nibbles, then the scales and offsets in its lane order (int8_avx2.h).
-void pack_pairs(const float* x, int64_t nb, int offset, int8_t* q, float* dc) {
-  for (int64_t p = 0; p < pairs_of(32 * nb); ++p) {
-    int8_t blocks[2][32] = {};
-    float d[2] = {0, 0}, c[2] = {0, 0};
-    for (int k = 0; k < 2 && 2 * p + k < nb; ++k) {
-      d[k] = quantize_x8_block(x + 32 * (2 * p + k), blocks[k]);
+// The quads of blocks a, b, c, d (zero blocks after the last one): the int8 values as
+// [a0-15 b0-15 a16-31 b16-31 c0-15 d0-15 c16-31 d16-31], the order in which the kernel
+// unpacks the blocks' nibbles, then the scales and offsets in its lane order
+// (int8_avx2.h).
+void pack_quads(const float* x, int64_t nb, int offset, int8_t* q, float* dc) {
+  for (int64_t g = 0; g < quads_of(32 * nb); ++g) {
+    int8_t blocks[4][32] = {};
+    float d[4] = {0, 0, 0, 0}, c[4] = {0, 0, 0, 0};
+    for (int k = 0; k < 4 && 4 * g + k < nb; ++k) {
+      d[k] = quantize_x8_block(x + 32 * (4 * g + k), blocks[k]);
       int32_t sum = 0;
       for (int j = 0; j < 32; ++j) sum += blocks[k][j];
       c[k] = -d[k] * static_cast<float>(sum);
     }
-    int8_t* o = q + 64 * p;
-    for (int half = 0; half < 2; ++half)
-      for (int k = 0; k < 2; ++k) std::memcpy(o + 32 * half + 16 * k, blocks[k] + 16 * half, 16);
-    float* f = dc + 16 * p;
-    for (int k = 0; k < 2; ++k) {
-      // Each block's products land in 4 of the 8 lanes, so each lane adds offset / 4 c.
-      std::fill_n(f + 4 * k, 4, d[k]);
-      std::fill_n(f + 8 + 4 * k, 4, static_cast<float>(offset / 4) * c[k]);
+    int8_t* o = q + 128 * g;
+    for (int pair = 0; pair < 2; ++pair)
+      for (int half = 0; half < 2; ++half)
+        for (int k = 0; k < 2; ++k) std::memcpy(o + 64 * pair + 32 * half + 16 * k, blocks[2 * pair + k] + 16 * half, 16);
+    float* f = dc + 16 * g;
+    for (int lane = 0; lane < 8; ++lane) {
+      // Each block's products land in 2 of the 8 lanes, so each lane adds offset / 2 c.
+      f[lane] = d[kQuadLaneBlock[lane]];
+      f[8 + lane] = static_cast<float>(offset / 2) * c[kQuadLaneBlock[lane]];
     }
   }
 }
@@ -117,7 +122,7 @@ bool int8_avx2_type(DType t, RowLayout layout) {
 
 size_t int8_avx2_x_bytes(DType t, int64_t cols) {
   const auto n = static_cast<size_t>(cols);
-  if (pair_grid(t)) return static_cast<size_t>(pairs_of(cols)) * (64 + 16 * sizeof(float));
+  if (quad_grid(t)) return static_cast<size_t>(quads_of(cols)) * (128 + 16 * sizeof(float));
   return super_grid(t) ? n + n / 256 * sizeof(float) + n / 16 * sizeof(int16_t) : n + n / 32 * sizeof(float);
 }
 
@@ -135,7 +140,7 @@ void int8_avx2_pack_x8_reference(DType t, const float* x, int64_t cols, uint8_t*
     return;
   }
   const int64_t nb = cols / 32;
-  if (pair_grid(t)) return pack_pairs(x, nb, pair_offset(t), q, reinterpret_cast<float*>(out + 64 * pairs_of(cols)));
+  if (quad_grid(t)) return pack_quads(x, nb, quad_offset(t), q, reinterpret_cast<float*>(out + 128 * quads_of(cols)));
   for (int64_t b = 0; b < nb; ++b) d[b] = quantize_x8_block(x + 32 * b, q + 32 * b);
 }
 
@@ -199,18 +204,25 @@ A8_ATTR inline Block32 quantize_32(const float* x) {
 
 A8_ATTR inline void store32(void* p, __m256i v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
 
-A8_ATTR void pack_pairs_avx2(const float* x, int64_t nb, int offset, int8_t* q, float* dc) {
-  const float o = static_cast<float>(offset / 4);
-  for (int64_t p = 0; p < pairs_of(32 * nb); ++p) {
-    const Block32 a = quantize_32(x + 64 * p);
-    // An odd last block pairs with zeros (c = +0, as the reference leaves it).
-    const bool last = 2 * p + 1 == nb;
-    const Block32 b = last ? Block32{_mm256_setzero_si256(), 0.0f, 0} : quantize_32(x + 64 * p + 32);
-    store32(q + 64 * p, _mm256_permute2x128_si256(a.q, b.q, 0x20));       // a0-15 b0-15
-    store32(q + 64 * p + 32, _mm256_permute2x128_si256(a.q, b.q, 0x31));  // a16-31 b16-31
-    const float ca = -a.d * static_cast<float>(a.sum), cb = last ? 0.0f : -b.d * static_cast<float>(b.sum);
-    _mm256_storeu_ps(dc + 16 * p, _mm256_setr_ps(a.d, a.d, a.d, a.d, b.d, b.d, b.d, b.d));
-    _mm256_storeu_ps(dc + 16 * p + 8, _mm256_setr_ps(o * ca, o * ca, o * ca, o * ca, o * cb, o * cb, o * cb, o * cb));
+A8_ATTR void pack_quads_avx2(const float* x, int64_t nb, int offset, int8_t* q, float* dc) {
+  const float o = static_cast<float>(offset / 2);
+  for (int64_t g = 0; g < quads_of(32 * nb); ++g) {
+    // Zero blocks after the last one, with c = +0 (as the reference leaves them; -d * 0
+    // would be -0).
+    Block32 b[4];
+    float c[4];
+    for (int k = 0; k < 4; ++k) {
+      const bool present = 4 * g + k < nb;
+      b[k] = present ? quantize_32(x + 32 * (4 * g + k)) : Block32{_mm256_setzero_si256(), 0.0f, 0};
+      c[k] = present ? o * (-b[k].d * static_cast<float>(b[k].sum)) : 0.0f;
+    }
+    for (int pair = 0; pair < 2; ++pair) {
+      const __m256i lo = b[2 * pair].q, hi = b[2 * pair + 1].q;
+      store32(q + 128 * g + 64 * pair, _mm256_permute2x128_si256(lo, hi, 0x20));       // a0-15 b0-15
+      store32(q + 128 * g + 64 * pair + 32, _mm256_permute2x128_si256(lo, hi, 0x31));  // a16-31 b16-31
+    }
+    _mm256_storeu_ps(dc + 16 * g, _mm256_setr_ps(b[0].d, b[0].d, b[2].d, b[2].d, b[1].d, b[1].d, b[3].d, b[3].d));
+    _mm256_storeu_ps(dc + 16 * g + 8, _mm256_setr_ps(c[0], c[0], c[2], c[2], c[1], c[1], c[3], c[3]));
   }
 }
 
@@ -248,8 +260,8 @@ void int8_avx2_pack_x8(DType t, const float* x, int64_t cols, uint8_t* out) {
     auto* q = reinterpret_cast<int8_t*>(out);
     auto* d = reinterpret_cast<float*>(out + cols);
     if (super_grid(t)) return pack_super_avx2(x, cols, q, d, reinterpret_cast<int16_t*>(d + cols / 256));
-    if (pair_grid(t))
-      return pack_pairs_avx2(x, cols / 32, pair_offset(t), q, reinterpret_cast<float*>(out + 64 * pairs_of(cols)));
+    if (quad_grid(t))
+      return pack_quads_avx2(x, cols / 32, quad_offset(t), q, reinterpret_cast<float*>(out + 128 * quads_of(cols)));
     return pack_blocks_avx2(x, cols / 32, q, d);
   }
 #endif
@@ -315,16 +327,17 @@ const float* mxfp4_scales() {
   return table.data();
 }
 
-// q4_0 and MXFP4, two blocks a, b at a time: their 32 bytes of nibbles [a | b] give the
-// low nibbles (elements 0-15 of a, then of b) and the high ones (16-31) as two vectors,
-// matching the packed activation's order; MXFP4's nibbles then become its levels plus
-// 12 (a byte shuffle), q4_0's stay n = (n - 8) + 8. Per token the two vpmaddubsw add in
-// int16 (at most 4 * 24 * 128 a lane), so one vpmaddwd, conversion and pair of FMAs
-// serve both blocks: the low 128-bit lane is block a's, the high one block b's, against
-// the activation's [d_a x4, d_b x4] (with its offsets) and the weights' scales in the
-// same order.
+// q4_0 and MXFP4, four blocks a, b, c, d at a time: the 32 bytes of nibbles [a | b]
+// give the low nibbles (elements 0-15 of a, then of b) and the high ones (16-31) as two
+// vectors, matching the packed activation's order, and [c | d] likewise; MXFP4's
+// nibbles then become its levels plus 12 (a byte shuffle), q4_0's stay n = (n - 8) + 8.
+// Per token the two vpmaddubsw of a pair add in int16 (block a in the low 128-bit lane,
+// b in the high one), and one vphaddw adds neighbouring lanes of both pairs (at most
+// 8 * 24 * 127 = 24384, so int16 holds it), leaving [a c | b d], four int16 lanes a
+// block. So one vpmaddwd, conversion and pair of FMAs serve four blocks, against the
+// activation's scales and offsets and the weights' scales in kQuadLaneBlock's order.
 template <int T, DType kType>
-A8_ATTR __attribute__((noinline)) void row_pairs(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
+A8_ATTR __attribute__((noinline)) void row_quads(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
                                                  const uint8_t* pf) {
   using Block = std::conditional_t<kType == DType::MXFP4, BlockMXFP4, BlockQ4_0>;
   const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0f);
@@ -342,40 +355,60 @@ A8_ATTR __attribute__((noinline)) void row_pairs(const uint8_t* row, int64_t col
     if constexpr (kType == DType::MXFP4) return _mm_broadcast_ss(scales + b.e);
     else return _mm_broadcast_ss(scales + b.d);
   };
-  const int64_t nb = cols / 32;
-  auto step = [&](int64_t p, __m256i v, __m256 d, __m256* acc) A8_LAMBDA {
-    __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+  auto nibbles = [&](const Block* a) A8_LAMBDA {  // [a | b]
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a[0].qs))),
+                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[1].qs)), 1);
+  };
+  auto unsigned_quants = [&](__m256i v, __m256i& lo, __m256i& hi) A8_LAMBDA {
+    lo = _mm256_and_si256(v, low4);
+    hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
     if constexpr (kType == DType::MXFP4) {
       lo = _mm256_shuffle_epi8(table, lo);
       hi = _mm256_shuffle_epi8(table, hi);
     }
+  };
+  // [d_a d_a d_c d_c | d_b d_b d_d d_d] from the four scales (each in every lane).
+  auto quad_scales = [&](__m128 a, __m128 b, __m128 c, __m128 d) A8_LAMBDA {
+    return _mm256_set_m128(_mm_shuffle_ps(b, d, 0), _mm_shuffle_ps(a, c, 0));
+  };
+  // Quad g: its nibbles [a | b] and [c | d], its scales in lane order.
+  auto step = [&](int64_t g, __m256i ab_nibbles, __m256i cd_nibbles, __m256 d, __m256* acc) A8_LAMBDA {
+    __m256i lo_ab, hi_ab, lo_cd, hi_cd;
+    unsigned_quants(ab_nibbles, lo_ab, hi_ab);
+    unsigned_quants(cd_nibbles, lo_cd, hi_cd);
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
-      const int8_t* q = xs[t].q + 64 * p;
-      const __m256i s16 =
-          _mm256_add_epi16(_mm256_maddubs_epi16(lo, load32(q)), _mm256_maddubs_epi16(hi, load32(q + 32)));
-      const float* dc = xs[t].d + 16 * p;
-      const __m256 s =
-          _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)), _mm256_loadu_ps(dc), _mm256_loadu_ps(dc + 8));
+      const int8_t* q = xs[t].q + 128 * g;
+      const __m256i ab =
+          _mm256_add_epi16(_mm256_maddubs_epi16(lo_ab, load32(q)), _mm256_maddubs_epi16(hi_ab, load32(q + 32)));
+      const __m256i cd =
+          _mm256_add_epi16(_mm256_maddubs_epi16(lo_cd, load32(q + 64)), _mm256_maddubs_epi16(hi_cd, load32(q + 96)));
+      const float* dc = xs[t].d + 16 * g;
+      const __m256 s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_hadd_epi16(ab, cd), ones)),
+                                       _mm256_loadu_ps(dc), _mm256_loadu_ps(dc + 8));
       acc[t] = _mm256_fmadd_ps(s, d, acc[t]);
     }
   };
-  two_chains<T>(nb / 2, out, [&](int64_t p, __m256* acc) A8_LAMBDA {
-    const Block* a = blk + 2 * p;
-    if (pf) prefetch(pf + 2 * p * static_cast<int64_t>(sizeof(Block)), 2 * sizeof(Block));
-    const __m256i ab =
-        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a[0].qs))),
-                                _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[1].qs)), 1);
-    step(p, ab, _mm256_set_m128(scale(a[1]), scale(a[0])), acc);
+  const int64_t nb = cols / 32;
+  two_chains<T>(nb / 4, out, [&](int64_t g, __m256* acc) A8_LAMBDA {
+    if (pf) prefetch(pf + 4 * g * static_cast<int64_t>(sizeof(Block)), 4 * sizeof(Block));
+    const Block* a = blk + 4 * g;
+    step(g, nibbles(a), nibbles(a + 2), quad_scales(scale(a[0]), scale(a[1]), scale(a[2]), scale(a[3])), acc);
   });
-  if (nb % 2 == 0) return;
-  // An odd last block pairs with zeros (its packed activation does too).
-  const Block& a = blk[nb - 1];
-  if (pf) prefetch(pf + (nb - 1) * static_cast<int64_t>(sizeof(Block)), sizeof(Block));
+  const int rest = static_cast<int>(nb % 4);
+  if (rest == 0) return;
+  // The last one to three blocks, with zero blocks after them (whose packed activation
+  // is zero too), read without reading past the row.
+  const Block* a = blk + nb / 4 * 4;
+  if (pf) prefetch(pf + nb / 4 * 4 * static_cast<int64_t>(sizeof(Block)), rest * static_cast<int64_t>(sizeof(Block)));
+  auto alone = [&](const Block& b) A8_LAMBDA {  // [b | 0]
+    return _mm256_set_m128i(_mm_setzero_si128(), _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)));
+  };
+  const __m128 none = _mm_setzero_ps();
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-  step(nb / 2, _mm256_set_m128i(_mm_setzero_si128(), _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs))),
-       _mm256_set_m128(_mm_setzero_ps(), scale(a)), acc);
+  step(nb / 4, rest >= 2 ? nibbles(a) : alone(a[0]), rest == 3 ? alone(a[2]) : _mm256_setzero_si256(),
+       quad_scales(scale(a[0]), rest >= 2 ? scale(a[1]) : none, rest == 3 ? scale(a[2]) : none, none), acc);
   for (int t = 0; t < T; ++t) out[t] += hsum(acc[t]);
 }
 
@@ -676,12 +709,12 @@ A8_ATTR __attribute__((noinline)) void row_iq4_xs(const uint8_t* row, int64_t co
 template <int T>
 A8_ATTR void row(DType t, const uint8_t* w, int64_t cols, const PackedView* xs, float* out, const uint8_t* pf) {
   switch (t) {
-    case DType::Q4_0: row_pairs<T, DType::Q4_0>(w, cols, xs, out, pf); return;
+    case DType::Q4_0: row_quads<T, DType::Q4_0>(w, cols, xs, out, pf); return;
     case DType::Q8_0: row_q8_0<T>(w, cols, xs, out, pf); return;
     case DType::Q2_K: row_q23_k<T, false>(w, cols, xs, out, pf); return;
     case DType::Q3_K: row_q23_k<T, true>(w, cols, xs, out, pf); return;
     case DType::IQ4_NL: row_iq4_nl<T>(w, cols, xs, out, pf); return;
-    case DType::MXFP4: row_pairs<T, DType::MXFP4>(w, cols, xs, out, pf); return;
+    case DType::MXFP4: row_quads<T, DType::MXFP4>(w, cols, xs, out, pf); return;
     case DType::IQ4_XS: row_iq4_xs<T>(w, cols, xs, out, pf); return;
     case DType::Q4_K: row_q45_k<T, false>(w, cols, xs, out, pf); return;
     case DType::Q5_K: row_q45_k<T, true>(w, cols, xs, out, pf); return;

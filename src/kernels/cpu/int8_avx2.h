@@ -15,7 +15,7 @@
 // - Types whose blocks of 32 carry their own float scale (q4_0, q8_0, IQ4_NL, MXFP4):
 //   int8 per 32 columns (llama.cpp's q8_0 activations); each block and token then takes
 //   one conversion and one FMA with d_x times the weights' scale (q4_0 and MXFP4: one
-//   per two blocks, below).
+//   per four blocks, below).
 // - Types with integer sub-block scales under one float scale per 256 columns (Q2_K..Q6_K,
 //   IQ4_XS): int8 per 256 columns (llama.cpp's q8_K), so the whole super-block sums in
 //   int32 lanes and converts once a token. An AVX2 core's issue ports bind these kernels
@@ -27,10 +27,12 @@
 //
 // Arithmetic:
 // - q4_0: sum (n - 8) x = d_x sum n q_x - 8 d_x sum q_x (n the nibble, 0..15); the
-//   second term is precomputed when packing (c = -d_x sum q_x). Two blocks go together:
-//   their two vpmaddubsw per token add in int16 (nibbles are small), so one vpmaddwd,
-//   conversion and pair of FMAs serve both blocks (4 lanes each, each lane adding 2c),
-//   1.3-1.5x faster at one to four tokens on a Zen 3 (docs/performance.md).
+//   second term is precomputed when packing (c = -d_x sum q_x). Four blocks go
+//   together: per token each pair's two vpmaddubsw add in int16 (nibbles are small) and
+//   a vphaddw adds the two pairs' neighbouring lanes, so one vpmaddwd, conversion and
+//   pair of FMAs serve four blocks (2 lanes each, each lane adding 4c); on a Zen 3,
+//   pairs of blocks ran 1.3-1.5x faster than single blocks, and quads 1.0-1.3x faster
+//   than pairs (docs/performance.md).
 // - MXFP4: as q4_0, with its levels (-12..12, doubled) plus 12 from a byte shuffle of the
 //   nibbles in place of n, and 12 in place of 8.
 // - q8_0, and IQ4_NL's levels (a byte shuffle of the nibbles, up to 127): signed, so
@@ -67,11 +69,11 @@ bool int8_avx2_type(DType t, RowLayout layout);
 
 // The packed activation of a matrix of type t (cols a multiple of t's block): the int8
 // values in column order (cols bytes), then
-// - on the 32-column grid: per block its scale d (f32); but q4_0 and MXFP4 in pairs of
-//   blocks a, b (b zeros after an odd last block): per pair its 64 values as
-//   [a0-15 b0-15 a16-31 b16-31], then after all pairs per pair
-//   [d_a x4, d_b x4, o c_a x4, o c_b x4] (f32; c = -d sum(q), o = 2 for q4_0, 3 for
-//   MXFP4, a quarter of the offset), the kernel's lane order;
+// - on the 32-column grid: per block its scale d (f32); but q4_0 and MXFP4 in quads of
+//   blocks a, b, c, d (zero blocks after the last one): per quad its 128 values as
+//   [a0-15 b0-15 a16-31 b16-31 c0-15 d0-15 c16-31 d16-31], then after all quads per
+//   quad [d_a d_a d_c d_c d_b d_b d_d d_d] and o c in the same order (f32; c = -d sum(q),
+//   o = 4 for q4_0, 6 for MXFP4, half the offset), the kernel's lane order;
 // - on the 256-column grid (the k-quants, IQ4_XS): per 256 columns d (f32), then per
 //   16 columns the sum of q (int16).
 size_t int8_avx2_x_bytes(DType t, int64_t cols);
