@@ -67,9 +67,9 @@ TEST_P(RealChatTemplate, MatchesJinja2ByteForByte) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, RealChatTemplate,
                          ::testing::Values("chatml", "deepseek-v2", "deepseek-v3", "deepseek-v3.1", "glm-4.5", "gpt-oss", "kimi-k2",
                                            "llama3", "llama3.3", "mixtral", "moeflow-default", "olmoe", "qwen2", "qwen3"));
-// (gtest's index names: ctest names each case by its value, "chatml" .., where a name
-// of our own would keep gtest's "# GetParam()" comment, whose spaces ctest's cost file
-// splits at.)
+// With gtest's index names, ctest names each case by its value ("chatml", ...). With a
+// name generator, ctest's names would keep gtest's "# GetParam() = ..." comment, and
+// ctest's cost file splits names at its spaces.
 
 // A long conversation renders in time linear in its length: 2,000 turns of ~300 bytes.
 TEST(ChatTemplate, LongConversationRendersInLinearTime) {
