@@ -796,7 +796,8 @@ TEST(Roofline, SmokeTest) {
   std::printf("  peak int8 without VNNI (AVX2 vpmaddubsw + vpmaddwd): %.1f G multiply-adds/s\n", avx2);
   if (__builtin_cpu_supports("avx2")) {
     // Each pair does 32 multiply-adds where an FMA does 16 flops, and AVX2 cores issue
-    // one to two of either a cycle (the Zen 3 VM measured 2-2.5x the FMA probe's rate).
+    // one to two of either a cycle (the Zen 3 VM measured 0.5-2.5x the FMA probe's rate
+    // in different sessions, by which of its pipes a neighbour on its cores contended for).
     EXPECT_GT(avx2, 0.25 * gflops);
   } else {
     EXPECT_EQ(avx2, 0.0);

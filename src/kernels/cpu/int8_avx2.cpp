@@ -221,8 +221,10 @@ A8_ATTR void pack_quads_avx2(const float* x, int64_t nb, int offset, int8_t* q, 
       store32(q + 128 * g + 64 * pair, _mm256_permute2x128_si256(lo, hi, 0x20));       // a0-15 b0-15
       store32(q + 128 * g + 64 * pair + 32, _mm256_permute2x128_si256(lo, hi, 0x31));  // a16-31 b16-31
     }
-    _mm256_storeu_ps(dc + 16 * g, _mm256_setr_ps(b[0].d, b[0].d, b[2].d, b[2].d, b[1].d, b[1].d, b[3].d, b[3].d));
-    _mm256_storeu_ps(dc + 16 * g + 8, _mm256_setr_ps(c[0], c[0], c[2], c[2], c[1], c[1], c[3], c[3]));
+    for (int lane = 0; lane < 8; ++lane) {
+      dc[16 * g + lane] = b[kQuadLaneBlock[lane]].d;
+      dc[16 * g + 8 + lane] = c[kQuadLaneBlock[lane]];
+    }
   }
 }
 
@@ -245,9 +247,9 @@ A8_ATTR void pack_super_avx2(const float* x, int64_t cols, int8_t* q, float* d, 
 
 A8_ATTR void pack_blocks_avx2(const float* x, int64_t nb, int8_t* q, float* d) {
   for (int64_t b = 0; b < nb; ++b) {
-    const X8Scale s = x8_scale(amax_of(x + 32 * b, 32));
-    store32(q + 32 * b, round_32(x + 32 * b, _mm256_set1_ps(s.inv)));
-    d[b] = s.d;
+    const Block32 k = quantize_32(x + 32 * b);  // its sum unused (and dropped: inlined)
+    store32(q + 32 * b, k.q);
+    d[b] = k.d;
   }
 }
 
