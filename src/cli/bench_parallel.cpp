@@ -15,7 +15,6 @@
 #include "experts/expert_store.h"
 #include "experts/file_transport.h"
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/roofline.h"
 #include "moeflow/engine.h"
 #include "moeflow/sampler.h"
 

@@ -18,7 +18,6 @@
 #include "moeflow/engine.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/q4_vnni.h"
-#include "kernels/cpu/roofline.h"
 
 namespace moeflow::cli {
 
