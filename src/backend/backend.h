@@ -82,6 +82,18 @@ class Backend : public WeightPlacer, public ExpertMemory {
     uint64_t calls = 0;
   };
   virtual std::vector<OpTime> op_times() const { return {}; }
+  // Whether op_times counts from now on (a CPU backend reads the clock only while
+  // asked to: its host ops are called per head; a GPU backend always counts).
+  virtual void set_op_timing(bool /*on*/) {}
+  // What each operation took between two op_times() readings (the same backend's).
+  static std::vector<OpTime> op_times_between(const std::vector<OpTime>& before, const std::vector<OpTime>& after) {
+    std::vector<OpTime> d = after;
+    for (size_t k = 0; k < d.size() && k < before.size(); ++k) {
+      d[k].seconds -= before[k].seconds;
+      d[k].calls -= before[k].calls;
+    }
+    return d;
+  }
 
   // --- operations on f32 activations ---
   virtual void products(const Product* jobs, size_t n) = 0;

@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "cli/kv_read_bytes.h"
 #include "cli/model_flags.h"
+#include "cli/op_times_text.h"
 #include "engine/expert_offload.h"
 #include "engine/expert_source.h"
 #include "experts/expert_store.h"
@@ -91,6 +92,7 @@ struct ParallelRun {
   double hit_rate = -1;        // offloaded: during the decode steps
   uint64_t bytes_read = 0;     // offloaded: expert bytes read from storage in those steps
   ThreadPool::Stats sections;  // the pool's parallel sections in those steps
+  std::vector<Backend::OpTime> ops;  // the backend's operations in those steps (where it keeps them)
 };
 
 }  // namespace
@@ -180,7 +182,9 @@ int bench_parallel(const Args& a) {
         const ExpertCacheStats before = e->cache_stats();
         counter.on = true;
         counter.bytes = counter.kv_bytes = counter.macs = counter.selected = counter.unique = 0;
+        const std::vector<Backend::OpTime> ops_before = e->backend().op_times();
         e->thread_pool().set_timing(true);
+        e->backend().set_op_timing(true);
         const double t0 = now();
         for (int64_t g = 0; g < n_gen; ++g) {
           batch.clear();
@@ -190,6 +194,7 @@ int bench_parallel(const Args& a) {
         }
         const double dt = now() - t0;
         e->thread_pool().set_timing(false);
+        e->backend().set_op_timing(false);
         counter.on = false;
         const double triad_after = pol == "all" ? e->backend().measure_memory_bandwidth_gbs(64ull << 20) : 0;
         if (dt < run.seconds) {
@@ -199,6 +204,7 @@ int bench_parallel(const Args& a) {
           run.macs = counter.macs;
           run.triad = std::max(triad_before, triad_after);
           run.sections = e->thread_pool().stats();
+          run.ops = Backend::op_times_between(ops_before, e->backend().op_times());
           run.unique_share = static_cast<double>(counter.unique) / static_cast<double>(counter.selected);
           const ExpertCacheStats after = e->cache_stats();
           const uint64_t h = after.hits - before.hits, mi = after.misses - before.misses;
@@ -259,6 +265,9 @@ int bench_parallel(const Args& a) {
                           {"start_delay_fraction", r.sections.start_seconds / r.seconds},
                           {"uneven_finish_fraction", r.sections.uneven_seconds / r.seconds}};
       if (mac_peak > 0) k["fraction_of_mac_peak"] = gmacs(r) / mac_peak;
+      k["backend_ops"] = op_times_json(r.ops, static_cast<double>(n_gen), "step");
+      if (!r.ops.empty())
+        k["outside_backend_ops_ms_per_step"] = 1000.0 * outside_op_seconds(r.ops, r.seconds) / static_cast<double>(n_gen);
       if (tps1 > 0) k["tg_ratio_to_parallel_1"] = tps(r) / tps1;
       if (r.hit_rate >= 0) {
         k["hit_rate"] = r.hit_rate;
@@ -320,6 +329,10 @@ int bench_parallel(const Args& a) {
                 static_cast<double>(r.sections.sections) / static_cast<double>(n_gen),
                 100.0 * r.sections.section_seconds / r.seconds, 100.0 * r.sections.start_seconds / r.seconds,
                 100.0 * r.sections.uneven_seconds / r.seconds, 100.0 * (1.0 - r.sections.section_seconds / r.seconds));
+  for (const ParallelRun& r : runs)
+    if (const std::string ops = op_times_text(r.ops, r.seconds, static_cast<double>(n_gen)); !ops.empty())
+      std::printf("%s, %lld sequences, per step (%.3f ms) in the backend's operations: %s\n", r.policy.c_str(),
+                  static_cast<long long>(r.n), 1000.0 * r.seconds / static_cast<double>(n_gen), ops.c_str());
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include "cli/kv_read_bytes.h"
 #include "cli/model_flags.h"
 #include "cli/offload_flags.h"
+#include "cli/op_times_text.h"
 #include "experts/file_transport.h"
 #include "engine/expert_offload.h"
 #include "engine/generator.h"
@@ -174,6 +175,7 @@ int cmd_bench(int argc, char** argv) {
       const double busy_before = offloaded ? e.offload().transport->busy_seconds() : 0.0;
       const std::vector<Backend::OpTime> ops_before = e.backend().op_times();
       e.thread_pool().set_timing(true);
+      e.backend().set_op_timing(true);
       t0 = now();
       int32_t tok = prompt.back();
       for (int64_t i = 0; i < n_gen; ++i) {
@@ -182,16 +184,12 @@ int cmd_bench(int argc, char** argv) {
       }
       const double dt = now() - t0;
       e.thread_pool().set_timing(false);
+      e.backend().set_op_timing(false);
       if (!offloaded) {
         triads.push_back(measure_triad());
         all_tg_seconds.push_back(dt);
         all_sections.push_back(pool.stats());
-        std::vector<Backend::OpTime> ops = e.backend().op_times();
-        for (size_t k = 0; k < ops.size() && k < ops_before.size(); ++k) {
-          ops[k].seconds -= ops_before[k].seconds;
-          ops[k].calls -= ops_before[k].calls;
-        }
-        all_ops.push_back(std::move(ops));
+        all_ops.push_back(Backend::op_times_between(ops_before, e.backend().op_times()));
         if (steady(static_cast<size_t>(r))) ++n_steady;
       } else if (dt < run.tg_seconds) {
         run.tg_seconds = dt;
@@ -310,12 +308,9 @@ int cmd_bench(int argc, char** argv) {
                         {"peak_int8_gmacs", int8_gmacs},
                         {"pp_bound_tokens_per_second", pp_bound},
                         {"pp_fraction_of_bound", pp_tps / pp_bound}};
-    nlohmann::json ops = nlohmann::json::array();
-    for (const Backend::OpTime& o : all_ops[static_cast<size_t>(best_rep)])
-      ops.push_back({{"op", o.op},
-                     {"ms_per_token", 1000.0 * o.seconds / static_cast<double>(n_gen)},
-                     {"calls_per_token", static_cast<double>(o.calls) / static_cast<double>(n_gen)}});
-    j["tg_backend_ops"] = ops;
+    const std::vector<Backend::OpTime>& ops = all_ops[static_cast<size_t>(best_rep)];
+    j["tg_backend_ops"] = op_times_json(ops, static_cast<double>(n_gen), "token");
+    if (!ops.empty()) j["tg_outside_backend_ops_ms_per_token"] = 1000.0 * outside_op_seconds(ops, best_tg) / static_cast<double>(n_gen);
     if (runs.size() > 1) {
       j["expert_budget_bytes"] = budget;
       j["expert_bytes_total"] = m.weights().expert_bytes;
@@ -353,6 +348,9 @@ int cmd_bench(int argc, char** argv) {
                 static_cast<double>(sec.sections) / static_cast<double>(n_gen), 100.0 * sec.section_seconds / best_tg,
                 100.0 * sec.start_seconds / best_tg, 100.0 * sec.uneven_seconds / best_tg,
                 100.0 * (1.0 - sec.section_seconds / best_tg));
+  if (const std::string ops = op_times_text(all_ops[static_cast<size_t>(best_rep)], best_tg, static_cast<double>(n_gen));
+      !ops.empty())
+    std::printf("generation, per token in the backend's operations: %s\n", ops.c_str());
   std::printf("triad GB/s before each generation repetition and after the last:");
   for (double t : triads) std::printf(" %.1f", t);
   if (n_steady > 0)

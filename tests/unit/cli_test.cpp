@@ -126,6 +126,20 @@ TEST(Cli, BenchParallelJsonHasSummedSpeedsAndStepBounds) {
       EXPECT_GE(run[f].get<double>(), 0.0) << f;
       EXPECT_LE(run[f].get<double>(), inside + 1e-12) << f;
     }
+    // And in the backend's operations: with the time outside them, the whole step.
+    const auto& ops = run["backend_ops"];
+    ASSERT_EQ(ops.size(), 5u);
+    double step_ms = run["outside_backend_ops_ms_per_step"].get<double>();
+    for (const auto& o : ops) {
+      EXPECT_GE(o["ms_per_step"].get<double>(), 0.0) << o["op"];
+      step_ms += o["ms_per_step"].get<double>();
+      if (o["op"] == "expert_ffns" || o["op"] == "attention") {
+        EXPECT_GE(o["calls_per_step"].get<double>(), 1.0) << o["op"];
+      }
+    }
+    EXPECT_GE(run["outside_backend_ops_ms_per_step"].get<double>(), 0.0);
+    const double want_ms = 1000.0 * n / run["tg_tokens_per_second"].get<double>();
+    EXPECT_NEAR(step_ms, want_ms, 1e-6 * want_ms);
     if (run["policy"] == "all") {
       (n == 1 ? bytes1 : bytes4) = run["weight_bytes_per_step"].get<double>();
       (n == 1 ? kv1 : kv4) = run["kv_bytes_per_step"].get<double>();
@@ -158,6 +172,11 @@ TEST(Cli, BenchJsonHasSpeedsBoundsAndSections) {
               j["triad_bandwidth_gbs"].get<double>() * 1e9 /
                   (j["weight_bytes_per_token"].get<double>() + j["kv_bytes_per_token"].get<double>()),
               1e-6 * j["tg_bound_tokens_per_second"].get<double>());
+  // Where a generated token's time went: the backend's operations and the rest.
+  double token_ms = j["tg_outside_backend_ops_ms_per_token"].get<double>();
+  ASSERT_EQ(j["tg_backend_ops"].size(), 5u);
+  for (const auto& o : j["tg_backend_ops"]) token_ms += o["ms_per_token"].get<double>();
+  EXPECT_NEAR(token_ms, 1000.0 / j["tg_tokens_per_second"].get<double>(), 1e-6 * token_ms);
   EXPECT_NEAR(j["tg_fraction_of_bound"].get<double>(),
               j["tg_tokens_per_second"].get<double>() / j["tg_bound_tokens_per_second"].get<double>(), 1e-9);
   // The bound is the larger triad around the reported repetition, one whose two triads

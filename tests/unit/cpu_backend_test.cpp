@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -113,6 +114,51 @@ TEST(CpuBackend, PromptProductsOnInterleavedRowsAreCloseToF32) {
       EXPECT_GT(rel, 0.0) << dtype_name(t) << " " << act << ": still the f32 mat-mul";
     }
   }
+}
+
+// op_times: each operation's calls and wall time while set_op_timing is on, none while
+// off (the host ops are called per head, so the clock is read only when asked); the
+// times between two readings are their difference.
+TEST(CpuBackend, OpTimesCountEachOperationOnlyWhileOn) {
+  CpuBackend be(2);
+  const std::vector<Backend::OpTime> zero = be.op_times();
+  ASSERT_EQ(zero.size(), 5u);
+  const char* names[] = {"products", "attention", "kv_store", "expert_ffns", "host ops"};
+  for (size_t k = 0; k < zero.size(); ++k) {
+    EXPECT_EQ(zero[k].op, names[k]);
+    EXPECT_EQ(zero[k].calls, 0u);
+    EXPECT_EQ(zero[k].seconds, 0.0);
+  }
+  std::mt19937 rng(3);
+  const Matrix m = random_matrix(be, DType::Q8_0, 64, 256, rng);
+  std::vector<float> x(256, 0.5f), y(64), w(256, 1.0f), n(256);
+  const Product p{DType::Q8_0, m.layout, m.bytes.data(), 64, 256, x.data(), 1, y.data()};
+  auto work = [&] {
+    be.products(&p, 1);
+    be.rmsnorm_rows(x.data(), w.data(), n.data(), 1, 256, 1e-5f);
+    be.softmax(n.data(), 256);
+  };
+  work();
+  for (const Backend::OpTime& o : be.op_times()) EXPECT_EQ(o.calls, 0u) << o.op << ": counted while off";
+  const std::vector<Backend::OpTime> before = be.op_times();
+  be.set_op_timing(true);
+  const auto t0 = std::chrono::steady_clock::now();
+  work();
+  work();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  be.set_op_timing(false);
+  work();
+  const std::vector<Backend::OpTime> d = Backend::op_times_between(before, be.op_times());
+  EXPECT_EQ(d[0].calls, 2u);  // products
+  EXPECT_EQ(d[4].calls, 4u);  // two norms and two softmaxes
+  for (size_t k : {1u, 2u, 3u}) EXPECT_EQ(d[k].calls, 0u) << d[k].op;
+  double inside = 0;
+  for (const Backend::OpTime& o : d) {
+    EXPECT_GE(o.seconds, 0.0) << o.op;
+    inside += o.seconds;
+  }
+  EXPECT_GT(d[0].seconds, 0.0);
+  EXPECT_LE(inside, wall);
 }
 
 }  // namespace

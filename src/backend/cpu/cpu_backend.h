@@ -2,6 +2,7 @@
 // on a thread pool, anonymous memory in huge pages where the kernel grants them, and
 // rows interleaved in fours for q4_0 / q8_0 and the common k-quants on VNNI CPUs.
 #pragma once
+#include <chrono>
 #include <memory>
 
 #include "backend/activation_precision.h"
@@ -59,6 +60,11 @@ class CpuBackend final : public Backend {
   void expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* const* slots, size_t n, const float* x,
                    const int64_t* requests, int64_t K, int64_t D, int64_t F, float* per_slot) override;
 
+  // Wall time in products, attention, KV stores, expert FFNs and the host ops (norms,
+  // softmax, RoPE), as the CUDA backend names them, counted while set_op_timing is on.
+  std::vector<OpTime> op_times() const override;
+  void set_op_timing(bool on) override { op_timing_ = on; }
+
   // Null when single-threaded.
   ThreadPool* pool() const { return pool_; }
   ThreadPool* thread_pool() const override { return pool_; }
@@ -68,6 +74,27 @@ class CpuBackend final : public Backend {
   ThreadPool* pool_;
   bool interleave_rows_;
   ActivationPrecision activations_;
+  enum Op { kProducts, kAttention, kKvStore, kExperts, kHost, kOps };
+  OpTime times_[kOps] = {{"products"}, {"attention"}, {"kv_store"}, {"expert_ffns"}, {"host ops"}};
+  bool op_timing_ = false;
+  // Adds the scope's time to an operation's while timing is on (no clock read when off).
+  class Timed {
+   public:
+    Timed(CpuBackend& b, Op op) : t_(b.op_timing_ ? &b.times_[op] : nullptr) {
+      if (t_) t0_ = std::chrono::steady_clock::now();
+    }
+    ~Timed() {
+      if (!t_) return;
+      t_->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+      ++t_->calls;
+    }
+    Timed(const Timed&) = delete;
+    Timed& operator=(const Timed&) = delete;
+
+   private:
+    OpTime* t_;
+    std::chrono::steady_clock::time_point t0_;
+  };
 };
 
 }  // namespace moeflow
