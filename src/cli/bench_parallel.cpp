@@ -91,6 +91,7 @@ struct ParallelRun {
   double unique_share = 0;     // distinct experts per layer over selections
   double hit_rate = -1;        // offloaded: during the decode steps
   uint64_t bytes_read = 0;     // offloaded: expert bytes read from storage in those steps
+  double disk_bw = 0;          // offloaded: the larger storage probe (bytes/s) just before and after its repetitions
   ThreadPool::Stats sections;  // the pool's parallel sections in those steps
   std::vector<Backend::OpTime> ops;  // the backend's operations in those steps (where it keeps them)
 };
@@ -136,7 +137,6 @@ int bench_parallel(const Args& a) {
   const std::vector<std::string> policies = bench_policies(a);
   const int64_t n_max = *std::max_element(ns.begin(), ns.end());
   std::vector<ParallelRun> runs;
-  double disk_bw = 0;
   std::string model_path, layout, target;
   int threads = 0;
   double peak = 0, mac_peak = 0;
@@ -160,6 +160,9 @@ int bench_parallel(const Args& a) {
       ParallelRun run;
       run.policy = pol;
       run.n = n;
+      // The storage probe around the run, as the triad is around the resident ones: this
+      // VM's disk reads anywhere from ~0.5 to ~3 GB/s, from one minute to the next.
+      const double disk_before = pol == "all" ? 0 : bench_disk_bandwidth(a, m);
       for (int64_t r = 0; r < reps; ++r) {
         // Each sequence its own deterministic pseudo-random prompt, prefilled in one step.
         std::vector<SeqId> seqs;
@@ -215,6 +218,7 @@ int bench_parallel(const Args& a) {
         }
         for (SeqId id : seqs) e->remove_sequence(id);
       }
+      if (pol != "all") run.disk_bw = std::max(disk_before, bench_disk_bandwidth(a, m));
       runs.push_back(run);
     }
     if (pol == "all") {
@@ -227,7 +231,6 @@ int bench_parallel(const Args& a) {
         mac_instructions = p.instructions;
       }
     }
-    if (pol != "all" && disk_bw == 0) disk_bw = bench_disk_bandwidth(a, m);
   }
   // Offloaded runs are set against the all-resident run's bound at the same N.
   auto tps = [&](const ParallelRun& r) { return static_cast<double>(r.n * n_gen) / r.seconds; };
@@ -239,8 +242,8 @@ int bench_parallel(const Args& a) {
   auto bound = [&](const ParallelRun& r) {
     const ParallelRun& a0 = resident(r.n);
     const double mem = static_cast<double>(a0.n * n_gen) / (static_cast<double>(a0.bytes + a0.kv_bytes) / (a0.triad * 1e9));
-    if (r.policy == "all" || r.bytes_read == 0 || disk_bw <= 0) return mem;
-    return std::min(mem, static_cast<double>(r.n * n_gen) / (static_cast<double>(r.bytes_read) / disk_bw));
+    if (r.policy == "all" || r.bytes_read == 0 || r.disk_bw <= 0) return mem;
+    return std::min(mem, static_cast<double>(r.n * n_gen) / (static_cast<double>(r.bytes_read) / r.disk_bw));
   };
   const double tps1 = std::count(ns.begin(), ns.end(), 1) ? tps(resident(1)) : 0;
   auto gmacs = [&](const ParallelRun& r) { return static_cast<double>(r.macs) / r.seconds / 1e9; };
@@ -272,7 +275,8 @@ int bench_parallel(const Args& a) {
       if (r.hit_rate >= 0) {
         k["hit_rate"] = r.hit_rate;
         k["bytes_read_per_step"] = static_cast<double>(r.bytes_read) / static_cast<double>(n_gen);
-        k["disk_read_gbs"] = disk_bw / 1e9;
+        k["disk_read_gbs"] = r.disk_bw / 1e9;
+        k["disk_read_gbs_during_run"] = static_cast<double>(r.bytes_read) / r.seconds / 1e9;
       }
       j["runs"].push_back(k);
     }
@@ -285,9 +289,18 @@ int bench_parallel(const Args& a) {
   std::printf("model %s, %d threads, experts in memory as %s, %s kernels; %lld-token prompts, %lld decode steps\n",
               model_path.c_str(), threads, layout.c_str(), target.c_str(), static_cast<long long>(n_prompt),
               static_cast<long long>(n_gen));
-  if (disk_bw > 0)
-    std::printf("storage reads %.2f GB/s: an offloaded row's bound is the smaller of its memory and storage bounds\n",
-                disk_bw / 1e9);
+  if (std::any_of(runs.begin(), runs.end(), [](const ParallelRun& r) { return r.disk_bw > 0; })) {
+    std::printf("an offloaded row's bound is the smaller of its memory bound and its storage reads at the larger of two "
+                "O_DIRECT probes, just before and after it (GB/s, probe / what the run read):");
+    const char* sep = " ";
+    for (const ParallelRun& r : runs)
+      if (r.disk_bw > 0) {
+        std::printf("%s%s N=%lld %.2f / %.2f", sep, r.policy.c_str(), static_cast<long long>(r.n), r.disk_bw / 1e9,
+                    static_cast<double>(r.bytes_read) / r.seconds / 1e9);
+        sep = ", ";
+      }
+    std::printf("\n");
+  }
   if (mac_peak > 0)
     std::printf("%s activations: the integer kernels' arithmetic peak is %.0f G multiply-adds/s (%s on every "
                 "thread%s)\n",

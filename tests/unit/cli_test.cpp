@@ -146,6 +146,9 @@ TEST(Cli, BenchParallelJsonHasSummedSpeedsAndStepBounds) {
     }
     if (run["policy"] == "lru") {
       EXPECT_TRUE(run.contains("hit_rate"));
+      // Its storage bound's rate: the larger probe around it; beside it what it read.
+      EXPECT_GT(run["disk_read_gbs"].get<double>(), 0.0);
+      EXPECT_GE(run["disk_read_gbs_during_run"].get<double>(), 0.0);
     }
   }
   // Four tokens read the dense weights once but more experts than one token does.
@@ -203,8 +206,18 @@ TEST(Cli, BenchJsonHasSpeedsBoundsAndSections) {
     EXPECT_LE(sec[f].get<double>(), 1.0) << f;
   }
   ASSERT_EQ(j["policies"].size(), 2u);
-  EXPECT_EQ(j["policies"][1]["policy"], "lru");
-  EXPECT_GE(j["policies"][1]["hit_rate"].get<double>(), 0.0);
+  const auto& lru = j["policies"][1];
+  EXPECT_EQ(lru["policy"], "lru");
+  EXPECT_GE(lru["hit_rate"].get<double>(), 0.0);
+  // Its storage bound: the bytes it read per token at the storage probe taken around
+  // it (the summary's is the largest probe).
+  const double bpt = lru["bytes_read_per_token"].get<double>();
+  ASSERT_GT(bpt, 0.0);
+  EXPECT_GT(lru["read_gbs"].get<double>(), 0.0);
+  EXPECT_GT(lru["read_gbs_during_run"].get<double>(), 0.0);
+  EXPECT_NEAR(lru["io_bound_tokens_per_second"].get<double>(), lru["read_gbs"].get<double>() * 1e9 / bpt,
+              1e-9 * lru["io_bound_tokens_per_second"].get<double>());
+  EXPECT_DOUBLE_EQ(j["disk_read_gbs"].get<double>(), lru["read_gbs"].get<double>());
 }
 
 // q4_0 weights repacked for the VNNI kernel (the default) and left in GGUF's layout
