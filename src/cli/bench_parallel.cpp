@@ -161,7 +161,7 @@ int bench_parallel(const Args& a) {
       run.policy = pol;
       run.n = n;
       // The storage probe around the run, as the triad is around the resident ones: this
-      // VM's disk reads anywhere from ~0.5 to ~3 GB/s, from one minute to the next.
+      // VM's disk reads anywhere from ~0.5 to ~7.5 GB/s, from one minute to the next.
       const double disk_before = pol == "all" ? 0 : bench_disk_bandwidth(a, m);
       for (int64_t r = 0; r < reps; ++r) {
         // Each sequence its own deterministic pseudo-random prompt, prefilled in one step.

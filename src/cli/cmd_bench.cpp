@@ -167,7 +167,7 @@ int cmd_bench(int argc, char** argv) {
     // more repetitions while none was steady.
     if (!offloaded) triads.push_back(measure_triad());
     // The storage probe around an offloaded policy's repetitions, as the triad is around
-    // the resident ones: this VM's disk reads anywhere from ~0.5 to ~6 GB/s, from one
+    // the resident ones: this VM's disk reads anywhere from ~0.5 to ~7.5 GB/s, from one
     // minute to the next. (A GPU backend's experts cross its link, measured by its
     // transport, not storage.)
     const bool probe_disk = offloaded && e.offload().transport->bandwidth() <= 0;
@@ -321,7 +321,8 @@ int cmd_bench(int argc, char** argv) {
                         {"pp_fraction_of_bound", pp_tps / pp_bound}};
     const std::vector<Backend::OpTime>& ops = all_ops[static_cast<size_t>(best_rep)];
     j["tg_backend_ops"] = op_times_json(ops, static_cast<double>(n_gen), "token");
-    if (!ops.empty()) j["tg_outside_backend_ops_ms_per_token"] = 1000.0 * outside_op_seconds(ops, best_tg) / static_cast<double>(n_gen);
+    if (!ops.empty())
+      j["tg_outside_backend_ops_ms_per_token"] = 1000.0 * outside_op_seconds(ops, best_tg) / static_cast<double>(n_gen);
     if (runs.size() > 1) {
       j["expert_budget_bytes"] = budget;
       j["expert_bytes_total"] = m.weights().expert_bytes;
