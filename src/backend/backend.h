@@ -8,6 +8,7 @@
 // Thread safety: one caller at a time; a backend may use threads of its own within
 // a call.
 #pragma once
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -82,6 +83,25 @@ class Backend : public WeightPlacer, public ExpertMemory {
     uint64_t calls = 0;
   };
   virtual std::vector<OpTime> op_times() const { return {}; }
+  // Adds the wall time of its scope to an operation's time and calls; with a null one
+  // it does nothing and reads no clock.
+  class ScopedOpTime {
+   public:
+    explicit ScopedOpTime(OpTime* t) : t_(t) {
+      if (t_) t0_ = std::chrono::steady_clock::now();
+    }
+    ~ScopedOpTime() {
+      if (!t_) return;
+      t_->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+      ++t_->calls;
+    }
+    ScopedOpTime(const ScopedOpTime&) = delete;
+    ScopedOpTime& operator=(const ScopedOpTime&) = delete;
+
+   private:
+    OpTime* t_;
+    std::chrono::steady_clock::time_point t0_;
+  };
   // Whether op_times counts from now on (a CPU backend reads the clock only while
   // asked to: its host ops are called per head; a GPU backend always counts).
   virtual void set_op_timing(bool /*on*/) {}

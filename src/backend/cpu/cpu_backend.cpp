@@ -198,7 +198,7 @@ std::string CpuBackend::kernel_target() const {
 }
 
 void CpuBackend::products(const Product* jobs, size_t n) {
-  const Timed timed(*this, kProducts);
+  const ScopedOpTime timing(timed(kProducts));
   thread_local std::vector<Product> marked;
   marked.assign(jobs, jobs + n);
   for (Product& j : marked) {
@@ -210,41 +210,41 @@ void CpuBackend::products(const Product* jobs, size_t n) {
 
 void CpuBackend::attention(const AttentionShape& s, const float* q, int64_t n_tok, const AttentionQuery* tok,
                            const void* k_cache, const void* v_cache, float* out) {
-  const Timed timed(*this, kAttention);
+  const ScopedOpTime timing(timed(kAttention));
   cpu::attention(s, q, n_tok, tok, k_cache, v_cache, out, pool_);
 }
 
 void CpuBackend::kv_store(DType kv_type, const float* src, int64_t rows, int64_t n, void* dst, int64_t dst_stride,
                           int64_t elem_stride) {
-  const Timed timed(*this, kKvStore);
+  const ScopedOpTime timing(timed(kKvStore));
   if (elem_stride == 1) cpu::kv_store_rows(kv_type, src, rows, n, dst, dst_stride);
   else cpu::kv_store_columns(kv_type, src, rows, n, dst, dst_stride, elem_stride);
 }
 
 void CpuBackend::rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int64_t d, float eps) {
-  const Timed timed(*this, kHost);
+  const ScopedOpTime timing(timed(kHost));
   for (int64_t t = 0; t < n_rows; ++t) cpu::rmsnorm(x + t * d, w, y + t * d, d, eps);
 }
 
 void CpuBackend::softmax(float* x, int64_t n) {
-  const Timed timed(*this, kHost);
+  const ScopedOpTime timing(timed(kHost));
   cpu::softmax(x, n);
 }
 
 void CpuBackend::rope_angles(int64_t pos, int64_t rot_dim, float freq_base, float* cs) {
-  const Timed timed(*this, kHost);
+  const ScopedOpTime timing(timed(kHost));
   cpu::rope_angles(pos, rot_dim, freq_base, cs);
 }
 
 void CpuBackend::rope_apply(float* head, int64_t rot_dim, const float* cs, bool neox) {
-  const Timed timed(*this, kHost);
+  const ScopedOpTime timing(timed(kHost));
   cpu::rope_apply(head, rot_dim, cs, neox);
 }
 
 void CpuBackend::expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* const* slots, size_t n,
                              const float* x, const int64_t* requests, int64_t K, int64_t D, int64_t F,
                              float* per_slot) {
-  const Timed timed(*this, kExperts);
+  const ScopedOpTime timing(timed(kExperts));
   // A decode step (every token alone in its sequence: one sequence's token, or one
   // token of each of several sequences) with at least as many experts as threads:
   // each thread runs whole experts, gate and up on all of an expert's tokens, SwiGLU,

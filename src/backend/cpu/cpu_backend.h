@@ -2,7 +2,6 @@
 // on a thread pool, anonymous memory in huge pages where the kernel grants them, and
 // rows interleaved in fours for q4_0 / q8_0 and the common k-quants on VNNI CPUs.
 #pragma once
-#include <chrono>
 #include <memory>
 
 #include "backend/activation_precision.h"
@@ -77,24 +76,8 @@ class CpuBackend final : public Backend {
   enum Op { kProducts, kAttention, kKvStore, kExperts, kHost, kOps };
   OpTime times_[kOps] = {{"products"}, {"attention"}, {"kv_store"}, {"expert_ffns"}, {"host ops"}};
   bool op_timing_ = false;
-  // Adds the scope's time to an operation's while timing is on (no clock read when off).
-  class Timed {
-   public:
-    Timed(CpuBackend& b, Op op) : t_(b.op_timing_ ? &b.times_[op] : nullptr) {
-      if (t_) t0_ = std::chrono::steady_clock::now();
-    }
-    ~Timed() {
-      if (!t_) return;
-      t_->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-      ++t_->calls;
-    }
-    Timed(const Timed&) = delete;
-    Timed& operator=(const Timed&) = delete;
-
-   private:
-    OpTime* t_;
-    std::chrono::steady_clock::time_point t0_;
-  };
+  // The operation's counters while timing is on, else null (ScopedOpTime reads no clock).
+  OpTime* timed(Op op) { return op_timing_ ? &times_[op] : nullptr; }
 };
 
 }  // namespace moeflow

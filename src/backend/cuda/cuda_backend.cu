@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -105,16 +104,6 @@ struct CudaBackend::Impl {
   bool pending = false;  // a queued copy may still read h_in
   enum Op { kProducts, kAttention, kKvStore, kExperts, kHost, kOps };
   OpTime times[kOps] = {{"products"}, {"attention"}, {"kv_store"}, {"expert_ffns"}, {"host ops"}};
-  // Adds the wall time of its scope to one operation's.
-  struct Timed {
-    OpTime& t;
-    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-    explicit Timed(OpTime& op) : t(op) {}
-    ~Timed() {
-      t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      ++t.calls;
-    }
-  };
 
   void bind() const { cudaSetDevice(device); }
 
@@ -398,7 +387,7 @@ std::unique_ptr<Transport> CudaBackend::expert_transport(const ExpertStore& stor
 void CudaBackend::products(const Product* jobs, size_t n) {
   if (n == 0) return;
   Impl& im = *im_;
-  Impl::Timed timed(im.times[Impl::kProducts]);
+  const ScopedOpTime timed(&im.times[Impl::kProducts]);
   im.bind();
   // Inputs once each (q, k and v share theirs), then every product, then one copy back.
   struct Input {
@@ -451,7 +440,7 @@ void CudaBackend::attention(const AttentionShape& s, const float* q, int64_t n_t
                             const void* k_cache, const void* v_cache, float* out) {
   if (n_tok <= 0) return;
   Impl& im = *im_;
-  Impl::Timed timed(im.times[Impl::kAttention]);
+  const ScopedOpTime timed(&im.times[Impl::kAttention]);
   im.bind();
   // Each distinct block table once, as long as its furthest token needs.
   std::vector<std::pair<const int32_t*, int64_t>> tables;  // host table, blocks used
@@ -507,7 +496,7 @@ void CudaBackend::attention(const AttentionShape& s, const float* q, int64_t n_t
 void CudaBackend::kv_store(DType kv_type, const float* src, int64_t rows, int64_t n, void* dst, int64_t dst_stride,
                            int64_t elem_stride) {
   Impl& im = *im_;
-  Impl::Timed timed(im.times[Impl::kKvStore]);
+  const ScopedOpTime timed(&im.times[Impl::kKvStore]);
   im.bind();
   const size_t bytes = static_cast<size_t>(rows * n) * 4;
   uint8_t* h_in = im.stage_in(bytes);
@@ -522,19 +511,19 @@ void CudaBackend::kv_store(DType kv_type, const float* src, int64_t rows, int64_
 }
 
 void CudaBackend::rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int64_t d, float eps) {
-  Impl::Timed timed(im_->times[Impl::kHost]);
+  const ScopedOpTime timed(&im_->times[Impl::kHost]);
   im_->cpu->rmsnorm_rows(x, w, y, n_rows, d, eps);
 }
 void CudaBackend::softmax(float* x, int64_t n) {
-  Impl::Timed timed(im_->times[Impl::kHost]);
+  const ScopedOpTime timed(&im_->times[Impl::kHost]);
   im_->cpu->softmax(x, n);
 }
 void CudaBackend::rope_angles(int64_t pos, int64_t rot_dim, float freq_base, float* cs) {
-  Impl::Timed timed(im_->times[Impl::kHost]);
+  const ScopedOpTime timed(&im_->times[Impl::kHost]);
   im_->cpu->rope_angles(pos, rot_dim, freq_base, cs);
 }
 void CudaBackend::rope_apply(float* head, int64_t rot_dim, const float* cs, bool neox) {
-  Impl::Timed timed(im_->times[Impl::kHost]);
+  const ScopedOpTime timed(&im_->times[Impl::kHost]);
   im_->cpu->rope_apply(head, rot_dim, cs, neox);
 }
 
@@ -542,7 +531,7 @@ void CudaBackend::expert_ffns(const ExpertMatrices* mats, const std::vector<int6
                               const float* x, const int64_t* requests, int64_t K, int64_t D, int64_t F,
                               float* per_slot) {
   Impl& im = *im_;
-  Impl::Timed timed(im.times[Impl::kExperts]);
+  const ScopedOpTime timed(&im.times[Impl::kExperts]);
   im.bind();
   // Experts handed over in host memory run on the CPU (below, while the device
   // computes the others); every other expert's slots go to the device, gathered.
