@@ -125,10 +125,15 @@ class Backend : public WeightPlacer, public ExpertMemory {
                         int64_t elem_stride) = 0;
   // y[t] = rmsnorm(x[t]) * w for t < n_rows rows of d; y may alias x.
   virtual void rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int64_t d, float eps) = 0;
-  virtual void softmax(float* x, int64_t n) = 0;
-  // cos/sin of position pos's rotary angles (rot_dim floats), then one head's rotation.
+  // In-place softmax of each of `rows` rows of n floats (a step's router logits in
+  // one call: the host ops are called per step and layer, not per token).
+  virtual void softmax_rows(float* x, int64_t rows, int64_t n) = 0;
+  // cos/sin of position pos's rotary angles (rot_dim floats), then the rotation of
+  // n_heads heads at those angles, head h's first rot_dim floats at heads + h * stride
+  // (a token's query or key heads in one call).
   virtual void rope_angles(int64_t pos, int64_t rot_dim, float freq_base, float* cs) = 0;
-  virtual void rope_apply(float* head, int64_t rot_dim, const float* cs, bool neox) = 0;
+  virtual void rope_heads(float* heads, int64_t n_heads, int64_t stride, int64_t rot_dim, const float* cs,
+                          bool neox) = 0;
   // The SwiGLU FFN of experts mats[0, n), each over the (token, slot) pairs slots[i]
   // that chose it (slot s = token s / K); row s of per_slot gets slot s's output (D
   // floats). requests[t] names token t's sequence (null: one sequence): a token alone

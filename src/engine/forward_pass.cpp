@@ -150,22 +150,22 @@ void ForwardPass::attention_block(int64_t l, const StepTokens& step, std::vector
     add_bias(v_.data(), L.bv, n);
   }
 
+  // Every token's query and key norms in one call each (a row per token, or per head
+  // with per-head norms: rows of q_ and k_ either way), then each token's heads rotated
+  // at its position's angles: the host ops per step and layer, not per head.
+  if (c.qk_norm == QkNorm::Full) {
+    backend_.rmsnorm_rows(q_.data(), L.q_norm.data(), q_.data(), n, q_dim, c.rms_eps);
+    backend_.rmsnorm_rows(k_.data(), L.k_norm.data(), k_.data(), n, kv_dim, c.rms_eps);
+  } else if (c.qk_norm == QkNorm::PerHead) {
+    backend_.rmsnorm_rows(q_.data(), L.q_norm.data(), q_.data(), n * c.n_head, hd, c.rms_eps);
+    backend_.rmsnorm_rows(k_.data(), L.k_norm.data(), k_.data(), n * c.n_head_kv, hd, c.rms_eps);
+  }
   for (int64_t t = 0; t < n; ++t) {
     float* qt = q_.data() + t * q_dim;
     float* kt = k_.data() + t * kv_dim;
-    if (c.qk_norm == QkNorm::Full) {
-      backend_.rmsnorm_rows(qt, L.q_norm.data(), qt, 1, q_dim, c.rms_eps);
-      backend_.rmsnorm_rows(kt, L.k_norm.data(), kt, 1, kv_dim, c.rms_eps);
-    }
     const float* cs = rope_cs_.data() + t * (c.rot_dim / 2 * 2);
-    for (int64_t h = 0; h < c.n_head; ++h) {
-      if (c.qk_norm == QkNorm::PerHead) backend_.rmsnorm_rows(qt + h * hd, L.q_norm.data(), qt + h * hd, 1, hd, c.rms_eps);
-      backend_.rope_apply(qt + h * hd, c.rot_dim, cs, c.rope_neox);
-    }
-    for (int64_t h = 0; h < c.n_head_kv; ++h) {
-      if (c.qk_norm == QkNorm::PerHead) backend_.rmsnorm_rows(kt + h * hd, L.k_norm.data(), kt + h * hd, 1, hd, c.rms_eps);
-      backend_.rope_apply(kt + h * hd, c.rot_dim, cs, c.rope_neox);
-    }
+    backend_.rope_heads(qt, c.n_head, hd, c.rot_dim, cs, c.rope_neox);
+    backend_.rope_heads(kt, c.n_head_kv, hd, c.rot_dim, cs, c.rope_neox);
     kv_->store(l, step.blocks[t], step.pos[t], kt, v_.data() + t * kv_dim);
   }
   AttentionShape shape{c.n_head, c.n_head_kv, hd, kv_->block_len(), kv_->block_stride(), kv_->type()};

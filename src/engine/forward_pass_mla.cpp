@@ -54,13 +54,11 @@ void ForwardPass::mla_attention_block(int64_t l, const StepTokens& step, std::ve
     float* kt = k_.data() + t * A;
     backend_.rmsnorm_rows(kv_a + t * A, L.mla.kv_a_norm.data(), kt, 1, R, c.rms_eps);
     std::copy_n(kv_a + t * A + R, rd, kt + R);
-    backend_.rope_apply(kt + R, rd, cs, c.rope_neox);
+    backend_.rope_heads(kt + R, 1, rd, rd, cs, c.rope_neox);
     kv_->store(l, step.blocks[t], step.pos[t], kt, kt);  // the value is the latent, kt's first R
     float* qt = q_.data() + t * H * hk;
-    for (int64_t h = 0; h < H; ++h) {
-      backend_.rope_apply(qt + h * hk + nope, rd, cs, c.rope_neox);
-      std::copy_n(qt + h * hk, nope, q_nope + (h * n + t) * nope);
-    }
+    backend_.rope_heads(qt + nope, H, hk, rd, cs, c.rope_neox);
+    for (int64_t h = 0; h < H; ++h) std::copy_n(qt + h * hk, nope, q_nope + (h * n + t) * nope);
   }
   float* q_lat = mla_heads_out_.data();  // [H][n][R]
   jobs_.clear();

@@ -49,9 +49,9 @@ void route_tokens(const ModelConfig& c, const float* router_logits, int64_t n_to
   r.weights.resize(static_cast<size_t>(n_tok * K));
   std::vector<int32_t> order(static_cast<size_t>(E));
   std::vector<float> in_groups(c.n_expert_group > 1 ? static_cast<size_t>(E) : 0);
+  backend.softmax_rows(r.probs.data(), n_tok, E);
   for (int64_t t = 0; t < n_tok; ++t) {
-    float* p = r.probs.data() + t * E;
-    backend.softmax(p, E);
+    const float* p = r.probs.data() + t * E;
     // Group-limited routing ranks the experts of the chosen groups only.
     const float* rank = p;
     if (c.n_expert_group > 1) rank = limit_to_groups(c, p, in_groups.data());

@@ -33,7 +33,7 @@ void read_rope_yarn(const gguf::GgufFile& f, const std::string& prefix, ModelCon
 std::vector<double> yarn_inv_freq(const YarnScaling& y, double base, int64_t rot_dim);
 
 // cs[2i] = attn_factor cos(pos theta_i), cs[2i + 1] = attn_factor sin(pos theta_i): the
-// layout of Backend::rope_angles, so Backend::rope_apply rotates by them.
+// layout of Backend::rope_angles, so Backend::rope_heads rotates by them.
 void yarn_angles(const std::vector<double>& inv_freq, double attn_factor, int64_t pos, float* cs);
 
 }  // namespace moeflow

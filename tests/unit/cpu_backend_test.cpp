@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "tensor/dtype.h"
 
@@ -116,6 +117,37 @@ TEST(CpuBackend, PromptProductsOnInterleavedRowsAreCloseToF32) {
   }
 }
 
+// The batched host ops give each row or head exactly what the kernel gives it alone:
+// softmax_rows row by row, rope_heads head by head at their stride (the heads' other
+// floats untouched).
+TEST(CpuBackend, SoftmaxRowsAndRopeHeadsEqualTheirRowsAlone) {
+  CpuBackend be(2);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  std::vector<float> logits(5 * 8);
+  for (float& v : logits) v = u(rng);
+  std::vector<float> rows = logits, alone = logits;
+  be.softmax_rows(rows.data(), 5, 8);
+  for (int r = 0; r < 5; ++r) cpu::softmax(alone.data() + r * 8, 8);
+  EXPECT_EQ(rows, alone);
+
+  const int64_t n_heads = 6, stride = 40, rot = 32;  // stride > rot: each head's tail stays
+  std::vector<float> cs(static_cast<size_t>(rot));
+  cpu::rope_angles(17, rot, 10000.0f, cs.data());
+  for (bool neox : {false, true}) {
+    std::vector<float> heads(static_cast<size_t>(n_heads * stride));
+    for (float& v : heads) v = u(rng);
+    std::vector<float> one = heads;
+    const std::vector<float> before = heads;
+    be.rope_heads(heads.data(), n_heads, stride, rot, cs.data(), neox);
+    for (int64_t h = 0; h < n_heads; ++h) cpu::rope_apply(one.data() + h * stride, rot, cs.data(), neox);
+    EXPECT_EQ(heads, one) << "neox " << neox;
+    EXPECT_NE(heads, before);
+    for (int64_t h = 0; h < n_heads; ++h)
+      for (int64_t i = rot; i < stride; ++i) EXPECT_EQ(heads[h * stride + i], before[h * stride + i]);
+  }
+}
+
 // op_times: each operation's calls and wall time while set_op_timing is on, none while
 // off (the host ops are called per head, so the clock is read only when asked); the
 // times between two readings are their difference.
@@ -136,7 +168,7 @@ TEST(CpuBackend, OpTimesCountEachOperationOnlyWhileOn) {
   auto work = [&] {
     be.products(&p, 1);
     be.rmsnorm_rows(x.data(), w.data(), n.data(), 1, 256, 1e-5f);
-    be.softmax(n.data(), 256);
+    be.softmax_rows(n.data(), 2, 128);
   };
   work();
   for (const Backend::OpTime& o : be.op_times()) EXPECT_EQ(o.calls, 0u) << o.op << ": counted while off";

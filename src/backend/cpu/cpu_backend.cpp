@@ -226,9 +226,9 @@ void CpuBackend::rmsnorm_rows(const float* x, const float* w, float* y, int64_t 
   for (int64_t t = 0; t < n_rows; ++t) cpu::rmsnorm(x + t * d, w, y + t * d, d, eps);
 }
 
-void CpuBackend::softmax(float* x, int64_t n) {
+void CpuBackend::softmax_rows(float* x, int64_t rows, int64_t n) {
   const ScopedOpTime timing(timed(kHost));
-  cpu::softmax(x, n);
+  for (int64_t r = 0; r < rows; ++r) cpu::softmax(x + r * n, n);
 }
 
 void CpuBackend::rope_angles(int64_t pos, int64_t rot_dim, float freq_base, float* cs) {
@@ -236,9 +236,10 @@ void CpuBackend::rope_angles(int64_t pos, int64_t rot_dim, float freq_base, floa
   cpu::rope_angles(pos, rot_dim, freq_base, cs);
 }
 
-void CpuBackend::rope_apply(float* head, int64_t rot_dim, const float* cs, bool neox) {
+void CpuBackend::rope_heads(float* heads, int64_t n_heads, int64_t stride, int64_t rot_dim, const float* cs,
+                            bool neox) {
   const ScopedOpTime timing(timed(kHost));
-  cpu::rope_apply(head, rot_dim, cs, neox);
+  for (int64_t h = 0; h < n_heads; ++h) cpu::rope_apply(heads + h * stride, rot_dim, cs, neox);
 }
 
 void CpuBackend::expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* const* slots, size_t n,

@@ -53,9 +53,10 @@ class CpuBackend final : public Backend {
   void kv_store(DType kv_type, const float* src, int64_t rows, int64_t n, void* dst, int64_t dst_stride,
                 int64_t elem_stride) override;
   void rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int64_t d, float eps) override;
-  void softmax(float* x, int64_t n) override;
+  void softmax_rows(float* x, int64_t rows, int64_t n) override;
   void rope_angles(int64_t pos, int64_t rot_dim, float freq_base, float* cs) override;
-  void rope_apply(float* head, int64_t rot_dim, const float* cs, bool neox) override;
+  void rope_heads(float* heads, int64_t n_heads, int64_t stride, int64_t rot_dim, const float* cs,
+                  bool neox) override;
   void expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* const* slots, size_t n, const float* x,
                    const int64_t* requests, int64_t K, int64_t D, int64_t F, float* per_slot) override;
 

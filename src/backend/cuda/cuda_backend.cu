@@ -514,17 +514,18 @@ void CudaBackend::rmsnorm_rows(const float* x, const float* w, float* y, int64_t
   const ScopedOpTime timed(&im_->times[Impl::kHost]);
   im_->cpu->rmsnorm_rows(x, w, y, n_rows, d, eps);
 }
-void CudaBackend::softmax(float* x, int64_t n) {
+void CudaBackend::softmax_rows(float* x, int64_t rows, int64_t n) {
   const ScopedOpTime timed(&im_->times[Impl::kHost]);
-  im_->cpu->softmax(x, n);
+  im_->cpu->softmax_rows(x, rows, n);
 }
 void CudaBackend::rope_angles(int64_t pos, int64_t rot_dim, float freq_base, float* cs) {
   const ScopedOpTime timed(&im_->times[Impl::kHost]);
   im_->cpu->rope_angles(pos, rot_dim, freq_base, cs);
 }
-void CudaBackend::rope_apply(float* head, int64_t rot_dim, const float* cs, bool neox) {
+void CudaBackend::rope_heads(float* heads, int64_t n_heads, int64_t stride, int64_t rot_dim, const float* cs,
+                             bool neox) {
   const ScopedOpTime timed(&im_->times[Impl::kHost]);
-  im_->cpu->rope_apply(head, rot_dim, cs, neox);
+  im_->cpu->rope_heads(heads, n_heads, stride, rot_dim, cs, neox);
 }
 
 void CudaBackend::expert_ffns(const ExpertMatrices* mats, const std::vector<int64_t>* const* slots, size_t n,
