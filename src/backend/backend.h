@@ -103,7 +103,7 @@ class Backend : public WeightPlacer, public ExpertMemory {
     std::chrono::steady_clock::time_point t0_;
   };
   // Whether op_times counts from now on (a CPU backend reads the clock only while
-  // asked to: its host ops are called per head; a GPU backend always counts).
+  // asked to: its host ops and KV stores are called per token; a GPU backend always counts).
   virtual void set_op_timing(bool /*on*/) {}
   // What each operation took between two op_times() readings (the same backend's).
   static std::vector<OpTime> op_times_between(const std::vector<OpTime>& before, const std::vector<OpTime>& after) {
@@ -126,7 +126,7 @@ class Backend : public WeightPlacer, public ExpertMemory {
   // y[t] = rmsnorm(x[t]) * w for t < n_rows rows of d; y may alias x.
   virtual void rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int64_t d, float eps) = 0;
   // In-place softmax of each of `rows` rows of n floats (a step's router logits in
-  // one call: the host ops are called per step and layer, not per token).
+  // one call).
   virtual void softmax_rows(float* x, int64_t rows, int64_t n) = 0;
   // cos/sin of position pos's rotary angles (rot_dim floats), then the rotation of
   // n_heads heads at those angles, head h's first rot_dim floats at heads + h * stride

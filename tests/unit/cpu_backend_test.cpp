@@ -149,7 +149,7 @@ TEST(CpuBackend, SoftmaxRowsAndRopeHeadsEqualTheirRowsAlone) {
 }
 
 // op_times: each operation's calls and wall time while set_op_timing is on, none while
-// off (the host ops are called per head, so the clock is read only when asked); the
+// off (the host ops are called per token, so the clock is read only when asked); the
 // times between two readings are their difference.
 TEST(CpuBackend, OpTimesCountEachOperationOnlyWhileOn) {
   CpuBackend be(2);
