@@ -52,24 +52,35 @@ uint64_t FileTransport::bytes_of(const ExpertKey& key) const {
   return n;
 }
 
-bool FileTransport::copy(TransferJob& job) {
-  // The expert's spans one after the other; job.done counts bytes across them.
+// An expert's bytes are its spans end to end; a piece lies within one span (a chunk of
+// it, or the whole span), unless chunk_bytes_ is 0: then the whole expert is one piece.
+uint64_t FileTransport::piece_end(const ExpertKey& key, uint64_t from) const {
+  if (chunk_bytes_ == 0) return bytes_of(key);
+  uint64_t start = 0;
+  for (const ExpertPart& p : store_.parts(key)) {
+    const uint64_t len = p.span_end - p.span_begin;
+    if (from < start + len) return start + std::min(len, from - start + chunk_bytes_);
+    start += len;
+  }
+  return start;
+}
+
+uint64_t FileTransport::copy_range(const TransferJob& job, uint64_t from, uint64_t to) {
   uint64_t start = 0;
   for (const ExpertPart& p : store_.parts(job.key)) {
     const uint64_t len = p.span_end - p.span_begin;
-    while (job.done < start + len) {
-      const uint64_t at = job.done - start;
-      const uint64_t n = chunk_bytes_ ? std::min(chunk_bytes_, len - at) : len - at;
-      read_span(job.dst + p.buffer_offset + at, p.span_begin + at, n);
-      job.done += n;
-      if (chunk_hook_) chunk_hook_(job.key, job.done);
-      const bool last = job.done == start + len && &p == &store_.parts(job.key).back();
-      if (!last && chunk_bytes_ && should_yield(job.key)) return false;
+    const uint64_t a = std::max(from, start), b = std::min(to, start + len);
+    if (a < b) {
+      read_span(job.dst + p.buffer_offset + (a - start), p.span_begin + (a - start), b - a);
+      if (chunk_hook_) chunk_hook_(job.key, b);
     }
     start += len;
   }
+  return to;
+}
+
+void FileTransport::finish(const TransferJob& job) {
   store_.prepare(job.key, job.dst);  // on this I/O thread, before the expert is reported done
-  return true;
 }
 
 void FileTransport::read_span(uint8_t* dst, uint64_t offset, uint64_t len) {

@@ -5,10 +5,11 @@
 // overlay file systems) reads are buffered and each read range is dropped from the
 // page cache afterwards (posix_fadvise DONTNEED).
 //
-// An expert is read in chunks of `chunk_bytes` (0: whole, never given up). Between chunks a reader checks for a
-// demand (priority kDemandPriority) waiting with no reader free: if its own copy is a
-// prefetch, it puts the copy back in the queue with its progress and takes the
-// demand, so a demand never waits behind the whole of a wrong prefetch.
+// An expert is read in pieces of at most `chunk_bytes` within one of its spans (0: the
+// whole expert at once, never given up), which the readers share (WorkerTransport):
+// one expert's spans and chunks are read by several readers at once, and a reader
+// done with a piece of a prefetch takes a demand's next, so a demand never waits
+// behind the whole of a wrong prefetch.
 #pragma once
 #include <functional>
 #include <string>
@@ -27,12 +28,14 @@ class FileTransport final : public WorkerTransport {
   std::string medium() const override { return direct_ ? "O_DIRECT" : "buffered reads"; }
 
   bool direct_io() const { return direct_; }
-  // Tests: called on the reader thread after each chunk of a copy (bytes done so far).
+  // Tests: called on the reader thread after each read of a copy (the end of the bytes it read).
   void set_chunk_hook(std::function<void(const ExpertKey&, uint64_t)> hook) { chunk_hook_ = std::move(hook); }
 
  private:
-  // Reads the rest of the job's expert (its aligned spans), then prepares it.
-  bool copy(TransferJob& job) override;
+  // Reads bytes [from, to) of the expert's aligned spans (end to end).
+  uint64_t copy_range(const TransferJob& job, uint64_t from, uint64_t to) override;
+  uint64_t piece_end(const ExpertKey& key, uint64_t from) const override;
+  void finish(const TransferJob& job) override;  // prepares the expert (repacking)
   uint64_t bytes_of(const ExpertKey& key) const override;
   void read_span(uint8_t* dst, uint64_t offset, uint64_t len);
 

@@ -13,30 +13,35 @@ struct TransferJob {
   ExpertKey key;
   uint8_t* dst = nullptr;
   double priority = 0;
-  uint64_t seq = 0;   // submission order
-  uint64_t done = 0;  // bytes already copied (a pre-empted copy resumes there)
+  uint64_t seq = 0;  // submission order
 };
+
+// Whether a is copied before b: the higher priority, then the earlier submission.
+inline bool copies_before(const TransferJob& a, const TransferJob& b) {
+  return a.priority != b.priority ? a.priority > b.priority : a.seq < b.seq;
+}
 
 class TransferQueue {
  public:
   void push(const ExpertKey& key, uint8_t* dst, double priority) {
     jobs_.push_back({key, dst, priority, next_seq_++});
   }
-  // Puts back a pre-empted job, its progress kept (it queues after its equals).
-  void push_back(TransferJob job) {
-    job.seq = next_seq_++;
-    jobs_.push_back(job);
-  }
   bool empty() const { return jobs_.empty(); }
   size_t size() const { return jobs_.size(); }
-  // Removes and returns the job to start next.
-  std::optional<TransferJob> pop() {
-    if (jobs_.empty()) return std::nullopt;
+  // The job to start next (null when none), left in the queue.
+  const TransferJob* peek() const {
+    if (jobs_.empty()) return nullptr;
     size_t best = 0;
     for (size_t i = 1; i < jobs_.size(); ++i)
-      if (before(jobs_[i], jobs_[best])) best = i;
-    TransferJob j = jobs_[best];
-    jobs_.erase(jobs_.begin() + static_cast<int64_t>(best));
+      if (copies_before(jobs_[i], jobs_[best])) best = i;
+    return &jobs_[best];
+  }
+  // Removes and returns the job to start next.
+  std::optional<TransferJob> pop() {
+    const TransferJob* best = peek();
+    if (!best) return std::nullopt;
+    TransferJob j = *best;
+    jobs_.erase(jobs_.begin() + (best - jobs_.data()));
     return j;
   }
   bool remove(const ExpertKey& key) {
@@ -61,9 +66,6 @@ class TransferQueue {
  private:
   // The queue holds at most the experts that fit the budget (tens to hundreds), so a
   // linear scan beats a heap that would need decrease-key and lazy deletion.
-  static bool before(const TransferJob& a, const TransferJob& b) {
-    return a.priority != b.priority ? a.priority > b.priority : a.seq < b.seq;
-  }
   std::vector<TransferJob> jobs_;
   uint64_t next_seq_ = 0;
 };

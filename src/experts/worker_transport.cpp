@@ -38,8 +38,7 @@ void WorkerTransport::submit(const ExpertKey& key, uint8_t* dst, double priority
 void WorkerTransport::reprioritize(const ExpertKey& key, double priority) {
   std::lock_guard<std::mutex> lock(mu_);
   queue_.set_priority(key, priority);
-  for (auto& [k, p] : running_jobs_)
-    if (k == key) p = priority;  // a copy that became a demand is not given up
+  if (Started* c = started(key)) c->job.priority = priority;  // a copy that became a demand is not given up
 }
 
 bool WorkerTransport::cancel(const ExpertKey& key) {
@@ -49,7 +48,7 @@ bool WorkerTransport::cancel(const ExpertKey& key) {
 
 void WorkerTransport::collect(std::vector<ExpertKey>& done, bool block) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (block) done_cv_.wait(lock, [this] { return !done_.empty() || error_ || (queue_.empty() && running_ == 0); });
+  if (block) done_cv_.wait(lock, [this] { return !done_.empty() || error_ || (queue_.empty() && started_.empty()); });
   if (error_) std::rethrow_exception(error_);
   done.insert(done.end(), done_.begin(), done_.end());
   done_.clear();
@@ -77,52 +76,137 @@ bool WorkerTransport::should_yield(const ExpertKey& key) {
   if (running_ < threads_.size()) return false;  // a free worker takes the demand
   const size_t demands = queue_.count_at_least(kDemandPriority);
   if (demands <= yielding_) return false;
-  for (const auto& [k, p] : running_jobs_)
-    if (k == key && p >= kDemandPriority) return false;
+  if (const Started* c = started(key); c && c->job.priority >= kDemandPriority) return false;
   ++yielding_;
   return true;
 }
 
+WorkerTransport::Started* WorkerTransport::started(const ExpertKey& key) const {
+  for (const auto& c : started_)
+    if (c->job.key == key) return c.get();
+  return nullptr;
+}
+
+bool WorkerTransport::has_piece() const {
+  if (!queue_.empty()) return true;
+  for (const auto& c : started_)
+    if (!c->failed && c->claimed < c->total) return true;
+  return false;
+}
+
+WorkerTransport::Piece WorkerTransport::claim_piece(uint64_t last_seq) {
+  Started* best = nullptr;
+  for (const auto& c : started_)
+    if (!c->failed && c->claimed < c->total && (!best || copies_before(c->job, best->job))) best = c.get();
+  // The queue's head starts only as a demand that comes before every started copy, or
+  // when no started copy has a piece left.
+  const TransferJob* head = queue_.peek();
+  if (head && (!best || (head->priority >= kDemandPriority && copies_before(*head, best->job)))) {
+    auto c = std::make_unique<Started>();
+    c->job = *queue_.pop();
+    c->total = bytes_of(c->job.key);
+    best = c.get();
+    started_.push_back(std::move(c));
+  }
+  // The worker's previous copy, left unfinished for a demand: pre-empted.
+  Started* prev = nullptr;
+  for (const auto& c : started_)
+    if (c->job.seq == last_seq) prev = c.get();
+  if (prev && prev != best && prev->claimed < prev->total && !prev->failed && !prev->left_for_demand &&
+      prev->job.priority < kDemandPriority && best->job.priority >= kDemandPriority) {
+    prev->left_for_demand = true;
+    ++preemptions_;
+  }
+  Piece p{best, best->claimed, best->total == 0 ? 0 : piece_end(best->job.key, best->claimed)};
+  best->claimed = p.to;
+  best->left_for_demand = false;
+  ++best->pieces_running;
+  return p;
+}
+
+void WorkerTransport::retire(Started* c) {
+  if (!c->failed) bytes_moved_ += c->total;
+  done_.push_back(c->job.key);
+  for (size_t i = 0; i < started_.size(); ++i)
+    if (started_[i].get() == c) {
+      started_.erase(started_.begin() + static_cast<int64_t>(i));
+      break;
+    }
+}
+
 void WorkerTransport::worker() {
   on_worker_start();
+  uint64_t last = kNoCopy;  // submission number of the copy this worker moved a piece of last
   for (;;) {
+    Piece p;
     TransferJob job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      work_cv_.wait(lock, [this] { return stop_ || has_piece(); });
       if (stop_) return;
-      job = *queue_.pop();
+      p = claim_piece(last);
+      job = p.copy->job;  // the copy stays while a piece of it runs
       ++running_;
-      running_jobs_.push_back({job.key, job.priority});
+      // Pieces left over: another free worker may take one.
+      if (p.copy->claimed < p.copy->total || !queue_.empty()) work_cv_.notify_one();
     }
+    last = job.seq;
     std::exception_ptr err;
-    bool finished = true;
-    const double t0 = steady_seconds();
+    uint64_t reached = p.to;
+    double t0 = steady_seconds();
     try {
-      finished = copy(job);
+      if (p.to > p.from) reached = copy_range(job, p.from, p.to);
     } catch (...) {
       err = std::current_exception();
     }
-    const double dt = steady_seconds() - t0;
+    bool finishing = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      copy_seconds_ += dt;
-      --running_;
-      for (size_t i = 0; i < running_jobs_.size(); ++i)
-        if (running_jobs_[i].first == job.key) {
-          job.priority = running_jobs_[i].second;
-          running_jobs_.erase(running_jobs_.begin() + static_cast<int64_t>(i));
-          break;
+      copy_seconds_ += steady_seconds() - t0;
+      Started* c = p.copy;
+      --c->pieces_running;
+      if (err) {
+        if (!error_) error_ = err;
+        c->failed = true;
+      } else {
+        c->landed += reached - p.from;
+        if (reached < p.to) {  // gave way to a demand: the rest waits, its progress kept
+          c->claimed = reached;
+          c->left_for_demand = true;
+          --yielding_;
+          ++preemptions_;
+          work_cv_.notify_one();
         }
-      if (!finished && !err) {
-        --yielding_;
-        ++preemptions_;
-        queue_.push_back(job);  // this worker takes the demand next
-        continue;
       }
-      if (err && !error_) error_ = err;
-      done_.push_back(job.key);
-      if (!err) bytes_moved_ += bytes_of(job.key);
+      if (c->failed && c->pieces_running == 0) {
+        --running_;
+        retire(c);
+      } else if (!c->failed && c->landed == c->total) {
+        finishing = true;  // every other piece has landed: none is running
+      } else {
+        --running_;
+      }
+    }
+    if (!finishing) {
+      done_cv_.notify_all();
+      continue;
+    }
+    t0 = steady_seconds();
+    try {
+      finish(job);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      copy_seconds_ += steady_seconds() - t0;
+      --running_;
+      Started* c = p.copy;
+      if (err) {
+        if (!error_) error_ = err;
+        c->failed = true;
+      }
+      retire(c);
     }
     done_cv_.notify_all();
   }

@@ -4,7 +4,10 @@
 // streams through two slots, and rerouting is reported as lossy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,7 +17,9 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/generator.h"
@@ -313,6 +318,20 @@ TEST(Offload, RerouteUsesOnlyResidentExpertsAndIsCounted) {
   EXPECT_LT(r.counters.misses, load.counters.misses) << "rerouting should avoid misses";
 }
 
+namespace {
+using AlignedBuffer = std::unique_ptr<uint8_t, decltype(&std::free)>;
+AlignedBuffer expert_buffer(const ExpertStore& store, const ExpertKey& k) {
+  const uint64_t n = (store.geometry().bytes_of(k) + kDirectIoAlign - 1) & ~(kDirectIoAlign - 1);
+  return AlignedBuffer(static_cast<uint8_t*>(std::aligned_alloc(kDirectIoAlign, n)), &std::free);
+}
+void expect_expert_bytes(const ExpertStore& store, const ExpertKey& k, const uint8_t* buf) {
+  const ExpertMatrices got = store.matrices(k, buf), want = store.mapped(k);
+  EXPECT_EQ(0, std::memcmp(got.gate.data, want.gate.data, want.gate.bytes())) << k.layer << "/" << k.expert;
+  EXPECT_EQ(0, std::memcmp(got.up.data, want.up.data, want.up.bytes())) << k.layer << "/" << k.expert;
+  EXPECT_EQ(0, std::memcmp(got.down.data, want.down.data, want.down.bytes())) << k.layer << "/" << k.expert;
+}
+}  // namespace
+
 TEST(Offload, ExpertStoreMatricesMatchTheMapping) {
   auto model = Model::load(fixture_path("qwen3moe-q8_0.gguf"));
   ExpertStore store(*model);
@@ -323,11 +342,8 @@ TEST(Offload, ExpertStoreMatricesMatchTheMapping) {
     for (int32_t e = 0; e < store.geometry().n_expert; ++e) {
       const ExpertKey k{l, e};
       const uint8_t* buf = cache.acquire(k);
-      const ExpertMatrices a = store.matrices(k, buf), b = store.mapped(k);
-      ASSERT_EQ(a.gate.bytes(), b.gate.bytes());
-      EXPECT_EQ(0, std::memcmp(a.gate.data, b.gate.data, a.gate.bytes()));
-      EXPECT_EQ(0, std::memcmp(a.up.data, b.up.data, a.up.bytes()));
-      EXPECT_EQ(0, std::memcmp(a.down.data, b.down.data, a.down.bytes()));
+      ASSERT_EQ(store.matrices(k, buf).gate.bytes(), store.mapped(k).gate.bytes());
+      expect_expert_bytes(store, k, buf);
       cache.release(k);
     }
   EXPECT_EQ(cache.counters().misses, static_cast<uint64_t>(store.geometry().n_layer * store.geometry().n_expert));
@@ -343,11 +359,7 @@ TEST(Offload, ReaderPreemptsAPrefetchForADemand) {
   ExpertStore store(*model);
   const ExpertKey a{0, 0}, b{1, 1};
   ASSERT_GT(store.geometry().bytes_of(a), 2 * kDirectIoAlign) << "the fixture's experts must span several chunks";
-  auto buffer = [&](const ExpertKey& k) {
-    const uint64_t n = (store.geometry().bytes_of(k) + kDirectIoAlign - 1) & ~(kDirectIoAlign - 1);
-    return std::unique_ptr<uint8_t, decltype(&std::free)>(static_cast<uint8_t*>(std::aligned_alloc(kDirectIoAlign, n)), &std::free);
-  };
-  auto buf_a = buffer(a), buf_b = buffer(b);
+  AlignedBuffer buf_a = expert_buffer(store, a), buf_b = expert_buffer(store, b);
   for (bool preempt : {true, false}) {
     FileTransport t(store, 1, true, preempt ? kDirectIoAlign : 0);
     std::atomic<bool> fired{false};
@@ -359,12 +371,90 @@ TEST(Offload, ReaderPreemptsAPrefetchForADemand) {
     while (order.size() < 2) t.collect(order, true);
     EXPECT_EQ(order, preempt ? (std::vector<ExpertKey>{b, a}) : (std::vector<ExpertKey>{a, b}));
     EXPECT_EQ(t.preemptions(), preempt ? 1u : 0u);
-    for (const auto& [k, buf] : {std::pair{a, buf_a.get()}, std::pair{b, buf_b.get()}}) {
-      const ExpertMatrices got = store.matrices(k, buf), want = store.mapped(k);
-      EXPECT_EQ(0, std::memcmp(got.gate.data, want.gate.data, want.gate.bytes()));
-      EXPECT_EQ(0, std::memcmp(got.up.data, want.up.data, want.up.bytes()));
-      EXPECT_EQ(0, std::memcmp(got.down.data, want.down.data, want.down.bytes()));
+    expect_expert_bytes(store, a, buf_a.get());
+    expect_expert_bytes(store, b, buf_b.get());
+  }
+}
+
+// The readers share one expert's pieces: three readers, 4 KiB pieces, one expert. The
+// reader of the first piece holds it until another reader has read a piece of the same
+// expert (without sharing it would wait forever: the test gives up after 20 s). The
+// bytes land whole and the copy is reported once.
+TEST(Offload, ReadersShareOneExpertsPieces) {
+  auto model = Model::load(fixture_path("qwen3moe-q8_0.gguf"));
+  ExpertStore store(*model);
+  const ExpertKey a{0, 1};
+  ASSERT_GT(store.geometry().bytes_of(a), 4 * kDirectIoAlign) << "the fixture's experts must span several pieces";
+  AlignedBuffer buf = expert_buffer(store, a);
+  FileTransport t(store, 3, true, kDirectIoAlign);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::thread::id> readers;
+  bool gave_up = false;
+  t.set_chunk_hook([&](const ExpertKey&, uint64_t) {
+    std::unique_lock<std::mutex> lock(mu);
+    const std::thread::id me = std::this_thread::get_id();
+    if (std::find(readers.begin(), readers.end(), me) == readers.end()) readers.push_back(me);
+    cv.notify_all();
+    if (readers.size() == 1 && readers[0] == me)
+      gave_up = !cv.wait_for(lock, std::chrono::seconds(20), [&] { return readers.size() > 1; });
+  });
+  t.submit(a, buf.get(), kDemandPriority);
+  std::vector<ExpertKey> done;
+  while (done.empty()) t.collect(done, true);
+  EXPECT_FALSE(gave_up) << "no second reader took a piece of the expert";
+  EXPECT_GE(readers.size(), 2u);
+  EXPECT_EQ(done, (std::vector<ExpertKey>{a}));
+  expect_expert_bytes(store, a, buf.get());
+}
+
+// Many copies, prefetches and demands mixed, on three readers in 4 KiB pieces: each
+// is reported once, with its own bytes, and the bytes moved are their sum.
+TEST(Offload, SharedPiecesLandEveryExpertWhole) {
+  auto model = Model::load(fixture_path("qwen3moe-q8_0.gguf"));
+  ExpertStore store(*model);
+  const ExpertGeometry& g = store.geometry();
+  FileTransport t(store, 3, true, kDirectIoAlign);
+  std::vector<ExpertKey> keys;
+  std::vector<AlignedBuffer> bufs;
+  uint64_t total = 0;
+  for (int32_t l = 0; l < g.n_layer; ++l)
+    for (int32_t e = 0; e < g.n_expert; ++e) {
+      keys.push_back({l, e});
+      bufs.push_back(expert_buffer(store, keys.back()));
+      for (const ExpertPart& p : store.parts(keys.back())) total += p.span_end - p.span_begin;
+      t.submit(keys.back(), bufs.back().get(), e % 3 == 0 ? kDemandPriority : 1.0 + e);
     }
+  std::vector<ExpertKey> done;
+  while (done.size() < keys.size()) t.collect(done, true);
+  std::vector<ExpertKey> sorted = done;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::unique(sorted.begin(), sorted.end()), sorted.end()) << "a copy was reported twice";
+  EXPECT_EQ(done.size(), keys.size());
+  EXPECT_EQ(t.bytes_moved(), total);
+  for (size_t i = 0; i < keys.size(); ++i) expect_expert_bytes(store, keys[i], bufs[i].get());
+}
+
+// A read that fails (here the test's hook throws in one piece) reaches collect() as
+// the exception; the other readers' pieces of the copy finish first, and the
+// transport then shuts down cleanly.
+TEST(Offload, AFailedPieceReachesCollect) {
+  auto model = Model::load(fixture_path("qwen3moe-q8_0.gguf"));
+  ExpertStore store(*model);
+  const ExpertKey a{0, 2};
+  AlignedBuffer buf = expert_buffer(store, a);
+  FileTransport t(store, 3, true, kDirectIoAlign);
+  std::atomic<int> reads{0};
+  t.set_chunk_hook([&](const ExpertKey&, uint64_t) {
+    if (reads.fetch_add(1) == 1) throw InputError("injected read failure");
+  });
+  t.submit(a, buf.get(), kDemandPriority);
+  std::vector<ExpertKey> done;
+  try {
+    while (done.empty()) t.collect(done, true);
+    ADD_FAILURE() << "the failure did not reach collect";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("injected"), std::string::npos);
   }
 }
 

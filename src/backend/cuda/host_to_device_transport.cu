@@ -107,32 +107,29 @@ const uint8_t* HostToDeviceTransport::host_copy(const ExpertKey& key) const {
 
 void HostToDeviceTransport::on_worker_start() { cudaSetDevice(device_); }
 
-bool HostToDeviceTransport::copy(TransferJob& job) {
-  const uint64_t total = store_.buffer_bytes(job.key);
+uint64_t HostToDeviceTransport::copy_range(const TransferJob& job, uint64_t from, uint64_t to) {
   const uint8_t* src = host_copy(job.key);
   cudaStream_t s = static_cast<cudaStream_t>(stream_);
   // Chunk i records events_[i % 2]; waiting on chunk i - 1 keeps chunk i queued behind
   // it, so the copy engine always has the next chunk.
-  uint64_t issued = job.done;
+  uint64_t issued = from;
   int n_issued = 0;
-  while (issued < total) {
-    const uint64_t n = std::min(chunk_bytes_, total - issued);
+  while (issued < to) {
+    const uint64_t n = std::min(chunk_bytes_, to - issued);
     CUDA_CHECK(cudaMemcpyAsync(job.dst + issued, src + issued, n, cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(events_[n_issued % 2]), s));
     issued += n;
     ++n_issued;
     if (n_issued >= 2) {
       CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(events_[(n_issued - 2) % 2])));
-      if (issued < total && should_yield(job.key)) {
+      if (issued < to && should_yield(job.key)) {
         CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(events_[(n_issued - 1) % 2])));
-        job.done = issued;
-        return false;
+        return issued;
       }
     }
   }
-  CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(events_[(n_issued - 1) % 2])));
-  job.done = total;
-  return true;
+  if (n_issued > 0) CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(events_[(n_issued - 1) % 2])));
+  return to;
 }
 
 }  // namespace moeflow

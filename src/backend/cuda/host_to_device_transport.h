@@ -6,8 +6,8 @@
 //
 // A copy goes in chunks of chunk_bytes, two in flight so the copy engine never waits
 // on the host between them. Between chunks the thread checks for a demand (priority
-// kDemandPriority) queued behind a prefetch: the prefetch goes back to the queue with
-// its progress and the demand starts, so a demand waits at most for the chunks in
+// kDemandPriority) queued behind a prefetch: the prefetch stops, its rest waits with
+// its progress kept, and the demand starts, so a demand waits at most for the chunks in
 // flight, never for a whole wrong prefetch (worker_transport.h).
 #pragma once
 #include <cstdint>
@@ -36,7 +36,9 @@ class HostToDeviceTransport final : public WorkerTransport {
   uint64_t host_bytes() const { return host_bytes_; }
 
  private:
-  bool copy(TransferJob& job) override;
+  // The whole rest of a copy is one piece (one copy stream); it gives way to a demand
+  // between chunks (should_yield).
+  uint64_t copy_range(const TransferJob& job, uint64_t from, uint64_t to) override;
   uint64_t bytes_of(const ExpertKey& key) const override { return store_.buffer_bytes(key); }
   void on_worker_start() override;
 
