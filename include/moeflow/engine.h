@@ -60,7 +60,7 @@ struct EngineOptions {
   // into a cache of expert_budget bytes ("25%" of what all experts take in memory,
   // "2GiB", or a byte count; empty: 100%).
   std::string expert_budget;
-  std::string policy = "all";      // all, lru, lfu, on-demand, next-layer, moe-infinity, fmoe, duoserve, emoe
+  std::string policy = "all";      // all, lru, lfu, on-demand, next-layer, moe-infinity, fmoe(-async, -prompt), duoserve(-k), emoe, adaptive
   // load (lossless), reroute (eMoE; lossy, labelled so) or host-compute (a GPU backend:
   // a missing expert runs on the CPU from host memory; lossless)
   std::string on_miss = "load";
