@@ -6,7 +6,7 @@
 // Pieces, not whole copies, are what a free worker takes (a subclass sets their size,
 // piece_end()): so the readers of a file share one expert's reads instead of one
 // reader taking each expert, and a decode step's two missing experts keep four
-// readers busy, not two (storage reads far faster with several requests in flight).
+// readers busy, not two (an NVMe drive reads far faster with several requests in flight).
 // Which piece next: a demand's (kDemandPriority) first, then a started copy's, so a
 // prefetch once begun finishes (with help) before another starts, then the queue's
 // head. A demand thus waits at most for the pieces in flight, never behind the rest of
@@ -45,7 +45,7 @@ class WorkerTransport : public Transport {
 
  protected:
   // Starts n workers (at least one). A subclass calls this last in its constructor
-  // and stop_workers() first in its destructor: the workers call its copy().
+  // and stop_workers() first in its destructor: the workers call its copy_range().
   void start_workers(int n);
   void stop_workers();
   // Moves bytes [from, to) of the job's expert (bytes_of's count, in the subclass's
