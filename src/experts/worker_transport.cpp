@@ -90,14 +90,14 @@ WorkerTransport::Started* WorkerTransport::started(const ExpertKey& key) const {
 bool WorkerTransport::has_piece() const {
   if (!queue_.empty()) return true;
   for (const auto& c : started_)
-    if (!c->failed && c->claimed < c->total) return true;
+    if (c->has_unclaimed()) return true;
   return false;
 }
 
 WorkerTransport::Piece WorkerTransport::claim_piece(uint64_t last_seq) {
   Started* best = nullptr;
   for (const auto& c : started_)
-    if (!c->failed && c->claimed < c->total && (!best || copies_before(c->job, best->job))) best = c.get();
+    if (c->has_unclaimed() && (!best || copies_before(c->job, best->job))) best = c.get();
   // The queue's head starts only as a demand that comes before every started copy, or
   // when no started copy has a piece left.
   const TransferJob* head = queue_.peek();
@@ -112,7 +112,7 @@ WorkerTransport::Piece WorkerTransport::claim_piece(uint64_t last_seq) {
   Started* prev = nullptr;
   for (const auto& c : started_)
     if (c->job.seq == last_seq) prev = c.get();
-  if (prev && prev != best && prev->claimed < prev->total && !prev->failed && !prev->left_for_demand &&
+  if (prev && prev != best && prev->has_unclaimed() && !prev->left_for_demand &&
       prev->job.priority < kDemandPriority && best->job.priority >= kDemandPriority) {
     prev->left_for_demand = true;
     ++preemptions_;
@@ -122,6 +122,11 @@ WorkerTransport::Piece WorkerTransport::claim_piece(uint64_t last_seq) {
   best->left_for_demand = false;
   ++best->pieces_running;
   return p;
+}
+
+void WorkerTransport::fail(Started* c, std::exception_ptr err) {
+  if (!error_) error_ = err;  // collect() throws the first
+  c->failed = true;
 }
 
 void WorkerTransport::retire(Started* c) {
@@ -166,8 +171,7 @@ void WorkerTransport::worker() {
       Started* c = p.copy;
       --c->pieces_running;
       if (err) {
-        if (!error_) error_ = err;
-        c->failed = true;
+        fail(c, err);
       } else {
         c->landed += reached - p.from;
         if (reached < p.to) {  // gave way to a demand: the rest waits, its progress kept
@@ -202,10 +206,7 @@ void WorkerTransport::worker() {
       copy_seconds_ += steady_seconds() - t0;
       --running_;
       Started* c = p.copy;
-      if (err) {
-        if (!error_) error_ = err;
-        c->failed = true;
-      }
+      if (err) fail(c, err);
       retire(c);
     }
     done_cv_.notify_all();

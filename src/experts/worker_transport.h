@@ -77,6 +77,8 @@ class WorkerTransport : public Transport {
     int pieces_running = 0;
     bool failed = false;          // a piece threw: no more pieces; done once none runs
     bool left_for_demand = false; // pre-empted, counted once until resumed
+    // Bytes no worker has taken yet, and the copy can still go on.
+    bool has_unclaimed() const { return !failed && claimed < total; }
   };
   // A piece to move: the copy (owned by started_) and its byte range.
   struct Piece {
@@ -90,6 +92,7 @@ class WorkerTransport : public Transport {
   Piece claim_piece(uint64_t last_seq);
   static constexpr uint64_t kNoCopy = ~uint64_t{0};
   Started* started(const ExpertKey& key) const;
+  void fail(Started* c, std::exception_ptr err);  // under mu_: c takes no more pieces
   void retire(Started* c);  // under mu_: reports c done and forgets it
 
   mutable std::mutex mu_;
