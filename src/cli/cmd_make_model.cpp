@@ -32,6 +32,8 @@ int cmd_make_model(int argc, char** argv) {
   a.flag("--expert-groups", "deepseek2: expert groups for group-limited routing", true, "1");
   a.flag("--groups-used", "deepseek2: groups a token may route to (0: all)", true, "0");
   a.flag("--yarn-factor", "deepseek2: YaRN rope scaling factor (1: none)", true, "4");
+  a.flag("--router", "deepseek2: softmax (V2) or sigmoid (V3: a choice bias, groups by their two best)", true,
+         "softmax");
   a.flag("--experts", "experts per layer", true, "8");
   a.flag("--top-k", "experts used per token", true, "2");
   a.flag("--tied", "tie the output projection to the embeddings", false);
@@ -75,6 +77,12 @@ int cmd_make_model(int argc, char** argv) {
   s.ds_groups = a.integer("--expert-groups", 1, 1024);
   s.ds_groups_used = a.integer("--groups-used", 0, 1024);
   s.ds_yarn_factor = a.number("--yarn-factor", 1.0, 1e6);
+  const std::string router = a.str("--router");
+  if (router != "softmax" && router != "sigmoid")
+    throw UsageError("moeflow make-model: --router must be softmax or sigmoid, got '" + router + "'");
+  if (router == "sigmoid" && s.arch != Arch::DeepSeek2)
+    throw UsageError("moeflow make-model: --router sigmoid is deepseek2's (DeepSeek-V3's router)");
+  s.ds_sigmoid_router = router == "sigmoid";
   s.tied_output = a.has("--tied");
   s.seed = static_cast<uint64_t>(a.integer("--seed", 0, INT64_MAX));
   write_synthetic_model(s, a.str("--out"));

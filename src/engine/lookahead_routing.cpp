@@ -17,8 +17,9 @@ void LookaheadRouter::route(const ModelConfig& c, const ModelWeights& w, int32_t
   r.lookahead_depth = d;
   r.lookahead.assign(static_cast<size_t>(n * d * K), 0);
   for (int64_t h = 1; h <= d; ++h) {
-    router_logits(c, w.layers[static_cast<size_t>(first + h)], x, n, step.n_single, xn_, logits_, jobs_, backend);
-    route_tokens(c, logits_.data(), n, l + h, ahead_, backend);
+    const LayerWeights& L = w.layers[static_cast<size_t>(first + h)];
+    router_logits(c, L, x, n, step.n_single, xn_, logits_, jobs_, backend);
+    route_tokens(c, L.choice_bias, logits_.data(), n, l + h, ahead_, backend);
     for (int64_t t = 0; t < n; ++t)
       std::copy(ahead_.experts.begin() + t * K, ahead_.experts.begin() + (t + 1) * K,
                 r.lookahead.begin() + (t * d + (h - 1)) * K);

@@ -1,6 +1,7 @@
 #include "engine/moe_layer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "engine/expert_groups.h"
@@ -37,8 +38,8 @@ void router_logits(const ModelConfig& c, const LayerWeights& L, const float* x, 
   if (!L.gate_inp_b.empty()) add_bias(logits.data(), L.gate_inp_b, n_tok);
 }
 
-void route_tokens(const ModelConfig& c, const float* router_logits, int64_t n_tok, int64_t layer,
-                  LayerRouting& r, Backend& backend) {
+void route_tokens(const ModelConfig& c, const std::vector<float>& choice_bias, const float* router_logits,
+                  int64_t n_tok, int64_t layer, LayerRouting& r, Backend& backend) {
   const int64_t E = c.n_expert, K = c.n_expert_used;
   r.layer = layer;
   r.n_tok = n_tok;
@@ -48,13 +49,23 @@ void route_tokens(const ModelConfig& c, const float* router_logits, int64_t n_to
   r.experts.resize(static_cast<size_t>(n_tok * K));
   r.weights.resize(static_cast<size_t>(n_tok * K));
   std::vector<int32_t> order(static_cast<size_t>(E));
+  std::vector<float> biased(choice_bias.empty() ? 0 : static_cast<size_t>(E));
   std::vector<float> in_groups(c.n_expert_group > 1 ? static_cast<size_t>(E) : 0);
-  backend.softmax_rows(r.probs.data(), n_tok, E);
+  if (c.router_scoring == RouterScoring::Sigmoid) {
+    for (float& x : r.probs) x = 1.0f / (1.0f + std::exp(-x));
+  } else {
+    backend.softmax_rows(r.probs.data(), n_tok, E);
+  }
   for (int64_t t = 0; t < n_tok; ++t) {
     const float* p = r.probs.data() + t * E;
-    // Group-limited routing ranks the experts of the chosen groups only.
+    // The choice bias and group-limited routing change the ranking, not the scores the
+    // weights are taken from.
     const float* rank = p;
-    if (c.n_expert_group > 1) rank = limit_to_groups(c, p, in_groups.data());
+    if (!biased.empty()) {
+      for (int64_t e = 0; e < E; ++e) biased[static_cast<size_t>(e)] = p[e] + choice_bias[static_cast<size_t>(e)];
+      rank = biased.data();
+    }
+    if (c.n_expert_group > 1) rank = limit_to_groups(c, rank, in_groups.data());
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + K, order.end(),
                       [rank](int32_t a, int32_t b) { return rank[a] > rank[b] || (rank[a] == rank[b] && a < b); });

@@ -23,11 +23,13 @@ namespace moeflow {
 void router_logits(const ModelConfig& c, const LayerWeights& L, const float* x, int64_t n_tok, int64_t n_single,
                    std::vector<float>& xn, std::vector<float>& logits, std::vector<Product>& jobs, Backend& backend);
 
-// Softmax over the router logits, top-k with ties to the lower id (among the chosen
-// groups' experts under group-limited routing), optional renormalisation, then the
-// weights times c.expert_weights_scale.
-void route_tokens(const ModelConfig& c, const float* router_logits, int64_t n_tok, int64_t layer,
-                  LayerRouting& out, Backend& backend);
+// The router's scores (softmax over the logits, or each one's sigmoid: c.router_scoring),
+// top-k with ties to the lower id of the scores plus choice_bias (the layer's, empty when
+// none), among the chosen groups' experts under group-limited routing; the chosen
+// experts' unbiased scores, renormalised or not, times c.expert_weights_scale are the
+// weights.
+void route_tokens(const ModelConfig& c, const std::vector<float>& choice_bias, const float* router_logits,
+                  int64_t n_tok, int64_t layer, LayerRouting& out, Backend& backend);
 
 // x_norm: [n_tok][n_embd] normalised input. out: [n_tok][n_embd], overwritten.
 // Experts come from `source`, or from the mapped weights `w` when it is null.

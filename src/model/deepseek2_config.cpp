@@ -42,8 +42,11 @@ struct Keys {
 void read_deepseek2_config(const gguf::GgufFile& f, ModelConfig& c) {
   const Keys k{f, c.arch_name + "."};
   MlaConfig& m = c.mla;
+  // llama.cpp's enum: 1 softmax (DeepSeek-V2), 2 sigmoid (DeepSeek-V3 / R1, Kimi K2).
   const int64_t gating = k.integer("expert_gating_func", 1, 0, 1 << 30);
-  if (gating > 1) k.fail("expert_gating_func", "= " + std::to_string(gating) + " (sigmoid, DeepSeek-V3) is not supported; deepseek2 runs softmax routing (1)");
+  if (gating != 1 && gating != 2)
+    k.fail("expert_gating_func", "= " + std::to_string(gating) + " is not supported (1: softmax, DeepSeek-V2; 2: sigmoid, DeepSeek-V3)");
+  c.router_scoring = gating == 2 ? RouterScoring::Sigmoid : RouterScoring::Softmax;
 
   m.q_lora_rank = k.integer("attention.q_lora_rank", 0, 0, kMaxEmbd);
   m.kv_lora_rank = k.required("attention.kv_lora_rank", 1, kMaxEmbd);

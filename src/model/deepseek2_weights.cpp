@@ -81,6 +81,9 @@ LayerWeights bind_deepseek2_layer(const gguf::GgufFile& f, const ModelConfig& c,
     return L;
   }
   L.gate_inp = bind_matrix(f, b + "ffn_gate_inp.weight", D, c.n_expert);
+  // DeepSeek-V3's e_score_correction_bias: added to the scores to choose the experts,
+  // not to weight them. Optional, as in llama.cpp (absent: no bias).
+  if (f.find_tensor(b + "exp_probs_b.bias")) L.choice_bias = bind_vector(f, b + "exp_probs_b.bias", c.n_expert);
   L.gate_exps = bind_experts(f, b + "ffn_gate_exps.weight", D, c.n_ff_expert, c.n_expert);
   L.up_exps = bind_experts(f, b + "ffn_up_exps.weight", D, c.n_ff_expert, c.n_expert);
   L.down_exps = bind_experts(f, b + "ffn_down_exps.weight", c.n_ff_expert, D, c.n_expert);

@@ -32,6 +32,12 @@ struct YarnScaling {
 // How q and k are normalised before RoPE.
 enum class QkNorm { None, PerHead /* Qwen3: RMSNorm over head_dim */, Full /* OLMoE: over all heads */ };
 
+// How router logits become the scores that rank and weight the experts: a softmax over
+// the experts, or each expert's own sigmoid (DeepSeek-V3's router, expert_gating_func 2:
+// its scores do not compete, and a per-expert bias, exp_probs_b, shifts the choice but
+// not the weights).
+enum class RouterScoring { Softmax, Sigmoid };
+
 struct ModelConfig {
   Arch arch = Arch::Mixtral;
   std::string arch_name;       // general.architecture as in the file ("llama", ...)
@@ -67,8 +73,10 @@ struct ModelConfig {
   int64_t head_dim_v = 0;             // value head size; 0: head_dim
   float expert_weights_scale = 1.0f;  // the routed experts' weights are multiplied by it
   // Group-limited routing: experts in n_expert_group equal groups, only the
-  // n_expert_group_used groups with the highest best-expert probability compete.
+  // n_expert_group_used best groups compete (engine/expert_groups.h says how a group
+  // is scored).
   int64_t n_expert_group = 1, n_expert_group_used = 1;
+  RouterScoring router_scoring = RouterScoring::Softmax;
   MlaConfig mla;
   int64_t n_moe_layer() const { return n_layer - n_dense_lead; }
   int64_t v_head_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }

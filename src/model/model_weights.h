@@ -74,6 +74,9 @@ struct LayerWeights {
   // gate's weights (n_embd), empty when ungated.
   ExpertMatrices shexp;
   std::vector<float> gate_inp_shexp;
+  // The router's choice bias (n_expert; DeepSeek-V3's exp_probs_b), empty when none:
+  // added to the scores that choose the experts, not to the weights they get.
+  std::vector<float> choice_bias;
   MlaWeights mla;      // deepseek2 only
   ExpertMatrices ffn;  // a dense FFN layer without experts (deepseek2's leading layers)
   // gpt-oss (empty when the model has none): the output projection's bias (n_embd), the

@@ -84,9 +84,10 @@ void write_deepseek2_metadata(const SyntheticModelSpec& s, const DeepSeek2Sizes&
   w.set(p + "attention.kv_lora_rank", u32(d.kv_lora));
   w.set(p + "leading_dense_block_count", u32(s.ds_dense_lead));
   w.set(p + "expert_shared_count", u32(s.ds_shared));
-  w.set(p + "expert_weights_scale", Value::make_f32(1.5f));
-  w.set(p + "expert_weights_norm", Value::make_bool(false));
-  w.set(p + "expert_gating_func", u32(1));  // softmax
+  // DeepSeek-V3's routed_scaling_factor and norm_topk_prob, or V2's.
+  w.set(p + "expert_weights_scale", Value::make_f32(s.ds_sigmoid_router ? 2.5f : 1.5f));
+  w.set(p + "expert_weights_norm", Value::make_bool(s.ds_sigmoid_router));
+  w.set(p + "expert_gating_func", u32(s.ds_sigmoid_router ? 2 : 1));  // sigmoid or softmax
   if (s.ds_groups > 1) {
     w.set(p + "expert_group_count", u32(s.ds_groups));
     w.set(p + "expert_group_used_count", u32(d.groups_used));
@@ -243,6 +244,8 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
         continue;
       }
       add(b + "ffn_gate_inp.weight", {u(D), u(E)}, DType::F32, random(E * D, 2.0f * in_scale));
+      // Of the size of the sigmoid scores' spread, so that it changes choices.
+      if (s.ds_sigmoid_router) add(b + "exp_probs_b.bias", {u(E)}, DType::F32, random(E, 0.2f));
       add(b + "ffn_gate_exps.weight", {u(D), u(F), u(E)}, s.dtype, random(E * F * D, in_scale));
       add(b + "ffn_up_exps.weight", {u(D), u(F), u(E)}, s.dtype, random(E * F * D, in_scale));
       add(b + "ffn_down_exps.weight", {u(F), u(D), u(E)}, s.dtype, random(E * D * F, 1.0f / std::sqrt(static_cast<float>(F))));

@@ -38,6 +38,9 @@ struct SyntheticModelSpec {
   int64_t ds_shared = 2;             // shared experts (n_ff_expert each)
   int64_t ds_groups = 1, ds_groups_used = 0;  // 0: all groups
   double ds_yarn_factor = 4.0;       // 1: no rope scaling
+  // DeepSeek-V3's router: sigmoid scores, a choice bias per expert (exp_probs_b), groups
+  // scored by their two best, the weights renormalised and scaled by 2.5.
+  bool ds_sigmoid_router = false;
   bool tied_output = false;
   uint64_t seed = 1;
 };

@@ -62,7 +62,8 @@ TEST(DeepSeek2, BadMetadataIsAnInputErrorNamingTheKey) {
       {{}, {p + "attention.kv_lora_rank"}, p + "attention.kv_lora_rank is missing"},
       {{{p + "attention.key_length", u32(16)}}, {}, p + "attention.key_length"},  // = the rope dims
       {{{p + "attention.head_count_kv", u32(2)}}, {}, p + "attention.head_count_kv"},
-      {{{p + "expert_gating_func", u32(2)}}, {}, p + "expert_gating_func"},
+      {{{p + "expert_gating_func", u32(3)}}, {}, p + "expert_gating_func = 3 is not supported"},
+      {{{p + "expert_gating_func", u32(0)}}, {}, p + "expert_gating_func = 0 is not supported"},
       // *_mla keys on a file in the expanded form: its key_length is not the latent's.
       {{{p + "attention.key_length_mla", u32(32)}}, {}, p + "attention.key_length = 32 must be kv_lora_rank"},
       {{{p + "expert_group_count", u32(3)}}, {}, p + "expert_group_count"},
@@ -202,13 +203,70 @@ TEST(DeepSeek2, GroupLimitedRoutingKeepsTheBestGroups) {
   const float p[8] = {0.25f, 0.01f, 0.02f, 0.02f, 0.30f, 0.0f, 0.20f, 0.20f};
   float out[8];
   limit_to_groups(c, p, out);
-  const float want[8] = {0.25f, 0.01f, -1, -1, 0.30f, 0.0f, -1, -1};
+  const float x = -INFINITY;
+  const float want[8] = {0.25f, 0.01f, x, x, 0.30f, 0.0f, x, x};
   for (int i = 0; i < 8; ++i) EXPECT_EQ(out[i], want[i]) << i;
   // Ties between groups go to the lower id.
   const float tie[8] = {0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.3f};
   limit_to_groups(c, tie, out);
-  const float want_tie[8] = {0.1f, 0.1f, -1, -1, -1, -1, 0.1f, 0.3f};
+  const float want_tie[8] = {0.1f, 0.1f, x, x, x, x, 0.1f, 0.3f};
   for (int i = 0; i < 8; ++i) EXPECT_EQ(out[i], want_tie[i]) << i;
+}
+
+// DeepSeek-V3's choice bias from a hostile file: a wrong length or a NaN is an error
+// naming the tensor.
+TEST(DeepSeek2, ABadChoiceBiasIsAnInputErrorNamingIt) {
+  const std::string v3 = testing::fixture_path("deepseek-v3-f32.gguf");
+  const std::string name = "blk.2.exp_probs_b.bias";
+  auto with_bias = [&](const std::vector<float>& bias) {
+    auto f = gguf::GgufFile::open(v3);
+    gguf::GgufWriter w(f->alignment());
+    for (const std::string& k : f->metadata_order()) w.set(k, f->get(k));
+    for (const auto& t : f->tensors()) {
+      if (t.name != name) {
+        w.add_tensor(t.name, t.dims, t.dtype, std::vector<uint8_t>(t.data, t.data + t.nbytes));
+        continue;
+      }
+      const auto* b = reinterpret_cast<const uint8_t*>(bias.data());
+      w.add_tensor(t.name, {bias.size()}, DType::F32, std::vector<uint8_t>(b, b + bias.size() * sizeof(float)));
+    }
+    const std::string out = testing::scratch_path("deepseek-v3") + ".gguf";
+    w.write(out);
+    return out;
+  };
+  EXPECT_EQ(load_error(with_bias(std::vector<float>(12, 0.1f))), "");
+  for (const std::vector<float>& bad : {std::vector<float>(11, 0.1f), std::vector<float>{0, 0, 0, NAN, 0, 0, 0, 0, 0, 0, 0, 0}}) {
+    const std::string e = load_error(with_bias(bad));
+    EXPECT_NE(e.find(name), std::string::npos) << e;
+  }
+}
+
+// DeepSeek-V3 scores a group by the sum of its two best (sigmoid scores plus the choice
+// bias, which may be negative): the same scores as above keep groups 3 and 2 (0.40 and
+// 0.30 against group 0's 0.26), where V2's rule kept 2 and 0.
+TEST(DeepSeek2, SigmoidRoutingScoresAGroupByItsTwoBest) {
+  ModelConfig c;
+  c.n_expert = 8;
+  c.n_expert_group = 4;
+  c.n_expert_group_used = 2;
+  c.router_scoring = RouterScoring::Sigmoid;
+  const float x = -INFINITY;
+  const float p[8] = {0.25f, 0.01f, 0.02f, 0.02f, 0.30f, 0.0f, 0.20f, 0.20f};
+  float out[8];
+  limit_to_groups(c, p, out);
+  const float want[8] = {x, x, x, x, 0.30f, 0.0f, 0.20f, 0.20f};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(out[i], want[i]) << i;
+  // Negative sums (biased scores below zero) rank as numbers, not as masked experts.
+  const float neg[8] = {-0.5f, -0.5f, -0.2f, -0.9f, -0.3f, -0.8f, -0.6f, -0.4f};  // -1.0 -1.1 -1.1 -1.0
+  limit_to_groups(c, neg, out);
+  const float want_neg[8] = {-0.5f, -0.5f, x, x, x, x, -0.6f, -0.4f};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(out[i], want_neg[i]) << i;
+  // Groups of one expert: the sum is that expert's score (6 and 7 tie: the lower id).
+  c.n_expert_group = 8;
+  c.n_expert_group_used = 3;
+  limit_to_groups(c, p, out);
+  const float want_one[8] = {0.25f, x, x, x, 0.30f, x, 0.20f, x};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(out[i], want_one[i]) << i;
 }
 
 // Values narrower than keys, in a pool of their own, and an explicit softmax scale:

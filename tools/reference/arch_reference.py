@@ -191,7 +191,13 @@ class DeepSeek2Config:
         self.norm_topk_prob = bool(md.get(p + "expert_weights_norm", False))
         self.n_group = md.get(p + "expert_group_count", 1)
         self.topk_group = md.get(p + "expert_group_used_count", self.n_group)
-        self.topk_method = "group_limited_greedy" if self.n_group > 1 else "greedy"
+        # expert_gating_func 2: DeepSeek-V3's MoEGate (scoring_func "sigmoid", topk_method
+        # "noaux_tc", e_score_correction_bias as exp_probs_b.bias); 1: V2's softmax gate.
+        self.sigmoid = md.get(p + "expert_gating_func", 1) == 2
+        if self.sigmoid:
+            self.topk_method = "noaux_tc"
+        else:
+            self.topk_method = "group_limited_greedy" if self.n_group > 1 else "greedy"
         self.eps = md.get(p + "attention.layer_norm_rms_epsilon", 1e-6)
         self.base = md.get(p + "rope.freq_base", 10000.0)
         self.factor = 1.0
@@ -262,9 +268,13 @@ class DeepSeek2Reference:
         return (silu(x @ gate.T) * (x @ up.T)) @ down.T
 
     def gate(self, L, x):
-        """MoEGate: softmax scores, greedy or group-limited top-k, then the weights."""
+        """MoEGate: V2's softmax scores, greedy or group-limited top-k; or V3's sigmoid
+        scores, chosen by score plus bias among the groups whose two best are best."""
         c = self.cfg
-        scores = softmax(x @ L["ffn_gate_inp.weight"].T)
+        logits = x @ L["ffn_gate_inp.weight"].T
+        if c.sigmoid:
+            return self.gate_v3(L, logits)
+        scores = softmax(logits)
         idx, w = [], []
         for s in range(x.shape[0]):
             sc = scores[s]
@@ -280,6 +290,32 @@ class DeepSeek2Reference:
                 wt = wt / (wt.sum() + 1e-20)
             else:
                 wt = wt * c.routed_scaling_factor
+            idx.append(ids)
+            w.append(wt)
+        return idx, w
+
+    def gate_v3(self, L, logits):
+        """DeepseekV3 MoEGate (modeling_deepseek.py, noaux_tc), with the masked groups'
+        experts at -inf rather than HF's 0 (they differ only when fewer than top-k biased
+        scores of the chosen groups are positive; the engine masks with -inf)."""
+        c = self.cfg
+        scores = 1.0 / (1.0 + np.exp(-logits))
+        bias = L.get("exp_probs_b.bias", np.zeros(c.n_routed_experts))
+        idx, w = [], []
+        for s in range(scores.shape[0]):
+            choice = scores[s] + bias
+            if c.n_group > 1:
+                per_group = choice.reshape(c.n_group, -1)
+                group_scores = -np.sort(-per_group, axis=-1)[:, :2].sum(-1)
+                groups = np.argsort(-group_scores, kind="stable")[: c.topk_group]
+                keep = np.zeros(c.n_group, dtype=bool)
+                keep[groups] = True
+                choice = np.where(np.repeat(keep, c.n_routed_experts // c.n_group), choice, -np.inf)
+            ids = np.argsort(-choice, kind="stable")[: c.num_experts_per_tok]  # ties to the lower id
+            wt = scores[s][ids]
+            if c.num_experts_per_tok > 1 and c.norm_topk_prob:
+                wt = wt / (wt.sum() + 1e-20)
+            wt = wt * c.routed_scaling_factor
             idx.append(ids)
             w.append(wt)
         return idx, w
