@@ -81,6 +81,12 @@ void read_deepseek2_config(const gguf::GgufFile& f, ModelConfig& c) {
   c.rope_neox = false;  // GPT-J pairs (2i, 2i+1): llama.cpp's deepseek2 graph, HF's de-interleave + rotate_half
   c.qk_norm = QkNorm::None;
 
+  // Converters since 2026 may keep DeepSeek-V3's multi-token-prediction layers as the
+  // last nextn_predict_layers blocks, counted in block_count (llama.cpp skips them unless
+  // asked to draft with them); the forward pass runs the blocks before them, and their
+  // tensors are never read.
+  const int64_t nextn = k.integer("nextn_predict_layers", 0, 0, c.n_layer - 1);
+  c.n_layer -= nextn;
   c.n_dense_lead = k.integer("leading_dense_block_count", 0, 0, c.n_layer - 1);
   if (c.n_dense_lead > 0) c.n_ff_dense = k.required("feed_forward_length", 1, kMaxFeedForward);
   const int64_t n_shared = k.integer("expert_shared_count", 0, 0, 1024);

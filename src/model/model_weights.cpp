@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include <string>
@@ -177,8 +178,15 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   // file; a NaN there shows up as non-finite logits, which the sampler reports).
   for (const auto& t : f.tensors())
     if (!is_expert_tensor(t.name)) check_finite_weights(f, t);
+  // The blocks past n_layer (multi-token prediction, deepseek2_config.cpp) are never
+  // read: not in the weights a token reads.
+  const auto in_run_block = [&](const std::string& name) {
+    if (name.rfind("blk.", 0) != 0) return true;
+    return std::strtoll(name.c_str() + 4, nullptr, 10) < c.n_layer;
+  };
   uint64_t total = 0;
-  for (const auto& t : f.tensors()) total += t.nbytes;
+  for (const auto& t : f.tensors())
+    if (in_run_block(t.name)) total += t.nbytes;
   w.dense_bytes = total - w.expert_bytes;
   return m;
 }

@@ -156,6 +156,36 @@ TEST(DeepSeek2, TheSplitKvBFormGivesTheSameFloats) {
   EXPECT_NE(load_error(bad).find("blk.0.attn_v_b.weight"), std::string::npos) << load_error(bad);
 }
 
+// DeepSeek-V3's multi-token-prediction block as newer converters keep it: one more block
+// (a copy of the last one, plus the nextn.* tensors) counted in block_count and named by
+// nextn_predict_layers. It is not run: the logits are the file's without it.
+TEST(DeepSeek2, TheMultiTokenPredictionBlockIsNotRun) {
+  const std::string v3 = testing::fixture_path("deepseek-v3-f32.gguf");
+  auto f = gguf::GgufFile::open(v3);
+  gguf::GgufWriter w(f->alignment());
+  const std::string p = "deepseek2.";
+  for (const std::string& k : f->metadata_order()) w.set(k, k == p + "block_count" ? u32(4) : f->get(k));
+  w.set(p + "nextn_predict_layers", u32(1));
+  for (const auto& t : f->tensors()) {
+    const std::vector<uint8_t> bytes(t.data, t.data + t.nbytes);
+    w.add_tensor(t.name, t.dims, t.dtype, bytes);
+    if (t.name.rfind("blk.2.", 0) == 0) w.add_tensor("blk.3." + t.name.substr(6), t.dims, t.dtype, bytes);
+  }
+  w.add_tensor("blk.3.nextn.eh_proj.weight", {128, 64}, DType::F32, std::vector<uint8_t>(128 * 64 * 4));
+  const std::string with_mtp = testing::scratch_path("deepseek-v3-mtp") + ".gguf";
+  w.write(with_mtp);
+  auto plain = Model::load(v3);
+  auto mtp = Model::load(with_mtp);
+  EXPECT_EQ(mtp->config().n_layer, 3);
+  const std::vector<int32_t> tokens = {5, 71, 290, 12, 256, 100, 33, 199};
+  EXPECT_EQ(all_logits(*mtp, tokens), all_logits(*plain, tokens));
+  EXPECT_EQ(mtp->weights().dense_bytes, plain->weights().dense_bytes) << "the unread block's bytes";
+  EXPECT_EQ(mtp->weights().expert_bytes, plain->weights().expert_bytes);
+  // Every block a prediction block leaves nothing to run.
+  const std::string e = load_error(rewrite_file(v3, {{p + "nextn_predict_layers", u32(3)}}));
+  EXPECT_NE(e.find(p + "nextn_predict_layers"), std::string::npos) << e;
+}
+
 TEST(DeepSeek2, ConfigReadsWhatTheConverterWrites) {
   auto m = Model::load(kFixture);
   const ModelConfig& c = m->config();
