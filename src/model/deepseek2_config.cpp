@@ -5,49 +5,14 @@
 
 #include "base/error.h"
 #include "format/gguf.h"
+#include "model/arch_keys.h"
+#include "model/deepseek_moe_config.h"
 
 namespace moeflow {
 
-namespace {
-
-struct Keys {
-  const gguf::GgufFile& f;
-  std::string p;  // "deepseek2."
-
-  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-    throw InputError(f.path() + ": key " + p + key + " " + what);
-  }
-  int64_t integer(const std::string& key, int64_t dflt, int64_t lo, int64_t hi) const {
-    const gguf::Value* v = f.find(p + key);
-    const int64_t x = v ? v->as_int(p + key) : dflt;
-    if (x < lo || x > hi)
-      fail(key, "= " + std::to_string(x) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return x;
-  }
-  int64_t required(const std::string& key, int64_t lo, int64_t hi) const {
-    if (!f.find(p + key)) fail(key, "is missing (required by deepseek2)");
-    return integer(key, 0, lo, hi);
-  }
-  double real(const std::string& key, double dflt, double lo, double hi) const {
-    const gguf::Value* v = f.find(p + key);
-    const double x = v ? v->as_float(p + key) : dflt;
-    if (!std::isfinite(x) || x < lo || x > hi)
-      fail(key, "= " + std::to_string(x) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return x;
-  }
-};
-
-}  // namespace
-
 void read_deepseek2_config(const gguf::GgufFile& f, ModelConfig& c) {
-  const Keys k{f, c.arch_name + "."};
+  const ArchKeys k{f, c.arch_name + "."};
   MlaConfig& m = c.mla;
-  // llama.cpp's enum: 1 softmax (DeepSeek-V2), 2 sigmoid (DeepSeek-V3 / R1, Kimi K2).
-  const int64_t gating = k.integer("expert_gating_func", 1, 0, 1 << 30);
-  if (gating != 1 && gating != 2)
-    k.fail("expert_gating_func", "= " + std::to_string(gating) + " is not supported (1: softmax, DeepSeek-V2; 2: sigmoid, DeepSeek-V3)");
-  c.router_scoring = gating == 2 ? RouterScoring::Sigmoid : RouterScoring::Softmax;
-
   m.q_lora_rank = k.integer("attention.q_lora_rank", 0, 0, kMaxEmbd);
   m.kv_lora_rank = k.required("attention.kv_lora_rank", 1, kMaxEmbd);
   // Since 2025 llama.cpp's converter writes the form its absorbed attention runs: MQA
@@ -81,28 +46,8 @@ void read_deepseek2_config(const gguf::GgufFile& f, ModelConfig& c) {
   c.rope_neox = false;  // GPT-J pairs (2i, 2i+1): llama.cpp's deepseek2 graph, HF's de-interleave + rotate_half
   c.qk_norm = QkNorm::None;
 
-  // Converters since 2026 may keep DeepSeek-V3's multi-token-prediction layers as the
-  // last nextn_predict_layers blocks, counted in block_count (llama.cpp skips them unless
-  // asked to draft with them); the forward pass runs the blocks before them, and their
-  // tensors are never read.
-  const int64_t nextn = k.integer("nextn_predict_layers", 0, 0, c.n_layer - 1);
-  c.n_layer -= nextn;
-  c.n_dense_lead = k.integer("leading_dense_block_count", 0, 0, c.n_layer - 1);
-  if (c.n_dense_lead > 0) c.n_ff_dense = k.required("feed_forward_length", 1, kMaxFeedForward);
-  const int64_t n_shared = k.integer("expert_shared_count", 0, 0, 1024);
-  c.n_ff_shexp = n_shared * c.n_ff_expert;
-  if (c.n_ff_shexp > kMaxFeedForward) k.fail("expert_shared_count", "times expert_feed_forward_length exceeds " + std::to_string(kMaxFeedForward));
-  c.shared_expert_gate = false;  // DeepSeek's shared experts are added ungated
-  c.expert_weights_scale = static_cast<float>(k.real("expert_weights_scale", 1.0, 1e-6, 1e6));
-  const gguf::Value* norm = f.find(k.p + "expert_weights_norm");
-  c.norm_topk = norm ? norm->as_bool(k.p + "expert_weights_norm") : false;
-  c.n_expert_group = k.integer("expert_group_count", 1, 1, c.n_expert);
-  if (c.n_expert % c.n_expert_group)
-    k.fail("expert_group_count", "= " + std::to_string(c.n_expert_group) + " does not divide expert_count = " + std::to_string(c.n_expert));
-  c.n_expert_group_used = k.integer("expert_group_used_count", c.n_expert_group, 1, c.n_expert_group);
-  if (c.n_expert_group_used * (c.n_expert / c.n_expert_group) < c.n_expert_used)
-    k.fail("expert_group_used_count", "= " + std::to_string(c.n_expert_group_used) +
-                                          " groups hold fewer experts than expert_used_count = " + std::to_string(c.n_expert_used));
+  // Softmax (V2) unless the file says sigmoid (V3, R1, Kimi K2).
+  read_deepseek_moe_config(k, RouterScoring::Softmax, c);
 
   // YaRN as HF's DeepSeek-V2 and llama.cpp compute it: the ramp's ends rounded to whole
   // pairs, cos and sin unscaled (the softmax scale below carries mscale^2).

@@ -153,7 +153,16 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
     if (c.attn_out_bias) L.bo = vector_f32(f, b + "attn_output.bias", c.n_embd);
     if (c.attn_sinks) L.attn_sinks = vector_f32(f, b + "attn_sinks.weight", c.n_head);
     L.ffn_norm = vector_f32(f, b + c.ffn_norm_name + ".weight", c.n_embd);
+    if (i < c.n_dense_lead) {  // a dense FFN, no router, no experts (glm4moe's first layers)
+      L.ffn.gate = matrix(f, b + "ffn_gate.weight", c.n_embd, c.n_ff_dense);
+      L.ffn.up = matrix(f, b + "ffn_up.weight", c.n_embd, c.n_ff_dense);
+      L.ffn.down = matrix(f, b + "ffn_down.weight", c.n_ff_dense, c.n_embd);
+      w.layers.push_back(std::move(L));
+      continue;
+    }
     L.gate_inp = matrix(f, b + "ffn_gate_inp.weight", c.n_embd, c.n_expert);
+    // DeepSeek-V3's router bias (glm4moe's too): optional, as in llama.cpp.
+    if (f.find_tensor(b + "exp_probs_b.bias")) L.choice_bias = vector_f32(f, b + "exp_probs_b.bias", c.n_expert);
     L.gate_exps = experts(f, b + "ffn_gate_exps.weight", c.n_embd, c.n_ff_expert, c.n_expert);
     L.up_exps = experts(f, b + "ffn_up_exps.weight", c.n_embd, c.n_ff_expert, c.n_expert);
     L.down_exps = experts(f, b + "ffn_down_exps.weight", c.n_ff_expert, c.n_embd, c.n_expert);

@@ -71,6 +71,22 @@ DeepSeek2Sizes deepseek2_sizes(const SyntheticModelSpec& s) {
   return d;
 }
 
+// The keys of DeepSeek's MoE block (model/deepseek_moe_config.h): V3's router
+// (routed_scaling_factor 2.5, norm_topk_prob, sigmoid) or V2's.
+void write_deepseek_moe_metadata(const SyntheticModelSpec& s, bool sigmoid, const std::string& p,
+                                 gguf::GgufWriter& w) {
+  const auto u32 = [](int64_t v) { return Value::make_u32(static_cast<uint32_t>(v)); };
+  w.set(p + "leading_dense_block_count", u32(s.ds_dense_lead));
+  w.set(p + "expert_shared_count", u32(s.ds_shared));
+  w.set(p + "expert_weights_scale", Value::make_f32(sigmoid ? 2.5f : 1.5f));
+  w.set(p + "expert_weights_norm", Value::make_bool(sigmoid));
+  w.set(p + "expert_gating_func", u32(sigmoid ? 2 : 1));
+  if (s.ds_groups > 1) {
+    w.set(p + "expert_group_count", u32(s.ds_groups));
+    w.set(p + "expert_group_used_count", u32(s.ds_groups_used > 0 ? s.ds_groups_used : s.ds_groups));
+  }
+}
+
 // Overrides and adds the keys llama.cpp's converter writes for DeepSeek-V2.
 void write_deepseek2_metadata(const SyntheticModelSpec& s, const DeepSeek2Sizes& d, gguf::GgufWriter& w) {
   const std::string p = "deepseek2.";
@@ -82,16 +98,7 @@ void write_deepseek2_metadata(const SyntheticModelSpec& s, const DeepSeek2Sizes&
   w.set(p + "rope.dimension_count", u32(d.rope));
   if (d.q_lora > 0) w.set(p + "attention.q_lora_rank", u32(d.q_lora));
   w.set(p + "attention.kv_lora_rank", u32(d.kv_lora));
-  w.set(p + "leading_dense_block_count", u32(s.ds_dense_lead));
-  w.set(p + "expert_shared_count", u32(s.ds_shared));
-  // DeepSeek-V3's routed_scaling_factor and norm_topk_prob, or V2's.
-  w.set(p + "expert_weights_scale", Value::make_f32(s.ds_sigmoid_router ? 2.5f : 1.5f));
-  w.set(p + "expert_weights_norm", Value::make_bool(s.ds_sigmoid_router));
-  w.set(p + "expert_gating_func", u32(s.ds_sigmoid_router ? 2 : 1));  // sigmoid or softmax
-  if (s.ds_groups > 1) {
-    w.set(p + "expert_group_count", u32(s.ds_groups));
-    w.set(p + "expert_group_used_count", u32(d.groups_used));
-  }
+  write_deepseek_moe_metadata(s, s.ds_sigmoid_router, p, w);
   if (s.ds_yarn_factor > 1.0) {
     w.set(p + "rope.scaling.type", Value::make_string("yarn"));
     w.set(p + "rope.scaling.factor", Value::make_f32(static_cast<float>(s.ds_yarn_factor)));
@@ -113,6 +120,14 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
     throw InputError("synthetic model: embedding and expert sizes must be multiples of " + std::to_string(eblk) +
                      " for the experts' dtype " + dtype_name(expert_dtype));
   const bool gpt_oss = s.arch == Arch::GptOss;
+  const bool glm = s.arch == Arch::Glm4Moe;
+  // glm4moe: RoPE on half of each head (partial_rotary_factor 0.5), dense leading layers
+  // and ungated shared experts of the sizes the deepseek2 flags give.
+  const int64_t glm_rope = s.ds_rope_dim > 0 ? s.ds_rope_dim : s.head_dim / 2;
+  const int64_t glm_ff_dense = s.ds_ff_dense > 0 ? s.ds_ff_dense : 2 * s.n_ff_expert;
+  if (glm && (glm_rope % 2 || glm_rope > s.head_dim || glm_ff_dense % blk || s.ds_dense_lead >= s.n_layer))
+    throw InputError("synthetic model: glm4moe needs even rope dims up to the head size, a dense size that is a "
+                     "multiple of " + std::to_string(blk) + " and a MoE layer after the dense ones");
   if (s.n_vocab < 257) throw InputError("synthetic model: n_vocab must be at least 257");
   std::mt19937_64 rng(s.seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -140,7 +155,7 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
   w.set(p + "embedding_length", Value::make_u32(static_cast<uint32_t>(s.n_embd)));
   w.set(p + "block_count", Value::make_u32(static_cast<uint32_t>(s.n_layer)));
   w.set(p + "feed_forward_length", Value::make_u32(static_cast<uint32_t>(s.n_ff_expert)));
-  if (s.arch == Arch::Qwen3Moe || s.arch == Arch::Qwen2Moe || gpt_oss)
+  if (s.arch == Arch::Qwen3Moe || s.arch == Arch::Qwen2Moe || gpt_oss || glm)
     w.set(p + "expert_feed_forward_length", Value::make_u32(static_cast<uint32_t>(s.n_ff_expert)));
   if (s.arch == Arch::Qwen2Moe)
     w.set(p + "expert_shared_feed_forward_length", Value::make_u32(static_cast<uint32_t>(F_sh)));
@@ -163,6 +178,11 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
   w.set(p + "expert_used_count", Value::make_u32(static_cast<uint32_t>(s.n_expert_used)));
   const DeepSeek2Sizes ds = deepseek2_sizes(s);
   if (s.arch == Arch::DeepSeek2) write_deepseek2_metadata(s, ds, w);
+  if (glm) {  // GLM-4.5's converter: the dense layers' size, half-head RoPE, V3's router
+    w.set(p + "feed_forward_length", Value::make_u32(static_cast<uint32_t>(glm_ff_dense)));
+    w.set(p + "rope.dimension_count", Value::make_u32(static_cast<uint32_t>(glm_rope)));
+    write_deepseek_moe_metadata(s, true, p, w);
+  }
 
   // Byte-level BPE vocabulary: 256 byte tokens, one end-of-text token, merges of
   // frequent English pairs, then filler words until n_vocab is reached.
@@ -261,7 +281,7 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
     add(b + "attn_k.weight", {u(D), u(kv_dim)}, s.dtype, random(kv_dim * D, in_scale));
     add(b + "attn_v.weight", {u(D), u(kv_dim)}, s.dtype, random(kv_dim * D, in_scale));
     add(b + "attn_output.weight", {u(q_dim), u(D)}, s.dtype, random(D * q_dim, 1.0f / std::sqrt(static_cast<float>(q_dim))));
-    if (s.arch == Arch::Qwen2Moe || gpt_oss) {
+    if (s.arch == Arch::Qwen2Moe || gpt_oss || glm) {
       add(b + "attn_q.bias", {u(q_dim)}, DType::F32, random(q_dim, 0.5f));
       add(b + "attn_k.bias", {u(kv_dim)}, DType::F32, random(kv_dim, 0.5f));
       add(b + "attn_v.bias", {u(kv_dim)}, DType::F32, random(kv_dim, 0.5f));
@@ -271,15 +291,23 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
       // Sinks of the size of a score (O(1)): they take a visible share of the softmax.
       add(b + "attn_sinks.weight", {u(s.n_head)}, DType::F32, random(s.n_head, 1.0f));
     }
-    if (s.arch == Arch::Qwen3Moe) {
+    if (s.arch == Arch::Qwen3Moe || glm) {  // glm4moe: GLM-4.5's (Air has none)
       add(b + "attn_q_norm.weight", {u(s.head_dim)}, DType::F32, norm_weight(s.head_dim));
       add(b + "attn_k_norm.weight", {u(s.head_dim)}, DType::F32, norm_weight(s.head_dim));
     } else if (s.arch == Arch::Olmoe) {
       add(b + "attn_q_norm.weight", {u(q_dim)}, DType::F32, norm_weight(q_dim));
       add(b + "attn_k_norm.weight", {u(kv_dim)}, DType::F32, norm_weight(kv_dim));
     }
-    add(b + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {u(D)}, DType::F32, norm_weight(D));
+    add(b + (gpt_oss || glm ? "post_attention_norm.weight" : "ffn_norm.weight"), {u(D)}, DType::F32, norm_weight(D));
+    if (glm && l < s.ds_dense_lead) {
+      add(b + "ffn_gate.weight", {u(D), u(glm_ff_dense)}, s.dtype, random(glm_ff_dense * D, in_scale));
+      add(b + "ffn_up.weight", {u(D), u(glm_ff_dense)}, s.dtype, random(glm_ff_dense * D, in_scale));
+      add(b + "ffn_down.weight", {u(glm_ff_dense), u(D)}, s.dtype,
+          random(D * glm_ff_dense, 1.0f / std::sqrt(static_cast<float>(glm_ff_dense))));
+      continue;
+    }
     add(b + "ffn_gate_inp.weight", {u(D), u(E)}, DType::F32, random(E * D, 2.0f * in_scale));
+    if (glm) add(b + "exp_probs_b.bias", {u(E)}, DType::F32, random(E, 0.2f));
     // gpt-oss's gate is scaled up so that its clamp at 7 is reached by some units.
     add(b + "ffn_gate_exps.weight", {u(D), u(F), u(E)}, expert_dtype, random(E * F * D, (gpt_oss ? 3.0f : 1.0f) * in_scale));
     add(b + "ffn_up_exps.weight", {u(D), u(F), u(E)}, expert_dtype, random(E * F * D, (gpt_oss ? 3.0f : 1.0f) * in_scale));
@@ -289,6 +317,12 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
       add(b + "ffn_gate_exps.bias", {u(F), u(E)}, DType::F32, random(E * F, 0.5f));
       add(b + "ffn_up_exps.bias", {u(F), u(E)}, DType::F32, random(E * F, 0.5f));
       add(b + "ffn_down_exps.bias", {u(D), u(E)}, DType::F32, random(E * D, 0.2f));
+    }
+    if (glm && s.ds_shared > 0) {  // ungated
+      const int64_t Fs = s.ds_shared * F;
+      add(b + "ffn_gate_shexp.weight", {u(D), u(Fs)}, s.dtype, random(Fs * D, in_scale));
+      add(b + "ffn_up_shexp.weight", {u(D), u(Fs)}, s.dtype, random(Fs * D, in_scale));
+      add(b + "ffn_down_shexp.weight", {u(Fs), u(D)}, s.dtype, random(D * Fs, 1.0f / std::sqrt(static_cast<float>(Fs))));
     }
     if (s.arch == Arch::Qwen2Moe) {
       add(b + "ffn_gate_inp_shexp.weight", {u(D)}, DType::F32, random(D, 2.0f * in_scale));

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "gguf_rewrite.h"
 #include "input_error_of.h"
 #include "backend/cpu/cpu_backend.h"
 #include "base/error.h"
@@ -106,17 +107,7 @@ TEST(RopeYarn, FrequenciesFollowTheRamp) {
 // A copy of the gpt-oss fixture with keys set, keys dropped and tensors dropped.
 std::string rewrite(const std::map<std::string, Value>& set, const std::set<std::string>& drop_keys = {},
                     const std::set<std::string>& drop_tensors = {}) {
-  auto f = GgufFile::open(kModel);
-  GgufWriter w(f->alignment());
-  for (const std::string& k : f->metadata_order())
-    if (!drop_keys.count(k)) w.set(k, set.count(k) ? set.at(k) : f->get(k));
-  for (const auto& [k, v] : set)
-    if (!f->has(k)) w.set(k, v);
-  for (const auto& t : f->tensors())
-    if (!drop_tensors.count(t.name)) w.add_tensor(t.name, t.dims, t.dtype, std::vector<uint8_t>(t.data, t.data + t.nbytes));
-  const std::string out = testing::scratch_path("gpt-oss") + ".gguf";
-  w.write(out);
-  return out;
+  return testing::rewrite_gguf(kModel, "gpt-oss", set, drop_keys, drop_tensors);
 }
 
 std::string load_error(const std::string& path) { return testing::input_error_of([&] { Model::load(path); }); }

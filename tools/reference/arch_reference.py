@@ -1,6 +1,7 @@
 """NumPy reference forward pass, in float64, of the architectures added after the
 PyTorch one (moe_reference.py): Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B) and
-gpt-oss (gpt-oss-20b, gpt-oss-120b) and DeepSeek-V2 (DeepSeek-V2, V2-Lite: DeepSeek2Reference below).
+gpt-oss (gpt-oss-20b, gpt-oss-120b), DeepSeek-V2 (DeepSeek-V2, V2-Lite, and V3's router:
+DeepSeek2Reference below) and GLM-4.5 (Glm4MoeReference).
 
 Written from the Hugging Face definitions (Qwen2MoeForCausalLM, GptOssForCausalLM),
 mapped to the GGUF conventions llama.cpp's converter uses: weights {in, out} are [out][in] matrices,
@@ -14,7 +15,7 @@ import numpy as np
 
 from gguf_reader import GGUF
 
-ARCHS = ("qwen2moe", "deepseek2", "gpt-oss")
+ARCHS = ("qwen2moe", "deepseek2", "gpt-oss", "glm4moe")
 
 
 def rms_norm(x, w, eps):
@@ -131,6 +132,35 @@ class Reference:
 
 # --- DeepSeek-V2 -----------------------------------------------------------------
 
+def route_v3(logits, bias, n_group, topk_group, top_k, norm, scale):
+    """DeepseekV3 MoEGate / Glm4MoeTopkRouter (noaux_tc): sigmoid scores; experts chosen by
+    score plus bias among the topk_group groups whose two best are best; weights the
+    chosen unbiased scores, renormalised when norm, times scale. The masked groups'
+    experts at -inf rather than HF's 0 (they differ only when fewer than top-k biased
+    scores of the chosen groups are positive; the engine masks with -inf)."""
+    scores = 1.0 / (1.0 + np.exp(-logits))
+    if bias is None:
+        bias = np.zeros(scores.shape[-1])
+    n_expert = scores.shape[-1]
+    idx, w = [], []
+    for s in range(scores.shape[0]):
+        choice = scores[s] + bias
+        if n_group > 1:
+            per_group = choice.reshape(n_group, -1)
+            group_scores = -np.sort(-per_group, axis=-1)[:, :2].sum(-1)
+            groups = np.argsort(-group_scores, kind="stable")[:topk_group]
+            keep = np.zeros(n_group, dtype=bool)
+            keep[groups] = True
+            choice = np.where(np.repeat(keep, n_expert // n_group), choice, -np.inf)
+        ids = np.argsort(-choice, kind="stable")[:top_k]  # ties to the lower id
+        wt = scores[s][ids]
+        if top_k > 1 and norm:
+            wt = wt / (wt.sum() + 1e-20)
+        idx.append(ids)
+        w.append(wt * scale)
+    return idx, w
+
+
 def yarn_inv_freq(dim, base, factor, orig_ctx, beta_fast=32.0, beta_slow=1.0):
     """DeepseekV2YarnRotaryEmbedding's inverse frequencies (dim = the rope dims)."""
     freq_extra = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
@@ -173,7 +203,7 @@ class DeepSeek2Config:
         md = g.metadata
         p = "deepseek2."
         self.n_embd = md[p + "embedding_length"]
-        self.n_layer = md[p + "block_count"]
+        self.n_layer = md[p + "block_count"] - md.get(p + "nextn_predict_layers", 0)  # MTP blocks are not run
         self.n_head = md[p + "attention.head_count"]
         # The split form (attn_k_b / attn_v_b) keeps the per-head sizes under *_mla.
         self.split_kv_b = p + "attention.key_length_mla" in md
@@ -295,30 +325,9 @@ class DeepSeek2Reference:
         return idx, w
 
     def gate_v3(self, L, logits):
-        """DeepseekV3 MoEGate (modeling_deepseek.py, noaux_tc), with the masked groups'
-        experts at -inf rather than HF's 0 (they differ only when fewer than top-k biased
-        scores of the chosen groups are positive; the engine masks with -inf)."""
         c = self.cfg
-        scores = 1.0 / (1.0 + np.exp(-logits))
-        bias = L.get("exp_probs_b.bias", np.zeros(c.n_routed_experts))
-        idx, w = [], []
-        for s in range(scores.shape[0]):
-            choice = scores[s] + bias
-            if c.n_group > 1:
-                per_group = choice.reshape(c.n_group, -1)
-                group_scores = -np.sort(-per_group, axis=-1)[:, :2].sum(-1)
-                groups = np.argsort(-group_scores, kind="stable")[: c.topk_group]
-                keep = np.zeros(c.n_group, dtype=bool)
-                keep[groups] = True
-                choice = np.where(np.repeat(keep, c.n_routed_experts // c.n_group), choice, -np.inf)
-            ids = np.argsort(-choice, kind="stable")[: c.num_experts_per_tok]  # ties to the lower id
-            wt = scores[s][ids]
-            if c.num_experts_per_tok > 1 and c.norm_topk_prob:
-                wt = wt / (wt.sum() + 1e-20)
-            wt = wt * c.routed_scaling_factor
-            idx.append(ids)
-            w.append(wt)
-        return idx, w
+        return route_v3(logits, L.get("exp_probs_b.bias"), c.n_group, c.topk_group, c.num_experts_per_tok,
+                        c.norm_topk_prob, c.routed_scaling_factor)
 
     def moe(self, L, x):
         c = self.cfg
@@ -468,8 +477,91 @@ class GptOssReference:
         return rms_norm(x, self.out_norm, self.eps) @ self.out.T
 
 
+# --- GLM-4.5 ---------------------------------------------------------------------
+
+class Glm4MoeReference:
+    """Glm4MoeForCausalLM (transformers' modeling_glm4_moe.py) on a GGUF file: q/k/v with
+    biases, per-head q/k RMSNorm when the file has them (use_qk_norm), RoPE by rotate_half
+    on the first rope.dimension_count dims of each head (partial_rotary_factor), GQA;
+    post_attention_layernorm before the FFN; the first leading_dense_block_count layers
+    a dense SwiGLU, the others DeepSeek-V3's routed experts plus the shared ones."""
+
+    def __init__(self, path):
+        g = GGUF(path)
+        md = g.metadata
+        p = "glm4moe."
+        t = lambda n: g.tensor(n).astype(np.float64)
+        self.n_layer = md[p + "block_count"] - md.get(p + "nextn_predict_layers", 0)
+        self.n_head = md[p + "attention.head_count"]
+        self.n_kv = md[p + "attention.head_count_kv"]
+        self.head_dim = md[p + "attention.key_length"]
+        self.rot_dim = md[p + "rope.dimension_count"]
+        self.base = md.get(p + "rope.freq_base", 10000.0)
+        self.eps = md.get(p + "attention.layer_norm_rms_epsilon", 1e-5)
+        self.top_k = md[p + "expert_used_count"]
+        self.dense_lead = md.get(p + "leading_dense_block_count", 0)
+        self.scale = md.get(p + "expert_weights_scale", 1.0)
+        self.norm = bool(md.get(p + "expert_weights_norm", False))
+        self.n_group = md.get(p + "expert_group_count", 1)
+        self.topk_group = md.get(p + "expert_group_used_count", self.n_group)
+        assert md.get(p + "expert_gating_func", 2) == 2, "GLM-4.5's router is sigmoid"
+        self.embd = t("token_embd.weight")
+        self.out_norm = t("output_norm.weight")
+        self.out = t("output.weight") if "output.weight" in g.tensors else self.embd
+        self.layers = []
+        for i in range(self.n_layer):
+            b = f"blk.{i}."
+            self.layers.append({n[len(b):]: t(n) for n in g.tensors if n.startswith(b)})
+
+    def attention(self, L, x, positions):
+        S, H, hd = x.shape[0], self.n_head, self.head_dim
+        q = (x @ L["attn_q.weight"].T + L["attn_q.bias"]).reshape(S, H, hd)
+        k = (x @ L["attn_k.weight"].T + L["attn_k.bias"]).reshape(S, self.n_kv, hd)
+        v = (x @ L["attn_v.weight"].T + L["attn_v.bias"]).reshape(S, self.n_kv, hd)
+        if "attn_q_norm.weight" in L:
+            q = rms_norm(q, L["attn_q_norm.weight"], self.eps)
+            k = rms_norm(k, L["attn_k_norm.weight"], self.eps)
+        q = rotary_neox(q, positions, self.rot_dim, self.base)
+        k = rotary_neox(k, positions, self.rot_dim, self.base)
+        rep = H // self.n_kv
+        k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+        scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd)
+        mask = np.triu(np.ones((S, S), dtype=bool), k=1)
+        scores = softmax(np.where(mask[None], -np.inf, scores))
+        o = np.einsum("hqk,khd->qhd", scores, v).reshape(S, H * hd)
+        return o @ L["attn_output.weight"].T
+
+    @staticmethod
+    def mlp(x, gate, up, down):
+        return (silu(x @ gate.T) * (x @ up.T)) @ down.T
+
+    def ffn(self, i, L, x):
+        if i < self.dense_lead:
+            return self.mlp(x, L["ffn_gate.weight"], L["ffn_up.weight"], L["ffn_down.weight"])
+        idx, w = route_v3(x @ L["ffn_gate_inp.weight"].T, L.get("exp_probs_b.bias"), self.n_group, self.topk_group,
+                          self.top_k, self.norm, self.scale)
+        out = np.zeros_like(x)
+        for s in range(x.shape[0]):
+            for j, e in enumerate(idx[s]):
+                out[s] += w[s][j] * self.mlp(x[s], L["ffn_gate_exps.weight"][e], L["ffn_up_exps.weight"][e],
+                                             L["ffn_down_exps.weight"][e])
+        if "ffn_gate_shexp.weight" in L:
+            out = out + self.mlp(x, L["ffn_gate_shexp.weight"], L["ffn_up_shexp.weight"], L["ffn_down_shexp.weight"])
+        return out
+
+    def logits(self, tokens):
+        x = self.embd[np.asarray(tokens)]
+        pos = np.arange(len(tokens))
+        for i, L in enumerate(self.layers):
+            x = x + self.attention(L, rms_norm(x, L["attn_norm.weight"], self.eps), pos)
+            x = x + self.ffn(i, L, rms_norm(x, L["post_attention_norm.weight"], self.eps))
+        return rms_norm(x, self.out_norm, self.eps) @ self.out.T
+
+
 def reference_for(path):
     """The reference of the file's architecture (one of ARCHS)."""
+    if GGUF(path).metadata["general.architecture"] == "glm4moe":
+        return Glm4MoeReference(path)
     if GGUF(path).metadata["general.architecture"] == "gpt-oss":
         return GptOssReference(path)
     if GGUF(path).metadata["general.architecture"] == "deepseek2":
