@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "eval_logits.h"
 #include "gguf_rewrite.h"
 #include "input_error_of.h"
 #include "base/error.h"
@@ -119,12 +120,7 @@ std::string split_form() {
   return path;
 }
 
-std::vector<float> all_logits(const Model& m, const std::vector<int32_t>& tokens) {
-  Transformer tf(m, nullptr, 64, DType::F32);
-  std::vector<float> logits;
-  tf.eval(tokens.data(), static_cast<int64_t>(tokens.size()), true, logits);
-  return logits;
-}
+using testing::all_logits;
 
 TEST(DeepSeek2, TheSplitKvBFormGivesTheSameFloats) {
   auto expanded = Model::load(kFixture);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "eval_logits.h"
 #include "gguf_rewrite.h"
 #include "input_error_of.h"
 #include "engine/transformer.h"
@@ -27,12 +28,7 @@ const std::string p = "glm4moe.";
 
 std::string load_error(const std::string& path) { return testing::input_error_of([&] { Model::load(path); }); }
 
-std::vector<float> all_logits(const Model& m, const std::vector<int32_t>& tokens) {
-  Transformer tf(m, nullptr, 64, DType::F32);
-  std::vector<float> logits;
-  tf.eval(tokens.data(), static_cast<int64_t>(tokens.size()), true, logits);
-  return logits;
-}
+using testing::all_logits;
 
 TEST(Glm4Moe, ConfigReadsWhatTheConverterWrites) {
   auto m = Model::load(kFixture);

@@ -132,33 +132,47 @@ class Reference:
 
 # --- DeepSeek-V2 -----------------------------------------------------------------
 
-def route_v3(logits, bias, n_group, topk_group, top_k, norm, scale):
-    """DeepseekV3 MoEGate / Glm4MoeTopkRouter (noaux_tc): sigmoid scores; experts chosen by
-    score plus bias among the topk_group groups whose two best are best; weights the
-    chosen unbiased scores, renormalised when norm, times scale. The masked groups'
-    experts at -inf rather than HF's 0 (they differ only when fewer than top-k biased
-    scores of the chosen groups are positive; the engine masks with -inf)."""
-    scores = 1.0 / (1.0 + np.exp(-logits))
-    if bias is None:
-        bias = np.zeros(scores.shape[-1])
-    n_expert = scores.shape[-1]
-    idx, w = [], []
-    for s in range(scores.shape[0]):
-        choice = scores[s] + bias
-        if n_group > 1:
-            per_group = choice.reshape(n_group, -1)
-            group_scores = -np.sort(-per_group, axis=-1)[:, :2].sum(-1)
-            groups = np.argsort(-group_scores, kind="stable")[:topk_group]
-            keep = np.zeros(n_group, dtype=bool)
-            keep[groups] = True
-            choice = np.where(np.repeat(keep, n_expert // n_group), choice, -np.inf)
-        ids = np.argsort(-choice, kind="stable")[:top_k]  # ties to the lower id
-        wt = scores[s][ids]
-        if top_k > 1 and norm:
-            wt = wt / (wt.sum() + 1e-20)
-        idx.append(ids)
-        w.append(wt * scale)
-    return idx, w
+class MoeRouting:
+    """The routing keys of DeepSeek's MoE block (deepseek2, glm4moe) as llama.cpp's
+    converter writes them: top-k, expert_weights_scale (HF's routed_scaling_factor),
+    expert_weights_norm (norm_topk_prob), the expert groups, the gating function (1
+    softmax, 2 sigmoid; absent or 0: the architecture's default)."""
+
+    def __init__(self, md, p, default_gating):
+        self.n_expert = md[p + "expert_count"]
+        self.top_k = md[p + "expert_used_count"]
+        self.scale = md.get(p + "expert_weights_scale", 1.0)
+        self.norm = bool(md.get(p + "expert_weights_norm", False))
+        self.n_group = md.get(p + "expert_group_count", 1)
+        self.topk_group = md.get(p + "expert_group_used_count", self.n_group)
+        self.sigmoid = (md.get(p + "expert_gating_func", 0) or default_gating) == 2
+
+    def route_v3(self, logits, bias):
+        """DeepseekV3 MoEGate / Glm4MoeTopkRouter (noaux_tc): sigmoid scores; experts chosen
+        by score plus bias among the topk_group groups whose two best are best; weights the
+        chosen unbiased scores, renormalised when norm, times scale. The masked groups'
+        experts at -inf rather than HF's 0 (they differ only when fewer than top-k biased
+        scores of the chosen groups are positive; the engine masks with -inf)."""
+        scores = 1.0 / (1.0 + np.exp(-logits))
+        if bias is None:
+            bias = np.zeros(self.n_expert)
+        idx, w = [], []
+        for s in range(scores.shape[0]):
+            choice = scores[s] + bias
+            if self.n_group > 1:
+                per_group = choice.reshape(self.n_group, -1)
+                group_scores = -np.sort(-per_group, axis=-1)[:, :2].sum(-1)
+                groups = np.argsort(-group_scores, kind="stable")[: self.topk_group]
+                keep = np.zeros(self.n_group, dtype=bool)
+                keep[groups] = True
+                choice = np.where(np.repeat(keep, self.n_expert // self.n_group), choice, -np.inf)
+            ids = np.argsort(-choice, kind="stable")[: self.top_k]  # ties to the lower id
+            wt = scores[s][ids]
+            if self.top_k > 1 and self.norm:
+                wt = wt / (wt.sum() + 1e-20)
+            idx.append(ids)
+            w.append(wt * self.scale)
+        return idx, w
 
 
 def yarn_inv_freq(dim, base, factor, orig_ctx, beta_fast=32.0, beta_slow=1.0):
@@ -214,20 +228,14 @@ class DeepSeek2Config:
         self.q_lora_rank = md.get(p + "attention.q_lora_rank", 0) or None
         self.kv_lora_rank = md[p + "attention.kv_lora_rank"]
         self.first_k_dense_replace = md.get(p + "leading_dense_block_count", 0)
-        self.n_routed_experts = md[p + "expert_count"]
-        self.num_experts_per_tok = md[p + "expert_used_count"]
         self.n_shared_experts = md.get(p + "expert_shared_count", 0)
-        self.routed_scaling_factor = md.get(p + "expert_weights_scale", 1.0)
-        self.norm_topk_prob = bool(md.get(p + "expert_weights_norm", False))
-        self.n_group = md.get(p + "expert_group_count", 1)
-        self.topk_group = md.get(p + "expert_group_used_count", self.n_group)
         # expert_gating_func 2: DeepSeek-V3's MoEGate (scoring_func "sigmoid", topk_method
         # "noaux_tc", e_score_correction_bias as exp_probs_b.bias); 1: V2's softmax gate.
-        self.sigmoid = md.get(p + "expert_gating_func", 1) == 2
-        if self.sigmoid:
+        self.routing = r = MoeRouting(md, p, 1)
+        if r.sigmoid:
             self.topk_method = "noaux_tc"
         else:
-            self.topk_method = "group_limited_greedy" if self.n_group > 1 else "greedy"
+            self.topk_method = "group_limited_greedy" if r.n_group > 1 else "greedy"
         self.eps = md.get(p + "attention.layer_norm_rms_epsilon", 1e-6)
         self.base = md.get(p + "rope.freq_base", 10000.0)
         self.factor = 1.0
@@ -302,32 +310,28 @@ class DeepSeek2Reference:
         scores, chosen by score plus bias among the groups whose two best are best."""
         c = self.cfg
         logits = x @ L["ffn_gate_inp.weight"].T
-        if c.sigmoid:
-            return self.gate_v3(L, logits)
+        r = c.routing
+        if r.sigmoid:
+            return r.route_v3(logits, L.get("exp_probs_b.bias"))
         scores = softmax(logits)
         idx, w = [], []
         for s in range(x.shape[0]):
             sc = scores[s]
             if c.topk_method == "group_limited_greedy":
-                group_scores = sc.reshape(c.n_group, -1).max(-1)
-                groups = np.argsort(-group_scores, kind="stable")[: c.topk_group]
-                keep = np.zeros(c.n_group, dtype=bool)
+                group_scores = sc.reshape(r.n_group, -1).max(-1)
+                groups = np.argsort(-group_scores, kind="stable")[: r.topk_group]
+                keep = np.zeros(r.n_group, dtype=bool)
                 keep[groups] = True
-                sc = np.where(np.repeat(keep, c.n_routed_experts // c.n_group), sc, 0.0)
-            ids = np.argsort(-sc, kind="stable")[: c.num_experts_per_tok]  # ties to the lower id
+                sc = np.where(np.repeat(keep, r.n_expert // r.n_group), sc, 0.0)
+            ids = np.argsort(-sc, kind="stable")[: r.top_k]  # ties to the lower id
             wt = sc[ids]
-            if c.num_experts_per_tok > 1 and c.norm_topk_prob:
+            if r.top_k > 1 and r.norm:
                 wt = wt / (wt.sum() + 1e-20)
             else:
-                wt = wt * c.routed_scaling_factor
+                wt = wt * r.scale
             idx.append(ids)
             w.append(wt)
         return idx, w
-
-    def gate_v3(self, L, logits):
-        c = self.cfg
-        return route_v3(logits, L.get("exp_probs_b.bias"), c.n_group, c.topk_group, c.num_experts_per_tok,
-                        c.norm_topk_prob, c.routed_scaling_factor)
 
     def moe(self, L, x):
         c = self.cfg
@@ -498,13 +502,9 @@ class Glm4MoeReference:
         self.rot_dim = md[p + "rope.dimension_count"]
         self.base = md.get(p + "rope.freq_base", 10000.0)
         self.eps = md.get(p + "attention.layer_norm_rms_epsilon", 1e-5)
-        self.top_k = md[p + "expert_used_count"]
         self.dense_lead = md.get(p + "leading_dense_block_count", 0)
-        self.scale = md.get(p + "expert_weights_scale", 1.0)
-        self.norm = bool(md.get(p + "expert_weights_norm", False))
-        self.n_group = md.get(p + "expert_group_count", 1)
-        self.topk_group = md.get(p + "expert_group_used_count", self.n_group)
-        assert md.get(p + "expert_gating_func", 2) == 2, "GLM-4.5's router is sigmoid"
+        self.routing = MoeRouting(md, p, 2)
+        assert self.routing.sigmoid, "GLM-4.5's router is sigmoid"
         self.embd = t("token_embd.weight")
         self.out_norm = t("output_norm.weight")
         self.out = t("output.weight") if "output.weight" in g.tensors else self.embd
@@ -538,8 +538,7 @@ class Glm4MoeReference:
     def ffn(self, i, L, x):
         if i < self.dense_lead:
             return self.mlp(x, L["ffn_gate.weight"], L["ffn_up.weight"], L["ffn_down.weight"])
-        idx, w = route_v3(x @ L["ffn_gate_inp.weight"].T, L.get("exp_probs_b.bias"), self.n_group, self.topk_group,
-                          self.top_k, self.norm, self.scale)
+        idx, w = self.routing.route_v3(x @ L["ffn_gate_inp.weight"].T, L.get("exp_probs_b.bias"))
         out = np.zeros_like(x)
         for s in range(x.shape[0]):
             for j, e in enumerate(idx[s]):
