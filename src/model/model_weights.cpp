@@ -187,7 +187,7 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   // file; a NaN there shows up as non-finite logits, which the sampler reports).
   for (const auto& t : f.tensors())
     if (!is_expert_tensor(t.name)) check_finite_weights(f, t);
-  // The blocks past n_layer (multi-token prediction, deepseek2_config.cpp) are never
+  // The blocks past n_layer (multi-token prediction, deepseek_moe_config.cpp) are never
   // read: not in the weights a token reads.
   const auto in_run_block = [&](const std::string& name) {
     if (name.rfind("blk.", 0) != 0) return true;
