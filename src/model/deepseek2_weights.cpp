@@ -75,22 +75,16 @@ LayerWeights bind_deepseek2_layer(const gguf::GgufFile& f, const ModelConfig& c,
 
   L.ffn_norm = bind_vector(f, b + "ffn_norm.weight", D);
   if (i < c.n_dense_lead) {  // a dense FFN, no router, no experts
-    L.ffn.gate = bind_matrix(f, b + "ffn_gate.weight", D, c.n_ff_dense);
-    L.ffn.up = bind_matrix(f, b + "ffn_up.weight", D, c.n_ff_dense);
-    L.ffn.down = bind_matrix(f, b + "ffn_down.weight", c.n_ff_dense, D);
+    L.ffn = bind_swiglu_ffn(f, b, "", D, c.n_ff_dense);
     return L;
   }
   L.gate_inp = bind_matrix(f, b + "ffn_gate_inp.weight", D, c.n_expert);
-  // DeepSeek-V3's e_score_correction_bias: added to the scores to choose the experts,
-  // not to weight them. Optional, as in llama.cpp (absent: no bias).
-  if (f.find_tensor(b + "exp_probs_b.bias")) L.choice_bias = bind_vector(f, b + "exp_probs_b.bias", c.n_expert);
+  L.choice_bias = bind_choice_bias(f, b, c.n_expert);  // DeepSeek-V3's e_score_correction_bias
   L.gate_exps = bind_experts(f, b + "ffn_gate_exps.weight", D, c.n_ff_expert, c.n_expert);
   L.up_exps = bind_experts(f, b + "ffn_up_exps.weight", D, c.n_ff_expert, c.n_expert);
   L.down_exps = bind_experts(f, b + "ffn_down_exps.weight", c.n_ff_expert, D, c.n_expert);
   if (c.n_ff_shexp > 0) {  // expert_shared_count experts fused into one FFN, ungated
-    L.shexp.gate = bind_matrix(f, b + "ffn_gate_shexp.weight", D, c.n_ff_shexp);
-    L.shexp.up = bind_matrix(f, b + "ffn_up_shexp.weight", D, c.n_ff_shexp);
-    L.shexp.down = bind_matrix(f, b + "ffn_down_shexp.weight", c.n_ff_shexp, D);
+    L.shexp = bind_swiglu_ffn(f, b, "_shexp", D, c.n_ff_shexp);
   }
   return L;
 }

@@ -96,6 +96,18 @@ StackedExperts bind_experts(const gguf::GgufFile& f, const std::string& name, in
                             int64_t n_expert) {
   return experts(f, name, cols, rows, n_expert);
 }
+ExpertMatrices bind_swiglu_ffn(const gguf::GgufFile& f, const std::string& b, const std::string& suffix, int64_t n_embd,
+                               int64_t ff) {
+  ExpertMatrices m;
+  m.gate = matrix(f, b + "ffn_gate" + suffix + ".weight", n_embd, ff);
+  m.up = matrix(f, b + "ffn_up" + suffix + ".weight", n_embd, ff);
+  m.down = matrix(f, b + "ffn_down" + suffix + ".weight", ff, n_embd);
+  return m;
+}
+std::vector<float> bind_choice_bias(const gguf::GgufFile& f, const std::string& b, int64_t n_expert) {
+  const std::string name = b + "exp_probs_b.bias";
+  return f.find_tensor(name) ? vector_f32(f, name, n_expert) : std::vector<float>{};
+}
 
 void check_finite_weights(const gguf::GgufFile& f, const gguf::TensorInfo& t) {
   const int64_t bad = first_non_finite(t.dtype, t.data, static_cast<int64_t>(t.n_elements()));
@@ -154,15 +166,12 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
     if (c.attn_sinks) L.attn_sinks = vector_f32(f, b + "attn_sinks.weight", c.n_head);
     L.ffn_norm = vector_f32(f, b + c.ffn_norm_name + ".weight", c.n_embd);
     if (i < c.n_dense_lead) {  // a dense FFN, no router, no experts (glm4moe's first layers)
-      L.ffn.gate = matrix(f, b + "ffn_gate.weight", c.n_embd, c.n_ff_dense);
-      L.ffn.up = matrix(f, b + "ffn_up.weight", c.n_embd, c.n_ff_dense);
-      L.ffn.down = matrix(f, b + "ffn_down.weight", c.n_ff_dense, c.n_embd);
+      L.ffn = bind_swiglu_ffn(f, b, "", c.n_embd, c.n_ff_dense);
       w.layers.push_back(std::move(L));
       continue;
     }
     L.gate_inp = matrix(f, b + "ffn_gate_inp.weight", c.n_embd, c.n_expert);
-    // DeepSeek-V3's router bias (glm4moe's too): optional, as in llama.cpp.
-    if (f.find_tensor(b + "exp_probs_b.bias")) L.choice_bias = vector_f32(f, b + "exp_probs_b.bias", c.n_expert);
+    L.choice_bias = bind_choice_bias(f, b, c.n_expert);  // glm4moe's
     L.gate_exps = experts(f, b + "ffn_gate_exps.weight", c.n_embd, c.n_ff_expert, c.n_expert);
     L.up_exps = experts(f, b + "ffn_up_exps.weight", c.n_embd, c.n_ff_expert, c.n_expert);
     L.down_exps = experts(f, b + "ffn_down_exps.weight", c.n_ff_expert, c.n_embd, c.n_expert);
@@ -173,9 +182,7 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
       L.down_exps_b = expert_bias_f32(f, b + "ffn_down_exps.bias", c.n_embd, c.n_expert);
     }
     if (c.n_ff_shexp > 0) {
-      L.shexp.gate = matrix(f, b + "ffn_gate_shexp.weight", c.n_embd, c.n_ff_shexp);
-      L.shexp.up = matrix(f, b + "ffn_up_shexp.weight", c.n_embd, c.n_ff_shexp);
-      L.shexp.down = matrix(f, b + "ffn_down_shexp.weight", c.n_ff_shexp, c.n_embd);
+      L.shexp = bind_swiglu_ffn(f, b, "_shexp", c.n_embd, c.n_ff_shexp);
       if (c.shared_expert_gate) L.gate_inp_shexp = vector_or_row_f32(f, b + "ffn_gate_inp_shexp.weight", c.n_embd);
     }
     w.expert_bytes += (L.gate_exps.first.bytes() + L.up_exps.first.bytes() + L.down_exps.first.bytes()) *

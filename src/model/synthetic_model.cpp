@@ -44,6 +44,9 @@ std::string byte_token(int b) {
   return s;
 }
 
+// --groups-used, 0 meaning every group.
+int64_t groups_used(const SyntheticModelSpec& s) { return s.ds_groups_used > 0 ? s.ds_groups_used : s.ds_groups; }
+
 struct DeepSeek2Sizes {
   int64_t q_lora, kv_lora, rope, v, ff_dense, groups_used;
 };
@@ -56,7 +59,7 @@ DeepSeek2Sizes deepseek2_sizes(const SyntheticModelSpec& s) {
   d.rope = s.ds_rope_dim > 0 ? s.ds_rope_dim : s.head_dim / 2;
   d.v = s.ds_v_head_dim > 0 ? s.ds_v_head_dim : s.head_dim / 2;
   d.ff_dense = s.ds_ff_dense > 0 ? s.ds_ff_dense : 2 * s.n_ff_expert;
-  d.groups_used = s.ds_groups_used > 0 ? s.ds_groups_used : s.ds_groups;
+  d.groups_used = groups_used(s);
   const int64_t blk = dtype_info(s.dtype).block_size;
   if (d.rope % 2 || d.rope >= s.head_dim)
     throw InputError("synthetic model: the rope dims must be even and below the head size (the key's length)");
@@ -83,7 +86,7 @@ void write_deepseek_moe_metadata(const SyntheticModelSpec& s, bool sigmoid, cons
   w.set(p + "expert_gating_func", u32(sigmoid ? 2 : 1));
   if (s.ds_groups > 1) {
     w.set(p + "expert_group_count", u32(s.ds_groups));
-    w.set(p + "expert_group_used_count", u32(s.ds_groups_used > 0 ? s.ds_groups_used : s.ds_groups));
+    w.set(p + "expert_group_used_count", u32(groups_used(s)));
   }
 }
 
@@ -233,6 +236,14 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
   auto add = [&](const std::string& name, std::vector<uint64_t> dims, DType t, const std::vector<float>& v) {
     w.add_tensor(name, dims, t, encode(t, v, static_cast<int64_t>(dims[0])));
   };
+  // A SwiGLU FFN of hidden size ff under layer prefix b: ffn_{gate,up,down}<suffix>
+  // (suffix "" for a dense layer's FFN, "_shexp" for DeepSeek-style shared experts).
+  const auto swiglu = [&](const std::string& b, const std::string& suffix, int64_t ff) {
+    const float in = 1.0f / std::sqrt(static_cast<float>(D)), out = 1.0f / std::sqrt(static_cast<float>(ff));
+    add(b + "ffn_gate" + suffix + ".weight", {u(D), u(ff)}, s.dtype, random(ff * D, in));
+    add(b + "ffn_up" + suffix + ".weight", {u(D), u(ff)}, s.dtype, random(ff * D, in));
+    add(b + "ffn_down" + suffix + ".weight", {u(ff), u(D)}, s.dtype, random(D * ff, out));
+  };
   // Scales keep activations O(1) through the layers so logits are not saturated.
   add("token_embd.weight", {u(D), u(s.n_vocab)}, s.dtype, random(s.n_vocab * D, 1.0f));
   for (int64_t l = 0; l < s.n_layer; ++l) {
@@ -258,9 +269,7 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
       mat("attn_output.weight", H * ds.v, D);
       norm("ffn_norm.weight", D);
       if (l < s.ds_dense_lead) {
-        mat("ffn_gate.weight", D, ds.ff_dense);
-        mat("ffn_up.weight", D, ds.ff_dense);
-        mat("ffn_down.weight", ds.ff_dense, D);
+        swiglu(b, "", ds.ff_dense);
         continue;
       }
       add(b + "ffn_gate_inp.weight", {u(D), u(E)}, DType::F32, random(E * D, 2.0f * in_scale));
@@ -269,11 +278,7 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
       add(b + "ffn_gate_exps.weight", {u(D), u(F), u(E)}, s.dtype, random(E * F * D, in_scale));
       add(b + "ffn_up_exps.weight", {u(D), u(F), u(E)}, s.dtype, random(E * F * D, in_scale));
       add(b + "ffn_down_exps.weight", {u(F), u(D), u(E)}, s.dtype, random(E * D * F, 1.0f / std::sqrt(static_cast<float>(F))));
-      if (s.ds_shared > 0) {
-        mat("ffn_gate_shexp.weight", D, s.ds_shared * F);
-        mat("ffn_up_shexp.weight", D, s.ds_shared * F);
-        mat("ffn_down_shexp.weight", s.ds_shared * F, D);
-      }
+      if (s.ds_shared > 0) swiglu(b, "_shexp", s.ds_shared * F);
       continue;
     }
     add(b + "attn_norm.weight", {u(D)}, DType::F32, norm_weight(D));
@@ -300,10 +305,7 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
     }
     add(b + (gpt_oss || glm ? "post_attention_norm.weight" : "ffn_norm.weight"), {u(D)}, DType::F32, norm_weight(D));
     if (glm && l < s.ds_dense_lead) {
-      add(b + "ffn_gate.weight", {u(D), u(glm_ff_dense)}, s.dtype, random(glm_ff_dense * D, in_scale));
-      add(b + "ffn_up.weight", {u(D), u(glm_ff_dense)}, s.dtype, random(glm_ff_dense * D, in_scale));
-      add(b + "ffn_down.weight", {u(glm_ff_dense), u(D)}, s.dtype,
-          random(D * glm_ff_dense, 1.0f / std::sqrt(static_cast<float>(glm_ff_dense))));
+      swiglu(b, "", glm_ff_dense);
       continue;
     }
     add(b + "ffn_gate_inp.weight", {u(D), u(E)}, DType::F32, random(E * D, 2.0f * in_scale));
@@ -318,12 +320,7 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
       add(b + "ffn_up_exps.bias", {u(F), u(E)}, DType::F32, random(E * F, 0.5f));
       add(b + "ffn_down_exps.bias", {u(D), u(E)}, DType::F32, random(E * D, 0.2f));
     }
-    if (glm && s.ds_shared > 0) {  // ungated
-      const int64_t Fs = s.ds_shared * F;
-      add(b + "ffn_gate_shexp.weight", {u(D), u(Fs)}, s.dtype, random(Fs * D, in_scale));
-      add(b + "ffn_up_shexp.weight", {u(D), u(Fs)}, s.dtype, random(Fs * D, in_scale));
-      add(b + "ffn_down_shexp.weight", {u(Fs), u(D)}, s.dtype, random(D * Fs, 1.0f / std::sqrt(static_cast<float>(Fs))));
-    }
+    if (glm && s.ds_shared > 0) swiglu(b, "_shexp", s.ds_shared * F);  // ungated
     if (s.arch == Arch::Qwen2Moe) {
       add(b + "ffn_gate_inp_shexp.weight", {u(D)}, DType::F32, random(D, 2.0f * in_scale));
       add(b + "ffn_gate_shexp.weight", {u(D), u(F_sh)}, s.dtype, random(F_sh * D, in_scale));

@@ -21,6 +21,16 @@ std::vector<float> bind_vector(const gguf::GgufFile& f, const std::string& name,
 StackedExperts bind_experts(const gguf::GgufFile& f, const std::string& name, int64_t cols, int64_t rows,
                             int64_t n_expert);
 
+// A SwiGLU FFN of hidden size ff under a layer prefix b ("blk.3."): ffn_gate<suffix>,
+// ffn_up<suffix> and ffn_down<suffix> (suffix "" for a dense layer's FFN, "_shexp" for
+// shared experts), each ".weight".
+ExpertMatrices bind_swiglu_ffn(const gguf::GgufFile& f, const std::string& b, const std::string& suffix, int64_t n_embd,
+                               int64_t ff);
+// The router's choice bias of a layer (DeepSeek-V3's exp_probs_b.bias, n_expert floats:
+// added to the scores that choose the experts, not to their weights); empty when the
+// file has none, as llama.cpp reads it (optional).
+std::vector<float> bind_choice_bias(const gguf::GgufFile& f, const std::string& b, int64_t n_expert);
+
 // One deepseek2 layer (model/deepseek2_weights.cpp).
 LayerWeights bind_deepseek2_layer(const gguf::GgufFile& f, const ModelConfig& c, int64_t layer);
 
