@@ -70,6 +70,8 @@ void ForwardPass::run(const StepTokens& step, std::vector<float>& logits) {
   for (int64_t t = 0; t < n; ++t)
     dequantize_row(w.tok_embd.dtype, w.tok_embd.data + emb_row * static_cast<size_t>(step.tokens[t]),
                    x_.data() + t * D, D);
+  if (c.embedding_scale != 1.0f)
+    for (float& v : x_) v *= c.embedding_scale;
   const int64_t rd = c.rot_dim / 2 * 2;
   rope_cs_.resize(static_cast<size_t>(n * rd));
   for (int64_t t = 0; t < n; ++t) {
@@ -123,6 +125,18 @@ void ForwardPass::run(const StepTokens& step, std::vector<float>& logits) {
     i = j;
   }
   backend_.products(jobs_.data(), jobs_.size());
+  if (c.logit_scale != 1.0f)
+    for (float& v : logits) v /= c.logit_scale;
+}
+
+void ForwardPass::join_residual(int64_t n, std::vector<float>& x) const {
+  const int64_t m = n * model_.config().n_embd;
+  const float s = model_.config().residual_scale;
+  if (s == 1.0f) {
+    for (int64_t i = 0; i < m; ++i) x[i] += proj_[i];
+  } else {
+    for (int64_t i = 0; i < m; ++i) x[i] += s * proj_[i];
+  }
 }
 
 void ForwardPass::attention_block(int64_t l, const StepTokens& step, std::vector<float>& x) {
@@ -169,6 +183,7 @@ void ForwardPass::attention_block(int64_t l, const StepTokens& step, std::vector
     kv_->store(l, step.blocks[t], step.pos[t], kt, v_.data() + t * kv_dim);
   }
   AttentionShape shape{c.n_head, c.n_head_kv, hd, kv_->block_len(), kv_->block_stride(), kv_->type()};
+  shape.scale = c.attention_scale;
   if (layer_slides(c, l)) shape.window = c.sliding_window;
   if (!L.attn_sinks.empty()) shape.sinks = L.attn_sinks.data();
   backend_.attention(shape, q_.data(), n, queries_.data(), kv_->k(l), kv_->v(l), attn_.data());
@@ -176,7 +191,7 @@ void ForwardPass::attention_block(int64_t l, const StepTokens& step, std::vector
   add_products(L.wo, attn_.data(), n, step.n_single, proj_.data(), jobs_);
   backend_.products(jobs_.data(), jobs_.size());
   if (!L.bo.empty()) add_bias(proj_.data(), L.bo, n);
-  for (int64_t i = 0; i < n * D; ++i) x[i] += proj_[i];
+  join_residual(n, x);
 }
 
 void ForwardPass::pool_embeddings(bool wanted, const StepTokens& step) {
@@ -226,7 +241,7 @@ void ForwardPass::moe_block(int64_t l, const StepTokens& step, std::vector<float
     source_->prepare_layer(routing_);
   }
   moe_forward(c, L, routing_, xn_.data(), proj_.data(), backend_, source_);
-  for (int64_t i = 0; i < n * D; ++i) x[i] += proj_[i];
+  join_residual(n, x);
   if (L.shexp.gate.data) shared_expert(L, step, x);
 }
 
@@ -250,6 +265,7 @@ void ForwardPass::shared_expert(const LayerWeights& L, const StepTokens& step, s
       for (int64_t i = 0; i < D; ++i) dot += static_cast<double>(L.gate_inp_shexp[static_cast<size_t>(i)]) * xt[i];
       g = static_cast<float>(1.0 / (1.0 + std::exp(-dot)));
     }
+    g *= c.residual_scale;
     for (int64_t i = 0; i < D; ++i) x[t * D + i] += g * proj_[t * D + i];
   }
 }

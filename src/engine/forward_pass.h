@@ -73,6 +73,9 @@ class ForwardPass {
   // dense FFN of the layers before the first MoE one.
   void mla_attention_block(int64_t layer, const StepTokens& step, std::vector<float>& x);
   void dense_ffn_block(int64_t layer, const StepTokens& step, std::vector<float>& x);
+  // x += a block's output proj_ (n rows), times the model's residual scale (Granite's;
+  // 1 elsewhere, which leaves the sum as it was).
+  void join_residual(int64_t n, std::vector<float>& x) const;
 
   const Model& model_;
   Backend& backend_;

@@ -92,7 +92,7 @@ void ForwardPass::mla_attention_block(int64_t l, const StepTokens& step, std::ve
   jobs_.clear();
   add_products(L.wo, attn_.data(), n, step.n_single, proj_.data(), jobs_);
   backend_.products(jobs_.data(), jobs_.size());
-  for (int64_t i = 0; i < n * D; ++i) x[i] += proj_[i];
+  join_residual(n, x);
 }
 
 // The dense FFN runs as one expert chosen by every token (as the shared expert does:
@@ -108,7 +108,7 @@ void ForwardPass::dense_ffn_block(int64_t l, const StepTokens& step, std::vector
   for (int64_t t = 0; t < n; ++t) shexp_slots_[static_cast<size_t>(t)] = t;
   const std::vector<int64_t>* slots = &shexp_slots_;
   backend_.expert_ffns(&L.ffn, &slots, 1, xn_.data(), step.requests.data(), 1, D, c.n_ff_dense, proj_.data());
-  for (int64_t i = 0; i < n * D; ++i) x[i] += proj_[i];
+  join_residual(n, x);
 }
 
 }  // namespace moeflow

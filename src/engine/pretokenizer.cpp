@@ -275,6 +275,7 @@ std::vector<Matcher> matchers(PreTokenizer kind) {
     case PreTokenizer::DeepseekCoder:
       return {match_crlf, match_ds_coder_letters, match_ds_coder_punct, match_ds_cjk, match_number};
     case PreTokenizer::DeepseekV3: return {match_numbers3, match_ds_v3_cjk, match_ds_v3_main};
+    case PreTokenizer::Refact: return {match_number, match_gpt2};
   }
   return {match_gpt2};
 }
@@ -302,6 +303,9 @@ std::optional<PreTokenizerSpec> pretokenizer_for(const std::string& pre) {
   if (pre == "deepseek-llm") return PreTokenizerSpec{PreTokenizer::DeepseekLlm, false, false};
   if (pre == "deepseek-coder") return PreTokenizerSpec{PreTokenizer::DeepseekCoder, false, false};
   if (pre == "deepseek-v3" || pre == "hunyuan-dense") return PreTokenizerSpec{PreTokenizer::DeepseekV3, false, false};
+  // llama.cpp's one pattern for these (StarCoder's tokenizer and its descendants).
+  if (is({"refact", "starcoder", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"}))
+    return PreTokenizerSpec{PreTokenizer::Refact, false, false};
   return std::nullopt;
 }
 
@@ -314,6 +318,7 @@ const char* pretokenizer_name(PreTokenizer kind) {
     case PreTokenizer::DeepseekLlm: return "deepseek-llm";
     case PreTokenizer::DeepseekCoder: return "deepseek-coder";
     case PreTokenizer::DeepseekV3: return "deepseek-v3";
+    case PreTokenizer::Refact: return "refact";
   }
   return "?";
 }

@@ -7,6 +7,8 @@
 //   Llama3        (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
 //                 | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 //   Qwen2         as Llama3 with \p{N} (one digit per piece)
+//   Refact        two in sequence: \p{N} (each digit its own piece), then Gpt2 (StarCoder's
+//                 tokenizer: Granite 3.x)
 //   Gpt4o         o200k: letters split at lower->upper case changes, contractions kept
 //                 on the word, \p{N}{1,3}, punctuation runs take trailing [\r\n/]*
 //   DeepseekLlm   six regexes in sequence ([\r\n], Latin/Greek/Cyrillic/... letter runs,
@@ -29,7 +31,7 @@
 
 namespace moeflow {
 
-enum class PreTokenizer { Gpt2, Llama3, Qwen2, Gpt4o, DeepseekLlm, DeepseekCoder, DeepseekV3 };
+enum class PreTokenizer { Gpt2, Llama3, Qwen2, Gpt4o, DeepseekLlm, DeepseekCoder, DeepseekV3, Refact };
 
 struct PreTokenizerSpec {
   PreTokenizer kind = PreTokenizer::Gpt2;

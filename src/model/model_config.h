@@ -10,7 +10,7 @@
 namespace moeflow {
 namespace gguf { class GgufFile; }
 
-enum class Arch { Mixtral, Qwen3Moe, Olmoe, Qwen2Moe, DeepSeek2, GptOss, Glm4Moe };
+enum class Arch { Mixtral, Qwen3Moe, Olmoe, Qwen2Moe, DeepSeek2, GptOss, Glm4Moe, GraniteMoe };
 
 // The gated activation of an expert's hidden units h = act(gate, up).
 enum class ExpertGlu {
@@ -92,6 +92,14 @@ struct ModelConfig {
   ExpertGlu expert_glu = ExpertGlu::Silu;
   YarnScaling yarn;
   const char* ffn_norm_name = "ffn_norm";
+  // Granite-MoE's multipliers (model/granitemoe_config.h): the embedding layer's output
+  // times embedding_scale, each block's attention and FFN output times residual_scale
+  // before it joins the residual stream, attention scores times attention_scale (0:
+  // 1/sqrt(head_dim)), the logits divided by logit_scale. The defaults change nothing.
+  float embedding_scale = 1.0f;
+  float residual_scale = 1.0f;
+  float attention_scale = 0.0f;
+  float logit_scale = 1.0f;
 };
 
 // Whether layer l attends through the sliding window: gpt-oss alternates, the even

@@ -124,6 +124,7 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
                      " for the experts' dtype " + dtype_name(expert_dtype));
   const bool gpt_oss = s.arch == Arch::GptOss;
   const bool glm = s.arch == Arch::Glm4Moe;
+  const bool granite = s.arch == Arch::GraniteMoe;
   // glm4moe: RoPE on half of each head (partial_rotary_factor 0.5), dense leading layers
   // and ungated shared experts of the sizes the deepseek2 flags give.
   const int64_t glm_rope = s.ds_rope_dim > 0 ? s.ds_rope_dim : s.head_dim / 2;
@@ -147,7 +148,9 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
 
   const char* arch = s.arch == Arch::Mixtral ? "llama" : arch_display_name(s.arch);
   const int64_t F_sh = s.n_ff_shexp > 0 ? s.n_ff_shexp : 2 * s.n_ff_expert;
-  if (s.arch == Arch::Qwen2Moe && F_sh % blk)
+  // Granite-MoE has a shared expert only when --ff-shared asks (GraniteMoeShared).
+  const int64_t F_granite_sh = granite ? s.n_ff_shexp : 0;
+  if ((s.arch == Arch::Qwen2Moe || F_granite_sh > 0) && F_sh % blk)
     throw InputError("synthetic model: the shared expert's size must be a multiple of " + std::to_string(blk) +
                      " for dtype " + dtype_name(s.dtype));
   const std::string p = std::string(arch) + ".";
@@ -160,8 +163,14 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
   w.set(p + "feed_forward_length", Value::make_u32(static_cast<uint32_t>(s.n_ff_expert)));
   if (s.arch == Arch::Qwen3Moe || s.arch == Arch::Qwen2Moe || gpt_oss || glm)
     w.set(p + "expert_feed_forward_length", Value::make_u32(static_cast<uint32_t>(s.n_ff_expert)));
-  if (s.arch == Arch::Qwen2Moe)
+  if (s.arch == Arch::Qwen2Moe || F_granite_sh > 0)
     w.set(p + "expert_shared_feed_forward_length", Value::make_u32(static_cast<uint32_t>(F_sh)));
+  if (granite) {  // granite-3.0-1b-a400m's multipliers (its attention's is 1/head_dim; the embeddings' below)
+    w.set(p + "embedding_scale", Value::make_f32(12.0f));
+    w.set(p + "residual_scale", Value::make_f32(0.22f));
+    w.set(p + "attention.scale", Value::make_f32(1.0f / static_cast<float>(s.head_dim)));
+    w.set(p + "logit_scale", Value::make_f32(6.0f));
+  }
   w.set(p + "attention.head_count", Value::make_u32(static_cast<uint32_t>(s.n_head)));
   w.set(p + "attention.head_count_kv", Value::make_u32(static_cast<uint32_t>(s.n_head_kv)));
   w.set(p + "attention.key_length", Value::make_u32(static_cast<uint32_t>(s.head_dim)));
@@ -245,7 +254,8 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
     add(b + "ffn_down" + suffix + ".weight", {u(ff), u(D)}, s.dtype, random(D * ff, out));
   };
   // Scales keep activations O(1) through the layers so logits are not saturated.
-  add("token_embd.weight", {u(D), u(s.n_vocab)}, s.dtype, random(s.n_vocab * D, 1.0f));
+  // Granite's embeddings are trained small, for its x12 multiplier to bring them to O(1).
+  add("token_embd.weight", {u(D), u(s.n_vocab)}, s.dtype, random(s.n_vocab * D, granite ? 1.0f / 12 : 1.0f));
   for (int64_t l = 0; l < s.n_layer; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     const float in_scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -321,6 +331,7 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
       add(b + "ffn_down_exps.bias", {u(D), u(E)}, DType::F32, random(E * D, 0.2f));
     }
     if (glm && s.ds_shared > 0) swiglu(b, "_shexp", s.ds_shared * F);  // ungated
+    if (F_granite_sh > 0) swiglu(b, "_shexp", F_granite_sh);            // ungated
     if (s.arch == Arch::Qwen2Moe) {
       add(b + "ffn_gate_inp_shexp.weight", {u(D)}, DType::F32, random(D, 2.0f * in_scale));
       add(b + "ffn_gate_shexp.weight", {u(D), u(F_sh)}, s.dtype, random(F_sh * D, in_scale));

@@ -23,7 +23,7 @@ struct SyntheticModelSpec {
   int64_t n_head_kv = 2;
   int64_t head_dim = 16;
   int64_t n_ff_expert = 64;
-  int64_t n_ff_shexp = 0;     // qwen2moe's shared expert; 0: twice n_ff_expert
+  int64_t n_ff_shexp = 0;     // qwen2moe's shared expert (0: twice n_ff_expert); granitemoe's (0: none)
   int64_t n_expert = 8;
   int64_t n_expert_used = 2;
   int64_t n_ctx = 512;

@@ -93,6 +93,8 @@ TEST(PreTokenizer, HandComputedCases) {
   EXPECT_EQ(pieces(PreTokenizer::Llama3, "1234567"), (V{"123", "456", "7"}));
   EXPECT_EQ(pieces(PreTokenizer::Qwen2, "123"), (V{"1", "2", "3"}));
   EXPECT_EQ(pieces(PreTokenizer::Gpt2, "a 1234567"), (V{"a", " 1234567"}));
+  // StarCoder's: every digit alone, the space before them a piece of its own.
+  EXPECT_EQ(pieces(PreTokenizer::Refact, "a 1234 b"), (V{"a", " ", "1", "2", "3", "4", " b"}));
   EXPECT_EQ(pieces(PreTokenizer::DeepseekV3, "1234567"), (V{"123", "456", "7"}));
   // Contractions: case-insensitive for Llama 3 (split off), kept on the word by o200k.
   EXPECT_EQ(pieces(PreTokenizer::Llama3, "DON'T"), (V{"DON", "'T"}));
@@ -144,6 +146,9 @@ TEST(PreTokenizer, NamesAndAliases) {
   EXPECT_EQ(pretokenizer_for("deepseek-llm")->kind, PreTokenizer::DeepseekLlm);
   EXPECT_EQ(pretokenizer_for("deepseek-coder")->kind, PreTokenizer::DeepseekCoder);
   EXPECT_EQ(pretokenizer_for("deepseek-v3")->kind, PreTokenizer::DeepseekV3);
+  EXPECT_EQ(pretokenizer_for("refact")->kind, PreTokenizer::Refact);  // Granite 3.x
+  EXPECT_EQ(pretokenizer_for("starcoder")->kind, PreTokenizer::Refact);
+  EXPECT_FALSE(pretokenizer_for("refact")->add_bos);
   EXPECT_EQ(pretokenizer_for("gpt-2")->kind, PreTokenizer::Gpt2);
   EXPECT_EQ(pretokenizer_for("")->kind, PreTokenizer::Gpt2);
   EXPECT_FALSE(pretokenizer_for("default").has_value());
@@ -238,7 +243,8 @@ TEST(PreTokenizer, ByteLevelRoundTripForEveryPattern) {
   const std::vector<std::string> samples = {
       "Hello World 12345 it's DON'T \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD\n\n  x",
       "e\xCC\x81 \xE3\x80\x80 \t\r\n", "a\xFF\xC3 b\xE2\x82 \x80z\xF0\x9F"};
-  for (const char* pre : {"gpt-2", "llama-bpe", "qwen2", "gpt-4o", "deepseek-llm", "deepseek-coder", "deepseek-v3"}) {
+  for (const char* pre :
+       {"gpt-2", "llama-bpe", "qwen2", "gpt-4o", "deepseek-llm", "deepseek-coder", "deepseek-v3", "refact"}) {
     const Tokenizer t(merge_vocab(pre));
     // qwen2 normalises to NFC first: it gives back the NFC form.
     auto expected = [&](const std::string& s) { return t.pretokenizer().nfc ? unicode::to_nfc(s) : s; };

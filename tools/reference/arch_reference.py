@@ -1,7 +1,7 @@
 """NumPy reference forward pass, in float64, of the architectures added after the
 PyTorch one (moe_reference.py): Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B) and
 gpt-oss (gpt-oss-20b, gpt-oss-120b), DeepSeek-V2 (DeepSeek-V2, V2-Lite, and V3's router:
-DeepSeek2Reference below) and GLM-4.5 (Glm4MoeReference).
+DeepSeek2Reference below), GLM-4.5 (Glm4MoeReference) and Granite-MoE (GraniteMoeReference).
 
 Written from the Hugging Face definitions (Qwen2MoeForCausalLM, GptOssForCausalLM),
 mapped to the GGUF conventions llama.cpp's converter uses: weights {in, out} are [out][in] matrices,
@@ -15,7 +15,7 @@ import numpy as np
 
 from gguf_reader import GGUF
 
-ARCHS = ("qwen2moe", "deepseek2", "gpt-oss", "glm4moe")
+ARCHS = ("qwen2moe", "deepseek2", "gpt-oss", "glm4moe", "granitemoe")
 
 
 def rms_norm(x, w, eps):
@@ -557,8 +557,98 @@ class Glm4MoeReference:
         return rms_norm(x, self.out_norm, self.eps) @ self.out.T
 
 
+def rotary_pairs(x, positions, base):
+    """x: [seq, heads, head_dim]; RoPE on adjacent pairs (x[2i], x[2i+1]): HF's rotate_half
+    on the rows as Llama's checkpoint holds them, which the converter permuted so that
+    each half-split pair (i, i + d/2) became adjacent."""
+    d = x.shape[-1]
+    inv_freq = 1.0 / (base ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    ang = positions[:, None].astype(np.float64) * inv_freq[None, :]
+    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = a * cos - b * sin
+    out[..., 1::2] = a * sin + b * cos
+    return out
+
+
+class GraniteMoeReference:
+    """GraniteMoeForCausalLM / GraniteMoeSharedForCausalLM (transformers'
+    modeling_granitemoe.py, modeling_granitemoeshared.py) on a GGUF file: Llama's
+    attention with its score scale set by attention_multiplier, the inputs' embeddings
+    times embedding_multiplier, every block's attention and MoE output times
+    residual_multiplier before it joins the residual, the logits divided by
+    logits_scaling; the router a softmax over the top-k logits (GraniteMoeTopKGating),
+    each expert SwiGLU (input_linear's halves as gate and up), the shared MLP (when the
+    file has one) added to the routed experts' sum."""
+
+    def __init__(self, path):
+        g = GGUF(path)
+        md = g.metadata
+        p = "granitemoe."
+        t = lambda n: g.tensor(n).astype(np.float64)
+        self.n_layer = md[p + "block_count"]
+        self.n_head = md[p + "attention.head_count"]
+        self.n_kv = md[p + "attention.head_count_kv"]
+        self.head_dim = md.get(p + "attention.key_length", md[p + "embedding_length"] // self.n_head)
+        self.base = md.get(p + "rope.freq_base", 10000.0)
+        self.eps = md.get(p + "attention.layer_norm_rms_epsilon", 1e-5)
+        self.top_k = md[p + "expert_used_count"]
+        self.embedding_multiplier = md[p + "embedding_scale"]
+        self.residual_multiplier = md[p + "residual_scale"]
+        self.attention_multiplier = md[p + "attention.scale"]
+        self.logits_scaling = md[p + "logit_scale"]
+        self.embd = t("token_embd.weight")
+        self.out_norm = t("output_norm.weight")
+        self.out = t("output.weight") if "output.weight" in g.tensors else self.embd
+        self.layers = []
+        for i in range(self.n_layer):
+            b = f"blk.{i}."
+            self.layers.append({n[len(b):]: t(n) for n in g.tensors if n.startswith(b)})
+
+    def attention(self, L, x, positions):
+        S, H, hd = x.shape[0], self.n_head, self.head_dim
+        q = rotary_pairs((x @ L["attn_q.weight"].T).reshape(S, H, hd), positions, self.base)
+        k = rotary_pairs((x @ L["attn_k.weight"].T).reshape(S, self.n_kv, hd), positions, self.base)
+        v = (x @ L["attn_v.weight"].T).reshape(S, self.n_kv, hd)
+        rep = H // self.n_kv
+        k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+        scores = np.einsum("qhd,khd->hqk", q, k) * self.attention_multiplier
+        mask = np.triu(np.ones((S, S), dtype=bool), k=1)
+        scores = softmax(np.where(mask[None], -np.inf, scores))
+        o = np.einsum("hqk,khd->qhd", scores, v).reshape(S, H * hd)
+        return o @ L["attn_output.weight"].T
+
+    @staticmethod
+    def mlp(x, gate, up, down):
+        return (silu(x @ gate.T) * (x @ up.T)) @ down.T
+
+    def moe(self, L, x):
+        logits = x @ L["ffn_gate_inp.weight"].T
+        out = np.zeros_like(x)
+        for s in range(x.shape[0]):
+            ids = np.argsort(-logits[s], kind="stable")[: self.top_k]  # ties to the lower id
+            w = softmax(logits[s, ids])
+            for j, e in enumerate(ids):
+                out[s] += w[j] * self.mlp(x[s], L["ffn_gate_exps.weight"][e], L["ffn_up_exps.weight"][e],
+                                          L["ffn_down_exps.weight"][e])
+        if "ffn_gate_shexp.weight" in L:
+            out = out + self.mlp(x, L["ffn_gate_shexp.weight"], L["ffn_up_shexp.weight"], L["ffn_down_shexp.weight"])
+        return out
+
+    def logits(self, tokens):
+        x = self.embd[np.asarray(tokens)] * self.embedding_multiplier
+        pos = np.arange(len(tokens))
+        for L in self.layers:
+            x = x + self.attention(L, rms_norm(x, L["attn_norm.weight"], self.eps), pos) * self.residual_multiplier
+            x = x + self.moe(L, rms_norm(x, L["ffn_norm.weight"], self.eps)) * self.residual_multiplier
+        return (rms_norm(x, self.out_norm, self.eps) @ self.out.T) / self.logits_scaling
+
+
 def reference_for(path):
     """The reference of the file's architecture (one of ARCHS)."""
+    if GGUF(path).metadata["general.architecture"] == "granitemoe":
+        return GraniteMoeReference(path)
     if GGUF(path).metadata["general.architecture"] == "glm4moe":
         return Glm4MoeReference(path)
     if GGUF(path).metadata["general.architecture"] == "gpt-oss":
