@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -84,26 +85,54 @@ TEST(GraniteMoe, EachMultiplierMovesTheLogits) {
 }
 
 TEST(GraniteMoe, BadMetadataIsAnInputErrorNamingTheKey) {
-  for (const char* key : {"embedding_scale", "residual_scale", "attention.scale", "logit_scale"}) {
-    const std::string missing = load_error(testing::rewrite_gguf(kFixture, "granitemoe-bad", {}, {p + key}));
-    EXPECT_NE(missing.find(p + key + " is missing"), std::string::npos) << missing;
+  for (const char* key : {"embedding_scale", "residual_scale", "attention.scale", "logit_scale"})
     for (float bad : {NAN, INFINITY, -1.0f}) {
       const std::string e = load_error(testing::rewrite_gguf(kFixture, "granitemoe-bad", {{p + key, Value::make_f32(bad)}}));
       EXPECT_NE(e.find(p + key), std::string::npos) << bad << ": " << e;
     }
-  }
-  for (const char* key : {"embedding_scale", "residual_scale", "logit_scale"}) {
-    const std::string e = load_error(testing::rewrite_gguf(kFixture, "granitemoe-bad", {{p + key, Value::make_f32(0)}}));
-    EXPECT_NE(e.find(p + key + " = 0 must be positive"), std::string::npos) << e;
-  }
+  // The logit scale is required and divides; the others, absent or 0, mean none.
+  const std::string missing = load_error(testing::rewrite_gguf(kFixture, "granitemoe-bad", {}, {p + "logit_scale"}));
+  EXPECT_NE(missing.find(p + "logit_scale is missing"), std::string::npos) << missing;
+  const std::string zero =
+      load_error(testing::rewrite_gguf(kFixture, "granitemoe-bad", {{p + "logit_scale", Value::make_f32(0)}}));
+  EXPECT_NE(zero.find(p + "logit_scale = 0 must be positive"), std::string::npos) << zero;
+  auto none = Model::load(testing::rewrite_gguf(kFixture, "granitemoe-none", {{p + "embedding_scale", Value::make_f32(0)}},
+                                                {p + "residual_scale", p + "attention.scale"}));
+  EXPECT_EQ(none->config().embedding_scale, 1.0f);
+  EXPECT_EQ(none->config().residual_scale, 1.0f);
+  EXPECT_EQ(none->config().attention_scale, 0.0f) << "1/sqrt(head_dim)";
   // A shared expert the file declares but does not hold: the tensor is named.
   const std::string e = load_error(testing::rewrite_gguf(
       kFixture, "granitemoe-bad", {{p + "expert_shared_feed_forward_length", Value::make_u32(64)}}));
   EXPECT_NE(e.find("blk.0.ffn_gate_shexp.weight"), std::string::npos) << e;
-  EXPECT_EQ(load_error(testing::rewrite_gguf(kFixture, "granitemoe-ok", {{p + "attention.scale", Value::make_f32(0)}})),
-            "")
-      << "0: 1/sqrt(head_dim), as llama.cpp reads it";
   EXPECT_EQ(load_error(kFixture), "");
+}
+
+// The optional attn_output.bias (llama.cpp loads it when present): a zero bias leaves
+// the floats as they were, another one moves them.
+TEST(GraniteMoe, AnAttentionOutputBiasIsAddedWhenTheFileHasOne) {
+  auto base = Model::load(kFixture);
+  const std::vector<float> ref = all_logits(*base, kTokens);
+  const int64_t D = base->config().n_embd;
+  for (float v : {0.0f, 0.5f}) {
+    auto f = gguf::GgufFile::open(kFixture);
+    gguf::GgufWriter w(f->alignment());
+    for (const std::string& k : f->metadata_order()) w.set(k, f->get(k));
+    for (const auto& t : f->tensors()) w.add_tensor(t.name, t.dims, t.dtype, std::vector<uint8_t>(t.data, t.data + t.nbytes));
+    std::vector<float> bias(static_cast<size_t>(D));
+    for (int64_t i = 0; i < D; ++i) bias[static_cast<size_t>(i)] = v * static_cast<float>((i % 7) - 3);
+    std::vector<uint8_t> bytes(bias.size() * sizeof(float));
+    std::memcpy(bytes.data(), bias.data(), bytes.size());
+    for (int l = 0; l < 2; ++l)
+      w.add_tensor("blk." + std::to_string(l) + ".attn_output.bias", {static_cast<uint64_t>(D)}, DType::F32, bytes);
+    const std::string path = testing::scratch_path("granitemoe-bo") + ".gguf";
+    w.write(path);
+    auto m = Model::load(path);
+    EXPECT_TRUE(m->config().attn_out_bias);
+    const std::vector<float> got = all_logits(*m, kTokens);
+    if (v == 0) EXPECT_EQ(got, ref);
+    else EXPECT_GT(max_rel_change(got, ref, m->config().n_vocab), 1e-2);
+  }
 }
 
 }  // namespace

@@ -594,9 +594,11 @@ class GraniteMoeReference:
         self.base = md.get(p + "rope.freq_base", 10000.0)
         self.eps = md.get(p + "attention.layer_norm_rms_epsilon", 1e-5)
         self.top_k = md[p + "expert_used_count"]
-        self.embedding_multiplier = md[p + "embedding_scale"]
-        self.residual_multiplier = md[p + "residual_scale"]
-        self.attention_multiplier = md[p + "attention.scale"]
+        # As llama.cpp reads them: absent or 0 means no multiplier (1/sqrt(head_dim) for
+        # the attention's); the logit scale is required.
+        self.embedding_multiplier = md.get(p + "embedding_scale", 0) or 1.0
+        self.residual_multiplier = md.get(p + "residual_scale", 0) or 1.0
+        self.attention_multiplier = md.get(p + "attention.scale", 0) or 1.0 / math.sqrt(self.head_dim)
         self.logits_scaling = md[p + "logit_scale"]
         self.embd = t("token_embd.weight")
         self.out_norm = t("output_norm.weight")
@@ -617,7 +619,7 @@ class GraniteMoeReference:
         mask = np.triu(np.ones((S, S), dtype=bool), k=1)
         scores = softmax(np.where(mask[None], -np.inf, scores))
         o = np.einsum("hqk,khd->qhd", scores, v).reshape(S, H * hd)
-        return o @ L["attn_output.weight"].T
+        return o @ L["attn_output.weight"].T + L.get("attn_output.bias", 0.0)
 
     @staticmethod
     def mlp(x, gate, up, down):
