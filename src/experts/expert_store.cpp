@@ -37,7 +37,7 @@ ExpertStore::ExpertStore(const Model& model, const WeightPlacer* placer)
         // Read from the file, then put in the placer's layout.
         part.shape.layout = placer ? placer->layout_for(s.first.dtype, s.first.rows, s.first.cols) : RowLayout::gguf;
         part.bytes = s.first.bytes();
-        part.file_offset = s.file_offset + static_cast<uint64_t>(e) * part.bytes;
+        part.file_offset = s.file_offset + static_cast<uint64_t>(e) * s.step();
         part.span_begin = align_down(part.file_offset);
         part.span_end = align_up(part.file_offset + part.bytes);
         part.buffer_offset = at;

@@ -80,9 +80,7 @@ LayerWeights bind_deepseek2_layer(const gguf::GgufFile& f, const ModelConfig& c,
   }
   L.gate_inp = bind_matrix(f, b + "ffn_gate_inp.weight", D, c.n_expert);
   L.choice_bias = bind_choice_bias(f, b, c.n_expert);  // DeepSeek-V3's e_score_correction_bias
-  L.gate_exps = bind_experts(f, b + "ffn_gate_exps.weight", D, c.n_ff_expert, c.n_expert);
-  L.up_exps = bind_experts(f, b + "ffn_up_exps.weight", D, c.n_ff_expert, c.n_expert);
-  L.down_exps = bind_experts(f, b + "ffn_down_exps.weight", c.n_ff_expert, D, c.n_expert);
+  bind_expert_ffn(f, b, D, c.n_ff_expert, c.n_expert, L);
   if (c.n_ff_shexp > 0) {  // expert_shared_count experts fused into one FFN, ungated
     L.shexp = bind_swiglu_ffn(f, b, "_shexp", D, c.n_ff_shexp);
   }

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -92,10 +93,48 @@ MatrixRef bind_matrix(const gguf::GgufFile& f, const std::string& name, int64_t 
 std::vector<float> bind_vector(const gguf::GgufFile& f, const std::string& name, int64_t n) {
   return vector_f32(f, name, n);
 }
-StackedExperts bind_experts(const gguf::GgufFile& f, const std::string& name, int64_t cols, int64_t rows,
-                            int64_t n_expert) {
-  return experts(f, name, cols, rows, n_expert);
+void bind_expert_ffn(const gguf::GgufFile& f, const std::string& b, int64_t n_embd, int64_t ff, int64_t n_expert,
+                     LayerWeights& L) {
+  const gguf::TensorInfo* fused = f.find_tensor(b + "ffn_gate_up_exps.weight");
+  if (!fused) {
+    L.gate_exps = experts(f, b + "ffn_gate_exps.weight", n_embd, ff, n_expert);
+    L.up_exps = experts(f, b + "ffn_up_exps.weight", n_embd, ff, n_expert);
+    L.down_exps = experts(f, b + "ffn_down_exps.weight", ff, n_embd, n_expert);
+    return;
+  }
+  if (f.find_tensor(b + "ffn_gate_exps.weight") || f.find_tensor(b + "ffn_up_exps.weight"))
+    throw InputError(f.path() + ": tensor '" + fused->name + "' is there beside '" + b +
+                     "ffn_gate_exps.weight' or '" + b + "ffn_up_exps.weight': a layer's gate and up are fused or not");
+  const StackedExperts both = experts(f, fused->name, n_embd, 2 * ff, n_expert);
+  const uint64_t half = static_cast<uint64_t>(ff) * row_bytes(both.first.dtype, n_embd);
+  for (StackedExperts* s : {&L.gate_exps, &L.up_exps}) {
+    *s = both;
+    s->first.rows = ff;
+    s->stride = both.first.bytes();
+  }
+  L.up_exps.first.data += half;
+  L.up_exps.file_offset += half;
+  L.down_exps = experts(f, b + "ffn_down_exps.weight", ff, n_embd, n_expert);
 }
+
+void bind_expert_biases(const gguf::GgufFile& f, const std::string& b, int64_t n_embd, int64_t ff, int64_t n_expert,
+                        LayerWeights& L) {
+  L.down_exps_b = expert_bias_f32(f, b + "ffn_down_exps.bias", n_embd, n_expert);
+  if (!f.find_tensor(b + "ffn_gate_up_exps.bias")) {
+    L.gate_exps_b = expert_bias_f32(f, b + "ffn_gate_exps.bias", ff, n_expert);
+    L.up_exps_b = expert_bias_f32(f, b + "ffn_up_exps.bias", ff, n_expert);
+    return;
+  }
+  const std::vector<float> both = expert_bias_f32(f, b + "ffn_gate_up_exps.bias", 2 * ff, n_expert);
+  L.gate_exps_b.resize(static_cast<size_t>(ff * n_expert));
+  L.up_exps_b.resize(static_cast<size_t>(ff * n_expert));
+  for (int64_t e = 0; e < n_expert; ++e) {
+    const float* src = both.data() + e * 2 * ff;
+    std::copy_n(src, ff, L.gate_exps_b.data() + e * ff);
+    std::copy_n(src + ff, ff, L.up_exps_b.data() + e * ff);
+  }
+}
+
 ExpertMatrices bind_swiglu_ffn(const gguf::GgufFile& f, const std::string& b, const std::string& suffix, int64_t n_embd,
                                int64_t ff) {
   ExpertMatrices m;
@@ -172,15 +211,9 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
     }
     L.gate_inp = matrix(f, b + "ffn_gate_inp.weight", c.n_embd, c.n_expert);
     L.choice_bias = bind_choice_bias(f, b, c.n_expert);  // glm4moe's
-    L.gate_exps = experts(f, b + "ffn_gate_exps.weight", c.n_embd, c.n_ff_expert, c.n_expert);
-    L.up_exps = experts(f, b + "ffn_up_exps.weight", c.n_embd, c.n_ff_expert, c.n_expert);
-    L.down_exps = experts(f, b + "ffn_down_exps.weight", c.n_ff_expert, c.n_embd, c.n_expert);
+    bind_expert_ffn(f, b, c.n_embd, c.n_ff_expert, c.n_expert, L);
     if (c.router_bias) L.gate_inp_b = vector_f32(f, b + "ffn_gate_inp.bias", c.n_expert);
-    if (c.expert_bias) {
-      L.gate_exps_b = expert_bias_f32(f, b + "ffn_gate_exps.bias", c.n_ff_expert, c.n_expert);
-      L.up_exps_b = expert_bias_f32(f, b + "ffn_up_exps.bias", c.n_ff_expert, c.n_expert);
-      L.down_exps_b = expert_bias_f32(f, b + "ffn_down_exps.bias", c.n_embd, c.n_expert);
-    }
+    if (c.expert_bias) bind_expert_biases(f, b, c.n_embd, c.n_ff_expert, c.n_expert, L);
     if (c.n_ff_shexp > 0) {
       L.shexp = bind_swiglu_ffn(f, b, "_shexp", c.n_embd, c.n_ff_shexp);
       if (c.shared_expert_gate) L.gate_inp_shexp = vector_or_row_f32(f, b + "ffn_gate_inp_shexp.weight", c.n_embd);
@@ -212,14 +245,15 @@ void Model::make_resident(bool include_experts, WeightPlacer* placer) {
   // Every distinct byte range the forward pass reads (output may alias tok_embd).
   struct Range {
     const uint8_t* src;
-    size_t bytes;
+    size_t bytes;                  // of the copy: the matrices end to end
     std::vector<MatrixRef*> refs;  // every matrix reading the range (data, and dtype when repacked)
     int64_t n_matrices;            // stacked experts: one matrix per expert
+    size_t src_step;               // from one source matrix to the next (wider in a fused gate/up stack)
     bool rows_only;                // read row by row (the embedding lookup): keep GGUF's layout
-    bool experts;                  // stacked experts
+    StackedExperts* stack;         // stacked experts (packed in the copy), else null
   };
   std::vector<Range> ranges;
-  auto add = [&](MatrixRef& m, int64_t n_matrices, bool rows_only, bool experts = false) {
+  auto add = [&](MatrixRef& m, int64_t n_matrices, bool rows_only, StackedExperts* stack = nullptr) {
     if (!m.data) return;  // a matrix this architecture does not have
     for (Range& r : ranges)
       if (r.src == m.data) {
@@ -227,7 +261,8 @@ void Model::make_resident(bool include_experts, WeightPlacer* placer) {
         r.rows_only = r.rows_only || rows_only;
         return;
       }
-    ranges.push_back({m.data, m.bytes() * static_cast<size_t>(n_matrices), {&m}, n_matrices, rows_only, experts});
+    ranges.push_back({m.data, m.bytes() * static_cast<size_t>(n_matrices), {&m}, n_matrices,
+                      stack ? stack->step() : m.bytes(), rows_only, stack});
   };
   ModelWeights& w = weights_;
   add(w.tok_embd, 1, true);
@@ -240,7 +275,7 @@ void Model::make_resident(bool include_experts, WeightPlacer* placer) {
     for (std::vector<MatrixRef>* heads : {&L.mla.k_b, &L.mla.v_b})
       for (MatrixRef& m : *heads) add(m, 1, false);
     if (include_experts)
-      for (StackedExperts* e : {&L.gate_exps, &L.up_exps, &L.down_exps}) add(e->first, e->n_expert, false, true);
+      for (StackedExperts* e : {&L.gate_exps, &L.up_exps, &L.down_exps}) add(e->first, e->n_expert, false, e);
   }
   constexpr size_t kAlign = 64;
   size_t total = 0;
@@ -254,7 +289,7 @@ void Model::make_resident(bool include_experts, WeightPlacer* placer) {
   uint8_t* dst = region->data();
   for (Range& r : ranges) {
     const MatrixRef& m = *r.refs.front();
-    if (r.experts)  // not checked at load (see Model::load)
+    if (r.stack)  // not checked at load (see Model::load); a fused stack's up half with its gate
       for (const gguf::TensorInfo& t : file_->tensors())
         if (t.data == r.src) check_finite_weights(*file_, t);
     // The backend's layout (e.g. rows interleaved in fours for the CPU's VNNI
@@ -263,18 +298,24 @@ void Model::make_resident(bool include_experts, WeightPlacer* placer) {
         placer && !r.rows_only ? placer->layout_for(m.dtype, m.rows, m.cols) : RowLayout::gguf;
     if (layout != RowLayout::gguf) {
       for (int64_t i = 0; i < r.n_matrices; ++i)
-        placer->place(layout, m.dtype, r.src + static_cast<size_t>(i) * m.bytes(), m.rows, m.cols,
+        placer->place(layout, m.dtype, r.src + static_cast<size_t>(i) * r.src_step, m.rows, m.cols,
                       dst + static_cast<size_t>(i) * m.bytes());
       for (MatrixRef* ref : r.refs) ref->layout = layout;
-    } else {
+    } else if (r.src_step == m.bytes()) {
       std::memcpy(dst, r.src, r.bytes);
+    } else {
+      for (int64_t i = 0; i < r.n_matrices; ++i)
+        std::memcpy(dst + static_cast<size_t>(i) * m.bytes(), r.src + static_cast<size_t>(i) * r.src_step, m.bytes());
     }
     // Drop the mapping's pages of this tensor (whole pages inside it only): they
-    // would otherwise stay in this process's resident set next to the copy.
+    // would otherwise stay in this process's resident set next to the copy. (A fused
+    // stack's up half faults back in what its gate half dropped, from the page cache.)
+    const size_t src_span = r.src_step * static_cast<size_t>(r.n_matrices - 1) + m.bytes();
     const auto lo = (reinterpret_cast<uintptr_t>(r.src) + page - 1) / page * page;
-    const auto hi = (reinterpret_cast<uintptr_t>(r.src) + r.bytes) / page * page;
+    const auto hi = (reinterpret_cast<uintptr_t>(r.src) + src_span) / page * page;
     if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
     for (MatrixRef* ref : r.refs) ref->data = dst;
+    if (r.stack) r.stack->stride = 0;  // packed in the copy
     dst += (r.bytes + kAlign - 1) / kAlign * kAlign;
   }
   resident_bytes_ = total;

@@ -28,12 +28,17 @@ struct MatrixRef {
 
 // The stacked weights of all experts of one projection (ggml dims {cols, rows, n_expert}).
 struct StackedExperts {
-  MatrixRef first;  // expert 0; expert e starts at first.data + e * first.bytes()
+  MatrixRef first;  // expert 0; expert e starts at first.data + e * step()
   int64_t n_expert = 0;
   uint64_t file_offset = 0;  // absolute offset of expert 0 in the model file
+  // Bytes from one expert's matrix to the next; 0: first.bytes() (packed). A fused
+  // ffn_gate_up_exps tensor holds each expert's gate rows then its up rows, so its gate
+  // and up stacks each step over both.
+  uint64_t stride = 0;
+  uint64_t step() const { return stride ? stride : first.bytes(); }
   MatrixRef expert(int64_t e) const {
     MatrixRef m = first;
-    m.data = first.data + static_cast<size_t>(e) * first.bytes();
+    m.data = first.data + static_cast<size_t>(e) * step();
     return m;
   }
 };

@@ -17,9 +17,17 @@ MatrixRef bind_matrix(const gguf::GgufFile& f, const std::string& name, int64_t 
 void check_tensor_dims(const gguf::GgufFile& f, const gguf::TensorInfo& t, const std::vector<uint64_t>& want);
 // A vector of n, copied out as f32.
 std::vector<float> bind_vector(const gguf::GgufFile& f, const std::string& name, int64_t n);
-// n_expert stacked [rows][cols] matrices (ggml dims {cols, rows, n_expert}).
-StackedExperts bind_experts(const gguf::GgufFile& f, const std::string& name, int64_t cols, int64_t rows,
-                            int64_t n_expert);
+
+// A layer's routed experts under prefix b: ffn_gate_exps, ffn_up_exps and
+// ffn_down_exps, or, where the file fuses the first two (llama.cpp's converter with
+// --fuse-gate-up-exps), ffn_gate_up_exps {n_embd, 2 ff, n_expert}, each expert's gate
+// rows then its up rows, bound as two strided stacks.
+void bind_expert_ffn(const gguf::GgufFile& f, const std::string& b, int64_t n_embd, int64_t ff, int64_t n_expert,
+                     LayerWeights& L);
+// gpt-oss's expert biases ({ff, n_expert} for gate and up, {n_embd, n_expert} for down),
+// from ffn_gate_up_exps.bias ({2 ff, n_expert}) in a fused file.
+void bind_expert_biases(const gguf::GgufFile& f, const std::string& b, int64_t n_embd, int64_t ff, int64_t n_expert,
+                        LayerWeights& L);
 
 // A SwiGLU FFN of hidden size ff under a layer prefix b ("blk.3."): ffn_gate<suffix>,
 // ffn_up<suffix> and ffn_down<suffix> (suffix "" for a dense layer's FFN, "_shexp" for
