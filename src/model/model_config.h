@@ -10,7 +10,7 @@
 namespace moeflow {
 namespace gguf { class GgufFile; }
 
-enum class Arch { Mixtral, Qwen3Moe, Olmoe, Qwen2Moe, DeepSeek2, GptOss, Glm4Moe, GraniteMoe };
+enum class Arch { Mixtral, Qwen3Moe, Olmoe, Qwen2Moe, DeepSeek2, GptOss, Glm4Moe, GraniteMoe, Ernie45Moe };
 
 // The gated activation of an expert's hidden units h = act(gate, up).
 enum class ExpertGlu {

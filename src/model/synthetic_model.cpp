@@ -124,11 +124,17 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
                      " for the experts' dtype " + dtype_name(expert_dtype));
   const bool gpt_oss = s.arch == Arch::GptOss;
   const bool glm = s.arch == Arch::Glm4Moe;
+  const bool ernie = s.arch == Arch::Ernie45Moe;
   const bool granite = s.arch == Arch::GraniteMoe;
   // glm4moe: RoPE on half of each head (partial_rotary_factor 0.5), dense leading layers
   // and ungated shared experts of the sizes the deepseek2 flags give.
   const int64_t glm_rope = s.ds_rope_dim > 0 ? s.ds_rope_dim : s.head_dim / 2;
+  // ernie4_5-moe: dense leading layers too, a choice bias under a softmax router, one
+  // ungated shared expert (of --ff-shared; default twice --ff, as ERNIE-4.5-21B's two).
   const int64_t glm_ff_dense = s.ds_ff_dense > 0 ? s.ds_ff_dense : 2 * s.n_ff_expert;
+  if ((glm || ernie) && (glm_ff_dense % blk || s.ds_dense_lead >= s.n_layer))
+    throw InputError("synthetic model: glm4moe and ernie4_5-moe need a dense size that is a multiple of " +
+                     std::to_string(blk) + " and a MoE layer after the dense ones");
   if (glm && (glm_rope % 2 || glm_rope > s.head_dim || glm_ff_dense % blk || s.ds_dense_lead >= s.n_layer))
     throw InputError("synthetic model: glm4moe needs even rope dims up to the head size, a dense size that is a "
                      "multiple of " + std::to_string(blk) + " and a MoE layer after the dense ones");
@@ -150,7 +156,7 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
   const int64_t F_sh = s.n_ff_shexp > 0 ? s.n_ff_shexp : 2 * s.n_ff_expert;
   // Granite-MoE has a shared expert only when --ff-shared asks (GraniteMoeShared).
   const int64_t F_granite_sh = granite ? s.n_ff_shexp : 0;
-  if ((s.arch == Arch::Qwen2Moe || F_granite_sh > 0) && F_sh % blk)
+  if ((s.arch == Arch::Qwen2Moe || ernie || F_granite_sh > 0) && F_sh % blk)
     throw InputError("synthetic model: the shared expert's size must be a multiple of " + std::to_string(blk) +
                      " for dtype " + dtype_name(s.dtype));
   const std::string p = std::string(arch) + ".";
@@ -161,10 +167,15 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
   w.set(p + "embedding_length", Value::make_u32(static_cast<uint32_t>(s.n_embd)));
   w.set(p + "block_count", Value::make_u32(static_cast<uint32_t>(s.n_layer)));
   w.set(p + "feed_forward_length", Value::make_u32(static_cast<uint32_t>(s.n_ff_expert)));
-  if (s.arch == Arch::Qwen3Moe || s.arch == Arch::Qwen2Moe || gpt_oss || glm)
+  if (s.arch == Arch::Qwen3Moe || s.arch == Arch::Qwen2Moe || gpt_oss || glm || ernie)
     w.set(p + "expert_feed_forward_length", Value::make_u32(static_cast<uint32_t>(s.n_ff_expert)));
-  if (s.arch == Arch::Qwen2Moe || F_granite_sh > 0)
+  if (s.arch == Arch::Qwen2Moe || ernie || F_granite_sh > 0)
     w.set(p + "expert_shared_feed_forward_length", Value::make_u32(static_cast<uint32_t>(F_sh)));
+  if (ernie) {  // ERNIE-4.5's converter: the dense layers' size and count, MoE in every later layer
+    w.set(p + "feed_forward_length", Value::make_u32(static_cast<uint32_t>(glm_ff_dense)));
+    w.set(p + "leading_dense_block_count", Value::make_u32(static_cast<uint32_t>(s.ds_dense_lead)));
+    w.set(p + "interleave_moe_layer_step", Value::make_u32(1));
+  }
   if (granite) {  // granite-3.0-1b-a400m's multipliers (its attention's is 1/head_dim; the embeddings' below)
     w.set(p + "embedding_scale", Value::make_f32(12.0f));
     w.set(p + "residual_scale", Value::make_f32(0.22f));
@@ -314,12 +325,14 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
       add(b + "attn_k_norm.weight", {u(kv_dim)}, DType::F32, norm_weight(kv_dim));
     }
     add(b + (gpt_oss || glm ? "post_attention_norm.weight" : "ffn_norm.weight"), {u(D)}, DType::F32, norm_weight(D));
-    if (glm && l < s.ds_dense_lead) {
+    if ((glm || ernie) && l < s.ds_dense_lead) {
       swiglu(b, "", glm_ff_dense);
       continue;
     }
     add(b + "ffn_gate_inp.weight", {u(D), u(E)}, DType::F32, random(E * D, 2.0f * in_scale));
     if (glm) add(b + "exp_probs_b.bias", {u(E)}, DType::F32, random(E, 0.2f));
+    // Of the softmax probabilities' spread (~1/E), so that it changes choices.
+    if (ernie) add(b + "exp_probs_b.bias", {u(E)}, DType::F32, random(E, 0.5f / static_cast<float>(E)));
     // gpt-oss's gate is scaled up so that its clamp at 7 is reached by some units.
     add(b + "ffn_gate_exps.weight", {u(D), u(F), u(E)}, expert_dtype, random(E * F * D, (gpt_oss ? 3.0f : 1.0f) * in_scale));
     add(b + "ffn_up_exps.weight", {u(D), u(F), u(E)}, expert_dtype, random(E * F * D, (gpt_oss ? 3.0f : 1.0f) * in_scale));
@@ -332,6 +345,7 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
     }
     if (glm && s.ds_shared > 0) swiglu(b, "_shexp", s.ds_shared * F);  // ungated
     if (F_granite_sh > 0) swiglu(b, "_shexp", F_granite_sh);            // ungated
+    if (ernie) swiglu(b, "_shexp", F_sh);                                // ungated
     if (s.arch == Arch::Qwen2Moe) {
       add(b + "ffn_gate_inp_shexp.weight", {u(D)}, DType::F32, random(D, 2.0f * in_scale));
       add(b + "ffn_gate_shexp.weight", {u(D), u(F_sh)}, s.dtype, random(F_sh * D, in_scale));

@@ -43,7 +43,7 @@ void expect_same(const std::vector<Transcript>& a, const std::vector<Transcript>
 
 TEST(FusedGateUp, GivesTheFloatsOfTheSeparateTensors) {
   for (const char* fixture : {"mixtral-f32.gguf", "qwen3moe-q8_0.gguf", "olmoe-q4_0.gguf", "deepseek2-q4_0.gguf",
-                              "gpt-oss-mxfp4.gguf", "granitemoe-shared-q8_0.gguf"}) {
+                              "gpt-oss-mxfp4.gguf", "granitemoe-shared-q8_0.gguf", "ernie4_5-moe-f32.gguf"}) {
     const std::string fused = testing::fuse_gate_up(testing::fixture_path(fixture), "fused");
     {
       auto m = Model::load(fused);

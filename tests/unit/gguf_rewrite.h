@@ -29,6 +29,22 @@ inline std::string rewrite_gguf(const std::string& src, const std::string& scrat
   return out;
 }
 
+// A copy of a fixture with f32 tensors added: name -> (dims, values).
+inline std::string add_f32_tensors(const std::string& src, const std::string& scratch_name,
+                                   const std::map<std::string, std::pair<std::vector<uint64_t>, std::vector<float>>>& add) {
+  auto f = gguf::GgufFile::open(src);
+  gguf::GgufWriter w(f->alignment());
+  for (const std::string& k : f->metadata_order()) w.set(k, f->get(k));
+  for (const auto& t : f->tensors()) w.add_tensor(t.name, t.dims, t.dtype, std::vector<uint8_t>(t.data, t.data + t.nbytes));
+  for (const auto& [name, tensor] : add) {
+    const auto* p = reinterpret_cast<const uint8_t*>(tensor.second.data());
+    w.add_tensor(name, tensor.first, DType::F32, std::vector<uint8_t>(p, p + tensor.second.size() * sizeof(float)));
+  }
+  const std::string out = scratch_path(scratch_name) + ".gguf";
+  w.write(out);
+  return out;
+}
+
 // A copy of a fixture with every layer's ffn_gate_exps and ffn_up_exps (and their
 // biases, gpt-oss) fused into ffn_gate_up_exps as llama.cpp's converter writes it with
 // --fuse-gate-up-exps: {n_embd, 2 ff, n_expert}, each expert's gate rows then its up rows.

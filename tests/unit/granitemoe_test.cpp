@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -115,18 +114,11 @@ TEST(GraniteMoe, AnAttentionOutputBiasIsAddedWhenTheFileHasOne) {
   const std::vector<float> ref = all_logits(*base, kTokens);
   const int64_t D = base->config().n_embd;
   for (float v : {0.0f, 0.5f}) {
-    auto f = gguf::GgufFile::open(kFixture);
-    gguf::GgufWriter w(f->alignment());
-    for (const std::string& k : f->metadata_order()) w.set(k, f->get(k));
-    for (const auto& t : f->tensors()) w.add_tensor(t.name, t.dims, t.dtype, std::vector<uint8_t>(t.data, t.data + t.nbytes));
     std::vector<float> bias(static_cast<size_t>(D));
     for (int64_t i = 0; i < D; ++i) bias[static_cast<size_t>(i)] = v * static_cast<float>((i % 7) - 3);
-    std::vector<uint8_t> bytes(bias.size() * sizeof(float));
-    std::memcpy(bytes.data(), bias.data(), bytes.size());
-    for (int l = 0; l < 2; ++l)
-      w.add_tensor("blk." + std::to_string(l) + ".attn_output.bias", {static_cast<uint64_t>(D)}, DType::F32, bytes);
-    const std::string path = testing::scratch_path("granitemoe-bo") + ".gguf";
-    w.write(path);
+    const std::string path = testing::add_f32_tensors(kFixture, "granitemoe-bo",
+                                                      {{"blk.0.attn_output.bias", {{static_cast<uint64_t>(D)}, bias}},
+                                                       {"blk.1.attn_output.bias", {{static_cast<uint64_t>(D)}, bias}}});
     auto m = Model::load(path);
     EXPECT_TRUE(m->config().attn_out_bias);
     const std::vector<float> got = all_logits(*m, kTokens);
