@@ -152,41 +152,53 @@ size_t match_llama3(const Chars& c, size_t i, size_t end, size_t max_digits) {
 // o200k's letter alternatives after the optional prefix, from s:
 //   [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+   (upper_first false)
 //   [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*   (upper_first true)
+// with the characters of class `excl` taken out of both classes (Kimi K2's &&[^\p{Han}]).
 // Returns the end of the match, or s if none. The classes overlap on Lm, Lo and M. For
 // the first form the upper run takes as much as it can while a lower character still
 // follows it: all of the upper run if an Ll follows, else up to its last Lm/Lo/M.
-size_t o200k_letters(const Chars& c, size_t s, size_t end, bool upper_first) {
+size_t o200k_letters(const Chars& c, size_t s, size_t end, bool upper_first, uint16_t excl) {
+  auto in = [&](size_t k, uint16_t bits) { return c.has(k, bits) && !c.has(k, excl); };
+  auto run_of = [&](size_t k, uint16_t bits) {
+    while (k < end && in(k, bits)) ++k;
+    return k;
+  };
   if (s >= end) return s;
-  const size_t r = run(c, s, end, kUpperish);
-  if (upper_first) return r == s ? s : run(c, r, end, kLowerish);
+  const size_t r = run_of(s, kUpperish);
+  if (upper_first) return r == s ? s : run_of(r, kLowerish);
   size_t k = r;
-  if (!(r < end && c.has(r, kLowerish))) {
-    while (k > s && !c.has(k - 1, kLowerish)) --k;
+  if (!(r < end && in(r, kLowerish))) {
+    while (k > s && !in(k - 1, kLowerish)) --k;
     if (k == s) return s;
     --k;
   }
-  return run(c, k, end, kLowerish);
+  return run_of(k, kLowerish);
 }
 
-size_t match_gpt4o(const Chars& c, size_t i, size_t end) {
+// o200k (gpt-4o) and Kimi K2's pattern, which puts [\p{Han}]+ first, takes Han out of the
+// letter classes and lets a punctuation run take [\r\n]* only (o200k: [\r\n/]*).
+size_t match_o200k(const Chars& c, size_t i, size_t end, bool kimi) {
+  if (kimi && c.has(i, kHan)) return run(c, i, end, kHan) - i;
+  const uint16_t excl = kimi ? kHan : 0;
   const bool prefix = !c.has(i, kCrLf | kLetter | kNumber);  // [^\r\n\p{L}\p{N}]?
   for (bool upper_first : {false, true}) {
     for (size_t p = prefix ? 1 : 0;; --p) {
       const size_t s = i + p;
-      const size_t e = o200k_letters(c, s, end, upper_first);
+      const size_t e = o200k_letters(c, s, end, upper_first, excl);
       if (e > s) return e + contraction(c, e, end, true) - i;
       if (p == 0) break;
     }
   }
   if (c.has(i, kNumber)) return run_at_most(c, i, end, kNumber, 3) - i;
-  // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
+  // ` ?[^\s\p{L}\p{N}]+[\r\n/]*` (Kimi K2: `[\r\n]*`)
   const uint16_t kNotOther = kWhiteSpace | kLetter | kNumber;
   if (size_t n = space_run_trailing(
           c, i, end, [&](size_t k) { return !c.has(k, kNotOther); },
-          [&](size_t k) { return c.has(k, kCrLf) || c.cp[k] == '/'; }))
+          [&](size_t k) { return c.has(k, kCrLf) || (!kimi && c.cp[k] == '/'); }))
     return n;
   return whitespace_tail(c, i, end, true);
 }
+size_t match_gpt4o(const Chars& c, size_t i, size_t end) { return match_o200k(c, i, end, false); }
+size_t match_kimi_k2(const Chars& c, size_t i, size_t end) { return match_o200k(c, i, end, true); }
 
 // DeepSeek's `\s?[X]+` (X a code point predicate): the run of X, with the whitespace
 // character before it if there is one.
@@ -276,6 +288,7 @@ std::vector<Matcher> matchers(PreTokenizer kind) {
       return {match_crlf, match_ds_coder_letters, match_ds_coder_punct, match_ds_cjk, match_number};
     case PreTokenizer::DeepseekV3: return {match_numbers3, match_ds_v3_cjk, match_ds_v3_main};
     case PreTokenizer::Refact: return {match_number, match_gpt2};
+    case PreTokenizer::KimiK2: return {match_kimi_k2};
   }
   return {match_gpt2};
 }
@@ -300,6 +313,7 @@ std::optional<PreTokenizerSpec> pretokenizer_for(const std::string& pre) {
   if (is({"deepseek-r1-qwen", "stablelm2", "megrez", "hunyuan", "grok-2"}))
     return PreTokenizerSpec{PreTokenizer::Qwen2, false, false};
   if (is({"gpt-4o", "llama4"})) return PreTokenizerSpec{PreTokenizer::Gpt4o, true, false};
+  if (pre == "kimi-k2") return PreTokenizerSpec{PreTokenizer::KimiK2, true, false};  // tiktoken's rule too
   if (pre == "deepseek-llm") return PreTokenizerSpec{PreTokenizer::DeepseekLlm, false, false};
   if (pre == "deepseek-coder") return PreTokenizerSpec{PreTokenizer::DeepseekCoder, false, false};
   if (pre == "deepseek-v3" || pre == "hunyuan-dense") return PreTokenizerSpec{PreTokenizer::DeepseekV3, false, false};
@@ -319,6 +333,7 @@ const char* pretokenizer_name(PreTokenizer kind) {
     case PreTokenizer::DeepseekCoder: return "deepseek-coder";
     case PreTokenizer::DeepseekV3: return "deepseek-v3";
     case PreTokenizer::Refact: return "refact";
+    case PreTokenizer::KimiK2: return "kimi-k2";
   }
   return "?";
 }

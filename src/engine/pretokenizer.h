@@ -11,6 +11,8 @@
 //                 tokenizer: Granite 3.x)
 //   Gpt4o         o200k: letters split at lower->upper case changes, contractions kept
 //                 on the word, \p{N}{1,3}, punctuation runs take trailing [\r\n/]*
+//   KimiK2        [\p{Han}]+ first, then o200k's rules with Han out of the letter classes
+//                 and punctuation runs taking [\r\n]* only (tokenization_kimi.py)
 //   DeepseekLlm   six regexes in sequence ([\r\n], Latin/Greek/Cyrillic/... letter runs,
 //                 ASCII/CJK punctuation runs, trailing whitespace, CJK runs, \p{N}+)
 //   DeepseekCoder five regexes in sequence ([\r\n], \s?\p{L}+, \s?\p{P}+, CJK runs, \p{N})
@@ -31,7 +33,7 @@
 
 namespace moeflow {
 
-enum class PreTokenizer { Gpt2, Llama3, Qwen2, Gpt4o, DeepseekLlm, DeepseekCoder, DeepseekV3, Refact };
+enum class PreTokenizer { Gpt2, Llama3, Qwen2, Gpt4o, DeepseekLlm, DeepseekCoder, DeepseekV3, Refact, KimiK2 };
 
 struct PreTokenizerSpec {
   PreTokenizer kind = PreTokenizer::Gpt2;

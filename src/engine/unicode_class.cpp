@@ -34,6 +34,13 @@ uint8_t props_slow(uint32_t cp) {
   return std::prev(it)->props;
 }
 
+template <size_t N>
+bool in_ranges(const CodePointRange (&r)[N], uint32_t cp) {
+  const auto* it = std::upper_bound(std::begin(r), std::end(r), cp,
+                                    [](uint32_t c, const CodePointRange& x) { return c < x.lo; });
+  return it != std::begin(r) && cp <= std::prev(it)->hi;
+}
+
 uint16_t classes_of(uint8_t props, uint32_t cp) {
   using G = GeneralCategory;
   const auto g = static_cast<G>(props & 0x1F);
@@ -50,6 +57,7 @@ uint16_t classes_of(uint8_t props, uint32_t cp) {
   }
   if (props & kWhiteSpaceProp) c |= kWhiteSpace;
   if (cp == '\r' || cp == '\n') c |= kCrLf;
+  if (cp >= 0x2E80 && in_ranges(kHanScript, cp)) c |= kHan;
   return c;
 }
 
@@ -70,13 +78,6 @@ const DirectTable& direct() {
 }
 
 uint8_t props(uint32_t cp) { return cp < kDirect ? direct().props[cp] : props_slow(cp); }
-
-template <size_t N>
-bool in_ranges(const CodePointRange (&r)[N], uint32_t cp) {
-  const auto* it = std::upper_bound(std::begin(r), std::end(r), cp,
-                                    [](uint32_t c, const CodePointRange& x) { return c < x.lo; });
-  return it != std::begin(r) && cp <= std::prev(it)->hi;
-}
 
 }  // namespace
 

@@ -93,6 +93,13 @@ TEST(PreTokenizer, HandComputedCases) {
   EXPECT_EQ(pieces(PreTokenizer::Llama3, "1234567"), (V{"123", "456", "7"}));
   EXPECT_EQ(pieces(PreTokenizer::Qwen2, "123"), (V{"1", "2", "3"}));
   EXPECT_EQ(pieces(PreTokenizer::Gpt2, "a 1234567"), (V{"a", " 1234567"}));
+  // Kimi K2: Han runs first, letters of other scripts split at case changes as o200k, a
+  // space before Han a piece of its own, punctuation not taking a slash.
+  EXPECT_EQ(pieces(PreTokenizer::KimiK2, "\xE4\xBD\xA0\xE5\xA5\xBDworld HelloWorld"),
+            (V{"\xE4\xBD\xA0\xE5\xA5\xBD", "world", " Hello", "World"}));
+  EXPECT_EQ(pieces(PreTokenizer::KimiK2, "a \xE4\xB8\x80\xE4\xBA\x8C"), (V{"a", " ", "\xE4\xB8\x80\xE4\xBA\x8C"}));
+  EXPECT_EQ(pieces(PreTokenizer::KimiK2, "x.//y"), (V{"x", ".//", "y"}));
+  EXPECT_EQ(pieces(PreTokenizer::Gpt4o, "\xE4\xBD\xA0\xE5\xA5\xBDworld"), (V{"\xE4\xBD\xA0\xE5\xA5\xBDworld"}));
   // StarCoder's: every digit alone, the space before them a piece of its own.
   EXPECT_EQ(pieces(PreTokenizer::Refact, "a 1234 b"), (V{"a", " ", "1", "2", "3", "4", " b"}));
   EXPECT_EQ(pieces(PreTokenizer::DeepseekV3, "1234567"), (V{"123", "456", "7"}));
@@ -152,7 +159,9 @@ TEST(PreTokenizer, NamesAndAliases) {
   EXPECT_EQ(pretokenizer_for("gpt-2")->kind, PreTokenizer::Gpt2);
   EXPECT_EQ(pretokenizer_for("")->kind, PreTokenizer::Gpt2);
   EXPECT_FALSE(pretokenizer_for("default").has_value());
-  EXPECT_FALSE(pretokenizer_for("kimi-k2").has_value());
+  EXPECT_EQ(pretokenizer_for("kimi-k2")->kind, PreTokenizer::KimiK2);
+  EXPECT_TRUE(pretokenizer_for("kimi-k2")->ignore_merges) << "tiktoken's rule";
+  EXPECT_FALSE(pretokenizer_for("tekken").has_value());
 }
 
 TEST(PreTokenizer, UnknownNameIsWarnedByName) {
@@ -244,7 +253,7 @@ TEST(PreTokenizer, ByteLevelRoundTripForEveryPattern) {
       "Hello World 12345 it's DON'T \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD\n\n  x",
       "e\xCC\x81 \xE3\x80\x80 \t\r\n", "a\xFF\xC3 b\xE2\x82 \x80z\xF0\x9F"};
   for (const char* pre :
-       {"gpt-2", "llama-bpe", "qwen2", "gpt-4o", "deepseek-llm", "deepseek-coder", "deepseek-v3", "refact"}) {
+       {"gpt-2", "llama-bpe", "qwen2", "gpt-4o", "deepseek-llm", "deepseek-coder", "deepseek-v3", "refact", "kimi-k2"}) {
     const Tokenizer t(merge_vocab(pre));
     // qwen2 normalises to NFC first: it gives back the NFC form.
     auto expected = [&](const std::string& s) { return t.pretokenizer().nfc ? unicode::to_nfc(s) : s; };

@@ -11,6 +11,7 @@ implements, so the reference splits and ours agree on every code point):
     the letters of the contractions 's 't 're 've 'm 'll 'd, for (?i:...) matching;
   * the explicit character classes of the DeepSeek patterns (from patterns.py), as
     code point ranges, each checked against Python's `regex` over all of Unicode;
+  * the code points of Script=Han (Scripts.txt), Kimi K2's \p{Han}, checked the same way;
   * what NFC needs (Qwen2's tokenizer.json normalises its input to NFC): canonical
     combining classes and canonical decomposition mappings (UnicodeData.txt), the
     primary composites (those not Full_Composition_Exclusion, DerivedNormalizationProps.txt)
@@ -186,6 +187,34 @@ def check_class(pattern, ranges):
             sys.exit("class of %r disagrees with regex at U+%04X" % (pattern[:40], cp))
 
 
+def read_script(ucd, name):
+    """Code point ranges of one Script value (Scripts.txt), merged."""
+    cps = set()
+    with open(os.path.join(ucd, "Scripts.txt"), encoding="utf-8") as f:
+        for line in f:
+            line = line.split("#")[0].strip()
+            if not line:
+                continue
+            rng, script = [x.strip() for x in line.split(";")]
+            if script != name:
+                continue
+            lo, _, hi = rng.partition("..")
+            cps.update(range(int(lo, 16), int(hi or lo, 16) + 1))
+    return ranges_of(cps)
+
+
+def check_property(prop, ranges):
+    """Every code point is in `ranges` exactly when Python's regex matches `prop`."""
+    import regex
+    rx = regex.compile(prop)
+    inside = set()
+    for lo, hi in ranges:
+        inside.update(range(lo, hi + 1))
+    for cp in range(MAX_CP + 1):
+        if (rx.fullmatch(chr(cp)) is not None) != (cp in inside):
+            sys.exit("%s disagrees with regex at U+%04X" % (prop, cp))
+
+
 def main():
     ucd = sys.argv[1] if len(sys.argv) > 1 else "/usr/share/unicode"
     version = ucd_version(ucd)
@@ -246,6 +275,20 @@ def main():
             line += item
         out.append("    " + line)
         out.append("};")
+    han = read_script(ucd, "Han")
+    check_property(r"\p{Han}", han)
+    out.append("")
+    out.append("// Script=Han (Scripts.txt): Kimi K2's \\p{Han}.")
+    out.append("inline constexpr CodePointRange kHanScript[] = {")
+    line = ""
+    for lo, hi in han:
+        item = "{0x%X,0x%X}," % (lo, hi)
+        if len(line) + len(item) > 96:
+            out.append("    " + line)
+            line = ""
+        line += item
+    out.append("    " + line)
+    out.append("};")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     path = os.path.join(root, "src", "engine", "unicode_tables.inc")
     with open(path, "w", encoding="utf-8") as f:

@@ -18,6 +18,23 @@ GPT4O = [r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}
          r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*" + CONTRACTIONS_CI + "?"
          r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"]
 
+# Kimi K2 (tokenization_kimi.py's pat_str, run by tiktoken on Rust's regex): o200k with
+# [\p{Han}]+ first and Han taken out of the letter classes by set intersection (&&),
+# which Python's regex parses in its V1 mode (reference_splits.py compiles patterns
+# holding && so, with simple case folding as Rust's regex uses).
+KIMI_K2 = ["|".join([
+    r"[\p{Han}]+",
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+"
+    + CONTRACTIONS_CI + "?",
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*"
+    + CONTRACTIONS_CI + "?",
+    r"\p{N}{1,3}",
+    r" ?[^\s\p{L}\p{N}]+[\r\n]*",
+    r"\s*[\r\n]+",
+    r"\s+(?!\S)",
+    r"\s+",
+])]
+
 # StarCoder's tokenizer (Granite 3.x, Refact; llama.cpp's "refact" and "starcoder"): each
 # digit split off first (a Digits pre-tokenizer with individual_digits), then GPT-2's.
 REFACT = [r"\p{N}", GPT2[0]]
@@ -60,4 +77,5 @@ BY_NAME = {
     "deepseek-v3": DEEPSEEK_V3,
     "gpt-4o": GPT4O,
     "refact": REFACT,
+    "kimi-k2": KIMI_K2,
 }

@@ -67,6 +67,9 @@ EDGE_CASES = [
     " \U0001f600\U0001f600", "\U0001f9d1\u200d\U0001f4bb code", "\u200b\u200c\u200d\u2060\ufeff",
     # control characters
     "\x00\x01\x1f", "a\x7fb",
+    # Han against the other CJK scripts and letters (Kimi K2 splits Han runs first)
+    "\u4f60\u597dworld \u4e16\u754cHello", "\u4e2d\u3001\u6587\u3002", "\u3005\u3007\u3006 \u30ab\u4e00b",
+    "AB\u4e00cd", " \u4e00\u4e8c", "x\u4e00's", "\u2e80\u2f00\U00020000abc", "\u4e00/\n/x",
 ]
 
 # Raw byte inputs, including ill-formed UTF-8.
@@ -109,7 +112,8 @@ def split(pats, text):
     matches and the gaps between them."""
     pieces = [(0, len(text))] if text else []
     for pat in pats:
-        rx = regex.compile(pat)
+        # Set operations (&&) need regex's V1 mode; (?-f) keeps Rust's simple case folding.
+        rx = regex.compile("(?-f)" + pat, regex.V1) if "&&" in pat else regex.compile(pat)
         out = []
         for b, e in pieces:
             piece = text[b:e]
