@@ -10,7 +10,7 @@ namespace moeflow::cli {
 int cmd_make_model(int argc, char** argv) {
   Args a("make-model");
   a.flag("-o,--out", "output GGUF path (required)");
-  a.flag("--arch", "mixtral | qwen3moe | olmoe | qwen2moe | deepseek2 | gpt-oss | glm4moe | granitemoe | ernie4_5-moe", true, "mixtral");
+  a.flag("--arch", "mixtral | qwen3moe | olmoe | qwen2moe | deepseek2 | gpt-oss | glm4moe | granitemoe | ernie4_5-moe | hunyuan-moe", true, "mixtral");
   a.flag("--dtype", "f32 | f16 | bf16 | q8_0 | q4_0 | q2_k .. q6_k (big matrices; the k-quants need --embd, --ff "
                     "and heads x head-dim multiples of 256)", true, "f32");
   a.flag("--expert-dtype", "dtype of the expert matrices, e.g. mxfp4 as gpt-oss ships them (default: --dtype)", true, "");
@@ -22,7 +22,7 @@ int cmd_make_model(int argc, char** argv) {
   a.flag("--kv-heads", "key/value heads", true, "2");
   a.flag("--head-dim", "head size", true, "16");
   a.flag("--ff", "hidden size of one expert", true, "64");
-  a.flag("--ff-shared", "hidden size of the shared expert (qwen2moe, ernie4_5-moe: default twice --ff; granitemoe: default none)", true, "0");
+  a.flag("--ff-shared", "hidden size of the shared expert (qwen2moe, ernie4_5-moe, hunyuan-moe: default twice --ff; granitemoe: default none)", true, "0");
   a.flag("--q-lora", "deepseek2: q's low rank (0: attn_q directly, as V2-Lite)", true, "0");
   a.flag("--kv-lora", "deepseek2: the compressed kv's width", true, "32");
   a.flag("--rope-dim", "deepseek2, glm4moe: the rotated dims of a key (0: half --head-dim)", true, "0");
@@ -52,8 +52,9 @@ int cmd_make_model(int argc, char** argv) {
   else if (arch == "glm4moe") s.arch = Arch::Glm4Moe;
   else if (arch == "granitemoe") s.arch = Arch::GraniteMoe;
   else if (arch == "ernie4_5-moe") s.arch = Arch::Ernie45Moe;
+  else if (arch == "hunyuan-moe") s.arch = Arch::HunyuanMoe;
   else throw UsageError("moeflow make-model: --arch must be mixtral, qwen3moe, olmoe, qwen2moe, deepseek2, gpt-oss, glm4moe, "
-                        "granitemoe or ernie4_5-moe, got '" + arch + "'");
+                        "granitemoe, ernie4_5-moe or hunyuan-moe, got '" + arch + "'");
   if (!dtype_from_name(a.str("--dtype"), s.dtype))
     throw UsageError("moeflow make-model: --dtype must be f32, f16, bf16, q8_0, q4_0 or q2_k..q6_k, got '" + a.str("--dtype") + "'");
   DType expert_dtype = s.dtype;

@@ -166,22 +166,26 @@ void ForwardPass::attention_block(int64_t l, const StepTokens& step, std::vector
 
   // Every token's query and key norms in one call each (a row per token, or per head
   // with per-head norms: rows of q_ and k_ either way), then each token's heads rotated
-  // at its position's angles: the host ops per step and layer, not per head.
-  if (c.qk_norm == QkNorm::Full) {
-    backend_.rmsnorm_rows(q_.data(), L.q_norm.data(), q_.data(), n, q_dim, c.rms_eps);
-    backend_.rmsnorm_rows(k_.data(), L.k_norm.data(), k_.data(), n, kv_dim, c.rms_eps);
-  } else if (c.qk_norm == QkNorm::PerHead) {
-    backend_.rmsnorm_rows(q_.data(), L.q_norm.data(), q_.data(), n * c.n_head, hd, c.rms_eps);
-    backend_.rmsnorm_rows(k_.data(), L.k_norm.data(), k_.data(), n * c.n_head_kv, hd, c.rms_eps);
-  }
+  // at its position's angles: the host ops per step and layer, not per head. (Hunyuan
+  // normalises after the rotation.)
+  const auto qk_norms = [&] {
+    if (c.qk_norm == QkNorm::Full) {
+      backend_.rmsnorm_rows(q_.data(), L.q_norm.data(), q_.data(), n, q_dim, c.rms_eps);
+      backend_.rmsnorm_rows(k_.data(), L.k_norm.data(), k_.data(), n, kv_dim, c.rms_eps);
+    } else if (c.qk_norm == QkNorm::PerHead) {
+      backend_.rmsnorm_rows(q_.data(), L.q_norm.data(), q_.data(), n * c.n_head, hd, c.rms_eps);
+      backend_.rmsnorm_rows(k_.data(), L.k_norm.data(), k_.data(), n * c.n_head_kv, hd, c.rms_eps);
+    }
+  };
+  if (!c.qk_norm_after_rope) qk_norms();
   for (int64_t t = 0; t < n; ++t) {
-    float* qt = q_.data() + t * q_dim;
-    float* kt = k_.data() + t * kv_dim;
     const float* cs = rope_cs_.data() + t * (c.rot_dim / 2 * 2);
-    backend_.rope_heads(qt, c.n_head, hd, c.rot_dim, cs, c.rope_neox);
-    backend_.rope_heads(kt, c.n_head_kv, hd, c.rot_dim, cs, c.rope_neox);
-    kv_->store(l, step.blocks[t], step.pos[t], kt, v_.data() + t * kv_dim);
+    backend_.rope_heads(q_.data() + t * q_dim, c.n_head, hd, c.rot_dim, cs, c.rope_neox);
+    backend_.rope_heads(k_.data() + t * kv_dim, c.n_head_kv, hd, c.rot_dim, cs, c.rope_neox);
   }
+  if (c.qk_norm_after_rope) qk_norms();
+  for (int64_t t = 0; t < n; ++t)
+    kv_->store(l, step.blocks[t], step.pos[t], k_.data() + t * kv_dim, v_.data() + t * kv_dim);
   AttentionShape shape{c.n_head, c.n_head_kv, hd, kv_->block_len(), kv_->block_stride(), kv_->type()};
   shape.scale = c.attention_scale;
   if (layer_slides(c, l)) shape.window = c.sliding_window;

@@ -10,6 +10,7 @@
 #include "model/glm4moe_config.h"
 #include "model/gpt_oss_config.h"
 #include "model/granitemoe_config.h"
+#include "model/hunyuanmoe_config.h"
 
 namespace moeflow {
 
@@ -44,6 +45,7 @@ const char* arch_display_name(Arch a) {
     case Arch::Glm4Moe: return "glm4moe";
     case Arch::GraniteMoe: return "granitemoe";
     case Arch::Ernie45Moe: return "ernie4_5-moe";
+    case Arch::HunyuanMoe: return "hunyuan-moe";
   }
   return "?";
 }
@@ -86,10 +88,12 @@ ModelConfig read_model_config(const gguf::GgufFile& f) {
     c.arch = Arch::GraniteMoe;  // the rest after the common keys, read_granitemoe_config
   } else if (arch == "ernie4_5-moe") {
     c.arch = Arch::Ernie45Moe;  // the rest after the common keys, read_ernie45moe_config
+  } else if (arch == "hunyuan-moe") {
+    c.arch = Arch::HunyuanMoe;  // the rest after the common keys, read_hunyuanmoe_config
   } else {
     throw InputError(f.path() + ": unsupported architecture '" + arch +
                      "' (key general.architecture); supported: llama (Mixtral), qwen3moe, olmoe, qwen2moe, deepseek2, "
-                     "gpt-oss, glm4moe, granitemoe, ernie4_5-moe");
+                     "gpt-oss, glm4moe, granitemoe, ernie4_5-moe, hunyuan-moe");
   }
   const std::string p = arch + ".";
   // Every size is bounded before it is multiplied: a head count of 2^60 + 4 times a
@@ -150,6 +154,7 @@ ModelConfig read_model_config(const gguf::GgufFile& f) {
   if (c.arch == Arch::Glm4Moe) read_glm4moe_config(f, c);
   if (c.arch == Arch::GraniteMoe) read_granitemoe_config(f, c);
   if (c.arch == Arch::Ernie45Moe) read_ernie45moe_config(f, c);
+  if (c.arch == Arch::HunyuanMoe) read_hunyuanmoe_config(f, c);
   // The vocabulary size comes from the embedding tensor (checked in model_weights).
   c.n_vocab = 0;
   return c;

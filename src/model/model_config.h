@@ -10,7 +10,7 @@
 namespace moeflow {
 namespace gguf { class GgufFile; }
 
-enum class Arch { Mixtral, Qwen3Moe, Olmoe, Qwen2Moe, DeepSeek2, GptOss, Glm4Moe, GraniteMoe, Ernie45Moe };
+enum class Arch { Mixtral, Qwen3Moe, Olmoe, Qwen2Moe, DeepSeek2, GptOss, Glm4Moe, GraniteMoe, Ernie45Moe, HunyuanMoe };
 
 // The gated activation of an expert's hidden units h = act(gate, up).
 enum class ExpertGlu {
@@ -57,6 +57,7 @@ struct ModelConfig {
   bool rope_neox = false;      // pairs (i, i+d/2) instead of (2i, 2i+1)
   bool norm_topk = true;       // renormalise the top-k router weights to sum to 1
   QkNorm qk_norm = QkNorm::None;
+  bool qk_norm_after_rope = false;  // Hunyuan normalises the rotated q and k
   // Qwen2-MoE: biases on the q, k and v projections (attn_{q,k,v}.bias).
   bool attn_qkv_bias = false;
   // A dense shared expert next to the routed ones (ffn_{gate,up,down}_shexp), its output

@@ -125,6 +125,9 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
   const bool gpt_oss = s.arch == Arch::GptOss;
   const bool glm = s.arch == Arch::Glm4Moe;
   const bool ernie = s.arch == Arch::Ernie45Moe;
+  // hunyuan-moe: per-head q/k norms (after RoPE) and one ungated shared expert of
+  // --ff-shared (default twice --ff) in every layer.
+  const bool hunyuan = s.arch == Arch::HunyuanMoe;
   const bool granite = s.arch == Arch::GraniteMoe;
   // glm4moe: RoPE on half of each head (partial_rotary_factor 0.5), dense leading layers
   // and ungated shared experts of the sizes the deepseek2 flags give.
@@ -156,7 +159,7 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
   const int64_t F_sh = s.n_ff_shexp > 0 ? s.n_ff_shexp : 2 * s.n_ff_expert;
   // Granite-MoE has a shared expert only when --ff-shared asks (GraniteMoeShared).
   const int64_t F_granite_sh = granite ? s.n_ff_shexp : 0;
-  if ((s.arch == Arch::Qwen2Moe || ernie || F_granite_sh > 0) && F_sh % blk)
+  if ((s.arch == Arch::Qwen2Moe || ernie || hunyuan || F_granite_sh > 0) && F_sh % blk)
     throw InputError("synthetic model: the shared expert's size must be a multiple of " + std::to_string(blk) +
                      " for dtype " + dtype_name(s.dtype));
   const std::string p = std::string(arch) + ".";
@@ -167,9 +170,9 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
   w.set(p + "embedding_length", Value::make_u32(static_cast<uint32_t>(s.n_embd)));
   w.set(p + "block_count", Value::make_u32(static_cast<uint32_t>(s.n_layer)));
   w.set(p + "feed_forward_length", Value::make_u32(static_cast<uint32_t>(s.n_ff_expert)));
-  if (s.arch == Arch::Qwen3Moe || s.arch == Arch::Qwen2Moe || gpt_oss || glm || ernie)
+  if (s.arch == Arch::Qwen3Moe || s.arch == Arch::Qwen2Moe || gpt_oss || glm || ernie || hunyuan)
     w.set(p + "expert_feed_forward_length", Value::make_u32(static_cast<uint32_t>(s.n_ff_expert)));
-  if (s.arch == Arch::Qwen2Moe || ernie || F_granite_sh > 0)
+  if (s.arch == Arch::Qwen2Moe || ernie || hunyuan || F_granite_sh > 0)
     w.set(p + "expert_shared_feed_forward_length", Value::make_u32(static_cast<uint32_t>(F_sh)));
   if (ernie) {  // ERNIE-4.5's converter: the dense layers' size and count, MoE in every later layer
     w.set(p + "feed_forward_length", Value::make_u32(static_cast<uint32_t>(glm_ff_dense)));
@@ -317,7 +320,7 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
       // Sinks of the size of a score (O(1)): they take a visible share of the softmax.
       add(b + "attn_sinks.weight", {u(s.n_head)}, DType::F32, random(s.n_head, 1.0f));
     }
-    if (s.arch == Arch::Qwen3Moe || glm) {  // glm4moe: GLM-4.5's (Air has none)
+    if (s.arch == Arch::Qwen3Moe || glm || hunyuan) {  // glm4moe: GLM-4.5's (Air has none)
       add(b + "attn_q_norm.weight", {u(s.head_dim)}, DType::F32, norm_weight(s.head_dim));
       add(b + "attn_k_norm.weight", {u(s.head_dim)}, DType::F32, norm_weight(s.head_dim));
     } else if (s.arch == Arch::Olmoe) {
@@ -345,7 +348,7 @@ void write_synthetic_model(const SyntheticModelSpec& s, const std::string& path)
     }
     if (glm && s.ds_shared > 0) swiglu(b, "_shexp", s.ds_shared * F);  // ungated
     if (F_granite_sh > 0) swiglu(b, "_shexp", F_granite_sh);            // ungated
-    if (ernie) swiglu(b, "_shexp", F_sh);                                // ungated
+    if (ernie || hunyuan) swiglu(b, "_shexp", F_sh);                     // ungated
     if (s.arch == Arch::Qwen2Moe) {
       add(b + "ffn_gate_inp_shexp.weight", {u(D)}, DType::F32, random(D, 2.0f * in_scale));
       add(b + "ffn_gate_shexp.weight", {u(D), u(F_sh)}, s.dtype, random(F_sh * D, in_scale));

@@ -208,7 +208,8 @@ const char* const kFixtures[] = {"mixtral-f32.gguf",   "mixtral-f16.gguf",   "mi
                                  "olmoe-q4_0.gguf",    "qwen2moe-f32.gguf",  "qwen2moe-q4_0.gguf",
                                  "qwen3moe-f32.gguf",  "qwen3moe-q8_0.gguf", "deepseek2-f32.gguf",
                                  "deepseek2-q4_0.gguf", "deepseek-v3-f32.gguf", "glm4moe-f32.gguf", "granitemoe-f32.gguf",
-                                 "granitemoe-shared-q8_0.gguf", "ernie4_5-moe-f32.gguf", "gpt-oss-f32.gguf",
+                                 "granitemoe-shared-q8_0.gguf", "ernie4_5-moe-f32.gguf", "hunyuan-moe-f32.gguf",
+                                 "gpt-oss-f32.gguf",
                                  "gpt-oss-mxfp4.gguf"};
 
 EngineOptions cuda_options(const std::string& fixture, const std::string& policy = "all",

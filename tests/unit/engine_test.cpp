@@ -47,7 +47,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EngineBatch,
                                            "olmoe-q4_0.gguf", "olmoe-f32.gguf", "qwen2moe-f32.gguf",
                                            "qwen2moe-q4_0.gguf", "deepseek2-f32.gguf", "deepseek2-q4_0.gguf",
                                            "deepseek-v3-f32.gguf", "glm4moe-f32.gguf", "granitemoe-f32.gguf",
-                                           "granitemoe-shared-q8_0.gguf", "ernie4_5-moe-f32.gguf", "gpt-oss-f32.gguf",
+                                           "granitemoe-shared-q8_0.gguf", "ernie4_5-moe-f32.gguf", "hunyuan-moe-f32.gguf",
+                                           "gpt-oss-f32.gguf",
                                            "gpt-oss-mxfp4.gguf"));
 
 // Offloaded under every policy (25% budget, --on-miss load): batched sequences get
@@ -85,7 +86,8 @@ TEST(EngineBatch, DecodeStepsGiveTheSameLogitsOnOneToFourThreads) {
 TEST(EngineBatch, OffloadedUnderEveryPolicyIsLossless) {
   for (const char* fixture : {"mixtral-f32.gguf", "qwen3moe-q8_0.gguf", "qwen2moe-q4_0.gguf", "deepseek2-f32.gguf",
                               "deepseek2-q4_0.gguf", "deepseek-v3-f32.gguf", "glm4moe-f32.gguf",
-                              "granitemoe-shared-q8_0.gguf", "ernie4_5-moe-f32.gguf", "gpt-oss-mxfp4.gguf"}) {
+                              "granitemoe-shared-q8_0.gguf", "ernie4_5-moe-f32.gguf", "hunyuan-moe-f32.gguf",
+                              "gpt-oss-mxfp4.gguf"}) {
     auto resident = Engine::open(options_for(fixture));
     const std::vector<Script> scripts = make_scripts(9, resident->n_vocab(), 5);
     std::vector<Transcript> ref;

@@ -119,7 +119,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceTest,
                                            Case{"qwen2moe-q4_0", 1e-3}, Case{"deepseek2-f32", 1e-4},
                                            Case{"deepseek2-q4_0", 1e-3}, Case{"deepseek-v3-f32", 1e-4}, Case{"glm4moe-f32", 1e-4},
                                            Case{"granitemoe-f32", 1e-4}, Case{"granitemoe-shared-q8_0", 1e-3},
-                                           Case{"ernie4_5-moe-f32", 1e-4},
+                                           Case{"ernie4_5-moe-f32", 1e-4}, Case{"hunyuan-moe-f32", 1e-4},
                                            Case{"gpt-oss-f32", 1e-4},
                                            Case{"gpt-oss-mxfp4", 1e-3}),
                          [](const auto& info) {

@@ -1,8 +1,8 @@
 """NumPy reference forward pass, in float64, of the architectures added after the
 PyTorch one (moe_reference.py): Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B) and
 gpt-oss (gpt-oss-20b, gpt-oss-120b), DeepSeek-V2 (DeepSeek-V2, V2-Lite, and V3's router:
-DeepSeek2Reference below), GLM-4.5 (Glm4MoeReference), Granite-MoE (GraniteMoeReference)
-and ERNIE-4.5-MoE (Ernie45MoeReference).
+DeepSeek2Reference below), GLM-4.5 (Glm4MoeReference), Granite-MoE (GraniteMoeReference),
+ERNIE-4.5-MoE (Ernie45MoeReference) and Hunyuan-A13B (HunyuanMoeReference).
 
 Written from the Hugging Face definitions (Qwen2MoeForCausalLM, GptOssForCausalLM),
 mapped to the GGUF conventions llama.cpp's converter uses: weights {in, out} are [out][in] matrices,
@@ -16,7 +16,7 @@ import numpy as np
 
 from gguf_reader import GGUF
 
-ARCHS = ("qwen2moe", "deepseek2", "gpt-oss", "glm4moe", "granitemoe", "ernie4_5-moe")
+ARCHS = ("qwen2moe", "deepseek2", "gpt-oss", "glm4moe", "granitemoe", "ernie4_5-moe", "hunyuan-moe")
 
 
 def rms_norm(x, w, eps):
@@ -721,8 +721,76 @@ class Ernie45MoeReference:
         return rms_norm(x, self.out_norm, self.eps) @ self.out.T
 
 
+class HunyuanMoeReference:
+    """HunYuanMoEV1ForCausalLM (Hunyuan-A13B's modeling_hunyuan.py) on a GGUF file: GQA
+    with rotate_half RoPE on the whole head at the file's base (the converter folds the
+    NTK alpha into it), then query_layernorm / key_layernorm (RMSNorm per head) on the
+    rotated q and k; the MoE block a softmax router whose top-k probabilities are divided
+    by their sum, plus the shared MLP added."""
+
+    def __init__(self, path):
+        g = GGUF(path)
+        md = g.metadata
+        p = "hunyuan-moe."
+        t = lambda n: g.tensor(n).astype(np.float64)
+        self.n_layer = md[p + "block_count"]
+        self.n_head = md[p + "attention.head_count"]
+        self.n_kv = md[p + "attention.head_count_kv"]
+        self.head_dim = md.get(p + "attention.key_length", md[p + "embedding_length"] // self.n_head)
+        self.base = md.get(p + "rope.freq_base", 10000.0)
+        self.eps = md.get(p + "attention.layer_norm_rms_epsilon", 1e-5)
+        self.top_k = md[p + "expert_used_count"]
+        self.embd = t("token_embd.weight")
+        self.out_norm = t("output_norm.weight")
+        self.out = t("output.weight") if "output.weight" in g.tensors else self.embd
+        self.layers = []
+        for i in range(self.n_layer):
+            b = f"blk.{i}."
+            self.layers.append({n[len(b):]: t(n) for n in g.tensors if n.startswith(b)})
+
+    def attention(self, L, x, positions):
+        S, H, hd = x.shape[0], self.n_head, self.head_dim
+        q = rotary_neox((x @ L["attn_q.weight"].T).reshape(S, H, hd), positions, hd, self.base)
+        k = rotary_neox((x @ L["attn_k.weight"].T).reshape(S, self.n_kv, hd), positions, hd, self.base)
+        q = rms_norm(q, L["attn_q_norm.weight"], self.eps)
+        k = rms_norm(k, L["attn_k_norm.weight"], self.eps)
+        v = (x @ L["attn_v.weight"].T).reshape(S, self.n_kv, hd)
+        rep = H // self.n_kv
+        k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+        scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd)
+        mask = np.triu(np.ones((S, S), dtype=bool), k=1)
+        scores = softmax(np.where(mask[None], -np.inf, scores))
+        o = np.einsum("hqk,khd->qhd", scores, v).reshape(S, H * hd)
+        return o @ L["attn_output.weight"].T
+
+    @staticmethod
+    def mlp(x, gate, up, down):
+        return (silu(x @ gate.T) * (x @ up.T)) @ down.T
+
+    def moe(self, L, x):
+        probs = softmax(x @ L["ffn_gate_inp.weight"].T)
+        out = np.zeros_like(x)
+        for s in range(x.shape[0]):
+            ids = np.argsort(-probs[s], kind="stable")[: self.top_k]  # ties to the lower id
+            w = probs[s, ids] / probs[s, ids].sum()
+            for j, e in enumerate(ids):
+                out[s] += w[j] * self.mlp(x[s], L["ffn_gate_exps.weight"][e], L["ffn_up_exps.weight"][e],
+                                          L["ffn_down_exps.weight"][e])
+        return out + self.mlp(x, L["ffn_gate_shexp.weight"], L["ffn_up_shexp.weight"], L["ffn_down_shexp.weight"])
+
+    def logits(self, tokens):
+        x = self.embd[np.asarray(tokens)]
+        pos = np.arange(len(tokens))
+        for L in self.layers:
+            x = x + self.attention(L, rms_norm(x, L["attn_norm.weight"], self.eps), pos)
+            x = x + self.moe(L, rms_norm(x, L["ffn_norm.weight"], self.eps))
+        return rms_norm(x, self.out_norm, self.eps) @ self.out.T
+
+
 def reference_for(path):
     """The reference of the file's architecture (one of ARCHS)."""
+    if GGUF(path).metadata["general.architecture"] == "hunyuan-moe":
+        return HunyuanMoeReference(path)
     if GGUF(path).metadata["general.architecture"] == "ernie4_5-moe":
         return Ernie45MoeReference(path)
     if GGUF(path).metadata["general.architecture"] == "granitemoe":
