@@ -21,6 +21,7 @@ namespace {
 
 using gguf::Value;
 using testing::all_logits;
+using testing::max_rel_change;
 
 const std::string kFixture = testing::fixture_path("granitemoe-f32.gguf");
 const std::string kShared = testing::fixture_path("granitemoe-shared-q8_0.gguf");
@@ -29,20 +30,6 @@ const std::vector<int32_t> kTokens = {5, 71, 290, 12, 256, 100, 7};
 
 std::string load_error(const std::string& path) { return testing::input_error_of([&] { Model::load(path); }); }
 
-// The largest relative change of one position's logits.
-double max_rel_change(const std::vector<float>& a, const std::vector<float>& b, int64_t n_vocab) {
-  double worst = 0;
-  for (size_t r = 0; r * static_cast<size_t>(n_vocab) < a.size(); ++r) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n_vocab; ++i) {
-      const double x = a[r * n_vocab + i], y = b[r * n_vocab + i];
-      num += (x - y) * (x - y);
-      den += y * y;
-    }
-    worst = std::max(worst, std::sqrt(num / den));
-  }
-  return worst;
-}
 
 TEST(GraniteMoe, ConfigReadsWhatTheConverterWrites) {
   auto m = Model::load(kFixture);

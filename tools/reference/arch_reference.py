@@ -46,6 +46,27 @@ def rotary_neox(x, positions, rot_dim, base):
     return np.concatenate([a * cos - b * sin, a * sin + b * cos, x[..., d:]], axis=-1)
 
 
+def gguf_layers(g, n_layer):
+    """Each block's tensors as float64, keyed by their name after "blk.N."."""
+    layers = []
+    for i in range(n_layer):
+        b = f"blk.{i}."
+        layers.append({n[len(b):]: g.tensor(n).astype(np.float64) for n in g.tensors if n.startswith(b)})
+    return layers
+
+
+def causal_gqa(q, k, v, scale):
+    """Causal softmax attention of q [S, H, d] over k, v [S, H_kv, d] (each kv head shared
+    by H / H_kv query heads), scores times `scale`; returns [S, H * d_v]."""
+    S, H = q.shape[0], q.shape[1]
+    rep = H // k.shape[1]
+    k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+    scores = np.einsum("qhd,khd->hqk", q, k) * scale
+    mask = np.triu(np.ones((S, S), dtype=bool), k=1)
+    scores = softmax(np.where(mask[None], -np.inf, scores))
+    return np.einsum("hqk,khd->qhd", scores, v).reshape(S, H * v.shape[2])
+
+
 class Config:
     def __init__(self, g):
         md = g.metadata
@@ -509,10 +530,7 @@ class Glm4MoeReference:
         self.embd = t("token_embd.weight")
         self.out_norm = t("output_norm.weight")
         self.out = t("output.weight") if "output.weight" in g.tensors else self.embd
-        self.layers = []
-        for i in range(self.n_layer):
-            b = f"blk.{i}."
-            self.layers.append({n[len(b):]: t(n) for n in g.tensors if n.startswith(b)})
+        self.layers = gguf_layers(g, self.n_layer)
 
     def attention(self, L, x, positions):
         S, H, hd = x.shape[0], self.n_head, self.head_dim
@@ -524,12 +542,7 @@ class Glm4MoeReference:
             k = rms_norm(k, L["attn_k_norm.weight"], self.eps)
         q = rotary_neox(q, positions, self.rot_dim, self.base)
         k = rotary_neox(k, positions, self.rot_dim, self.base)
-        rep = H // self.n_kv
-        k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
-        scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd)
-        mask = np.triu(np.ones((S, S), dtype=bool), k=1)
-        scores = softmax(np.where(mask[None], -np.inf, scores))
-        o = np.einsum("hqk,khd->qhd", scores, v).reshape(S, H * hd)
+        o = causal_gqa(q, k, v, 1.0 / np.sqrt(hd))
         return o @ L["attn_output.weight"].T
 
     @staticmethod
@@ -604,22 +617,14 @@ class GraniteMoeReference:
         self.embd = t("token_embd.weight")
         self.out_norm = t("output_norm.weight")
         self.out = t("output.weight") if "output.weight" in g.tensors else self.embd
-        self.layers = []
-        for i in range(self.n_layer):
-            b = f"blk.{i}."
-            self.layers.append({n[len(b):]: t(n) for n in g.tensors if n.startswith(b)})
+        self.layers = gguf_layers(g, self.n_layer)
 
     def attention(self, L, x, positions):
         S, H, hd = x.shape[0], self.n_head, self.head_dim
         q = rotary_pairs((x @ L["attn_q.weight"].T).reshape(S, H, hd), positions, self.base)
         k = rotary_pairs((x @ L["attn_k.weight"].T).reshape(S, self.n_kv, hd), positions, self.base)
         v = (x @ L["attn_v.weight"].T).reshape(S, self.n_kv, hd)
-        rep = H // self.n_kv
-        k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
-        scores = np.einsum("qhd,khd->hqk", q, k) * self.attention_multiplier
-        mask = np.triu(np.ones((S, S), dtype=bool), k=1)
-        scores = softmax(np.where(mask[None], -np.inf, scores))
-        o = np.einsum("hqk,khd->qhd", scores, v).reshape(S, H * hd)
+        o = causal_gqa(q, k, v, self.attention_multiplier)
         return o @ L["attn_output.weight"].T + L.get("attn_output.bias", 0.0)
 
     @staticmethod
@@ -673,10 +678,7 @@ class Ernie45MoeReference:
         self.embd = t("token_embd.weight")
         self.out_norm = t("output_norm.weight")
         self.out = t("output.weight") if "output.weight" in g.tensors else self.embd
-        self.layers = []
-        for i in range(self.n_layer):
-            b = f"blk.{i}."
-            self.layers.append({n[len(b):]: t(n) for n in g.tensors if n.startswith(b)})
+        self.layers = gguf_layers(g, self.n_layer)
 
     def attention(self, L, x, positions):
         S, H, hd = x.shape[0], self.n_head, self.head_dim
@@ -684,12 +686,7 @@ class Ernie45MoeReference:
         q = rotary_pairs(proj("q").reshape(S, H, hd), positions, self.base)
         k = rotary_pairs(proj("k").reshape(S, self.n_kv, hd), positions, self.base)
         v = proj("v").reshape(S, self.n_kv, hd)
-        rep = H // self.n_kv
-        k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
-        scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd)
-        mask = np.triu(np.ones((S, S), dtype=bool), k=1)
-        scores = softmax(np.where(mask[None], -np.inf, scores))
-        o = np.einsum("hqk,khd->qhd", scores, v).reshape(S, H * hd)
+        o = causal_gqa(q, k, v, 1.0 / np.sqrt(hd))
         return o @ L["attn_output.weight"].T
 
     @staticmethod
@@ -743,10 +740,7 @@ class HunyuanMoeReference:
         self.embd = t("token_embd.weight")
         self.out_norm = t("output_norm.weight")
         self.out = t("output.weight") if "output.weight" in g.tensors else self.embd
-        self.layers = []
-        for i in range(self.n_layer):
-            b = f"blk.{i}."
-            self.layers.append({n[len(b):]: t(n) for n in g.tensors if n.startswith(b)})
+        self.layers = gguf_layers(g, self.n_layer)
 
     def attention(self, L, x, positions):
         S, H, hd = x.shape[0], self.n_head, self.head_dim
@@ -755,12 +749,7 @@ class HunyuanMoeReference:
         q = rms_norm(q, L["attn_q_norm.weight"], self.eps)
         k = rms_norm(k, L["attn_k_norm.weight"], self.eps)
         v = (x @ L["attn_v.weight"].T).reshape(S, self.n_kv, hd)
-        rep = H // self.n_kv
-        k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
-        scores = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd)
-        mask = np.triu(np.ones((S, S), dtype=bool), k=1)
-        scores = softmax(np.where(mask[None], -np.inf, scores))
-        o = np.einsum("hqk,khd->qhd", scores, v).reshape(S, H * hd)
+        o = causal_gqa(q, k, v, 1.0 / np.sqrt(hd))
         return o @ L["attn_output.weight"].T
 
     @staticmethod
