@@ -67,6 +67,49 @@ def causal_gqa(q, k, v, scale):
     return np.einsum("hqk,khd->qhd", scores, v).reshape(S, H * v.shape[2])
 
 
+def swiglu_mlp(x, gate, up, down):
+    """A SwiGLU FFN: down(silu(gate x) * up x), x one row or many."""
+    return (silu(x @ gate.T) * (x @ up.T)) @ down.T
+
+
+def renormalised_experts(L, x, probs, top_k, rank_bias=None):
+    """The routed experts' sum: each token's top_k experts by probs (plus rank_bias, which
+    chooses but does not weigh; ties to the lower id), weighted by their probabilities
+    divided by their sum."""
+    out = np.zeros_like(x)
+    rank = probs if rank_bias is None else probs + rank_bias
+    for s in range(x.shape[0]):
+        ids = np.argsort(-rank[s], kind="stable")[:top_k]
+        w = probs[s, ids] / probs[s, ids].sum()
+        for j, e in enumerate(ids):
+            out[s] += w[j] * swiglu_mlp(x[s], L["ffn_gate_exps.weight"][e], L["ffn_up_exps.weight"][e],
+                                        L["ffn_down_exps.weight"][e])
+    return out
+
+
+class LlamaShapedReference:
+    """What the references of Llama-shaped files read alike (GraniteMoe, Ernie45Moe,
+    HunyuanMoe below): sizes, RoPE base, epsilon, top-k, the embeddings (tied output when
+    the file has no output.weight) and every block's tensors."""
+
+    def __init__(self, path, arch):
+        g = GGUF(path)
+        md = g.metadata
+        p = arch + "."
+        t = lambda n: g.tensor(n).astype(np.float64)
+        self.md, self.p = md, p
+        self.n_layer = md[p + "block_count"]
+        self.n_head = md[p + "attention.head_count"]
+        self.n_kv = md[p + "attention.head_count_kv"]
+        self.head_dim = md.get(p + "attention.key_length", md[p + "embedding_length"] // self.n_head)
+        self.base = md.get(p + "rope.freq_base", 10000.0)
+        self.eps = md.get(p + "attention.layer_norm_rms_epsilon", 1e-5)
+        self.top_k = md[p + "expert_used_count"]
+        self.embd = t("token_embd.weight")
+        self.out_norm = t("output_norm.weight")
+        self.out = t("output.weight") if "output.weight" in g.tensors else self.embd
+        self.layers = gguf_layers(g, self.n_layer)
+
 class Config:
     def __init__(self, g):
         md = g.metadata
@@ -323,10 +366,6 @@ class DeepSeek2Reference:
         o = np.einsum("hqk,khd->qhd", scores, v).reshape(S, H * c.v_head_dim)
         return o @ L["attn_output.weight"].T
 
-    @staticmethod
-    def mlp(x, gate, up, down):
-        return (silu(x @ gate.T) * (x @ up.T)) @ down.T
-
     def gate(self, L, x):
         """MoEGate: V2's softmax scores, greedy or group-limited top-k; or V3's sigmoid
         scores, chosen by score plus bias among the groups whose two best are best."""
@@ -361,10 +400,10 @@ class DeepSeek2Reference:
         out = np.zeros_like(x)
         for s in range(x.shape[0]):
             for j, e in enumerate(idx[s]):
-                out[s] += w[s][j] * self.mlp(x[s], L["ffn_gate_exps.weight"][e], L["ffn_up_exps.weight"][e],
-                                             L["ffn_down_exps.weight"][e])
+                out[s] += w[s][j] * swiglu_mlp(x[s], L["ffn_gate_exps.weight"][e], L["ffn_up_exps.weight"][e],
+                                               L["ffn_down_exps.weight"][e])
         if c.n_shared_experts:
-            out = out + self.mlp(x, L["ffn_gate_shexp.weight"], L["ffn_up_shexp.weight"], L["ffn_down_shexp.weight"])
+            out = out + swiglu_mlp(x, L["ffn_gate_shexp.weight"], L["ffn_up_shexp.weight"], L["ffn_down_shexp.weight"])
         return out
 
     def logits(self, tokens):
@@ -375,7 +414,7 @@ class DeepSeek2Reference:
             x = x + self.attention(L, rms_norm(x, L["attn_norm.weight"], c.eps), pos)
             h = rms_norm(x, L["ffn_norm.weight"], c.eps)
             if i < c.first_k_dense_replace:
-                x = x + self.mlp(h, L["ffn_gate.weight"], L["ffn_up.weight"], L["ffn_down.weight"])
+                x = x + swiglu_mlp(h, L["ffn_gate.weight"], L["ffn_up.weight"], L["ffn_down.weight"])
             else:
                 x = x + self.moe(L, h)
         return rms_norm(x, self.out_norm, c.eps) @ self.out.T
@@ -545,21 +584,17 @@ class Glm4MoeReference:
         o = causal_gqa(q, k, v, 1.0 / np.sqrt(hd))
         return o @ L["attn_output.weight"].T
 
-    @staticmethod
-    def mlp(x, gate, up, down):
-        return (silu(x @ gate.T) * (x @ up.T)) @ down.T
-
     def ffn(self, i, L, x):
         if i < self.dense_lead:
-            return self.mlp(x, L["ffn_gate.weight"], L["ffn_up.weight"], L["ffn_down.weight"])
+            return swiglu_mlp(x, L["ffn_gate.weight"], L["ffn_up.weight"], L["ffn_down.weight"])
         idx, w = self.routing.route_v3(x @ L["ffn_gate_inp.weight"].T, L.get("exp_probs_b.bias"))
         out = np.zeros_like(x)
         for s in range(x.shape[0]):
             for j, e in enumerate(idx[s]):
-                out[s] += w[s][j] * self.mlp(x[s], L["ffn_gate_exps.weight"][e], L["ffn_up_exps.weight"][e],
-                                             L["ffn_down_exps.weight"][e])
+                out[s] += w[s][j] * swiglu_mlp(x[s], L["ffn_gate_exps.weight"][e], L["ffn_up_exps.weight"][e],
+                                               L["ffn_down_exps.weight"][e])
         if "ffn_gate_shexp.weight" in L:
-            out = out + self.mlp(x, L["ffn_gate_shexp.weight"], L["ffn_up_shexp.weight"], L["ffn_down_shexp.weight"])
+            out = out + swiglu_mlp(x, L["ffn_gate_shexp.weight"], L["ffn_up_shexp.weight"], L["ffn_down_shexp.weight"])
         return out
 
     def logits(self, tokens):
@@ -586,7 +621,7 @@ def rotary_pairs(x, positions, base):
     return out
 
 
-class GraniteMoeReference:
+class GraniteMoeReference(LlamaShapedReference):
     """GraniteMoeForCausalLM / GraniteMoeSharedForCausalLM (transformers'
     modeling_granitemoe.py, modeling_granitemoeshared.py) on a GGUF file: Llama's
     attention with its score scale set by attention_multiplier, the inputs' embeddings
@@ -597,27 +632,14 @@ class GraniteMoeReference:
     file has one) added to the routed experts' sum."""
 
     def __init__(self, path):
-        g = GGUF(path)
-        md = g.metadata
-        p = "granitemoe."
-        t = lambda n: g.tensor(n).astype(np.float64)
-        self.n_layer = md[p + "block_count"]
-        self.n_head = md[p + "attention.head_count"]
-        self.n_kv = md[p + "attention.head_count_kv"]
-        self.head_dim = md.get(p + "attention.key_length", md[p + "embedding_length"] // self.n_head)
-        self.base = md.get(p + "rope.freq_base", 10000.0)
-        self.eps = md.get(p + "attention.layer_norm_rms_epsilon", 1e-5)
-        self.top_k = md[p + "expert_used_count"]
+        super().__init__(path, "granitemoe")
+        md, p = self.md, self.p
         # As llama.cpp reads them: absent or 0 means no multiplier (1/sqrt(head_dim) for
         # the attention's); the logit scale is required.
         self.embedding_multiplier = md.get(p + "embedding_scale", 0) or 1.0
         self.residual_multiplier = md.get(p + "residual_scale", 0) or 1.0
         self.attention_multiplier = md.get(p + "attention.scale", 0) or 1.0 / math.sqrt(self.head_dim)
         self.logits_scaling = md[p + "logit_scale"]
-        self.embd = t("token_embd.weight")
-        self.out_norm = t("output_norm.weight")
-        self.out = t("output.weight") if "output.weight" in g.tensors else self.embd
-        self.layers = gguf_layers(g, self.n_layer)
 
     def attention(self, L, x, positions):
         S, H, hd = x.shape[0], self.n_head, self.head_dim
@@ -627,10 +649,6 @@ class GraniteMoeReference:
         o = causal_gqa(q, k, v, self.attention_multiplier)
         return o @ L["attn_output.weight"].T + L.get("attn_output.bias", 0.0)
 
-    @staticmethod
-    def mlp(x, gate, up, down):
-        return (silu(x @ gate.T) * (x @ up.T)) @ down.T
-
     def moe(self, L, x):
         logits = x @ L["ffn_gate_inp.weight"].T
         out = np.zeros_like(x)
@@ -638,10 +656,10 @@ class GraniteMoeReference:
             ids = np.argsort(-logits[s], kind="stable")[: self.top_k]  # ties to the lower id
             w = softmax(logits[s, ids])
             for j, e in enumerate(ids):
-                out[s] += w[j] * self.mlp(x[s], L["ffn_gate_exps.weight"][e], L["ffn_up_exps.weight"][e],
-                                          L["ffn_down_exps.weight"][e])
+                out[s] += w[j] * swiglu_mlp(x[s], L["ffn_gate_exps.weight"][e], L["ffn_up_exps.weight"][e],
+                                            L["ffn_down_exps.weight"][e])
         if "ffn_gate_shexp.weight" in L:
-            out = out + self.mlp(x, L["ffn_gate_shexp.weight"], L["ffn_up_shexp.weight"], L["ffn_down_shexp.weight"])
+            out = out + swiglu_mlp(x, L["ffn_gate_shexp.weight"], L["ffn_up_shexp.weight"], L["ffn_down_shexp.weight"])
         return out
 
     def logits(self, tokens):
@@ -653,7 +671,7 @@ class GraniteMoeReference:
         return (rms_norm(x, self.out_norm, self.eps) @ self.out.T) / self.logits_scaling
 
 
-class Ernie45MoeReference:
+class Ernie45MoeReference(LlamaShapedReference):
     """Ernie4_5_MoeForCausalLM (transformers' modeling_ernie4_5_moe.py) on a GGUF file:
     Llama's attention (q/k/v biases when use_bias, RoPE on adjacent pairs as the GGUF's
     rows hold them), the first leading_dense_block_count layers a dense SwiGLU, the
@@ -662,23 +680,10 @@ class Ernie45MoeReference:
     probabilities divided by their sum; the shared experts' MLP added."""
 
     def __init__(self, path):
-        g = GGUF(path)
-        md = g.metadata
-        p = "ernie4_5-moe."
-        t = lambda n: g.tensor(n).astype(np.float64)
-        self.n_layer = md[p + "block_count"]
-        self.n_head = md[p + "attention.head_count"]
-        self.n_kv = md[p + "attention.head_count_kv"]
-        self.head_dim = md.get(p + "attention.key_length", md[p + "embedding_length"] // self.n_head)
-        self.base = md.get(p + "rope.freq_base", 10000.0)
-        self.eps = md.get(p + "attention.layer_norm_rms_epsilon", 1e-5)
-        self.top_k = md[p + "expert_used_count"]
+        super().__init__(path, "ernie4_5-moe")
+        md, p = self.md, self.p
         self.dense_lead = md[p + "leading_dense_block_count"]
         assert md[p + "interleave_moe_layer_step"] == 1
-        self.embd = t("token_embd.weight")
-        self.out_norm = t("output_norm.weight")
-        self.out = t("output.weight") if "output.weight" in g.tensors else self.embd
-        self.layers = gguf_layers(g, self.n_layer)
 
     def attention(self, L, x, positions):
         S, H, hd = x.shape[0], self.n_head, self.head_dim
@@ -689,24 +694,13 @@ class Ernie45MoeReference:
         o = causal_gqa(q, k, v, 1.0 / np.sqrt(hd))
         return o @ L["attn_output.weight"].T
 
-    @staticmethod
-    def mlp(x, gate, up, down):
-        return (silu(x @ gate.T) * (x @ up.T)) @ down.T
-
     def ffn(self, i, L, x):
         if i < self.dense_lead:
-            return self.mlp(x, L["ffn_gate.weight"], L["ffn_up.weight"], L["ffn_down.weight"])
+            return swiglu_mlp(x, L["ffn_gate.weight"], L["ffn_up.weight"], L["ffn_down.weight"])
         probs = softmax(x @ L["ffn_gate_inp.weight"].T)
-        bias = L.get("exp_probs_b.bias", np.zeros(probs.shape[1]))
-        out = np.zeros_like(x)
-        for s in range(x.shape[0]):
-            ids = np.argsort(-(probs[s] + bias), kind="stable")[: self.top_k]  # ties to the lower id
-            w = probs[s, ids] / probs[s, ids].sum()
-            for j, e in enumerate(ids):
-                out[s] += w[j] * self.mlp(x[s], L["ffn_gate_exps.weight"][e], L["ffn_up_exps.weight"][e],
-                                          L["ffn_down_exps.weight"][e])
+        out = renormalised_experts(L, x, probs, self.top_k, L.get("exp_probs_b.bias"))
         if "ffn_gate_shexp.weight" in L:
-            out = out + self.mlp(x, L["ffn_gate_shexp.weight"], L["ffn_up_shexp.weight"], L["ffn_down_shexp.weight"])
+            out = out + swiglu_mlp(x, L["ffn_gate_shexp.weight"], L["ffn_up_shexp.weight"], L["ffn_down_shexp.weight"])
         return out
 
     def logits(self, tokens):
@@ -718,7 +712,7 @@ class Ernie45MoeReference:
         return rms_norm(x, self.out_norm, self.eps) @ self.out.T
 
 
-class HunyuanMoeReference:
+class HunyuanMoeReference(LlamaShapedReference):
     """HunYuanMoEV1ForCausalLM (Hunyuan-A13B's modeling_hunyuan.py) on a GGUF file: GQA
     with rotate_half RoPE on the whole head at the file's base (the converter folds the
     NTK alpha into it), then query_layernorm / key_layernorm (RMSNorm per head) on the
@@ -726,21 +720,8 @@ class HunyuanMoeReference:
     by their sum, plus the shared MLP added."""
 
     def __init__(self, path):
-        g = GGUF(path)
-        md = g.metadata
-        p = "hunyuan-moe."
-        t = lambda n: g.tensor(n).astype(np.float64)
-        self.n_layer = md[p + "block_count"]
-        self.n_head = md[p + "attention.head_count"]
-        self.n_kv = md[p + "attention.head_count_kv"]
-        self.head_dim = md.get(p + "attention.key_length", md[p + "embedding_length"] // self.n_head)
-        self.base = md.get(p + "rope.freq_base", 10000.0)
-        self.eps = md.get(p + "attention.layer_norm_rms_epsilon", 1e-5)
-        self.top_k = md[p + "expert_used_count"]
-        self.embd = t("token_embd.weight")
-        self.out_norm = t("output_norm.weight")
-        self.out = t("output.weight") if "output.weight" in g.tensors else self.embd
-        self.layers = gguf_layers(g, self.n_layer)
+        super().__init__(path, "hunyuan-moe")
+        md, p = self.md, self.p
 
     def attention(self, L, x, positions):
         S, H, hd = x.shape[0], self.n_head, self.head_dim
@@ -752,20 +733,10 @@ class HunyuanMoeReference:
         o = causal_gqa(q, k, v, 1.0 / np.sqrt(hd))
         return o @ L["attn_output.weight"].T
 
-    @staticmethod
-    def mlp(x, gate, up, down):
-        return (silu(x @ gate.T) * (x @ up.T)) @ down.T
-
     def moe(self, L, x):
         probs = softmax(x @ L["ffn_gate_inp.weight"].T)
-        out = np.zeros_like(x)
-        for s in range(x.shape[0]):
-            ids = np.argsort(-probs[s], kind="stable")[: self.top_k]  # ties to the lower id
-            w = probs[s, ids] / probs[s, ids].sum()
-            for j, e in enumerate(ids):
-                out[s] += w[j] * self.mlp(x[s], L["ffn_gate_exps.weight"][e], L["ffn_up_exps.weight"][e],
-                                          L["ffn_down_exps.weight"][e])
-        return out + self.mlp(x, L["ffn_gate_shexp.weight"], L["ffn_up_shexp.weight"], L["ffn_down_shexp.weight"])
+        out = renormalised_experts(L, x, probs, self.top_k)
+        return out + swiglu_mlp(x, L["ffn_gate_shexp.weight"], L["ffn_up_shexp.weight"], L["ffn_down_shexp.weight"])
 
     def logits(self, tokens):
         x = self.embd[np.asarray(tokens)]
