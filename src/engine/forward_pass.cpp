@@ -131,12 +131,8 @@ void ForwardPass::run(const StepTokens& step, std::vector<float>& logits) {
 
 void ForwardPass::join_residual(int64_t n, std::vector<float>& x) const {
   const int64_t m = n * model_.config().n_embd;
-  const float s = model_.config().residual_scale;
-  if (s == 1.0f) {
-    for (int64_t i = 0; i < m; ++i) x[i] += proj_[i];
-  } else {
-    for (int64_t i = 0; i < m; ++i) x[i] += s * proj_[i];
-  }
+  const float s = model_.config().residual_scale;  // 1 * p is p exactly: other models' sums unchanged
+  for (int64_t i = 0; i < m; ++i) x[i] += s * proj_[i];
 }
 
 void ForwardPass::attention_block(int64_t l, const StepTokens& step, std::vector<float>& x) {
