@@ -7,7 +7,8 @@
 // interleaved layout's kernel also as decode runs an expert's gate and up: two
 // matrices on one activation in one batch. The k-quants (when --cols is a multiple of
 // 256): their VNNI kernels and the f32 ones (Highway for Q4_K..Q6_K, generic for Q2_K, Q3_K);
-// IQ4_NL, IQ4_XS and MXFP4 on Highway's f32 kernel (and VNNI on int8). Without VNNI,
+// IQ4_NL, IQ4_XS and MXFP4 on Highway's f32 kernel, Q4_1, Q5_0, Q5_1 on the generic one
+// (and all six on VNNI on int8). Without VNNI,
 // every quantised type on int8 activations also takes its AVX2 int8 kernel. With --tokens N each product is a
 // batched decode step's: N tokens' mat-vecs on one matrix read once (per-token jobs,
 // the multi-token kernels), and --activations int8 takes the int8 kernels.
@@ -128,7 +129,8 @@ int bench_kernels_cuda(const std::string& backend, int64_t rows, int64_t cols, i
   if (tokens == 1) settings.push_back(4);
   std::mt19937 rng(1);
   nlohmann::json runs = nlohmann::json::array();
-  std::vector<DType> types = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::IQ4_NL, DType::MXFP4};
+  std::vector<DType> types = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,   DType::Q4_0,
+                              DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4};
   if (cols % 256 == 0)
     types.insert(types.end(), {DType::Q4_K, DType::Q6_K, DType::Q5_K, DType::Q3_K, DType::Q2_K, DType::IQ4_XS});
   if (!json)
@@ -210,7 +212,7 @@ int cmd_bench_kernels(int argc, char** argv) {
   std::vector<DType> types = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
   if (cols % 256 == 0)
     types.insert(types.end(), {DType::Q4_K, DType::Q6_K, DType::Q5_K, DType::Q3_K, DType::Q2_K, DType::IQ4_XS});
-  types.insert(types.end(), {DType::IQ4_NL, DType::MXFP4});
+  types.insert(types.end(), {DType::IQ4_NL, DType::MXFP4, DType::Q4_1, DType::Q5_0, DType::Q5_1});
   if (cols % 256 != 0)
     std::fprintf(stderr, "note: --cols %lld is not a multiple of 256: no k-quant rows\n", static_cast<long long>(cols));
   for (DType t : types) {
@@ -252,10 +254,11 @@ int cmd_bench_kernels(int argc, char** argv) {
       kernels.push_back({dtype_is_kquant(t) ? kquant_f32 : "f32 (" + target + ")", false, false});
     } else if (dtype_is_kquant(t)) {
       kernels.push_back({kquant_f32, false, false});
-    } else if (t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::MXFP4) {
-      // They have a VNNI kernel on int8 activations (nl4_vnni.h).
+    } else if (t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::MXFP4 || dtype_is_legacy_quant(t)) {
+      // They have a VNNI kernel on int8 activations (nl4_vnni.h); Q4_1, Q5_0, Q5_1 else
+      // the generic path.
       if (vnni && pr.x_int8) kernels.push_back({"avx512-vnni", true, false});
-      kernels.push_back({"f32 (" + target + ")", false, false});
+      kernels.push_back({dtype_is_legacy_quant(t) ? "generic f32" : "f32 (" + target + ")", false, false});
     } else {
       kernels.push_back({(t == DType::Q8_0 ? "int16 (" : "f32 (") + target + ")", vnni, false});
     }

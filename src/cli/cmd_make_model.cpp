@@ -11,7 +11,7 @@ int cmd_make_model(int argc, char** argv) {
   Args a("make-model");
   a.flag("-o,--out", "output GGUF path (required)");
   a.flag("--arch", "mixtral | qwen3moe | olmoe | qwen2moe | deepseek2 | gpt-oss | glm4moe | granitemoe | ernie4_5-moe | hunyuan-moe", true, "mixtral");
-  a.flag("--dtype", "f32 | f16 | bf16 | q8_0 | q4_0 | q2_k .. q6_k (big matrices; the k-quants need --embd, --ff "
+  a.flag("--dtype", "f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k .. q6_k | iq4_nl | iq4_xs | mxfp4 (big matrices; the k-quants need --embd, --ff "
                     "and heads x head-dim multiples of 256)", true, "f32");
   a.flag("--expert-dtype", "dtype of the expert matrices, e.g. mxfp4 as gpt-oss ships them (default: --dtype)", true, "");
   a.flag("--window", "sliding window of the even layers (gpt-oss)", true, "8");
@@ -56,7 +56,7 @@ int cmd_make_model(int argc, char** argv) {
   else throw UsageError("moeflow make-model: --arch must be mixtral, qwen3moe, olmoe, qwen2moe, deepseek2, gpt-oss, glm4moe, "
                         "granitemoe, ernie4_5-moe or hunyuan-moe, got '" + arch + "'");
   if (!dtype_from_name(a.str("--dtype"), s.dtype))
-    throw UsageError("moeflow make-model: --dtype must be f32, f16, bf16, q8_0, q4_0 or q2_k..q6_k, got '" + a.str("--dtype") + "'");
+    throw UsageError("moeflow make-model: --dtype must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k..q6_k, iq4_nl, iq4_xs or mxfp4, got '" + a.str("--dtype") + "'");
   DType expert_dtype = s.dtype;
   if (!a.str("--expert-dtype").empty() && !dtype_from_name(a.str("--expert-dtype"), expert_dtype))
     throw UsageError("moeflow make-model: --expert-dtype must be a dtype --dtype takes, or mxfp4, got '" +

@@ -21,7 +21,10 @@ uint32_t ftype_of(DType t) {
     case DType::F32: return 0;
     case DType::F16: return 1;
     case DType::Q4_0: return 2;
+    case DType::Q4_1: return 3;
     case DType::Q8_0: return 7;
+    case DType::Q5_0: return 8;
+    case DType::Q5_1: return 9;
     case DType::BF16: return 32;
     // An all-k-quant file has no id of its own: the mix closest to it.
     case DType::Q2_K: return 10;
@@ -180,7 +183,7 @@ int cmd_quantize(int argc, char** argv) {
   Args a("quantize");
   a.flag("-i,--input", "GGUF model to read (required)");
   a.flag("-o,--output", "GGUF model to write (required; not the input)");
-  a.flag("--type", "element type of the weight matrices: q8_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4, f16, bf16 or "
+  a.flag("--type", "element type of the weight matrices: q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4, f16, bf16 or "
                    "f32; or a llama.cpp mix: q3_k_s, q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q2_k_mix, q6_k_mix "
                    "(docs/kquants.md) (required)");
   a.flag("-v,--verbose", "print what happens to every tensor", false);
@@ -195,7 +198,7 @@ int cmd_quantize(int argc, char** argv) {
   const bool is_mix = quant_mix_from_name(a.str("--type"), mix);
   if (!is_mix && !dtype_from_name(a.str("--type"), type))
     throw UsageError("moeflow quantize: --type: unknown type '" + a.str("--type") +
-                     "' (expected q8_0, q4_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4, f16, bf16, f32, or a mix: q3_k_s, "
+                     "' (expected q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4, f16, bf16, f32, or a mix: q3_k_s, "
                      "q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q2_k_mix, q6_k_mix)");
   const bool verbose = a.has("--verbose");
   std::vector<std::pair<std::string, gguf::Value>> overrides;

@@ -41,7 +41,13 @@ bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 ||
 // A row that is no whole number of k-quant super-blocks takes a 32-block type.
 DType fallback(DType t, int64_t cols) {
   if (!dtype_is_kquant(t) || cols % 256 == 0) return t;
-  return t == DType::Q2_K || t == DType::Q3_K ? DType::Q4_0 : DType::Q8_0;
+  if (cols % 32 != 0) return DType::F16;
+  switch (t) {
+    case DType::Q4_K: return DType::Q5_0;
+    case DType::Q5_K: return DType::Q5_1;
+    case DType::Q6_K: return DType::Q8_0;
+    default: return DType::IQ4_NL;  // Q2_K, Q3_K
+  }
 }
 
 }  // namespace

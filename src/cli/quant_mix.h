@@ -15,8 +15,8 @@
 //   attn_qkv (fused): Q3_K_M, Q3_K_L: Q4_K; Q4_K_M: Q5_K; Q5_K_M: Q6_K.
 //   use_more_bits(i, n) = i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2.
 // A matrix whose rows are not whole 256-column super-blocks falls back to a 32-block
-// type: Q8_0 for a Q4_K..Q6_K or Q8_0 choice, Q4_0 for Q2_K / Q3_K (llama.cpp uses
-// Q5_0 / Q5_1 / IQ4_NL there, which moeflow does not read).
+// type, as llama.cpp's does: Q5_0 for Q4_K, Q5_1 for Q5_K, Q8_0 for Q6_K, IQ4_NL for
+// Q2_K / Q3_K; F16 where the rows are not whole 32-column blocks either.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -2,6 +2,7 @@
 
 #include "tensor/iquants.h"
 #include "tensor/kquants.h"
+#include "tensor/legacy_quants.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,6 +17,9 @@ constexpr DTypeInfo kF16{"f16", 1, 2};
 constexpr DTypeInfo kBF16{"bf16", 1, 2};
 constexpr DTypeInfo kQ8_0{"q8_0", 32, 34};
 constexpr DTypeInfo kQ4_0{"q4_0", 32, 18};
+constexpr DTypeInfo kQ4_1{"q4_1", 32, sizeof(BlockQ4_1)};
+constexpr DTypeInfo kQ5_0{"q5_0", 32, sizeof(BlockQ5_0)};
+constexpr DTypeInfo kQ5_1{"q5_1", 32, sizeof(BlockQ5_1)};
 constexpr DTypeInfo kQ2_K{"q2_k", 256, sizeof(BlockQ2_K)};
 constexpr DTypeInfo kQ3_K{"q3_k", 256, sizeof(BlockQ3_K)};
 constexpr DTypeInfo kQ4_K{"q4_k", 256, sizeof(BlockQ4_K)};
@@ -52,6 +56,9 @@ bool dtype_from_ggml(uint32_t ggml_type, DType& out) {
     case 0: out = DType::F32; return true;
     case 1: out = DType::F16; return true;
     case 2: out = DType::Q4_0; return true;
+    case 3: out = DType::Q4_1; return true;
+    case 6: out = DType::Q5_0; return true;
+    case 7: out = DType::Q5_1; return true;
     case 8: out = DType::Q8_0; return true;
     case 10: out = DType::Q2_K; return true;
     case 11: out = DType::Q3_K; return true;
@@ -73,6 +80,9 @@ const DTypeInfo& dtype_info(DType t) {
     case DType::BF16: return kBF16;
     case DType::Q8_0: return kQ8_0;
     case DType::Q4_0: return kQ4_0;
+    case DType::Q4_1: return kQ4_1;
+    case DType::Q5_0: return kQ5_0;
+    case DType::Q5_1: return kQ5_1;
     case DType::Q2_K: return kQ2_K;
     case DType::Q3_K: return kQ3_K;
     case DType::Q4_K: return kQ4_K;
@@ -90,7 +100,7 @@ const char* dtype_name(DType t) { return dtype_info(t).name; }
 
 bool dtype_from_name(const std::string& name, DType& out) {
   static const DType all[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                              DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                              DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,
                               DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
   for (DType t : all) {
     if (name == dtype_info(t).name) {
@@ -102,7 +112,7 @@ bool dtype_from_name(const std::string& name, DType& out) {
 }
 
 bool dtype_is_quantized(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_0 || dtype_is_kquant(t) ||
+  return t == DType::Q8_0 || t == DType::Q4_0 || dtype_is_legacy_quant(t) || dtype_is_kquant(t) ||
          t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::MXFP4;
 }
 
@@ -210,6 +220,9 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
       }
       return;
     }
+    case DType::Q4_1: dequantize_q4_1(static_cast<const BlockQ4_1*>(src), dst, n / 32); return;
+    case DType::Q5_0: dequantize_q5_0(static_cast<const BlockQ5_0*>(src), dst, n / 32); return;
+    case DType::Q5_1: dequantize_q5_1(static_cast<const BlockQ5_1*>(src), dst, n / 32); return;
     case DType::Q2_K: dequantize_q2_k(static_cast<const BlockQ2_K*>(src), dst, n / kQK_K); return;
     case DType::Q3_K: dequantize_q3_k(static_cast<const BlockQ3_K*>(src), dst, n / kQK_K); return;
     case DType::Q4_K: dequantize_q4_k(static_cast<const BlockQ4_K*>(src), dst, n / kQK_K); return;
@@ -277,6 +290,9 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
       }
       return;
     }
+    case DType::Q4_1: quantize_q4_1(src, static_cast<BlockQ4_1*>(dst), n / 32); return;
+    case DType::Q5_0: quantize_q5_0(src, static_cast<BlockQ5_0*>(dst), n / 32); return;
+    case DType::Q5_1: quantize_q5_1(src, static_cast<BlockQ5_1*>(dst), n / 32); return;
     case DType::Q2_K: quantize_q2_k(src, static_cast<BlockQ2_K*>(dst), n / kQK_K); return;
     case DType::Q3_K: quantize_q3_k(src, static_cast<BlockQ3_K*>(dst), n / kQK_K); return;
     case DType::Q4_K: quantize_q4_k(src, static_cast<BlockQ4_K*>(dst), n / kQK_K); return;

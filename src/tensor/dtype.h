@@ -5,6 +5,8 @@
 //   Q8_0 : blocks of 32: f16 scale d, int8 q[32];          x = d * q.      34 bytes
 //   Q4_0 : blocks of 32: f16 scale d, uint8 qs[16];        x = d * (nib - 8), element j
 //          in the low nibble of qs[j] for j < 16, element j+16 in the high nibble.  18 bytes
+//   Q4_1, Q5_0, Q5_1: blocks of 32 with a 4- or 5-bit grid, Q4_1 / Q5_1 offset by a
+//          minimum (tensor/legacy_quants.h).
 //   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K: ggml's k-quants, super-blocks of 256 (tensor/kquants.h
 //          has their layouts and formulas).
 //   IQ4_NL, IQ4_XS, MXFP4: ggml's 4-bit non-linear types (blocks of 32 / 256 / 32;
@@ -22,7 +24,7 @@ namespace moeflow {
 
 // Values are the ggml type ids, so they round-trip through GGUF unchanged.
 enum class DType : uint32_t {
-  F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8,
+  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8,
   Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14,
   IQ4_NL = 20, IQ4_XS = 23, MXFP4 = 39,
   BF16 = 30
@@ -38,12 +40,14 @@ struct DTypeInfo {
 bool dtype_from_ggml(uint32_t ggml_type, DType& out);
 const DTypeInfo& dtype_info(DType t);
 const char* dtype_name(DType t);
-// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "q2_k" .. "q6_k", "iq4_nl", "iq4_xs", "mxfp4";
+// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k" .. "q6_k", "iq4_nl", "iq4_xs", "mxfp4";
 // returns false otherwise.
 bool dtype_from_name(const std::string& name, DType& out);
 bool dtype_is_quantized(DType t);
 // The k-quants (Q2_K .. Q6_K): blocks of 256, so rows must be multiples of 256 columns.
 inline bool dtype_is_kquant(DType t) { return t >= DType::Q2_K && t <= DType::Q6_K; }
+// Q4_1, Q5_0, Q5_1 (tensor/legacy_quants.h): blocks of 32, f16 scales.
+constexpr bool dtype_is_legacy_quant(DType t) { return t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1; }
 // Whether t is one of the enum's ggml types (a value cast from elsewhere may not be).
 bool dtype_is_file_type(DType t);
 // Bytes of a row of n elements. REQUIRES n % block_size == 0.
@@ -54,6 +58,7 @@ size_t row_bytes(DType t, int64_t n);
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 // Quantise n elements the way ggml's reference quantiser does (round to nearest,
 // q8_0: d = amax/127; q4_0: d = max/-8 where max is the signed value of largest magnitude);
+// q4_1, q5_0, q5_1 as ggml's reference quantisers (tensor/legacy_quants.h);
 // the k-quants, IQ4_NL, IQ4_XS and MXFP4 with a scale search of their own (tensor/kquants.h,
 // tensor/iquants.h).
 void quantize_row(DType t, const float* src, void* dst, int64_t n);

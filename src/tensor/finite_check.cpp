@@ -49,6 +49,17 @@ int64_t first_non_finite(DType t, const void* data, int64_t n) {
       const int64_t b = scan<uint16_t>(p, n / 32, sizeof(BlockQ4_0), f16_bad);
       return b < 0 ? -1 : b * 32;
     }
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1: {  // d, and Q4_1's / Q5_1's minimum m after it
+      const size_t bytes = static_cast<size_t>(dtype_info(t).type_size);
+      int64_t b = scan<uint16_t>(p, n / 32, bytes, f16_bad);
+      if (t != DType::Q5_0) {
+        const int64_t bm = scan<uint16_t>(p + 2, b < 0 ? n / 32 : b, bytes, f16_bad);
+        if (bm >= 0) b = bm;
+      }
+      return b < 0 ? -1 : b * 32;
+    }
     default: return -1;  // in-memory layouts are made from checked file data
   }
 }

@@ -32,8 +32,9 @@ namespace {
 
 using namespace moeflow::testing;
 
-const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,   DType::Q4_0,   DType::Q2_K, DType::Q3_K,
-                        DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,   DType::Q4_1,   DType::Q5_0,
+                        DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL,
+                        DType::IQ4_XS, DType::MXFP4};
 
 #define REQUIRE_GPU() \
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (run on a GPU machine)"

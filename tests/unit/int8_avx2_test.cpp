@@ -1,4 +1,4 @@
-// q4_0, q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS and MXFP4 mat-vecs on int8 activations with AVX2 (int8_avx2.h), the
+// q4_0, q8_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL, IQ4_XS and MXFP4 mat-vecs on int8 activations with AVX2 (int8_avx2.h), the
 // path of CPUs without AVX-512 VNNI (on one that has it the VNNI kernels are switched
 // off for the test): against the float64 product of the weights with the rounded
 // activation (the kernels' only rounding), and within the activation's rounding of the
@@ -27,8 +27,9 @@ using testing::int8_rounded;
 using testing::random_vec;
 using testing::rel_err;
 
-constexpr DType kTypes[] = {DType::Q4_0, DType::Q8_0,  DType::Q2_K,   DType::Q3_K,   DType::Q4_K,
-                             DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
+constexpr DType kTypes[] = {DType::Q4_0,   DType::Q8_0,   DType::Q2_K,  DType::Q3_K, DType::Q4_K,
+                             DType::Q5_K,   DType::Q6_K,   DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4,
+                             DType::Q4_1,   DType::Q5_0,   DType::Q5_1};
 
 // The VNNI kernels off for the test's duration, so the AVX2 ones run where both exist.
 struct WithoutVnni {

@@ -23,8 +23,9 @@ namespace {
 using testing::random_vec;
 using testing::rel_err;
 
-// The k-quants, and the 4-bit non-linear types that share their generic path.
-const DType kKquants[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
+// The k-quants, and the 4-bit non-linear and legacy types that share their generic path.
+const DType kKquants[] = {DType::Q2_K,   DType::Q3_K,   DType::Q4_K,  DType::Q5_K, DType::Q6_K, DType::IQ4_NL,
+                          DType::IQ4_XS, DType::MXFP4, DType::Q4_1, DType::Q5_0, DType::Q5_1};
 
 std::vector<uint8_t> make_weights(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
   std::normal_distribution<float> g(0.0f, 1.0f);
@@ -182,11 +183,11 @@ TEST(KquantMatmul, MatmulMatchesReference) {
   }
 }
 
-// 32-column blocks (IQ4_NL, MXFP4) in rows that are no whole number of 256 columns: the
-// generic path's last chunk is short.
+// 32-column blocks (IQ4_NL, MXFP4, Q4_1, Q5_0, Q5_1) in rows that are no whole number
+// of 256 columns: the generic path's last chunk is short.
 TEST(KquantMatmul, ShortLastChunkOf32ColumnTypes) {
   std::mt19937 rng(17);
-  for (DType t : {DType::IQ4_NL, DType::MXFP4})
+  for (DType t : {DType::IQ4_NL, DType::MXFP4, DType::Q4_1, DType::Q5_0, DType::Q5_1})
     for (int64_t cols : {32, 96, 288}) {
       const int64_t rows = 7;
       const std::vector<uint8_t> w = make_weights(t, rows, cols, rng);

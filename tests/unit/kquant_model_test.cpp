@@ -43,8 +43,8 @@ TEST(QuantMix, Q4KMFollowsLlamaCppRules) {
   m.tied_output = true;
   EXPECT_EQ(quant_mix_tensor_type(QuantMix::Q4_K_M, m, "token_embd.weight", 256), DType::Q6_K);
   // Rows of 384 columns are no whole super-blocks: a 32-block type instead.
-  EXPECT_EQ(quant_mix_tensor_type(QuantMix::Q4_K_M, m, blk(1, "attn_q.weight"), 384), DType::Q8_0);
-  EXPECT_EQ(quant_mix_tensor_type(QuantMix::Q3_K_M, m, blk(1, "attn_q.weight"), 384), DType::Q4_0);
+  EXPECT_EQ(quant_mix_tensor_type(QuantMix::Q4_K_M, m, blk(1, "attn_q.weight"), 384), DType::Q5_0);
+  EXPECT_EQ(quant_mix_tensor_type(QuantMix::Q3_K_M, m, blk(1, "attn_q.weight"), 384), DType::IQ4_NL);
   // Eight experts (Mixtral): attn_v and attn_k q8_0, attn_output q5_k.
   m.n_expert = 8;
   EXPECT_EQ(quant_mix_tensor_type(QuantMix::Q4_K_M, m, blk(1, "attn_v.weight"), 256), DType::Q8_0);

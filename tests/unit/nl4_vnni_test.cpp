@@ -1,4 +1,4 @@
-// IQ4_NL, IQ4_XS and MXFP4 mat-vecs on int8 activations (nl4_vnni.h): against the float64
+// IQ4_NL, IQ4_XS, MXFP4, Q4_1, Q5_0 and Q5_1 mat-vecs on int8 activations (nl4_vnni.h): against the float64
 // product of the weights with the rounded activation (the kernel's only rounding), and
 // within the activation's rounding of the f32 product; any count of blocks (odd ones
 // pair with zeros; gpt-oss's 2880 columns; IQ4_XS's super-blocks); MXFP4's subnormal
@@ -31,7 +31,7 @@ TEST(Nl4Vnni, MatchesTheProductWithTheRoundedActivation) {
   if (!q4_vnni_enabled()) GTEST_SKIP() << "no AVX-512 VNNI (on AVX2 these types take int8_avx2.h: Int8Avx2.*)";
   std::mt19937 rng(29);
   ThreadPool pool(2);
-  for (DType t : {DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4}) {
+  for (DType t : {DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4, DType::Q4_1, DType::Q5_0, DType::Q5_1}) {
     ASSERT_TRUE(nl4_vnni_type(t));
     double worst = 0, worst_f32 = 0;
     for (int64_t rows : {1, 3, 4, 7, 13}) {

@@ -229,7 +229,7 @@ class DeviceOnlyBuffer final : public DeviceBuffer {
 void require_kernel(DType t, const char* what) {
   if (!cuda::cuda_supports(t))
     throw InputError(std::string("CUDA backend: no kernel for ") + dtype_name(t) + " " + what +
-                     " yet (f32, f16, bf16, q8_0, q4_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4): run this model with --backend cpu");
+                     " yet (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4): run this model with --backend cpu");
 }
 
 uint8_t* device_alloc(size_t bytes, const char* what) {

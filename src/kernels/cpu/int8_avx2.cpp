@@ -1,4 +1,4 @@
-// Mat-vec rows of q4_0, q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS and MXFP4 with AVX2 and int8
+// Mat-vec rows of q4_0, q8_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL, IQ4_XS and MXFP4 with AVX2 and int8
 // activations; see int8_avx2.h for the arithmetic. The functions carry their own target attribute, so
 // the file builds with the project's baseline flags and the instructions run only
 // after int8_avx2_enabled() checked the CPU.
@@ -50,6 +50,9 @@ bool kernel_type(DType t) {
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
     case DType::IQ4_NL:
     case DType::IQ4_XS:
     case DType::MXFP4: return true;
@@ -681,6 +684,59 @@ A8_ATTR __attribute__((noinline)) void row_iq4_nl(const uint8_t* row, int64_t co
   });
 }
 
+// Q4_1, Q5_0, Q5_1 (tensor/legacy_quants.h): a block's quants unpacked to bytes in
+// element order, the 5-bit types' fifth bit from qh (each byte of the broadcast word
+// tested against its bit). Q5_0's q - 16 are signed levels (dot_signed, as IQ4_NL's);
+// Q4_1's and Q5_1's unsigned quants meet q_x directly, and their minimum m adds
+// m d_x sum q_x, the activation block's sum taken with the same two multiplies against
+// ones.
+template <int T, DType kType>
+A8_ATTR __attribute__((noinline)) void row_legacy(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
+                                                  const uint8_t* pf) {
+  constexpr bool kFive = kType != DType::Q4_1, kMin = kType != DType::Q5_0;
+  constexpr int64_t kBytes = kType == DType::Q4_1 ? 20 : kType == DType::Q5_0 ? 22 : 24;
+  const __m256i ones = _mm256_set1_epi16(1), ones8 = _mm256_set1_epi8(1), nibble = _mm256_set1_epi8(0x0f);
+  // Byte i of the word broadcast: byte i / 8 of qh, tested against bit i % 8.
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                          3, 3, 3, 3, 3, 3);
+  const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const float* const f16 = detail::f16_table();
+  two_chains<T>(cols / 32, out, [&](int64_t b, __m256* acc) A8_LAMBDA {
+    const uint8_t* blk = row + b * kBytes;
+    if (pf) prefetch(pf + b * kBytes, kBytes);
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kBytes - 16));
+    __m256i q = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1), nibble);
+    if constexpr (kFive) {
+      uint32_t qh;
+      std::memcpy(&qh, blk + (kMin ? 4 : 2), 4);
+      const __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), spread);
+      q = _mm256_or_si256(q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bits), bits), _mm256_set1_epi8(0x10)));
+    }
+    uint16_t dh;
+    std::memcpy(&dh, blk, 2);
+    const __m256 d = scale_of(f16, dh);
+    if constexpr (kMin) {
+      uint16_t mh;
+      std::memcpy(&mh, blk + 2, 2);
+      const __m256 m = scale_of(f16, mh);
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        const __m256 dx = _mm256_broadcast_ss(xs[t].d + b);
+        const __m256 sum = _mm256_cvtepi32_ps(dot_u8(ones8, xs[t], b, ones));
+        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot_u8(q, xs[t], b, ones)), dx), d, acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(sum, dx), m, acc[t]);
+      }
+    } else {
+      const __m256i l = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        const __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(dot_signed(l, xs[t], b, ones)), _mm256_broadcast_ss(xs[t].d + b));
+        acc[t] = _mm256_fmadd_ps(s, d, acc[t]);
+      }
+    }
+  });
+}
+
 // IQ4_XS: per super-block d, per 32-column sub-block its 6-bit scale minus 32 (signed)
 // multiplying in vpmaddwd, its 16 bytes of nibbles as IQ4_NL's block; int32 sums a token.
 template <int T>
@@ -716,6 +772,9 @@ A8_ATTR void row(DType t, const uint8_t* w, int64_t cols, const PackedView* xs, 
     case DType::Q2_K: row_q23_k<T, false>(w, cols, xs, out, pf); return;
     case DType::Q3_K: row_q23_k<T, true>(w, cols, xs, out, pf); return;
     case DType::IQ4_NL: row_iq4_nl<T>(w, cols, xs, out, pf); return;
+    case DType::Q4_1: row_legacy<T, DType::Q4_1>(w, cols, xs, out, pf); return;
+    case DType::Q5_0: row_legacy<T, DType::Q5_0>(w, cols, xs, out, pf); return;
+    case DType::Q5_1: row_legacy<T, DType::Q5_1>(w, cols, xs, out, pf); return;
     case DType::MXFP4: row_quads<T, DType::MXFP4>(w, cols, xs, out, pf); return;
     case DType::IQ4_XS: row_iq4_xs<T>(w, cols, xs, out, pf); return;
     case DType::Q4_K: row_q45_k<T, false>(w, cols, xs, out, pf); return;

@@ -1,4 +1,4 @@
-// Mat-vec rows of q4_0, q8_0, the k-quants (Q2_K .. Q6_K) and the 4-bit non-linear types
+// Mat-vec rows of q4_0, q8_0, Q4_1, Q5_0, Q5_1, the k-quants (Q2_K .. Q6_K) and the 4-bit non-linear types
 // (IQ4_NL, IQ4_XS, MXFP4) in GGUF's layout as 8-bit integer dot products with AVX2, for
 // CPUs without AVX-512 VNNI (Zen 2 / Zen 3, Intel before Ice Lake, most laptops),
 // against the activation quantised to int8 (`--activations int8`, and auto's choice for
@@ -12,7 +12,8 @@
 // `vpmaddwd` (int32 lanes; by ones, or by a k-quant's integer sub-block scales).
 //
 // Two grids for the activation x = d_x * q_x, each with llama.cpp's choice for the type:
-// - Types whose blocks of 32 carry their own float scale (q4_0, q8_0, IQ4_NL, MXFP4):
+// - Types whose blocks of 32 carry their own float scale (q4_0, q8_0, Q4_1, Q5_0, Q5_1,
+//   IQ4_NL, MXFP4):
 //   int8 per 32 columns (llama.cpp's q8_0 activations); each block and token then takes
 //   one conversion and one FMA with d_x times the weights' scale (q4_0 and MXFP4: one
 //   per four blocks, below).
@@ -36,7 +37,9 @@
 // - MXFP4: as q4_0, with its levels (-12..12, doubled) plus 12 from a byte shuffle of the
 //   nibbles in place of n, and 12 in place of 8.
 // - q8_0, and IQ4_NL's levels (a byte shuffle of the nibbles, up to 127): signed, so
-//   |q| meets q_x with q's sign (vpsignb; q_x is never -128).
+//   |q| meets q_x with q's sign (vpsignb; q_x is never -128); Q5_0's q - 16 likewise.
+// - Q4_1 / Q5_1: d sum n q_x + m sum q_x, the block's sum of q_x from the same two
+//   multiplies against ones (on the 32-column grid, whose packing has no sums).
 // - Q4_K / Q5_K: d sum sc sum n q_x - dmin sum m sum q_x, with the 6-bit sc and m of the
 //   sub-block: sc multiplies in `vpmaddwd`, m with the activation's sums per 16 columns.
 // - Q2_K / Q3_K: the 2- or 3-bit quants unsigned against the 16-column sub-blocks'

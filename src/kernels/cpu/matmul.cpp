@@ -229,6 +229,9 @@ void DequantSpan(DType wt, const uint8_t* row, int64_t c0, int64_t n, float* HWY
     case DType::Q6_K:  // c0, n multiples of 256 (kKc is)
       kquant_dequant(wt, row + c0 / 256 * dtype_info(wt).type_size, n / 256, dst);
       return;
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
     case DType::IQ4_NL:
     case DType::IQ4_XS:
     case DType::MXFP4: {  // c0, n multiples of the block (kKc is of 256)
@@ -482,6 +485,9 @@ HWY_INLINE void MvRows(DType wt, const uint8_t* const* rows, int64_t cols, const
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
     case DType::IQ4_NL:
     case DType::IQ4_XS:
     case DType::MXFP4:

@@ -25,7 +25,8 @@ static_assert(sizeof(PackedPair) == 192);
 }  // namespace
 
 bool nl4_vnni_type(DType t) {
-  return (t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::MXFP4) && q4_vnni_enabled();
+  return (t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::MXFP4 || dtype_is_legacy_quant(t)) &&
+         q4_vnni_enabled();
 }
 
 size_t nl4_x8_bytes(int64_t cols) { return static_cast<size_t>((cols / 32 + 1) / 2) * sizeof(PackedPair); }
@@ -61,32 +62,49 @@ const Mxfp4Scales kMxfp4Scales;
 // These kernels also convert IQ4_NL's f16 scales (F16C, which every AVX-512 CPU has).
 #define MOEFLOW_NL4_ATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,f16c")))
 
+// Q4_1, Q5_0, Q5_1: the quant is the weight's level itself (no table), the 5-bit types
+// add a fifth bit from qh, and Q4_1 / Q5_1 a block minimum m, whose share of the product
+// is m * sum(x): dx * (the activation block's integer sum), the packed sum the offset
+// uses (tensor/legacy_quants.h has the layouts).
+template <DType T> constexpr bool kLinear = dtype_is_legacy_quant(T);
+template <DType T> constexpr bool kFiveBit = T == DType::Q5_0 || T == DType::Q5_1;
+template <DType T> constexpr bool kHasMin = T == DType::Q4_1 || T == DType::Q5_1;
+template <DType T> constexpr int64_t kBlockBytes = T == DType::MXFP4 ? 17 : T == DType::Q4_1 ? 20 : T == DType::Q5_0 ? 22
+                                                 : T == DType::Q5_1 ? 24 : 18;
+// Where a block's qh (the 5-bit types) and its quant bytes start.
+template <DType T> constexpr int64_t kHighAt = T == DType::Q5_1 ? 4 : 2;
+template <DType T> constexpr int64_t kQuantsAt = T == DType::MXFP4 ? 1 : kBlockBytes<T> - 16;
+
 // Where block k (32 columns) of a row keeps its 16 quant bytes.
 // IQ4_NL: d (f16), qs; MXFP4: e, qs; IQ4_XS: super-blocks of 8 blocks, 136 bytes: d,
-// the 6-bit block scales' high bits (2 each) and low nibbles, then the blocks' qs.
+// the 6-bit block scales' high bits (2 each) and low nibbles, then the blocks' qs; the
+// legacy types: their scales (and qh) first, qs last.
 template <DType T>
 inline const uint8_t* block_quants(const uint8_t* row, int64_t k) {
   if constexpr (T == DType::IQ4_XS) return row + (k / 8) * 136 + 8 + 16 * (k % 8);
-  else if constexpr (T == DType::MXFP4) return row + k * 17 + 1;
-  else return row + k * 18 + 2;
+  else return row + k * kBlockBytes<T> + kQuantsAt<T>;
+}
+// Two f16s (at byte `at` of blocks k and k1) as a vector: lanes 0-7 block k's, 8-15
+// block k1's.
+template <DType T>
+MOEFLOW_NL4_ATTR inline __m512 pair_halves(const uint8_t* row, int64_t k, int64_t k1, int64_t at) {
+  uint16_t h0, h1;
+  std::memcpy(&h0, row + k * kBlockBytes<T> + at, 2);
+  std::memcpy(&h1, row + k1 * kBlockBytes<T> + at, 2);
+  return _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(h0)), _mm256_set1_ps(_cvtsh_ss(h1)), 1);
 }
 // The scales of blocks k and k1 (k1 = k + 1, or k for an odd last block) as a vector:
-// lanes 0-7 block k's, 8-15 block k1's. IQ4_NL and MXFP4 (IQ4_XS: RowScales).
+// lanes 0-7 block k's, 8-15 block k1's. All but IQ4_XS (RowScales).
 template <DType T>
 MOEFLOW_NL4_ATTR inline __m512 pair_scales(const uint8_t* row, int64_t k, int64_t k1) {
-  static_assert(T == DType::MXFP4 || T == DType::IQ4_NL);
-  float s0, s1;
+  static_assert(T != DType::IQ4_XS);
   if constexpr (T == DType::MXFP4) {
-    s0 = kMxfp4Scales.f[row[k * 17]];  // a load where the exponent arithmetic branched
-    s1 = kMxfp4Scales.f[row[k1 * 17]];
+    const float s0 = kMxfp4Scales.f[row[k * 17]];  // a load where the exponent arithmetic branched
+    const float s1 = kMxfp4Scales.f[row[k1 * 17]];
+    return _mm512_insertf32x8(_mm512_set1_ps(s0), _mm256_set1_ps(s1), 1);
   } else {
-    uint16_t h0, h1;
-    std::memcpy(&h0, row + k * 18, 2);
-    std::memcpy(&h1, row + k1 * 18, 2);
-    s0 = _cvtsh_ss(h0);
-    s1 = _cvtsh_ss(h1);
+    return pair_halves<T>(row, k, k1, 0);
   }
-  return _mm512_insertf32x8(_mm512_set1_ps(s0), _mm256_set1_ps(s1), 1);
 }
 
 // Prefetches the next rows (R rows of `bytes` in all, at pf) at the kernels' pace: at the
@@ -97,10 +115,11 @@ MOEFLOW_NL4_ATTR inline void prefetch_pair_share(const uint8_t* pf, size_t bytes
 }
 
 // A row's levels plus an offset that makes them unsigned (127 for IQ4's, 12 for
-// MXFP4's), 64 bytes for blocks b and b1 (b1 = b + 1, or b for an odd last block).
+// MXFP4's, Q5_0's 16 already in its quants, none for Q4_1 / Q5_1), 64 bytes for blocks
+// b and b1 (b1 = b + 1, or b for an odd last block).
 template <DType T>
 struct Levels {
-  static constexpr int kOffset = T == DType::MXFP4 ? 12 : 127;
+  static constexpr int kOffset = T == DType::MXFP4 ? 12 : T == DType::Q5_0 ? 16 : kLinear<T> ? 0 : 127;
   __m512i table, nibble, spread;
   MOEFLOW_NL4_ATTR Levels() {
     const int8_t* levels = T == DType::MXFP4 ? kMxfp4Levels : kIq4Levels;
@@ -118,7 +137,18 @@ struct Levels {
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(block_quants<T>(row, b1))), 1);
     __m512i v = _mm512_permutexvar_epi64(spread, _mm512_castsi256_si512(q));
     v = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4), nibble);  // lanes 1 and 3
-    return _mm512_shuffle_epi8(table, v);
+    if constexpr (kFiveBit<T>) {
+      // Byte i of v is weight i of the pair (0-31 block b, 32-63 block b1), and so is bit
+      // i of the two blocks' qh words side by side.
+      uint32_t h0, h1;
+      std::memcpy(&h0, row + b * kBlockBytes<T> + kHighAt<T>, 4);
+      std::memcpy(&h1, row + b1 * kBlockBytes<T> + kHighAt<T>, 4);
+      return _mm512_or_si512(v, _mm512_maskz_mov_epi8(h0 | static_cast<uint64_t>(h1) << 32, _mm512_set1_epi8(0x10)));
+    } else if constexpr (kLinear<T>) {
+      return v;
+    } else {
+      return _mm512_shuffle_epi8(table, v);
+    }
   }
 };
 
@@ -182,6 +212,7 @@ MOEFLOW_NL4_ATTR void rows_kernel(const uint8_t* const* rows, int64_t cols, cons
     const __m512i xv = _mm512_load_si512(p.q);
     const __m512i init = _mm512_mullo_epi32(_mm512_load_si512(p.sum), neg_offset);
     const __m512 dx = _mm512_load_ps(p.d);
+    const __m512 xsum = kHasMin<T> ? _mm512_cvtepi32_ps(_mm512_load_si512(p.sum)) : _mm512_setzero_ps();
     const bool two = b + 1 < nb;
     if (pf) prefetch_pair_share(pf, R * row_bytes_, b, nb);
     const int64_t b1 = two ? b + 1 : b;  // an odd last block: its pair is zeros
@@ -191,6 +222,7 @@ MOEFLOW_NL4_ATTR void rows_kernel(const uint8_t* const* rows, int64_t cols, cons
       const __m512i dot = _mm512_dpbusd_epi32(init, w, xv);
       const __m512 dw = sc.pair(r, rows[r], b, b1);
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, dx), acc[r]);
+      if constexpr (kHasMin<T>) acc[r] = _mm512_fmadd_ps(xsum, _mm512_mul_ps(pair_halves<T>(rows[r], b, b1, 2), dx), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
@@ -214,12 +246,13 @@ MOEFLOW_NL4_ATTR void rows_kernel_tokens(const uint8_t* const* rows, int64_t col
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b += 2) {
     __m512i xv[NT], init[NT];
-    __m512 dx[NT];
+    __m512 dx[NT], xsum[NT];
     for (int t = 0; t < NT; ++t) {
       const PackedPair& p = x[t][b / 2];
       xv[t] = _mm512_load_si512(p.q);
       init[t] = _mm512_mullo_epi32(_mm512_load_si512(p.sum), neg_offset);
       dx[t] = _mm512_load_ps(p.d);
+      xsum[t] = kHasMin<T> ? _mm512_cvtepi32_ps(_mm512_load_si512(p.sum)) : _mm512_setzero_ps();
     }
     const bool two = b + 1 < nb;
     if (pf) prefetch_pair_share(pf, R * row_bytes_, b, nb);
@@ -228,9 +261,11 @@ MOEFLOW_NL4_ATTR void rows_kernel_tokens(const uint8_t* const* rows, int64_t col
     for (int r = 0; r < R; ++r) {
       const __m512i w = lv.of(rows[r], b, b1);
       const __m512 dw = sc.pair(r, rows[r], b, b1);
+      const __m512 mw = kHasMin<T> ? pair_halves<T>(rows[r], b, b1, 2) : _mm512_setzero_ps();
       for (int t = 0; t < NT; ++t) {
         const __m512i dot = _mm512_dpbusd_epi32(init[t], w, xv[t]);
         acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, dx[t]), acc[r][t]);
+        if constexpr (kHasMin<T>) acc[r][t] = _mm512_fmadd_ps(xsum[t], _mm512_mul_ps(mw, dx[t]), acc[r][t]);
       }
     }
   }
@@ -279,6 +314,9 @@ void nl4_vnni_rows(DType t, const uint8_t* const* rows, int R, int64_t cols, con
   if (t == DType::MXFP4) return rows_of<DType::MXFP4>(rows, R, cols, packed, out, pf);
   if (t == DType::IQ4_NL) return rows_of<DType::IQ4_NL>(rows, R, cols, packed, out, pf);
   if (t == DType::IQ4_XS) return rows_of<DType::IQ4_XS>(rows, R, cols, packed, out, pf);
+  if (t == DType::Q4_1) return rows_of<DType::Q4_1>(rows, R, cols, packed, out, pf);
+  if (t == DType::Q5_0) return rows_of<DType::Q5_0>(rows, R, cols, packed, out, pf);
+  if (t == DType::Q5_1) return rows_of<DType::Q5_1>(rows, R, cols, packed, out, pf);
   throw std::invalid_argument(std::string("moeflow: nl4_vnni_rows of ") + dtype_name(t));
 }
 
@@ -295,6 +333,9 @@ void nl4_vnni_rows_tokens(DType t, const uint8_t* W, size_t rb, int64_t r0, int6
   if (t == DType::MXFP4) return rows_tokens<DType::MXFP4>(W, rb, r0, r1, cols, x, n_tok, outs, pf_end);
   if (t == DType::IQ4_NL) return rows_tokens<DType::IQ4_NL>(W, rb, r0, r1, cols, x, n_tok, outs, pf_end);
   if (t == DType::IQ4_XS) return rows_tokens<DType::IQ4_XS>(W, rb, r0, r1, cols, x, n_tok, outs, pf_end);
+  if (t == DType::Q4_1) return rows_tokens<DType::Q4_1>(W, rb, r0, r1, cols, x, n_tok, outs, pf_end);
+  if (t == DType::Q5_0) return rows_tokens<DType::Q5_0>(W, rb, r0, r1, cols, x, n_tok, outs, pf_end);
+  if (t == DType::Q5_1) return rows_tokens<DType::Q5_1>(W, rb, r0, r1, cols, x, n_tok, outs, pf_end);
   throw std::invalid_argument(std::string("moeflow: nl4_vnni_rows_tokens of ") + dtype_name(t));
 }
 #else

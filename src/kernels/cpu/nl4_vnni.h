@@ -9,7 +9,9 @@
 // and the only rounding beyond f32 is the activation's (~2^-8 of a block's largest
 // value). Any number of whole blocks a row (gpt-oss's 2880 columns are 90; IQ4_XS's
 // super-blocks of 256), which the interleaved layouts (multiples of 128 or 256 columns)
-// do not take.
+// do not take. The legacy 32-block types (Q4_1, Q5_0, Q5_1) take the same kernels with
+// their quants as the levels (Q5_0's offset of 16 is its own), Q4_1's and Q5_1's block
+// minimum added as m * dx * (the activation block's integer sum).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -18,7 +20,7 @@
 
 namespace moeflow::cpu {
 
-// IQ4_NL, IQ4_XS and MXFP4 on a CPU with q4_vnni_enabled().
+// IQ4_NL, IQ4_XS, MXFP4, Q4_1, Q5_0 and Q5_1 on a CPU with q4_vnni_enabled().
 bool nl4_vnni_type(DType t);
 
 // The packed activation: per pair of 32-column blocks 64 int8 values, the two blocks'

@@ -121,6 +121,9 @@ template <> struct GroupTraits<DType::F16> { static constexpr int kGroup = 8, kB
 template <> struct GroupTraits<DType::BF16> { static constexpr int kGroup = 8, kBlock = 1, kBlockBytes = 2; };
 template <> struct GroupTraits<DType::Q8_0> { static constexpr int kGroup = 8, kBlock = 32, kBlockBytes = 34; };
 template <> struct GroupTraits<DType::Q4_0> { static constexpr int kGroup = 8, kBlock = 32, kBlockBytes = 18; };
+template <> struct GroupTraits<DType::Q4_1> { static constexpr int kGroup = 8, kBlock = 32, kBlockBytes = 20; };
+template <> struct GroupTraits<DType::Q5_0> { static constexpr int kGroup = 8, kBlock = 32, kBlockBytes = 22; };
+template <> struct GroupTraits<DType::Q5_1> { static constexpr int kGroup = 8, kBlock = 32, kBlockBytes = 24; };
 template <> struct GroupTraits<DType::Q2_K> { static constexpr int kGroup = 8, kBlock = 256, kBlockBytes = 84; };
 template <> struct GroupTraits<DType::Q3_K> { static constexpr int kGroup = 8, kBlock = 256, kBlockBytes = 110; };
 template <> struct GroupTraits<DType::Q4_K> { static constexpr int kGroup = 8, kBlock = 256, kBlockBytes = 144; };
@@ -169,6 +172,35 @@ template <> MOEFLOW_HD void decode_group<DType::Q4_0>(const uint8_t* row, int64_
   load8(b + 2 + 8 * (part & 1), q);
   const int shift = part >= 2 ? 4 : 0;
   for (int i = 0; i < 8; ++i) out[i] = d * small_int_to_float(((q[i] >> shift) & 0x0f) - 8);
+}
+
+// Q4_1, Q5_0, Q5_1 (tensor/legacy_quants.h): q4_0's nibble order; the 5-bit types' high
+// bits for elements 8 part .. 8 part + 7 are one byte of qh. Every offset is even.
+template <DType T>
+MOEFLOW_HD void decode_legacy_group(const uint8_t* row, int64_t g, float* out) {
+  constexpr bool five = T != DType::Q4_1, with_min = T != DType::Q5_0;
+  constexpr int qh_at = with_min ? 4 : 2, qs_at = GroupTraits<T>::kBlockBytes - 16;
+  const uint8_t* b = row + (g >> 2) * GroupTraits<T>::kBlockBytes;
+  const float d = half_bits_to_float(load_u16(b));
+  const float m = with_min ? half_bits_to_float(load_u16(b + 2)) : 0.0f;
+  const int part = static_cast<int>(g & 3);
+  uint8_t q[8];
+  load8(b + qs_at + 8 * (part & 1), q);
+  const int shift = part >= 2 ? 4 : 0;
+  const int high = five ? (load_u16(b + qh_at + (part >= 2 ? 2 : 0)) >> (8 * (part & 1))) & 0xff : 0;  // qh[part]
+  for (int i = 0; i < 8; ++i) {
+    const int v = ((q[i] >> shift) & 0x0f) | (((high >> i) & 1) << 4);
+    out[i] = with_min ? d * small_int_to_float(v) + m : d * small_int_to_float(v - 16);
+  }
+}
+template <> MOEFLOW_HD void decode_group<DType::Q4_1>(const uint8_t* row, int64_t g, float* out) {
+  decode_legacy_group<DType::Q4_1>(row, g, out);
+}
+template <> MOEFLOW_HD void decode_group<DType::Q5_0>(const uint8_t* row, int64_t g, float* out) {
+  decode_legacy_group<DType::Q5_0>(row, g, out);
+}
+template <> MOEFLOW_HD void decode_group<DType::Q5_1>(const uint8_t* row, int64_t g, float* out) {
+  decode_legacy_group<DType::Q5_1>(row, g, out);
 }
 
 // k-quants: group g is elements e0 .. e0 + 7 of super-block g / 32, e0 = 8 * (g % 32);
@@ -277,7 +309,7 @@ template <> MOEFLOW_HD void decode_group<DType::MXFP4>(const uint8_t* row, int64
 inline bool cuda_supports(DType t) {
   switch (t) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0:
-    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+    case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
     case DType::IQ4_NL: case DType::IQ4_XS: case DType::MXFP4:
       return true;
     default:

@@ -142,6 +142,9 @@ void with_type(DType t, const char* what, F&& f) {
     case DType::BF16: return f.template operator()<DType::BF16>();
     case DType::Q8_0: return f.template operator()<DType::Q8_0>();
     case DType::Q4_0: return f.template operator()<DType::Q4_0>();
+    case DType::Q4_1: return f.template operator()<DType::Q4_1>();
+    case DType::Q5_0: return f.template operator()<DType::Q5_0>();
+    case DType::Q5_1: return f.template operator()<DType::Q5_1>();
     case DType::Q2_K: return f.template operator()<DType::Q2_K>();
     case DType::Q3_K: return f.template operator()<DType::Q3_K>();
     case DType::Q4_K: return f.template operator()<DType::Q4_K>();
