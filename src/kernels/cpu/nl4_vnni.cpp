@@ -84,14 +84,17 @@ inline const uint8_t* block_quants(const uint8_t* row, int64_t k) {
   if constexpr (T == DType::IQ4_XS) return row + (k / 8) * 136 + 8 + 16 * (k % 8);
   else return row + k * kBlockBytes<T> + kQuantsAt<T>;
 }
-// Two f16s (at byte `at` of blocks k and k1) as a vector: lanes 0-7 block k's, 8-15
-// block k1's.
+// The f16 d at byte 0 of blocks k and k1 and the f16 after it (Q4_1's and Q5_1's m) in
+// one conversion, as vectors: lanes 0-7 block k's, 8-15 block k1's (a scalar conversion
+// and broadcast per value had cost the legacy types a fifth of their speed).
 template <DType T>
-MOEFLOW_NL4_ATTR inline __m512 pair_halves(const uint8_t* row, int64_t k, int64_t k1, int64_t at) {
-  uint16_t h0, h1;
-  std::memcpy(&h0, row + k * kBlockBytes<T> + at, 2);
-  std::memcpy(&h1, row + k1 * kBlockBytes<T> + at, 2);
-  return _mm512_insertf32x8(_mm512_set1_ps(_cvtsh_ss(h0)), _mm256_set1_ps(_cvtsh_ss(h1)), 1);
+MOEFLOW_NL4_ATTR inline void pair_halves(const uint8_t* row, int64_t k, int64_t k1, __m512& d, __m512* m) {
+  uint32_t a, b;
+  std::memcpy(&a, row + k * kBlockBytes<T>, 4);
+  std::memcpy(&b, row + k1 * kBlockBytes<T>, 4);
+  const __m512 f = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(a | uint64_t{b} << 32))));
+  d = _mm512_permutexvar_ps(_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0), f);  // d0 m0 d1 m1
+  if (m) *m = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1), f);
 }
 // The scales of blocks k and k1 (k1 = k + 1, or k for an odd last block) as a vector:
 // lanes 0-7 block k's, 8-15 block k1's. All but IQ4_XS (RowScales).
@@ -103,7 +106,9 @@ MOEFLOW_NL4_ATTR inline __m512 pair_scales(const uint8_t* row, int64_t k, int64_
     const float s1 = kMxfp4Scales.f[row[k1 * 17]];
     return _mm512_insertf32x8(_mm512_set1_ps(s0), _mm256_set1_ps(s1), 1);
   } else {
-    return pair_halves<T>(row, k, k1, 0);
+    __m512 d;
+    pair_halves<T>(row, k, k1, d, nullptr);
+    return d;
   }
 }
 
@@ -220,9 +225,11 @@ MOEFLOW_NL4_ATTR void rows_kernel(const uint8_t* const* rows, int64_t cols, cons
     for (int r = 0; r < R; ++r) {
       const __m512i w = lv.of(rows[r], b, b1);
       const __m512i dot = _mm512_dpbusd_epi32(init, w, xv);
-      const __m512 dw = sc.pair(r, rows[r], b, b1);
+      __m512 dw, mw;
+      if constexpr (kHasMin<T>) pair_halves<T>(rows[r], b, b1, dw, &mw);
+      else dw = sc.pair(r, rows[r], b, b1);
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, dx), acc[r]);
-      if constexpr (kHasMin<T>) acc[r] = _mm512_fmadd_ps(xsum, _mm512_mul_ps(pair_halves<T>(rows[r], b, b1, 2), dx), acc[r]);
+      if constexpr (kHasMin<T>) acc[r] = _mm512_fmadd_ps(xsum, _mm512_mul_ps(mw, dx), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
@@ -260,8 +267,9 @@ MOEFLOW_NL4_ATTR void rows_kernel_tokens(const uint8_t* const* rows, int64_t col
     sc.enter(rows, b);
     for (int r = 0; r < R; ++r) {
       const __m512i w = lv.of(rows[r], b, b1);
-      const __m512 dw = sc.pair(r, rows[r], b, b1);
-      const __m512 mw = kHasMin<T> ? pair_halves<T>(rows[r], b, b1, 2) : _mm512_setzero_ps();
+      __m512 dw, mw = _mm512_setzero_ps();
+      if constexpr (kHasMin<T>) pair_halves<T>(rows[r], b, b1, dw, &mw);
+      else dw = sc.pair(r, rows[r], b, b1);
       for (int t = 0; t < NT; ++t) {
         const __m512i dot = _mm512_dpbusd_epi32(init[t], w, xv[t]);
         acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, dx[t]), acc[r][t]);
