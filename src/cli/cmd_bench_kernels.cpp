@@ -7,8 +7,8 @@
 // interleaved layout's kernel also as decode runs an expert's gate and up: two
 // matrices on one activation in one batch. The k-quants (when --cols is a multiple of
 // 256): their VNNI kernels and the f32 ones (Highway for Q4_K..Q6_K, generic for Q2_K, Q3_K);
-// IQ4_NL, IQ4_XS and MXFP4 on Highway's f32 kernel, Q4_1, Q5_0, Q5_1 on the generic one
-// (and all six on VNNI on int8). Without VNNI,
+// IQ4_NL, IQ4_XS and MXFP4 on Highway's f32 kernel, Q4_1, Q5_0, Q5_1 and the lattice
+// i-quants (IQ1_S .. IQ3_S) on the generic one (and all on VNNI on int8). Without VNNI,
 // every quantised type on int8 activations also takes its AVX2 int8 kernel. With --tokens N each product is a
 // batched decode step's: N tokens' mat-vecs on one matrix read once (per-token jobs,
 // the multi-token kernels), and --activations int8 takes the int8 kernels.
@@ -41,6 +41,7 @@
 #endif
 #include "tensor/anon_memory.h"
 #include "tensor/dtype.h"
+#include "tensor/iq_lattice.h"
 #include "tensor/rows_x4.h"
 
 namespace moeflow::cli {
@@ -104,9 +105,13 @@ std::vector<uint8_t> random_matrix(DType t, int64_t rows, int64_t cols, std::mt1
   std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
   std::vector<float> row(static_cast<size_t>(cols));
   const int64_t distinct = std::min<int64_t>(rows, 512);
-  for (int64_t r = 0; r < distinct; ++r) {
-    for (float& v : row) v = uni(rng);
-    quantize_row(t, row.data(), w.data() + rb * static_cast<size_t>(r), cols);
+  if (dtype_is_lattice_iquant(t)) {  // no quantiser: valid blocks from random bytes
+    random_lattice_blocks(static_cast<int>(t), static_cast<int>(cols / 256 * distinct), rng(), -9, w.data());
+  } else {
+    for (int64_t r = 0; r < distinct; ++r) {
+      for (float& v : row) v = uni(rng);
+      quantize_row(t, row.data(), w.data() + rb * static_cast<size_t>(r), cols);
+    }
   }
   for (int64_t r = distinct; r < rows; ++r)
     std::memcpy(w.data() + rb * static_cast<size_t>(r), w.data() + rb * static_cast<size_t>(r % distinct), rb);
@@ -213,6 +218,9 @@ int cmd_bench_kernels(int argc, char** argv) {
   if (cols % 256 == 0)
     types.insert(types.end(), {DType::Q4_K, DType::Q6_K, DType::Q5_K, DType::Q3_K, DType::Q2_K, DType::IQ4_XS});
   types.insert(types.end(), {DType::IQ4_NL, DType::MXFP4, DType::Q4_1, DType::Q5_0, DType::Q5_1});
+  if (cols % 256 == 0)
+    types.insert(types.end(), {DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S,
+                               DType::IQ1_M});
   if (cols % 256 != 0)
     std::fprintf(stderr, "note: --cols %lld is not a multiple of 256: no k-quant rows\n", static_cast<long long>(cols));
   for (DType t : types) {
@@ -254,11 +262,13 @@ int cmd_bench_kernels(int argc, char** argv) {
       kernels.push_back({dtype_is_kquant(t) ? kquant_f32 : "f32 (" + target + ")", false, false});
     } else if (dtype_is_kquant(t)) {
       kernels.push_back({kquant_f32, false, false});
-    } else if (t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::MXFP4 || dtype_is_legacy_quant(t)) {
-      // They have a VNNI kernel on int8 activations (nl4_vnni.h); Q4_1, Q5_0, Q5_1 else
-      // the generic path.
+    } else if (t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::MXFP4 || dtype_is_legacy_quant(t) ||
+               dtype_is_lattice_iquant(t)) {
+      // They have a VNNI kernel on int8 activations (nl4_vnni.h); Q4_1, Q5_0, Q5_1 and the
+      // lattice i-quants else the generic path.
       if (vnni && pr.x_int8) kernels.push_back({"avx512-vnni", true, false});
-      kernels.push_back({dtype_is_legacy_quant(t) ? "generic f32" : "f32 (" + target + ")", false, false});
+      const bool generic = dtype_is_legacy_quant(t) || dtype_is_lattice_iquant(t);
+      kernels.push_back({generic ? "generic f32" : "f32 (" + target + ")", false, false});
     } else {
       kernels.push_back({(t == DType::Q8_0 ? "int16 (" : "f32 (") + target + ")", vnni, false});
     }

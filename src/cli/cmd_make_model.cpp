@@ -57,10 +57,15 @@ int cmd_make_model(int argc, char** argv) {
                         "granitemoe, ernie4_5-moe or hunyuan-moe, got '" + arch + "'");
   if (!dtype_from_name(a.str("--dtype"), s.dtype))
     throw UsageError("moeflow make-model: --dtype must be f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k..q6_k, iq4_nl, iq4_xs or mxfp4, got '" + a.str("--dtype") + "'");
+  if (dtype_is_lattice_iquant(s.dtype))
+    throw UsageError("moeflow make-model: --dtype " + a.str("--dtype") + ": moeflow reads this type but does not write it");
   DType expert_dtype = s.dtype;
   if (!a.str("--expert-dtype").empty() && !dtype_from_name(a.str("--expert-dtype"), expert_dtype))
     throw UsageError("moeflow make-model: --expert-dtype must be a dtype --dtype takes, or mxfp4, got '" +
                      a.str("--expert-dtype") + "'");
+  if (dtype_is_lattice_iquant(expert_dtype))
+    throw UsageError("moeflow make-model: --expert-dtype " + a.str("--expert-dtype") +
+                     ": moeflow reads this type but does not write it");
   if (!a.str("--expert-dtype").empty()) s.expert_dtype = expert_dtype;
   s.sliding_window = a.integer("--window", 1, 1 << 24);
   s.n_vocab = a.integer("--vocab", 257, 1 << 20);

@@ -35,6 +35,9 @@ uint32_t ftype_of(DType t) {
     case DType::IQ4_NL: return 25;
     case DType::IQ4_XS: return 30;
     case DType::MXFP4: return 38;  // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
+    case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ3_XXS: case DType::IQ3_S:
+    case DType::IQ1_S: case DType::IQ1_M:
+      break;  // never written (quantize refuses them)
   }
   return 0;
 }
@@ -200,6 +203,9 @@ int cmd_quantize(int argc, char** argv) {
     throw UsageError("moeflow quantize: --type: unknown type '" + a.str("--type") +
                      "' (expected q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4, f16, bf16, f32, or a mix: q3_k_s, "
                      "q3_k_m, q3_k_l, q4_k_s, q4_k_m, q5_k_s, q5_k_m, q2_k_mix, q6_k_mix)");
+  if (!is_mix && dtype_is_lattice_iquant(type))
+    throw UsageError("moeflow quantize: --type " + a.str("--type") +
+                     ": moeflow reads this type but does not write it (llama-quantize does, with an importance matrix)");
   const bool verbose = a.has("--verbose");
   std::vector<std::pair<std::string, gguf::Value>> overrides;
   for (const std::string& spec : split_list(a.str("--override-kv"))) overrides.push_back(parse_override_kv(spec));

@@ -1,5 +1,6 @@
 #include "tensor/dtype.h"
 
+#include "tensor/iq_lattice.h"
 #include "tensor/iquants.h"
 #include "tensor/kquants.h"
 #include "tensor/legacy_quants.h"
@@ -26,6 +27,13 @@ constexpr DTypeInfo kQ4_K{"q4_k", 256, sizeof(BlockQ4_K)};
 constexpr DTypeInfo kQ5_K{"q5_k", 256, sizeof(BlockQ5_K)};
 constexpr DTypeInfo kQ6_K{"q6_k", 256, sizeof(BlockQ6_K)};
 constexpr DTypeInfo kIQ4_NL{"iq4_nl", 32, sizeof(BlockIQ4_NL)};
+constexpr DTypeInfo kIQ2_XXS{"iq2_xxs", 256, sizeof(BlockIQ2_XXS)};
+constexpr DTypeInfo kIQ2_XS{"iq2_xs", 256, sizeof(BlockIQ2_XS)};
+constexpr DTypeInfo kIQ2_S{"iq2_s", 256, sizeof(BlockIQ2_S)};
+constexpr DTypeInfo kIQ3_XXS{"iq3_xxs", 256, sizeof(BlockIQ3_XXS)};
+constexpr DTypeInfo kIQ3_S{"iq3_s", 256, sizeof(BlockIQ3_S)};
+constexpr DTypeInfo kIQ1_S{"iq1_s", 256, sizeof(BlockIQ1_S)};
+constexpr DTypeInfo kIQ1_M{"iq1_m", 256, sizeof(BlockIQ1_M)};
 constexpr DTypeInfo kIQ4_XS{"iq4_xs", 256, sizeof(BlockIQ4_XS)};
 constexpr DTypeInfo kMXFP4{"mxfp4", 32, sizeof(BlockMXFP4)};
 
@@ -65,7 +73,14 @@ bool dtype_from_ggml(uint32_t ggml_type, DType& out) {
     case 12: out = DType::Q4_K; return true;
     case 13: out = DType::Q5_K; return true;
     case 14: out = DType::Q6_K; return true;
+    case 16: out = DType::IQ2_XXS; return true;
+    case 17: out = DType::IQ2_XS; return true;
+    case 18: out = DType::IQ3_XXS; return true;
+    case 19: out = DType::IQ1_S; return true;
     case 20: out = DType::IQ4_NL; return true;
+    case 21: out = DType::IQ3_S; return true;
+    case 22: out = DType::IQ2_S; return true;
+    case 29: out = DType::IQ1_M; return true;
     case 23: out = DType::IQ4_XS; return true;
     case 39: out = DType::MXFP4; return true;
     case 30: out = DType::BF16; return true;
@@ -89,6 +104,13 @@ const DTypeInfo& dtype_info(DType t) {
     case DType::Q5_K: return kQ5_K;
     case DType::Q6_K: return kQ6_K;
     case DType::IQ4_NL: return kIQ4_NL;
+    case DType::IQ2_XXS: return kIQ2_XXS;
+    case DType::IQ2_XS: return kIQ2_XS;
+    case DType::IQ2_S: return kIQ2_S;
+    case DType::IQ3_XXS: return kIQ3_XXS;
+    case DType::IQ3_S: return kIQ3_S;
+    case DType::IQ1_S: return kIQ1_S;
+    case DType::IQ1_M: return kIQ1_M;
     case DType::IQ4_XS: return kIQ4_XS;
     case DType::MXFP4: return kMXFP4;
   }
@@ -101,7 +123,8 @@ const char* dtype_name(DType t) { return dtype_info(t).name; }
 bool dtype_from_name(const std::string& name, DType& out) {
   static const DType all[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
                               DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,
-                              DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
+                              DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4, DType::IQ2_XXS, DType::IQ2_XS,
+                              DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S, DType::IQ1_M};
   for (DType t : all) {
     if (name == dtype_info(t).name) {
       out = t;
@@ -113,7 +136,7 @@ bool dtype_from_name(const std::string& name, DType& out) {
 
 bool dtype_is_quantized(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 || dtype_is_legacy_quant(t) || dtype_is_kquant(t) ||
-         t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::MXFP4;
+         t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::MXFP4 || dtype_is_lattice_iquant(t);
 }
 
 bool dtype_is_file_type(DType t) {
@@ -231,6 +254,13 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::IQ4_NL: dequantize_iq4_nl(static_cast<const BlockIQ4_NL*>(src), dst, n / 32); return;
     case DType::IQ4_XS: dequantize_iq4_xs(static_cast<const BlockIQ4_XS*>(src), dst, n / 256); return;
     case DType::MXFP4: dequantize_mxfp4(static_cast<const BlockMXFP4*>(src), dst, n / 32); return;
+    case DType::IQ2_XXS: dequantize_iq2_xxs(static_cast<const BlockIQ2_XXS*>(src), dst, n / 256); return;
+    case DType::IQ2_XS: dequantize_iq2_xs(static_cast<const BlockIQ2_XS*>(src), dst, n / 256); return;
+    case DType::IQ2_S: dequantize_iq2_s(static_cast<const BlockIQ2_S*>(src), dst, n / 256); return;
+    case DType::IQ3_XXS: dequantize_iq3_xxs(static_cast<const BlockIQ3_XXS*>(src), dst, n / 256); return;
+    case DType::IQ3_S: dequantize_iq3_s(static_cast<const BlockIQ3_S*>(src), dst, n / 256); return;
+    case DType::IQ1_S: dequantize_iq1_s(static_cast<const BlockIQ1_S*>(src), dst, n / 256); return;
+    case DType::IQ1_M: dequantize_iq1_m(static_cast<const BlockIQ1_M*>(src), dst, n / 256); return;
   }
   throw std::invalid_argument("moeflow: dequantize_row: unknown dtype");
 }
@@ -301,6 +331,10 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
     case DType::IQ4_NL: quantize_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), n / 32); return;
     case DType::IQ4_XS: quantize_iq4_xs(src, static_cast<BlockIQ4_XS*>(dst), n / 256); return;
     case DType::MXFP4: quantize_mxfp4(src, static_cast<BlockMXFP4*>(dst), n / 32); return;
+    case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ3_XXS: case DType::IQ3_S:
+    case DType::IQ1_S: case DType::IQ1_M:
+      throw std::invalid_argument(std::string("moeflow: no quantiser for ") + dtype_name(t) +
+                                  " (moeflow reads it; llama-quantize writes it, with an importance matrix)");
   }
   throw std::invalid_argument("moeflow: quantize_row: unknown dtype");
 }

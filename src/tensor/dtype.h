@@ -11,6 +11,8 @@
 //          has their layouts and formulas).
 //   IQ4_NL, IQ4_XS, MXFP4: ggml's 4-bit non-linear types (blocks of 32 / 256 / 32;
 //          tensor/iquants.h).
+//   IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S: ggml's lattice i-quants
+//          (super-blocks of 256; tensor/iq_lattice.h), read only.
 // These are the types a file names. How a matrix's rows sit in memory (GGUF's row
 // order, or the backend's interleaved copy) is a separate property, RowLayout
 // (tensor/row_layout.h).
@@ -26,7 +28,8 @@ namespace moeflow {
 enum class DType : uint32_t {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8,
   Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14,
-  IQ4_NL = 20, IQ4_XS = 23, MXFP4 = 39,
+  IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22, IQ4_XS = 23,
+  IQ1_M = 29, MXFP4 = 39,
   BF16 = 30
 };
 
@@ -46,6 +49,12 @@ bool dtype_from_name(const std::string& name, DType& out);
 bool dtype_is_quantized(DType t);
 // The k-quants (Q2_K .. Q6_K): blocks of 256, so rows must be multiples of 256 columns.
 inline bool dtype_is_kquant(DType t) { return t >= DType::Q2_K && t <= DType::Q6_K; }
+// The lattice i-quants (tensor/iq_lattice.h): moeflow reads them, quantize_row does not
+// write them.
+constexpr bool dtype_is_lattice_iquant(DType t) {
+  return t == DType::IQ2_XXS || t == DType::IQ2_XS || t == DType::IQ2_S || t == DType::IQ3_XXS || t == DType::IQ3_S ||
+         t == DType::IQ1_S || t == DType::IQ1_M;
+}
 // Q4_1, Q5_0, Q5_1 (tensor/legacy_quants.h): blocks of 32, f16 scales.
 constexpr bool dtype_is_legacy_quant(DType t) { return t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1; }
 // Whether t is one of the enum's ggml types (a value cast from elsewhere may not be).
@@ -56,7 +65,7 @@ size_t row_bytes(DType t, int64_t n);
 // Dequantise n elements (REQUIRES n % block_size == 0) of a row in GGUF's layout (rows
 // interleaved in memory have their own accessors, tensor/rows_x4.h).
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
-// Quantise n elements the way ggml's reference quantiser does (round to nearest,
+// Quantise n elements (REQUIRES !dtype_is_lattice_iquant(t): std::invalid_argument) the way ggml's reference quantiser does (round to nearest,
 // q8_0: d = amax/127; q4_0: d = max/-8 where max is the signed value of largest magnitude);
 // q4_1, q5_0, q5_1 as ggml's reference quantisers (tensor/legacy_quants.h);
 // the k-quants, IQ4_NL, IQ4_XS and MXFP4 with a scale search of their own (tensor/kquants.h,

@@ -60,6 +60,15 @@ int64_t first_non_finite(DType t, const void* data, int64_t n) {
       }
       return b < 0 ? -1 : b * 32;
     }
+    case DType::IQ2_XXS:
+    case DType::IQ2_XS:
+    case DType::IQ2_S:
+    case DType::IQ3_XXS:
+    case DType::IQ3_S:
+    case DType::IQ1_S: {  // the super-block's d first (IQ1_M's is spread over its scales)
+      const int64_t b = scan<uint16_t>(p, n / 256, static_cast<size_t>(dtype_info(t).type_size), f16_bad);
+      return b < 0 ? -1 : b * 256;
+    }
     default: return -1;  // in-memory layouts are made from checked file data
   }
 }

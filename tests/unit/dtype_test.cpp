@@ -49,8 +49,8 @@ TEST(DType, InfoAndNames) {
     EXPECT_EQ(back, t);
   }
   DType out;
-  EXPECT_FALSE(dtype_from_name("iq2_xxs", out));
-  EXPECT_FALSE(dtype_from_ggml(16, out));  // iq2_xxs
+  EXPECT_FALSE(dtype_from_name("tq1_0", out));
+  EXPECT_FALSE(dtype_from_ggml(34, out));  // tq1_0
   EXPECT_FALSE(dtype_from_ggml(15, out));  // q8_K (no file holds it)
   EXPECT_TRUE(dtype_is_quantized(DType::Q8_0));
   EXPECT_TRUE(dtype_is_quantized(DType::Q4_0));

@@ -183,7 +183,7 @@ TEST(QuantizeCli, FlagsAndErrors) {
   EXPECT_NE(o.find("q8_0"), std::string::npos) << o;
   o = run_command(bin + " run -m " + out + " --prompt-tokens 1,2,3 -n 4 --temp 0 2>&1", &status);
   EXPECT_EQ(status, 0) << o;
-  o = run_command(bin + " quantize -i " + in + " -o " + out + " --type iq2_xxs 2>&1", &status);
+  o = run_command(bin + " quantize -i " + in + " -o " + out + " --type tq1_0 2>&1", &status);
   EXPECT_EQ(WEXITSTATUS(status), 2);
   EXPECT_NE(o.find("unknown type"), std::string::npos) << o;
   run_command(bin + " quantize -i " + in + " --type q8_0 2>&1", &status);

@@ -234,7 +234,14 @@ void DequantSpan(DType wt, const uint8_t* row, int64_t c0, int64_t n, float* HWY
     case DType::Q5_1:
     case DType::IQ4_NL:
     case DType::IQ4_XS:
-    case DType::MXFP4: {  // c0, n multiples of the block (kKc is of 256)
+    case DType::MXFP4:
+    case DType::IQ2_XXS:
+    case DType::IQ2_XS:
+    case DType::IQ2_S:
+    case DType::IQ3_XXS:
+    case DType::IQ3_S:
+    case DType::IQ1_S:
+    case DType::IQ1_M: {  // c0, n multiples of the block (kKc is of 256)
       const uint8_t* blocks = row + c0 / dtype_info(wt).block_size * dtype_info(wt).type_size;
       if (!dequant_avx2(wt, blocks, n, dst)) dequantize_row(wt, blocks, dst, n);
       return;
@@ -491,6 +498,13 @@ HWY_INLINE void MvRows(DType wt, const uint8_t* const* rows, int64_t cols, const
     case DType::IQ4_NL:
     case DType::IQ4_XS:
     case DType::MXFP4:
+    case DType::IQ2_XXS:
+    case DType::IQ2_XS:
+    case DType::IQ2_S:
+    case DType::IQ3_XXS:
+    case DType::IQ3_S:
+    case DType::IQ1_S:
+    case DType::IQ1_M:
       if (in.nl4) {
         nl4_vnni_rows(wt, rows, R, cols, in.nl4, out, pf);
         return;
