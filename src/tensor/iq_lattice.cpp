@@ -42,6 +42,14 @@ const Grids& grids() {
 
 inline float sign_of(uint8_t signs, int j) { return signs >> j & 1 ? -1.0f : 1.0f; }
 
+// IQ2_XS's and IQ2_S's two scales of a block of 32, one a half: d (0.5 + nibble) / 4.
+struct HalfScales {
+  float v[2];
+  HalfScales(float d, uint8_t sc)
+      : v{d * (0.5f + static_cast<float>(sc & 15)) * 0.25f, d * (0.5f + static_cast<float>(sc >> 4)) * 0.25f} {}
+  float operator[](int h) const { return v[h]; }
+};
+
 }  // namespace
 
 int iq_grid_points(IqGrid g) {
@@ -114,8 +122,7 @@ void dequantize_iq2_xs(const BlockIQ2_XS* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
     const float d = fp16_to_fp32(b[i].d);
     for (int blk = 0; blk < 8; ++blk) {
-      const float db[2] = {d * (0.5f + static_cast<float>(b[i].scales[blk] & 15)) * 0.25f,
-                           d * (0.5f + static_cast<float>(b[i].scales[blk] >> 4)) * 0.25f};
+      const HalfScales db(d, b[i].scales[blk]);
       for (int l = 0; l < 4; ++l, y += 8) {
         const uint16_t q = b[i].qs[4 * blk + l];
         const uint8_t* g = t.iq2xs[q & 511];
@@ -131,8 +138,7 @@ void dequantize_iq2_s(const BlockIQ2_S* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
     const float d = fp16_to_fp32(b[i].d);
     for (int blk = 0; blk < 8; ++blk) {
-      const float db[2] = {d * (0.5f + static_cast<float>(b[i].scales[blk] & 15)) * 0.25f,
-                           d * (0.5f + static_cast<float>(b[i].scales[blk] >> 4)) * 0.25f};
+      const HalfScales db(d, b[i].scales[blk]);
       for (int l = 0; l < 4; ++l, y += 8) {
         const int idx = b[i].qs[4 * blk + l] | (b[i].qh[blk] >> (2 * l) & 3) << 8;
         const uint8_t* g = t.iq2s[idx];

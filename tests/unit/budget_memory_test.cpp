@@ -9,22 +9,19 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "run_json.h"
 #include "test_paths.h"
 
 namespace moeflow {
 namespace {
+
+using moeflow::testing::run_json;
 
 // Process, libraries, thread stacks, scratch activations, tokenizer, allocator slack.
 constexpr uint64_t kOverheadBytes = 24ull << 20;
 
 using moeflow::testing::run_command;
 
-nlohmann::json run_json(const std::string& args) {
-  int status = -1;
-  const std::string out = run_command(std::string(MOEFLOW_BINARY) + " " + args + " 2>/dev/null", &status);
-  EXPECT_EQ(status, 0) << args;
-  return nlohmann::json::parse(out);
-}
 
 TEST(BudgetMemory, PeakRssStaysWithinDenseKvBudgetAndOverhead) {
 #if defined(__SANITIZE_ADDRESS__)

@@ -26,12 +26,16 @@
 #include "tensor/finite_check.h"
 #include "tensor/iq_lattice.h"
 #include "eval_logits.h"
+#include "alone_and_together.h"
 #include "float_vectors.h"
 #include "int8_rounded.h"
+#include "run_json.h"
 #include "test_paths.h"
 
 namespace moeflow {
 namespace {
+
+using moeflow::testing::run_json;
 
 const DType kLattice[] = {DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS,
                           DType::IQ3_S,   DType::IQ1_S,  DType::IQ1_M};
@@ -198,23 +202,11 @@ TEST(IqLattice, KernelsMatchTheReference) {
     std::vector<uint8_t> w(rb * rows);
     random_lattice_blocks(static_cast<int>(t), static_cast<int>(rows * cols / 256), 77, -6, w.data());
     const std::vector<float> X = testing::random_vec(static_cast<size_t>(n_tok * cols), rng);
-    std::vector<float> alone(static_cast<size_t>(n_tok * rows)), together(alone.size(), NAN);
-    for (int64_t k = 0; k < n_tok; ++k) {
-      const MatvecJob one{t, RowLayout::gguf, w.data(), rows, cols, X.data() + k * cols, alone.data() + k * rows, true};
-      matvec_batch(&one, 1, nullptr);
-    }
-    const MatmulJob step{t, RowLayout::gguf, w.data(), rows, cols, X.data(), n_tok, together.data(), true, true};
-    matmul_batch(&step, 1, &pool);
+    const auto [alone, together] = testing::alone_and_together(t, w.data(), rows, cols, X, n_tok, pool);
     EXPECT_EQ(together, alone) << dtype_name(t);
   }
 }
 
-nlohmann::json run_json(const std::string& args) {
-  int status = -1;
-  const std::string out = testing::run_command(std::string(MOEFLOW_BINARY) + " " + args + " 2>/dev/null", &status);
-  EXPECT_EQ(status, 0) << args;
-  return status == 0 ? nlohmann::json::parse(out) : nlohmann::json();
-}
 
 // make-model's f32 model with its experts replaced by random i-quant blocks of all
 // seven types (scale 1/512), and its twin with those blocks dequantised to f32.

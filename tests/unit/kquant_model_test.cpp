@@ -10,10 +10,13 @@
 
 #include "cli/quant_mix.h"
 #include "format/gguf.h"
+#include "run_json.h"
 #include "test_paths.h"
 
 namespace moeflow {
 namespace {
+
+using moeflow::testing::run_json;
 
 using cli::MixModel;
 using cli::QuantMix;
@@ -79,12 +82,6 @@ TEST(QuantMix, OtherMixes) {
   EXPECT_FALSE(cli::quant_mix_from_name("q4_k", mix));  // a dtype
 }
 
-nlohmann::json run_json(const std::string& args) {
-  int status = -1;
-  const std::string out = run_command(std::string(MOEFLOW_BINARY) + " " + args + " 2>/dev/null", &status);
-  EXPECT_EQ(status, 0) << args;
-  return status == 0 ? nlohmann::json::parse(out) : nlohmann::json();
-}
 
 // make-model (q8_0) -> quantize q4_k_m, and make-model --dtype q6_k directly: each runs,
 // and greedy tokens agree between all-resident weights and experts read by byte range

@@ -23,10 +23,13 @@
 #include "tensor/finite_check.h"
 #include "tensor/legacy_quants.h"
 #include "eval_logits.h"
+#include "run_json.h"
 #include "test_paths.h"
 
 namespace moeflow {
 namespace {
+
+using moeflow::testing::run_json;
 
 const DType kLegacy[] = {DType::Q4_1, DType::Q5_0, DType::Q5_1};
 
@@ -237,12 +240,6 @@ TEST(LegacyQuants, QuantisedModelsStayCloseToF32) {
   EXPECT_LT(change[DType::Q4_0], 0.35);
 }
 
-nlohmann::json run_json(const std::string& args) {
-  int status = -1;
-  const std::string out = testing::run_command(std::string(MOEFLOW_BINARY) + " " + args + " 2>/dev/null", &status);
-  EXPECT_EQ(status, 0) << args;
-  return status == 0 ? nlohmann::json::parse(out) : nlohmann::json();
-}
 
 // A Q4_K_M file of a model whose expert FFN is 352 wide (as DeepSeek-V2-Lite's 1408: no
 // whole super-blocks) has q5_0 / q8_0 down projections; it and make-model's q5_1 / q4_1

@@ -17,6 +17,7 @@
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tensor/dtype.h"
+#include "alone_and_together.h"
 #include "float_vectors.h"
 #include "int8_rounded.h"
 
@@ -92,13 +93,7 @@ TEST(Nl4Vnni, MatchesTheProductWithTheRoundedActivation) {
       quantize_row(t, row.data(), w.data() + rb * static_cast<size_t>(r), cols);
     }
     const std::vector<float> X = random_vec(static_cast<size_t>(n_tok * cols), step_rng);
-    std::vector<float> alone(static_cast<size_t>(n_tok * rows)), together(alone.size(), NAN);
-    for (int64_t k = 0; k < n_tok; ++k) {
-      const MatvecJob one{t, RowLayout::gguf, w.data(), rows, cols, X.data() + k * cols, alone.data() + k * rows, true};
-      matvec_batch(&one, 1, nullptr);
-    }
-    const MatmulJob step{t, RowLayout::gguf, w.data(), rows, cols, X.data(), n_tok, together.data(), true, true};
-    matmul_batch(&step, 1, &pool);
+    const auto [alone, together] = testing::alone_and_together(t, w.data(), rows, cols, X, n_tok, pool);
     EXPECT_EQ(together, alone) << dtype_name(t);
   }
 }
