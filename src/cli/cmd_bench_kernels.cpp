@@ -7,8 +7,9 @@
 // interleaved layout's kernel also as decode runs an expert's gate and up: two
 // matrices on one activation in one batch. The k-quants (when --cols is a multiple of
 // 256): their VNNI kernels and the f32 ones (Highway for Q4_K..Q6_K, generic for Q2_K, Q3_K);
-// IQ4_NL, IQ4_XS and MXFP4 on Highway's f32 kernel, Q4_1, Q5_0, Q5_1 and the lattice
-// i-quants (IQ1_S .. IQ3_S) on the generic one (and all on VNNI on int8). Without VNNI,
+// IQ4_NL, IQ4_XS and MXFP4 on Highway's f32 kernel, Q4_1, Q5_0, Q5_1 on the generic one
+// (and all six on VNNI on int8), the lattice i-quants on the AVX2 int8 kernel and the
+// generic one. Without VNNI,
 // every quantised type on int8 activations also takes its AVX2 int8 kernel. With --tokens N each product is a
 // batched decode step's: N tokens' mat-vecs on one matrix read once (per-token jobs,
 // the multi-token kernels), and --activations int8 takes the int8 kernels.
@@ -262,19 +263,21 @@ int cmd_bench_kernels(int argc, char** argv) {
       kernels.push_back({dtype_is_kquant(t) ? kquant_f32 : "f32 (" + target + ")", false, false});
     } else if (dtype_is_kquant(t)) {
       kernels.push_back({kquant_f32, false, false});
-    } else if (t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::MXFP4 || dtype_is_legacy_quant(t) ||
-               dtype_is_lattice_iquant(t)) {
-      // They have a VNNI kernel on int8 activations (nl4_vnni.h); Q4_1, Q5_0, Q5_1 and the
-      // lattice i-quants else the generic path.
+    } else if (dtype_is_lattice_iquant(t)) {
+      // The AVX2 int8 kernel on every AVX2 CPU (int8_avx2.h), else the generic path.
+      if (pr.x_int8 && cpu::int8_avx2_enabled()) kernels.push_back({"int8 (AVX2)", vnni, false, false, true});
+      kernels.push_back({"generic f32", false, false});
+    } else if (t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::MXFP4 || dtype_is_legacy_quant(t)) {
+      // They have a VNNI kernel on int8 activations (nl4_vnni.h); Q4_1, Q5_0, Q5_1 else
+      // the generic path.
       if (vnni && pr.x_int8) kernels.push_back({"avx512-vnni", true, false});
-      const bool generic = dtype_is_legacy_quant(t) || dtype_is_lattice_iquant(t);
-      kernels.push_back({generic ? "generic f32" : "f32 (" + target + ")", false, false});
+      kernels.push_back({dtype_is_legacy_quant(t) ? "generic f32" : "f32 (" + target + ")", false, false});
     } else {
       kernels.push_back({(t == DType::Q8_0 ? "int16 (" : "f32 (") + target + ")", vnni, false});
     }
     // Without VNNI, every quantised type on int8 activations has an AVX2 integer kernel
     // (int8_avx2.h), measured before the kernel it replaces.
-    if (!vnni && pr.x_int8 && cpu::int8_avx2_type(t, RowLayout::gguf))
+    if (!vnni && pr.x_int8 && cpu::int8_avx2_type(t, RowLayout::gguf) && !dtype_is_lattice_iquant(t))
       kernels.insert(kernels.begin(), {"int8 (AVX2)", false, false, false, true});
     // From cache: the first rows of the matrix, ~256 KiB per thread, so that every
     // type's matrix stays in the cores' L2 (whole quads for the interleaved layout).

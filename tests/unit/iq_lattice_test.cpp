@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/transformer.h"
+#include "kernels/cpu/int8_avx2.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/nl4_vnni.h"
 #include "kernels/cpu/q4_vnni.h"
@@ -159,16 +160,27 @@ TEST(IqLattice, IdsSizesChecksAndNoWriter) {
   EXPECT_NE(o.find("does not write it"), std::string::npos) << o;
 }
 
-// The VNNI kernels (nl4_vnni.h) on int8 activations against the float64 product of the
-// dequantised weights with the rounded activation; the generic f32 path on int16 ones
+// The AVX2 int8 kernels (int8_avx2.h: every AVX2 CPU, the VNNI kernels switched on or
+// off) on int8 activations against the float64 product of the dequantised weights with
+// the rounded activation; the generic f32 path on int16 ones
 // against the f32 product; two threads, one row at a time and a batched step's tokens
 // giving the same floats.
+// The VNNI kernels switched off for the second pass (the lattice types take the AVX2
+// kernel either way; the other kernels around it change).
+struct VnniOff {
+  bool was = cpu::q4_vnni_enabled();
+  explicit VnniOff(bool off) { if (off) cpu::set_q4_vnni_enabled(false); }
+  ~VnniOff() { cpu::set_q4_vnni_enabled(was); }
+};
+
 TEST(IqLattice, KernelsMatchTheReference) {
   using namespace cpu;
   ThreadPool pool(2);
   std::mt19937 rng(31);
+  for (bool off : {false, true}) {
+  const VnniOff sw(off);
   for (DType t : kLattice) {
-    const bool vnni = nl4_vnni_type(t);
+    const bool vnni = int8_avx2_type(t, RowLayout::gguf);  // the int8 kernel, with or without VNNI
     double worst = 0;
     for (int64_t rows : {1, 5, 13}) {
       for (int64_t cols : {256, 768}) {
@@ -196,7 +208,7 @@ TEST(IqLattice, KernelsMatchTheReference) {
       }
     }
     std::printf("  %s (%s): against the reference %.2e (relative RMS)\n", dtype_name(t),
-                vnni ? "VNNI, int8 activations" : "generic", worst);
+                vnni ? "AVX2, int8 activations" : "generic", worst);
     const int64_t rows = 41, cols = 512, n_tok = 7;
     const size_t rb = row_bytes(t, cols);
     std::vector<uint8_t> w(rb * rows);
@@ -204,6 +216,7 @@ TEST(IqLattice, KernelsMatchTheReference) {
     const std::vector<float> X = testing::random_vec(static_cast<size_t>(n_tok * cols), rng);
     const auto [alone, together] = testing::alone_and_together(t, w.data(), rows, cols, X, n_tok, pool);
     EXPECT_EQ(together, alone) << dtype_name(t);
+  }
   }
 }
 

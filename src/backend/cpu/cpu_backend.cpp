@@ -143,7 +143,8 @@ bool tokens_alone_in_sequences(const int64_t* requests, int64_t n_tok) {
 }  // namespace
 
 bool integer_kernels_for(DType t, RowLayout layout, bool x_int8) {
-  return layout == RowLayout::rows_x4 || (x_int8 && (cpu::nl4_vnni_type(t) || cpu::kquant_vnni_type(t)));
+  return layout == RowLayout::rows_x4 || (x_int8 && (cpu::nl4_vnni_type(t) || cpu::kquant_vnni_type(t))) ||
+         (x_int8 && dtype_is_lattice_iquant(t) && cpu::int8_avx2_type(t, layout));
 }
 
 CpuBackend::CpuBackend(int threads, bool interleave_rows, ActivationPrecision activations)

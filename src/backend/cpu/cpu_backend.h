@@ -14,8 +14,10 @@ namespace moeflow {
 // mat-vec kernels for every token, a prompt's as well as decode's, on int8 (x_int8)
 // or int16 activations: interleaved rows on either; on int8, k-quant rows in GGUF's
 // layout (Q2_K and Q3_K, which are never interleaved, and the others under
-// --no-repack; kquant_vnni.h) and IQ4_NL / IQ4_XS / MXFP4 rows (nl4_vnni.h). Every other
-// product of several tokens is an f32 mat-mul.
+// --no-repack; kquant_vnni.h), IQ4_NL / IQ4_XS / MXFP4 / Q4_1 / Q5_0 / Q5_1 rows
+// (nl4_vnni.h); and on any AVX2 CPU the lattice i-quants (int8_avx2.h, which have no
+// dequantiser of their own for the f32 tiles). Every other product of several tokens is
+// an f32 mat-mul.
 bool integer_kernels_for(DType t, RowLayout layout, bool x_int8);
 
 class CpuBackend final : public Backend {

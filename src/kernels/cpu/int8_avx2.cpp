@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/f16_table.h"
+#include "kernels/cpu/lattice_decode.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/quantize_x8.h"
 #include "kernels/cpu/row_token_tiles.h"
@@ -53,6 +54,13 @@ bool kernel_type(DType t) {
     case DType::Q4_1:
     case DType::Q5_0:
     case DType::Q5_1:
+    case DType::IQ2_XXS:
+    case DType::IQ2_XS:
+    case DType::IQ2_S:
+    case DType::IQ3_XXS:
+    case DType::IQ3_S:
+    case DType::IQ1_S:
+    case DType::IQ1_M:
     case DType::IQ4_NL:
     case DType::IQ4_XS:
     case DType::MXFP4: return true;
@@ -120,7 +128,10 @@ void pack_quads(const float* x, int64_t nb, int offset, int8_t* q, float* dc) {
 bool int8_avx2_enabled() { return cpu_has_avx2() && g_enabled.load(std::memory_order_relaxed); }
 void set_int8_avx2_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
 bool int8_avx2_type(DType t, RowLayout layout) {
-  return kernel_type(t) && layout == RowLayout::gguf && int8_avx2_enabled() && !q4_vnni_enabled();
+  // The lattice i-quants have no AVX-512 kernel: theirs here ran 1.4-2.9x faster than one
+  // on the VNNI kernels' pairs of blocks (docs/performance.md), so every AVX2 CPU takes it.
+  return kernel_type(t) && layout == RowLayout::gguf && int8_avx2_enabled() &&
+         (!q4_vnni_enabled() || dtype_is_lattice_iquant(t));
 }
 
 size_t int8_avx2_x_bytes(DType t, int64_t cols) {
@@ -737,6 +748,58 @@ A8_ATTR __attribute__((noinline)) void row_legacy(const uint8_t* row, int64_t co
   });
 }
 
+// The lattice i-quants (lattice_decode.h): per 32-column block its grid bytes, the sign
+// of each weight moved onto the activation (vpsignb by -1 or 1), and per int32 lane the
+// scale of the 16 weights it sums; IQ1's (8 g ± 1) built from its points -1, 0, 1.
+template <int T, DType kType>
+A8_ATTR __attribute__((noinline)) void row_lattice(const uint8_t* row, int64_t cols, const PackedView* xs, float* out,
+                                                   const uint8_t* pf) {
+  constexpr int64_t kBytes = kLatticeBytes<kType>;
+  const LatticeTables tb;
+  const __m256i ones = _mm256_set1_epi16(1), one8 = _mm256_set1_epi8(1);
+  // Byte i of a broadcast 32-bit mask: its byte i / 8, tested against bit i % 8.
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                          3, 3, 3, 3, 3, 3);
+  const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  auto expand = [&](uint32_t mask) A8_LAMBDA {
+    const __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(mask)), spread);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(h, bits), bits);
+  };
+  float scale = 0;
+  two_chains<T>(cols / 32, out, [&](int64_t b, __m256* acc) A8_LAMBDA {
+    const uint8_t* sb = row + (b / 8) * kBytes;
+    if (pf && b % 8 == 0) prefetch(pf + (b / 8) * kBytes, kBytes);
+    if (b % 8 == 0) scale = lattice_scale<kType>(sb);  // two_chains visits the blocks in order
+    const LatticeBlock lb = lattice_block<kType>(tb, sb, static_cast<int>(b % 8));
+    const __m256i v = _mm256_set_epi64x(static_cast<int64_t>(lb.g[3]), static_cast<int64_t>(lb.g[2]),
+                                        static_cast<int64_t>(lb.g[1]), static_cast<int64_t>(lb.g[0]));
+    __m256i w, negv;
+    if constexpr (kType == DType::IQ1_S || kType == DType::IQ1_M) {
+      const __m256i z = _mm256_cmpeq_epi8(v, _mm256_setzero_si256()), m = _mm256_cmpeq_epi8(v, _mm256_set1_epi8(-1));
+      const __m256i d = expand(lb.shift_neg);
+      // |8 g ± 1|: 9 where g and the shift agree in sign, 7 for the other g != 0, 1 for g = 0.
+      const __m256i nine = _mm256_or_si256(_mm256_andnot_si256(_mm256_or_si256(_mm256_or_si256(z, m), d), _mm256_set1_epi8(-1)),
+                                           _mm256_and_si256(m, d));
+      w = _mm256_blendv_epi8(_mm256_blendv_epi8(_mm256_set1_epi8(7), _mm256_set1_epi8(9), nine), one8, z);
+      negv = _mm256_or_si256(m, _mm256_and_si256(z, d));
+    } else {
+      w = v;
+      negv = expand(lb.neg);
+    }
+    const __m256i sgn = _mm256_or_si256(negv, one8);  // -1 where negative, else 1
+    const __m256 dw = _mm256_mul_ps(
+        _mm256_cvtepi32_ps(_mm256_setr_epi32(lb.fac[0], lb.fac[0], lb.fac[0], lb.fac[0], lb.fac[1], lb.fac[1], lb.fac[1],
+                                             lb.fac[1])),
+        _mm256_set1_ps(scale));
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const __m256i x = _mm256_sign_epi8(load32(xs[t].q + 32 * b), sgn);
+      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_broadcast_ss(xs[t].d + b)), acc[t]);
+    }
+  });
+}
+
 // IQ4_XS: per super-block d, per 32-column sub-block its 6-bit scale minus 32 (signed)
 // multiplying in vpmaddwd, its 16 bytes of nibbles as IQ4_NL's block; int32 sums a token.
 template <int T>
@@ -775,6 +838,13 @@ A8_ATTR void row(DType t, const uint8_t* w, int64_t cols, const PackedView* xs, 
     case DType::Q4_1: row_legacy<T, DType::Q4_1>(w, cols, xs, out, pf); return;
     case DType::Q5_0: row_legacy<T, DType::Q5_0>(w, cols, xs, out, pf); return;
     case DType::Q5_1: row_legacy<T, DType::Q5_1>(w, cols, xs, out, pf); return;
+    case DType::IQ2_XXS: row_lattice<T, DType::IQ2_XXS>(w, cols, xs, out, pf); return;
+    case DType::IQ2_XS: row_lattice<T, DType::IQ2_XS>(w, cols, xs, out, pf); return;
+    case DType::IQ2_S: row_lattice<T, DType::IQ2_S>(w, cols, xs, out, pf); return;
+    case DType::IQ3_XXS: row_lattice<T, DType::IQ3_XXS>(w, cols, xs, out, pf); return;
+    case DType::IQ3_S: row_lattice<T, DType::IQ3_S>(w, cols, xs, out, pf); return;
+    case DType::IQ1_S: row_lattice<T, DType::IQ1_S>(w, cols, xs, out, pf); return;
+    case DType::IQ1_M: row_lattice<T, DType::IQ1_M>(w, cols, xs, out, pf); return;
     case DType::MXFP4: row_quads<T, DType::MXFP4>(w, cols, xs, out, pf); return;
     case DType::IQ4_XS: row_iq4_xs<T>(w, cols, xs, out, pf); return;
     case DType::Q4_K: row_q45_k<T, false>(w, cols, xs, out, pf); return;

@@ -10,7 +10,6 @@
 #include "kernels/cpu/q4_vnni.h"
 #include "kernels/cpu/quantize_x8.h"
 #include "kernels/cpu/row_token_tiles.h"
-#include "tensor/iq_lattice.h"
 #include "tensor/iquants.h"
 
 namespace moeflow::cpu {
@@ -26,8 +25,7 @@ static_assert(sizeof(PackedPair) == 192);
 }  // namespace
 
 bool nl4_vnni_type(DType t) {
-  return (t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::MXFP4 || dtype_is_legacy_quant(t) ||
-          dtype_is_lattice_iquant(t)) &&
+  return (t == DType::IQ4_NL || t == DType::IQ4_XS || t == DType::MXFP4 || dtype_is_legacy_quant(t)) &&
          q4_vnni_enabled();
 }
 
@@ -203,167 +201,12 @@ struct RowScales {
   }
 };
 
-// The lattice i-quants (tensor/iq_lattice.h) on the same packed activation: a pair of
-// 32-weight blocks decoded into 64 unsigned magnitudes (the grid points' bytes), a
-// mask of the weights that are negative (applied to the activation's bytes, which are
-// never -128, before vpdpbusd) and per int32 lane the float scale of the 16 or 32
-// weights the lane sums: the super-block's (d / 8 for IQ2 and IQ1, d / 4 for IQ3_XXS,
-// d for IQ3_S) times the block's or half-block's odd integer factor. IQ1's weights
-// (g ± 1/8) · dl become (8 g ± 1) · dl / 8, magnitudes 1, 7 or 9.
-template <DType T> constexpr bool kLattice = dtype_is_lattice_iquant(T);
-struct LatticePair {
-  __m512i w;
-  __mmask64 neg;
-  __m512 dw;
-};
-// The grids' rows (8 bytes each; IQ3's first 4 used), fetched once per kernel call.
-struct LatticeTables {
-  const uint8_t *iq2xxs, *iq2xs, *iq2s, *iq3xxs, *iq3s, *iq1s;
-  LatticeTables()
-      : iq2xxs(iq_grid_point(IqGrid::Iq2xxs, 0)), iq2xs(iq_grid_point(IqGrid::Iq2xs, 0)),
-        iq2s(iq_grid_point(IqGrid::Iq2s, 0)), iq3xxs(iq_grid_point(IqGrid::Iq3xxs, 0)),
-        iq3s(iq_grid_point(IqGrid::Iq3s, 0)), iq1s(iq_grid_point(IqGrid::Iq1s, 0)) {}
-};
-inline uint64_t grid8(const uint8_t* table, int i) {
-  uint64_t v;
-  std::memcpy(&v, table + 8 * i, 8);
-  return v;
-}
-inline uint64_t grid4x2(const uint8_t* table, int i, int j) {
-  uint32_t a, b;
-  std::memcpy(&a, table + 8 * i, 4);
-  std::memcpy(&b, table + 8 * j, 4);
-  return a | uint64_t{b} << 32;
-}
-// iq_sign_byte's table, in this file: a call into iq_lattice.cpp per group cost the
-// kernels most of their time.
-struct SignBytes {
-  uint8_t v[128];
-  constexpr SignBytes() : v() {
-    for (int i = 0; i < 128; ++i) {
-      int bits = 0;
-      for (int j = 0; j < 7; ++j) bits += i >> j & 1;
-      v[i] = static_cast<uint8_t>(i | (bits & 1) << 7);
-    }
-  }
-};
-constexpr SignBytes kSignBytes;
-inline uint64_t sign_byte(int i) { return kSignBytes.v[i]; }
-
-// Blocks b, b + 1 (b even) of a row of type T.
-template <DType T>
-MOEFLOW_NL4_ATTR inline LatticePair lattice_pair(const LatticeTables& tb, const uint8_t* row, int64_t b) {
-  constexpr int64_t kBytes = T == DType::IQ2_XXS ? 66 : T == DType::IQ2_XS ? 74 : T == DType::IQ2_S ? 82
-                             : T == DType::IQ3_XXS ? 98 : T == DType::IQ3_S ? 110 : T == DType::IQ1_S ? 50 : 56;
-  const uint8_t* sb = row + (b / 8) * kBytes;
-  const int blk0 = static_cast<int>(b % 8);
-  uint64_t g[8];
-  int fac[4];  // the odd integer factor of each half-block (16 weights, 4 lanes)
-  uint64_t neg = 0, delta_neg = 0;  // IQ1: the weights whose shift is -1/8
-  float super;
-  if constexpr (T != DType::IQ1_M) {
-    uint16_t h;
-    std::memcpy(&h, sb, 2);
-    super = _cvtsh_ss(h);
-  }
-  for (int k = 0; k < 2; ++k) {
-    const int blk = blk0 + k;
-    int* fl = fac + 2 * k;
-    if constexpr (T == DType::IQ2_XXS) {
-      uint32_t a[2];
-      std::memcpy(a, sb + 2 + 8 * blk, 8);
-      for (int l = 0; l < 4; ++l) {
-        g[4 * k + l] = grid8(tb.iq2xxs, a[0] >> (8 * l) & 255);
-        neg |= sign_byte(a[1] >> (7 * l) & 127) << (32 * k + 8 * l);
-      }
-      fl[0] = fl[1] = static_cast<int>(2 * (a[1] >> 28) + 1);
-    } else if constexpr (T == DType::IQ2_XS || T == DType::IQ2_S) {
-      const uint8_t sc = sb[kBytes - 8 + blk];
-      for (int l = 0; l < 4; ++l) {
-        if constexpr (T == DType::IQ2_XS) {
-          uint16_t q;
-          std::memcpy(&q, sb + 2 + 2 * (4 * blk + l), 2);
-          g[4 * k + l] = grid8(tb.iq2xs, q & 511);
-          neg |= sign_byte(q >> 9) << (32 * k + 8 * l);
-        } else {
-          g[4 * k + l] = grid8(tb.iq2s, sb[2 + 4 * blk + l] | (sb[66 + blk] >> (2 * l) & 3) << 8);
-          neg |= uint64_t{sb[2 + 32 + 4 * blk + l]} << (32 * k + 8 * l);
-        }
-      }
-      fl[0] = 2 * (sc & 15) + 1;
-      fl[1] = 2 * (sc >> 4) + 1;
-    } else if constexpr (T == DType::IQ3_XXS) {
-      uint32_t a;
-      std::memcpy(&a, sb + 2 + 64 + 4 * blk, 4);
-      const uint8_t* qs = sb + 2 + 8 * blk;
-      for (int l = 0; l < 4; ++l) {
-        g[4 * k + l] = grid4x2(tb.iq3xxs, qs[2 * l], qs[2 * l + 1]);
-        neg |= sign_byte(a >> (7 * l) & 127) << (32 * k + 8 * l);
-      }
-      fl[0] = fl[1] = static_cast<int>(2 * (a >> 28) + 1);
-    } else if constexpr (T == DType::IQ3_S) {
-      const uint8_t* qs = sb + 2 + 8 * blk;
-      const uint8_t qh = sb[66 + blk];
-      for (int l = 0; l < 4; ++l) {
-        g[4 * k + l] = grid4x2(tb.iq3s, qs[2 * l] | (qh >> (2 * l) & 1) << 8, qs[2 * l + 1] | (qh >> (2 * l + 1) & 1) << 8);
-        neg |= uint64_t{sb[74 + 4 * blk + l]} << (32 * k + 8 * l);
-      }
-      fl[0] = fl[1] = 1 + 2 * (sb[106 + blk / 2] >> (4 * (blk % 2)) & 15);
-    } else if constexpr (T == DType::IQ1_S) {
-      uint16_t qh;
-      std::memcpy(&qh, sb + 34 + 2 * blk, 2);
-      for (int l = 0; l < 4; ++l) g[4 * k + l] = grid8(tb.iq1s, sb[2 + 4 * blk + l] | (qh >> (3 * l) & 7) << 8);
-      if (qh & 0x8000) delta_neg |= uint64_t{0xffffffff} << (32 * k);
-      fl[0] = fl[1] = 2 * (qh >> 12 & 7) + 1;
-    } else {  // IQ1_M
-      uint16_t sc[4];
-      std::memcpy(sc, sb + 48, 8);
-      if (k == 0)
-        super = _cvtsh_ss(static_cast<uint16_t>((sc[0] >> 12) | (sc[1] >> 8 & 0x00f0) | (sc[2] >> 4 & 0x0f00) |
-                                                (sc[3] & 0xf000)));
-      const uint8_t* qs = sb + 4 * blk;
-      const uint8_t* qh = sb + 32 + 2 * blk;
-      for (int l = 0; l < 4; ++l) {
-        const int h = qh[l / 2] >> (4 * (l % 2));
-        g[4 * k + l] = grid8(tb.iq1s, qs[l] | (h & 7) << 8);
-        if (h & 8) delta_neg |= uint64_t{0xff} << (32 * k + 8 * l);
-      }
-      const int shift = 6 * (blk % 2);
-      fl[0] = 2 * (sc[blk / 2] >> shift & 7) + 1;
-      fl[1] = 2 * (sc[blk / 2] >> (shift + 3) & 7) + 1;
-    }
-  }
-  constexpr float kSuper = T == DType::IQ3_XXS ? 0.25f : T == DType::IQ3_S ? 1.0f : 0.125f;
-  LatticePair p;
-  // Built in registers: eight 8-byte stores read back as one vector would miss the
-  // store forwarding and stall.
-  const __m512i factors = _mm512_permutexvar_epi32(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-                                                   _mm512_castsi128_si512(_mm_set_epi32(fac[3], fac[2], fac[1], fac[0])));
-  p.dw = _mm512_mul_ps(_mm512_cvtepi32_ps(factors), _mm512_set1_ps(super * kSuper));
-  const __m512i v = _mm512_set_epi64(static_cast<int64_t>(g[7]), static_cast<int64_t>(g[6]), static_cast<int64_t>(g[5]),
-                                     static_cast<int64_t>(g[4]), static_cast<int64_t>(g[3]), static_cast<int64_t>(g[2]),
-                                     static_cast<int64_t>(g[1]), static_cast<int64_t>(g[0]));
-  if constexpr (T == DType::IQ1_S || T == DType::IQ1_M) {
-    const __m512i zero = _mm512_setzero_si512();
-    const __mmask64 z = _mm512_cmpeq_epi8_mask(v, zero), m = _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8(-1));
-    const __mmask64 d = delta_neg, plus = (~z & ~m & ~d) | (m & d);  // 8 g ± 1 is +-9 there, else +-7
-    p.w = _mm512_mask_mov_epi8(_mm512_mask_mov_epi8(_mm512_set1_epi8(7), plus, _mm512_set1_epi8(9)), z,
-                               _mm512_set1_epi8(1));
-    p.neg = m | (z & d);
-  } else {
-    p.w = v;
-    p.neg = neg;
-  }
-  return p;
-}
-
 template <DType T, int R>
 MOEFLOW_NL4_ATTR void rows_kernel(const uint8_t* const* rows, int64_t cols, const uint8_t* packed, float* out,
                                    const uint8_t* pf) {
   const size_t row_bytes_ = static_cast<size_t>(cols / dtype_info(T).block_size * dtype_info(T).type_size);
   const Levels<T> lv;
   RowScales<T, R> sc;
-  [[maybe_unused]] const LatticeTables tb;
   const __m512i neg_offset = _mm512_set1_epi32(-Levels<T>::kOffset);
   const auto* x = reinterpret_cast<const PackedPair*>(packed);
   const int64_t nb = cols / 32;
@@ -378,15 +221,6 @@ MOEFLOW_NL4_ATTR void rows_kernel(const uint8_t* const* rows, int64_t cols, cons
     const bool two = b + 1 < nb;
     if (pf) prefetch_pair_share(pf, R * row_bytes_, b, nb);
     const int64_t b1 = two ? b + 1 : b;  // an odd last block: its pair is zeros
-    if constexpr (kLattice<T>) {  // whole super-blocks: b1 = b + 1
-      for (int r = 0; r < R; ++r) {
-        const LatticePair lp = lattice_pair<T>(tb, rows[r], b);
-        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lp.w,
-                                                _mm512_mask_sub_epi8(xv, lp.neg, _mm512_setzero_si512(), xv));
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(lp.dw, dx), acc[r]);
-      }
-      continue;
-    }
     sc.enter(rows, b);
     for (int r = 0; r < R; ++r) {
       const __m512i w = lv.of(rows[r], b, b1);
@@ -412,7 +246,6 @@ MOEFLOW_NL4_ATTR void rows_kernel_tokens(const uint8_t* const* rows, int64_t col
   const size_t row_bytes_ = static_cast<size_t>(cols / dtype_info(T).block_size * dtype_info(T).type_size);
   const Levels<T> lv;
   RowScales<T, R> sc;
-  [[maybe_unused]] const LatticeTables tb;
   const __m512i neg_offset = _mm512_set1_epi32(-Levels<T>::kOffset);
   const int64_t nb = cols / 32;
   __m512 acc[R][NT];
@@ -431,17 +264,6 @@ MOEFLOW_NL4_ATTR void rows_kernel_tokens(const uint8_t* const* rows, int64_t col
     const bool two = b + 1 < nb;
     if (pf) prefetch_pair_share(pf, R * row_bytes_, b, nb);
     const int64_t b1 = two ? b + 1 : b;  // an odd last block: its pair is zeros
-    if constexpr (kLattice<T>) {
-      for (int r = 0; r < R; ++r) {
-        const LatticePair lp = lattice_pair<T>(tb, rows[r], b);
-        for (int t = 0; t < NT; ++t) {
-          const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lp.w,
-                                                  _mm512_mask_sub_epi8(xv[t], lp.neg, _mm512_setzero_si512(), xv[t]));
-          acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(lp.dw, dx[t]), acc[r][t]);
-        }
-      }
-      continue;
-    }
     sc.enter(rows, b);
     for (int r = 0; r < R; ++r) {
       const __m512i w = lv.of(rows[r], b, b1);
@@ -503,13 +325,6 @@ void nl4_vnni_rows(DType t, const uint8_t* const* rows, int R, int64_t cols, con
   if (t == DType::Q4_1) return rows_of<DType::Q4_1>(rows, R, cols, packed, out, pf);
   if (t == DType::Q5_0) return rows_of<DType::Q5_0>(rows, R, cols, packed, out, pf);
   if (t == DType::Q5_1) return rows_of<DType::Q5_1>(rows, R, cols, packed, out, pf);
-  if (t == DType::IQ2_XXS) return rows_of<DType::IQ2_XXS>(rows, R, cols, packed, out, pf);
-  if (t == DType::IQ2_XS) return rows_of<DType::IQ2_XS>(rows, R, cols, packed, out, pf);
-  if (t == DType::IQ2_S) return rows_of<DType::IQ2_S>(rows, R, cols, packed, out, pf);
-  if (t == DType::IQ3_XXS) return rows_of<DType::IQ3_XXS>(rows, R, cols, packed, out, pf);
-  if (t == DType::IQ3_S) return rows_of<DType::IQ3_S>(rows, R, cols, packed, out, pf);
-  if (t == DType::IQ1_S) return rows_of<DType::IQ1_S>(rows, R, cols, packed, out, pf);
-  if (t == DType::IQ1_M) return rows_of<DType::IQ1_M>(rows, R, cols, packed, out, pf);
   throw std::invalid_argument(std::string("moeflow: nl4_vnni_rows of ") + dtype_name(t));
 }
 
@@ -529,13 +344,6 @@ void nl4_vnni_rows_tokens(DType t, const uint8_t* W, size_t rb, int64_t r0, int6
   if (t == DType::Q4_1) return rows_tokens<DType::Q4_1>(W, rb, r0, r1, cols, x, n_tok, outs, pf_end);
   if (t == DType::Q5_0) return rows_tokens<DType::Q5_0>(W, rb, r0, r1, cols, x, n_tok, outs, pf_end);
   if (t == DType::Q5_1) return rows_tokens<DType::Q5_1>(W, rb, r0, r1, cols, x, n_tok, outs, pf_end);
-  if (t == DType::IQ2_XXS) return rows_tokens<DType::IQ2_XXS>(W, rb, r0, r1, cols, x, n_tok, outs, pf_end);
-  if (t == DType::IQ2_XS) return rows_tokens<DType::IQ2_XS>(W, rb, r0, r1, cols, x, n_tok, outs, pf_end);
-  if (t == DType::IQ2_S) return rows_tokens<DType::IQ2_S>(W, rb, r0, r1, cols, x, n_tok, outs, pf_end);
-  if (t == DType::IQ3_XXS) return rows_tokens<DType::IQ3_XXS>(W, rb, r0, r1, cols, x, n_tok, outs, pf_end);
-  if (t == DType::IQ3_S) return rows_tokens<DType::IQ3_S>(W, rb, r0, r1, cols, x, n_tok, outs, pf_end);
-  if (t == DType::IQ1_S) return rows_tokens<DType::IQ1_S>(W, rb, r0, r1, cols, x, n_tok, outs, pf_end);
-  if (t == DType::IQ1_M) return rows_tokens<DType::IQ1_M>(W, rb, r0, r1, cols, x, n_tok, outs, pf_end);
   throw std::invalid_argument(std::string("moeflow: nl4_vnni_rows_tokens of ") + dtype_name(t));
 }
 #else
