@@ -100,9 +100,9 @@ inline LatticeBlock lattice_block(const LatticeTables& tb, const uint8_t* sb, in
         o.neg |= uint32_t{signs[q >> 9]} << (8 * l);
       } else {
         o.g[l] = grid8(tb.iq2s, sb[2 + 4 * blk + l] | (sb[66 + blk] >> (2 * l) & 3) << 8);
-        o.neg |= uint32_t{sb[2 + 32 + 4 * blk + l]} << (8 * l);
       }
     }
+    if constexpr (T == DType::IQ2_S) std::memcpy(&o.neg, sb + 2 + 32 + 4 * blk, 4);  // the groups' sign bytes in a row
     o.fac[0] = 2 * (sc & 15) + 1;
     o.fac[1] = 2 * (sc >> 4) + 1;
   } else if constexpr (T == DType::IQ3_XXS) {
@@ -119,8 +119,8 @@ inline LatticeBlock lattice_block(const LatticeTables& tb, const uint8_t* sb, in
     const uint8_t qh = sb[66 + blk];
     for (int l = 0; l < 4; ++l) {
       o.g[l] = grid4x2(tb.iq3s, qs[2 * l] | (qh >> (2 * l) & 1) << 8, qs[2 * l + 1] | (qh >> (2 * l + 1) & 1) << 8);
-      o.neg |= uint32_t{sb[74 + 4 * blk + l]} << (8 * l);
     }
+    std::memcpy(&o.neg, sb + 74 + 4 * blk, 4);  // the groups' sign bytes in a row
     o.fac[0] = o.fac[1] = 1 + 2 * (sb[106 + blk / 2] >> (4 * (blk % 2)) & 15);
   } else if constexpr (T == DType::IQ1_S) {
     uint16_t qh;
