@@ -770,9 +770,21 @@ A8_ATTR __attribute__((noinline)) void row_lattice(const uint8_t* row, int64_t c
     const uint8_t* sb = row + (b / 8) * kBytes;
     if (pf && b % 8 == 0) prefetch(pf + (b / 8) * kBytes, kBytes);
     if (b % 8 == 0) scale = lattice_scale<kType>(sb);  // two_chains visits the blocks in order
-    const LatticeBlock lb = lattice_block<kType>(tb, sb, static_cast<int>(b % 8));
-    const __m256i v = _mm256_set_epi64x(static_cast<int64_t>(lb.g[3]), static_cast<int64_t>(lb.g[2]),
-                                        static_cast<int64_t>(lb.g[1]), static_cast<int64_t>(lb.g[0]));
+    constexpr bool kIq3 = kType == DType::IQ3_XXS || kType == DType::IQ3_S;
+    const int blk = static_cast<int>(b % 8);
+    const LatticeBlock lb = lattice_block<kType, !kIq3>(tb, sb, blk);
+    __m256i v;
+    if constexpr (kIq3) {  // the block's eight 4-byte points gathered: IQ3_S's ninth index bit from qh
+      __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sb + 2 + 8 * blk)));
+      if constexpr (kType == DType::IQ3_S) {
+        const __m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32(sb[66 + blk]), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        idx = _mm256_or_si256(idx, _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(1)), 8));
+      }
+      v = _mm256_i32gather_epi32(reinterpret_cast<const int*>(kType == DType::IQ3_S ? tb.iq3s : tb.iq3xxs), idx, 8);
+    } else {
+      v = _mm256_set_epi64x(static_cast<int64_t>(lb.g[3]), static_cast<int64_t>(lb.g[2]), static_cast<int64_t>(lb.g[1]),
+                            static_cast<int64_t>(lb.g[0]));
+    }
     __m256i w, negv;
     if constexpr (kType == DType::IQ1_S || kType == DType::IQ1_M) {
       const __m256i z = _mm256_cmpeq_epi8(v, _mm256_setzero_si256()), m = _mm256_cmpeq_epi8(v, _mm256_set1_epi8(-1));

@@ -66,8 +66,9 @@ inline float lattice_scale(const uint8_t* sb) {
   return fp16_to_fp32(h) * k;
 }
 
-// Block blk (0..7) of super-block sb.
-template <DType T>
+// Block blk (0..7) of super-block sb; without kGrid, g is left unset (IQ3's kernel
+// gathers it).
+template <DType T, bool kGrid = true>
 inline LatticeBlock lattice_block(const LatticeTables& tb, const uint8_t* sb, int blk) {
   LatticeBlock o;
   auto grid8 = [](const uint8_t* table, int i) {
@@ -110,16 +111,16 @@ inline LatticeBlock lattice_block(const LatticeTables& tb, const uint8_t* sb, in
     std::memcpy(&a, sb + 2 + 64 + 4 * blk, 4);
     const uint8_t* qs = sb + 2 + 8 * blk;
     for (int l = 0; l < 4; ++l) {
-      o.g[l] = grid4x2(tb.iq3xxs, qs[2 * l], qs[2 * l + 1]);
+      if constexpr (kGrid) o.g[l] = grid4x2(tb.iq3xxs, qs[2 * l], qs[2 * l + 1]);
       o.neg |= uint32_t{signs[a >> (7 * l) & 127]} << (8 * l);
     }
     o.fac[0] = o.fac[1] = static_cast<int>(2 * (a >> 28) + 1);
   } else if constexpr (T == DType::IQ3_S) {
     const uint8_t* qs = sb + 2 + 8 * blk;
     const uint8_t qh = sb[66 + blk];
-    for (int l = 0; l < 4; ++l) {
-      o.g[l] = grid4x2(tb.iq3s, qs[2 * l] | (qh >> (2 * l) & 1) << 8, qs[2 * l + 1] | (qh >> (2 * l + 1) & 1) << 8);
-    }
+    if constexpr (kGrid)
+      for (int l = 0; l < 4; ++l)
+        o.g[l] = grid4x2(tb.iq3s, qs[2 * l] | (qh >> (2 * l) & 1) << 8, qs[2 * l + 1] | (qh >> (2 * l + 1) & 1) << 8);
     std::memcpy(&o.neg, sb + 74 + 4 * blk, 4);  // the groups' sign bytes in a row
     o.fac[0] = o.fac[1] = 1 + 2 * (sb[106 + blk / 2] >> (4 * (blk % 2)) & 15);
   } else if constexpr (T == DType::IQ1_S) {
