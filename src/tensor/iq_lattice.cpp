@@ -18,7 +18,6 @@ namespace {
 // The grids expanded once from their codes: 8 bytes a point (IQ3's use the first 4).
 struct Grids {
   uint8_t iq2xxs[256][8], iq2xs[512][8], iq2s[1024][8], iq3xxs[256][8], iq3s[512][8], iq1s[2048][8];
-  uint8_t signs[128];
   Grids() {
     static const uint8_t k2[3] = {8, 25, 43}, k1[3] = {0xff, 0, 1};
     static const uint8_t k3xxs[8] = {4, 12, 20, 28, 36, 44, 52, 62}, k3s[8] = {1, 3, 5, 7, 9, 11, 13, 15};
@@ -32,7 +31,6 @@ struct Grids {
     expand(iq_codes::kIq3xxsCodes, 256, 4, 3, k3xxs, iq3xxs);
     expand(iq_codes::kIq3sCodes, 512, 4, 3, k3s, iq3s);
     expand(iq_codes::kIq1sCodes, 2048, 8, 2, k1, iq1s);
-    for (int i = 0; i < 128; ++i) signs[i] = static_cast<uint8_t>(i | (__builtin_popcount(i) & 1) << 7);
   }
 };
 const Grids& grids() {
@@ -74,7 +72,6 @@ const uint8_t* iq_grid_point(IqGrid g, int i) {
   }
   throw std::invalid_argument("moeflow: unknown i-quant grid");
 }
-uint8_t iq_sign_byte(int i) { return grids().signs[i]; }
 
 void random_lattice_blocks(int t_ggml_id, int nb, uint32_t seed, int scale_exp, uint8_t* out) {
   DType t;
@@ -110,7 +107,7 @@ void dequantize_iq2_xxs(const BlockIQ2_XXS* b, float* y, int64_t nb) {
       const float db = d * (0.5f + static_cast<float>(a[1] >> 28)) * 0.25f;
       for (int l = 0; l < 4; ++l, y += 8) {
         const uint8_t* g = t.iq2xxs[a[0] >> (8 * l) & 255];
-        const uint8_t s = t.signs[a[1] >> (7 * l) & 127];
+        const uint8_t s = kIqSignBytes.v[a[1] >> (7 * l) & 127];
         for (int j = 0; j < 8; ++j) y[j] = db * g[j] * sign_of(s, j);
       }
     }
@@ -126,7 +123,7 @@ void dequantize_iq2_xs(const BlockIQ2_XS* b, float* y, int64_t nb) {
       for (int l = 0; l < 4; ++l, y += 8) {
         const uint16_t q = b[i].qs[4 * blk + l];
         const uint8_t* g = t.iq2xs[q & 511];
-        const uint8_t s = t.signs[q >> 9];
+        const uint8_t s = kIqSignBytes.v[q >> 9];
         for (int j = 0; j < 8; ++j) y[j] = db[l / 2] * g[j] * sign_of(s, j);
       }
     }
@@ -159,7 +156,7 @@ void dequantize_iq3_xxs(const BlockIQ3_XXS* b, float* y, int64_t nb) {
       const float db = d * (0.5f + static_cast<float>(a >> 28)) * 0.5f;
       const uint8_t* qs = b[i].qs + 8 * blk;
       for (int l = 0; l < 4; ++l, y += 8) {
-        const uint8_t s = t.signs[a >> (7 * l) & 127];
+        const uint8_t s = kIqSignBytes.v[a >> (7 * l) & 127];
         const uint8_t *g1 = t.iq3xxs[qs[2 * l]], *g2 = t.iq3xxs[qs[2 * l + 1]];
         for (int j = 0; j < 4; ++j) {
           y[j] = db * g1[j] * sign_of(s, j);

@@ -48,7 +48,19 @@ enum class IqGrid { Iq2xxs, Iq2xs, Iq2s, Iq3xxs, Iq3s, Iq1s };
 int iq_grid_points(IqGrid g);
 int iq_grid_width(IqGrid g);
 const uint8_t* iq_grid_point(IqGrid g, int i);
-uint8_t iq_sign_byte(int i);  // kSigns, i < 128
+// kSigns: i (< 128) with an eighth bit that makes the count of set bits even.
+struct IqSignBytes {
+  uint8_t v[128];
+  constexpr IqSignBytes() : v() {
+    for (int i = 0; i < 128; ++i) {
+      int bits = 0;
+      for (int j = 0; j < 7; ++j) bits += i >> j & 1;
+      v[i] = static_cast<uint8_t>(i | (bits & 1) << 7);
+    }
+  }
+};
+inline constexpr IqSignBytes kIqSignBytes;
+inline uint8_t iq_sign_byte(int i) { return kIqSignBytes.v[i]; }
 
 // nb super-blocks of type t (one of the seven) from pseudo-random bytes of `seed`,
 // every super-block's scale set to 2^scale_exp (IQ1_M's spread over its scale words):

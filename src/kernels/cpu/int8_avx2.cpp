@@ -695,9 +695,18 @@ A8_ATTR __attribute__((noinline)) void row_iq4_nl(const uint8_t* row, int64_t co
   });
 }
 
+// Byte i (0..31) all ones where bit i of mask is set, else zero: the mask broadcast,
+// byte i taking the mask's byte i / 8 and testing bit i % 8.
+A8_ATTR inline __m256i bit_bytes(uint32_t mask) {
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                          3, 3, 3, 3, 3, 3);
+  const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(mask)), spread);
+  return _mm256_cmpeq_epi8(_mm256_and_si256(h, bits), bits);
+}
+
 // Q4_1, Q5_0, Q5_1 (tensor/legacy_quants.h): a block's quants unpacked to bytes in
-// element order, the 5-bit types' fifth bit from qh (each byte of the broadcast word
-// tested against its bit). Q5_0's q - 16 are signed levels (dot_signed, as IQ4_NL's);
+// element order, the 5-bit types' fifth bit from qh (bit_bytes). Q5_0's q - 16 are signed levels (dot_signed, as IQ4_NL's);
 // Q4_1's and Q5_1's unsigned quants meet q_x directly, and their minimum m adds
 // m d_x sum q_x, the activation block's sum taken with the same two multiplies against
 // ones.
@@ -707,10 +716,6 @@ A8_ATTR __attribute__((noinline)) void row_legacy(const uint8_t* row, int64_t co
   constexpr bool kFive = kType != DType::Q4_1, kMin = kType != DType::Q5_0;
   constexpr int64_t kBytes = kType == DType::Q4_1 ? 20 : kType == DType::Q5_0 ? 22 : 24;
   const __m256i ones = _mm256_set1_epi16(1), ones8 = _mm256_set1_epi8(1), nibble = _mm256_set1_epi8(0x0f);
-  // Byte i of the word broadcast: byte i / 8 of qh, tested against bit i % 8.
-  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
-                                          3, 3, 3, 3, 3, 3);
-  const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
   const float* const f16 = detail::f16_table();
   two_chains<T>(cols / 32, out, [&](int64_t b, __m256* acc) A8_LAMBDA {
     const uint8_t* blk = row + b * kBytes;
@@ -720,8 +725,7 @@ A8_ATTR __attribute__((noinline)) void row_legacy(const uint8_t* row, int64_t co
     if constexpr (kFive) {
       uint32_t qh;
       std::memcpy(&qh, blk + (kMin ? 4 : 2), 4);
-      const __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), spread);
-      q = _mm256_or_si256(q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bits), bits), _mm256_set1_epi8(0x10)));
+      q = _mm256_or_si256(q, _mm256_and_si256(bit_bytes(qh), _mm256_set1_epi8(0x10)));
     }
     uint16_t dh;
     std::memcpy(&dh, blk, 2);
@@ -757,14 +761,6 @@ A8_ATTR __attribute__((noinline)) void row_lattice(const uint8_t* row, int64_t c
   constexpr int64_t kBytes = kLatticeBytes<kType>;
   const LatticeTables tb;
   const __m256i ones = _mm256_set1_epi16(1), one8 = _mm256_set1_epi8(1);
-  // Byte i of a broadcast 32-bit mask: its byte i / 8, tested against bit i % 8.
-  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
-                                          3, 3, 3, 3, 3, 3);
-  const __m256i bits = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-  auto expand = [&](uint32_t mask) A8_LAMBDA {
-    const __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(mask)), spread);
-    return _mm256_cmpeq_epi8(_mm256_and_si256(h, bits), bits);
-  };
   float scale = 0;
   two_chains<T>(cols / 32, out, [&](int64_t b, __m256* acc) A8_LAMBDA {
     const uint8_t* sb = row + (b / 8) * kBytes;
@@ -788,7 +784,7 @@ A8_ATTR __attribute__((noinline)) void row_lattice(const uint8_t* row, int64_t c
     __m256i w, negv;
     if constexpr (kType == DType::IQ1_S || kType == DType::IQ1_M) {
       const __m256i z = _mm256_cmpeq_epi8(v, _mm256_setzero_si256()), m = _mm256_cmpeq_epi8(v, _mm256_set1_epi8(-1));
-      const __m256i d = expand(lb.shift_neg);
+      const __m256i d = bit_bytes(lb.shift_neg);
       // |8 g ± 1|: 9 where g and the shift agree in sign, 7 for the other g != 0, 1 for g = 0.
       const __m256i nine = _mm256_or_si256(_mm256_andnot_si256(_mm256_or_si256(_mm256_or_si256(z, m), d), _mm256_set1_epi8(-1)),
                                            _mm256_and_si256(m, d));
@@ -796,7 +792,7 @@ A8_ATTR __attribute__((noinline)) void row_lattice(const uint8_t* row, int64_t c
       negv = _mm256_or_si256(m, _mm256_and_si256(z, d));
     } else {
       w = v;
-      negv = expand(lb.neg);
+      negv = bit_bytes(lb.neg);
     }
     const __m256i sgn = _mm256_or_si256(negv, one8);  // -1 where negative, else 1
     const __m256 dw = _mm256_mul_ps(

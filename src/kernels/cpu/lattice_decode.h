@@ -6,8 +6,8 @@
 // with scale d / 8 (IQ2_XXS, IQ2_XS, IQ2_S, and IQ1), d / 4 (IQ3_XXS), d (IQ3_S). IQ1's
 // grid bytes are its points -1, 0, 1 as int8 and `shift_neg` marks the weights whose
 // shift is -1/8; the kernels make them (8 g ± 1), magnitudes 1, 7 or 9 and a sign, so
-// that IQ1's scale is d / 8 too (nl4_vnni.cpp, int8_avx2.cpp). Plain C++ both kernel
-// files inline into their own instruction sets.
+// that IQ1's scale is d / 8 too (int8_avx2.cpp). Plain C++, inlined into the kernel's
+// instruction set.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -29,20 +29,6 @@ struct LatticeTables {
         iq2s(iq_grid_point(IqGrid::Iq2s, 0)), iq3xxs(iq_grid_point(IqGrid::Iq3xxs, 0)),
         iq3s(iq_grid_point(IqGrid::Iq3s, 0)), iq1s(iq_grid_point(IqGrid::Iq1s, 0)) {}
 };
-
-// iq_sign_byte's table, inlined: a call into iq_lattice.cpp per group cost the kernels
-// most of their time.
-struct LatticeSignBytes {
-  uint8_t v[128];
-  constexpr LatticeSignBytes() : v() {
-    for (int i = 0; i < 128; ++i) {
-      int bits = 0;
-      for (int j = 0; j < 7; ++j) bits += i >> j & 1;
-      v[i] = static_cast<uint8_t>(i | (bits & 1) << 7);
-    }
-  }
-};
-inline constexpr LatticeSignBytes kLatticeSignBytes;
 
 struct LatticeBlock {
   uint64_t g[4];         // grid bytes of weights 0-7, 8-15, 16-23, 24-31
@@ -82,7 +68,7 @@ inline LatticeBlock lattice_block(const LatticeTables& tb, const uint8_t* sb, in
     std::memcpy(&b, table + 8 * j, 4);
     return a | uint64_t{b} << 32;
   };
-  const uint8_t* signs = kLatticeSignBytes.v;
+  const uint8_t* signs = kIqSignBytes.v;  // inline: a call per group cost the kernels most of their time
   if constexpr (T == DType::IQ2_XXS) {
     uint32_t a[2];
     std::memcpy(a, sb + 2 + 8 * blk, 8);
