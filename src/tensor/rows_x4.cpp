@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "tensor/kquants.h"
+#include "tensor/legacy_quants.h"
 
 namespace moeflow {
 
@@ -18,6 +19,7 @@ BlockShape block_shape(DType t) {
   switch (t) {
     case DType::Q4_0: return {sizeof(BlockQ4_0), sizeof(BlockQ4_0::qs)};
     case DType::Q8_0: return {sizeof(BlockQ8_0), sizeof(BlockQ8_0::qs)};
+    case DType::Q5_0: return {sizeof(BlockQ5_0), sizeof(BlockQ5_0::qs)};
     case DType::Q4_K: return {sizeof(BlockQ4_K), 16};  // per 32-column sub-block, as q4_0
     case DType::Q5_K: return {sizeof(BlockQ5_K), 16};
     case DType::Q6_K: return {sizeof(BlockQ6_K), 16};
@@ -30,9 +32,9 @@ inline size_t quant_offset(int64_t group_quant_bytes, int64_t blk, int r, int k)
   const int64_t g = blk / 4, b = blk % 4;
   return static_cast<size_t>(g * group_quant_bytes + 64 * k + 4 * (4 * r + b));
 }
-inline size_t scale_offset(int64_t group_quant_bytes, int64_t groups, int64_t blk, int r) {
+inline size_t scale_offset(int64_t group_head_bytes, int64_t groups, int64_t blk, int r) {
   const int64_t g = blk / 4, b = blk % 4;
-  return static_cast<size_t>(groups * group_quant_bytes + g * kRowsX4GroupScaleBytes + 2 * (4 * r + b));
+  return static_cast<size_t>(groups * group_head_bytes + g * kRowsX4GroupScaleBytes + 2 * (4 * r + b));
 }
 
 // Q4_K's (Q5_K's) nibble of element e (0..31) of sub-block j (0..7) of a super-block's
@@ -47,13 +49,15 @@ inline size_t kq_scale_offset(DType t, int64_t groups, int64_t sb, int r) {
   return static_cast<size_t>(groups * (256 + rows_x4_group_bit_bytes(t)) + sb * kRowsX4KquantScaleBytes + 16 * r);
 }
 inline size_t kq_bits_offset(int64_t groups, int64_t g) { return static_cast<size_t>(groups * 256 + g * 64); }
-// Bit of element e (0..31) of block b (0..3) of row r in its group's 64 fifth-bit
-// bytes: mask 2s (elements 4s..4s+3) or 2s+1 (16+4s..), 8 bytes each, bit 4(4r+b) + e % 4.
-inline void bit_place(int r, int b, int e, size_t& byte, int& bit) {
-  const int half = e / 16, s = (e % 16) / 4;
-  const int pos = 4 * (4 * r + b) + e % 4;
-  byte = static_cast<size_t>(8 * (2 * s + half) + pos / 8);
-  bit = pos % 8;
+// Q5_K's fifth bits of sub-block j (0..7) of a super-block as a Q5_0 block keeps its
+// own (bit e for element e), and back.
+inline uint32_t q5_k_block_bits(const uint8_t* qh, int j) {
+  uint32_t bits = 0;
+  for (int e = 0; e < 32; ++e) bits |= static_cast<uint32_t>((qh[e] >> j) & 1) << e;
+  return bits;
+}
+inline void q5_k_put_block_bits(uint8_t* qh, int j, uint32_t bits) {
+  for (int e = 0; e < 32; ++e) qh[e] |= static_cast<uint8_t>(((bits >> e) & 1) << j);
 }
 
 template <class Block>
@@ -78,14 +82,9 @@ void repack_kq(DType t, const uint8_t* in, int64_t rows, int64_t cols, uint8_t* 
             paired[i] = static_cast<uint8_t>(kq_nibble(b.qs, j, i) | kq_nibble(b.qs, j, 16 + i) << 4);
           const int64_t blk = 8 * sb + j;
           for (int k = 0; k < 4; ++k) std::memcpy(quad + quant_offset(256, blk, r, k), paired + 4 * k, 4);
-          if constexpr (kQ5) {
-            for (int e = 0; e < 32; ++e) {
-              size_t byte;
-              int bit;
-              bit_place(r, static_cast<int>(blk % 4), e, byte, bit);
-              quad[kq_bits_offset(groups, blk / 4) + byte] |= static_cast<uint8_t>(((b.qh[e] >> j) & 1) << bit);
-            }
-          }
+          if constexpr (kQ5)
+            rows_x4_put_fifth_bits(quad + kq_bits_offset(groups, blk / 4), r, static_cast<int>(blk % 4),
+                                   q5_k_block_bits(b.qh, j));
         }
       }
     }
@@ -110,13 +109,9 @@ void row_blocks_kq(DType t, const uint8_t* quad, int64_t cols, int r, int64_t b0
       for (int e = 0; e < 32; ++e) {
         const uint8_t v = e < 16 ? paired[e] & 0x0f : paired[e - 16] >> 4;
         b.qs[32 * (j / 2) + e] |= static_cast<uint8_t>(j % 2 ? v << 4 : v);
-        if constexpr (kQ5) {
-          size_t byte;
-          int bit;
-          bit_place(r, static_cast<int>(blk % 4), e, byte, bit);
-          b.qh[e] |= static_cast<uint8_t>(((quad[kq_bits_offset(groups, blk / 4) + byte] >> bit) & 1) << j);
-        }
       }
+      if constexpr (kQ5)
+        q5_k_put_block_bits(b.qh, j, rows_x4_fifth_bits(quad + kq_bits_offset(groups, blk / 4), r, static_cast<int>(blk % 4)));
     }
     std::memcpy(out + static_cast<size_t>(i) * sizeof(Block), &b, sizeof(Block));
   }
@@ -205,7 +200,28 @@ void row_blocks_q6_k(const uint8_t* quad, int64_t cols, int r, int64_t b0, int64
 }
 }  // namespace
 
-int64_t rows_x4_group_bit_bytes(DType t) { return t == DType::Q5_K ? 64 : t == DType::Q6_K ? 128 : 0; }
+int64_t rows_x4_group_bit_bytes(DType t) {
+  return t == DType::Q5_0 || t == DType::Q5_K ? 64 : t == DType::Q6_K ? 128 : 0;
+}
+
+// Mask 2s + h (8 bytes) holds, at bits 4(4r + b) .. + 3, the fifth bits of elements
+// 16h + 4s .. + 3 of row r's block b: the weight vector the kernels unpack at step s,
+// low (h = 0) or high (h = 1) nibbles.
+void rows_x4_put_fifth_bits(uint8_t* group_bits, int r, int b, uint32_t bits) {
+  const int pos = 4 * (4 * r + b);
+  for (int h = 0; h < 2; ++h)
+    for (int s = 0; s < 4; ++s)
+      group_bits[8 * (2 * s + h) + pos / 8] |= static_cast<uint8_t>(((bits >> (16 * h + 4 * s)) & 0xf) << (pos % 8));
+}
+
+uint32_t rows_x4_fifth_bits(const uint8_t* group_bits, int r, int b) {
+  const int pos = 4 * (4 * r + b);
+  uint32_t bits = 0;
+  for (int h = 0; h < 2; ++h)
+    for (int s = 0; s < 4; ++s)
+      bits |= static_cast<uint32_t>((group_bits[8 * (2 * s + h) + pos / 8] >> (pos % 8)) & 0xf) << (16 * h + 4 * s);
+  return bits;
+}
 
 int64_t rows_x4_group_quant_bytes(DType t) {
   return static_cast<int64_t>(16 * block_shape(t).quant_bytes);
@@ -229,17 +245,25 @@ void repack_rows_x4(DType file_type, const void* src, int64_t rows, int64_t cols
   }
   const size_t rb = row_bytes(file_type, cols);
   const int64_t groups = cols / kRowsX4GroupCols, blocks = cols / 32, gq = rows_x4_group_quant_bytes(file_type);
+  const int64_t gbits = rows_x4_group_bit_bytes(file_type);
+  const size_t qs_at = bs.block_bytes - bs.quant_bytes;  // f16 d (and Q5_0's 4 bytes of qh), then the quants
   const auto* in = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
   for (int64_t q = 0; q < rows / kRowsX4; ++q) {
     uint8_t* quad = out + static_cast<size_t>(q) * rows_x4_quad_bytes(file_type, cols);
+    if (gbits) std::memset(quad + groups * gq, 0, static_cast<size_t>(groups * gbits));
     for (int r = 0; r < kRowsX4; ++r) {
       const uint8_t* row = in + static_cast<size_t>(4 * q + r) * rb;
       for (int64_t blk = 0; blk < blocks; ++blk) {
-        const uint8_t* b = row + static_cast<size_t>(blk) * bs.block_bytes;  // f16 d, then the quants
-        std::memcpy(quad + scale_offset(gq, groups, blk, r), b, 2);
+        const uint8_t* b = row + static_cast<size_t>(blk) * bs.block_bytes;
+        std::memcpy(quad + scale_offset(gq + gbits, groups, blk, r), b, 2);
         for (int k = 0; k < static_cast<int>(bs.quant_bytes / 4); ++k)
-          std::memcpy(quad + quant_offset(gq, blk, r, k), b + 2 + 4 * k, 4);
+          std::memcpy(quad + quant_offset(gq, blk, r, k), b + qs_at + 4 * k, 4);
+        if (gbits) {
+          uint32_t qh;
+          std::memcpy(&qh, b + 2, 4);
+          rows_x4_put_fifth_bits(quad + groups * gq + (blk / 4) * gbits, r, static_cast<int>(blk % 4), qh);
+        }
       }
     }
   }
@@ -263,11 +287,18 @@ void rows_x4_row_blocks(DType t, const void* W, int64_t cols, int64_t row, int64
     row_blocks_q6_k(quad, cols, r, b0, n, o);
     return;
   }
+  const int64_t gbits = rows_x4_group_bit_bytes(t);
+  const size_t qs_at = bs.block_bytes - bs.quant_bytes;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t blk = b0 + i;
     uint8_t* b = o + static_cast<size_t>(i) * bs.block_bytes;
-    std::memcpy(b, quad + scale_offset(gq, groups, blk, r), 2);
-    for (int k = 0; k < static_cast<int>(bs.quant_bytes / 4); ++k) std::memcpy(b + 2 + 4 * k, quad + quant_offset(gq, blk, r, k), 4);
+    std::memcpy(b, quad + scale_offset(gq + gbits, groups, blk, r), 2);
+    for (int k = 0; k < static_cast<int>(bs.quant_bytes / 4); ++k)
+      std::memcpy(b + qs_at + 4 * k, quad + quant_offset(gq, blk, r, k), 4);
+    if (gbits) {
+      const uint32_t qh = rows_x4_fifth_bits(quad + groups * gq + (blk / 4) * gbits, r, static_cast<int>(blk % 4));
+      std::memcpy(b + 2, &qh, 4);
+    }
   }
 }
 

@@ -241,14 +241,16 @@ TEST(LegacyQuants, QuantisedModelsStayCloseToF32) {
 }
 
 
-// A Q4_K_M file of a model whose expert FFN is 352 wide (as DeepSeek-V2-Lite's 1408: no
-// whole super-blocks) has q5_0 / q8_0 down projections; it and make-model's q5_1 / q4_1
-// models run all-resident and with a 25% LRU cache, the same greedy tokens each way
-// (a batched step's tokens against each alone: Nl4Vnni.*).
+// A Q4_K_M file of a model whose expert FFN is 384 wide (as DeepSeek-V2-Lite's 1408: no
+// whole super-blocks, whole groups of 128 columns, so on AVX-512 VNNI its q5_0 rows are
+// interleaved) has q5_0 / q8_0 down projections; it and make-model's q5_1 / q4_1 models
+// run all-resident and with a 25% LRU cache (experts repacked as they are read), the
+// same greedy tokens each way (a batched step's tokens against each alone: Nl4Vnni.*
+// and the int8 kernels' tests in matmul_test).
 TEST(LegacyQuants, ModelsRunResidentAndOffloadedAlike) {
   const std::string bin = MOEFLOW_BINARY;
   const std::string shape =
-      " --embd 256 --ff 352 --layers 3 --heads 4 --kv-heads 2 --head-dim 64 --experts 8 --top-k 2 --vocab 300";
+      " --embd 256 --ff 384 --layers 3 --heads 4 --kv-heads 2 --head-dim 64 --experts 8 --top-k 2 --vocab 300";
   const std::string q8 = testing::scratch_path("legacy_q8") + ".gguf";
   const std::string q4km = testing::scratch_path("legacy_q4km") + ".gguf";
   const std::string q51 = testing::scratch_path("legacy_q51") + ".gguf";
@@ -266,7 +268,7 @@ TEST(LegacyQuants, ModelsRunResidentAndOffloadedAlike) {
     auto f = gguf::GgufFile::open(q4km);
     std::map<std::string, DType> types;
     for (const auto& t : f->tensors()) types[t.name] = t.dtype;
-    EXPECT_EQ(types["blk.1.ffn_down_exps.weight"], DType::Q5_0);  // Q4_K asked, 352 columns
+    EXPECT_EQ(types["blk.1.ffn_down_exps.weight"], DType::Q5_0);  // Q4_K asked, 384 columns
     EXPECT_EQ(types["blk.2.ffn_down_exps.weight"], DType::Q8_0);  // Q6_K asked
     EXPECT_EQ(types["blk.1.ffn_up_exps.weight"], DType::Q4_K);
   }

@@ -34,6 +34,8 @@ std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t cols, std::mt199
 }
 
 const DType kFileTypes[] = {DType::Q4_0, DType::Q8_0};
+// The 32-column types: q5_0 keeps its fifth bits apart (q5_0's own test below).
+const DType kBlockTypes[] = {DType::Q4_0, DType::Q5_0, DType::Q8_0};
 
 TEST(RowsX4, BytesSitWhereTheLayoutSays) {
   std::mt19937 rng(3);
@@ -64,7 +66,7 @@ TEST(RowsX4, BytesSitWhereTheLayoutSays) {
 // The load-time repack (AVX-512 where the CPU has it) writes what the reference does.
 TEST(RowsX4, FastRepackMatchesTheReference) {
   std::mt19937 rng(4);
-  for (DType t : kFileTypes)
+  for (DType t : kBlockTypes)
     for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{4, 128}, {12, 768}, {8, 2048}}) {
       const auto src = random_rows(t, rows, cols, rng);
       std::vector<uint8_t> want(src.size()), got(src.size());
@@ -76,7 +78,7 @@ TEST(RowsX4, FastRepackMatchesTheReference) {
 
 TEST(RowsX4, RowBlocksRebuildEveryBlock) {
   std::mt19937 rng(5);
-  for (DType t : kFileTypes) {
+  for (DType t : kBlockTypes) {
     const size_t bb = static_cast<size_t>(dtype_info(t).type_size);
     for (int64_t rows : {4, 12}) {
       for (int64_t cols : {128, 384, 2048}) {
@@ -103,7 +105,7 @@ TEST(RowsX4, RowBlocksRebuildEveryBlock) {
 TEST(RowsX4, DequantQuadMatchesGgufRows) {
   std::mt19937 rng(9);
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  for (DType t : kFileTypes) {
+  for (DType t : kBlockTypes) {
     const int64_t rows = 8, cols = 768, ld = cols + 16;
     std::vector<float> vals(static_cast<size_t>(rows * cols));
     for (auto& v : vals) v = uni(rng);
@@ -124,6 +126,36 @@ TEST(RowsX4, DequantQuadMatchesGgufRows) {
         }
       }
   }
+}
+
+// q5_0's layout: q4_0's quants (qs at byte 6 of its 22), then per group 64 bytes of
+// fifth bits, mask 2s + h's bit 4(4r + b) + i holding element 16h + 4s + i of row r's
+// block b (the weight vector the kernels unpack at step s, from the low (h = 0) or high
+// nibbles), then the scales.
+TEST(RowsX4, Q5_0BytesSitWhereTheLayoutSays) {
+  std::mt19937 rng(6);
+  const DType t = DType::Q5_0;
+  const int64_t rows = 8, cols = 384, groups = cols / 128, nb = cols / 32;
+  const auto src = random_rows(t, rows, cols, rng);
+  std::vector<uint8_t> dst(src.size());
+  repack_rows_x4(t, src.data(), rows, cols, dst.data());
+  ASSERT_EQ(rows_x4_group_bit_bytes(t), 64);
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t blk = 0; blk < nb; ++blk) {
+      const uint8_t* b = src.data() + static_cast<size_t>(row * nb + blk) * 22;  // d, qh, qs
+      const uint8_t* quad = dst.data() + static_cast<size_t>(row / 4) * rows_x4_quad_bytes(t, cols);
+      const int64_t r = row % 4, g = blk / 4, bi = blk % 4;
+      for (int k = 0; k < 4; ++k)
+        for (int j = 0; j < 4; ++j) ASSERT_EQ(quad[256 * g + 64 * k + 4 * (4 * r + bi) + j], b[6 + 4 * k + j]);
+      for (int e = 0; e < 32; ++e) {
+        const int h = e / 16, s = (e % 16) / 4, i = e % 4;
+        uint64_t mask;
+        std::memcpy(&mask, quad + 256 * groups + 64 * g + 8 * (2 * s + h), 8);
+        ASSERT_EQ((mask >> (4 * (4 * r + bi) + i)) & 1, static_cast<uint64_t>((b[2 + e / 8] >> (e % 8)) & 1))
+            << "row " << row << " block " << blk << " element " << e;
+      }
+      ASSERT_EQ(std::memcmp(quad + 320 * groups + 32 * g + 2 * (4 * r + bi), b, 2), 0);
+    }
 }
 
 // Q4_K's and Q5_K's layout: each sub-block's nibbles re-paired as q4_0 pairs them, at
@@ -225,6 +257,8 @@ TEST(RowsX4, ShapesAndGuards) {
   EXPECT_FALSE(rows_x4_fits(0, 128));
   EXPECT_TRUE(rows_x4_supports(DType::Q4_0));
   EXPECT_TRUE(rows_x4_supports(DType::Q8_0));
+  EXPECT_TRUE(rows_x4_supports(DType::Q5_0));
+  EXPECT_FALSE(rows_x4_supports(DType::Q4_1));
   EXPECT_FALSE(rows_x4_supports(DType::F16)) << "no interleaved float layout";
   EXPECT_TRUE(rows_x4_supports(DType::Q4_K));
   EXPECT_TRUE(rows_x4_supports(DType::Q5_K));
@@ -247,9 +281,11 @@ TEST(RowsX4, ShapesAndGuards) {
   // Q4_K only where it meets int8 activations: its interleaved kernels are int8's.
   EXPECT_EQ(p->layout_for(DType::Q4_K, 8, 256), RowLayout::gguf) << "the test placer runs int16 activations";
   EXPECT_EQ(p->layout_for(DType::Q5_K, 8, 256), RowLayout::gguf);
+  EXPECT_EQ(p->layout_for(DType::Q5_0, 8, 256), RowLayout::gguf);
   const CpuBackend auto_backend(static_cast<ThreadPool*>(nullptr), true, ActivationPrecision::Auto);
   EXPECT_EQ(auto_backend.layout_for(DType::Q4_K, 8, 256), cpu::q4_vnni_enabled() ? RowLayout::rows_x4 : RowLayout::gguf);
   EXPECT_EQ(auto_backend.layout_for(DType::Q5_K, 8, 256), cpu::q4_vnni_enabled() ? RowLayout::rows_x4 : RowLayout::gguf);
+  EXPECT_EQ(auto_backend.layout_for(DType::Q5_0, 8, 256), cpu::q4_vnni_enabled() ? RowLayout::rows_x4 : RowLayout::gguf);
   EXPECT_EQ(p->layout_for(DType::F32, 8, 256), RowLayout::gguf);
   EXPECT_TRUE(dtype_is_file_type(DType::Q4_0));
   EXPECT_TRUE(dtype_is_file_type(DType::Q8_0));

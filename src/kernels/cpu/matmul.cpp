@@ -724,8 +724,8 @@ bool wants_packed(const MatvecJob& j) {
 }
 size_t packed_lines(const MatvecJob& j) {
   const size_t bytes = wants_int8_avx2(j)                                ? int8_avx2_x_bytes(j.dtype, j.cols)
-                       : wants_int8(j) && nl4_vnni_type(j.dtype)           ? nl4_x8_bytes(j.cols)
                        : wants_int8(j) && j.layout == RowLayout::rows_x4 ? rows_x4_x8_bytes(j.cols)
+                       : wants_int8(j) && nl4_vnni_type(j.dtype)           ? nl4_x8_bytes(j.cols)
                        : j.layout == RowLayout::rows_x4               ? rows_x4_x_bytes(j.cols)
                        : dtype_is_kquant(j.dtype)       ? kquant_x_bytes(j.cols)
                                                         : q4_vnni_x_bytes(j.cols);

@@ -162,7 +162,7 @@ MOEFLOW_VNNI_ATTR inline void group_sums(const uint8_t* const* q, const PackedX4
 template <DType T>
 constexpr int64_t kQuadQuant = T == DType::Q8_0 ? 512 : 256;  // a quad's quant bytes per group
 template <DType T>
-constexpr int64_t kQuadBits = T == DType::Q5_K ? 64 : T == DType::Q6_K ? 128 : 0;  // high-bit bytes per group
+constexpr int64_t kQuadBits = T == DType::Q5_0 || T == DType::Q5_K ? 64 : T == DType::Q6_K ? 128 : 0;  // high-bit bytes per group
 template <DType T>
 constexpr int64_t kQuadScales = T == DType::Q6_K ? kRowsX4Q6KScaleBytes / 2 : kRowsX4GroupScaleBytes;
 template <DType T>
@@ -486,8 +486,10 @@ MOEFLOW_VNNI_ATTR void pack_x8(const float* x, int64_t cols, uint8_t* out) {
 // each broadcast feeding both quads' multiply-adds halves the loads. Two quads by four
 // tokens keep 8 integer and 8 float accumulators, 8 independent chains.
 //
+// q5_0: q4_0's nibbles plus 16 where a fifth bit is set (a masked add per weight
+// vector), offset -16 * sum(x).
 // Q4_K (tensor/rows_x4.h): q4_0's nibbles without its offset of 8 (Q5_K: plus 16 where
-// a fifth bit is set, a masked add per weight vector); instead each lane
+// a fifth bit is set, as q5_0); instead each lane
 // (row r, sub-block b) takes d * scale times its sum and, subtracted, dmin * min times
 // the activation's sum over the sub-block (q4_k_group_scales).
 template <DType T, int NQ, int NT>
@@ -495,8 +497,8 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
                                     float* const* out, const uint8_t* const* pf) {
   constexpr bool kK = T == DType::Q4_K || T == DType::Q5_K;
   constexpr bool kQ6 = T == DType::Q6_K;
-  constexpr bool kQ4 = T == DType::Q4_0 || kK || kQ6;  // nibbles
-  constexpr bool kQ5 = T == DType::Q5_K;
+  constexpr bool kQ4 = T == DType::Q4_0 || T == DType::Q5_0 || kK || kQ6;  // nibbles
+  constexpr bool kQ5 = T == DType::Q5_0 || T == DType::Q5_K;
   constexpr int64_t kQuant = kQuadQuant<T>;
   const __m512i nibble = _mm512_set1_epi8(0x0f), bias = _mm512_set1_epi8(static_cast<char>(0x80));
   [[maybe_unused]] const __m512i k16 = _mm512_set1_epi8(16), k30 = _mm512_set1_epi8(0x30);
@@ -518,7 +520,9 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
           sum[j][t] = bcast(x[t][g].q6_offset[0]);
           sumb[j][t] = bcast(x[t][g].q6_offset[1]);
         } else {
-          sum[j][t] = kK ? _mm512_setzero_si512() : bcast(kQ4 ? x[t][g].q4_offset : x[t][g].q8_offset);
+          sum[j][t] = kK                  ? _mm512_setzero_si512()
+                      : T == DType::Q5_0 ? _mm512_slli_epi32(bcast(x[t][g].q4_offset), 1)  // -16 * sum
+                                          : bcast(kQ4 ? x[t][g].q4_offset : x[t][g].q8_offset);
         }
       }
     }
@@ -601,7 +605,8 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
 #pragma GCC unroll 2
       for (int j = 0; j < NQ; ++j)
         dw[j] = _mm512_cvtph_ps(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[j] + groups * kQuant + g * kRowsX4GroupScaleBytes)));
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[j] + groups * (kQuant + kQuadBits<T>) +
+                                                                g * kRowsX4GroupScaleBytes)));
 #pragma GCC unroll 4
       for (int t = 0; t < NT; ++t) {
         const __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(x[t][g].dx));
@@ -750,21 +755,23 @@ MOEFLOW_VNNI_ATTR void quads8_multi(const RowsX4Stream* s, int n, int64_t n_quad
     }
 }
 
-// Rows r of a quad's groups [g0, g0 + n_groups) as floats: d * q (q4_0: d * (nibble - 8)),
-// the products DequantSpan forms from GGUF's blocks, so prefill is unchanged.
+// Rows r of a quad's groups [g0, g0 + n_groups) as floats: d * q (q4_0: d * (nibble - 8),
+// q5_0: d * (nibble + 16 * fifth bit - 16)), the products DequantSpan forms from GGUF's
+// blocks, so prefill is unchanged.
 MOEFLOW_VNNI_ATTR void dequant_avx512(DType t, const uint8_t* quad, int64_t cols, int64_t g0, int64_t n_groups,
                                       float* out, int64_t ld) {
   if (dtype_is_kquant(t)) {
     rows_x4_kquant_dequant(t, quad, cols, g0, n_groups, out, ld);
     return;
   }
-  const bool q8 = t == DType::Q8_0;
-  const int64_t gq = q8 ? 512 : 256;
+  const bool q8 = t == DType::Q8_0, q5 = t == DType::Q5_0;
+  const int64_t gq = q8 ? 512 : 256, gbits = rows_x4_group_bit_bytes(t);
   const int64_t groups = cols / kRowsX4GroupCols;
-  const uint16_t* scales = reinterpret_cast<const uint16_t*>(quad + groups * gq);
+  const uint16_t* scales = reinterpret_cast<const uint16_t*>(quad + groups * (gq + gbits));
   alignas(64) uint8_t rows[2][4][64];  // [half][row]: block b's quant bytes 16h..16h+15 at 16b
   alignas(64) float d[16];
-  const __m512i nibble = _mm512_set1_epi32(0x0f), eight = _mm512_set1_epi32(8);
+  const __m512i nibble = _mm512_set1_epi32(0x0f), offset = _mm512_set1_epi32(q5 ? 16 : 8);
+  const __m512i k16 = _mm512_set1_epi32(16);
   for (int64_t g = g0; g < g0 + n_groups; ++g) {
     rows_of_steps(quad + g * gq, rows[0]);
     if (q8) rows_of_steps(quad + g * gq + 256, rows[1]);
@@ -780,8 +787,14 @@ MOEFLOW_VNNI_ATTR void dequant_avx512(DType t, const uint8_t* quad, int64_t cols
           }
         } else {
           const __m512i q = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(rows[0][r] + 16 * b)));
-          const __m512i lo = _mm512_sub_epi32(_mm512_and_si512(q, nibble), eight);
-          const __m512i hi = _mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight);
+          __m512i lo = _mm512_and_si512(q, nibble), hi = _mm512_srli_epi32(q, 4);
+          if (q5) {
+            const uint32_t bits = rows_x4_fifth_bits(quad + groups * gq + g * gbits, r, b);
+            lo = _mm512_mask_add_epi32(lo, static_cast<__mmask16>(bits), lo, k16);
+            hi = _mm512_mask_add_epi32(hi, static_cast<__mmask16>(bits >> 16), hi, k16);
+          }
+          lo = _mm512_sub_epi32(lo, offset);
+          hi = _mm512_sub_epi32(hi, offset);
           _mm512_storeu_ps(o + 32 * b, _mm512_mul_ps(db, _mm512_cvtepi32_ps(lo)));
           _mm512_storeu_ps(o + 32 * b + 16, _mm512_mul_ps(db, _mm512_cvtepi32_ps(hi)));
         }
@@ -791,24 +804,34 @@ MOEFLOW_VNNI_ATTR void dequant_avx512(DType t, const uint8_t* quad, int64_t cols
 }
 
 MOEFLOW_VNNI_ATTR void repack_avx512(DType ft, const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) {
-  const bool q8 = ft == DType::Q8_0;
-  const int64_t gq = q8 ? 512 : 256, block_bytes = q8 ? 34 : 18;
+  const bool q8 = ft == DType::Q8_0, q5 = ft == DType::Q5_0;
+  const int64_t gq = q8 ? 512 : 256, gbits = rows_x4_group_bit_bytes(ft);
+  const int64_t block_bytes = q8 ? 34 : q5 ? 22 : 18, qs_at = q5 ? 6 : 2;  // f16 d (q5_0: then qh), the quants
   const int64_t groups = cols / kRowsX4GroupCols, nb = cols / 32;
   const size_t rb = static_cast<size_t>(nb * block_bytes);
   for (int64_t q = 0; q < rows / kRowsX4; ++q) {
     const uint8_t* in = src + static_cast<size_t>(4 * q) * rb;
     uint8_t* quad = dst + 4 * rb * static_cast<size_t>(q);
-    auto* scales = reinterpret_cast<uint16_t*>(quad + groups * gq);
+    auto* scales = reinterpret_cast<uint16_t*>(quad + groups * (gq + gbits));
+    if (q5) std::memset(quad + groups * gq, 0, static_cast<size_t>(groups * gbits));
     for (int64_t g = 0; g < groups; ++g) {
       const uint8_t* blocks[4];
       for (int r = 0; r < 4; ++r) blocks[r] = in + r * rb + static_cast<size_t>(4 * g * block_bytes);
       for (int h = 0; h < (q8 ? 2 : 1); ++h) {
         const uint8_t* quants[4];  // quant bytes 16h.. of each row's block 0
-        for (int r = 0; r < 4; ++r) quants[r] = blocks[r] + 2 + 16 * h;
+        for (int r = 0; r < 4; ++r) quants[r] = blocks[r] + qs_at + 16 * h;
         steps_of_rows(quants, block_bytes, quad + g * gq + 256 * h);
       }
       for (int r = 0; r < 4; ++r)
-        for (int b = 0; b < 4; ++b) std::memcpy(scales + 16 * g + 4 * r + b, blocks[r] + b * block_bytes, 2);
+        for (int b = 0; b < 4; ++b) {
+          const uint8_t* block = blocks[r] + b * block_bytes;
+          std::memcpy(scales + 16 * g + 4 * r + b, block, 2);
+          if (q5) {
+            uint32_t qh;
+            std::memcpy(&qh, block + 2, 4);
+            rows_x4_put_fifth_bits(quad + groups * gq + g * gbits, r, b, qh);
+          }
+        }
     }
   }
 }
@@ -829,8 +852,8 @@ void by_type(DType t, const char* what, F&& f) {
   }
 }
 
-// by_type for the int8 kernels, which also take Q4_K and Q5_K (the int16 ones do not:
-// CpuBackend interleaves them only where they meet int8 activations).
+// by_type for the int8 kernels, which also take q5_0 and the k-quants (the int16 ones do
+// not: CpuBackend interleaves them only where they meet int8 activations).
 template <class F>
 void by_type8(DType t, const char* what, F&& f) {
   if (t == DType::Q4_K) {
@@ -839,6 +862,8 @@ void by_type8(DType t, const char* what, F&& f) {
     f(std::integral_constant<DType, DType::Q5_K>{});
   } else if (t == DType::Q6_K) {
     f(std::integral_constant<DType, DType::Q6_K>{});
+  } else if (t == DType::Q5_0) {
+    f(std::integral_constant<DType, DType::Q5_0>{});
   } else if (t == DType::Q4_0 || t == DType::Q8_0) {
     by_type(t, what, f);
   } else {
