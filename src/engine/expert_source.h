@@ -35,6 +35,9 @@ using ExpertCompute = std::function<void(int32_t expert, const ExpertMatrices&)>
 
 class ExpertSource : public ForwardListener {
  public:
+  // The step's embedding-layer output pooled per request, before its first layer
+  // (only when wants_embedding() and the step has some).
+  virtual void step_embeddings(const std::vector<LayerRouting::StepEmbedding>&) {}
   // May rewrite the routing of the layer about to run (lossy modes only).
   virtual void prepare_layer(LayerRouting&) {}
   // Calls compute once for every expert in `needed` (distinct ids), in any order.

@@ -87,6 +87,7 @@ void ForwardPass::run(const StepTokens& step, std::vector<float>& logits) {
   bool want_embedding = source_ && source_->wants_embedding();
   for (ForwardListener* li : listeners_) want_embedding = want_embedding || li->wants_embedding();
   pool_embeddings(want_embedding, step);
+  if (source_ && source_->wants_embedding() && !embeddings_.empty()) source_->step_embeddings(embeddings_);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     if (c.arch == Arch::DeepSeek2) mla_attention_block(l, step, x_);
     else attention_block(l, step, x_);

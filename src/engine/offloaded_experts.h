@@ -53,6 +53,7 @@ class OffloadedExperts final : public ExpertSource {
   void routed(const LayerRouting& r) override;
   int32_t lookahead_depth() const override { return policy_.lookahead_depth(); }
   bool wants_embedding() const override { return policy_.wants_embedding(); }
+  void step_embeddings(const std::vector<LayerRouting::StepEmbedding>& e) override { protocol_.begin_step(e); }
   void prepare_layer(LayerRouting& r) override;
   void run_experts(int32_t layer, const std::vector<int32_t>& needed, const ExpertCompute& compute) override;
   void end_step() override;

@@ -70,6 +70,13 @@ class ExpertPolicy {
   // the step's tokens, pooled per request, with the step's first layer). false, the
   // default: the engine computes none.
   virtual bool wants_embedding() const { return false; }
+  // The same embeddings as soon as the step's embedding layer has run, before any of
+  // its layers (only for a policy that wants_embedding(), and only when the step has
+  // some); plan_prefetch(-1, plan) is asked right after, so fetches for the step's
+  // first layers overlap their dense parts (fMoE §3.2 step 1: the contexts are
+  // collected "before every inference iteration"; §4.2: the semantic match guides
+  // layers 1..d). routed() still carries them with the step's first layer.
+  virtual void step_embeddings(const std::vector<LayerRouting::StepEmbedding>&) {}
   // How many copies are queued or running on the link when plan_prefetch is about to
   // be asked (all of them, and the prefetches among them): no copy means the link is
   // idle while the layer computes. Called right before each plan_prefetch.
@@ -88,7 +95,8 @@ class ExpertPolicy {
   // found no room are asked again then (the next layer's guesses stream into the
   // slots the layer frees).
   virtual bool frees_computed_experts() const { return false; }
-  // Experts to fetch ahead, planned once the routing of `layer_now` is known.
+  // Experts to fetch ahead, planned once the routing of `layer_now` is known (-1: at
+  // the step's start, after step_embeddings).
   virtual void plan_prefetch(int32_t /*layer_now*/, PrefetchPlan&) {}
   // DuoServe's prefill (§5.2): true when `layer` streams its experts through the
   // layer protocol's two-slot pipeline instead of loading them on demand (and asking

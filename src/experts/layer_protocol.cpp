@@ -31,23 +31,8 @@ void LayerProtocol::run_on_demand(int32_t layer, const std::vector<int32_t>& nee
   }
   for (int32_t e : missing)
     if (cache_.room_for_demand({layer, e})) cache_.request({layer, e});
-  PrefetchPlan plan;
-  auto issue = [&] {
-    size_t started = 0;
-    for (const PrefetchRequest& p : plan) {
-      if (started >= policy.prefetch_limit()) break;
-      const bool known = cache_.resident(p.key) || cache_.in_flight(p.key);
-      cache_.prefetch(p.key, p.priority);
-      if (!known && cache_.in_flight(p.key)) ++started;
-    }
-  };
-  if (policy.prefetches()) {
-    policy.link_state(cache_.copies_in_flight(), cache_.prefetches_in_flight());
-    policy.plan_prefetch(layer, plan);
-    if (const double s = policy.prediction_seconds(); s > 0)
-      cache_.transport().hold_prefetches(cache_.transport().now() + s);
-    issue();
-  }
+  plan_.clear();
+  if (policy.prefetches()) plan(layer);
   // A k-slot cache: the computed expert's slot goes to the plan (DuoServe §5.3, "after
   // the first expert ... completes its computation, the communication stream
   // immediately starts prefetching the experts for the next layer").
@@ -66,6 +51,34 @@ void LayerProtocol::run_on_demand(int32_t layer, const std::vector<int32_t>& nee
     const uint8_t* b = cache_.acquire({layer, e});
     compute(e, b);
     done(e);
+  }
+}
+
+void LayerProtocol::begin_step(const std::vector<LayerRouting::StepEmbedding>& embeddings) {
+  ExpertPolicy& policy = cache_.policy();
+  if (embeddings.empty() || !policy.wants_embedding()) return;
+  policy.step_embeddings(embeddings);
+  plan_.clear();
+  if (policy.prefetches()) plan(-1);
+}
+
+void LayerProtocol::plan(int32_t layer_now) {
+  ExpertPolicy& policy = cache_.policy();
+  policy.link_state(cache_.copies_in_flight(), cache_.prefetches_in_flight());
+  policy.plan_prefetch(layer_now, plan_);
+  if (const double s = policy.prediction_seconds(); s > 0)
+    cache_.transport().hold_prefetches(cache_.transport().now() + s);
+  issue();
+}
+
+void LayerProtocol::issue() {
+  const size_t limit = cache_.policy().prefetch_limit();
+  size_t started = 0;
+  for (const PrefetchRequest& p : plan_) {
+    if (started >= limit) break;
+    const bool known = cache_.resident(p.key) || cache_.in_flight(p.key);
+    cache_.prefetch(p.key, p.priority);
+    if (!known && cache_.in_flight(p.key)) ++started;
   }
 }
 

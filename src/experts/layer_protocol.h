@@ -57,10 +57,18 @@ class LayerProtocol {
   // cache's policy asks for.
   void run(int32_t layer, const std::vector<int32_t>& needed, const Compute& compute);
 
+  // A step's embedding-layer output, before its first layer: handed to the policy
+  // (ExpertPolicy::step_embeddings), whose plan for the step's start is queued.
+  void begin_step(const std::vector<LayerRouting::StepEmbedding>& embeddings);
+
   const PipelineCounters& pipeline() const { return pipe_; }
 
  private:
   void run_on_demand(int32_t layer, const std::vector<int32_t>& needed, const Compute& compute);
+  // Asks the policy for its plan at `layer_now` (-1: the step's start) and queues it.
+  void plan(int32_t layer_now);
+  // Queues plan_'s prefetches, at most the policy's prefetch_limit() new copies.
+  void issue();
   void run_pipelined(int32_t layer, const std::vector<int32_t>& needed, const std::vector<int32_t>& order,
                      const Compute& compute);
   // Starts a copy in a free slot, waiting for the oldest load when both are taken.
@@ -77,6 +85,7 @@ class LayerProtocol {
   ExpertKey head_{-1, -1};          // the last head fetched
   PipelineCounters pipe_;
   std::vector<int32_t> order_;
+  PrefetchPlan plan_;
 };
 
 }  // namespace moeflow

@@ -8,11 +8,12 @@
 // (§4.5); a prefetch whose expert is worth less than that victim is declined.
 //
 // Semantic key (Eq. 4). Each iteration's own: the embedding-layer output of the
-// iteration's tokens, pooled per request (LayerRouting::embeddings, given with the
-// step's first layer: a decode step's new token's row, a prefill chunk's mean). It
-// keys the iteration's map in the store and is searched as soon as it arrives (it
-// guides the eviction of this iteration's first d layers and the prefetch of the next
-// iteration's). A routing without one (traces of real models hold no hidden states)
+// iteration's tokens, pooled per request (step_embeddings, before the step's first
+// layer; LayerRouting::embeddings with it otherwise: a decode step's new token's row, a
+// prefill chunk's mean). It keys the iteration's map in the store and is searched as
+// soon as it arrives: its match plans the iteration's first d layers at once (when it
+// is ready then, as a synchronous search is), guides their eviction, and plans the
+// next iteration's first layers from its last ones. A routing without one (traces of real models hold no hidden states)
 // leaves the request's key as it was: the engine's mean prompt embedding, or a hashed
 // bag of the prompt's tokens (begin_request). notes() says which the run used.
 //
@@ -74,6 +75,7 @@ class FmoePolicy : public ExpertPolicy {
 
   void begin_request(const RequestInfo& info) override;
   void begin_iteration(Phase, int64_t iter) override;
+  void step_embeddings(const std::vector<LayerRouting::StepEmbedding>& embeddings) override;
   void routed(const LayerRouting& r) override;
   void plan_prefetch(int32_t layer_now, PrefetchPlan& plan) override;
   size_t victim(const CacheView& view, const ExpertKey& incoming) override;

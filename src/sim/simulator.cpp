@@ -267,16 +267,20 @@ SimResult simulate(const Trace& trace, const ModelProfile& model, const Hardware
     policy->begin_iteration(phase, trace.requests[step[0].first].iterations[step[0].second].iter);
     const CacheCounters before = cache.counters();
     const double t0 = link.now();
+    // The step's embeddings, known before its first layer (the engine's order too).
+    std::vector<LayerRouting::StepEmbedding> embeddings;
+    if (policy->wants_embedding())
+      for (const auto& [ri, ii] : step)
+        if (const TraceIteration& it = trace.requests[ri].iterations[ii]; !it.embedding.empty())
+          embeddings.push_back({trace.requests[ri].id, it.embedding});
+    protocol.begin_step(embeddings);
     bool first_layer = true;
     for (int32_t l = 0; l < trace.n_layer; ++l) {
       LayerRouting r = merged_routing(trace, step, l);
       link.advance(model.dense_seconds(n_tokens));
       if (r.n_tok == 0) continue;
-      // The step's embeddings go with its first routed layer, as in the engine.
-      if (first_layer && policy->wants_embedding())
-        for (const auto& [ri, ii] : step)
-          if (const TraceIteration& it = trace.requests[ri].iterations[ii]; !it.embedding.empty())
-            r.embeddings.push_back({trace.requests[ri].id, it.embedding});
+      // The step's embeddings go with its first routed layer too, as in the engine.
+      if (first_layer) r.embeddings = embeddings;
       first_layer = false;
       policy->routed(r);
       if (scored_step) {

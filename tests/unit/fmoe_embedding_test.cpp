@@ -5,9 +5,11 @@
 // matcher on the simulated clock (no cost: the synchronous decisions).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <string>
 #include <vector>
 
 #include "input_error_of.h"
@@ -183,14 +185,64 @@ TEST(FmoeEmbeddingEngine, TheOffloadedEngineKeysEachIterationsMap) {
   for (size_t i = 1; i < 4; ++i) EXPECT_EQ(pol.store().at(i).sem, prompt_embedding(*model, {out[i - 1]})) << "decode " << i;
 }
 
-struct Spy final : public ExpertPolicy {  // simulate() owns and ends it: it reports to `seen`
-  explicit Spy(std::vector<LayerRouting>& s) : seen(s) {}
+// simulate() owns and ends it: it reports the routings to `seen` and, when given
+// `events`, the order of its calls there.
+struct Spy final : public ExpertPolicy {
+  explicit Spy(std::vector<LayerRouting>& s, std::vector<std::string>* e = nullptr) : seen(s), events(e) {}
   std::vector<LayerRouting>& seen;
+  std::vector<std::string>* events;
   std::string name() const override { return "spy"; }
+  bool prefetches() const override { return events != nullptr; }
   bool wants_embedding() const override { return true; }
-  void routed(const LayerRouting& r) override { seen.push_back(r); }
+  void step_embeddings(const std::vector<LayerRouting::StepEmbedding>& e) override {
+    if (events) events->push_back("embeddings " + std::to_string(e.size()));
+  }
+  void routed(const LayerRouting& r) override {
+    seen.push_back(r);
+    if (events) events->push_back("routed " + std::to_string(r.layer));
+  }
+  void plan_prefetch(int32_t layer_now, PrefetchPlan&) override {
+    if (events) events->push_back("plan " + std::to_string(layer_now));
+  }
   size_t victim(const CacheView&, const ExpertKey&) override { return 0; }
 };
+
+// Each step's embeddings reach the policy before its first layer, and its plan for
+// the step's start is asked right after (fMoE's first d layers, §3.2 step 1).
+void expect_embeddings_before_each_first_layer(const std::vector<std::string>& events, const std::string& embeddings) {
+  int steps = 0;
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (events[i] != "routed 0") continue;
+    ++steps;
+    ASSERT_GE(i, 2u);
+    EXPECT_EQ(events[i - 2], embeddings) << "event " << i;
+    EXPECT_EQ(events[i - 1], "plan -1") << "event " << i;
+  }
+  EXPECT_GE(steps, 2);
+  EXPECT_EQ(std::count(events.begin(), events.end(), embeddings), steps);
+}
+
+TEST(FmoeEmbeddingEngine, TheEmbeddingsReachThePolicyBeforeTheFirstLayer) {
+  auto model = Model::load(moeflow::testing::fixture_path("mixtral-f32.gguf"));
+  ThreadPool pool(2);
+  Transformer tf(*model, &pool, 64);
+  ExpertStore store(*model);
+  std::vector<LayerRouting> seen;
+  std::vector<std::string> events;
+  Spy pol(seen, &events);
+  FileTransport transport(store, 2);
+  ExpertCache cache(store.geometry(), store.geometry().min_budget(), transport, pol);
+  OffloadedExperts src(model->config(), store, cache, OnMiss::Load);
+  tf.set_expert_source(&src);
+  GenerateOptions opt;
+  opt.n_predict = 3;
+  opt.stop_at_eog = false;
+  opt.sampler.temperature = 0;
+  generate(tf, {1, 17, 42}, opt, nullptr, nullptr);
+  src.end_request();
+  tf.set_expert_source(nullptr);
+  expect_embeddings_before_each_first_layer(events, "embeddings 1");
+}
 
 ModelProfile tiny_profile() {
   ModelProfile m;
@@ -202,8 +254,9 @@ ModelProfile tiny_profile() {
   return m;
 }
 
-// The simulator hands each iteration's embedding to the policy with the step's first
-// layer, one per request of the step (in the step's order), as the engine does.
+// The simulator hands each iteration's embedding to the policy before the step's first
+// layer and with it, one per request of the step (in the step's order), as the engine
+// does.
 TEST(FmoeEmbeddingSimulator, ReplaysTheFieldWithTheFirstLayer) {
   std::vector<TraceRecord> recs;
   for (int64_t q = 0; q < 2; ++q)
@@ -222,7 +275,10 @@ TEST(FmoeEmbeddingSimulator, ReplaysTheFieldWithTheFirstLayer) {
   SimOptions o;
   o.batch = 2;
   std::vector<LayerRouting> seen;
-  const SimResult res = simulate(group_trace(recs, "hand"), tiny_profile(), hw, o, std::make_unique<Spy>(seen));
+  std::vector<std::string> events;
+  const SimResult res =
+      simulate(group_trace(recs, "hand"), tiny_profile(), hw, o, std::make_unique<Spy>(seen, &events));
+  EXPECT_EQ(events, (std::vector<std::string>{"embeddings 2", "plan -1", "routed 0", "plan 0", "routed 1", "plan 1"}));
   ASSERT_EQ(seen.size(), 2u);
   ASSERT_EQ(seen[0].embeddings.size(), 2u);
   EXPECT_EQ(seen[0].embeddings[0].request, 10);

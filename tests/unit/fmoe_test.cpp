@@ -14,6 +14,9 @@
 #include <thread>
 
 #include "base/error.h"
+#include "experts/expert_cache.h"
+#include "experts/layer_protocol.h"
+#include "experts/simulated_transport.h"
 #include "policy/fmoe.h"
 #include "policy/policy_factory.h"
 
@@ -403,6 +406,61 @@ TEST(Fmoe, EachIterationMatchesItsOwnEmbedding) {
   learn_two_keys(p);
   EXPECT_TRUE(p.store().at(0).sem.empty());
   EXPECT_EQ(p.key_counts().none, 2u);
+}
+
+// The step's start (§3.2 step 1: contexts collected before every iteration; §4.2: the
+// semantic match guides layers 1..d): given the iteration's embedding before its first
+// layer, the policy plans its first d layers from that match at once. Keyed (0, 1), it
+// matches B (expert 3 - l) with score 1, δ = 0: top-1 of layers 0 and 1 at p/(l + 1).
+// The same embedding with the first layer's routing is not searched again, and
+// fmoe-prompt (no iteration keys) plans nothing there.
+TEST(Fmoe, TheStepsStartPlansItsFirstLayersFromItsOwnEmbedding) {
+  FmoePolicy f(kGeo, kOpt);
+  learn_two_keys(f);
+  f.begin_request(RequestInfo{2, {}, {1, 0}, {}});
+  f.begin_iteration(Phase::Decode, 1);
+  f.step_embeddings({{2, {0, 1}}});
+  expect_plan(plan_at(f, -1), {{0, 3, 0.7}, {1, 2, 0.35}});
+  f.routed(with_embedding(full(0, peaked(3)), 2, {0, 1}));
+  // Layer 0: layer d = 2 by the trajectory (B: expert 1, .7/2), layer 1 again from the
+  // iteration's match (expert 2, .7/1).
+  expect_plan(plan_at(f, 0), {{1, 2, 0.7}, {2, 1, 0.35}});
+  EXPECT_EQ(f.matched_plans(), 4u) << "two layers planned at the start, two at layer 0";
+
+  FmoeOptions po = kOpt;
+  po.iteration_embedding = false;
+  FmoePolicy p(kGeo, po);
+  learn_two_keys(p);
+  p.begin_request(RequestInfo{2, {}, {}, {}});
+  p.begin_iteration(Phase::Decode, 1);
+  p.step_embeddings({{2, {0, 1}}});
+  EXPECT_TRUE(plan_at(p, -1).empty());
+}
+
+// Through the layer protocol on a simulated link (copies 1 s, a cache of 4 experts):
+// with the embedding at the step's start layer 0's expert (0, 3) is fetched during the
+// layer's 1.5 s dense part and hits; with the embedding only beside layer 0's routing
+// (its search comes after the gate) it misses.
+TEST(Fmoe, TheStepsStartFetchesLayerZeroBeforeItsRouter) {
+  for (bool at_start : {true, false}) {
+    FmoePolicy f(kGeo, kOpt);
+    learn_two_keys(f);
+    SimulatedTransport link(kGeo, LinkProfile{100.0, 0.0, 1});
+    ExpertCache cache(kGeo, 400, link, f);
+    LayerProtocol protocol(cache);
+    f.begin_request(RequestInfo{2, {}, {1, 0}, {}});
+    f.begin_iteration(Phase::Decode, 1);
+    const std::vector<LayerRouting::StepEmbedding> e = {{2, {0, 1}}};
+    if (at_start) protocol.begin_step(e);
+    EXPECT_EQ(cache.in_flight({0, 3}), at_start);
+    link.advance(1.5);
+    LayerRouting r = full(0, peaked(3));
+    if (!at_start) r.embeddings = e;
+    f.routed(r);
+    protocol.run(0, {3}, [&](int32_t, const uint8_t*) { link.advance(0.25); });
+    EXPECT_EQ(cache.counters().hits, at_start ? 1u : 0u) << at_start;
+    EXPECT_EQ(cache.counters().misses, at_start ? 0u : 1u) << at_start;
+  }
 }
 
 // Without embeddings in the routing the hashed bag of the prompt's tokens keys the
