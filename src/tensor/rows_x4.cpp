@@ -20,6 +20,8 @@ BlockShape block_shape(DType t) {
     case DType::Q4_0: return {sizeof(BlockQ4_0), sizeof(BlockQ4_0::qs)};
     case DType::Q8_0: return {sizeof(BlockQ8_0), sizeof(BlockQ8_0::qs)};
     case DType::Q5_0: return {sizeof(BlockQ5_0), sizeof(BlockQ5_0::qs)};
+    case DType::Q4_1: return {sizeof(BlockQ4_1), sizeof(BlockQ4_1::qs)};
+    case DType::Q5_1: return {sizeof(BlockQ5_1), sizeof(BlockQ5_1::qs)};
     case DType::Q4_K: return {sizeof(BlockQ4_K), 16};  // per 32-column sub-block, as q4_0
     case DType::Q5_K: return {sizeof(BlockQ5_K), 16};
     case DType::Q6_K: return {sizeof(BlockQ6_K), 16};
@@ -32,9 +34,11 @@ inline size_t quant_offset(int64_t group_quant_bytes, int64_t blk, int r, int k)
   const int64_t g = blk / 4, b = blk % 4;
   return static_cast<size_t>(g * group_quant_bytes + 64 * k + 4 * (4 * r + b));
 }
-inline size_t scale_offset(int64_t group_head_bytes, int64_t groups, int64_t blk, int r) {
+// (A minimum, where blocks carry one, 32 bytes after its scale.)
+inline size_t scale_offset(DType t, int64_t groups, int64_t blk, int r) {
   const int64_t g = blk / 4, b = blk % 4;
-  return static_cast<size_t>(groups * group_head_bytes + g * kRowsX4GroupScaleBytes + 2 * (4 * r + b));
+  const int64_t head = rows_x4_group_quant_bytes(t) + rows_x4_group_bit_bytes(t);
+  return static_cast<size_t>(groups * head + g * rows_x4_group_scale_bytes(t) + 2 * (4 * r + b));
 }
 
 // Q4_K's (Q5_K's) nibble of element e (0..31) of sub-block j (0..7) of a super-block's
@@ -201,7 +205,7 @@ void row_blocks_q6_k(const uint8_t* quad, int64_t cols, int r, int64_t b0, int64
 }  // namespace
 
 int64_t rows_x4_group_bit_bytes(DType t) {
-  return t == DType::Q5_0 || t == DType::Q5_K ? 64 : t == DType::Q6_K ? 128 : 0;
+  return t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K ? 64 : t == DType::Q6_K ? 128 : 0;
 }
 
 // Mask 2s + h (8 bytes) holds, at bits 4(4r + b) .. + 3, the fifth bits of elements
@@ -246,7 +250,9 @@ void repack_rows_x4(DType file_type, const void* src, int64_t rows, int64_t cols
   const size_t rb = row_bytes(file_type, cols);
   const int64_t groups = cols / kRowsX4GroupCols, blocks = cols / 32, gq = rows_x4_group_quant_bytes(file_type);
   const int64_t gbits = rows_x4_group_bit_bytes(file_type);
-  const size_t qs_at = bs.block_bytes - bs.quant_bytes;  // f16 d (and Q5_0's 4 bytes of qh), then the quants
+  const bool min = rows_x4_has_min(file_type);
+  // f16 d (and m), then q5_0's / q5_1's 4 bytes of qh, then the quants.
+  const size_t qs_at = bs.block_bytes - bs.quant_bytes, qh_at = qs_at - 4;
   const auto* in = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
   for (int64_t q = 0; q < rows / kRowsX4; ++q) {
@@ -256,12 +262,13 @@ void repack_rows_x4(DType file_type, const void* src, int64_t rows, int64_t cols
       const uint8_t* row = in + static_cast<size_t>(4 * q + r) * rb;
       for (int64_t blk = 0; blk < blocks; ++blk) {
         const uint8_t* b = row + static_cast<size_t>(blk) * bs.block_bytes;
-        std::memcpy(quad + scale_offset(gq + gbits, groups, blk, r), b, 2);
+        std::memcpy(quad + scale_offset(file_type, groups, blk, r), b, 2);
+        if (min) std::memcpy(quad + scale_offset(file_type, groups, blk, r) + 32, b + 2, 2);
         for (int k = 0; k < static_cast<int>(bs.quant_bytes / 4); ++k)
           std::memcpy(quad + quant_offset(gq, blk, r, k), b + qs_at + 4 * k, 4);
         if (gbits) {
           uint32_t qh;
-          std::memcpy(&qh, b + 2, 4);
+          std::memcpy(&qh, b + qh_at, 4);
           rows_x4_put_fifth_bits(quad + groups * gq + (blk / 4) * gbits, r, static_cast<int>(blk % 4), qh);
         }
       }
@@ -288,16 +295,17 @@ void rows_x4_row_blocks(DType t, const void* W, int64_t cols, int64_t row, int64
     return;
   }
   const int64_t gbits = rows_x4_group_bit_bytes(t);
-  const size_t qs_at = bs.block_bytes - bs.quant_bytes;
+  const size_t qs_at = bs.block_bytes - bs.quant_bytes, qh_at = qs_at - 4;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t blk = b0 + i;
     uint8_t* b = o + static_cast<size_t>(i) * bs.block_bytes;
-    std::memcpy(b, quad + scale_offset(gq + gbits, groups, blk, r), 2);
+    std::memcpy(b, quad + scale_offset(t, groups, blk, r), 2);
+    if (rows_x4_has_min(t)) std::memcpy(b + 2, quad + scale_offset(t, groups, blk, r) + 32, 2);
     for (int k = 0; k < static_cast<int>(bs.quant_bytes / 4); ++k)
       std::memcpy(b + qs_at + 4 * k, quad + quant_offset(gq, blk, r, k), 4);
     if (gbits) {
       const uint32_t qh = rows_x4_fifth_bits(quad + groups * gq + (blk / 4) * gbits, r, static_cast<int>(blk % 4));
-      std::memcpy(b + 2, &qh, 4);
+      std::memcpy(b + qh_at, &qh, 4);
     }
   }
 }

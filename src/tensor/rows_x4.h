@@ -1,4 +1,4 @@
-// RowLayout::rows_x4: q4_0 / q8_0 (and q5_0, Q4_K / Q5_K / Q6_K) matrices with their rows
+// RowLayout::rows_x4: q4_0 / q8_0 (and q4_1 / q5_0 / q5_1, Q4_K / Q5_K / Q6_K) matrices with their rows
 // interleaved in fours, so that one 512-bit load holds 4 bytes of each of 16 (row,
 // block) pairs and the VNNI kernels (kernels/cpu/rows_x4_vnni.h) accumulate every pair
 // in its own 32-bit lane: no gather of 18- or 34-byte blocks, no reduction across
@@ -26,7 +26,8 @@
 //   scales: G x 16 f16; scale 16g + 4r + b = d of row 4q+r's block 4g+b.
 // q5_0 as q4_0 (its qs pair elements i and 16+i as q4_0's do), and between the quants
 // and the scales G x 64 bytes of fifth bits, arranged as Q5_K's below (22 bytes per
-// row and block, as in the file).
+// row and block, as in the file). q4_1 and q5_1 as q4_0 and q5_0, each group's 16 d
+// followed by its 16 minimums m (f16, the same order): G x 64 bytes of scales.
 // Q4_K takes q4_0's quant arrangement for its 32-column sub-blocks ("block" 4g+b is the
 // row's sub-block 4g+b, its nibbles re-paired as q4_0 pairs them: byte i holds elements
 // i and 16+i), so the same kernels unpack both; and after the quants, per super-block
@@ -63,29 +64,37 @@ inline bool rows_x4_fits(int64_t rows, int64_t cols) {
   return rows > 0 && cols > 0 && rows % kRowsX4 == 0 && cols % kRowsX4GroupCols == 0;
 }
 
-// Whether matrices of type t can be interleaved (q4_0, q5_0, q8_0, Q4_K, Q5_K and Q6_K).
+// Whether matrices of type t can be interleaved (q4_0, q4_1, q5_0, q5_1, q8_0, Q4_K, Q5_K
+// and Q6_K).
 inline bool rows_x4_supports(DType t) {
-  return t == DType::Q4_0 || t == DType::Q5_0 || t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K ||
+  return t == DType::Q4_0 || t == DType::Q8_0 || dtype_is_legacy_quant(t) || t == DType::Q4_K || t == DType::Q5_K ||
          t == DType::Q6_K;
 }
 
-// Whether t's interleaved rows have int8 kernels only (q5_0 and the k-quants: the CPU
+// Whether t's interleaved rows have int8 kernels only (all but q4_0 and q8_0: the CPU
 // backend interleaves them only where they meet int8 activations).
-inline bool rows_x4_int8_only(DType t) { return t == DType::Q5_0 || dtype_is_kquant(t); }
+inline bool rows_x4_int8_only(DType t) { return dtype_is_legacy_quant(t) || dtype_is_kquant(t); }
+
+// Whether t's blocks carry a minimum (q4_1, q5_1: x = d q + m).
+inline bool rows_x4_has_min(DType t) { return t == DType::Q4_1 || t == DType::Q5_1; }
 
 // Bytes of one super-block's scales of a Q4_K / Q5_K quad (four rows' 16).
 constexpr int64_t kRowsX4KquantScaleBytes = 64;
 // Bytes of one super-block's scales of a Q6_K quad (four rows' 16 and four d).
 constexpr int64_t kRowsX4Q6KScaleBytes = 72;
-// Bytes of high bits per group of a quad (64 for q5_0 and Q5_K, 128 for Q6_K, 0 otherwise).
+// Bytes of high bits per group of a quad (64 for q5_0, q5_1 and Q5_K, 128 for Q6_K, 0
+// otherwise).
 int64_t rows_x4_group_bit_bytes(DType t);
+// Bytes of scales per group of a quad of a 32-column type (64 where blocks carry a
+// minimum, else 32).
+inline int64_t rows_x4_group_scale_bytes(DType t) { return rows_x4_has_min(t) ? 64 : kRowsX4GroupScaleBytes; }
 
-// The fifth bits of row r's block b (0..3) in a q5_0 / Q5_K group's 64 bytes of them,
+// The fifth bits of row r's block b (0..3) in a q5_0 / q5_1 / Q5_K group's 64 bytes of them,
 // as a q5_0 block's qh holds its own (bit e for element e): ORed in, and read back.
 void rows_x4_put_fifth_bits(uint8_t* group_bits, int r, int b, uint32_t bits);
 uint32_t rows_x4_fifth_bits(const uint8_t* group_bits, int r, int b);
 
-// Quant bytes per group of one quad (256 for q4_0, q5_0 and the k-quants, 512 for q8_0).
+// Quant bytes per group of one quad (512 for q8_0, 256 for the others).
 int64_t rows_x4_group_quant_bytes(DType t);
 
 // Bytes of one quad (four rows).
@@ -97,8 +106,8 @@ inline size_t rows_x4_quad_bytes(DType t, int64_t cols) { return kRowsX4 * row_b
 void repack_rows_x4(DType file_type, const void* src, int64_t rows, int64_t cols, void* dst);
 
 // Blocks [b0, b0 + n) of row `row` of an interleaved matrix W of type t, as blocks of
-// the file type in GGUF layout (BlockQ4_0, BlockQ5_0, BlockQ8_0 or a k-quant's block, of
-// 32 or 256 columns, at out): the readers that want plain rows (the reference, the kernels'
+// the file type in GGUF layout (a 32-column type's blocks or a k-quant's of 256 columns,
+// at out): the readers that want plain rows (the reference, the kernels'
 // fallback) use this.
 void rows_x4_row_blocks(DType t, const void* W, int64_t cols, int64_t row, int64_t b0, int64_t n, void* out);
 

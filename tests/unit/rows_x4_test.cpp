@@ -34,8 +34,9 @@ std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t cols, std::mt199
 }
 
 const DType kFileTypes[] = {DType::Q4_0, DType::Q8_0};
-// The 32-column types: q5_0 keeps its fifth bits apart (q5_0's own test below).
-const DType kBlockTypes[] = {DType::Q4_0, DType::Q5_0, DType::Q8_0};
+// The 32-column types: q4_1 / q5_0 / q5_1 keep their minimums and fifth bits apart
+// (their own test below).
+const DType kBlockTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0};
 
 TEST(RowsX4, BytesSitWhereTheLayoutSays) {
   std::mt19937 rng(3);
@@ -128,34 +129,47 @@ TEST(RowsX4, DequantQuadMatchesGgufRows) {
   }
 }
 
-// q5_0's layout: q4_0's quants (qs at byte 6 of its 22), then per group 64 bytes of
-// fifth bits, mask 2s + h's bit 4(4r + b) + i holding element 16h + 4s + i of row r's
-// block b (the weight vector the kernels unpack at step s, from the low (h = 0) or high
-// nibbles), then the scales.
-TEST(RowsX4, Q5_0BytesSitWhereTheLayoutSays) {
+// q4_1's, q5_0's and q5_1's layout: q4_0's quants (qs at the end of each block), then
+// per group 64 bytes of fifth bits (the 5-bit types), mask 2s + h's bit 4(4r + b) + i
+// holding element 16h + 4s + i of row r's block b (the weight vector the kernels unpack
+// at step s, from the low (h = 0) or high nibbles), then the group's 16 d and (q4_1,
+// q5_1) its 16 m.
+TEST(RowsX4, LegacyBytesSitWhereTheLayoutSays) {
   std::mt19937 rng(6);
-  const DType t = DType::Q5_0;
-  const int64_t rows = 8, cols = 384, groups = cols / 128, nb = cols / 32;
-  const auto src = random_rows(t, rows, cols, rng);
-  std::vector<uint8_t> dst(src.size());
-  repack_rows_x4(t, src.data(), rows, cols, dst.data());
-  ASSERT_EQ(rows_x4_group_bit_bytes(t), 64);
-  for (int64_t row = 0; row < rows; ++row)
-    for (int64_t blk = 0; blk < nb; ++blk) {
-      const uint8_t* b = src.data() + static_cast<size_t>(row * nb + blk) * 22;  // d, qh, qs
-      const uint8_t* quad = dst.data() + static_cast<size_t>(row / 4) * rows_x4_quad_bytes(t, cols);
-      const int64_t r = row % 4, g = blk / 4, bi = blk % 4;
-      for (int k = 0; k < 4; ++k)
-        for (int j = 0; j < 4; ++j) ASSERT_EQ(quad[256 * g + 64 * k + 4 * (4 * r + bi) + j], b[6 + 4 * k + j]);
-      for (int e = 0; e < 32; ++e) {
-        const int h = e / 16, s = (e % 16) / 4, i = e % 4;
-        uint64_t mask;
-        std::memcpy(&mask, quad + 256 * groups + 64 * g + 8 * (2 * s + h), 8);
-        ASSERT_EQ((mask >> (4 * (4 * r + bi) + i)) & 1, static_cast<uint64_t>((b[2 + e / 8] >> (e % 8)) & 1))
-            << "row " << row << " block " << blk << " element " << e;
+  struct Shape {
+    DType t;
+    int bb, qh, bits, scales;  // block bytes, qh's offset in it (-1: none), bit and scale bytes per group
+  };
+  for (const Shape& sh : {Shape{DType::Q4_1, 20, -1, 0, 64}, Shape{DType::Q5_0, 22, 2, 64, 32},
+                          Shape{DType::Q5_1, 24, 4, 64, 64}}) {
+    const DType t = sh.t;
+    const int64_t rows = 8, cols = 384, groups = cols / 128, nb = cols / 32;
+    const auto src = random_rows(t, rows, cols, rng);
+    std::vector<uint8_t> dst(src.size());
+    repack_rows_x4(t, src.data(), rows, cols, dst.data());
+    ASSERT_EQ(rows_x4_group_bit_bytes(t), sh.bits);
+    ASSERT_EQ(rows_x4_group_scale_bytes(t), sh.scales);
+    ASSERT_EQ(256 + sh.bits + sh.scales, 16 * sh.bb) << "a group holds its 16 blocks' bytes";
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t blk = 0; blk < nb; ++blk) {
+        const uint8_t* b = src.data() + static_cast<size_t>(row * nb + blk) * sh.bb;  // d, (m), (qh), qs
+        const uint8_t* quad = dst.data() + static_cast<size_t>(row / 4) * rows_x4_quad_bytes(t, cols);
+        const int64_t r = row % 4, g = blk / 4, bi = blk % 4;
+        for (int k = 0; k < 4; ++k)
+          for (int j = 0; j < 4; ++j)
+            ASSERT_EQ(quad[256 * g + 64 * k + 4 * (4 * r + bi) + j], b[sh.bb - 16 + 4 * k + j]) << dtype_name(t);
+        for (int e = 0; e < 32 && sh.qh >= 0; ++e) {
+          const int h = e / 16, s = (e % 16) / 4, i = e % 4;
+          uint64_t mask;
+          std::memcpy(&mask, quad + 256 * groups + 64 * g + 8 * (2 * s + h), 8);
+          ASSERT_EQ((mask >> (4 * (4 * r + bi) + i)) & 1, static_cast<uint64_t>((b[sh.qh + e / 8] >> (e % 8)) & 1))
+              << dtype_name(t) << " row " << row << " block " << blk << " element " << e;
+        }
+        const uint8_t* scales = quad + (256 + sh.bits) * groups + sh.scales * g;
+        ASSERT_EQ(std::memcmp(scales + 2 * (4 * r + bi), b, 2), 0) << dtype_name(t);
+        if (sh.scales == 64) ASSERT_EQ(std::memcmp(scales + 32 + 2 * (4 * r + bi), b + 2, 2), 0) << dtype_name(t);
       }
-      ASSERT_EQ(std::memcmp(quad + 320 * groups + 32 * g + 2 * (4 * r + bi), b, 2), 0);
-    }
+  }
 }
 
 // Q4_K's and Q5_K's layout: each sub-block's nibbles re-paired as q4_0 pairs them, at
@@ -258,7 +272,9 @@ TEST(RowsX4, ShapesAndGuards) {
   EXPECT_TRUE(rows_x4_supports(DType::Q4_0));
   EXPECT_TRUE(rows_x4_supports(DType::Q8_0));
   EXPECT_TRUE(rows_x4_supports(DType::Q5_0));
-  EXPECT_FALSE(rows_x4_supports(DType::Q4_1));
+  EXPECT_TRUE(rows_x4_supports(DType::Q4_1));
+  EXPECT_TRUE(rows_x4_supports(DType::Q5_1));
+  EXPECT_FALSE(rows_x4_supports(DType::IQ4_NL));
   EXPECT_FALSE(rows_x4_supports(DType::F16)) << "no interleaved float layout";
   EXPECT_TRUE(rows_x4_supports(DType::Q4_K));
   EXPECT_TRUE(rows_x4_supports(DType::Q5_K));
@@ -286,6 +302,8 @@ TEST(RowsX4, ShapesAndGuards) {
   EXPECT_EQ(auto_backend.layout_for(DType::Q4_K, 8, 256), cpu::q4_vnni_enabled() ? RowLayout::rows_x4 : RowLayout::gguf);
   EXPECT_EQ(auto_backend.layout_for(DType::Q5_K, 8, 256), cpu::q4_vnni_enabled() ? RowLayout::rows_x4 : RowLayout::gguf);
   EXPECT_EQ(auto_backend.layout_for(DType::Q5_0, 8, 256), cpu::q4_vnni_enabled() ? RowLayout::rows_x4 : RowLayout::gguf);
+  EXPECT_EQ(auto_backend.layout_for(DType::Q5_1, 8, 256), cpu::q4_vnni_enabled() ? RowLayout::rows_x4 : RowLayout::gguf);
+  EXPECT_EQ(p->layout_for(DType::Q4_1, 8, 256), RowLayout::gguf) << "int8 kernels only";
   EXPECT_EQ(p->layout_for(DType::F32, 8, 256), RowLayout::gguf);
   EXPECT_TRUE(dtype_is_file_type(DType::Q4_0));
   EXPECT_TRUE(dtype_is_file_type(DType::Q8_0));

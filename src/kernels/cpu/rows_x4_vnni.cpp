@@ -162,9 +162,12 @@ MOEFLOW_VNNI_ATTR inline void group_sums(const uint8_t* const* q, const PackedX4
 template <DType T>
 constexpr int64_t kQuadQuant = T == DType::Q8_0 ? 512 : 256;  // a quad's quant bytes per group
 template <DType T>
-constexpr int64_t kQuadBits = T == DType::Q5_0 || T == DType::Q5_K ? 64 : T == DType::Q6_K ? 128 : 0;  // high-bit bytes per group
+constexpr int64_t kQuadBits =  // high-bit bytes per group
+    T == DType::Q5_0 || T == DType::Q5_1 || T == DType::Q5_K ? 64 : T == DType::Q6_K ? 128 : 0;
 template <DType T>
-constexpr int64_t kQuadScales = T == DType::Q6_K ? kRowsX4Q6KScaleBytes / 2 : kRowsX4GroupScaleBytes;
+constexpr int64_t kQuadScales = T == DType::Q6_K                         ? kRowsX4Q6KScaleBytes / 2
+                                : T == DType::Q4_1 || T == DType::Q5_1 ? 2 * kRowsX4GroupScaleBytes  // d, m
+                                                                         : kRowsX4GroupScaleBytes;
 template <DType T>
 constexpr int64_t kQuadStep = kQuadQuant<T> + kQuadBits<T> + kQuadScales<T>;  // a quad's bytes per group
 
@@ -487,7 +490,8 @@ MOEFLOW_VNNI_ATTR void pack_x8(const float* x, int64_t cols, uint8_t* out) {
 // tokens keep 8 integer and 8 float accumulators, 8 independent chains.
 //
 // q5_0: q4_0's nibbles plus 16 where a fifth bit is set (a masked add per weight
-// vector), offset -16 * sum(x).
+// vector), offset -16 * sum(x). q4_1 / q5_1: the same unsigned quants without an
+// offset; each lane adds its minimum m times the activation's block sum (xsum).
 // Q4_K (tensor/rows_x4.h): q4_0's nibbles without its offset of 8 (Q5_K: plus 16 where
 // a fifth bit is set, as q5_0); instead each lane
 // (row r, sub-block b) takes d * scale times its sum and, subtracted, dmin * min times
@@ -497,8 +501,9 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
                                     float* const* out, const uint8_t* const* pf) {
   constexpr bool kK = T == DType::Q4_K || T == DType::Q5_K;
   constexpr bool kQ6 = T == DType::Q6_K;
-  constexpr bool kQ4 = T == DType::Q4_0 || T == DType::Q5_0 || kK || kQ6;  // nibbles
-  constexpr bool kQ5 = T == DType::Q5_0 || T == DType::Q5_K;
+  constexpr bool kMin = T == DType::Q4_1 || T == DType::Q5_1;  // x = d q + m
+  constexpr bool kQ4 = T == DType::Q4_0 || T == DType::Q5_0 || kMin || kK || kQ6;  // nibbles
+  constexpr bool kQ5 = T == DType::Q5_0 || T == DType::Q5_1 || T == DType::Q5_K;
   constexpr int64_t kQuant = kQuadQuant<T>;
   const __m512i nibble = _mm512_set1_epi8(0x0f), bias = _mm512_set1_epi8(static_cast<char>(0x80));
   [[maybe_unused]] const __m512i k16 = _mm512_set1_epi8(16), k30 = _mm512_set1_epi8(0x30);
@@ -520,7 +525,7 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
           sum[j][t] = bcast(x[t][g].q6_offset[0]);
           sumb[j][t] = bcast(x[t][g].q6_offset[1]);
         } else {
-          sum[j][t] = kK                  ? _mm512_setzero_si512()
+          sum[j][t] = kK || kMin          ? _mm512_setzero_si512()
                       : T == DType::Q5_0 ? _mm512_slli_epi32(bcast(x[t][g].q4_offset), 1)  // -16 * sum
                                           : bcast(kQ4 ? x[t][g].q4_offset : x[t][g].q8_offset);
         }
@@ -602,17 +607,23 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
       }
     } else {
       __m512 dw[NQ];
+      [[maybe_unused]] __m512 mw[NQ];
 #pragma GCC unroll 2
-      for (int j = 0; j < NQ; ++j)
-        dw[j] = _mm512_cvtph_ps(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[j] + groups * (kQuant + kQuadBits<T>) +
-                                                                g * kRowsX4GroupScaleBytes)));
+      for (int j = 0; j < NQ; ++j) {
+        const uint8_t* s = q[j] + groups * (kQuant + kQuadBits<T>) + g * kQuadScales<T>;
+        dw[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)));
+        if constexpr (kMin) mw[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32)));
+      }
 #pragma GCC unroll 4
       for (int t = 0; t < NT; ++t) {
         const __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(x[t][g].dx));
+        [[maybe_unused]] __m512 xs;
+        if constexpr (kMin) xs = _mm512_broadcast_f32x4(_mm_loadu_ps(x[t][g].xsum));
 #pragma GCC unroll 2
-        for (int j = 0; j < NQ; ++j)
+        for (int j = 0; j < NQ; ++j) {
           acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[j][t]), _mm512_mul_ps(dw[j], dx), acc[j][t]);
+          if constexpr (kMin) acc[j][t] = _mm512_fmadd_ps(mw[j], xs, acc[j][t]);
+        }
       }
     }
   }
@@ -804,16 +815,17 @@ MOEFLOW_VNNI_ATTR void dequant_avx512(DType t, const uint8_t* quad, int64_t cols
 }
 
 MOEFLOW_VNNI_ATTR void repack_avx512(DType ft, const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) {
-  const bool q8 = ft == DType::Q8_0, q5 = ft == DType::Q5_0;
-  const int64_t gq = q8 ? 512 : 256, gbits = rows_x4_group_bit_bytes(ft);
-  const int64_t block_bytes = q8 ? 34 : q5 ? 22 : 18, qs_at = q5 ? 6 : 2;  // f16 d (q5_0: then qh), the quants
+  const bool q8 = ft == DType::Q8_0, min = rows_x4_has_min(ft);
+  const int64_t gq = q8 ? 512 : 256, gbits = rows_x4_group_bit_bytes(ft), gscales = rows_x4_group_scale_bytes(ft);
+  const int64_t block_bytes = static_cast<int64_t>(dtype_info(ft).type_size);
+  // f16 d (and m), then q5_0's / q5_1's 4 bytes of qh, then the quants.
+  const int64_t qs_at = block_bytes - (q8 ? 32 : 16), qh_at = qs_at - 4;
   const int64_t groups = cols / kRowsX4GroupCols, nb = cols / 32;
   const size_t rb = static_cast<size_t>(nb * block_bytes);
   for (int64_t q = 0; q < rows / kRowsX4; ++q) {
     const uint8_t* in = src + static_cast<size_t>(4 * q) * rb;
     uint8_t* quad = dst + 4 * rb * static_cast<size_t>(q);
-    auto* scales = reinterpret_cast<uint16_t*>(quad + groups * (gq + gbits));
-    if (q5) std::memset(quad + groups * gq, 0, static_cast<size_t>(groups * gbits));
+    if (gbits) std::memset(quad + groups * gq, 0, static_cast<size_t>(groups * gbits));
     for (int64_t g = 0; g < groups; ++g) {
       const uint8_t* blocks[4];
       for (int r = 0; r < 4; ++r) blocks[r] = in + r * rb + static_cast<size_t>(4 * g * block_bytes);
@@ -822,13 +834,15 @@ MOEFLOW_VNNI_ATTR void repack_avx512(DType ft, const uint8_t* src, int64_t rows,
         for (int r = 0; r < 4; ++r) quants[r] = blocks[r] + qs_at + 16 * h;
         steps_of_rows(quants, block_bytes, quad + g * gq + 256 * h);
       }
+      uint8_t* scales = quad + groups * (gq + gbits) + g * gscales;  // 16 d (then 16 m)
       for (int r = 0; r < 4; ++r)
         for (int b = 0; b < 4; ++b) {
           const uint8_t* block = blocks[r] + b * block_bytes;
-          std::memcpy(scales + 16 * g + 4 * r + b, block, 2);
-          if (q5) {
+          std::memcpy(scales + 2 * (4 * r + b), block, 2);
+          if (min) std::memcpy(scales + 32 + 2 * (4 * r + b), block + 2, 2);
+          if (gbits) {
             uint32_t qh;
-            std::memcpy(&qh, block + 2, 4);
+            std::memcpy(&qh, block + qh_at, 4);
             rows_x4_put_fifth_bits(quad + groups * gq + g * gbits, r, b, qh);
           }
         }
@@ -852,8 +866,8 @@ void by_type(DType t, const char* what, F&& f) {
   }
 }
 
-// by_type for the int8 kernels, which also take q5_0 and the k-quants (the int16 ones do
-// not: CpuBackend interleaves them only where they meet int8 activations).
+// by_type for the int8 kernels, which also take q4_1, q5_0, q5_1 and the k-quants (the
+// int16 ones do not: CpuBackend interleaves them only where they meet int8 activations).
 template <class F>
 void by_type8(DType t, const char* what, F&& f) {
   if (t == DType::Q4_K) {
@@ -864,6 +878,10 @@ void by_type8(DType t, const char* what, F&& f) {
     f(std::integral_constant<DType, DType::Q6_K>{});
   } else if (t == DType::Q5_0) {
     f(std::integral_constant<DType, DType::Q5_0>{});
+  } else if (t == DType::Q4_1) {
+    f(std::integral_constant<DType, DType::Q4_1>{});
+  } else if (t == DType::Q5_1) {
+    f(std::integral_constant<DType, DType::Q5_1>{});
   } else if (t == DType::Q4_0 || t == DType::Q8_0) {
     by_type(t, what, f);
   } else {
@@ -971,7 +989,10 @@ void rows_x4_repack(DType file_type, const void* src, int64_t rows, int64_t cols
 void rows_x4_dequant_quad(DType t, const uint8_t* quad, int64_t cols, int64_t g0, int64_t n_groups, float* out,
                           int64_t ld) {
 #ifdef MOEFLOW_HAVE_VNNI_KERNEL
-  if (cpu_has_avx512_vnni()) {
+  // q4_1 / q5_1 take the portable path (d q + m exactly as dequantize_row rounds it):
+  // the CPU backend runs interleaved rows on the integer kernels, prefill's tokens too
+  // (integer_kernels_for), so only a direct f32 matmul comes here.
+  if (cpu_has_avx512_vnni() && !rows_x4_has_min(t)) {
     dequant_avx512(t, quad, cols, g0, n_groups, out, ld);
     return;
   }
