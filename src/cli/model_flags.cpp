@@ -32,9 +32,9 @@ void add_model_flags(Args& a) {
                         "default, on CPUs with AVX-512 VNNI, their rows are interleaved in fours for the faster kernels; all "
                         "but q4_0 and q8_0 on int8 activations only)", false);
   a.flag("--activations", "precision of the activations that interleaved q4_0 / q8_0 rows, k-quant rows and iq4_nl / "
-                          "iq4_xs / mxfp4 rows multiply, in decode and prefill: auto (int8 for q4_0, k-quant, iq4 and "
-                          "mxfp4 weights, whose own rounding is coarser; int16 for q8_0), int16 (within ~2e-5 of f32; "
-                          "iq4 and mxfp4 then on f32) or int8 (llama.cpp's q8_0 activations, or its q8_K for k-quant and "
+                          "iq4_xs / mxfp4 rows multiply, in decode and prefill: auto (int8 for q4_0, q4_1, q5_0, q5_1, "
+                          "k-quant, iq4 and mxfp4 weights, whose own rounding is coarser; int16 for q8_0), int16 (within "
+                          "~2e-5 of f32; q4_1 / q5_0 / q5_1, iq4 and mxfp4 then on f32) or int8 (llama.cpp's q8_0 activations, or its q8_K for k-quant and "
                           "iq4_xs weights on AVX2 CPUs without VNNI; faster batched decoding and prefill where arithmetic "
                           "limits them)", true, "auto");
 }
