@@ -5,6 +5,7 @@
 #include <string>
 #include <type_traits>
 
+#include "tensor/iquants.h"
 #include "tensor/kquants.h"
 #include "tensor/legacy_quants.h"
 
@@ -22,6 +23,7 @@ BlockShape block_shape(DType t) {
     case DType::Q5_0: return {sizeof(BlockQ5_0), sizeof(BlockQ5_0::qs)};
     case DType::Q4_1: return {sizeof(BlockQ4_1), sizeof(BlockQ4_1::qs)};
     case DType::Q5_1: return {sizeof(BlockQ5_1), sizeof(BlockQ5_1::qs)};
+    case DType::IQ4_NL: return {sizeof(BlockIQ4_NL), sizeof(BlockIQ4_NL::qs)};
     case DType::Q4_K: return {sizeof(BlockQ4_K), 16};  // per 32-column sub-block, as q4_0
     case DType::Q5_K: return {sizeof(BlockQ5_K), 16};
     case DType::Q6_K: return {sizeof(BlockQ6_K), 16};

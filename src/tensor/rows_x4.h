@@ -1,4 +1,4 @@
-// RowLayout::rows_x4: q4_0 / q8_0 (and q4_1 / q5_0 / q5_1, Q4_K / Q5_K / Q6_K) matrices with their rows
+// RowLayout::rows_x4: q4_0 / q8_0 (and q4_1 / q5_0 / q5_1, iq4_nl, Q4_K / Q5_K / Q6_K) matrices with their rows
 // interleaved in fours, so that one 512-bit load holds 4 bytes of each of 16 (row,
 // block) pairs and the VNNI kernels (kernels/cpu/rows_x4_vnni.h) accumulate every pair
 // in its own 32-bit lane: no gather of 18- or 34-byte blocks, no reduction across
@@ -27,7 +27,9 @@
 // q5_0 as q4_0 (its qs pair elements i and 16+i as q4_0's do), and between the quants
 // and the scales G x 64 bytes of fifth bits, arranged as Q5_K's below (22 bytes per
 // row and block, as in the file). q4_1 and q5_1 as q4_0 and q5_0, each group's 16 d
-// followed by its 16 minimums m (f16, the same order): G x 64 bytes of scales.
+// followed by its 16 minimums m (f16, the same order): G x 64 bytes of scales. iq4_nl
+// exactly as q4_0 (the same 18-byte blocks and nibble order; a nibble indexes
+// kIq4Levels instead of counting from -8).
 // Q4_K takes q4_0's quant arrangement for its 32-column sub-blocks ("block" 4g+b is the
 // row's sub-block 4g+b, its nibbles re-paired as q4_0 pairs them: byte i holds elements
 // i and 16+i), so the same kernels unpack both; and after the quants, per super-block
@@ -64,16 +66,18 @@ inline bool rows_x4_fits(int64_t rows, int64_t cols) {
   return rows > 0 && cols > 0 && rows % kRowsX4 == 0 && cols % kRowsX4GroupCols == 0;
 }
 
-// Whether matrices of type t can be interleaved (q4_0, q4_1, q5_0, q5_1, q8_0, Q4_K, Q5_K
-// and Q6_K).
+// Whether matrices of type t can be interleaved (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl,
+// Q4_K, Q5_K and Q6_K).
 inline bool rows_x4_supports(DType t) {
-  return t == DType::Q4_0 || t == DType::Q8_0 || dtype_is_legacy_quant(t) || t == DType::Q4_K || t == DType::Q5_K ||
-         t == DType::Q6_K;
+  return t == DType::Q4_0 || t == DType::Q8_0 || dtype_is_legacy_quant(t) || t == DType::IQ4_NL ||
+         t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
 }
 
 // Whether t's interleaved rows have int8 kernels only (all but q4_0 and q8_0: the CPU
 // backend interleaves them only where they meet int8 activations).
-inline bool rows_x4_int8_only(DType t) { return dtype_is_legacy_quant(t) || dtype_is_kquant(t); }
+inline bool rows_x4_int8_only(DType t) {
+  return dtype_is_legacy_quant(t) || t == DType::IQ4_NL || dtype_is_kquant(t);
+}
 
 // Whether t's blocks carry a minimum (q4_1, q5_1: x = d q + m).
 inline bool rows_x4_has_min(DType t) { return t == DType::Q4_1 || t == DType::Q5_1; }

@@ -33,10 +33,10 @@ std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t cols, std::mt199
   return b;
 }
 
-const DType kFileTypes[] = {DType::Q4_0, DType::Q8_0};
+const DType kFileTypes[] = {DType::Q4_0, DType::Q8_0, DType::IQ4_NL};  // f16 d, then the quants
 // The 32-column types: q4_1 / q5_0 / q5_1 keep their minimums and fifth bits apart
 // (their own test below).
-const DType kBlockTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0};
+const DType kBlockTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::IQ4_NL};
 
 TEST(RowsX4, BytesSitWhereTheLayoutSays) {
   std::mt19937 rng(3);
@@ -274,7 +274,8 @@ TEST(RowsX4, ShapesAndGuards) {
   EXPECT_TRUE(rows_x4_supports(DType::Q5_0));
   EXPECT_TRUE(rows_x4_supports(DType::Q4_1));
   EXPECT_TRUE(rows_x4_supports(DType::Q5_1));
-  EXPECT_FALSE(rows_x4_supports(DType::IQ4_NL));
+  EXPECT_TRUE(rows_x4_supports(DType::IQ4_NL));
+  EXPECT_FALSE(rows_x4_supports(DType::IQ4_XS));
   EXPECT_FALSE(rows_x4_supports(DType::F16)) << "no interleaved float layout";
   EXPECT_TRUE(rows_x4_supports(DType::Q4_K));
   EXPECT_TRUE(rows_x4_supports(DType::Q5_K));

@@ -16,6 +16,7 @@
 #include "kernels/cpu/quantize_x8.h"
 #include "kernels/cpu/rows_x4_kquant.h"
 #include "kernels/cpu/rows_x4_steps.h"
+#include "tensor/iquants.h"
 #include "tensor/rows_x4.h"
 
 namespace moeflow::cpu {
@@ -42,6 +43,14 @@ static_assert(sizeof(PackedX4) == kRowsX4XGroupBytes);
 
 MOEFLOW_VNNI_ATTR inline __m512i bcast(const void* p) {
   return _mm512_broadcast_i32x4(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+}
+
+// kIq4Levels + 128 (1..241, unsigned) in each 128-bit lane: iq4_nl's nibbles as the
+// unsigned operand of a multiply-add, by one byte shuffle.
+MOEFLOW_VNNI_ATTR inline __m512i iq4_levels_unsigned() {
+  alignas(16) uint8_t lut[16];
+  for (int i = 0; i < 16; ++i) lut[i] = static_cast<uint8_t>(kIq4Levels[i] + 128);
+  return bcast(lut);
 }
 
 // A weight vector, loaded once into a register. Where one load feeds two instructions
@@ -490,7 +499,8 @@ MOEFLOW_VNNI_ATTR void pack_x8(const float* x, int64_t cols, uint8_t* out) {
 // tokens keep 8 integer and 8 float accumulators, 8 independent chains.
 //
 // q5_0: q4_0's nibbles plus 16 where a fifth bit is set (a masked add per weight
-// vector), offset -16 * sum(x). q4_1 / q5_1: the same unsigned quants without an
+// vector), offset -16 * sum(x). iq4_nl: q4_0's nibbles looked up as kIq4Levels + 128
+// (one byte shuffle per weight vector), offset -128 * sum(x) as q8_0's. q4_1 / q5_1: the same unsigned quants without an
 // offset; each lane adds its minimum m times the activation's block sum (xsum).
 // Q4_K (tensor/rows_x4.h): q4_0's nibbles without its offset of 8 (Q5_K: plus 16 where
 // a fifth bit is set, as q5_0); instead each lane
@@ -502,11 +512,14 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
   constexpr bool kK = T == DType::Q4_K || T == DType::Q5_K;
   constexpr bool kQ6 = T == DType::Q6_K;
   constexpr bool kMin = T == DType::Q4_1 || T == DType::Q5_1;  // x = d q + m
-  constexpr bool kQ4 = T == DType::Q4_0 || T == DType::Q5_0 || kMin || kK || kQ6;  // nibbles
+  constexpr bool kNL = T == DType::IQ4_NL;                      // x = d kIq4Levels[q]
+  constexpr bool kQ4 = T == DType::Q4_0 || T == DType::Q5_0 || kMin || kNL || kK || kQ6;  // nibbles
   constexpr bool kQ5 = T == DType::Q5_0 || T == DType::Q5_1 || T == DType::Q5_K;
   constexpr int64_t kQuant = kQuadQuant<T>;
   const __m512i nibble = _mm512_set1_epi8(0x0f), bias = _mm512_set1_epi8(static_cast<char>(0x80));
   [[maybe_unused]] const __m512i k16 = _mm512_set1_epi8(16), k30 = _mm512_set1_epi8(0x30);
+  [[maybe_unused]] __m512i levels;
+  if constexpr (kNL) levels = iq4_levels_unsigned();
   __m512 acc[NQ][NT];
 #pragma GCC unroll 2
   for (int j = 0; j < NQ; ++j)
@@ -527,7 +540,7 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
         } else {
           sum[j][t] = kK || kMin          ? _mm512_setzero_si512()
                       : T == DType::Q5_0 ? _mm512_slli_epi32(bcast(x[t][g].q4_offset), 1)  // -16 * sum
-                                          : bcast(kQ4 ? x[t][g].q4_offset : x[t][g].q8_offset);
+                                          : bcast(kQ4 && !kNL ? x[t][g].q4_offset : x[t][g].q8_offset);
         }
       }
     }
@@ -549,6 +562,10 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
             std::memcpy(&mb, bits + 8, 8);
             ua[j] = _mm512_mask_add_epi8(ua[j], _cvtu64_mask64(ma), ua[j], k16);
             ub[j] = _mm512_mask_add_epi8(ub[j], _cvtu64_mask64(mb), ub[j], k16);
+          }
+          if constexpr (kNL) {
+            ua[j] = _mm512_shuffle_epi8(levels, ua[j]);
+            ub[j] = _mm512_shuffle_epi8(levels, ub[j]);
           }
           if constexpr (kQ6) {  // the top two bits into bits 4-5 (tensor/rows_x4.h)
             const __m512i top = _mm512_loadu_si512(q[j] + groups * kQuant + g * kQuadBits<T> + 64 * (s % 2));
@@ -866,8 +883,9 @@ void by_type(DType t, const char* what, F&& f) {
   }
 }
 
-// by_type for the int8 kernels, which also take q4_1, q5_0, q5_1 and the k-quants (the
-// int16 ones do not: CpuBackend interleaves them only where they meet int8 activations).
+// by_type for the int8 kernels, which also take q4_1, q5_0, q5_1, iq4_nl and the k-quants
+// (the int16 ones do not: CpuBackend interleaves them only where they meet int8
+// activations).
 template <class F>
 void by_type8(DType t, const char* what, F&& f) {
   if (t == DType::Q4_K) {
@@ -882,6 +900,8 @@ void by_type8(DType t, const char* what, F&& f) {
     f(std::integral_constant<DType, DType::Q4_1>{});
   } else if (t == DType::Q5_1) {
     f(std::integral_constant<DType, DType::Q5_1>{});
+  } else if (t == DType::IQ4_NL) {
+    f(std::integral_constant<DType, DType::IQ4_NL>{});
   } else if (t == DType::Q4_0 || t == DType::Q8_0) {
     by_type(t, what, f);
   } else {
@@ -989,10 +1009,10 @@ void rows_x4_repack(DType file_type, const void* src, int64_t rows, int64_t cols
 void rows_x4_dequant_quad(DType t, const uint8_t* quad, int64_t cols, int64_t g0, int64_t n_groups, float* out,
                           int64_t ld) {
 #ifdef MOEFLOW_HAVE_VNNI_KERNEL
-  // q4_1 / q5_1 take the portable path (d q + m exactly as dequantize_row rounds it):
-  // the CPU backend runs interleaved rows on the integer kernels, prefill's tokens too
+  // q4_1 / q5_1 / iq4_nl take the portable path (dequantize_row's floats): the CPU
+  // backend runs interleaved rows on the integer kernels, prefill's tokens too
   // (integer_kernels_for), so only a direct f32 matmul comes here.
-  if (cpu_has_avx512_vnni() && !rows_x4_has_min(t)) {
+  if (cpu_has_avx512_vnni() && !rows_x4_has_min(t) && t != DType::IQ4_NL) {
     dequant_avx512(t, quad, cols, g0, n_groups, out, ld);
     return;
   }
