@@ -28,8 +28,8 @@ void add_model_flags(Args& a) {
                    "(starts faster; page-cache pages: a q8_0 mat-vec alone read 26 against 44 GB/s)", false);
   a.flag("--kv-type", "KV cache elements: f32, f16, or auto (f16 when the model's key and value projections are "
                       "q8_0 / q4_0, whose rounding exceeds f16's; f32 otherwise)", true, "auto");
-  a.flag("--no-repack", "keep q4_0, q4_1, q5_0, q5_1, q8_0, Q4_K, Q5_K and Q6_K weights in GGUF's row layout in memory (by "
-                        "default, on CPUs with AVX-512 VNNI, their rows are interleaved in fours for the faster kernels; all "
+  a.flag("--no-repack", "keep q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, iq4_xs, Q4_K, Q5_K and Q6_K weights in GGUF's row layout "
+                        "in memory (by default, on CPUs with AVX-512 VNNI, their rows are interleaved in fours for the faster kernels; all "
                         "but q4_0 and q8_0 on int8 activations only)", false);
   a.flag("--activations", "precision of the activations that interleaved q4_0 / q8_0 rows, k-quant rows and iq4_nl / "
                           "iq4_xs / mxfp4 rows multiply, in decode and prefill: auto (int8 for q4_0, q4_1, q5_0, q5_1, "

@@ -24,6 +24,7 @@ BlockShape block_shape(DType t) {
     case DType::Q4_1: return {sizeof(BlockQ4_1), sizeof(BlockQ4_1::qs)};
     case DType::Q5_1: return {sizeof(BlockQ5_1), sizeof(BlockQ5_1::qs)};
     case DType::IQ4_NL: return {sizeof(BlockIQ4_NL), sizeof(BlockIQ4_NL::qs)};
+    case DType::IQ4_XS: return {sizeof(BlockIQ4_XS), 16};  // per 32-column sub-block, as iq4_nl
     case DType::Q4_K: return {sizeof(BlockQ4_K), 16};  // per 32-column sub-block, as q4_0
     case DType::Q5_K: return {sizeof(BlockQ5_K), 16};
     case DType::Q6_K: return {sizeof(BlockQ6_K), 16};
@@ -177,6 +178,60 @@ void repack_q6_k(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out) {
   }
 }
 
+// iq4_xs (tensor/rows_x4.h): where super-block sb's 32 bytes of scales sit in a quad.
+inline size_t iq4_xs_scales(int64_t groups, int64_t sb) {
+  return static_cast<size_t>(groups * 256 + sb * kRowsX4Iq4XsScaleBytes);
+}
+inline int iq4_xs_ls(const BlockIQ4_XS& b, int ib) {
+  return ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) | (((b.scales_h >> (2 * ib)) & 3) << 4);
+}
+
+void repack_iq4_xs(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out) {
+  const size_t rb = row_bytes(DType::IQ4_XS, cols);
+  const int64_t groups = cols / kRowsX4GroupCols, n_sb = cols / 256;
+  for (int64_t q = 0; q < rows / kRowsX4; ++q) {
+    uint8_t* quad = out + static_cast<size_t>(q) * rows_x4_quad_bytes(DType::IQ4_XS, cols);
+    std::memset(quad + iq4_xs_scales(groups, 0), 0, static_cast<size_t>(n_sb * kRowsX4Iq4XsScaleBytes));
+    for (int r = 0; r < kRowsX4; ++r) {
+      const auto* blocks = reinterpret_cast<const BlockIQ4_XS*>(in + static_cast<size_t>(4 * q + r) * rb);
+      for (int64_t sb = 0; sb < n_sb; ++sb) {
+        const BlockIQ4_XS& b = blocks[sb];
+        uint8_t* sc = quad + iq4_xs_scales(groups, sb);
+        std::memcpy(sc + 2 * r, &b.d, 2);
+        uint64_t top;
+        std::memcpy(&top, sc + 24, 8);
+        for (int ib = 0; ib < 8; ++ib) {
+          const int ls = iq4_xs_ls(b, ib), h = ib / 4, lane = 4 * r + ib % 4;
+          sc[8 + lane] |= static_cast<uint8_t>((ls & 0xf) << (4 * h));
+          top |= static_cast<uint64_t>(ls >> 4) << (32 * h + 2 * lane);
+          for (int k = 0; k < 4; ++k) std::memcpy(quad + quant_offset(256, 8 * sb + ib, r, k), b.qs + 16 * ib + 4 * k, 4);
+        }
+        std::memcpy(sc + 24, &top, 8);
+      }
+    }
+  }
+}
+
+void row_blocks_iq4_xs(const uint8_t* quad, int64_t cols, int r, int64_t b0, int64_t n, uint8_t* out) {
+  const int64_t groups = cols / kRowsX4GroupCols;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t sb = b0 + i;
+    BlockIQ4_XS b{};
+    const uint8_t* sc = quad + iq4_xs_scales(groups, sb);
+    std::memcpy(&b.d, sc + 2 * r, 2);
+    uint64_t top;
+    std::memcpy(&top, sc + 24, 8);
+    for (int ib = 0; ib < 8; ++ib) {
+      const int h = ib / 4, lane = 4 * r + ib % 4;
+      const int ls = ((sc[8 + lane] >> (4 * h)) & 0xf) | static_cast<int>(((top >> (32 * h + 2 * lane)) & 3) << 4);
+      b.scales_l[ib / 2] |= static_cast<uint8_t>((ls & 0xf) << (4 * (ib % 2)));
+      b.scales_h |= static_cast<uint16_t>((ls >> 4) << (2 * ib));
+      for (int k = 0; k < 4; ++k) std::memcpy(b.qs + 16 * ib + 4 * k, quad + quant_offset(256, 8 * sb + ib, r, k), 4);
+    }
+    std::memcpy(out + static_cast<size_t>(i) * sizeof(BlockIQ4_XS), &b, sizeof(BlockIQ4_XS));
+  }
+}
+
 void row_blocks_q6_k(const uint8_t* quad, int64_t cols, int r, int64_t b0, int64_t n, uint8_t* out) {
   const int64_t groups = cols / kRowsX4GroupCols;
   for (int64_t i = 0; i < n; ++i) {
@@ -249,6 +304,10 @@ void repack_rows_x4(DType file_type, const void* src, int64_t rows, int64_t cols
     repack_q6_k(static_cast<const uint8_t*>(src), rows, cols, static_cast<uint8_t*>(dst));
     return;
   }
+  if (file_type == DType::IQ4_XS) {
+    repack_iq4_xs(static_cast<const uint8_t*>(src), rows, cols, static_cast<uint8_t*>(dst));
+    return;
+  }
   const size_t rb = row_bytes(file_type, cols);
   const int64_t groups = cols / kRowsX4GroupCols, blocks = cols / 32, gq = rows_x4_group_quant_bytes(file_type);
   const int64_t gbits = rows_x4_group_bit_bytes(file_type);
@@ -294,6 +353,10 @@ void rows_x4_row_blocks(DType t, const void* W, int64_t cols, int64_t row, int64
   }
   if (t == DType::Q6_K) {
     row_blocks_q6_k(quad, cols, r, b0, n, o);
+    return;
+  }
+  if (t == DType::IQ4_XS) {
+    row_blocks_iq4_xs(quad, cols, r, b0, n, o);
     return;
   }
   const int64_t gbits = rows_x4_group_bit_bytes(t);

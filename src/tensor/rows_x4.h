@@ -1,4 +1,5 @@
-// RowLayout::rows_x4: q4_0 / q8_0 (and q4_1 / q5_0 / q5_1, iq4_nl, Q4_K / Q5_K / Q6_K) matrices with their rows
+// RowLayout::rows_x4: q4_0 / q8_0 (and q4_1 / q5_0 / q5_1, iq4_nl / iq4_xs, Q4_K / Q5_K /
+// Q6_K) matrices with their rows
 // interleaved in fours, so that one 512-bit load holds 4 bytes of each of 16 (row,
 // block) pairs and the VNNI kernels (kernels/cpu/rows_x4_vnni.h) accumulate every pair
 // in its own 32-bit lane: no gather of 18- or 34-byte blocks, no reduction across
@@ -29,7 +30,12 @@
 // row and block, as in the file). q4_1 and q5_1 as q4_0 and q5_0, each group's 16 d
 // followed by its 16 minimums m (f16, the same order): G x 64 bytes of scales. iq4_nl
 // exactly as q4_0 (the same 18-byte blocks and nibble order; a nibble indexes
-// kIq4Levels instead of counting from -8).
+// kIq4Levels instead of counting from -8). iq4_xs: its 32-column sub-blocks' nibbles as
+// iq4_nl's (the file pairs them the same way), then per super-block s (256 columns) 32
+// bytes: the four rows' d (f16, row r's at 2r), then for lane i = 4r + b of group 2s
+// + h (row r's sub-block 4h + b) its 6-bit scale ls: the low 4 bits in byte 8 + i at bit
+// 4h, the top 2 in the 64-bit word at byte 24, bit 32h + 2i (136 bytes per row and
+// super-block, as in the file). x = d (ls - 32) kIq4Levels[q].
 // Q4_K takes q4_0's quant arrangement for its 32-column sub-blocks ("block" 4g+b is the
 // row's sub-block 4g+b, its nibbles re-paired as q4_0 pairs them: byte i holds elements
 // i and 16+i), so the same kernels unpack both; and after the quants, per super-block
@@ -67,17 +73,18 @@ inline bool rows_x4_fits(int64_t rows, int64_t cols) {
 }
 
 // Whether matrices of type t can be interleaved (q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl,
-// Q4_K, Q5_K and Q6_K).
+// iq4_xs, Q4_K, Q5_K and Q6_K).
 inline bool rows_x4_supports(DType t) {
   return t == DType::Q4_0 || t == DType::Q8_0 || dtype_is_legacy_quant(t) || t == DType::IQ4_NL ||
-         t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+         t == DType::IQ4_XS || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
 }
 
 // Whether t's interleaved rows have int8 kernels only (all but q4_0 and q8_0: the CPU
 // backend interleaves them only where they meet int8 activations).
-inline bool rows_x4_int8_only(DType t) {
-  return dtype_is_legacy_quant(t) || t == DType::IQ4_NL || dtype_is_kquant(t);
-}
+inline bool rows_x4_int8_only(DType t) { return rows_x4_supports(t) && t != DType::Q4_0 && t != DType::Q8_0; }
+
+// Bytes of one super-block's scales of an iq4_xs quad (four rows' d and 32 6-bit scales).
+constexpr int64_t kRowsX4Iq4XsScaleBytes = 32;
 
 // Whether t's blocks carry a minimum (q4_1, q5_1: x = d q + m).
 inline bool rows_x4_has_min(DType t) { return t == DType::Q4_1 || t == DType::Q5_1; }

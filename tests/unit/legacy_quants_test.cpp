@@ -243,7 +243,8 @@ TEST(LegacyQuants, QuantisedModelsStayCloseToF32) {
 
 // A Q4_K_M file of a model whose expert FFN is 384 wide (as DeepSeek-V2-Lite's 1408: no
 // whole super-blocks, whole groups of 128 columns, so on AVX-512 VNNI its q5_0 rows are
-// interleaved) has q5_0 / q8_0 down projections (a Q3_K_M file iq4_nl ones); they and
+// interleaved) has q5_0 / q8_0 down projections (a Q3_K_M file iq4_nl ones; an iq4_xs
+// file keeps them q8_0 beside its iq4_xs gate and up); they and
 // make-model's q5_1 / q4_1 models run all-resident and with a 25% LRU cache (experts
 // repacked as they are read), the same greedy tokens each way (a batched step's tokens against each alone: Nl4Vnni.*
 // and the int8 kernels' tests in matmul_test).
@@ -254,6 +255,7 @@ TEST(LegacyQuants, ModelsRunResidentAndOffloadedAlike) {
   const std::string q8 = testing::scratch_path("legacy_q8") + ".gguf";
   const std::string q4km = testing::scratch_path("legacy_q4km") + ".gguf";
   const std::string q3km = testing::scratch_path("legacy_q3km") + ".gguf";
+  const std::string iq4xs = testing::scratch_path("legacy_iq4xs") + ".gguf";
   const std::string q51 = testing::scratch_path("legacy_q51") + ".gguf";
   const std::string q41 = testing::scratch_path("legacy_q41") + ".gguf";
   int status = -1;
@@ -262,6 +264,8 @@ TEST(LegacyQuants, ModelsRunResidentAndOffloadedAlike) {
   o = testing::run_command(bin + " quantize -i " + q8 + " -o " + q4km + " --type q4_k_m 2>&1", &status);
   ASSERT_EQ(status, 0) << o;
   o = testing::run_command(bin + " quantize -i " + q8 + " -o " + q3km + " --type q3_k_m 2>&1", &status);
+  ASSERT_EQ(status, 0) << o;
+  o = testing::run_command(bin + " quantize -i " + q8 + " -o " + iq4xs + " --type iq4_xs 2>&1", &status);
   ASSERT_EQ(status, 0) << o;
   for (const auto& [path, type] : {std::pair{q51, "q5_1"}, std::pair{q41, "q4_1"}}) {
     o = testing::run_command(bin + " make-model -o " + path + " --dtype " + type + shape + " 2>&1", &status);
@@ -277,8 +281,12 @@ TEST(LegacyQuants, ModelsRunResidentAndOffloadedAlike) {
     f = gguf::GgufFile::open(q3km);
     for (const auto& t : f->tensors()) types[t.name] = t.dtype;
     EXPECT_EQ(types["blk.1.ffn_down_exps.weight"], DType::IQ4_NL);  // Q3_K asked, 384 columns
+    f = gguf::GgufFile::open(iq4xs);
+    for (const auto& t : f->tensors()) types[t.name] = t.dtype;
+    EXPECT_EQ(types["blk.1.ffn_up_exps.weight"], DType::IQ4_XS);
+    EXPECT_EQ(types["blk.1.ffn_down_exps.weight"], DType::Q8_0) << "a lone type keeps rows it cannot hold as they were";
   }
-  for (const std::string& m : {q4km, q3km, q51, q41}) {
+  for (const std::string& m : {q4km, q3km, iq4xs, q51, q41}) {
     const std::string common = " -m " + m + " --prompt-tokens 5,17,42,99,7 -n 12 --temp 0 --ignore-eos --json --threads 2";
     const nlohmann::json all = run_json("run" + common);
     const nlohmann::json lru = run_json("run" + common + " --policy lru --expert-budget 25%");
@@ -287,7 +295,7 @@ TEST(LegacyQuants, ModelsRunResidentAndOffloadedAlike) {
     EXPECT_EQ(all["tokens"], lru["tokens"]) << m;
     EXPECT_GT(lru["cache"]["misses"].get<uint64_t>(), 0u) << m;
   }
-  for (const std::string& p : {q8, q4km, q3km, q51, q41}) std::remove(p.c_str());
+  for (const std::string& p : {q8, q4km, q3km, iq4xs, q51, q41}) std::remove(p.c_str());
 }
 
 }  // namespace

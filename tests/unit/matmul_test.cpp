@@ -576,11 +576,11 @@ TEST(Matmul, Int8ActivationsOnInterleavedRows) {
   if (!q4_vnni_enabled()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: the int16 kernels run (the option is ignored)";
   std::mt19937 rng(53);
   ThreadPool pool2(2);
-  for (DType ft : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::Q8_0, DType::Q4_K,
-                   DType::Q5_K, DType::Q6_K}) {
+  for (DType ft : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS, DType::Q8_0,
+                   DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     double worst_rounded = 0, worst_f32 = 0;
     for (int64_t rows : {12, 264}) {
-      for (int64_t cols : {dtype_is_kquant(ft) ? int64_t{256} : int64_t{128}, int64_t{768}, int64_t{2048}}) {
+      for (int64_t cols : {dtype_info(ft).block_size == 256 ? int64_t{256} : int64_t{128}, int64_t{768}, int64_t{2048}}) {
         const Weights w = make_weights(ft, rows, cols, rng);
         std::vector<uint8_t> w4(w.bytes.size());
         rows_x4_repack(ft, w.bytes.data(), rows, cols, w4.data());

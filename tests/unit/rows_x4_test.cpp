@@ -226,7 +226,7 @@ TEST(RowsX4, KquantBytesSitWhereTheLayoutSays) {
 TEST(RowsX4, KquantRoundTripRepackAndDequant) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS}) {
     for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{4, 256}, {12, 768}, {8, 2048}}) {
       const size_t rb = row_bytes(t, cols);
       std::vector<float> vals(static_cast<size_t>(rows * cols));
@@ -275,7 +275,8 @@ TEST(RowsX4, ShapesAndGuards) {
   EXPECT_TRUE(rows_x4_supports(DType::Q4_1));
   EXPECT_TRUE(rows_x4_supports(DType::Q5_1));
   EXPECT_TRUE(rows_x4_supports(DType::IQ4_NL));
-  EXPECT_FALSE(rows_x4_supports(DType::IQ4_XS));
+  EXPECT_TRUE(rows_x4_supports(DType::IQ4_XS));
+  EXPECT_FALSE(rows_x4_supports(DType::MXFP4));
   EXPECT_FALSE(rows_x4_supports(DType::F16)) << "no interleaved float layout";
   EXPECT_TRUE(rows_x4_supports(DType::Q4_K));
   EXPECT_TRUE(rows_x4_supports(DType::Q5_K));

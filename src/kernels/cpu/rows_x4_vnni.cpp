@@ -53,6 +53,23 @@ MOEFLOW_VNNI_ATTR inline __m512i iq4_levels_unsigned() {
   return bcast(lut);
 }
 
+// iq4_xs: lane i = 4r + b's scale d_r (ls - 32) for half h of a super-block, from its 32
+// bytes of scales (tensor/rows_x4.h).
+MOEFLOW_VNNI_ATTR inline __m512 iq4_xs_group_scales(const uint8_t* sc, int h) {
+  const __m512 d4 = _mm512_cvtph_ps(_mm256_zextsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
+  const __m512 d = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0), d4);
+  const __m512i low = _mm512_and_si512(
+      _mm512_srli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 8))), 4 * h),
+      _mm512_set1_epi32(0xf));
+  uint32_t top;
+  std::memcpy(&top, sc + 24 + 4 * h, 4);
+  const __m512i shifts = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i high = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(top)), shifts),
+                                        _mm512_set1_epi32(3));
+  const __m512i ls = _mm512_or_si512(low, _mm512_slli_epi32(high, 4));
+  return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(ls, _mm512_set1_epi32(32))));
+}
+
 // A weight vector, loaded once into a register. Where one load feeds two instructions
 // (a nibble's AND and its shift; q8_0's bytes as the signed operand and, offset, the
 // unsigned one) GCC folds it into both, and from cache these kernels are bound by their
@@ -175,6 +192,7 @@ constexpr int64_t kQuadBits =  // high-bit bytes per group
     T == DType::Q5_0 || T == DType::Q5_1 || T == DType::Q5_K ? 64 : T == DType::Q6_K ? 128 : 0;
 template <DType T>
 constexpr int64_t kQuadScales = T == DType::Q6_K                         ? kRowsX4Q6KScaleBytes / 2
+                                : T == DType::IQ4_XS                     ? kRowsX4Iq4XsScaleBytes / 2
                                 : T == DType::Q4_1 || T == DType::Q5_1 ? 2 * kRowsX4GroupScaleBytes  // d, m
                                                                          : kRowsX4GroupScaleBytes;
 template <DType T>
@@ -512,7 +530,8 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
   constexpr bool kK = T == DType::Q4_K || T == DType::Q5_K;
   constexpr bool kQ6 = T == DType::Q6_K;
   constexpr bool kMin = T == DType::Q4_1 || T == DType::Q5_1;  // x = d q + m
-  constexpr bool kNL = T == DType::IQ4_NL;                      // x = d kIq4Levels[q]
+  constexpr bool kXS = T == DType::IQ4_XS;                      // x = d (ls - 32) kIq4Levels[q]
+  constexpr bool kNL = T == DType::IQ4_NL || kXS;               // x = d kIq4Levels[q]
   constexpr bool kQ4 = T == DType::Q4_0 || T == DType::Q5_0 || kMin || kNL || kK || kQ6;  // nibbles
   constexpr bool kQ5 = T == DType::Q5_0 || T == DType::Q5_1 || T == DType::Q5_K;
   constexpr int64_t kQuant = kQuadQuant<T>;
@@ -603,6 +622,18 @@ MOEFLOW_VNNI_ATTR inline void tile8(const uint8_t* const* q, int64_t groups, con
           acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[j][t]), _mm512_mul_ps(sc[j].a, dx), acc[j][t]);
           acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumb[j][t]), _mm512_mul_ps(sc[j].b, dx), acc[j][t]);
         }
+      }
+    } else if constexpr (kXS) {
+      __m512 sc[NQ];
+#pragma GCC unroll 2
+      for (int j = 0; j < NQ; ++j)
+        sc[j] = iq4_xs_group_scales(q[j] + groups * kQuant + (g / 2) * kRowsX4Iq4XsScaleBytes, static_cast<int>(g % 2));
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) {
+        const __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(x[t][g].dx));
+#pragma GCC unroll 2
+        for (int j = 0; j < NQ; ++j)
+          acc[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[j][t]), _mm512_mul_ps(sc[j], dx), acc[j][t]);
       }
     } else if constexpr (kK) {
       Q4KGroupScales sc[NQ];
@@ -883,7 +914,7 @@ void by_type(DType t, const char* what, F&& f) {
   }
 }
 
-// by_type for the int8 kernels, which also take q4_1, q5_0, q5_1, iq4_nl and the k-quants
+// by_type for the int8 kernels, which also take q4_1, q5_0, q5_1, the iq4s and the k-quants
 // (the int16 ones do not: CpuBackend interleaves them only where they meet int8
 // activations).
 template <class F>
@@ -902,6 +933,8 @@ void by_type8(DType t, const char* what, F&& f) {
     f(std::integral_constant<DType, DType::Q5_1>{});
   } else if (t == DType::IQ4_NL) {
     f(std::integral_constant<DType, DType::IQ4_NL>{});
+  } else if (t == DType::IQ4_XS) {
+    f(std::integral_constant<DType, DType::IQ4_XS>{});
   } else if (t == DType::Q4_0 || t == DType::Q8_0) {
     by_type(t, what, f);
   } else {
@@ -995,7 +1028,8 @@ void rows_x4_x8_values(const float* x, int64_t cols, float* out) {
 
 void rows_x4_repack(DType file_type, const void* src, int64_t rows, int64_t cols, void* dst) {
 #ifdef MOEFLOW_HAVE_VNNI_KERNEL
-  if (cpu_has_avx512_vnni() && rows_x4_fits(rows, cols) && rows_x4_supports(file_type)) {
+  if (cpu_has_avx512_vnni() && rows_x4_fits(rows, cols) && rows_x4_supports(file_type) &&
+      file_type != DType::IQ4_XS) {  // iq4_xs: the portable repack
     const auto* in = static_cast<const uint8_t*>(src);
     auto* out = static_cast<uint8_t*>(dst);
     if (dtype_is_kquant(file_type)) rows_x4_kquant_repack(file_type, in, rows, cols, out);
@@ -1009,10 +1043,10 @@ void rows_x4_repack(DType file_type, const void* src, int64_t rows, int64_t cols
 void rows_x4_dequant_quad(DType t, const uint8_t* quad, int64_t cols, int64_t g0, int64_t n_groups, float* out,
                           int64_t ld) {
 #ifdef MOEFLOW_HAVE_VNNI_KERNEL
-  // q4_1 / q5_1 / iq4_nl take the portable path (dequantize_row's floats): the CPU
+  // q4_1 / q5_1 / iq4_nl / iq4_xs take the portable path (dequantize_row's floats): the CPU
   // backend runs interleaved rows on the integer kernels, prefill's tokens too
   // (integer_kernels_for), so only a direct f32 matmul comes here.
-  if (cpu_has_avx512_vnni() && !rows_x4_has_min(t) && t != DType::IQ4_NL) {
+  if (cpu_has_avx512_vnni() && !rows_x4_has_min(t) && t != DType::IQ4_NL && t != DType::IQ4_XS) {
     dequant_avx512(t, quad, cols, g0, n_groups, out, ld);
     return;
   }
