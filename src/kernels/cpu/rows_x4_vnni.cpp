@@ -901,17 +901,18 @@ MOEFLOW_VNNI_ATTR void repack_avx512(DType ft, const uint8_t* src, int64_t rows,
 
 }  // namespace
 
+// Runs f(tag) with tag's ::value the type t if it is one of Ts; false if none.
+template <DType... Ts, class F>
+bool one_of(DType t, F&& f) {
+  return ((t == Ts && (f(std::integral_constant<DType, Ts>{}), true)) || ...);
+}
+
 // Runs f(tag) with tag's ::value the interleaved type t (q4_0 or q8_0); else throws
 // naming `what`.
 template <class F>
 void by_type(DType t, const char* what, F&& f) {
-  if (t == DType::Q4_0) {
-    f(std::integral_constant<DType, DType::Q4_0>{});
-  } else if (t == DType::Q8_0) {
-    f(std::integral_constant<DType, DType::Q8_0>{});
-  } else {
+  if (!one_of<DType::Q4_0, DType::Q8_0>(t, f))
     throw std::invalid_argument(std::string("moeflow: ") + what + ": no interleaved layout for this type");
-  }
 }
 
 // by_type for the int8 kernels, which also take q4_1, q5_0, q5_1, the iq4s and the k-quants
@@ -919,27 +920,9 @@ void by_type(DType t, const char* what, F&& f) {
 // activations).
 template <class F>
 void by_type8(DType t, const char* what, F&& f) {
-  if (t == DType::Q4_K) {
-    f(std::integral_constant<DType, DType::Q4_K>{});
-  } else if (t == DType::Q5_K) {
-    f(std::integral_constant<DType, DType::Q5_K>{});
-  } else if (t == DType::Q6_K) {
-    f(std::integral_constant<DType, DType::Q6_K>{});
-  } else if (t == DType::Q5_0) {
-    f(std::integral_constant<DType, DType::Q5_0>{});
-  } else if (t == DType::Q4_1) {
-    f(std::integral_constant<DType, DType::Q4_1>{});
-  } else if (t == DType::Q5_1) {
-    f(std::integral_constant<DType, DType::Q5_1>{});
-  } else if (t == DType::IQ4_NL) {
-    f(std::integral_constant<DType, DType::IQ4_NL>{});
-  } else if (t == DType::IQ4_XS) {
-    f(std::integral_constant<DType, DType::IQ4_XS>{});
-  } else if (t == DType::Q4_0 || t == DType::Q8_0) {
-    by_type(t, what, f);
-  } else {
+  if (!one_of<DType::Q4_0, DType::Q8_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS,
+              DType::Q4_K, DType::Q5_K, DType::Q6_K>(t, f))
     throw std::invalid_argument(std::string("moeflow: ") + what + ": no interleaved layout for this type");
-  }
 }
 
 void rows_x4_pack_x(const int16_t* qx, const float* dx, int64_t cols, uint8_t* out) { pack_x(qx, dx, cols, out); }
