@@ -13,9 +13,10 @@
 // prefill chunk's mean). It keys the iteration's map in the store and is searched as
 // soon as it arrives: its match plans the iteration's first d layers at once (when it
 // is ready then, as a synchronous search is), guides their eviction, and plans the
-// next iteration's first layers from its last ones. A routing without one (traces of real models hold no hidden states)
-// leaves the request's key as it was: the engine's mean prompt embedding, or a hashed
-// bag of the prompt's tokens (begin_request). notes() says which the run used.
+// next iteration's first layers from its last ones. A routing without one (traces of
+// real models hold no hidden states) leaves the request's key as it was: the engine's
+// mean prompt embedding, or a hashed bag of the prompt's tokens (begin_request).
+// notes() says which the run used.
 //
 // Asynchronous matching (§4.3). The engine runs the matcher on a worker thread; the
 // simulator runs it on its clock (each job's measured time on one worker, newest

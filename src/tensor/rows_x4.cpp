@@ -185,6 +185,15 @@ inline size_t iq4_xs_scales(int64_t groups, int64_t sb) {
 inline int iq4_xs_ls(const BlockIQ4_XS& b, int ib) {
   return ((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) | (((b.scales_h >> (2 * ib)) & 3) << 4);
 }
+// Where row r's sub-block ib keeps its scale among a super-block's 32 bytes: the low 4
+// bits in byte `low` at bit `low_shift`, the top 2 in the word at byte 24 at bit `top_shift`.
+struct Iq4XsScalePlace {
+  int low, low_shift, top_shift;
+};
+inline Iq4XsScalePlace iq4_xs_scale_place(int r, int ib) {
+  const int h = ib / 4, lane = 4 * r + ib % 4;
+  return {8 + lane, 4 * h, 32 * h + 2 * lane};
+}
 
 void repack_iq4_xs(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out) {
   const size_t rb = row_bytes(DType::IQ4_XS, cols);
@@ -201,9 +210,10 @@ void repack_iq4_xs(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out) 
         uint64_t top;
         std::memcpy(&top, sc + 24, 8);
         for (int ib = 0; ib < 8; ++ib) {
-          const int ls = iq4_xs_ls(b, ib), h = ib / 4, lane = 4 * r + ib % 4;
-          sc[8 + lane] |= static_cast<uint8_t>((ls & 0xf) << (4 * h));
-          top |= static_cast<uint64_t>(ls >> 4) << (32 * h + 2 * lane);
+          const int ls = iq4_xs_ls(b, ib);
+          const Iq4XsScalePlace at = iq4_xs_scale_place(r, ib);
+          sc[at.low] |= static_cast<uint8_t>((ls & 0xf) << at.low_shift);
+          top |= static_cast<uint64_t>(ls >> 4) << at.top_shift;
           for (int k = 0; k < 4; ++k) std::memcpy(quad + quant_offset(256, 8 * sb + ib, r, k), b.qs + 16 * ib + 4 * k, 4);
         }
         std::memcpy(sc + 24, &top, 8);
@@ -222,8 +232,8 @@ void row_blocks_iq4_xs(const uint8_t* quad, int64_t cols, int r, int64_t b0, int
     uint64_t top;
     std::memcpy(&top, sc + 24, 8);
     for (int ib = 0; ib < 8; ++ib) {
-      const int h = ib / 4, lane = 4 * r + ib % 4;
-      const int ls = ((sc[8 + lane] >> (4 * h)) & 0xf) | static_cast<int>(((top >> (32 * h + 2 * lane)) & 3) << 4);
+      const Iq4XsScalePlace at = iq4_xs_scale_place(r, ib);
+      const int ls = ((sc[at.low] >> at.low_shift) & 0xf) | static_cast<int>(((top >> at.top_shift) & 3) << 4);
       b.scales_l[ib / 2] |= static_cast<uint8_t>((ls & 0xf) << (4 * (ib % 2)));
       b.scales_h |= static_cast<uint16_t>((ls >> 4) << (2 * ib));
       for (int k = 0; k < 4; ++k) std::memcpy(b.qs + 16 * ib + 4 * k, quad + quant_offset(256, 8 * sb + ib, r, k), 4);
@@ -260,10 +270,6 @@ void row_blocks_q6_k(const uint8_t* quad, int64_t cols, int r, int64_t b0, int64
   }
 }
 }  // namespace
-
-int64_t rows_x4_group_bit_bytes(DType t) {
-  return t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K ? 64 : t == DType::Q6_K ? 128 : 0;
-}
 
 // Mask 2s + h (8 bytes) holds, at bits 4(4r + b) .. + 3, the fifth bits of elements
 // 16h + 4s .. + 3 of row r's block b: the weight vector the kernels unpack at step s,

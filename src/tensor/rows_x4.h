@@ -87,7 +87,7 @@ inline bool rows_x4_int8_only(DType t) { return rows_x4_supports(t) && t != DTyp
 constexpr int64_t kRowsX4Iq4XsScaleBytes = 32;
 
 // Whether t's blocks carry a minimum (q4_1, q5_1: x = d q + m).
-inline bool rows_x4_has_min(DType t) { return t == DType::Q4_1 || t == DType::Q5_1; }
+constexpr bool rows_x4_has_min(DType t) { return t == DType::Q4_1 || t == DType::Q5_1; }
 
 // Bytes of one super-block's scales of a Q4_K / Q5_K quad (four rows' 16).
 constexpr int64_t kRowsX4KquantScaleBytes = 64;
@@ -95,10 +95,12 @@ constexpr int64_t kRowsX4KquantScaleBytes = 64;
 constexpr int64_t kRowsX4Q6KScaleBytes = 72;
 // Bytes of high bits per group of a quad (64 for q5_0, q5_1 and Q5_K, 128 for Q6_K, 0
 // otherwise).
-int64_t rows_x4_group_bit_bytes(DType t);
+constexpr int64_t rows_x4_group_bit_bytes(DType t) {
+  return t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K ? 64 : t == DType::Q6_K ? 128 : 0;
+}
 // Bytes of scales per group of a quad of a 32-column type (64 where blocks carry a
 // minimum, else 32).
-inline int64_t rows_x4_group_scale_bytes(DType t) { return rows_x4_has_min(t) ? 64 : kRowsX4GroupScaleBytes; }
+constexpr int64_t rows_x4_group_scale_bytes(DType t) { return rows_x4_has_min(t) ? 64 : kRowsX4GroupScaleBytes; }
 
 // The fifth bits of row r's block b (0..3) in a q5_0 / q5_1 / Q5_K group's 64 bytes of them,
 // as a q5_0 block's qh holds its own (bit e for element e): ORed in, and read back.

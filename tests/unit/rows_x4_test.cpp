@@ -167,7 +167,9 @@ TEST(RowsX4, LegacyBytesSitWhereTheLayoutSays) {
         }
         const uint8_t* scales = quad + (256 + sh.bits) * groups + sh.scales * g;
         ASSERT_EQ(std::memcmp(scales + 2 * (4 * r + bi), b, 2), 0) << dtype_name(t);
-        if (sh.scales == 64) ASSERT_EQ(std::memcmp(scales + 32 + 2 * (4 * r + bi), b + 2, 2), 0) << dtype_name(t);
+        if (sh.scales == 64) {
+          ASSERT_EQ(std::memcmp(scales + 32 + 2 * (4 * r + bi), b + 2, 2), 0) << dtype_name(t);
+        }
       }
   }
 }

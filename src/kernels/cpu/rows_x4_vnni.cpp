@@ -188,13 +188,11 @@ MOEFLOW_VNNI_ATTR inline void group_sums(const uint8_t* const* q, const PackedX4
 template <DType T>
 constexpr int64_t kQuadQuant = T == DType::Q8_0 ? 512 : 256;  // a quad's quant bytes per group
 template <DType T>
-constexpr int64_t kQuadBits =  // high-bit bytes per group
-    T == DType::Q5_0 || T == DType::Q5_1 || T == DType::Q5_K ? 64 : T == DType::Q6_K ? 128 : 0;
-template <DType T>
-constexpr int64_t kQuadScales = T == DType::Q6_K                         ? kRowsX4Q6KScaleBytes / 2
-                                : T == DType::IQ4_XS                     ? kRowsX4Iq4XsScaleBytes / 2
-                                : T == DType::Q4_1 || T == DType::Q5_1 ? 2 * kRowsX4GroupScaleBytes  // d, m
-                                                                         : kRowsX4GroupScaleBytes;
+constexpr int64_t kQuadBits = rows_x4_group_bit_bytes(T);  // high-bit bytes per group
+template <DType T>  // scale bytes per group (the super-block types': half a super-block's)
+constexpr int64_t kQuadScales = T == DType::Q6_K     ? kRowsX4Q6KScaleBytes / 2
+                                : T == DType::IQ4_XS ? kRowsX4Iq4XsScaleBytes / 2
+                                                     : rows_x4_group_scale_bytes(T);
 template <DType T>
 constexpr int64_t kQuadStep = kQuadQuant<T> + kQuadBits<T> + kQuadScales<T>;  // a quad's bytes per group
 
@@ -517,9 +515,10 @@ MOEFLOW_VNNI_ATTR void pack_x8(const float* x, int64_t cols, uint8_t* out) {
 // tokens keep 8 integer and 8 float accumulators, 8 independent chains.
 //
 // q5_0: q4_0's nibbles plus 16 where a fifth bit is set (a masked add per weight
-// vector), offset -16 * sum(x). iq4_nl: q4_0's nibbles looked up as kIq4Levels + 128
-// (one byte shuffle per weight vector), offset -128 * sum(x) as q8_0's. q4_1 / q5_1: the same unsigned quants without an
-// offset; each lane adds its minimum m times the activation's block sum (xsum).
+// vector), offset -16 * sum(x). iq4_nl / iq4_xs: q4_0's nibbles looked up as
+// kIq4Levels + 128 (one byte shuffle per weight vector), offset -128 * sum(x) as
+// q8_0's. q4_1 / q5_1: the same unsigned quants without an offset; each lane adds its
+// minimum m times the activation's block sum (xsum).
 // Q4_K (tensor/rows_x4.h): q4_0's nibbles without its offset of 8 (Q5_K: plus 16 where
 // a fifth bit is set, as q5_0); instead each lane
 // (row r, sub-block b) takes d * scale times its sum and, subtracted, dmin * min times
@@ -1026,10 +1025,12 @@ void rows_x4_repack(DType file_type, const void* src, int64_t rows, int64_t cols
 void rows_x4_dequant_quad(DType t, const uint8_t* quad, int64_t cols, int64_t g0, int64_t n_groups, float* out,
                           int64_t ld) {
 #ifdef MOEFLOW_HAVE_VNNI_KERNEL
-  // q4_1 / q5_1 / iq4_nl / iq4_xs take the portable path (dequantize_row's floats): the CPU
-  // backend runs interleaved rows on the integer kernels, prefill's tokens too
-  // (integer_kernels_for), so only a direct f32 matmul comes here.
-  if (cpu_has_avx512_vnni() && !rows_x4_has_min(t) && t != DType::IQ4_NL && t != DType::IQ4_XS) {
+  // dequant_avx512 takes q4_0, q5_0, q8_0 and the k-quants; the other interleaved types
+  // take the portable path (dequantize_row's floats): the CPU backend runs interleaved
+  // rows on the integer kernels, prefill's tokens too (integer_kernels_for), so only a
+  // direct f32 matmul comes here.
+  if (cpu_has_avx512_vnni() &&
+      (t == DType::Q4_0 || t == DType::Q5_0 || t == DType::Q8_0 || dtype_is_kquant(t))) {
     dequant_avx512(t, quad, cols, g0, n_groups, out, ld);
     return;
   }
