@@ -31,7 +31,7 @@ TRACES = {
     "flame": ("../shared/traces/flame-moe-290m_pretrain-shard0.jsonl", "0:22", "22:32", "pcie4"),
     "default": ("models/traces/default-heldout.jsonl", "0:56", "56:80", "nvme"),
 }
-DEFAULT_POLICIES = "lru,lfu,on-demand,next-layer,moe-infinity,fmoe,duoserve,emoe,belady-min,belady-prefetch,belady"
+DEFAULT_POLICIES = "lru,lfu,on-demand,next-layer,moe-infinity,fmoe,duoserve,emoe,adaptive,belady-min,belady-prefetch,belady-eager,belady"
 
 
 def resolve(path):
@@ -116,6 +116,7 @@ def main():
         if "duoserve" in policies.split(",") and args.duo_dir:
             state = os.path.join(args.duo_dir, name + ".duo")
             if not os.path.exists(state):
+                os.makedirs(args.duo_dir, exist_ok=True)
                 subprocess.run([args.moeflow, "train-predictor", "--trace", trace, "--requests", learn, "--out", state],
                                check=True, stdout=subprocess.DEVNULL)
             extra = ["--policy-state", "duoserve=" + state]

@@ -104,7 +104,7 @@ nlohmann::json result_json(const SimResult& r) {
 int cmd_simulate(int argc, char** argv) {
   Args a("simulate");
   a.flag("--trace", "routing trace (.jsonl, DESIGN.md interchange format)");
-  std::string names = "belady (bound), belady-min, belady-prefetch";
+  std::string names = "belady (bound), belady-min, belady-prefetch, belady-eager";
   for (const std::string& n : policy_names()) names += ", " + n;
   a.flag("--policy", "policy (or comma-separated list; NAME+reroute runs NAME with --on-miss reroute): " + names, true, "lru");
   a.flag("--cache", "fast-tier size: share of all experts (25%) or bytes (40GiB)", true, "25%");

@@ -35,7 +35,7 @@ struct Replay {
 // prefetches), then 10 s of dense compute, long enough for every copy (1 s) to land.
 Replay replay(bool prefetch) {
   const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
-  BeladyPolicy policy(g, steps(), 3, prefetch);
+  BeladyPolicy policy(g, steps(), 3, prefetch ? BeladyPolicy::Mode::conservative : BeladyPolicy::Mode::min);
   SimulatedTransport link(g, LinkProfile{100.0, 0.0, 1});
   ExpertCache cache(g, 300, link, policy);
   LayerProtocol protocol(cache);
@@ -81,7 +81,7 @@ TEST(Belady, MinEvictsTheExpertUsedFurthestAhead) {
 
 TEST(Belady, VictimAndDeclineCalledDirectly) {
   const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
-  BeladyPolicy p(g, steps(), 3, true);
+  BeladyPolicy p(g, steps(), 3, BeladyPolicy::Mode::conservative);
   LayerRouting r;
   for (int i = 0; i < 4; ++i) p.routed(r);  // now at step 3 (D)
   const std::vector<CacheEntryView> cands = {{A}, {B}, {C}};
@@ -89,16 +89,27 @@ TEST(Belady, VictimAndDeclineCalledDirectly) {
   EXPECT_EQ(p.victim(demand, D), 1u) << "B (next use 7) is used after A (4) and C (6)";
   // A prefetch evicts only what is needed later than what it brings in.
   const std::vector<CacheEntryView> later = {{C}}, sooner = {{A}};
-  EXPECT_EQ(p.victim(CacheView{&later, 0, 1, true}, A), 0u) << "C (next use 6) may make room for A (4)";
   EXPECT_EQ(p.victim(CacheView{&sooner, 0, 1, true}, E), ExpertPolicy::kDecline) << "A (4) stays for E (5)";
   EXPECT_EQ(p.victim(CacheView{&sooner, 0, 1, false}, E), 0u) << "a demand is never declined";
+  // And only what MIN evicts when the incoming expert is first needed: C (next use 6)
+  // could make room for A (4), but D, in use at this step and never needed again, is
+  // MIN's victim at step 4, so the conservative oracle waits; the eager one does not.
+  EXPECT_EQ(p.victim(CacheView{&later, 0, 1, true}, A), ExpertPolicy::kDecline);
+  BeladyPolicy eager(g, steps(), 3, BeladyPolicy::Mode::eager);
+  for (int i = 0; i < 4; ++i) eager.routed(r);
+  EXPECT_EQ(eager.victim(CacheView{&later, 0, 1, true}, A), 0u);
+  // At step 4 (A in use), E (5) may evict D: D and A are both never needed again, and
+  // MIN may evict either (a tie is no reason to wait).
+  p.routed(r);
+  const std::vector<CacheEntryView> cd = {{C}, {D}};
+  EXPECT_EQ(p.victim(CacheView{&cd, 0, 1, true}, E), 1u);
 }
 
 TEST(Belady, PrefetchVariantFetchesTheComingStepsAndDeclinesHarm) {
   const ExpertGeometry g = ExpertGeometry::uniform(2, 4, 1, 100);
   {
     // At step 0 the plan is the next three distinct experts, sooner first.
-    BeladyPolicy p(g, steps(), 3, true);
+    BeladyPolicy p(g, steps(), 3, BeladyPolicy::Mode::conservative);
     LayerRouting r;
     p.routed(r);
     PrefetchPlan plan;
