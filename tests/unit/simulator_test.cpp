@@ -234,6 +234,18 @@ INSTANTIATE_TEST_SUITE_P(Simulator, BeladyIsNeverBeaten,
                          ::testing::Values(BeladyCase{0, 1}, BeladyCase{0, 4}, BeladyCase{1, 1}, BeladyCase{1, 4},
                                            BeladyCase{2, 1}, BeladyCase{2, 4}));
 
+// One run of a Belady variant on the tiny link made `link_seconds` per expert.
+SimResult run_belady(const Trace& t, const ModelProfile& m, const char* policy, double link_seconds, size_t batch,
+                     double cache) {
+  HardwareProfile h = tiny_link();
+  h.link.bandwidth_bytes_per_s = 100.0 / link_seconds;
+  SimOptions o;
+  o.cache_fraction = cache;
+  o.batch = batch;
+  o.policy = policy;
+  return simulate(t, m, h, o);
+}
+
 // Belady's two bounds, ordered: the simulator's `belady` is at least the better of
 // demand MIN and the conservative prefetching oracle, and the oracle never has fewer
 // hits than MIN, whether its copies land in time (fast link) or take 40 layers
@@ -267,17 +279,9 @@ TEST(Simulator, BeladyBoundsAreOrdered) {
     for (double link_seconds : {0.01, 20.0})
       for (size_t batch : {1, 4})
         for (double f : {0.25, 0.5}) {
-          HardwareProfile h = tiny_link();
-          h.link.bandwidth_bytes_per_s = 100.0 / link_seconds;
-          SimOptions o;
-          o.cache_fraction = f;
-          o.batch = batch;
-          o.policy = "belady-min";
-          const SimResult min = simulate(t, m, h, o);
-          o.policy = "belady-prefetch";
-          const SimResult pre = simulate(t, m, h, o);
-          o.policy = "belady";
-          const SimResult bound = simulate(t, m, h, o);
+          const SimResult min = run_belady(t, m, "belady-min", link_seconds, batch, f);
+          const SimResult pre = run_belady(t, m, "belady-prefetch", link_seconds, batch, f);
+          const SimResult bound = run_belady(t, m, "belady", link_seconds, batch, f);
           EXPECT_GE(bound.hit_rate, std::max(min.hit_rate, pre.hit_rate));
           EXPECT_GE(pre.counters.hits, min.counters.hits)
               << "trial " << trial << ", copy " << link_seconds << " s, batch " << batch << ", cache " << f;
@@ -323,15 +327,8 @@ TEST(Simulator, BeladyPrefetchNeverBelowMin) {
     for (double link_seconds : {0.05, 0.6, 20.0})
       for (size_t batch : {1, 2})
         for (double f : {0.25, 0.5}) {
-          HardwareProfile h = tiny_link();
-          h.link.bandwidth_bytes_per_s = 100.0 / link_seconds;
-          SimOptions o;
-          o.cache_fraction = f;
-          o.batch = batch;
-          o.policy = "belady-min";
-          const SimResult min = simulate(t, m, h, o);
-          o.policy = "belady-prefetch";
-          const SimResult pre = simulate(t, m, h, o);
+          const SimResult min = run_belady(t, m, "belady-min", link_seconds, batch, f);
+          const SimResult pre = run_belady(t, m, "belady-prefetch", link_seconds, batch, f);
           ++runs;
           above += pre.counters.hits > min.counters.hits;
           ASSERT_GE(pre.counters.hits, min.counters.hits)
@@ -369,12 +366,7 @@ TEST(Simulator, BeladyPrefetchMakesMinsReplacementsByHand) {
     }
     ModelProfile m = tiny_model();
     m.n_layer = n_layer;
-    HardwareProfile h = tiny_link();
-    h.link.bandwidth_bytes_per_s = 100.0 / 20.0;
-    SimOptions o;
-    o.cache_fraction = f;
-    o.policy = policy;
-    return simulate(group_trace(recs, "hand"), m, h, o).counters.hits;
+    return run_belady(group_trace(recs, "hand"), m, policy.c_str(), 20.0, 1, f).counters.hits;
   };
   const std::vector<std::array<int, 2>> one = {{0, 0}, {0, 2}, {0, 0}, {0, 1}, {0, 2}};
   EXPECT_EQ(run(one, 1, 0.5, "belady-min"), 2u);
