@@ -1,11 +1,12 @@
 #include "policy/belady.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace moeflow {
 
 bool BeladyPolicy::mode_of(const std::string& name, Mode& mode) {
-  for (int m = 0; m < 3; ++m)
+  for (size_t m = 0; m < std::size(kNames); ++m)
     if (name == kNames[m]) {
       mode = static_cast<Mode>(m);
       return true;
@@ -69,10 +70,11 @@ size_t BeladyPolicy::victim(const CacheView& view, const ExpertKey& incoming) {
   // victim: wait until the step has released it (a later plan) rather than evict an
   // expert MIN keeps. (A tie is no reason to wait: MIN is optimal whichever of the
   // experts needed furthest away it evicts.)
-  for (int32_t e : steps_[now].needed) {
-    const ExpertKey k{steps_[now].layer, e};
-    if (!(k == incoming) && next_use(k, from) > best_next) return kDecline;
-  }
+  if (now < steps_.size())
+    for (int32_t e : steps_[now].needed) {
+      const ExpertKey k{steps_[now].layer, e};
+      if (!(k == incoming) && next_use(k, from) > best_next) return kDecline;
+    }
   // Do no harm: evicting it now is MIN's replacement only if it is not needed before
   // (or at) step u; else wait until its last use before u has passed.
   if (next_use(c[best].key, now + 1) <= from) return kDecline;
