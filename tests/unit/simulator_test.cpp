@@ -19,21 +19,28 @@ namespace {
 
 std::string shared_trace(const char* name) { return std::string(MOEFLOW_FIXTURES) + "/../../../shared/traces/" + name; }
 
+// One decode record: a layer visit of one token of `request` routed to `experts`.
+TraceRecord decode_record(int64_t request, int64_t iter, int32_t layer, int32_t n_expert, int32_t top_k,
+                          std::vector<int32_t> experts) {
+  TraceRecord r;
+  r.request = request;
+  r.iter = iter;
+  r.prefill = false;
+  r.layer = layer;
+  r.num_experts = n_expert;
+  r.top_k = top_k;
+  r.experts = {std::move(experts)};
+  return r;
+}
+
 // 2 layers x 4 experts, top-1; each request: a 2-token prefill then decode steps.
 Trace tiny_trace(const std::vector<std::vector<std::array<int, 2>>>& requests) {
   std::vector<TraceRecord> recs;
   for (size_t q = 0; q < requests.size(); ++q)
     for (size_t it = 0; it < requests[q].size(); ++it)
       for (int l = 0; l < 2; ++l) {
-        TraceRecord r;
-        r.request = static_cast<int64_t>(q);
-        r.iter = static_cast<int64_t>(it);
-        r.prefill = false;
-        r.layer = l;
-        r.num_experts = 4;
-        r.top_k = 1;
-        r.experts = {{requests[q][it][static_cast<size_t>(l)]}};
-        recs.push_back(r);
+        recs.push_back(decode_record(static_cast<int64_t>(q), static_cast<int64_t>(it), l, 4, 1,
+                                     {requests[q][it][static_cast<size_t>(l)]}));
       }
   return group_trace(recs, "tiny");
 }
@@ -259,17 +266,9 @@ TEST(Simulator, BeladyBoundsAreOrdered) {
     for (int q = 0; q < 4; ++q)
       for (int it = 0; it < 12; ++it)
         for (int l = 0; l < 4; ++l) {
-          TraceRecord r;
-          r.request = q;
-          r.iter = it;
-          r.prefill = false;
-          r.layer = l;
-          r.num_experts = 8;
-          r.top_k = 2;
           // Skewed: experts 0..5 lead more often than 6..7 (a hot set, as real routers have).
           const int a = static_cast<int>(rng() % 6), b = (a + 1 + static_cast<int>(rng() % 7)) % 8;
-          r.experts = {{a, b}};
-          recs.push_back(r);
+          recs.push_back(decode_record(q, it, l, 8, 2, {a, b}));
         }
     const Trace t = group_trace(recs, "random");
     ModelProfile m = tiny_model();
@@ -304,20 +303,12 @@ TEST(Simulator, BeladyPrefetchNeverBelowMin) {
     for (int q = 0; q < Q; ++q)
       for (int it = 0; it < iters; ++it)
         for (int l = 0; l < L; ++l) {
-          TraceRecord r;
-          r.request = q;
-          r.iter = it;
-          r.prefill = false;
-          r.layer = l;
-          r.num_experts = E;
-          r.top_k = K;
-          std::vector<int> ex;
+          std::vector<int32_t> ex;
           while (static_cast<int>(ex.size()) < K) {
             const int a = static_cast<int>(rng() % static_cast<unsigned>(E));
             if (std::find(ex.begin(), ex.end(), a) == ex.end()) ex.push_back(a);
           }
-          r.experts = {ex};
-          recs.push_back(r);
+          recs.push_back(decode_record(q, it, l, E, K, ex));
         }
     const Trace t = group_trace(recs, "random");
     ModelProfile m = tiny_model();
@@ -354,15 +345,7 @@ TEST(Simulator, BeladyPrefetchMakesMinsReplacementsByHand) {
   auto run = [](const std::vector<std::array<int, 2>>& steps, int n_layer, double f, const std::string& policy) {
     std::vector<TraceRecord> recs;
     for (size_t i = 0; i < steps.size(); ++i) {
-      TraceRecord r;
-      r.request = 0;
-      r.iter = static_cast<int64_t>(i) / n_layer;
-      r.prefill = false;
-      r.layer = steps[i][0];
-      r.num_experts = 4;
-      r.top_k = 1;
-      r.experts = {{steps[i][1]}};
-      recs.push_back(r);
+      recs.push_back(decode_record(0, static_cast<int64_t>(i) / n_layer, steps[i][0], 4, 1, {steps[i][1]}));
     }
     ModelProfile m = tiny_model();
     m.n_layer = n_layer;
