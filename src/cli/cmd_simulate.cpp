@@ -37,8 +37,11 @@ double parse_cache(const std::string& s, uint64_t total, uint64_t* bytes) {
   try {
     if (!s.empty() && s.back() == '%') return static_cast<double>(parse_budget(s, 1000000000000ull)) / 1e12;
     *bytes = parse_budget(s, total);
-  } catch (const InputError&) {  // parse_budget names --expert-budget
-    throw UsageError("--cache '" + s + "': expected a share of all experts (25%) or a size (512MiB, 40GiB)");
+  } catch (const InputError& e) {  // parse_budget names --expert-budget: keep its reason, name --cache
+    const std::string what = e.what();
+    const size_t colon = what.find("': ");
+    const std::string why = colon == std::string::npos ? what : what.substr(colon + 3);
+    throw UsageError("--cache '" + s + "': " + why);
   }
   return static_cast<double>(*bytes) / static_cast<double>(total);
 }

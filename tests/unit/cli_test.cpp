@@ -359,6 +359,17 @@ std::string write_small_trace() {
   return path;
 }
 
+// A bad --cache says why, under the simulator's own flag name (the budget parser's reason).
+TEST(Cli, SimulateCacheErrorsSayWhatIsWrong) {
+  const std::string trace = write_small_trace();
+  const std::string base = "simulate --trace " + trace + " --model-profile moeflow-default --cache ";
+  expect_failure(base + "150%", "--cache '150%': a percentage must be at most 100%");
+  expect_failure(base + "3parsecs", "--cache '3parsecs': unknown unit 'parsecs'");
+  expect_failure(base + "-5", "--cache '-5': must be a non-negative size");
+  expect_failure(base + "lots", "--cache 'lots': expected a size like 512MiB, 2GiB or 25%");
+  std::remove(trace.c_str());
+}
+
 TEST(Cli, SimulateJsonHasTheDocumentedFields) {
   const std::string trace = write_small_trace();
   for (const char* policy : {"lru", "duoserve", "belady"}) {
