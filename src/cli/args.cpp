@@ -135,7 +135,7 @@ std::vector<int32_t> parse_int_list(const std::string& flag, const std::string& 
     errno = 0;
     const long v = std::strtol(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || errno == ERANGE || v < 0 || v > INT32_MAX)
-      throw UsageError(flag + ": '" + item + "' is not a token id (expected comma-separated non-negative integers)");
+      throw UsageError(flag + ": '" + item + "' is not a non-negative integer (expected a comma-separated list of them)");
     out.push_back(static_cast<int32_t>(v));
   }
   if (out.empty()) throw UsageError(flag + ": empty list");

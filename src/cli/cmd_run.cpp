@@ -70,6 +70,9 @@ int cmd_run(int argc, char** argv) {
   // Without --ctx-size the context is what the prompt and the generation need (at
   // least the default); with it, generation stops there and says so.
   const int64_t need = static_cast<int64_t>(prompt.size()) + opt.n_predict;
+  if (a.has("--ctx-size") && static_cast<int64_t>(prompt.size()) > engine->ctx_size())
+    throw UsageError("--ctx-size " + std::to_string(engine->ctx_size()) + ": the prompt alone is " +
+                     std::to_string(prompt.size()) + " tokens; raise --ctx-size or shorten the prompt");
   if (need > engine->ctx_size()) {
     if (a.has("--ctx-size"))
       std::fprintf(stderr, "note: %lld prompt tokens + %lld to generate exceed --ctx-size %lld: generation stops at "

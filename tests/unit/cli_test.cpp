@@ -39,6 +39,8 @@ TEST(Cli, BadFlagsExitNonZeroAndSayWhatToFix) {
   expect_failure("run -m " + kModel + " -p hi --prompt-tokens 1,2", "not both");
   expect_failure("run -m " + kModel + " --prompt-tokens 1,x,3", "x");
   expect_failure("run -m " + kModel + " --prompt-tokens 999999", "vocabulary");
+  expect_failure("run -m " + kModel + " --prompt-tokens 1,2,3 -c 2 -n 1", "--ctx-size 2: the prompt alone is 3 tokens");
+  expect_failure("bench -m " + kModel + " --parallel 1,abc", "--parallel: 'abc' is not a non-negative integer");
   expect_failure("run -m " + kModel + " --policy nope --expert-budget 50%", "unknown policy 'nope'");
   expect_failure("run -m " + kModel + " --policy lru --expert-budget 10parsecs", "unknown unit");
   expect_failure("run -m " + kModel + " --expert-budget 50%", "--policy");
