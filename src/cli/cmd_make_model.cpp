@@ -73,6 +73,10 @@ int cmd_make_model(int argc, char** argv) {
   s.n_layer = a.integer("--layers", 1, 256);
   s.n_head = a.integer("--heads", 1, 256);
   s.n_head_kv = a.integer("--kv-heads", 1, 256);
+  // (DeepSeek-2's latent attention writes as many key/value heads as heads.)
+  if (s.arch != Arch::DeepSeek2 && s.n_head % s.n_head_kv != 0)
+    throw UsageError("moeflow make-model: --heads " + std::to_string(s.n_head) + " must be a multiple of --kv-heads " +
+                     std::to_string(s.n_head_kv) + " (each key/value head serves a whole group of heads)");
   s.head_dim = a.integer("--head-dim", 2, 1024);
   s.n_ff_expert = a.integer("--ff", 32, 1 << 16);
   s.n_ff_shexp = a.integer("--ff-shared", 0, 1 << 16);

@@ -48,6 +48,8 @@ TEST(Cli, BadFlagsExitNonZeroAndSayWhatToFix) {
   expect_failure("run -m " + kModel + " --kv-type bf16", "--kv-type 'bf16'");
   expect_failure("run -m " + kModel + " --activations int4", "--activations 'int4': expected auto, int16 or int8");
   expect_failure("bench-kernels --cols 100", "multiple of 32");
+  expect_failure("make-model -o " + moeflow::testing::scratch_path("gqa") + ".gguf --heads 3 --kv-heads 2",
+                 "--heads 3 must be a multiple of --kv-heads 2");
   expect_failure("simulate", "--trace");
   expect_failure("trace", "subcommand");
 }
