@@ -68,7 +68,8 @@ int cmd_run(int argc, char** argv) {
   }
   if (prompt.empty()) throw UsageError("moeflow run: the prompt encodes to no tokens");
   // Without --ctx-size the context is what the prompt and the generation need (at
-  // least the default); with it, generation stops there and says so.
+  // least the default); with it, generation stops there and says so, and a prompt
+  // that does not fit is refused before any step.
   const int64_t need = static_cast<int64_t>(prompt.size()) + opt.n_predict;
   if (a.has("--ctx-size") && static_cast<int64_t>(prompt.size()) > engine->ctx_size())
     throw UsageError("--ctx-size " + std::to_string(engine->ctx_size()) + ": the prompt alone is " +
