@@ -89,7 +89,8 @@ int cmd_plan(int argc, char** argv) {
   const auto learn = a.has("--learn") ? parse_request_range("--learn", a.str("--learn"), n)
                                       : std::pair<size_t, size_t>{0, (n + 1) / 2};
   if (learn.second <= learn.first) throw UsageError("--learn: the range holds no request");
-  // Held out: every request outside the learning range; a one-request trace is both.
+  // Held out: every request outside the learning range; with none outside it (a
+  // one-request trace, or --learn over all of them) the learned ones are scored too.
   std::vector<RoutedToken> learn_tok = routed_tokens(trace, learn.first, learn.second), held;
   for (auto [b, e] : {std::pair<size_t, size_t>{0, learn.first}, std::pair<size_t, size_t>{learn.second, n}}) {
     auto part = routed_tokens(trace, b, e);
@@ -209,7 +210,7 @@ int cmd_plan(int argc, char** argv) {
   }
   std::printf("%s on %s (%s): %zu learning requests, %zu held-out tokens in batches of %lld%s\n", model.name.c_str(),
               platform.name.c_str(), trace.path.c_str(), learn.second - learn.first, held.size(),
-              static_cast<long long>(batch_tokens), in_sample ? " (one request: held out = learned, in-sample)" : "");
+              static_cast<long long>(batch_tokens), in_sample ? " (no request held out: the learned ones are scored, in-sample)" : "");
   std::printf("popularity prediction, mean |real - predicted| tokens per expert (relative):\n");
   for (const auto& [k, v] : prediction.items())
     std::printf("  %-40s %8.2f (%.3f)\n", v["features"].get<std::string>().c_str(), v["mean_abs_error_tokens"].get<double>(),

@@ -42,6 +42,16 @@ TEST(PlanCli, InfeasibleSloIsReported) {
   EXPECT_NE(r.out.find("infeasible"), std::string::npos) << r.out;
 }
 
+// --learn over every request leaves none held out: the learned ones are scored, and the
+// output says so rather than calling it a one-request trace.
+TEST(PlanCli, LearningOnEveryRequestScoresInSample) {
+  const auto r = testing::run_moeflow("plan --trace " + kTrace + " --learn 0:80 --batch-tokens 64 --time-limit 20 "
+                                      "--exact-time-limit 0");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("80 learning requests"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no request held out: the learned ones are scored, in-sample"), std::string::npos) << r.out;
+}
+
 TEST(PlanCli, BadFlagsAreUsageErrors) {
   EXPECT_EQ(testing::run_moeflow("plan --trace " + kTrace + " --method magic").code, 2);
   EXPECT_EQ(testing::run_moeflow("plan").code, 2);
