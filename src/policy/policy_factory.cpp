@@ -107,7 +107,11 @@ std::unique_ptr<ExpertPolicy> make_policy(const std::string& name, const ExpertG
       throw InputError(opt.state_path + ": policy state is not a regular file (or does not exist)");
     std::ifstream in(opt.state_path, std::ios::binary);
     if (!in) throw InputError(opt.state_path + ": cannot open policy state");
-    p->load(in);
+    try {
+      p->load(in);
+    } catch (const InputError& e) {  // the policies' readers know the format, not the file
+      throw InputError(opt.state_path + ": " + e.what());
+    }
   }
   return p;
 }

@@ -296,6 +296,8 @@ TEST(Cli, PolicyStateSurvivesARestart) {
   ASSERT_EQ(second.code, 0) << second.out;
   const auto tokens = [](const Result& r) { return nlohmann::json::parse(r.out.substr(r.out.find('{')))["tokens"]; };
   EXPECT_EQ(tokens(first), tokens(second));
+  // A state file that is not one names the file and what is wrong with it.
+  expect_failure(common + " --policy-state " + kModel, kModel + ": ");
   expect_failure(common + " --policy-state " + kModel, "moe-infinity state");
   std::remove(state.c_str());
 }
