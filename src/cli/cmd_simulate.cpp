@@ -35,13 +35,10 @@ std::string default_model_profile(const Trace& t) {
 double parse_cache(const std::string& s, uint64_t total, uint64_t* bytes) {
   *bytes = 0;
   try {
-    if (!s.empty() && s.back() == '%') return static_cast<double>(parse_budget(s, 1000000000000ull)) / 1e12;
-    *bytes = parse_budget(s, total);
-  } catch (const InputError& e) {  // parse_budget names --expert-budget: keep its reason, name --cache
-    const std::string what = e.what();
-    const size_t colon = what.find("': ");
-    const std::string why = colon == std::string::npos ? what : what.substr(colon + 3);
-    throw UsageError("--cache '" + s + "': " + why);
+    if (!s.empty() && s.back() == '%') return static_cast<double>(parse_budget(s, 1000000000000ull, "--cache")) / 1e12;
+    *bytes = parse_budget(s, total, "--cache");
+  } catch (const InputError& e) {  // a flag's value: a usage error
+    throw UsageError(e.what());
   }
   return static_cast<double>(*bytes) / static_cast<double>(total);
 }

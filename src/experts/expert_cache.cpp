@@ -367,8 +367,8 @@ std::vector<int32_t> ExpertCache::resident_experts(int32_t layer) const {
   return out;
 }
 
-uint64_t parse_budget(const std::string& text, uint64_t total_bytes) {
-  const std::string where = "--expert-budget '" + text + "'";
+uint64_t parse_budget(const std::string& text, uint64_t total_bytes, const std::string& flag) {
+  const std::string where = flag + " '" + text + "'";
   if (text.empty()) throw InputError(where + ": empty");
   size_t used = 0;
   double v = 0;

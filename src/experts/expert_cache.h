@@ -176,7 +176,7 @@ class ExpertCache {
 };
 
 // Parses "512MiB", "2GiB", "1.5GB", "123456" (bytes) or "25%" (of `total_bytes`).
-// Throws InputError naming the bad text.
-uint64_t parse_budget(const std::string& text, uint64_t total_bytes);
+// Throws InputError naming `flag` (the option the text came from) and the bad text.
+uint64_t parse_budget(const std::string& text, uint64_t total_bytes, const std::string& flag = "--expert-budget");
 
 }  // namespace moeflow

@@ -52,7 +52,8 @@ size_t BeladyPolicy::victim(const CacheView& view, const ExpertKey& incoming) {
   // needed, at step u, only earlier (Cao et al.'s conservative prefetching): the victim
   // is the one needed furthest away after u.
   const bool conservative = view.for_prefetch && mode_ == Mode::conservative;
-  const size_t from = conservative ? next_use(incoming, now + 1) : now;
+  const size_t incoming_next = next_use(incoming, now + 1);  // u
+  const size_t from = conservative ? incoming_next : now;
   if (view.for_prefetch && from >= steps_.size()) return kDecline;  // never needed again
   size_t best = 0, best_next = 0;
   for (size_t i = 0; i < c.size(); ++i) {
@@ -64,7 +65,7 @@ size_t BeladyPolicy::victim(const CacheView& view, const ExpertKey& incoming) {
   }
   if (!view.for_prefetch) return best;
   // Eager: never evict an expert needed before the incoming one; otherwise at once.
-  if (!conservative) return best_next <= next_use(incoming, now + 1) ? kDecline : best;
+  if (!conservative) return best_next <= incoming_next ? kDecline : best;
   // While a step plans its prefetches its own experts are in use (pinned, so not
   // candidates); if one of them is needed later than every candidate, it is MIN's
   // victim: wait until the step has released it (a later plan) rather than evict an
