@@ -141,7 +141,8 @@ int cmd_run(int argc, char** argv) {
     j["task_source"] = task_source;
     j["text"] = text;
     j["timings"] = {{"prompt_seconds", r.prompt_seconds}, {"generation_seconds", r.gen_seconds},
-                    {"prompt_tokens_per_second", pp}, {"generation_tokens_per_second", tg}};
+                    {"prompt_tokens_per_second", pp},
+                    {"generation_tokens_per_second", r.gen_evals > 0 ? nlohmann::json(tg) : nlohmann::json(nullptr)}};
     j["cache"] = offload_counters_json(engine->offload());
     j["memory"] = {{"peak_rss_bytes", peak_rss_bytes()},
                    {"dense_bytes", engine->model().weights().dense_bytes},
@@ -152,8 +153,14 @@ int cmd_run(int argc, char** argv) {
   } else {
     std::fputs(rest.c_str(), stdout);
     std::printf("\n");
-    std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tokens/s | generation: %zu tokens, %.1f tokens/s\n", prompt.size(),
-                 pp, r.generated.size(), tg);
+    // The first generated token comes from the prompt pass's logits: with one token
+    // (or none) there is no decode pass to time, and 0.0 tokens/s would read as a stall.
+    if (r.gen_evals > 0)
+      std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tokens/s | generation: %zu tokens, %.1f tokens/s\n",
+                   prompt.size(), pp, r.generated.size(), tg);
+    else
+      std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tokens/s | generation: %zu tokens (no decode pass to time)\n",
+                   prompt.size(), pp, r.generated.size());
     if (engine->offloaded())
       std::fprintf(stderr, "%s | task: %s (%s)\n", engine->offload().summary().c_str(), task.empty() ? "-" : task.c_str(),
                    task_source);

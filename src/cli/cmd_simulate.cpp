@@ -15,6 +15,7 @@
 #include "experts/expert_cache.h"
 #include "base/atomic_file.h"
 #include "base/error.h"
+#include "policy/belady.h"
 #include "policy/policy_factory.h"
 #include "sim/simulator.h"
 #include "sim/sweep_report.h"
@@ -185,6 +186,18 @@ int cmd_simulate(int argc, char** argv) {
   } else {
     policies = split_list(a.str("--policy"));
     if (policies.empty()) throw UsageError("--policy '" + a.str("--policy") + "': names no policy");
+  }
+  // Every name is checked before the first replay (a typo in the last of several
+  // policies would otherwise fail after the others ran), and the message lists the
+  // simulator's own bounds too, which the engine's policy list does not hold.
+  const auto known = policy_names();
+  for (const std::string& p : policies) {
+    const std::string base = split_reroute(p).first;
+    const bool bound = base == "belady" || std::find(std::begin(BeladyPolicy::kNames), std::end(BeladyPolicy::kNames),
+                                                     base) != std::end(BeladyPolicy::kNames);
+    const bool ablation = base.rfind("adaptive-", 0) == 0;  // its parts are checked where it is made
+    if (!bound && !ablation && std::find(known.begin(), known.end(), base) == known.end())
+      throw UsageError("--policy: unknown policy '" + base + "' (known: " + names + ")");
   }
   // A state for a policy that is not run, or one file for several policies, would be
   // silently ignored.

@@ -283,6 +283,18 @@ TEST(Cli, RunJsonHasTokensTextTimingsAndCache) {
   EXPECT_EQ(nlohmann::json::parse(all.out.substr(all.out.find('{')))["tokens"], j["tokens"]);
 }
 
+// One generated token comes from the prompt pass alone: no decode rate is claimed for it.
+TEST(Cli, RunOfOneTokenTimesNoDecodePass) {
+  const Result text = run("run -m " + kModel + " --prompt-tokens 1,2,3 -n 1 --temp 0 --ignore-eos");
+  ASSERT_EQ(text.code, 0) << text.out;
+  EXPECT_NE(text.out.find("generation: 1 tokens (no decode pass to time)"), std::string::npos) << text.out;
+  const Result js = run("run -m " + kModel + " --prompt-tokens 1,2,3 -n 1 --temp 0 --ignore-eos --json");
+  ASSERT_EQ(js.code, 0) << js.out;
+  const auto j = nlohmann::json::parse(js.out.substr(js.out.find('{')));
+  EXPECT_TRUE(j["timings"]["generation_tokens_per_second"].is_null());
+  EXPECT_EQ(j["tokens"].size(), 1u);
+}
+
 TEST(Cli, PolicyStateSurvivesARestart) {
   const std::string state = moeflow::testing::scratch_path("eamc") + ".state";
   const std::string common = "run -m " + kModel + " --prompt-tokens 1,2,3,4,5 -n 6 --temp 0 --ignore-eos --json "
@@ -373,6 +385,22 @@ TEST(Cli, SimulateCacheErrorsSayWhatIsWrong) {
   expect_failure(base + "3parsecs", "--cache '3parsecs': unknown unit 'parsecs'");
   expect_failure(base + "-5", "--cache '-5': must be a non-negative size");
   expect_failure(base + "lots", "--cache 'lots': expected a size like 512MiB, 2GiB or 25%");
+  std::remove(trace.c_str());
+}
+
+// An unknown name is refused before any replay, and the message lists the bounds the
+// simulator runs besides the engine's policies.
+TEST(Cli, SimulateNamesItsBoundsAmongTheKnownPolicies) {
+  const std::string trace = write_small_trace();
+  const std::string base = "simulate --trace " + trace + " --model-profile moeflow-default --cache 25% --policy ";
+  const Result r = run(base + "lru,belady-eager,nope");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("unknown policy 'nope'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("belady-min, belady-prefetch, belady-eager"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("hit rate"), std::string::npos) << "nothing replayed before the refusal:\n" << r.out;
+  expect_failure(base + "nope+reroute", "unknown policy 'nope'");
+  expect_failure(base + "adaptive-nosuch", "unknown ablation 'nosuch'");
+  EXPECT_EQ(run(base + "belady-min,lru+reroute").code, 0);
   std::remove(trace.c_str());
 }
 
