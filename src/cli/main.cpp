@@ -56,8 +56,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "moeflow: unknown command '%s'\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const UsageError& e) {
-    const bool is_help = std::string(e.what()).rfind("usage:", 0) == 0;
-    std::fprintf(is_help ? stdout : stderr, "%s\n", e.what());
+    const std::string what = e.what();
+    const bool is_help = what.rfind("usage:", 0) == 0;
+    // Every refusal names the command, as the flag parser's own messages do.
+    const bool named = is_help || what.rfind("moeflow ", 0) == 0;
+    std::fprintf(is_help ? stdout : stderr, "%s%s\n", named ? "" : ("moeflow " + cmd + ": ").c_str(), what.c_str());
     return is_help ? 0 : 2;
   } catch (const moeflow::InputError& e) {
     std::fprintf(stderr, "moeflow %s: error: %s\n", cmd.c_str(), e.what());

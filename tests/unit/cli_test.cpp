@@ -40,7 +40,9 @@ TEST(Cli, BadFlagsExitNonZeroAndSayWhatToFix) {
   expect_failure("run -m " + kModel + " --prompt-tokens 1,x,3", "x");
   expect_failure("run -m " + kModel + " --prompt-tokens 999999", "vocabulary");
   expect_failure("run -m " + kModel + " --prompt-tokens 1,2,3 -c 2 -n 1", "--ctx-size 2: the prompt alone is 3 tokens");
-  expect_failure("bench -m " + kModel + " --parallel 1,abc", "--parallel: 'abc' is not a non-negative integer");
+  expect_failure("bench -m " + kModel + " --parallel 1,abc", "moeflow bench: --parallel: 'abc' is not a non-negative integer");
+  expect_failure("bench -m " + kModel + " --parallel 0", "moeflow bench: --parallel 0: expected 1 to 256 sequences");
+  expect_failure("run -m " + kModel + " --top-p 2", "--top-p must be a number in [0, 1], got '2'");
   expect_failure("run -m " + kModel + " --policy nope --expert-budget 50%", "unknown policy 'nope'");
   expect_failure("run -m " + kModel + " --policy lru --expert-budget 10parsecs", "unknown unit");
   expect_failure("run -m " + kModel + " --expert-budget 50%", "--policy");
