@@ -146,6 +146,10 @@ void parse_stop(const json& v, CompletionRequest& r) {
 }  // namespace
 
 CompletionRequest parse_completion_request(const std::string& body, Endpoint endpoint) {
+  // JSON text holds no NUL byte, and the parser would take one for the end of the input
+  // (what follows it would be ignored, not refused).
+  if (const size_t nul = body.find('\0'); nul != std::string::npos)
+    throw ApiError::bad_request("the body is not valid JSON: a NUL byte at offset " + std::to_string(nul));
   json j;
   try {
     j = json::parse(body);

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -12,6 +13,7 @@
 #include "serve/api_error.h"
 #include "serve/completion_request.h"
 #include "serve/completion_response.h"
+#include "serve/connection_watch.h"
 #include "serve/serving_loop.h"
 
 namespace moeflow::serve {
@@ -31,13 +33,28 @@ void send_error(httplib::Response& res, const ApiError& e) {
 
 int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 
+// Tokenising a text far past the context costs seconds and hundreds of MB (a body of
+// 8 MiB is ~2M tokens) only to refuse it: a text of more bytes than the context's
+// tokens could ever hold is refused as it is.
+void check_text_fits(const std::string& text, const ServedModel& m, const char* param) {
+  const int64_t ctx = m.engine->ctx_size();
+  if (m.longest_token_bytes == 0 || text.size() <= static_cast<size_t>(ctx) * m.longest_token_bytes) return;
+  throw ApiError::bad_request("the prompt is " + std::to_string(text.size()) + " bytes, more than the context of " +
+                                  std::to_string(ctx) + " tokens can hold (the longest token is " +
+                                  std::to_string(m.longest_token_bytes) + " bytes)",
+                              param, "context_length_exceeded");
+}
+
 // The prompt's tokens: the chat template's rendering (which writes its own BOS when
 // the model wants one), or the completion prompt as text or ids.
 std::vector<int32_t> prompt_tokens(const CompletionRequest& r, const ServedModel& m) {
   const Engine& engine = *m.engine;
   const Tokenizer& tok = engine.tokenizer();
   if (r.endpoint == Endpoint::completions) {
-    if (r.prompt_tokens.empty()) return engine.tokenize(r.prompt, engine.add_bos_default());
+    if (r.prompt_tokens.empty()) {
+      check_text_fits(r.prompt, m, "prompt");
+      return engine.tokenize(r.prompt, engine.add_bos_default());
+    }
     for (size_t i = 0; i < r.prompt_tokens.size(); ++i)
       if (r.prompt_tokens[i] >= engine.n_vocab())
         throw ApiError::bad_request("'prompt[" + std::to_string(i) + "]' = " + std::to_string(r.prompt_tokens[i]) +
@@ -58,6 +75,7 @@ std::vector<int32_t> prompt_tokens(const CompletionRequest& r, const ServedModel
     // The template's own raise_exception (e.g. "roles must alternate") is the client's fault.
     throw ApiError::bad_request(std::string("the chat template refused the messages: ") + e.what(), "messages");
   }
+  check_text_fits(text, m, "messages");
   const bool has_bos = !in.bos_token.empty() && text.rfind(in.bos_token, 0) == 0;
   return engine.tokenize(text, engine.add_bos_default() && !has_bos);
 }
@@ -162,6 +180,11 @@ std::shared_ptr<const ServedModel> OpenAiServer::served() const {
 }
 
 void OpenAiServer::set_ready(ServedModel model) {
+  if (model.engine && model.longest_token_bytes == 0) {
+    const Tokenizer& tok = model.engine->tokenizer();
+    for (size_t i = 0; i < tok.vocab_size(); ++i)
+      model.longest_token_bytes = std::max(model.longest_token_bytes, tok.token_bytes(static_cast<int32_t>(i), true).size());
+  }
   std::lock_guard<std::mutex> lock(model_mu_);
   model_ = std::make_shared<const ServedModel>(std::move(model));
 }
@@ -235,10 +258,18 @@ void OpenAiServer::routes() {
               });
           return;
         }
+        // A plain response is written only when the generation ends: the connection is
+        // watched meanwhile, so a client that leaves frees its slot (or its queue place)
+        // before the next step, as a streamed one does.
+        const ConnectionWatch watch(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
         std::string text;
         std::vector<TokenLogprob> lps;
         for (;;) {
-          for (StreamEvent& e : stream->take(std::chrono::milliseconds(1000))) {
+          if (watch.closed()) {
+            stream->cancel();
+            return;
+          }
+          for (StreamEvent& e : stream->take(std::chrono::milliseconds(100))) {
             if (e.error) throw *e.error;
             text += e.text;
             for (TokenLogprob& t : e.logprobs) lps.push_back(std::move(t));

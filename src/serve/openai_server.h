@@ -44,6 +44,9 @@ struct ServedModel {
   std::optional<ChatTemplate> chat_template;
   std::vector<TaskProfile> task_profiles;  // eMoE: label unlabelled requests by keyword
   double default_slo_ms = 0;
+  // The longest token's text in bytes (set_ready measures it): a prompt text longer than
+  // the context times this cannot fit, and is refused before it is tokenised.
+  size_t longest_token_bytes = 0;
 };
 
 class OpenAiServer {

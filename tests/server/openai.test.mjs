@@ -173,6 +173,17 @@ test('bad input gets 400/404 with an OpenAI error object', async () => {
   await expectError(client.chat.completions.create(chat('x', { stream: 'yes' })), 400, 'stream');
   await expectError(client.completions.create({ model: MODEL, prompt: 'word '.repeat(400) }), 400, 'prompt');
   await expectError(client.completions.create({ model: MODEL, prompt: [1, 2, 999999] }), 400, 'prompt');
+  // A text past what the context could hold in any tokens is refused before tokenising.
+  const t0 = Date.now();
+  const huge = await rawPost('/v1/chat/completions', JSON.stringify({ messages: [{ role: 'user', content: 'a '.repeat(3000000) }] }));
+  assert.equal(huge.status, 400);
+  assert.equal(huge.body.error.code, 'context_length_exceeded');
+  assert.ok(huge.body.error.message.includes('bytes'), huge.body.error.message);
+  assert.ok(Date.now() - t0 < 5000);
+  // JSON text has no NUL byte: what follows one is not silently dropped.
+  const nul = await rawPost('/v1/completions', '{"prompt": "hi", "max_tokens": 2}\u0000{{{');
+  assert.equal(nul.status, 400);
+  assert.ok(nul.body.error.message.includes('NUL byte at offset 33'), nul.body.error.message);
   await expectError(client.chat.completions.create({ ...chat('x'), model: 'gpt-4' }), 404, 'model');
   const unknown = await fetch(`${s.baseURL}/v1/engines`);
   assert.equal(unknown.status, 404);
@@ -209,6 +220,34 @@ test('a client that disconnects mid-stream frees its slot', async () => {
     assert.ok(Date.now() - t0 < 30000);
     assert.equal(await metric(one, 'moeflow_requests_finished_total{reason="cancelled"}'), 1);
     assert.equal(await metric(one, 'moeflow_requests_running'), 0);
+  } finally {
+    await stopServer(one);
+  }
+});
+
+test('a client that disconnects before a plain response frees its slot and its queue place', async () => {
+  // Not streamed: nothing is written until the generation ends, so only the server's
+  // watch on the connection can notice the client leaving.
+  const one = await startServer(['-np', '1', '-c', '4096']);
+  try {
+    const body = JSON.stringify({ model: MODEL, prompt: 'The', max_tokens: 4000, temperature: 0, ignore_eos: true });
+    const ctl = new AbortController();
+    const post = () => fetch(`${one.baseURL}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: ctl.signal });
+    const running = post().catch(() => null);
+    const queued = post().catch(() => null);
+    const t0 = Date.now();
+    while ((await metric(one, 'moeflow_requests_waiting')) < 1 && Date.now() - t0 < 30000) await new Promise((r) => setTimeout(r, 50));
+    assert.equal(await metric(one, 'moeflow_requests_running'), 1);
+    ctl.abort();
+    await Promise.all([running, queued]);
+    const c = new OpenAI({ baseURL: `${one.baseURL}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const t1 = Date.now();
+    const r = await c.completions.create({ model: MODEL, prompt: 'Hello', max_tokens: 3 });
+    assert.equal(r.usage.completion_tokens, 3);
+    assert.ok(Date.now() - t1 < 30000);
+    assert.equal(await metric(one, 'moeflow_requests_finished_total{reason="cancelled"}'), 2);
+    assert.equal(await metric(one, 'moeflow_requests_running'), 0);
+    assert.equal(await metric(one, 'moeflow_requests_waiting'), 0);
   } finally {
     await stopServer(one);
   }
