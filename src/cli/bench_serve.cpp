@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "base/input_file.h"
 #include "base/quantile.h"
 
 namespace moeflow::cli {
@@ -275,8 +276,7 @@ std::vector<std::string> random_prompts(int n, int words, uint64_t seed) {
 }
 
 std::vector<std::string> load_prompts(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError("--dataset: cannot read '" + path + "'");
+  std::ifstream in = open_input_file(path, "--dataset");
   std::vector<std::string> out;
   std::string line;
   for (int64_t n = 1; std::getline(in, line); ++n) {

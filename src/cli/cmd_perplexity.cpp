@@ -17,6 +17,7 @@
 #include "moeflow/engine.h"
 #include "engine/sampler.h"
 #include "base/error.h"
+#include "base/input_file.h"
 
 namespace moeflow::cli {
 
@@ -103,12 +104,7 @@ int cmd_perplexity(int argc, char** argv) {
   const int64_t batch = a.integer("--batch-size", 0, 1 << 20);
 
   const std::string path = a.str("--file");
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    throw InputError("cannot open '" + path + "' for reading: " +
-                     (std::filesystem::exists(path, ec) ? "not a regular file" : "no such file"));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("cannot open '" + path + "' for reading");
+  std::ifstream in = open_input_file(path, "--file", true);
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) throw InputError("error reading '" + path + "'");

@@ -19,6 +19,7 @@
 #include "cli/model_flags.h"
 #include "cli/offload_flags.h"
 #include "base/error.h"
+#include "base/input_file.h"
 #include "engine/tokenizer.h"
 #include "format/gguf.h"
 #include "model/model_weights.h"
@@ -31,8 +32,7 @@ namespace moeflow::cli {
 namespace {
 
 std::string read_template_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("--chat-template-file: cannot read '" + path + "'");
+  std::ifstream in = open_input_file(path, "--chat-template-file", true);
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();

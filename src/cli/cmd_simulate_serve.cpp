@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/input_file.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "serve/serving_sim.h"
@@ -17,8 +18,7 @@ using serve::SimRequest;
 // JSONL, one request per line: {"arrival_s", "prompt_tokens", "output_tokens",
 // "slo_ms"?, "task"?}, arrivals in time order.
 std::vector<SimRequest> load_arrivals(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError("--arrivals: cannot read '" + path + "'");
+  std::ifstream in = open_input_file(path, "--arrivals");
   std::vector<SimRequest> out;
   std::string line;
   for (int64_t n = 1; std::getline(in, line); ++n) {

@@ -12,6 +12,7 @@
 #include "engine/generator.h"
 #include "moeflow/engine.h"
 #include "base/error.h"
+#include "base/input_file.h"
 #include "policy/emoe.h"
 #include "policy/emoe_sensitivity.h"
 #include "sim/trace_stats.h"
@@ -164,8 +165,7 @@ int trace_record(int argc, char** argv) {
     }
     open_engine(max_len);
   } else {
-    std::ifstream in(a.str("--file"), std::ios::binary);
-    if (!in) throw InputError(a.str("--file") + ": cannot open");
+    std::ifstream in = open_input_file(a.str("--file"), "--file", true);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const int64_t windows = a.integer("--windows", 1, 1 << 20), prefill = a.integer("--prefill", 1, 1 << 16),
                   decode = a.integer("--decode", 0, 1 << 16), first = a.integer("--first-request", 0, INT64_MAX);

@@ -5,6 +5,7 @@
 
 #include "base/atomic_file.h"
 #include "base/error.h"
+#include "base/input_file.h"
 
 namespace moeflow {
 
@@ -19,8 +20,7 @@ void write_logits_file(const std::string& path, const LogitsRecord& r) {
 }
 
 LogitsRecord read_logits_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("cannot open logits file '" + path + "'");
+  std::ifstream in = open_input_file(path, "logits file", true);
   char magic[4];
   uint32_t hdr[3];
   in.read(magic, 4);

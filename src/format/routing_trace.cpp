@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/input_file.h"
 
 namespace moeflow {
 
@@ -268,11 +269,7 @@ std::string format_trace_line(const TraceRecord& r) {
 }
 
 void read_trace_file(const std::string& path, const std::function<void(const TraceRecord&)>& fn) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw InputError(path + ": cannot open trace file: " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) throw InputError(path + ": is a folder, not a trace file");
-  std::ifstream in(path);
-  if (!in) throw InputError(path + ": cannot open trace file");
+  std::ifstream in = open_input_file(path, "trace");
   std::string line;
   int64_t n = 0;
   while (std::getline(in, line)) {

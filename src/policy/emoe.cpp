@@ -12,6 +12,7 @@
 #include <ostream>
 
 #include "base/error.h"
+#include "base/input_file.h"
 #include "format/trace.h"
 
 namespace moeflow {
@@ -46,8 +47,7 @@ bool all_zero(const std::vector<uint64_t>& v) {
 }  // namespace
 
 std::vector<TaskProfile> load_task_profiles(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path + ": cannot open task profiles");
+  std::ifstream in = open_input_file(path, "task profiles");
   nlohmann::json j;
   try {
     in >> j;

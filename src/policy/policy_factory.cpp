@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "base/error.h"
+#include "base/input_file.h"
 #include "policy/adaptive.h"
 #include "policy/baseline_policies.h"
 #include "policy/duoserve.h"
@@ -102,11 +103,7 @@ std::unique_ptr<ExpertPolicy> make_policy(const std::string& name, const ExpertG
     if (!policy_keeps_state(name))
       throw InputError("policy '" + name + "' keeps no learned state: the policy state '" + opt.state_path +
                        "' would be ignored (states belong to adaptive, duoserve, duoserve-k, emoe, fmoe and moe-infinity)");
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(opt.state_path, ec))
-      throw InputError(opt.state_path + ": policy state is not a regular file (or does not exist)");
-    std::ifstream in(opt.state_path, std::ios::binary);
-    if (!in) throw InputError(opt.state_path + ": cannot open policy state");
+    std::ifstream in = open_input_file(opt.state_path, "policy state", true);
     try {
       p->load(in);
     } catch (const InputError& e) {  // the policies' readers know the format, not the file

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/input_file.h"
 #include "base/json_fields.h"
 
 namespace moeflow {
@@ -24,8 +25,8 @@ std::string resolve(const std::string& name_or_path, const char* kind) {
 }
 
 json read_json(const std::string& path, const char* kind) {
-  std::ifstream in(path);
-  if (!in) {
+  std::error_code exists_ec;
+  if (!std::filesystem::exists(path, exists_ec)) {
     std::string known;
     const std::filesystem::path dir = std::filesystem::path(path).parent_path();
     std::error_code ec;
@@ -34,6 +35,7 @@ json read_json(const std::string& path, const char* kind) {
     throw InputError(std::string("cannot open ") + kind + " profile " + path +
                      (known.empty() ? "" : " (known: " + known + ")"));
   }
+  std::ifstream in = open_input_file(path, std::string(kind) + " profile");
   try {
     json j = json::parse(in);
     if (!j.is_object()) throw InputError(path + ": a profile must be a JSON object");

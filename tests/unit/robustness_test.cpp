@@ -609,6 +609,28 @@ TEST(Issue19, EmptyOrFolderTracesAreErrors) {
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
+// A folder or a device where a file belongs was an "internal error" (the stream read
+// threw "basic_filebuf::underflow ... Is a directory") or read without end (/dev/zero).
+TEST(Issue19, FoldersAndDevicesWhereAFileBelongsAreNamed) {
+  const std::string t = small_trace();
+  const std::string dir = scratch_path("notafile");
+  std::filesystem::create_directories(dir);
+  const std::string sim = "simulate --trace " + t + " --model-profile moeflow-default";
+  for (const std::string& path : {dir, std::string("/dev/zero")}) {
+    const std::string says = path == dir ? "is a folder, not a file" : "is not a regular file";
+    expect_failure("simulate --trace " + t + " --hw " + path, 1, "hardware profile '" + path + "' " + says);
+    expect_failure("simulate --trace " + t + " --model-profile " + path, 1, "model profile '" + path + "' " + says);
+    expect_failure(sim + " --policy emoe --tasks " + path, 1, "task profiles '" + path + "' " + says);
+    expect_failure("simulate --trace " + path, 1, "trace '" + path + "' " + says);
+    expect_failure("plan --trace " + t + " --platform " + path, 1, "platform profile '" + path + "' " + says);
+    expect_failure("trace record -f " + path + " -o " + scratch_path("rec") + ".jsonl", 1, "--file '" + path + "' " + says);
+    expect_failure("perplexity -m " + kModel + " -f " + path, 1, "--file '" + path + "' " + says);
+    expect_failure("simulate-serve --arrivals " + path, 1, "--arrivals '" + path + "' " + says);
+    expect_failure("run -m " + kModel + " -n 1 --policy emoe --expert-budget 50% --policy-state " + path, 1,
+                   "policy state '" + path + "' " + says);
+  }
+}
+
 TEST(Issue19, SimulateFlagsThatSilentlyDidSomethingElse) {
   const std::string t = small_trace();
   const std::string base = "simulate --trace " + t + " --model-profile moeflow-default";
