@@ -150,6 +150,15 @@ std::vector<int32_t> parse_int_list(const std::string& flag, const std::string& 
   return out;
 }
 
+void check_learn_measure_disjoint(std::pair<size_t, size_t> learn, std::pair<size_t, size_t> measure) {
+  const size_t lo = std::max(learn.first, measure.first), hi = std::min(learn.second, measure.second);
+  if (lo < hi)
+    throw UsageError("--learn " + std::to_string(learn.first) + ":" + std::to_string(learn.second) + " and --measure " +
+                     std::to_string(measure.first) + ":" + std::to_string(measure.second) + " share requests " +
+                     std::to_string(lo) + ":" + std::to_string(hi) +
+                     " (a request is learned from or scored, not both; give ranges that do not overlap)");
+}
+
 std::pair<size_t, size_t> parse_request_range(const std::string& flag, const std::string& s, size_t n) {
   const size_t colon = s.find(':');
   auto num = [&](const std::string& x, size_t dflt) -> size_t {

@@ -50,6 +50,10 @@ class Args {
 // nothing (5:2, or a start at or past n).
 std::pair<size_t, size_t> parse_request_range(const std::string& flag, const std::string& s, size_t n);
 
+// A request is learned from or scored, not both: overlapping --learn and --measure
+// ranges would score requests in sample without a word. Throws UsageError.
+void check_learn_measure_disjoint(std::pair<size_t, size_t> learn, std::pair<size_t, size_t> measure);
+
 // "a,b,,c" -> {"a", "b", "c"}: a comma-separated list (policies, overrides); empty
 // items are dropped.
 std::vector<std::string> split_list(const std::string& s);

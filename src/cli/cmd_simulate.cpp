@@ -112,7 +112,7 @@ int cmd_simulate(int argc, char** argv) {
   a.flag("--hw", "hardware profile name or .json file (profiles/hw: pcie4, pcie5, nvme)", true, "pcie4");
   a.flag("--model-profile", "model profile name or .json file (profiles/models; default: from the trace)");
   a.flag("--learn", "requests replayed first to learn and warm, unscored (range a:b)");
-  a.flag("--measure", "requests scored, replayed after --learn (range a:b; default: all others)");
+  a.flag("--measure", "requests scored, replayed after --learn (range a:b, not overlapping --learn; default: every request not learned from)");
   a.flag("--learn-fraction", "learn on this leading share of the requests instead of --learn", true, "0");
   a.flag("--score-prefill", "count prefill accesses in the hit rate (default: decode only)", false);
   a.flag("--batch", "requests in flight at once: each step carries the next iteration of each (continuous "
@@ -141,10 +141,14 @@ int cmd_simulate(int argc, char** argv) {
   const size_t n = full.requests.size();
   std::pair<size_t, size_t> learn{0, 0}, measure{0, n};
   const double lf = a.number("--learn-fraction", 0, 1);
+  if (a.has("--learn") && lf > 0) throw UsageError("--learn and --learn-fraction both choose the learning requests: give one");
   if (a.has("--learn")) learn = parse_request_range("--learn", a.str("--learn"), n);
   else if (lf > 0) learn = {0, static_cast<size_t>(std::floor(lf * static_cast<double>(n)))};
-  if (a.has("--measure")) measure = parse_request_range("--measure", a.str("--measure"), n);
-  else if (learn.second > learn.first) measure = learn.first == 0 ? std::make_pair(learn.second, n) : std::make_pair(size_t{0}, learn.first);
+  // By default every request not learned from is measured, on both sides of --learn.
+  if (a.has("--measure")) {
+    measure = parse_request_range("--measure", a.str("--measure"), n);
+    check_learn_measure_disjoint(learn, measure);
+  }
   Trace trace = full;
   trace.requests.clear();
   for (size_t i = learn.first; i < learn.second; ++i) trace.requests.push_back(full.requests[i]);

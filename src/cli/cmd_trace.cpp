@@ -226,6 +226,7 @@ int trace_accuracy(int argc, char** argv) {
   const auto learn = parse_request_range("--learn", a.str("--learn"), t.requests.size());
   const auto measure = parse_request_range("--measure", a.str("--measure"), t.requests.size());
   if (measure.first >= measure.second) throw UsageError("--measure selects no requests");
+  check_learn_measure_disjoint(learn, measure);
   const Trace lt = slice_requests(t, learn.first, learn.second), mt = slice_requests(t, measure.first, measure.second);
   const auto period = static_cast<int32_t>(a.integer("--period", 1, 1 << 20));
   const EmoeAccuracy all_layer = emoe_predictor_accuracy(lt, mt, EmoeVariant::AllLayer, period);

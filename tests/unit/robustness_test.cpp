@@ -631,6 +631,20 @@ TEST(Issue19, FoldersAndDevicesWhereAFileBelongsAreNamed) {
   }
 }
 
+// --measure's default is every request not learned from, on both sides of --learn (it
+// was only those before a --learn that does not start at 0); overlapping ranges and two
+// ways to choose the learning requests are refused.
+TEST(Issue19, LearnAndMeasureSplitTheRequests) {
+  const std::string t = small_trace();  // 3 requests
+  const std::string base = "simulate --trace " + t + " --model-profile moeflow-default";
+  const auto r = run(base + " --learn 1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("learn 1 requests, measure 2"), std::string::npos) << r.out;
+  expect_failure(base + " --learn 0:2 --measure 1:3", 2, "--learn 0:2 and --measure 1:3 share requests 1:2");
+  expect_failure(base + " --learn 0:1 --learn-fraction 0.5", 2, "give one");
+  expect_failure("trace accuracy " + t + " --learn 0:2", 2, "share requests 1:2");
+}
+
 TEST(Issue19, SimulateFlagsThatSilentlyDidSomethingElse) {
   const std::string t = small_trace();
   const std::string base = "simulate --trace " + t + " --model-profile moeflow-default";
