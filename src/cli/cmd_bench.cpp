@@ -107,6 +107,7 @@ int cmd_bench(int argc, char** argv) {
                        "against the bytes a step reads (dense weights plus the experts its tokens select)");
   add_offload_flags(a);
   a.parse(argc, argv, 2);
+  check_policy_state_out(a, "bench", false);
   if (a.has("--parallel")) return bench_parallel(a);
   const int64_t n_prompt = a.integer("--n-prompt", 1, 1 << 16);
   const int64_t n_gen = a.integer("--n-gen", 1, 1 << 16);

@@ -112,6 +112,7 @@ int cmd_perplexity(int argc, char** argv) {
   if (text.empty()) throw InputError("'" + path + "' is empty: nothing to score");
 
   check_emoe_flags(a);
+  check_policy_state_out(a, "perplexity", true);
   auto engine = Engine::open(engine_options_from_flags(a, a.str("--policy")));
   const int64_t n_ctx = engine->ctx_size();
   if (n_ctx < 2) throw UsageError("moeflow perplexity: --ctx-size must be at least 2");
@@ -133,6 +134,7 @@ int cmd_perplexity(int argc, char** argv) {
                      run.perplexity(), static_cast<long long>(run.n_scored));
       },
       batch);
+  if (a.has("--policy-state-out")) engine->save_policy_state(a.str("--policy-state-out"));
   if (json) {
     nlohmann::json j;
     j["model"] = engine->model().file().path();

@@ -54,7 +54,7 @@ int cmd_run(int argc, char** argv) {
   const bool json = a.has("--json");
   // Outputs that cannot be written are reported now, not after the whole generation.
   if (a.has("--logits-out")) check_output_path(a.str("--logits-out"), "--logits-out");
-  if (a.has("--policy-state-out")) check_output_path(a.str("--policy-state-out"), "--policy-state-out");
+  check_policy_state_out(a, "run", true);
 
   auto engine = Engine::open(eo);
   const Tokenizer& tok = engine->tokenizer();

@@ -98,6 +98,7 @@ int cmd_serve(int argc, char** argv) {
   EngineOptions eo = engine_options_from_flags(a, a.str("--policy"));
   if (eo.policy == "all" && a.has("--expert-budget"))
     throw UsageError("--expert-budget needs a --policy other than 'all' (e.g. --policy lru)");
+  check_policy_state_out(a, "serve", true);
   eo.n_parallel = lo.n_parallel;
   serve::ServerOptions so;
   so.host = a.str("--host");
@@ -167,6 +168,11 @@ int cmd_serve(int argc, char** argv) {
   loop.reset();  // requests still running (forced) get an error event
   server.stop();
   http.join();
+  // What the policy learned from the requests served, for the next start's --policy-state.
+  if (a.has("--policy-state-out")) {
+    engine->save_policy_state(a.str("--policy-state-out"));
+    std::fprintf(stderr, "serve: policy state saved to %s\n", a.str("--policy-state-out").c_str());
+  }
   std::fprintf(stderr, "serve: stopped\n");
   return 0;
 }

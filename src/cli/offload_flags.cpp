@@ -1,5 +1,6 @@
 #include "cli/offload_flags.h"
 
+#include "base/atomic_file.h"
 #include "base/error.h"
 
 #include "policy/policy_factory.h"
@@ -29,6 +30,19 @@ void check_emoe_flags(const Args& a) {
   }
   a.integer("--emoe-top-l", 0, 1 << 20);
   if (a.has("--tasks")) load_task_profiles(a.str("--tasks"));  // names the file and field at fault
+}
+
+void check_policy_state_out(const Args& a, const std::string& command, bool saves) {
+  if (!a.has("--policy-state-out")) return;
+  const std::string policy = a.str("--policy");
+  if (!saves)
+    throw UsageError("--policy-state-out: " + command + " saves no policy state (run, perplexity and serve do)");
+  if (policy == "all")
+    throw UsageError("--policy-state-out: --policy all offloads nothing, so there is no policy state to save");
+  if (!policy_keeps_state(policy))
+    throw UsageError("--policy-state-out: policy '" + policy +
+                     "' keeps no learned state (states belong to adaptive, duoserve, duoserve-k, emoe, fmoe and moe-infinity)");
+  check_output_path(a.str("--policy-state-out"), "--policy-state-out");
 }
 
 std::vector<TaskProfile> task_profiles_from_flags(const Args& a) {

@@ -31,6 +31,11 @@ void check_emoe_flags(const Args& a);
 // is refused whatever the policy.
 std::vector<TaskProfile> task_profiles_from_flags(const Args& a);
 
+// Refuses --policy-state-out where nothing would be saved (a policy that keeps no
+// learned state, no offloading, or a command that does not save one: `saves` false)
+// and an output that cannot be written, before any work.
+void check_policy_state_out(const Args& a, const std::string& command, bool saves);
+
 // Counters as the `cache` JSON object of run/bench/perplexity (null when inactive).
 nlohmann::json offload_counters_json(const ExpertOffload& o);
 

@@ -645,6 +645,29 @@ TEST(Issue19, LearnAndMeasureSplitTheRequests) {
   expect_failure("trace accuracy " + t + " --learn 0:2", 2, "share requests 1:2");
 }
 
+// --policy-state-out was accepted everywhere and saved only by run: perplexity and
+// bench ignored it, and run with a stateless policy wrote nothing without a word.
+TEST(Issue19, PolicyStateOutIsSavedOrRefused) {
+  const std::string out = scratch_path("ppl") + ".state";
+  const std::string text = scratch_path("ppl") + ".txt";
+  write_all(text, "The sea is wide and the ships are many. The sea is deep.\n");
+  const auto r = run("perplexity -m " + kModel + " -f " + text + " -c 16 --policy moe-infinity --expert-budget 50% "
+                     "--policy-state-out " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_TRUE(std::filesystem::exists(out));
+  EXPECT_GT(std::filesystem::file_size(out), 0u);
+  const auto again = run("run -m " + kModel + " --prompt-tokens 1,2 -n 2 --policy moe-infinity --expert-budget 50% "
+                         "--policy-state " + out);
+  EXPECT_EQ(again.code, 0) << again.out;
+  expect_failure("run -m " + kModel + " --prompt-tokens 1,2 -n 1 --policy-state-out " + out, 2, "--policy all offloads nothing");
+  expect_failure("run -m " + kModel + " --prompt-tokens 1,2 -n 1 --policy lru --expert-budget 50% --policy-state-out " + out,
+                 2, "policy 'lru' keeps no learned state");
+  expect_failure("bench -m " + kModel + " --policy fmoe --expert-budget 50% --policy-state-out " + out, 2,
+                 "bench saves no policy state");
+  expect_failure("perplexity -m " + kModel + " -f " + text + " --policy fmoe --expert-budget 50% --policy-state-out /nonexistent-dir/s",
+                 1, "does not exist");
+}
+
 TEST(Issue19, SimulateFlagsThatSilentlyDidSomethingElse) {
   const std::string t = small_trace();
   const std::string base = "simulate --trace " + t + " --model-profile moeflow-default";
