@@ -1,11 +1,13 @@
 // moeflow simulate-serve: FCFS against eMoE's scheduler on the serving model of
 // serve/serving_sim.h, for a replayed arrival trace or a generated mixed workload.
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "base/input_file.h"
+#include "base/json_fields.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "serve/serving_sim.h"
@@ -24,9 +26,14 @@ std::vector<SimRequest> load_arrivals(const std::string& path) {
   for (int64_t n = 1; std::getline(in, line); ++n) {
     if (line.empty()) continue;
     const std::string at = path + ":" + std::to_string(n);
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_object()) throw InputError(at + ": expected a JSON object");
-    auto number = [&](const char* key, double lo, double hi, bool required) -> double {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e400
+      throw InputError(at + ": not valid JSON: " + e.what());
+    }
+    if (!j.is_object()) throw InputError(at + ": expected a JSON object, not " + std::string(j.type_name()));
+    auto number = [&](const char* key, double lo, double hi, bool required, bool whole = false) -> double {
       if (!j.contains(key)) {
         if (required) throw InputError(at + ": missing \"" + key + "\"");
         return 0;
@@ -34,14 +41,15 @@ std::vector<SimRequest> load_arrivals(const std::string& path) {
       if (!j[key].is_number()) throw InputError(at + ": \"" + key + "\" must be a number");
       const double v = j[key].get<double>();
       if (!(v >= lo && v <= hi))
-        throw InputError(at + ": \"" + key + "\" = " + j[key].dump() + " is outside [" + std::to_string(lo) + ", " +
-                         std::to_string(hi) + "]");
+        throw InputError(at + ": \"" + key + "\" = " + j[key].dump() + " is outside [" + json_short_number(lo) + ", " +
+                         json_short_number(hi) + "]");
+      if (whole && v != std::floor(v)) throw InputError(at + ": \"" + key + "\" = " + j[key].dump() + " must be a whole number");
       return v;
     };
     SimRequest r;
     r.arrival_s = number("arrival_s", 0, 1e9, true);
-    r.prompt_tokens = static_cast<int>(number("prompt_tokens", 1, 1 << 24, true));
-    r.output_tokens = static_cast<int>(number("output_tokens", 1, 1 << 24, true));
+    r.prompt_tokens = static_cast<int>(number("prompt_tokens", 1, 1 << 24, true, true));
+    r.output_tokens = static_cast<int>(number("output_tokens", 1, 1 << 24, true, true));
     r.slo_s = number("slo_ms", 0, 1e12, false) / 1e3;
     if (j.contains("task")) {
       if (!j["task"].is_string()) throw InputError(at + ": \"task\" must be a string");

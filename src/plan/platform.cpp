@@ -56,6 +56,13 @@ PlatformProfile load_platform_profile(const std::string& name_or_path) {
     throw InputError(path + ": not valid JSON: " + e.what());
   }
   if (!j.is_object()) throw InputError(path + ": a platform profile must be a JSON object");
+  json_check_fields(j, path, "platform",
+                    {"name", "price_per_gb_second", "price_per_million_requests", "billing_granularity_ms",
+                     "memory_min_mb", "memory_max_mb", "memory_step_mb", "memory_options_mb", "mb_per_vcpu", "max_vcpus",
+                     "payload_limit_bytes", "timeout_s", "ephemeral_storage_max_mb", "assumed_gflops_per_vcpu",
+                     "assumed_runtime_overhead_mb", "assumed_warm_start_ms", "assumed_cold_start_ms",
+                     "assumed_storage_access_ms", "assumed_storage_bandwidth_mbs", "assumed_invoke_bandwidth_mbs",
+                     "max_replicas", "pipeline_minibatch_options"});
   PlatformProfile p;
   if (!j.contains("name") || !j["name"].is_string()) throw InputError(path + ": field \"name\" is missing or not a string");
   if (!j.contains("source") || !j["source"].is_string() || j["source"].get<std::string>().empty())
@@ -65,9 +72,9 @@ PlatformProfile load_platform_profile(const std::string& name_or_path) {
   p.price_per_gb_second = number(j, "price_per_gb_second", path, 0, 1);
   p.price_per_request = number(j, "price_per_million_requests", path, 0, 1e6) / 1e6;
   p.billing_granularity_s = number(j, "billing_granularity_ms", path, 0.001, 60000) / 1e3;
-  p.memory_min_mb = static_cast<int32_t>(number(j, "memory_min_mb", path, 1, 1 << 24));
-  p.memory_max_mb = static_cast<int32_t>(number(j, "memory_max_mb", path, p.memory_min_mb, 1 << 24));
-  p.memory_step_mb = static_cast<int32_t>(number(j, "memory_step_mb", path, 1, 1 << 24));
+  p.memory_min_mb = static_cast<int32_t>(json_integer(j, "memory_min_mb", path, 1, 1 << 24));
+  p.memory_max_mb = static_cast<int32_t>(json_integer(j, "memory_max_mb", path, p.memory_min_mb, 1 << 24));
+  p.memory_step_mb = static_cast<int32_t>(json_integer(j, "memory_step_mb", path, 1, 1 << 24));
   p.memory_options_mb = int_list(j, "memory_options_mb", path, p.memory_min_mb, p.memory_max_mb);
   for (size_t i = 0; i < p.memory_options_mb.size(); ++i)
     if ((p.memory_options_mb[i] - p.memory_min_mb) % p.memory_step_mb != 0)
@@ -85,7 +92,7 @@ PlatformProfile load_platform_profile(const std::string& name_or_path) {
   p.storage_access_s = number(j, "assumed_storage_access_ms", path, 0, 1e7) / 1e3;
   p.storage_bytes_per_s = number(j, "assumed_storage_bandwidth_mbs", path, 1e-6, 1e9) * 1048576.0;
   p.invoke_bytes_per_s = number(j, "assumed_invoke_bandwidth_mbs", path, 1e-6, 1e9) * 1048576.0;
-  p.max_replicas = static_cast<int32_t>(number(j, "max_replicas", path, 1, 1024));
+  p.max_replicas = static_cast<int32_t>(json_integer(j, "max_replicas", path, 1, 1024));
   p.minibatch_options = int_list(j, "pipeline_minibatch_options", path, 1, 1 << 30);
   return p;
 }

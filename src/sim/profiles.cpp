@@ -67,10 +67,11 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path) {
   const std::string path = resolve(name_or_path, "hw");
   const json j = read_json(path, "hardware");
   HardwareProfile h;
+  json_check_fields(j, path, "hardware", {"name", "bandwidth_gbs", "latency_us", "copy_engines", "chunk_kib"});
   h.name = name_field(j, name_or_path, path);
   h.link.bandwidth_bytes_per_s = number(j, "bandwidth_gbs", path, 1e-6, 1e6) * 1e9;
   h.link.latency_s = number(j, "latency_us", path, 0, 1e9) * 1e-6;
-  h.link.copy_engines = static_cast<int>(number(j, "copy_engines", path, 1, 64));
+  h.link.copy_engines = static_cast<int>(json_integer(j, "copy_engines", path, 1, 64));
   // Optional: copies move in chunks of this size and a demand pre-empts a prefetch
   // at a chunk boundary (absent: copies are whole).
   if (j.contains("chunk_kib")) h.link.chunk_bytes = static_cast<uint64_t>(number(j, "chunk_kib", path, 4, 1 << 30) * 1024.0);
@@ -81,11 +82,15 @@ ModelProfile load_model_profile(const std::string& name_or_path) {
   const std::string path = resolve(name_or_path, "models");
   const json j = read_json(path, "model");
   ModelProfile m;
+  json_check_fields(j, path, "model",
+                    {"name", "n_layer", "n_expert", "top_k", "expert_bytes", "dense_seconds_per_layer",
+                     "dense_seconds_per_layer_token", "expert_seconds", "expert_seconds_per_token", "predictor_seconds",
+                     "fmoe_semantic_seconds", "fmoe_trajectory_seconds", "fmoe_insert_seconds", "hidden_size"});
   m.name = name_field(j, name_or_path, path);
-  m.n_layer = static_cast<int32_t>(number(j, "n_layer", path, 1, 1 << 16));
-  m.n_expert = static_cast<int32_t>(number(j, "n_expert", path, 1, 1 << 16));
-  m.top_k = static_cast<int32_t>(number(j, "top_k", path, 1, m.n_expert));
-  m.expert_bytes = static_cast<uint64_t>(number(j, "expert_bytes", path, 1, 1e15));
+  m.n_layer = static_cast<int32_t>(json_integer(j, "n_layer", path, 1, 1 << 16));
+  m.n_expert = static_cast<int32_t>(json_integer(j, "n_expert", path, 1, 1 << 16));
+  m.top_k = static_cast<int32_t>(json_integer(j, "top_k", path, 1, m.n_expert));
+  m.expert_bytes = static_cast<uint64_t>(json_integer(j, "expert_bytes", path, 1, 1e15));
   m.dense_seconds_per_layer = number(j, "dense_seconds_per_layer", path, 0, 1e3);
   m.dense_seconds_per_layer_token = number(j, "dense_seconds_per_layer_token", path, 0, 1e3);
   m.expert_seconds = number(j, "expert_seconds", path, 0, 1e3);
@@ -95,7 +100,7 @@ ModelProfile load_model_profile(const std::string& name_or_path) {
   if (j.contains("fmoe_trajectory_seconds"))
     m.fmoe_trajectory_seconds = number(j, "fmoe_trajectory_seconds", path, 0, 1);
   if (j.contains("fmoe_insert_seconds")) m.fmoe_insert_seconds = number(j, "fmoe_insert_seconds", path, 0, 1);
-  if (j.contains("hidden_size")) m.hidden_size = static_cast<int32_t>(number(j, "hidden_size", path, 1, 1 << 20));
+  if (j.contains("hidden_size")) m.hidden_size = static_cast<int32_t>(json_integer(j, "hidden_size", path, 1, 1 << 20));
   return m;
 }
 

@@ -668,6 +668,33 @@ TEST(Issue19, PolicyStateOutIsSavedOrRefused) {
                  1, "does not exist");
 }
 
+// A count written 1.5 was cut to 1, a misspelt optional field left its default in force,
+// and numbers printed as 0.000000; an arrivals line that is not JSON said only
+// "expected a JSON object".
+TEST(Issue19, ProfilesTakeWholeCountsAndKnownFieldsOnly) {
+  const std::string t = small_trace();
+  const std::string base = "simulate --trace " + t + " --model-profile moeflow-default --hw ";
+  const std::string hw = scratch_path("hwfields") + ".json";
+  write_all(hw, R"({"bandwidth_gbs": 16, "latency_us": 10, "copy_engines": 1.7})");
+  expect_failure(base + hw, 1, "field \"copy_engines\" = 1.7 must be a whole number");
+  write_all(hw, R"({"bandwidth_gbs": 16, "latency_us": 10, "copy_engines": 1, "chunk_kb": 4})");
+  expect_failure(base + hw, 1, "\"chunk_kb\" is not a field of a hardware profile (fields: name, bandwidth_gbs");
+  write_all(hw, R"({"bandwidth_gbs": 1e-300, "latency_us": 10, "copy_engines": 1})");
+  expect_failure(base + hw, 1, "field \"bandwidth_gbs\" = 1e-300 is outside [1e-06, 1e+06]");
+  write_all(hw, R"({"bandwidth_gbs": 16, "latency_us": 10, "copy_engines": 2, "description": "x", "link_note": "y"})");
+  EXPECT_EQ(run(base + hw).code, 0) << "annotations are fields of every profile";
+  const std::string model = scratch_path("modelfields") + ".json";
+  std::string text = read_all(std::string(MOEFLOW_SOURCE_DIR_FOR_TESTS) + "/profiles/models/moeflow-default.json");
+  text.replace(text.find("\"top_k\": 2"), std::string("\"top_k\": 2").size(), "\"top_k\": 1.5");
+  write_all(model, text);
+  expect_failure("simulate --trace " + t + " --model-profile " + model, 1, "field \"top_k\" = 1.5 must be a whole number");
+  const std::string arrivals = scratch_path("arrivals") + ".jsonl";
+  write_all(arrivals, "{\"arrival_s\": 0, \"prompt_tokens\": 10.5, \"output_tokens\": 5}\n");
+  expect_failure("simulate-serve --arrivals " + arrivals, 1, ":1: \"prompt_tokens\" = 10.5 must be a whole number");
+  write_all(arrivals, "{\"arrival_s\": 0, \"prompt_tokens\": 10, \"output_tokens\": 5}\n{\"arrival_s\":\n");
+  expect_failure("simulate-serve --arrivals " + arrivals, 1, ":2: not valid JSON");
+}
+
 TEST(Issue19, SimulateFlagsThatSilentlyDidSomethingElse) {
   const std::string t = small_trace();
   const std::string base = "simulate --trace " + t + " --model-profile moeflow-default";
