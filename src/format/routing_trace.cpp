@@ -214,6 +214,10 @@ TraceRecord parse_trace_line(const std::string& line, const std::string& where) 
     for (size_t k = 0; k < it->size(); ++k)
       r.tokens.push_back(static_cast<int32_t>(
           integer_in((*it)[k], 0, INT32_MAX, where + ": tokens[" + std::to_string(k) + "]", "a token id")));
+    // One token id per routed row (the row's token), as the recorder writes them.
+    if (!r.tokens.empty() && r.tokens.size() != r.experts.size())
+      throw InputError(where + ": \"tokens\" has " + std::to_string(r.tokens.size()) + " ids, \"experts\" has " +
+                       std::to_string(r.experts.size()) + " rows");
   }
   return r;
 }

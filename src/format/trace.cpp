@@ -28,6 +28,9 @@ Trace group_trace(const std::vector<TraceRecord>& records, const std::string& pa
     } else if (r.num_experts != t.n_expert || r.top_k != t.top_k) {
       throw InputError(where + ": num_experts/top_k " + std::to_string(r.num_experts) + "/" + std::to_string(r.top_k) +
                        " differ from the first record's " + std::to_string(t.n_expert) + "/" + std::to_string(t.top_k));
+    } else if (r.model != t.model) {
+      throw InputError(where + ": model '" + r.model + "' differs from the first record's '" + t.model +
+                       "' (one trace holds one model's routing)");
     }
     t.n_layer = std::max(t.n_layer, r.layer + 1);
     t.has_weights |= r.has_weights;
@@ -45,7 +48,13 @@ Trace group_trace(const std::vector<TraceRecord>& records, const std::string& pa
       t.requests.push_back({r.request, r.task, {}});
       iters.emplace_back();
     }
-    TraceIteration& ti = iters[it->second][r.iter];
+    auto [iter_it, new_iter] = iters[it->second].try_emplace(r.iter);
+    TraceIteration& ti = iter_it->second;
+    if (!new_iter && ti.prefill != r.prefill)
+      throw InputError(where + ": phase " + (r.prefill ? "prefill" : "decode") + ", but the iteration's earlier records say " +
+                       (ti.prefill ? "prefill" : "decode"));
+    for (const TraceRecord& earlier : ti.layers)
+      if (earlier.layer == r.layer) throw InputError(where + ": appears twice (one record per request, iter and layer)");
     ti.iter = r.iter;
     ti.prefill = r.prefill;
     if (ti.tokens.empty()) ti.tokens = r.tokens;
@@ -77,7 +86,7 @@ Trace group_trace(const std::vector<TraceRecord>& records, const std::string& pa
   for (size_t i = 0; i < t.requests.size(); ++i)
     for (auto& [k, ti] : iters[i]) {
       std::vector<TraceRecord> by_layer(static_cast<size_t>(t.n_layer));
-      for (TraceRecord& r : ti.layers) by_layer[static_cast<size_t>(r.layer)] = std::move(r);  // a later duplicate wins
+      for (TraceRecord& r : ti.layers) by_layer[static_cast<size_t>(r.layer)] = std::move(r);
       ti.layers = std::move(by_layer);
       t.requests[i].iterations.push_back(std::move(ti));
     }

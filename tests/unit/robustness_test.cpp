@@ -695,6 +695,33 @@ TEST(Issue19, ProfilesTakeWholeCountsAndKnownFieldsOnly) {
   expect_failure("simulate-serve --arrivals " + arrivals, 1, ":2: not valid JSON");
 }
 
+// Structurally broken traces were replayed as if whole: a repeated record replaced the
+// first, a second model's routing mixed in, token ids that name no row, one iteration
+// both prefill and decode.
+TEST(Issue19, TracesThatContradictThemselvesAreRefused) {
+  const std::string good = read_all(small_trace());
+  const std::string first = good.substr(0, good.find('\n') + 1);
+  const std::string t = scratch_path("broken") + ".jsonl";
+  auto refused = [&](const std::string& text, const std::string& needle) {
+    write_all(t, text);
+    expect_failure("trace stats " + t, 1, needle);
+    expect_failure("simulate --trace " + t + " --model-profile moeflow-default", 1, needle);
+  };
+  refused(good + first, "record of request 0, iter 0, layer 0: appears twice");
+  std::string other = first;
+  other.replace(other.find("moeflow-default"), 15, "another-model");
+  other.replace(other.find("\"request\":0"), 11, "\"request\":7");
+  refused(good + other, "model 'another-model' differs from the first record's 'moeflow-default'");
+  std::string tokens = first;
+  tokens.insert(tokens.rfind('}'), ",\"tokens\":[1,2,3]");
+  refused(tokens + good.substr(first.size()), "\"tokens\" has 3 ids, \"experts\" has 1 rows");
+  std::string phase = first;
+  phase.replace(phase.find("\"layer\":0"), 9, "\"layer\":5");
+  phase.replace(phase.find("prefill"), 7, "decode");
+  write_all(t, first + phase);
+  expect_failure("trace stats " + t, 1, "phase decode, but the iteration's earlier records say prefill");
+}
+
 TEST(Issue19, SimulateFlagsThatSilentlyDidSomethingElse) {
   const std::string t = small_trace();
   const std::string base = "simulate --trace " + t + " --model-profile moeflow-default";
