@@ -158,6 +158,12 @@ int cmd_simulate(int argc, char** argv) {
   opt.warmup_requests = learn.second - learn.first;
   if (opt.warmup_requests >= trace.requests.size()) throw UsageError("no requests left to measure after --learn");
   opt.score_prefill = a.has("--score-prefill");
+  bool any_decode = false;
+  for (size_t i = opt.warmup_requests; i < trace.requests.size() && !any_decode; ++i)
+    for (const TraceIteration& it : trace.requests[i].iterations) any_decode = any_decode || !it.prefill;
+  if (!any_decode && !opt.score_prefill)
+    throw InputError(trace.path + ": the measured requests hold no decode iteration, so nothing would be scored "
+                     "(--score-prefill scores their prefill)");
   opt.batch = static_cast<size_t>(a.integer("--batch", 1, 4096));
   opt.reroute = a.str("--on-miss") == "reroute";
   if (a.has("--tasks")) opt.tasks_path = a.str("--tasks");
@@ -176,6 +182,7 @@ int cmd_simulate(int argc, char** argv) {
         const std::string item = v.substr(b, e - b);
         const size_t eq = item.find('=');
         if (eq == std::string::npos || eq == 0) throw UsageError("--policy-state '" + v + "': expected FILE or NAME=FILE,...");
+        if (eq + 1 == item.size()) throw UsageError("--policy-state '" + v + "': no file after '" + item + "'");
         states[item.substr(0, eq)] = item.substr(eq + 1);
         b = e + 1;
       }

@@ -51,22 +51,8 @@ int cmd_train_predictor(int argc, char** argv) {
   opt.mlp.widths = parse_int_list("--widths", a.str("--widths"));
   for (int32_t w : opt.mlp.widths)
     if (w <= 0 || w > 65536) throw UsageError("--widths: each width must be in 1..65536");
-  DuoservePredictor pred(full.n_layer, full.n_expert, full.top_k, opt);
-  for (const ActivationPath& p : activation_paths(learn, true, true)) pred.observe(p);
-
-  const auto t0 = std::chrono::steady_clock::now();
-  const double loss = pred.train();
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("%s: learned from requests %zu:%zu (%zu token paths), %d epochs, final BCE %.4f, %.1f s\n",
-              full.path.c_str(), b0, b1, pred.observed(), opt.epochs, loss, secs);
-  {
-    AtomicFile out(a.str("--out"));  // a kill mid-write leaves the previous state intact
-    pred.save(out.stream());
-    out.commit();
-  }
-  std::printf("wrote %s%s\n", a.str("--out").c_str(),
-              pred.trained() ? "" : " (no ExpertMLP trained: predictions use popularity and affinity only)");
-
+  // The evaluation set is read and checked before the training, so a mistake in it is
+  // not found after the state has been written.
   Trace eval;
   const char* label = "held-out";
   if (a.has("--eval-trace")) {
@@ -83,6 +69,31 @@ int cmd_train_predictor(int argc, char** argv) {
     auto [e0, e1] = parse_request_range("--eval-requests", a.str("--eval-requests"), eval.requests.size());
     eval = slice_requests(eval, e0, e1);
   }
+  bool eval_decodes = false;
+  for (const TraceRequest& r : eval.requests)
+    for (const TraceIteration& it : r.iterations) eval_decodes = eval_decodes || !it.prefill;
+  if (!eval_decodes)
+    throw InputError(std::string("the evaluation requests (") + label + ") hold no decode token: nothing to measure the "
+                     "predictor on (it predicts decode tokens' experts)");
+  DuoservePredictor pred(full.n_layer, full.n_expert, full.top_k, opt);
+  for (const ActivationPath& p : activation_paths(learn, true, true)) pred.observe(p);
+  if (pred.observed() == 0)
+    throw InputError(full.path + ": requests " + std::to_string(b0) + ":" + std::to_string(b1) +
+                     " hold no decode token to learn from (the predictor learns decode tokens' paths)");
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const double loss = pred.train();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("%s: learned from requests %zu:%zu (%zu token paths), %d epochs, final BCE %.4f, %.1f s\n",
+              full.path.c_str(), b0, b1, pred.observed(), opt.epochs, loss, secs);
+  {
+    AtomicFile out(a.str("--out"));  // a kill mid-write leaves the previous state intact
+    pred.save(out.stream());
+    out.commit();
+  }
+  std::printf("wrote %s%s\n", a.str("--out").c_str(),
+              pred.trained() ? "" : " (no ExpertMLP trained: predictions use popularity and affinity only)");
+
   print_accuracy(label, evaluate_predictor(pred, eval), full.top_k);
   return 0;
 }

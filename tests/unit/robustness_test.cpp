@@ -722,6 +722,26 @@ TEST(Issue19, TracesThatContradictThemselvesAreRefused) {
   expect_failure("trace stats " + t, 1, "phase decode, but the iteration's earlier records say prefill");
 }
 
+// A trace of prefill only printed a table of 0.0% hit rates (simulate) and 0.00%
+// accuracies (train-predictor) as if measured.
+TEST(Issue19, NothingToScoreIsSaidNotPrintedAsZero) {
+  const std::string t = scratch_path("prefillonly") + ".jsonl";
+  std::string text;
+  for (int req = 0; req < 3; ++req)
+    for (int l = 0; l < 6; ++l)
+      text += R"({"model":"moeflow-default","request":)" + std::to_string(req) +
+              R"(,"iter":0,"phase":"prefill","layer":)" + std::to_string(l) +
+              R"(,"num_experts":8,"top_k":2,"experts":[[1,2],[3,4]]})" + "\n";
+  write_all(t, text);
+  expect_failure("simulate --trace " + t, 1, "the measured requests hold no decode iteration");
+  EXPECT_EQ(run("simulate --trace " + t + " --score-prefill").code, 0);
+  const std::string out = scratch_path("prefillonly") + ".duo";
+  expect_failure("train-predictor --trace " + t + " --out " + out, 1, "hold no decode token");
+  EXPECT_FALSE(std::filesystem::exists(out)) << "the state was written before the refusal";
+  expect_failure("simulate --trace " + small_trace() + " --model-profile moeflow-default --policy emoe --policy-state emoe=",
+                 2, "no file after 'emoe='");
+}
+
 TEST(Issue19, SimulateFlagsThatSilentlyDidSomethingElse) {
   const std::string t = small_trace();
   const std::string base = "simulate --trace " + t + " --model-profile moeflow-default";
