@@ -1,4 +1,8 @@
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "base/atomic_file.h"
 #include "cli/args.h"
@@ -99,6 +103,50 @@ int cmd_make_model(int argc, char** argv) {
   s.ds_sigmoid_router = router == "sigmoid";
   s.tied_output = a.has("--tied");
   s.seed = static_cast<uint64_t>(a.integer("--seed", 0, INT64_MAX));
+  // Rotary embedding turns pairs of a head's dimensions.
+  if (s.head_dim % 2) throw UsageError("moeflow make-model: --head-dim " + std::to_string(s.head_dim) + " must be even");
+  // A flag of another architecture would be written nowhere, without a word.
+  struct ArchFlag {
+    const char* flag;
+    std::vector<Arch> archs;
+    const char* names;
+  };
+  const std::vector<ArchFlag> arch_flags = {
+      {"--window", {Arch::GptOss}, "gpt-oss"},
+      {"--ff-shared", {Arch::Qwen2Moe, Arch::Ernie45Moe, Arch::HunyuanMoe, Arch::GraniteMoe},
+       "qwen2moe, ernie4_5-moe, hunyuan-moe and granitemoe"},
+      {"--q-lora", {Arch::DeepSeek2}, "deepseek2"},
+      {"--kv-lora", {Arch::DeepSeek2}, "deepseek2"},
+      {"--v-head-dim", {Arch::DeepSeek2}, "deepseek2"},
+      {"--yarn-factor", {Arch::DeepSeek2}, "deepseek2"},
+      {"--rope-dim", {Arch::DeepSeek2, Arch::Glm4Moe}, "deepseek2 and glm4moe"},
+      {"--dense-lead", {Arch::DeepSeek2, Arch::Glm4Moe, Arch::Ernie45Moe}, "deepseek2, glm4moe and ernie4_5-moe"},
+      {"--shared-experts", {Arch::DeepSeek2, Arch::Glm4Moe}, "deepseek2 and glm4moe"},
+      {"--expert-groups", {Arch::DeepSeek2, Arch::Glm4Moe}, "deepseek2 and glm4moe"},
+      {"--groups-used", {Arch::DeepSeek2, Arch::Glm4Moe}, "deepseek2 and glm4moe"},
+  };
+  for (const ArchFlag& f : arch_flags)
+    if (a.has(f.flag) && std::find(f.archs.begin(), f.archs.end(), s.arch) == f.archs.end())
+      throw UsageError("moeflow make-model: " + std::string(f.flag) + " applies to " + f.names + ", not " + arch);
+  // The writer holds the model in memory: sizes each in range can still ask for more
+  // than the machine has (a 1M x 64K embedding alone is 256 GiB in floats).
+  const auto bytes_of = [](DType t, double elements) {
+    const DTypeInfo& d = dtype_info(t);
+    return elements * static_cast<double>(d.type_size) / static_cast<double>(d.block_size);
+  };
+  const double E = static_cast<double>(s.n_embd), F = static_cast<double>(s.n_ff_expert);
+  const double attn = E * static_cast<double>(s.head_dim) * static_cast<double>(2 * s.n_head + 2 * s.n_head_kv);
+  const double experts = static_cast<double>(s.n_expert) * 3 * E * F;
+  const double shared = 3 * E * std::max<double>({static_cast<double>(s.n_ff_shexp), 2 * F, static_cast<double>(s.ds_shared) * F});
+  const double embed = static_cast<double>(s.n_vocab) * E * (s.tied_output ? 1 : 2);
+  const double total = bytes_of(s.dtype, embed + static_cast<double>(s.n_layer) * (attn + shared)) +
+                       bytes_of(s.expert_dtype.value_or(s.dtype), static_cast<double>(s.n_layer) * experts) +
+                       4 * std::max({static_cast<double>(s.n_vocab) * E, F * E});
+  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (ram > 0 && total > 0.8 * ram)
+    throw UsageError("moeflow make-model: the model would take about " + std::to_string(static_cast<int64_t>(total / 1048576.0)) +
+                     " MiB to write, more than this machine's memory (" + std::to_string(static_cast<int64_t>(ram / 1048576.0)) +
+                     " MiB) allows; lower --vocab, --embd, --ff, --experts or --layers");
   write_synthetic_model(s, a.str("--out"));
   std::printf("wrote %s\n", a.str("--out").c_str());
   return 0;

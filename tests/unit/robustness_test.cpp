@@ -742,6 +742,19 @@ TEST(Issue19, NothingToScoreIsSaidNotPrintedAsZero) {
                  2, "no file after 'emoe='");
 }
 
+// make-model wrote a model run then refused (an odd head size), ignored another
+// architecture's flags, and ran out of memory (bad_alloc, "internal error") on sizes
+// each in range but together past the machine.
+TEST(Issue19, MakeModelRefusesWhatItCannotWrite) {
+  const std::string out = scratch_path("mm") + ".gguf";
+  expect_failure("make-model -o " + out + " --head-dim 3", 2, "--head-dim 3 must be even");
+  expect_failure("make-model -o " + out + " --shared-experts 3", 2, "--shared-experts applies to deepseek2 and glm4moe, not mixtral");
+  expect_failure("make-model -o " + out + " --arch qwen3moe --window 4", 2, "--window applies to gpt-oss, not qwen3moe");
+  expect_failure("make-model -o " + out + " --embd 65536 --vocab 1048576", 2, "more than this machine's memory");
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_EQ(run("make-model -o " + out + " --arch deepseek2 --shared-experts 1").code, 0);
+}
+
 TEST(Issue19, SimulateFlagsThatSilentlyDidSomethingElse) {
   const std::string t = small_trace();
   const std::string base = "simulate --trace " + t + " --model-profile moeflow-default";
