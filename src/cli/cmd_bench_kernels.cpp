@@ -15,6 +15,8 @@
 // the multi-token kernels), and --activations int8 takes the int8 kernels.
 // --backend cuda runs the GPU's mat-vec kernel instead, for every type it reads and
 // each rows-per-warp setting, beside the device's copy bandwidth.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -190,6 +192,10 @@ int cmd_bench_kernels(int argc, char** argv) {
   a.parse(argc, argv, 2);
   const double min_seconds = a.number("--min-seconds", 0.0, 60.0);
   const uint64_t triad_bytes = static_cast<uint64_t>(a.integer("--triad-mib", 1, 1 << 14)) << 20;
+  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (ram > 0 && 3.0 * static_cast<double>(triad_bytes) > 0.8 * ram)
+    throw UsageError("moeflow bench-kernels: --triad-mib " + a.str("--triad-mib") + ": three arrays of it take more than "
+                     "this machine's memory allows (" + std::to_string(static_cast<int64_t>(ram / 1048576.0)) + " MiB)");
   const int threads = static_cast<int>(a.integer("--threads", 1, 256));
   const int64_t rows = a.integer("--rows", 1, 1 << 20);
   const int64_t cols = a.integer("--cols", 32, 1 << 20);
