@@ -1,6 +1,7 @@
 // `moeflow trace stats FILE [--json]`: what a routing trace says about expert use.
 #include <cstdio>
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -131,8 +132,17 @@ int trace_record(int argc, char** argv) {
                             "a fixed random projection of the model's width (0: none; N >= the width: the row itself)",
          true, "0");
   a.parse(argc, argv, 3);
+  if (a.has("--file") && a.has("--from-trace"))
+    throw UsageError("moeflow trace record: give -f FILE or --from-trace TRACE, not both");
   if (a.has("--file") == a.has("--from-trace") || !a.has("--out"))
     throw UsageError("moeflow trace record: -o OUT and one of -f FILE or --from-trace TRACE are required\n" + a.help());
+  {
+    // Writing the trace over its own input would destroy the text or trace being read.
+    const std::string in = a.has("--file") ? a.str("--file") : a.str("--from-trace");
+    std::error_code ec;
+    if (std::filesystem::equivalent(in, a.str("--out"), ec))
+      throw UsageError("moeflow trace record: --out '" + a.str("--out") + "' is the input '" + in + "' itself");
+  }
   const auto lookahead = static_cast<int32_t>(a.integer("--lookahead", 0, 3));
   // The token ids of each request, split into the steps that ran them.
   struct Recording {
@@ -173,10 +183,18 @@ int trace_record(int argc, char** argv) {
     open_engine(per);
     const std::vector<int32_t> ids = engine->tokenize(text, false);
     const int64_t skip = a.integer("--first-window", 0, 1 << 30);
-    const int64_t n = std::min<int64_t>(windows, static_cast<int64_t>(ids.size()) / per - skip);
-    if (n < 1)
+    const int64_t whole = static_cast<int64_t>(ids.size()) / per;
+    if (whole < 1)
       throw InputError(a.str("--file") + ": " + std::to_string(ids.size()) + " tokens, too few for one window of " +
-                       std::to_string(per));
+                       std::to_string(per) + " (--prefill + --decode)");
+    if (skip >= whole)
+      throw UsageError("moeflow trace record: --first-window " + std::to_string(skip) + " skips every window: " +
+                       a.str("--file") + " holds " + std::to_string(whole) + " windows of " + std::to_string(per) + " tokens");
+    const int64_t n = std::min<int64_t>(windows, whole - skip);
+    // Request ids first .. first + n - 1 must not wrap past the largest id.
+    if (first > INT64_MAX - n)
+      throw UsageError("moeflow trace record: --first-request " + std::to_string(first) + " + " + std::to_string(n) +
+                       " windows passes the largest request id");
     for (int64_t w = 0; w < n; ++w) {
       const int32_t* tok = ids.data() + (skip + w) * per;
       Recording r{first + w, a.str("--task"), {std::vector<int32_t>(tok, tok + prefill)}};

@@ -403,8 +403,13 @@ void EmoePolicy::load(std::istream& in) {
     if (!(in >> size) || std::find(sizes.begin(), sizes.end(), size) == sizes.end())
       throw InputError(what + field + ": bad length");
     v.resize(size);
-    for (auto& x : v)
-      if (!(in >> x) || !(x >= 0)) throw InputError(what + field + ": bad or missing value");
+    for (size_t i = 0; i < v.size(); ++i) {
+      // Every value is a count or a rate, never negative; an unsigned read would take
+      // "-1" for 18446744073709551615.
+      if ((in >> std::ws).peek() == '-')
+        throw InputError(what + field + "[" + std::to_string(i) + "] is negative");
+      if (!(in >> v[i]) || !(v[i] >= 0)) throw InputError(what + field + "[" + std::to_string(i) + "]: bad or missing value");
+    }
   };
   std::string magic;
   int version = 0;

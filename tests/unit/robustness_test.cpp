@@ -755,6 +755,38 @@ TEST(Issue19, MakeModelRefusesWhatItCannotWrite) {
   EXPECT_EQ(run("make-model -o " + out + " --arch deepseek2 --shared-experts 1").code, 0);
 }
 
+// An eMoE state with "-1" for a count loaded it as 18446744073709551615 and saved it on.
+TEST(Issue19, NegativeCountsInAnEmoeStateAreRefused) {
+  const std::string state = scratch_path("emoe") + ".state";
+  const std::string base = "run -m " + kModel + " --prompt-tokens 1,2,3 -n 2 --policy emoe --expert-budget 50% ";
+  ASSERT_EQ(run(base + "--policy-state-out " + state).code, 0);
+  std::string text = read_all(state);
+  // The transitions row: its length, then the counts; the first count becomes -1.
+  size_t line = 0;
+  for (int i = 0; i < 5; ++i) line = text.find('\n', line) + 1;
+  const size_t first = text.find(' ', line) + 1;
+  text.replace(first, text.find(' ', first) - first, "-1");
+  write_all(state, text);
+  expect_failure(base + "--policy-state " + state, 1, "transitions[0] is negative");
+}
+
+// trace record: both inputs, an output over its input, windows skipped past the text's
+// end, and request ids past the largest were not named (or wrapped around).
+TEST(Issue19, TraceRecordChecksItsInputsAndIds) {
+  const std::string text = scratch_path("rec") + ".txt";
+  std::string words;
+  for (int i = 0; i < 400; ++i) words += "the sea and the ships ";
+  write_all(text, words);
+  const std::string out = scratch_path("rec") + ".jsonl";
+  const std::string base = "trace record -m " + kModel + " -f " + text + " --prefill 8 --decode 8 ";
+  expect_failure(base + "--from-trace " + small_trace() + " -o " + out, 2, "not both");
+  expect_failure(base + "-o " + text, 2, "is the input");
+  EXPECT_EQ(read_all(text), words) << "the input was overwritten";
+  expect_failure(base + "-o " + out + " --first-window 100000", 2, "--first-window 100000 skips every window");
+  expect_failure(base + "-o " + out + " --windows 2 --first-request 9223372036854775807", 2, "passes the largest request id");
+  EXPECT_EQ(run(base + "-o " + out + " --windows 2").code, 0);
+}
+
 TEST(Issue19, SimulateFlagsThatSilentlyDidSomethingElse) {
   const std::string t = small_trace();
   const std::string base = "simulate --trace " + t + " --model-profile moeflow-default";
