@@ -36,6 +36,14 @@ void check_output_path(const std::string& path, const std::string& what) {
   if (!S_ISDIR(st.st_mode)) throw InputError(who + ": '" + dir + "' is not a folder");
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
     throw InputError(who + ": cannot write in folder '" + dir + "' (" + sys_error(errno) + ")");
+  // access() grants root everything, and some folders take no new files whatever the
+  // permissions (/proc, a read-only mount): creating one is the only sure test, and
+  // finds it now instead of after the work, under the temporary file's name.
+  std::string probe = dir + "/.moeflow-probe-XXXXXX";
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) throw InputError(who + ": cannot create files in folder '" + dir + "' (" + sys_error(errno) + ")");
+  ::close(fd);
+  ::unlink(probe.c_str());
   if (::lstat(path.c_str(), &st) == 0) {
     if (S_ISLNK(st.st_mode))
       throw InputError(who + " is a symbolic link; moeflow replaces files, never what a link points to: give the real path");
@@ -99,7 +107,8 @@ AtomicFile::AtomicFile(const std::string& path) : path_(path) {
     std::snprintf(suffix, sizeof suffix, ".tmp.%08x%04x", rd(), rd() & 0xffff);
     tmp_ = path + suffix;
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-    if (fd_ < 0 && errno != EEXIST) throw InputError("cannot create '" + tmp_ + "': " + sys_error(errno));
+    if (fd_ < 0 && errno != EEXIST)
+      throw InputError("cannot write '" + path + "' (its temporary '" + tmp_ + "': " + sys_error(errno) + ")");
   }
   if (fd_ < 0) throw InputError("cannot create a temporary next to '" + path + "'");
   // Replacing a file keeps its permission bits.

@@ -32,8 +32,6 @@ int cmd_run(int argc, char** argv) {
                    "prompt's keywords, see --tasks)");
   add_offload_flags(a);
   a.parse(argc, argv, 2);
-  if (a.has("--prompt") && a.has("--prompt-tokens"))
-    throw UsageError("moeflow run: give either -p/--prompt or --prompt-tokens, not both");
 
   // Flags that need neither the model nor the prompt are checked before loading.
   if (a.has("--prompt") && a.has("--prompt-tokens"))
@@ -62,6 +60,10 @@ int cmd_run(int argc, char** argv) {
   std::string prompt_text;
   if (a.has("--prompt-tokens")) {
     prompt = parse_int_list("--prompt-tokens", a.str("--prompt-tokens"));
+    for (size_t i = 0; i < prompt.size(); ++i)
+      if (prompt[i] >= engine->n_vocab())
+        throw UsageError("--prompt-tokens: id " + std::to_string(prompt[i]) + " (item " + std::to_string(i + 1) +
+                         ") is outside the vocabulary [0, " + std::to_string(engine->n_vocab()) + ")");
   } else {
     prompt_text = a.has("--prompt") ? a.str("--prompt") : std::string("Once upon a time");
     prompt = tok.encode(prompt_text, tok.add_bos_default());

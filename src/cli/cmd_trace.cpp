@@ -12,6 +12,7 @@
 #include "engine/trace_recorder.h"
 #include "engine/generator.h"
 #include "moeflow/engine.h"
+#include "base/atomic_file.h"
 #include "base/error.h"
 #include "base/input_file.h"
 #include "policy/emoe.h"
@@ -278,6 +279,7 @@ int trace_sensitivity(int argc, char** argv) {
   a.flag("--json", "print one JSON object", false);
   a.parse(argc, argv, 3);
   if (a.positionals().empty()) throw UsageError("moeflow trace sensitivity: give a trace file\n" + a.help());
+  if (a.has("--out")) check_output_path(a.str("--out"), "--out");  // before the work, not after it
   const Trace t = load_trace(a.positionals()[0]);
   const auto range = parse_request_range("--requests", a.str("--requests"), t.requests.size());
   if (range.first >= range.second) throw UsageError("--requests selects no requests");

@@ -74,7 +74,7 @@ bool rows_field(const json& j, const char* name, const std::string& where, std::
 // An integer in [lo, hi) exactly as written: 1.7 or 4294967297 must not become 1.
 int64_t integer_in(const json& v, int64_t lo, int64_t hi, const std::string& at, const char* what) {
   if (!v.is_number_integer())
-    throw InputError(at + " = " + v.dump() + " is not an integer " + what);
+    throw InputError(at + " = " + v.dump() + " is not an integer (expected " + what + ")");
   if (v.is_number_unsigned() ? v.get<uint64_t>() >= static_cast<uint64_t>(hi) : (v.get<int64_t>() < lo || v.get<int64_t>() >= hi))
     throw InputError(at + " = " + v.dump() + " is not " + what + " in [" + std::to_string(lo) + ", " + std::to_string(hi) + ")");
   return v.get<int64_t>();

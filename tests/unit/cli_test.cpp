@@ -38,7 +38,7 @@ TEST(Cli, BadFlagsExitNonZeroAndSayWhatToFix) {
   expect_failure("run -m " + kModel + " --temp -1", "--temp");
   expect_failure("run -m " + kModel + " -p hi --prompt-tokens 1,2", "not both");
   expect_failure("run -m " + kModel + " --prompt-tokens 1,x,3", "x");
-  expect_failure("run -m " + kModel + " --prompt-tokens 999999", "vocabulary");
+  expect_failure("run -m " + kModel + " --prompt-tokens 1,999999", "--prompt-tokens: id 999999 (item 2) is outside the vocabulary");
   expect_failure("run -m " + kModel + " --prompt-tokens 1,2,3 -c 2 -n 1", "--ctx-size 2: the prompt alone is 3 tokens");
   expect_failure("bench -m " + kModel + " --parallel 1,abc", "moeflow bench: --parallel: 'abc' is not a non-negative integer");
   expect_failure("bench -m " + kModel + " --parallel 0", "moeflow bench: --parallel 0: expected 1 to 256 sequences");

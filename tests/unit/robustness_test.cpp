@@ -787,6 +787,20 @@ TEST(Issue19, TraceRecordChecksItsInputsAndIds) {
   EXPECT_EQ(run(base + "-o " + out + " --windows 2").code, 0);
 }
 
+// root may write anywhere by access(), yet /proc takes no new file: found before the
+// work, under the output's own name (it was found after, naming a temporary).
+TEST(Issue19, OutputsInAFolderThatTakesNoFilesAreFoundFirst) {
+  const std::string t = small_trace();
+  for (const std::string& cmd : {"train-predictor --trace " + t + " --out /proc/moeflow-x",
+                                 "trace sensitivity " + t + " --task a --out /proc/moeflow-x",
+                                 "run -m " + kModel + " --prompt-tokens 1,2 -n 1 --logits-out /proc/moeflow-x"}) {
+    const auto r = run(cmd);
+    EXPECT_EQ(r.code, 1) << cmd << "\n" << r.out;
+    EXPECT_NE(r.out.find("'/proc/moeflow-x': cannot create files in folder '/proc'"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find(".tmp."), std::string::npos) << r.out;
+  }
+}
+
 TEST(Issue19, SimulateFlagsThatSilentlyDidSomethingElse) {
   const std::string t = small_trace();
   const std::string base = "simulate --trace " + t + " --model-profile moeflow-default";
