@@ -39,6 +39,13 @@ double number_in(const json& v, const std::string& field, double lo, double hi) 
 }
 
 int64_t integer_in(const json& v, const std::string& field, int64_t lo, int64_t hi) {
+  // A whole number too large for a 64-bit integer (2^64, 1e12 written so) parses as a
+  // float: its fault is the range, not the type.
+  if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>()) &&
+      (v.get<double>() > static_cast<double>(hi) || v.get<double>() < static_cast<double>(lo)))
+    throw ApiError::bad_request("'" + field + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
+                                    ", got " + v.dump(),
+                                field);
   if (!v.is_number_integer()) wrong_type(field, "an integer", v);
   // Unsigned values past INT64_MAX read back negative; compare as unsigned first.
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi))
@@ -119,7 +126,10 @@ void parse_prompt(const json& v, CompletionRequest& r) {
       throw ApiError::bad_request("'prompt' as an array of strings must hold exactly one (batches are not supported)",
                                   "prompt");
     r.prompt = v[0].get<std::string>();
-  } else if (v.is_array() && !v.empty()) {
+  } else if (v.is_array() && v.empty()) {
+    throw ApiError::bad_request("'prompt' is an empty array (give a string, one string in an array, or token ids)",
+                                "prompt");
+  } else if (v.is_array()) {
     for (size_t i = 0; i < v.size(); ++i)
       r.prompt_tokens.push_back(
           static_cast<int32_t>(integer_in(v[i], "prompt[" + std::to_string(i) + "]", 0, INT32_MAX)));
@@ -182,6 +192,10 @@ CompletionRequest parse_completion_request(const std::string& body, Endpoint end
       if (!v.is_null()) r.top_k = static_cast<int32_t>(integer_in(v, key, 0, INT32_MAX));
     } else if (key == "seed") {
       if (!v.is_null()) {
+        // Any 64-bit integer seeds (OpenAI's clients send negative ones too); past that
+        // the value is out of range, not of the wrong type.
+        if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>()))
+          throw ApiError::bad_request("'seed' must fit in 64 bits, got " + v.dump(), key);
         if (!v.is_number_integer()) wrong_type(key, "an integer", v);
         r.seed = v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>());
       }

@@ -60,7 +60,7 @@ std::vector<int32_t> prompt_tokens(const CompletionRequest& r, const ServedModel
         throw ApiError::bad_request("'prompt[" + std::to_string(i) + "]' = " + std::to_string(r.prompt_tokens[i]) +
                                         " is not a token id (the vocabulary has " + std::to_string(engine.n_vocab()) +
                                         ")",
-                                    "prompt");
+                                    "prompt[" + std::to_string(i) + "]");
     return r.prompt_tokens;
   }
   ChatTemplateInput in;
@@ -291,9 +291,19 @@ void OpenAiServer::routes() {
   http_->set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,
                                                                     httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    // A route that exists, asked with another method: 405 with the method it takes.
+    const bool post_route = req.path == "/v1/chat/completions" || req.path == "/v1/completions";
+    const bool get_route = req.path == "/health" || req.path == "/metrics" || req.path == "/v1/models" ||
+                           req.path.rfind("/v1/models/", 0) == 0;
+    if (res.status == 404 && (post_route || get_route)) {
+      res.status = 405;
+      res.set_header("Allow", post_route ? "POST" : "GET, HEAD");
+    }
     const int status = res.status;
-    std::string msg = status == 404 ? "unknown route " + req.method + " " + req.path
-                                    : "HTTP " + std::to_string(status) + " for " + req.method + " " + req.path;
+    std::string msg = status == 404   ? "unknown route " + req.method + " " + req.path
+                      : status == 405 ? req.method + " is not allowed on " + req.path + " (it takes " +
+                                            (post_route ? "POST" : "GET") + ")"
+                                      : "HTTP " + std::to_string(status) + " for " + req.method + " " + req.path;
     if (status == 413) msg = "the request body is too large";
     send_error(res, ApiError(status, msg, status >= 500 ? "server_error" : "invalid_request_error"));
     return httplib::Server::HandlerResponse::Handled;

@@ -172,7 +172,7 @@ test('bad input gets 400/404 with an OpenAI error object', async () => {
   await expectError(client.chat.completions.create(chat('x', { n: 2 })), 400, 'n');
   await expectError(client.chat.completions.create(chat('x', { stream: 'yes' })), 400, 'stream');
   await expectError(client.completions.create({ model: MODEL, prompt: 'word '.repeat(400) }), 400, 'prompt');
-  await expectError(client.completions.create({ model: MODEL, prompt: [1, 2, 999999] }), 400, 'prompt');
+  await expectError(client.completions.create({ model: MODEL, prompt: [1, 2, 999999] }), 400, 'prompt[2]');
   // A text past what the context could hold in any tokens is refused before tokenising.
   const t0 = Date.now();
   const huge = await rawPost('/v1/chat/completions', JSON.stringify({ messages: [{ role: 'user', content: 'a '.repeat(3000000) }] }));
@@ -187,6 +187,12 @@ test('bad input gets 400/404 with an OpenAI error object', async () => {
   await expectError(client.chat.completions.create({ ...chat('x'), model: 'gpt-4' }), 404, 'model');
   const unknown = await fetch(`${s.baseURL}/v1/engines`);
   assert.equal(unknown.status, 404);
+  // A route that exists, asked with another method.
+  const wrong = await fetch(`${s.baseURL}/v1/chat/completions`, { method: 'DELETE' });
+  assert.equal(wrong.status, 405);
+  assert.equal(wrong.headers.get('allow'), 'POST');
+  assert.match((await wrong.json()).error.message, /DELETE is not allowed on \/v1\/chat\/completions/);
+  assert.equal((await fetch(`${s.baseURL}/v1/completions`)).status, 405);
   assert.equal(typeof (await unknown.json()).error.message, 'string');
   // The server is still well: no slot leaked.
   assert.equal(await metric(s, 'moeflow_requests_running'), 0);

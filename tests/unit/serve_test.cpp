@@ -105,6 +105,26 @@ TEST(CompletionRequest, RefusesBadBodiesNamingTheField) {
   }
 }
 
+// What a refusal says, where the type was right and the value was not: whole numbers
+// past 64 bits parse as floats, an empty prompt array is empty, and a NUL byte ends no
+// body early.
+TEST(CompletionRequest, RefusalsSayWhatIsWrongWithTheValue) {
+  struct Case { const char* body; Endpoint ep; const char* says; };
+  const std::string nul_body = std::string(R"({"prompt":"hi"})") + '\0' + "{{{";
+  const Case cases[] = {
+      {R"({"prompt":"x","max_tokens":1e12})", Endpoint::completions, "'max_tokens' must be between 1 and 2147483647, got 1000000000000.0"},
+      {R"({"prompt":"x","seed":18446744073709551616})", Endpoint::completions, "'seed' must fit in 64 bits"},
+      {R"({"prompt":[]})", Endpoint::completions, "'prompt' is an empty array"},
+      {nul_body.c_str(), Endpoint::completions, "a NUL byte at offset 15"},
+  };
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    const std::string body = i + 1 == std::size(cases) ? nul_body : std::string(cases[i].body);
+    const ApiError e = error_of(body, cases[i].ep);
+    EXPECT_EQ(e.status(), 400) << body;
+    EXPECT_NE(std::string(e.what()).find(cases[i].says), std::string::npos) << body << " -> " << e.what();
+  }
+}
+
 // A parser error quotes the bytes it read: bytes that are not UTF-8 must not make the
 // error object unserialisable (found by fuzz_completion_request).
 TEST(CompletionRequest, ErrorsQuotingBadBytesStillSerialise) {
