@@ -1,6 +1,7 @@
 #include "serve/openai_server.h"
 
 #include <httplib.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <chrono>
@@ -63,6 +64,11 @@ std::vector<int32_t> prompt_tokens(const CompletionRequest& r, const ServedModel
                                     "prompt[" + std::to_string(i) + "]");
     return r.prompt_tokens;
   }
+  // The rendering holds every message's content: a content past the context is refused
+  // before the template renders it (rendering 200k messages takes a second).
+  std::string contents;
+  for (const ChatMessage& msg : r.messages) contents += msg.content;
+  check_text_fits(contents, m, "messages");
   ChatTemplateInput in;
   in.messages = r.messages;
   in.add_generation_prompt = true;
@@ -204,6 +210,21 @@ void OpenAiServer::listen() { http_->listen_after_bind(); }
 void OpenAiServer::stop() { http_->stop(); }
 
 void OpenAiServer::routes() {
+  // `curl -d '{...}'` labels a JSON body application/x-www-form-urlencoded, and httplib
+  // caps form bodies at 8 KiB (413 for a longer prompt) before any handler runs. The
+  // API's bodies are JSON whatever the label says: on its two POST routes the label is
+  // read as JSON, so the body limit is --max-body's alone. (The pre-routing handler
+  // runs before the body is read; the request it is given is the server's own, not a
+  // constant, so relabelling it is sound.)
+  http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response&) {
+    if (req.method == "POST" && (req.path == "/v1/chat/completions" || req.path == "/v1/completions")) {
+      auto& headers = const_cast<httplib::Request&>(req).headers;  // case-insensitive keys
+      auto [first, last] = headers.equal_range("Content-Type");
+      for (auto it = first; it != last; ++it)
+        if (it->second.rfind("application/x-www-form-urlencoded", 0) == 0) it->second = "application/json";
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (draining_) return send_json(res, 503, {{"status", "shutting down"}});
     if (!served()) return send_json(res, 503, {{"status", "loading model"}});
@@ -230,6 +251,15 @@ void OpenAiServer::routes() {
   });
   auto completion = [this](Endpoint ep) {
     return [this, ep](const httplib::Request& req, httplib::Response& res) {
+      // A large body's parse (a JSON tree of every message) is freed into this thread's
+      // malloc arena, where it would stay: given back to the system once the request is
+      // answered.
+      struct TrimAfterLargeBody {
+        bool large;
+        ~TrimAfterLargeBody() {
+          if (large) malloc_trim(0);
+        }
+      } trim{req.body.size() > (1u << 20)};
       try {
         const auto m = served();
         if (!m) throw ApiError(503, "the model is loading", "server_error", "", "loading");

@@ -200,6 +200,27 @@ test('bad input gets 400/404 with an OpenAI error object', async () => {
   assert.equal(ok.usage.completion_tokens, 2);
 });
 
+test('large bodies are refused quickly and their memory goes back', async () => {
+  const fs = await import('node:fs');
+  const rss = () => Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${s.proc.pid}/status`, 'utf8'))[1]) * 1024;
+  // ~8 MB of messages (under the body limit), labelled as `curl -d` labels them.
+  const body = JSON.stringify({ messages: Array(240000).fill({ role: 'user', content: 'a' }), max_tokens: 1 });
+  const before = rss();
+  for (let i = 0; i < 4; i++) {
+    const t0 = Date.now();
+    const r = await fetch(`${s.baseURL}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body });
+    assert.equal(r.status, 400);
+    assert.equal((await r.json()).error.code, 'context_length_exceeded');
+    assert.ok(Date.now() - t0 < 10000);
+  }
+  // Each such request used to keep ~30-170 MB for good.
+  assert.ok(rss() - before < 100e6, `RSS grew by ${(rss() - before) / 1e6} MB`);
+  // A form-labelled body past httplib's 8 KiB form limit is still read as the JSON it is.
+  const long = await fetch(`${s.baseURL}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: JSON.stringify({ prompt: 'a '.repeat(6000), max_tokens: 1 }) });
+  assert.equal(long.status, 400);
+  assert.equal((await long.json()).error.code, 'context_length_exceeded');
+});
+
 test('a client that disconnects mid-stream frees its slot', async () => {
   // A generation far longer than the test, so that only the disconnect can end it early.
   const one = await startServer(['-np', '1', '-c', '4096']);
