@@ -32,6 +32,7 @@ int cmd_run(int argc, char** argv) {
                    "prompt's keywords, see --tasks)");
   add_offload_flags(a);
   a.parse(argc, argv, 2);
+  if (a.has("--task") && a.str("--task").empty()) throw UsageError("moeflow run: --task: empty task name");
 
   // Flags that need neither the model nor the prompt are checked before loading.
   if (a.has("--prompt") && a.has("--prompt-tokens"))

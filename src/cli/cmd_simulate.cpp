@@ -223,6 +223,8 @@ int cmd_simulate(int argc, char** argv) {
   }
   std::vector<double> fractions;
   uint64_t cache_bytes = 0;
+  if (a.has("--sweep") && a.has("--cache"))
+    throw UsageError("--cache: --sweep runs its own cache sizes (12.5, 25, 50 and 75%)");
   if (a.has("--sweep")) fractions = {0.125, 0.25, 0.5, 0.75};
   else fractions = {parse_cache(a.str("--cache"), g.total_bytes(), &cache_bytes)};
   if (!a.has("--sweep")) {

@@ -87,6 +87,9 @@ int cmd_simulate_serve(int argc, char** argv) {
   o.sched_options.task_output_tokens = {{"chat", 16}, {"summary", 160}};
   std::vector<std::pair<std::string, std::vector<SimRequest>>> workloads;
   if (a.has("--arrivals")) {
+    // The synthetic workload's flags would be ignored beside a recorded one.
+    for (const char* f : {"--rate", "--requests", "--interactive", "--seed"})
+      if (a.has(f)) throw UsageError(std::string(f) + " shapes the synthetic workload; --arrivals replays a recorded one");
     workloads.emplace_back(a.str("--arrivals"), load_arrivals(a.str("--arrivals")));
   } else {
     const int n = static_cast<int>(a.integer("--requests", 1, 1 << 22));

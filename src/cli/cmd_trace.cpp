@@ -144,6 +144,7 @@ int trace_record(int argc, char** argv) {
     if (std::filesystem::equivalent(in, a.str("--out"), ec))
       throw UsageError("moeflow trace record: --out '" + a.str("--out") + "' is the input '" + in + "' itself");
   }
+  if (a.has("--task") && a.str("--task").empty()) throw UsageError("moeflow trace record: --task: empty task name");
   const auto lookahead = static_cast<int32_t>(a.integer("--lookahead", 0, 3));
   // The token ids of each request, split into the steps that ran them.
   struct Recording {

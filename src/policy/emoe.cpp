@@ -63,9 +63,14 @@ std::vector<TaskProfile> load_task_profiles(const std::string& path) {
     if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) throw InputError(where + ".name: missing or not a string");
     TaskProfile p;
     p.name = t["name"].get<std::string>();
+    if (p.name.empty()) throw InputError(where + ".name: empty");
+    for (const TaskProfile& earlier : out)
+      if (earlier.name == p.name) throw InputError(where + ".name: '" + p.name + "' names an earlier task again");
     if (!t.contains("keywords") || !t["keywords"].is_array()) throw InputError(where + ".keywords: missing or not an array");
     for (const auto& k : t["keywords"]) {
       if (!k.is_string()) throw InputError(where + ".keywords: not a string");
+      // An empty keyword is in every prompt: its task would win every detection.
+      if (k.get<std::string>().empty()) throw InputError(where + ".keywords: an empty keyword matches every prompt");
       p.keywords.push_back(lower(k.get<std::string>()));
     }
     if (t.contains("insensitive_layers")) {
@@ -464,6 +469,10 @@ std::unique_ptr<ExpertPolicy> make_emoe_policy(const ExpertGeometry& g, const Po
   o.detokenize = opt.detokenize;
   o.tasks = task_profiles_or_default(opt.tasks_path);
   for (TaskProfile& t : o.tasks) {
+    for (int32_t l : t.insensitive_layers)
+      if (l >= g.n_layer && !opt.tasks_path.empty())
+        throw InputError(opt.tasks_path + ": task '" + t.name + "' names insensitive layer " + std::to_string(l) +
+                         ", the model has " + std::to_string(g.n_layer) + " MoE layers");
     if (t.sensitivity.empty() || t.sensitivity.size() == static_cast<size_t>(g.n_layer)) continue;
     if (!opt.tasks_path.empty())
       throw InputError(opt.tasks_path + ": the sensitivity table of task '" + t.name + "' has " + std::to_string(t.sensitivity.size()) +

@@ -801,6 +801,26 @@ TEST(Issue19, OutputsInAFolderThatTakesNoFilesAreFoundFirst) {
   }
 }
 
+// Flags that would be ignored beside the one that rules, and task profiles that
+// contradict themselves, are refused.
+TEST(Issue19, IgnoredFlagsAndAmbiguousTaskProfilesAreRefused) {
+  const std::string t = small_trace();
+  expect_failure("simulate --trace " + t + " --model-profile moeflow-default --sweep --cache 10% --out-dir " +
+                     scratch_path("sw"), 2, "--sweep runs its own cache sizes");
+  const std::string arrivals = scratch_path("arr") + ".jsonl";
+  write_all(arrivals, "{\"arrival_s\": 0, \"prompt_tokens\": 10, \"output_tokens\": 5}\n");
+  expect_failure("simulate-serve --arrivals " + arrivals + " --rate 1", 2, "--rate shapes the synthetic workload");
+  const std::string tasks = scratch_path("tasks") + ".json";
+  const std::string sim = "simulate --trace " + t + " --model-profile moeflow-default --policy emoe --tasks " + tasks;
+  write_all(tasks, R"({"tasks": [{"name": "prose", "keywords": ["a"]}, {"name": "prose", "keywords": ["b"]}]})");
+  expect_failure(sim, 1, "tasks[1].name: 'prose' names an earlier task again");
+  write_all(tasks, R"({"tasks": [{"name": "prose", "keywords": [""]}]})");
+  expect_failure(sim, 1, "an empty keyword matches every prompt");
+  write_all(tasks, R"({"tasks": [{"name": "prose", "keywords": ["a"], "insensitive_layers": [99]}]})");
+  expect_failure(sim, 1, "task 'prose' names insensitive layer 99, the model has 6 MoE layers");
+  expect_failure("run -m " + kModel + " -n 1 --task ''", 2, "--task: empty task name");
+}
+
 TEST(Issue19, SimulateFlagsThatSilentlyDidSomethingElse) {
   const std::string t = small_trace();
   const std::string base = "simulate --trace " + t + " --model-profile moeflow-default";
