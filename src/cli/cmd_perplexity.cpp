@@ -118,6 +118,10 @@ int cmd_perplexity(int argc, char** argv) {
   if (n_ctx < 2) throw UsageError("moeflow perplexity: --ctx-size must be at least 2");
   if (engine->lossy())
     std::fprintf(stderr, "note: --on-miss reroute is lossy: the perplexity measures the rerouted model\n");
+  const int64_t trained = engine->model().config().n_ctx_train;
+  if (trained > 0 && n_ctx > trained)
+    std::fprintf(stderr, "note: windows of %lld tokens reach past the %lld positions the model was trained on\n",
+                 static_cast<long long>(n_ctx), static_cast<long long>(trained));
   const std::vector<int32_t> tokens = engine->tokenize(text, false);
   const int32_t bos = engine->tokenizer().bos();
   const bool json = a.has("--json"), quiet = a.has("--quiet");

@@ -217,6 +217,10 @@ int cmd_quantize(int argc, char** argv) {
   std::printf("wrote %s: %lld of %lld tensors as %s, %.2f MiB -> %.2f MiB\n", a.str("--output").c_str(),
               static_cast<long long>(st.n_converted), static_cast<long long>(st.n_tensors),
               is_mix ? quant_mix_name(mix) : dtype_name(type), st.bytes_in / 1048576.0, st.bytes_out / 1048576.0);
+  if (st.n_converted == 0)
+    std::fprintf(stderr, "note: no tensor was converted: every one is already %s, too small, or has rows this type's "
+                         "blocks do not divide (a k-quant needs rows that are multiples of 256; --verbose says why per tensor)\n",
+                 is_mix ? quant_mix_name(mix) : dtype_name(type));
   return 0;
 }
 

@@ -161,7 +161,13 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   m->file_ = gguf::GgufFile::open(path);
   const gguf::GgufFile& f = *m->file_;
   ModelConfig& c = m->config_;
-  c = read_model_config(f);
+  try {
+    c = read_model_config(f);
+  } catch (const InputError& e) {  // a metadata key's error names the key; the file goes first
+    const std::string what = e.what();
+    if (what.rfind(f.path(), 0) == 0) throw;
+    throw InputError(f.path() + ": " + what);
+  }
   ModelWeights& w = m->weights_;
 
   const gguf::TensorInfo& emb = f.tensor("token_embd.weight");

@@ -87,6 +87,9 @@ PlatformProfile load_platform_profile(const std::string& name_or_path) {
   number(j, "ephemeral_storage_max_mb", path, 0, 1e9);  // validated; unused by the model
   p.flops_per_vcpu = number(j, "assumed_gflops_per_vcpu", path, 1e-3, 1e6) * 1e9;
   p.runtime_overhead_bytes = number(j, "assumed_runtime_overhead_mb", path, 0, 1e7) * 1048576.0;
+  if (p.runtime_overhead_bytes >= static_cast<double>(p.memory_max_mb) * 1048576.0)
+    throw InputError(path + ": field \"assumed_runtime_overhead_mb\" = " + json_short_number(p.runtime_overhead_bytes / 1048576.0) +
+                     " leaves no memory in the largest function (memory_max_mb " + std::to_string(p.memory_max_mb) + ")");
   p.warm_start_s = number(j, "assumed_warm_start_ms", path, 0, 1e7) / 1e3;
   p.cold_start_s = number(j, "assumed_cold_start_ms", path, 0, 1e7) / 1e3;
   p.storage_access_s = number(j, "assumed_storage_access_ms", path, 0, 1e7) / 1e3;

@@ -116,6 +116,7 @@ bool plain_profile_name(const std::string& s) {
 }  // namespace
 
 std::string model_profile_for_trace_model(const std::string& model) {
+  if (model.empty()) throw InputError("the trace names no model (its records have no \"model\" field): give --model-profile NAME|FILE");
   if (model.find("mixtral-8x7b") != std::string::npos) return "mixtral-8x7b";
   if (model.find("flame-moe-290m") != std::string::npos) return "flame-moe-290m";
   if (plain_profile_name(model) && std::filesystem::is_regular_file(profiles_dir() + "/models/" + model + ".json"))

@@ -720,6 +720,17 @@ TEST(Issue19, TracesThatContradictThemselvesAreRefused) {
   phase.replace(phase.find("prefill"), 7, "decode");
   write_all(t, first + phase);
   expect_failure("trace stats " + t, 1, "phase decode, but the iteration's earlier records say prefill");
+  std::string nameless = good;
+  for (size_t p; (p = nameless.find("\"model\":\"moeflow-default\",")) != std::string::npos;) nameless.erase(p, 26);
+  write_all(t, nameless);
+  expect_failure("simulate --trace " + t, 2, "the trace names no model (its records have no \"model\" field)");
+}
+
+// A metadata key's error named the key but not the file.
+TEST(Issue19, AModelsMetadataErrorsNameTheFile) {
+  const std::string out = scratch_path("archint") + ".gguf";
+  ASSERT_EQ(run("quantize -i " + kModel + " -o " + out + " --type f16 --override-kv general.architecture=int:5").code, 0);
+  expect_failure("run -m " + out + " -n 1", 1, out + ": metadata key 'general.architecture' has type int32, expected string");
 }
 
 // A trace of prefill only printed a table of 0.0% hit rates (simulate) and 0.00%
@@ -819,6 +830,20 @@ TEST(Issue19, IgnoredFlagsAndAmbiguousTaskProfilesAreRefused) {
   write_all(tasks, R"({"tasks": [{"name": "prose", "keywords": ["a"], "insensitive_layers": [99]}]})");
   expect_failure(sim, 1, "task 'prose' names insensitive layer 99, the model has 6 MoE layers");
   expect_failure("run -m " + kModel + " -n 1 --task ''", 2, "--task: empty task name");
+}
+
+// A platform whose runtime alone fills the largest function made every plan
+// "infeasible" (exit 4) without naming the field.
+TEST(Issue19, APlatformWithNoRoomIsNamed) {
+  std::string text = read_all(std::string(MOEFLOW_SOURCE_DIR_FOR_TESTS) + "/profiles/platforms/lambda.json");
+  const size_t at = text.find("\"assumed_runtime_overhead_mb\"");
+  ASSERT_NE(at, std::string::npos);
+  const size_t colon = text.find(':', at), end = text.find_first_of(",}", colon);
+  text.replace(colon + 1, end - colon - 1, " 100000");
+  const std::string platform = scratch_path("platform") + ".json";
+  write_all(platform, text);
+  expect_failure("plan --trace " + small_trace() + " --platform " + platform, 1,
+                 "field \"assumed_runtime_overhead_mb\" = 100000 leaves no memory in the largest function");
 }
 
 TEST(Issue19, SimulateFlagsThatSilentlyDidSomethingElse) {
