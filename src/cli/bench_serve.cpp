@@ -135,7 +135,8 @@ std::string first_model(const BenchServeOptions& o) {
   auto c = client_for(o);
   auto r = c->Get("/v1/models");
   if (!r)
-    throw InputError("bench-serve: cannot reach http://" + o.host + ":" + std::to_string(o.port) + " (" +
+    throw InputError("bench-serve: cannot reach http://" +
+                     (o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host) + ":" + std::to_string(o.port) + " (" +
                      httplib::to_string(r.error()) + ")");
   const json j = json::parse(r->body, nullptr, false);
   if (r->status != 200 || j.is_discarded() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||

@@ -61,8 +61,18 @@ int cmd_bench_serve(int argc, char** argv) {
   if (url.rfind(scheme, 0) != 0) throw UsageError("--url '" + url + "': expected http://HOST:PORT");
   std::string hostport = url.substr(scheme.size());
   if (const size_t slash = hostport.find('/'); slash != std::string::npos) hostport.resize(slash);
-  const size_t colon = hostport.rfind(':');
-  o.host = colon == std::string::npos ? hostport : hostport.substr(0, colon);
+  // An IPv6 host goes in brackets ([::1]:8080); the port follows the closing one.
+  size_t colon = hostport.rfind(':');
+  if (!hostport.empty() && hostport[0] == '[') {
+    const size_t close = hostport.find(']');
+    if (close == std::string::npos) throw UsageError("--url '" + url + "': an IPv6 host needs its closing ']'");
+    if (close + 1 < hostport.size() && hostport[close + 1] != ':')
+      throw UsageError("--url '" + url + "': expected ':PORT' after ']'");
+    colon = close + 1 < hostport.size() ? close + 1 : std::string::npos;
+    o.host = hostport.substr(1, close - 1);
+  } else {
+    o.host = colon == std::string::npos ? hostport : hostport.substr(0, colon);
+  }
   if (colon != std::string::npos) {
     const std::string port = hostport.substr(colon + 1);
     if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||

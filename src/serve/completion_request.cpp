@@ -204,6 +204,10 @@ CompletionRequest parse_completion_request(const std::string& body, Endpoint end
     } else if (key == "n") {
       if (!v.is_null() && integer_in(v, key, 1, INT32_MAX) != 1)
         throw ApiError::bad_request("'n' must be 1 (one choice per request)", key);
+    } else if (key == "best_of") {
+      // Several candidates, the best returned: not done here, and not to be ignored.
+      if (!v.is_null() && integer_in(v, key, 1, INT32_MAX) != 1)
+        throw ApiError::bad_request("'best_of' must be 1 (one candidate per request)", key);
     } else if (key == "stream") {
       if (!v.is_null()) r.stream = boolean(v, key);
     } else if (key == "stream_options") {

@@ -53,6 +53,8 @@ TEST(Cli, BadFlagsExitNonZeroAndSayWhatToFix) {
   expect_failure("make-model -o " + moeflow::testing::scratch_path("gqa") + ".gguf --heads 3 --kv-heads 2",
                  "--heads 3 must be a multiple of --kv-heads 2");
   expect_failure("simulate", "--trace");
+  expect_failure("bench-serve --url http://[::1", "an IPv6 host needs its closing ']'");
+  expect_failure("bench-serve --url http://[::1]x", "expected ':PORT' after ']'");
   expect_failure("trace", "subcommand");
 }
 

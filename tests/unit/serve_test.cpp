@@ -96,6 +96,7 @@ TEST(CompletionRequest, RefusesBadBodiesNamingTheField) {
       {R"({"prompt":[1,-2]})", Endpoint::completions, "prompt[1]"},
       {R"({"prompt":["a","b"]})", Endpoint::completions, "prompt"},
       {R"({"prompt":"x","logprobs":6})", Endpoint::completions, "logprobs"},
+      {R"({"prompt":"x","best_of":3})", Endpoint::completions, "best_of"},
   };
   for (const Case& c : cases) {
     const ApiError e = error_of(c.body, c.ep);
