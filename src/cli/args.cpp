@@ -5,9 +5,10 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <sstream>
+
+#include "base/json_fields.h"
 
 namespace moeflow::cli {
 
@@ -19,13 +20,6 @@ std::vector<std::string> split(const std::string& s, char sep) {
   while (std::getline(in, cur, sep)) out.push_back(cur);
   return out;
 }
-// 1 and 0.5, not std::to_string's 1.000000 and 0.500000.
-std::string short_number(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%g", v);
-  return b;
-}
-
 }  // namespace
 
 void Args::flag(const std::string& names, const std::string& help, bool takes_value, std::string dflt) {
@@ -108,8 +102,8 @@ double Args::number(const std::string& name, double min, double max) const {
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
   if (s.empty() || *end != '\0' || !(v >= min && v <= max))
-    throw UsageError("moeflow " + command_ + ": " + name + " must be a number in [" + short_number(min) + ", " +
-                     short_number(max) + "], got '" + s + "'");
+    throw UsageError("moeflow " + command_ + ": " + name + " must be a number in [" + json_short_number(min) + ", " +
+                     json_short_number(max) + "], got '" + s + "'");
   return v;
 }
 

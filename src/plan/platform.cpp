@@ -1,7 +1,6 @@
 #include "plan/platform.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -47,7 +46,6 @@ PlatformProfile load_platform_profile(const std::string& name_or_path) {
   const bool file = name_or_path.find('/') != std::string::npos ||
                     (name_or_path.size() > 5 && name_or_path.compare(name_or_path.size() - 5, 5, ".json") == 0);
   const std::string path = file ? name_or_path : profiles_dir() + "/platforms/" + name_or_path + ".json";
-  if (!std::filesystem::exists(path)) throw InputError("cannot open platform profile " + path + ": no such file");
   std::ifstream in = open_input_file(path, "platform profile");
   json j;
   try {
