@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 
 #include "base/error.h"
@@ -250,7 +251,32 @@ void OpenAiServer::routes() {
     send_json(res, 200, model_object(*m));
   });
   auto completion = [this](Endpoint ep) {
-    return [this, ep](const httplib::Request& req, httplib::Response& res) {
+    return [this, ep](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+      // The body is read here, not by httplib: its size limit holds a Content-Length,
+      // but a chunked body it reads whole, however large (a client could fill memory).
+      std::string body;
+      bool too_large = false;
+      const bool read = reader([&](const char* data, size_t n) {
+        if (body.size() + n > opt_.max_body_bytes) {
+          too_large = true;
+          return false;
+        }
+        body.append(data, n);
+        return true;
+      });
+      // httplib refuses a Content-Length past the limit before reading any of it.
+      if (!read && req.has_header("Content-Length") &&
+          std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) > opt_.max_body_bytes)
+        too_large = true;
+      if (!read && !too_large)
+        return send_error(res, ApiError::bad_request("the request body could not be read (the connection ended early, "
+                                                     "or a malformed chunked encoding)"));
+      if (too_large) {
+        res.set_header("Connection", "close");  // the rest of the body is not read
+        return send_error(res, ApiError(413, "the request body is too large (at most " +
+                                                 std::to_string(opt_.max_body_bytes) + " bytes)",
+                                        "invalid_request_error"));
+      }
       // A large body's parse (a JSON tree of every message) is freed into this thread's
       // malloc arena, where it would stay: given back to the system once the request is
       // answered.
@@ -259,12 +285,12 @@ void OpenAiServer::routes() {
         ~TrimAfterLargeBody() {
           if (large) malloc_trim(0);
         }
-      } trim{req.body.size() > (1u << 20)};
+      } trim{body.size() > (1u << 20)};
       try {
         const auto m = served();
         if (!m) throw ApiError(503, "the model is loading", "server_error", "", "loading");
         if (draining_) throw ApiError(503, "the server is shutting down", "server_error", "", "shutting_down");
-        const CompletionRequest r = parse_completion_request(req.body, ep);
+        const CompletionRequest r = parse_completion_request(body, ep);
         if (!r.model.empty() && r.model != m->id)
           throw ApiError(404, "the model '" + r.model + "' does not exist (this server serves '" + m->id + "')",
                          "invalid_request_error", "model", "model_not_found");

@@ -215,6 +215,28 @@ test('large bodies are refused quickly and their memory goes back', async () => 
   }
   // Each such request used to keep ~30-170 MB for good.
   assert.ok(rss() - before < 100e6, `RSS grew by ${(rss() - before) / 1e6} MB`);
+  // A chunked body has no Content-Length for httplib to check: the server counts it.
+  const net = await import('node:net');
+  const status = await new Promise((resolve, reject) => {
+    const sock = net.connect(s.port, '127.0.0.1');
+    let got = '';
+    sock.on('data', (d) => {
+      got += d.toString();
+      const m = /^HTTP\/1\.1 (\d+)/.exec(got);
+      if (m) {
+        sock.destroy();
+        resolve(Number(m[1]));
+      }
+    });
+    sock.on('error', () => {});  // the server stops reading past the limit
+    sock.on('close', () => resolve(Number((/^HTTP\/1\.1 (\d+)/.exec(got) ?? [0, 0])[1])));
+    sock.write('POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n');
+    const chunk = 'a'.repeat(1 << 20);
+    for (let i = 0; i < 12; i++) sock.write(`${chunk.length.toString(16)}\r\n${chunk}\r\n`);
+    sock.write('0\r\n\r\n');
+    setTimeout(() => reject(new Error('no answer to a chunked body past the limit')), 20000);
+  });
+  assert.equal(status, 413);
   // A form-labelled body past httplib's 8 KiB form limit is still read as the JSON it is.
   const long = await fetch(`${s.baseURL}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: JSON.stringify({ prompt: 'a '.repeat(6000), max_tokens: 1 }) });
   assert.equal(long.status, 400);
