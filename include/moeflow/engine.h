@@ -111,7 +111,10 @@ class Engine {
 
   // Evaluates the batch. Throws InputError for an unknown sequence, a position that
   // does not continue its sequence, a token outside the vocabulary, a sequence past
-  // ctx_size, or too few free KV blocks; a refused step changes nothing.
+  // ctx_size, or too few free KV blocks; a refused step changes nothing. A step that
+  // fails midway (an expert read from a file cut during the run, a listener's throw)
+  // leaves every sequence as it was and offers no logits; the same step may be run
+  // again. A second thread calling step() while one runs gets InputError.
   void step(const std::vector<BatchToken>& batch);
   // Next-token logits (n_vocab floats) of batch token i of the last step, which must
   // have asked for them; valid until the next step.
@@ -120,7 +123,8 @@ class Engine {
   int64_t n_vocab() const;
   int64_t ctx_size() const;
   // Sets the most positions one sequence holds, re-sizing the KV pool to n_parallel
-  // sequences of them. REQUIRES no sequences (InputError otherwise).
+  // sequences of them. REQUIRES no sequences (InputError otherwise). A size the pool
+  // cannot hold is refused (InputError) and the old context stays.
   void resize_context(int64_t ctx_size);
   std::string kv_type() const;  // "f32" or "f16"
   int64_t kv_block_len() const;

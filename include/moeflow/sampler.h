@@ -30,8 +30,10 @@ struct SamplerOptions {
 
 class Sampler {
  public:
-  explicit Sampler(const SamplerOptions& opt) : opt_(opt), rng_(opt.seed) {}
-  // Throws InputError if any of the n_vocab logits is NaN or infinite.
+  // Throws InputError for a temperature that is negative or not finite, a top_p
+  // outside [0, 1] and a negative top_k (a typo such as top_p = 95 would otherwise pass).
+  explicit Sampler(const SamplerOptions& opt);
+  // Throws InputError for null logits, n_vocab < 1, or a logit that is NaN or infinite.
   int32_t sample(const float* logits, int64_t n_vocab);
 
  private:

@@ -3,6 +3,7 @@
 #include "moeflow/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <string>
 #include <thread>
@@ -17,6 +18,9 @@
 namespace moeflow {
 
 struct Engine::Impl {
+  // One thread at a time (engine.h): a second caller in step() is told so, where it
+  // would otherwise race the first through the KV pool and the forward pass's buffers.
+  std::atomic<bool> stepping{false};
   struct Sequence {
     std::vector<int32_t> blocks;
     int64_t length = 0;
@@ -39,7 +43,15 @@ struct Engine::Impl {
   std::vector<int64_t> logits_row;
 
   int64_t blocks_for_ctx() const {
-    return n_parallel * ((ctx + KvBlockPool::kDefaultBlockLen - 1) / KvBlockPool::kDefaultBlockLen);
+    // Divided before it is rounded and checked before it is multiplied: ctx near
+    // INT64_MAX, or ctx x n_parallel past it, must not wrap into a small pool.
+    const int64_t len = KvBlockPool::kDefaultBlockLen;
+    const int64_t per = ctx / len + (ctx % len != 0 ? 1 : 0);
+    if (n_parallel > 0 && per > INT32_MAX / n_parallel)
+      throw InputError("a KV cache for ctx_size " + std::to_string(ctx) + " x n_parallel " + std::to_string(n_parallel) +
+                       " needs more blocks of " + std::to_string(len) + " positions than the pool can index (" +
+                       std::to_string(INT32_MAX) + ")");
+    return n_parallel * per;
   }
 
   Sequence& at(SeqId id, const char* what) {
@@ -119,6 +131,12 @@ int64_t Engine::n_sequences() const { return static_cast<int64_t>(impl_->seqs.si
 
 void Engine::step(const std::vector<BatchToken>& batch) {
   Impl& im = *impl_;
+  if (im.stepping.exchange(true, std::memory_order_acquire))
+    throw InputError("step: the engine is already stepping on another thread (one thread at a time per Engine)");
+  struct Done {
+    std::atomic<bool>& flag;
+    ~Done() { flag.store(false, std::memory_order_release); }
+  } done{im.stepping};
   if (batch.empty()) throw InputError("step: the batch is empty");
   // Group the batch by sequence (in order of first appearance), sequences with one
   // token first (StepTokens' layout), checking every position continues its sequence.
@@ -176,7 +194,20 @@ void Engine::step(const std::vector<BatchToken>& batch) {
       im.logits_row[batch_of[r]] = static_cast<int64_t>(st.logits_rows.size());
       st.logits_rows.push_back(static_cast<int64_t>(r));
     }
-  im.fwd->run(st, im.logits);
+  try {
+    im.fwd->run(st, im.logits);
+  } catch (...) {
+    // A step that fails midway (an expert read, a listener, memory) leaves the
+    // sequences as they were: their lengths never moved, the blocks reserved for it go
+    // back, and no logits are offered (the previous step's rows were replaced above).
+    for (const auto& [id, idx] : by_seq) {
+      Impl::Sequence& s = im.seqs.at(id);
+      im.kv->shrink(s.blocks, s.length);
+    }
+    std::fill(im.logits_row.begin(), im.logits_row.end(), -1);
+    im.logits.clear();
+    throw;
+  }
   for (const auto& [id, idx] : by_seq) im.seqs.at(id).length += static_cast<int64_t>(idx.size());
 }
 
@@ -192,10 +223,19 @@ void Engine::resize_context(int64_t ctx) {
   Impl& im = *impl_;
   if (!im.seqs.empty()) throw InputError("resize_context: sequences are running");
   if (ctx < 1) throw InputError("context size " + std::to_string(ctx) + ": must be >= 1");
-  im.ctx = ctx;
+  const int64_t old_ctx = im.ctx;
   const DType type = im.kv->type();
+  im.ctx = ctx;
   im.kv.reset();  // the old mapping goes before the new one is made
-  im.kv = std::make_unique<KvBlockPool>(make_kv_pool(*im.model, *im.backend, im.blocks_for_ctx(), type));
+  try {
+    im.kv = std::make_unique<KvBlockPool>(make_kv_pool(*im.model, *im.backend, im.blocks_for_ctx(), type));
+  } catch (...) {
+    // Refused (too large to map or to index): the engine keeps its old context.
+    im.ctx = old_ctx;
+    im.kv = std::make_unique<KvBlockPool>(make_kv_pool(*im.model, *im.backend, im.blocks_for_ctx(), type));
+    im.fwd->set_kv(*im.kv);
+    throw;
+  }
   im.fwd->set_kv(*im.kv);
 }
 
@@ -239,6 +279,9 @@ const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
 ThreadPool& Engine::thread_pool() { return *impl_->backend->thread_pool(); }
 Backend& Engine::backend() { return *impl_->backend; }
 ExpertOffload& Engine::offload() { return impl_->offload; }
-void Engine::add_listener(ForwardListener* l) { impl_->fwd->add_listener(l); }
+void Engine::add_listener(ForwardListener* l) {
+  if (!l) throw InputError("add_listener: a null listener");
+  impl_->fwd->add_listener(l);
+}
 
 }  // namespace moeflow

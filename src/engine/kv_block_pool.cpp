@@ -1,5 +1,7 @@
 #include "engine/kv_block_pool.h"
 
+#include <algorithm>
+
 #include <stdexcept>
 #include <string>
 
@@ -44,6 +46,14 @@ bool KvBlockPool::reserve(std::vector<int32_t>& table, int64_t n_pos) {
 void KvBlockPool::release(std::vector<int32_t>& table) {
   for (auto it = table.rbegin(); it != table.rend(); ++it) free_.push_back(*it);
   table.clear();
+}
+
+void KvBlockPool::shrink(std::vector<int32_t>& table, int64_t n_pos) {
+  const auto keep = static_cast<size_t>(std::max<int64_t>(0, blocks_for(n_pos)));
+  while (table.size() > keep) {
+    free_.push_back(table.back());
+    table.pop_back();
+  }
 }
 
 void KvBlockPool::store(int64_t layer, const int32_t* table, int64_t pos, const float* k, const float* v) {

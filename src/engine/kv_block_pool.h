@@ -62,6 +62,9 @@ class KvBlockPool {
   bool reserve(std::vector<int32_t>& table, int64_t n_pos);
   // Returns every block of `table` to the pool and clears it.
   void release(std::vector<int32_t>& table);
+  // Returns the blocks of `table` past those n_pos positions need (a step that failed
+  // gives back what it reserved).
+  void shrink(std::vector<int32_t>& table, int64_t n_pos);
 
   // Block 0's rows of `layer` (the attention kernel's k_cache / v_cache).
   const void* k(int64_t layer) const { return k_->data() + layer_offset(layer); }

@@ -35,7 +35,18 @@ void check_finite_logits(const float* logits, int64_t n, const std::string& wher
                        "): its weights, scales or metadata (rms epsilon, rope base) are broken");
 }
 
+Sampler::Sampler(const SamplerOptions& opt) : opt_(opt), rng_(opt.seed) {
+  if (!std::isfinite(opt.temperature) || opt.temperature < 0)
+    throw InputError("sampler: temperature " + std::to_string(opt.temperature) + " must be finite and >= 0");
+  if (!(opt.top_p >= 0 && opt.top_p <= 1))
+    throw InputError("sampler: top_p " + std::to_string(opt.top_p) + " must be in [0, 1]");
+  if (opt.top_k < 0) throw InputError("sampler: top_k " + std::to_string(opt.top_k) + " must be >= 0 (0: no limit)");
+}
+
 int32_t Sampler::sample(const float* logits, int64_t n_vocab) {
+  if (!logits || n_vocab < 1)
+    throw InputError("sampler: " + std::string(logits ? "" : "no logits, ") + "n_vocab " + std::to_string(n_vocab) +
+                     (n_vocab < 1 ? " (must be >= 1)" : ""));
   if (!all_finite(logits, n_vocab)) check_finite_logits(logits, n_vocab, "sampled token " + std::to_string(calls_));
   ++calls_;
   if (!(opt_.temperature >= kGreedyTemperature)) return argmax(logits, n_vocab);

@@ -33,6 +33,9 @@ FileTransport::FileTransport(const ExpertStore& store, int n_threads, bool try_d
   fd_buffered_ = ::open(store.path().c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_buffered_ < 0)
     throw InputError(store.path() + ": cannot open for expert reads: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd_buffered_, &st) != 0) throw InputError(store.path() + ": cannot stat: " + std::strerror(errno));
+  opened_size_ = static_cast<uint64_t>(st.st_size);
 #ifdef O_DIRECT
   if (try_direct) fd_direct_ = ::open(store.path().c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
 #endif
@@ -86,13 +89,14 @@ void FileTransport::finish(const TransferJob& job) {
 void FileTransport::read_span(uint8_t* dst, uint64_t offset, uint64_t len) {
   // Some file systems accept O_DIRECT at open but refuse the read: go buffered.
   bool refused = false;
-  if (direct_) read_file_range(fd_direct_, store_.path(), dst, offset, len, &refused);
+  if (direct_) read_file_range(fd_direct_, store_.path(), dst, offset, len, opened_size_, &refused);
   if (direct_ && !refused) return;
-  read_file_range(fd_buffered_, store_.path(), dst, offset, len);
+  read_file_range(fd_buffered_, store_.path(), dst, offset, len, opened_size_);
   ::posix_fadvise(fd_buffered_, static_cast<off_t>(offset), static_cast<off_t>(len), POSIX_FADV_DONTNEED);
 }
 
-void read_file_range(int fd, const std::string& path, uint8_t* dst, uint64_t offset, uint64_t len, bool* einval) {
+void read_file_range(int fd, const std::string& path, uint8_t* dst, uint64_t offset, uint64_t len,
+                     uint64_t opened_size, bool* einval) {
   uint64_t done = 0;
   while (done < len) {
     const ssize_t r = ::pread(fd, dst + done, len - done, static_cast<off_t>(offset + done));
@@ -106,6 +110,9 @@ void read_file_range(int fd, const std::string& path, uint8_t* dst, uint64_t off
                        " failed: " + std::strerror(errno));
     }
     if (r == 0) {
+      if (offset + done < opened_size)
+        throw InputError(path + ": the file ends at byte " + std::to_string(offset + done) + ", short of the " +
+                         std::to_string(opened_size) + " it held when opened: it was cut or replaced during the run");
       std::memset(dst + done, 0, len - done);
       return;
     }

@@ -42,19 +42,22 @@ class FileTransport final : public WorkerTransport {
   const ExpertStore& store_;
   int fd_direct_ = -1;   // O_DIRECT descriptor, or -1
   int fd_buffered_ = -1;
+  uint64_t opened_size_ = 0;  // the file's size at open: a read that ends short of it was cut
   bool direct_ = false;
   uint64_t chunk_bytes_;
   std::function<void(const ExpertKey&, uint64_t)> chunk_hook_;
 };
 
 // Reads [offset, offset + len) of the file open as fd (named `path` in errors) into
-// dst, retrying short and interrupted reads. Bytes past the file's end read as zeros:
-// an expert's aligned span may run past it, the expert's own bytes never do (the reader
-// validated every tensor range). With `einval` non-null, a read the file system
-// refuses with EINVAL (O_DIRECT accepted at open, refused at read) sets it and returns;
-// every other failure throws InputError.
+// dst, retrying short and interrupted reads. Bytes past `opened_size` (the file's size
+// when it was opened) read as zeros: an expert's aligned span may run past the file's
+// end, the expert's own bytes never do (the reader validated every tensor range). A
+// file that ends before `opened_size` was cut while the run read it: InputError, never
+// zeros in place of weights. With `einval` non-null, a read the file system refuses
+// with EINVAL (O_DIRECT accepted at open, refused at read) sets it and returns; every
+// other failure throws InputError.
 void read_file_range(int fd, const std::string& path, uint8_t* dst, uint64_t offset, uint64_t len,
-                     bool* einval = nullptr);
+                     uint64_t opened_size, bool* einval = nullptr);
 
 // Whether t reads experts from the file with O_DIRECT (a FileTransport that could).
 bool reads_direct(const Transport& t);

@@ -7,6 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <thread>
+#include <filesystem>
+#include <atomic>
 #include <cstdio>
 #include <functional>
 #include <random>
@@ -355,6 +359,122 @@ TEST(EngineExample, GeneratesForSeveralPromptsTogether) {
   EXPECT_NE(moeflow::testing::run_command(std::string(MOEFLOW_EXAMPLE) + " 2>&1", &status).find("usage"),
             std::string::npos);
   EXPECT_NE(status, 0);
+}
+
+// Found by probing the library as an integrator would (each was a crash, an
+// out-of-bounds read or a silent wrong result).
+
+// A refused resize_context kept nothing: the engine's pool was gone, and any later
+// call dereferenced it.
+TEST(EngineMisuse, ARefusedResizeKeepsTheOldContext) {
+  auto e = Engine::open(options_for("mixtral-f32.gguf"));
+  const int64_t ctx = e->ctx_size(), blocks = e->kv_blocks_total();
+  EXPECT_THROW(e->resize_context(int64_t{1} << 40), InputError);
+  EXPECT_THROW(e->resize_context(INT64_MAX), InputError);
+  EXPECT_EQ(e->ctx_size(), ctx);
+  EXPECT_EQ(e->kv_blocks_total(), blocks);
+  const SeqId a = e->add_sequence();
+  e->step({{a, 1, 0, true}});
+  EXPECT_NE(e->logits(0), nullptr);
+}
+
+// A step that fails inside the forward pass changes nothing: lengths, blocks, and no
+// logits offered (it handed out the previous step's rows, or read past them).
+class ThrowingListener final : public ForwardListener {
+ public:
+  bool armed = false;
+  void routed(const LayerRouting&) override {
+    if (armed) throw InputError("listener failure");
+  }
+};
+
+TEST(EngineMisuse, AStepThatFailsMidwayChangesNothing) {
+  auto e = Engine::open(options_for("mixtral-f32.gguf"));
+  auto fresh = Engine::open(options_for("mixtral-f32.gguf"));
+  ThrowingListener listener;
+  e->add_listener(&listener);
+  const SeqId a = e->add_sequence(), fa = fresh->add_sequence();
+  std::vector<BatchToken> prompt, fprompt;
+  for (int64_t p = 0; p < 31; ++p) {
+    prompt.push_back({a, static_cast<int32_t>(p + 1), p, p == 30});
+    fprompt.push_back({fa, static_cast<int32_t>(p + 1), p, p == 30});
+  }
+  e->step(prompt);
+  fresh->step(fprompt);
+  const SeqId b = e->add_sequence(), fb = fresh->add_sequence();
+  const int64_t free_before = e->kv_blocks_free();
+  listener.armed = true;
+  const std::vector<BatchToken> next = {{a, 7, 31, false}, {a, 8, 32, true}, {b, 3, 0, true}};
+  EXPECT_THROW(e->step(next), InputError);
+  EXPECT_EQ(e->kv_blocks_free(), free_before) << "the failed step's blocks went back";
+  for (size_t i = 0; i < 3; ++i) EXPECT_THROW(e->logits(i), InputError) << i;
+  listener.armed = false;
+  e->step(next);  // the same step again: the state it started from was kept
+  fresh->step({{fa, 7, 31, false}, {fa, 8, 32, true}, {fb, 3, 0, true}});
+  for (size_t i : {size_t{1}, size_t{2}})
+    for (int64_t v = 0; v < e->n_vocab(); ++v) ASSERT_EQ(e->logits(i)[v], fresh->logits(i)[v]) << i << " " << v;
+}
+
+// Offloaded experts read from a file cut during the run were zeros, silently.
+TEST(EngineMisuse, AModelFileCutDuringARunIsAnErrorNotZeros) {
+  const std::string copy = scratch_path("cut") + ".gguf";
+  std::filesystem::copy_file(fixture_path("mixtral-f32.gguf"), copy, std::filesystem::copy_options::overwrite_existing);
+  EngineOptions o = options_for("mixtral-f32.gguf", "lru", "25%");
+  o.model_path = copy;
+  auto e = Engine::open(o);
+  const SeqId a = e->add_sequence();
+  e->step({{a, 1, 0, true}});
+  std::filesystem::resize_file(copy, std::filesystem::file_size(copy) / 3);
+  try {
+    for (int64_t p = 1; p < 6; ++p) e->step({{a, static_cast<int32_t>(p + 1), p, true}});
+    FAIL() << "steps ran on a cut file";
+  } catch (const InputError& err) {
+    EXPECT_NE(std::string(err.what()).find("cut or replaced during the run"), std::string::npos) << err.what();
+  }
+  std::remove(copy.c_str());
+}
+
+TEST(EngineMisuse, OptionsAndArgumentsThatWouldWrapOrCrashAreRefused) {
+  EngineOptions o = options_for("mixtral-f32.gguf");
+  o.ctx_size = INT64_MAX;
+  EXPECT_THROW(Engine::open(o), InputError);
+  o = options_for("mixtral-f32.gguf");
+  o.n_parallel = 4096;
+  o.ctx_size = (int64_t{1} << 52) * 32 + 32;  // x 4096 wrapped into a small pool
+  EXPECT_THROW(Engine::open(o), InputError);
+  auto e = Engine::open(options_for("mixtral-f32.gguf"));
+  EXPECT_THROW(e->add_listener(nullptr), InputError);
+  const std::vector<float> logits(8, 0.0f);
+  for (SamplerOptions bad : {SamplerOptions{-1.0f}, SamplerOptions{NAN}, SamplerOptions{INFINITY},
+                             SamplerOptions{1.0f, -5}, SamplerOptions{1.0f, 40, 2.0f}, SamplerOptions{1.0f, 40, NAN}})
+    EXPECT_THROW(Sampler{bad}, InputError);
+  Sampler s(SamplerOptions{1.0f});
+  EXPECT_THROW(s.sample(logits.data(), 0), InputError);
+  EXPECT_THROW(s.sample(nullptr, 8), InputError);
+}
+
+// Two threads in step() at once raced through the pool (hangs, heap corruption); the
+// second is now told.
+TEST(EngineMisuse, ASecondThreadInStepIsRefused) {
+  auto e = Engine::open(options_for("mixtral-f32.gguf"));
+  const SeqId a = e->add_sequence(), b = e->add_sequence();
+  std::atomic<int> refused{0};
+  auto run = [&](SeqId s) {
+    for (int64_t p = 0; p < 40; ++p) {
+      try {
+        e->step({{s, 1, p, false}});
+      } catch (const InputError& err) {
+        if (std::string(err.what()).find("another thread") == std::string::npos) throw;
+        ++refused;
+        --p;  // this position again
+      }
+    }
+  };
+  std::thread t1(run, a), t2(run, b);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(e->n_sequences(), 2);
+  EXPECT_EQ(e->kv_blocks_total() - e->kv_blocks_free(), 4) << "40 positions each, in blocks of 32";
 }
 
 }  // namespace

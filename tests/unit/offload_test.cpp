@@ -2,6 +2,7 @@
 // the minimum gives exactly the tokens of the all-resident run (--on-miss load), also
 // over several requests with learned state, the budget is enforced, DuoServe's prefill
 // streams through two slots, and rerouting is reported as lossy.
+#include <filesystem>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -473,7 +474,8 @@ class HostTierTransport final : public Transport {
       for (int32_t e = 0; e < g.n_expert; ++e) {
         std::vector<uint8_t>& buf = host_.emplace_back(g.bytes_of({l, e}));
         for (const ExpertPart& p : store.parts({l, e}))
-          read_file_range(fd, store.path(), buf.data() + p.buffer_offset, p.span_begin, p.span_end - p.span_begin);
+          read_file_range(fd, store.path(), buf.data() + p.buffer_offset, p.span_begin, p.span_end - p.span_begin,
+                          std::filesystem::file_size(store.path()));
       }
     ::close(fd);
   }

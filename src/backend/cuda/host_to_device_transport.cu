@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,6 +38,8 @@ HostToDeviceTransport::HostToDeviceTransport(const ExpertStore& store, int io_th
     cudaFreeHost(host_);
     throw InputError(store.path() + ": cannot open for expert reads: " + std::strerror(errno));
   }
+  struct stat st {};
+  const uint64_t opened_size = ::fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
   // Every expert into the host tier, io_threads readers taking experts in turn.
   std::atomic<size_t> next{0};
   std::exception_ptr err;
@@ -48,7 +51,7 @@ HostToDeviceTransport::HostToDeviceTransport(const ExpertStore& store, int io_th
                             static_cast<int32_t>(i % static_cast<size_t>(g.n_expert))};
         for (const ExpertPart& p : store.parts(key))
           read_file_range(fd, store.path(), host_ + offsets_[i] + p.buffer_offset, p.span_begin,
-                          p.span_end - p.span_begin);
+                          p.span_end - p.span_begin, opened_size);
       }
     } catch (...) {
       std::lock_guard<std::mutex> lock(err_mu);
