@@ -212,7 +212,12 @@ void Engine::step(const std::vector<BatchToken>& batch) {
 }
 
 const float* Engine::logits(size_t i) const {
-  if (i >= impl_->logits_row.size() || impl_->logits_row[i] < 0)
+  const size_t n = impl_->logits_row.size();
+  if (i >= n)
+    throw InputError(n == 0 ? std::string("logits: no step has left logits (none ran, or the last one failed)")
+                            : "logits: batch token " + std::to_string(i) + " is outside the last step's batch of " +
+                                  std::to_string(n) + " tokens");
+  if (impl_->logits_row[i] < 0)
     throw InputError("logits: batch token " + std::to_string(i) + " of the last step did not ask for logits");
   return impl_->logits.data() + impl_->logits_row[i] * impl_->model->config().n_vocab;
 }

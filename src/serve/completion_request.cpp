@@ -39,13 +39,16 @@ double number_in(const json& v, const std::string& field, double lo, double hi) 
 }
 
 int64_t integer_in(const json& v, const std::string& field, int64_t lo, int64_t hi) {
-  // A whole number too large for a 64-bit integer (2^64, 1e12 written so) parses as a
-  // float: its fault is the range, not the type.
-  if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>()) &&
-      (v.get<double>() > static_cast<double>(hi) || v.get<double>() < static_cast<double>(lo)))
-    throw ApiError::bad_request("'" + field + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
-                                    ", got " + v.dump(),
-                                field);
+  // A whole number written as a float (16.0, or 1e12 and 2^64, which no 64-bit integer
+  // holds) is a whole number: in range it is taken, out of range it is refused as such.
+  if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>())) {
+    const double d = v.get<double>();
+    if (d > static_cast<double>(hi) || d < static_cast<double>(lo))
+      throw ApiError::bad_request("'" + field + "' must be between " + std::to_string(lo) + " and " +
+                                      std::to_string(hi) + ", got " + v.dump(),
+                                  field);
+    return static_cast<int64_t>(d);
+  }
   if (!v.is_number_integer()) wrong_type(field, "an integer", v);
   // Unsigned values past INT64_MAX read back negative; compare as unsigned first.
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi))
@@ -194,8 +197,13 @@ CompletionRequest parse_completion_request(const std::string& body, Endpoint end
       if (!v.is_null()) {
         // Any 64-bit integer seeds (OpenAI's clients send negative ones too); past that
         // the value is out of range, not of the wrong type.
-        if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>()))
-          throw ApiError::bad_request("'seed' must fit in 64 bits, got " + v.dump(), key);
+        if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>())) {
+          const double d = v.get<double>();
+          if (d >= 18446744073709551616.0 || d < -9223372036854775808.0)
+            throw ApiError::bad_request("'seed' must fit in 64 bits, got " + v.dump(), key);
+          r.seed = d >= 0 ? static_cast<uint64_t>(d) : static_cast<uint64_t>(static_cast<int64_t>(d));
+          continue;
+        }
         if (!v.is_number_integer()) wrong_type(key, "an integer", v);
         r.seed = v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>());
       }

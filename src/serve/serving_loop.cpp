@@ -25,6 +25,7 @@ struct ServingLoop::Slot {
   StopStrings stops;
   double arrival = 0, last_token = 0;
   bool done = false;
+  bool removed = false;  // its sequence (and KV blocks) given back to the engine
 
   Slot(int64_t id_, GenerationJob j, const Tokenizer& tok)
       : id(id_), job(std::move(j)), sampler(job.sampler), detok(tok), stops(job.stop) {}
@@ -175,7 +176,14 @@ void ServingLoop::finish(Slot& s, const std::string& reason, double t) {
     std::lock_guard<std::mutex> lock(mu_);
     scheduler_->completed(s.job.task, s.generated);
   }
+  release(s);  // its KV blocks too are back before the client hears
   s.job.stream->push(std::move(e));
+}
+
+void ServingLoop::release(Slot& s) {
+  if (!s.removed) engine_.remove_sequence(s.seq);
+  s.removed = true;
+  metrics_.kv_blocks_used = engine_.kv_blocks_total() - engine_.kv_blocks_free();
 }
 
 void ServingLoop::fail(Slot& s, const ApiError& err) {
@@ -185,6 +193,7 @@ void ServingLoop::fail(Slot& s, const ApiError& err) {
   s.done = true;  // counted before the client hears, as finish() does
   --metrics_.requests_running;
   ++metrics_.finished_error;
+  release(s);
   s.job.stream->push(std::move(e));
 }
 
@@ -288,7 +297,7 @@ void ServingLoop::run() {
     step_once();
     // Finished and cancelled requests give their KV blocks back before the next step.
     for (auto& s : slots_)
-      if (s->done) engine_.remove_sequence(s->seq);
+      if (s->done) release(*s);
     slots_.erase(std::remove_if(slots_.begin(), slots_.end(), [](const auto& s) { return s->done; }), slots_.end());
     metrics_.kv_blocks_used = engine_.kv_blocks_total() - engine_.kv_blocks_free();
     if (engine_.offloaded()) {

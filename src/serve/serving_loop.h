@@ -73,6 +73,8 @@ class ServingLoop {
   void step_once();
   void finish(Slot& s, const std::string& reason, double now);
   void fail(Slot& s, const ApiError& e);
+  // Gives a done slot's sequence back to the engine (once) and updates the KV gauge.
+  void release(Slot& s);
   double now() const;
 
   Engine& engine_;

@@ -243,6 +243,15 @@ test('large bodies are refused quickly and their memory goes back', async () => 
   assert.equal((await long.json()).error.code, 'context_length_exceeded');
 });
 
+test("a finished request's KV blocks are back before its client hears", async () => {
+  for (let i = 0; i < 20; i++) {
+    const stream = i % 2 === 1;
+    const r = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 5, temperature: 0, stream });
+    if (stream) for await (const _ of r);
+    assert.equal(await metric(s, 'moeflow_kv_blocks_used'), 0, `request ${i} (${stream ? 'streamed' : 'plain'})`);
+  }
+});
+
 test('a client that disconnects mid-stream frees its slot', async () => {
   // A generation far longer than the test, so that only the disconnect can end it early.
   const one = await startServer(['-np', '1', '-c', '4096']);

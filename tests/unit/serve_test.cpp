@@ -106,6 +106,15 @@ TEST(CompletionRequest, RefusesBadBodiesNamingTheField) {
   }
 }
 
+// A whole number written as a float is the number (Python's json writes 16.0).
+TEST(CompletionRequest, WholeFloatsAreTheirIntegers) {
+  const CompletionRequest r =
+      parse_completion_request(R"({"prompt":"x","max_tokens":16.0,"seed":1.0,"top_k":4e1})", Endpoint::completions);
+  EXPECT_EQ(r.max_tokens, 16);
+  EXPECT_EQ(r.seed, 1u);
+  EXPECT_EQ(r.top_k, 40);
+}
+
 // What a refusal says, where the type was right and the value was not: whole numbers
 // past 64 bits parse as floats, an empty prompt array is empty, and a NUL byte ends no
 // body early.
