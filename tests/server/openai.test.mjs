@@ -213,8 +213,9 @@ test('large bodies are refused quickly and their memory goes back', async () => 
     assert.equal((await r.json()).error.code, 'context_length_exceeded');
     assert.ok(Date.now() - t0 < 10000);
   }
-  // Each such request used to keep ~30-170 MB for good.
-  assert.ok(rss() - before < 100e6, `RSS grew by ${(rss() - before) / 1e6} MB`);
+  // Each such request used to keep ~30-170 MB for good. (Under ASan its allocator keeps
+  // freed memory in quarantine: the check means nothing there.)
+  if (process.env.MOEFLOW_SANITIZED !== '1') assert.ok(rss() - before < 100e6, `RSS grew by ${(rss() - before) / 1e6} MB`);
   // A chunked body has no Content-Length for httplib to check: the server counts it.
   const net = await import('node:net');
   const status = await new Promise((resolve, reject) => {
