@@ -91,6 +91,9 @@ struct ExpertCacheStats {
   uint64_t hits = 0, misses = 0, prefetches_issued = 0, prefetch_hits = 0, evictions = 0;
   uint64_t bytes_read = 0, budget_bytes = 0, expert_bytes_total = 0;
   double stall_seconds = 0;
+  // (token, expert) slots that --on-miss reroute served with another, resident expert:
+  // how far the outputs are from all-resident ones (0 under load and host-compute).
+  uint64_t rerouted_slots = 0;
 };
 
 class Engine {

@@ -25,6 +25,7 @@
 #include "format/gguf.h"
 #include "model/model_weights.h"
 #include "moeflow/engine.h"
+#include "serve/api_keys.h"
 #include "serve/openai_server.h"
 #include "serve/scheduler.h"
 #include "serve/serving_loop.h"
@@ -84,6 +85,9 @@ int cmd_serve(int argc, char** argv) {
   a.flag("--alias", "model name clients use (default: general.name, else the file name)");
   a.flag("--chat-template-file", "Jinja chat template to use instead of the model's");
   a.flag("--http-threads", "connections served at once (0: --parallel + --queue + 4)", true, "0");
+  a.flag("--api-key", "admit only requests with 'Authorization: Bearer KEY' (every route but /health)", true);
+  a.flag("--api-key-file", "as --api-key, the keys read from a file, one a line (kept out of the process list)",
+         true);
   add_offload_flags(a);
   a.parse(argc, argv, 2);
 
@@ -104,6 +108,14 @@ int cmd_serve(int argc, char** argv) {
   serve::ServerOptions so;
   so.host = a.str("--host");
   so.port = static_cast<int>(a.integer("--port", 0, 65535));
+  if (a.has("--api-key") && a.has("--api-key-file"))
+    throw UsageError("serve: --api-key and --api-key-file exclude each other (put every key in the file)");
+  if (a.has("--api-key")) {
+    so.api_keys = {a.str("--api-key")};
+    serve::check_api_key(so.api_keys[0], "--api-key");
+  } else if (a.has("--api-key-file")) {
+    so.api_keys = serve::read_api_keys(a.str("--api-key-file"));
+  }
   const int64_t http_threads = a.integer("--http-threads", 0, 1 << 16);
   so.http_threads = http_threads > 0 ? static_cast<int>(http_threads)
                                      : lo.n_parallel + static_cast<int>(std::min<size_t>(lo.max_waiting, 1 << 14)) + 4;
@@ -126,6 +138,11 @@ int cmd_serve(int argc, char** argv) {
   serve::OpenAiServer server(so, metrics);
   const int port = server.bind();
   std::fprintf(stderr, "serve: listening on http://%s:%d (loading the model)\n", so.host.c_str(), port);
+  if (!so.api_keys.empty())
+    std::fprintf(stderr, "serve: %zu API key%s: every route but /health needs 'Authorization: Bearer KEY'\n",
+                 so.api_keys.size(), so.api_keys.size() == 1 ? "" : "s");
+  else if (so.host != "127.0.0.1" && so.host != "localhost" && so.host != "::1")
+    std::fprintf(stderr, "serve: no --api-key: anyone who reaches %s:%d can use the model\n", so.host.c_str(), port);
   std::thread http([&] { server.listen(); });
 
   std::unique_ptr<Engine> engine;

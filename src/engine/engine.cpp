@@ -274,6 +274,7 @@ ExpertCacheStats Engine::cache_stats() const {
   s.stall_seconds = c.stall_seconds;
   s.budget_bytes = impl_->offload.cache->budget_bytes();
   s.expert_bytes_total = impl_->offload.store->geometry().total_bytes();
+  s.rerouted_slots = impl_->offload.source->rerouted_slots();
   return s;
 }
 

@@ -38,10 +38,14 @@ double number_in(const json& v, const std::string& field, double lo, double hi) 
   return x;
 }
 
+// A whole number written as a float (16.0, or 1e12 and 2^64, which no 64-bit integer
+// holds) is a whole number: in range it is taken, out of range it is refused as such.
+bool whole_float(const json& v) {
+  return v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>());
+}
+
 int64_t integer_in(const json& v, const std::string& field, int64_t lo, int64_t hi) {
-  // A whole number written as a float (16.0, or 1e12 and 2^64, which no 64-bit integer
-  // holds) is a whole number: in range it is taken, out of range it is refused as such.
-  if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>())) {
+  if (whole_float(v)) {
     const double d = v.get<double>();
     if (d > static_cast<double>(hi) || d < static_cast<double>(lo))
       throw ApiError::bad_request("'" + field + "' must be between " + std::to_string(lo) + " and " +
@@ -197,7 +201,7 @@ CompletionRequest parse_completion_request(const std::string& body, Endpoint end
       if (!v.is_null()) {
         // Any 64-bit integer seeds (OpenAI's clients send negative ones too); past that
         // the value is out of range, not of the wrong type.
-        if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::floor(v.get<double>())) {
+        if (whole_float(v)) {
           const double d = v.get<double>();
           if (d >= 18446744073709551616.0 || d < -9223372036854775808.0)
             throw ApiError::bad_request("'seed' must fit in 64 bits, got " + v.dump(), key);

@@ -131,6 +131,9 @@ std::string ServerMetrics::render() const {
          static_cast<double>(c.prefetches_used));
   scalar(o, "moeflow_expert_evictions_total", "counter", "Experts evicted from the cache.",
          static_cast<double>(c.evictions));
+  scalar(o, "moeflow_expert_rerouted_slots_total", "counter",
+         "Token-expert slots served by another resident expert (--on-miss reroute: lossy outputs).",
+         static_cast<double>(c.rerouted_slots));
   return o;
 }
 

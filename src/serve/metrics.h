@@ -30,6 +30,7 @@ class Histogram {
 struct ExpertCacheCounters {
   uint64_t hits = 0, misses = 0, bytes_read = 0, prefetches_issued = 0, prefetches_used = 0, evictions = 0;
   double stall_seconds = 0;
+  uint64_t rerouted_slots = 0;
 };
 
 class ServerMetrics {

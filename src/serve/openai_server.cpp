@@ -13,6 +13,7 @@
 #include "engine/tokenizer.h"
 #include "moeflow/engine.h"
 #include "serve/api_error.h"
+#include "serve/api_keys.h"
 #include "serve/completion_request.h"
 #include "serve/completion_response.h"
 #include "serve/connection_watch.h"
@@ -22,6 +23,11 @@ namespace moeflow::serve {
 namespace {
 
 using nlohmann::json;
+
+constexpr const char* kChatRoute = "/v1/chat/completions";
+constexpr const char* kCompletionsRoute = "/v1/completions";
+
+bool completion_route(const std::string& path) { return path == kChatRoute || path == kCompletionsRoute; }
 
 void send_json(httplib::Response& res, int status, const json& j) {
   res.status = status;
@@ -217,9 +223,37 @@ void OpenAiServer::routes() {
   // read as JSON, so the body limit is --max-body's alone. (The pre-routing handler
   // runs before the body is read; the request it is given is the server's own, not a
   // constant, so relabelling it is sound.)
-  http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response&) {
-    if (req.method == "POST" && (req.path == "/v1/chat/completions" || req.path == "/v1/completions")) {
-      auto& headers = const_cast<httplib::Request&>(req).headers;  // case-insensitive keys
+  //
+  // Two Content-Length headers that disagree (RFC 9112 §6.3: an error) are refused before
+  // the body is read: httplib would take the first, and a proxy in front that took the
+  // last would see another request in the rest (request smuggling). With --api-key every
+  // route but /health needs a key, checked before the body is read too. A refused
+  // request's connection is closed after the answer, since its unread body cannot be
+  // told from a next request.
+  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    auto& headers = const_cast<httplib::Request&>(req).headers;  // case-insensitive keys
+    auto refuse = [&](const ApiError& e) {
+      headers.erase("Connection");
+      headers.emplace("Connection", "close");
+      send_error(res, e);
+      return httplib::Server::HandlerResponse::Handled;
+    };
+    auto [cl_first, cl_last] = headers.equal_range("Content-Length");
+    for (auto it = cl_first; it != cl_last; ++it)
+      if (it->second != cl_first->second)
+        return refuse(ApiError::bad_request("the request has Content-Length headers that disagree"));
+    if (!opt_.api_keys.empty() && req.path != "/health") {
+      const std::string auth = req.get_header_value("Authorization");
+      if (!authorized(opt_.api_keys, auth)) {
+        res.set_header("WWW-Authenticate", "Bearer");
+        return refuse(ApiError(401,
+                               auth.empty() ? "no API key given: send 'Authorization: Bearer KEY' (the server runs "
+                                              "with --api-key)"
+                                            : "the API key is not one of this server's",
+                               "invalid_request_error", "", "invalid_api_key"));
+      }
+    }
+    if (req.method == "POST" && completion_route(req.path)) {
       auto [first, last] = headers.equal_range("Content-Type");
       for (auto it = first; it != last; ++it)
         if (it->second.rfind("application/x-www-form-urlencoded", 0) == 0) it->second = "application/json";
@@ -341,14 +375,14 @@ void OpenAiServer::routes() {
       }
     };
   };
-  http_->Post("/v1/chat/completions", completion(Endpoint::chat));
-  http_->Post("/v1/completions", completion(Endpoint::completions));
+  http_->Post(kChatRoute, completion(Endpoint::chat));
+  http_->Post(kCompletionsRoute, completion(Endpoint::completions));
   // Routes and methods that do not exist get OpenAI's error object, not an empty body.
   http_->set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,
                                                                     httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     // A route that exists, asked with another method: 405 with the method it takes.
-    const bool post_route = req.path == "/v1/chat/completions" || req.path == "/v1/completions";
+    const bool post_route = completion_route(req.path);
     const bool get_route = req.path == "/health" || req.path == "/metrics" || req.path == "/v1/models" ||
                            req.path.rfind("/v1/models/", 0) == 0;
     if (res.status == 404 && (post_route || get_route)) {

@@ -5,7 +5,7 @@
 //   GET  /metrics                                      Prometheus text (serve/metrics.h)
 // It listens before the model is loaded (so /health can say "loading"), then
 // set_ready() hands it the engine's serving loop. Every error is OpenAI's error object
-// with its status: 400 bad request, 404 unknown route or model, 503 loading, full
+// with its status: 400 bad request, 401 a missing or wrong API key (--api-key), 404 unknown route or model, 503 loading, full
 // (with Retry-After) or shutting down, 500 engine failure.
 #pragma once
 #include <atomic>
@@ -34,6 +34,7 @@ struct ServerOptions {
   int port = 8080;           // 0: any free port (bind() returns it)
   int http_threads = 16;     // connections served at once (each open request holds one)
   size_t max_body_bytes = 8u << 20;
+  std::vector<std::string> api_keys;  // none: open; else every route but /health needs one (serve/api_keys.h)
 };
 
 // What the server needs of the loaded model.

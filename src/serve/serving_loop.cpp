@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <deque>
 #include <optional>
 
 #include "engine/tokenizer.h"
@@ -23,6 +24,13 @@ struct ServingLoop::Slot {
   Sampler sampler;
   StreamingDetokenizer detok;
   StopStrings stops;
+  // Log-probabilities go out with their tokens' text: a token whose text the stop
+  // strings hold back waits with it, and one whose text lies wholly in a stop string
+  // is never sent (OpenAI and llama-server list only the returned text's tokens). Each
+  // waits beside the byte offset in the detokenized text where its own text begins.
+  std::deque<std::pair<int64_t, TokenLogprob>> held_logprobs;
+  int64_t text_bytes = 0;  // detokenized so far
+  int64_t sent_bytes = 0;  // of that, passed by the stop strings
   double arrival = 0, last_token = 0;
   bool done = false;
   bool removed = false;  // its sequence (and KV blocks) given back to the engine
@@ -31,6 +39,30 @@ struct ServingLoop::Slot {
       : id(id_), job(std::move(j)), sampler(job.sampler), detok(tok), stops(job.stop) {}
   int64_t prompt_len() const { return static_cast<int64_t>(job.prompt.size()); }
   bool prefilling() const { return prefilled < prompt_len(); }
+
+  // Passes detokenized text through the stop strings into `e`, with the log-probabilities
+  // of the tokens whose text has now begun to go out.
+  void pass_text(const std::string& piece, StreamEvent& e) {
+    text_bytes += static_cast<int64_t>(piece.size());
+    const std::string out = stops.push(piece);
+    sent_bytes += static_cast<int64_t>(out.size());
+    e.text += out;
+    while (!held_logprobs.empty() && held_logprobs.front().first < sent_bytes) {
+      e.logprobs.push_back(std::move(held_logprobs.front().second));
+      held_logprobs.pop_front();
+    }
+  }
+  // At the end: the text held back, and the log-probabilities of every token left
+  // unless a stop string ended the text before them.
+  void pass_rest(StreamEvent& e) {
+    if (!stops.stopped()) pass_text(detok.flush(), e);
+    const std::string rest = stops.flush();
+    sent_bytes += static_cast<int64_t>(rest.size());
+    e.text += rest;
+    for (auto& [begin, lp] : held_logprobs)
+      if (!stops.stopped() || begin < sent_bytes) e.logprobs.push_back(std::move(lp));
+    held_logprobs.clear();
+  }
 };
 
 ServingLoop::ServingLoop(Engine& engine, const LoopOptions& opt, ServerMetrics& metrics)
@@ -156,8 +188,7 @@ void ServingLoop::drop_cancelled() {
 
 void ServingLoop::finish(Slot& s, const std::string& reason, double t) {
   StreamEvent e;
-  e.text = s.stops.stopped() ? std::string() : s.stops.push(s.detok.flush());
-  e.text += s.stops.flush();
+  s.pass_rest(e);
   e.finished = true;
   e.finish_reason = reason;
   e.prompt_tokens = s.prompt_len();
@@ -268,11 +299,11 @@ void ServingLoop::step_once() {
       finish(s, "stop", t);
       continue;
     }
-    StreamEvent e;
-    e.text = s.stops.push(s.detok.push(id));
     if (s.job.top_logprobs >= 0)
-      e.logprobs.push_back(token_logprobs(logits, engine_.n_vocab(), id, s.job.top_logprobs,
-                                          [&](int32_t t2) { return tok.token_bytes(t2, true); }));
+      s.held_logprobs.emplace_back(s.text_bytes, token_logprobs(logits, engine_.n_vocab(), id, s.job.top_logprobs,
+                                                                [&](int32_t t2) { return tok.token_bytes(t2, true); }));
+    StreamEvent e;
+    s.pass_text(s.detok.push(id), e);
     if (!e.text.empty() || !e.logprobs.empty()) s.job.stream->push(std::move(e));
     if (s.stops.stopped()) {
       finish(s, "stop", t);
@@ -303,7 +334,7 @@ void ServingLoop::run() {
     if (engine_.offloaded()) {
       const ExpertCacheStats c = engine_.cache_stats();
       metrics_.set_expert_cache({c.hits, c.misses, c.bytes_read, c.prefetches_issued, c.prefetch_hits, c.evictions,
-                                 c.stall_seconds},
+                                 c.stall_seconds, c.rerouted_slots},
                                 true);
     }
     std::lock_guard<std::mutex> lock(mu_);

@@ -4,6 +4,10 @@
 // disconnects, /metrics, and a graceful SIGTERM.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import net from 'node:net';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import OpenAI from 'openai';
 import { startServer, stopServer, metric, metricsText } from './server_harness.mjs';
 
@@ -140,6 +144,65 @@ test('log-probabilities in both formats', async () => {
   assert.equal(lp.token_logprobs.length, 4);
   assert.equal(Object.keys(lp.top_logprobs[0]).length, 2);
   assert.equal(lp.tokens.join(''), c.choices[0].text);
+});
+
+test("log-probabilities end with the text at a stop string, streamed or not", async () => {
+  const base = { model: MODEL, prompt: 'In the beginning', max_tokens: 20, temperature: 0, logprobs: 1 };
+  const full = (await client.completions.create(base)).choices[0];
+  assert.equal(full.logprobs.tokens.join(''), full.text);
+  // A stop string at the start of the fourth token or later: the tokens before it spell
+  // the text, and neither it nor any token after it is listed.
+  const toks = full.logprobs.tokens;
+  let j = 3;
+  while (j < toks.length && (toks[j] === '' || full.text.indexOf(toks[j]) !== toks.slice(0, j).join('').length)) j++;
+  assert.ok(j < toks.length, `no token of ${JSON.stringify(toks)} serves as a stop string`);
+  const r = (await client.completions.create({ ...base, stop: [toks[j]] })).choices[0];
+  assert.equal(r.finish_reason, 'stop');
+  assert.equal(r.text, toks.slice(0, j).join(''));
+  assert.deepEqual(r.logprobs.tokens, toks.slice(0, j));
+  assert.deepEqual(r.logprobs.token_logprobs, full.logprobs.token_logprobs.slice(0, j));
+  const streamed = [];
+  for await (const c of await client.completions.create({ ...base, stop: [toks[j]], stream: true }))
+    for (const ch of c.choices) streamed.push(...(ch.logprobs?.tokens ?? []));
+  assert.deepEqual(streamed, toks.slice(0, j));
+  // Chat lists the same way.
+  const cfull = await client.chat.completions.create(chat('Hello', { logprobs: true, max_tokens: 20 }));
+  const ctoks = cfull.choices[0].logprobs.content.map((t) => t.token);
+  let k = 3;
+  const ctext = cfull.choices[0].message.content;
+  while (k < ctoks.length && (ctoks[k] === '' || ctext.indexOf(ctoks[k]) !== ctoks.slice(0, k).join('').length)) k++;
+  if (k < ctoks.length) {
+    const cr = await client.chat.completions.create(chat('Hello', { logprobs: true, max_tokens: 20, stop: [ctoks[k]] }));
+    assert.deepEqual(cr.choices[0].logprobs.content.map((t) => t.token), ctoks.slice(0, k));
+  }
+});
+
+// Writes raw bytes on a fresh connection and collects what comes back until the server
+// closes it (or `ms` pass).
+function rawExchange(bytes, ms = 10000) {
+  return new Promise((resolve, reject) => {
+    const url = new URL(s.baseURL);
+    const sock = net.createConnection({ host: url.hostname, port: Number(url.port) });
+    let got = '';
+    const timer = setTimeout(() => { sock.destroy(); resolve({ got, closed: false }); }, ms);
+    sock.on('data', (d) => { got += d.toString('latin1'); });
+    sock.on('end', () => { clearTimeout(timer); resolve({ got, closed: true }); });
+    sock.on('error', (e) => { clearTimeout(timer); reject(e); });
+    sock.write(bytes);
+  });
+}
+
+test('conflicting Content-Length headers are refused and the connection closed', async () => {
+  const body = '{"prompt":"Hi","max_tokens":1}';
+  const r = await rawExchange(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+    `Content-Length: ${body.length}\r\nContent-Length: 5\r\n\r\n${body}`);
+  assert.match(r.got, /^HTTP\/1\.1 400 /);
+  assert.match(r.got, /Content-Length headers that disagree/);
+  assert.ok(r.closed, 'the connection was left open after an unread body');
+  // The same header twice with one value is only redundant: answered.
+  const same = await rawExchange(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+    `Content-Length: ${body.length}\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`);
+  assert.match(same.got, /^HTTP\/1\.1 200 /);
 });
 
 async function expectError(promise, status, param) {
@@ -309,6 +372,39 @@ test('a client that disconnects before a plain response frees its slot and its q
     assert.equal(await metric(one, 'moeflow_requests_waiting'), 0);
   } finally {
     await stopServer(one);
+  }
+});
+
+test('--api-key-file: every route but /health needs one of the keys', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'moeflow-keys-'));
+  const file = join(dir, 'keys');
+  writeFileSync(file, '# rotated monthly\n  sk-old-1 \n\nsk-new-2\n');
+  const k = await startServer(['--api-key-file', file]);
+  try {
+    assert.match(k.log(), /2 API keys: every route but \/health needs/);
+    assert.equal((await fetch(`${k.baseURL}/health`)).status, 200);
+    for (const [route, init] of [['/v1/models', {}], ['/metrics', {}],
+      ['/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"prompt":"Hi","max_tokens":1}' }]]) {
+      const r = await fetch(`${k.baseURL}${route}`, init);
+      assert.equal(r.status, 401, route);
+      assert.equal(r.headers.get('www-authenticate'), 'Bearer');
+      const e = (await r.json()).error;
+      assert.equal(e.code, 'invalid_api_key');
+      assert.match(e.message, /no API key given/);
+    }
+    const bad = await fetch(`${k.baseURL}/metrics`, { headers: { authorization: 'Bearer sk-old-' } });
+    assert.equal(bad.status, 401);
+    assert.match((await bad.json()).error.message, /not one of this server's/);
+    await expectError(new OpenAI({ baseURL: `${k.baseURL}/v1`, apiKey: 'sk-wrong', maxRetries: 0 })
+      .completions.create({ model: MODEL, prompt: 'Hi', max_tokens: 1 }), 401);
+    for (const apiKey of ['sk-old-1', 'sk-new-2']) {
+      const c = new OpenAI({ baseURL: `${k.baseURL}/v1`, apiKey, maxRetries: 0 });
+      assert.equal((await c.completions.create({ model: MODEL, prompt: 'Hi', max_tokens: 2 })).usage.completion_tokens, 2);
+    }
+    assert.equal((await fetch(`${k.baseURL}/metrics`, { headers: { authorization: 'Bearer sk-new-2' } })).status, 200);
+  } finally {
+    await stopServer(k);
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 

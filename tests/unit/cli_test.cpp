@@ -56,6 +56,9 @@ TEST(Cli, BadFlagsExitNonZeroAndSayWhatToFix) {
   expect_failure("bench-serve --url http://[::1", "an IPv6 host needs its closing ']'");
   expect_failure("bench-serve --url http://[::1]x", "expected ':PORT' after ']'");
   expect_failure("trace", "subcommand");
+  expect_failure("serve -m " + kModel + " --api-key 'two words'", "--api-key: the API key has a space");
+  expect_failure("serve -m " + kModel + " --api-key k --api-key-file f", "exclude each other");
+  expect_failure("serve -m " + kModel + " --api-key-file /nonexistent/keys", "--api-key-file '/nonexistent/keys': no such file");
 }
 
 // bench-kernels measures every weight type (both q4_0 kernels where the CPU has VNNI)

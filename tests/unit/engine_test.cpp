@@ -159,6 +159,23 @@ TEST(EngineBatch, FullBudgetNeverEvicts) {
   EXPECT_EQ(e->cache_stats().budget_bytes, e->cache_stats().expert_bytes_total);
 }
 
+// The cache's statistics say how lossy a run was: --on-miss reroute counts the slots it
+// served with another expert, load counts none.
+TEST(EngineBatch, RerouteCountsTheSlotsItServedWithAnotherExpert) {
+  for (const std::string mode : {"load", "reroute"}) {
+    EngineOptions o = options_for("mixtral-f32.gguf", "lru", "25%");
+    o.on_miss = mode;
+    auto e = Engine::open(o);
+    run_together(*e, make_scripts(2, e->n_vocab(), 5), 2);
+    const ExpertCacheStats c = e->cache_stats();
+    EXPECT_EQ(e->lossy(), mode == "reroute");
+    if (mode == "load")
+      EXPECT_EQ(c.rerouted_slots, 0u);
+    else
+      EXPECT_GT(c.rerouted_slots, 0u);
+  }
+}
+
 // --activations int8: interleaved q4_0 / q8_0 rows multiply int8 activations in every
 // step, so a sequence batched with others still gets its own floats; those floats stay
 // near the int16 ones (int8's rounding, printed) and differ from them where the CPU has

@@ -6,10 +6,15 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <thread>
 
+#include "base/error.h"
+#include "engine/tokenizer.h"
 #include "moeflow/engine.h"
 #include "serve/api_error.h"
+#include "serve/api_keys.h"
 #include "serve/completion_request.h"
 #include "serve/metrics.h"
 #include "serve/openai_server.h"
@@ -187,7 +192,7 @@ TEST(ServerMetrics, RendersPrometheusText) {
   m.time_to_first_token.observe(0.003);
   m.time_to_first_token.observe(0.2);
   m.time_to_first_token.observe(1000);
-  m.set_expert_cache({10, 4, 4096, 3, 2, 1, 0.5}, true);
+  m.set_expert_cache({10, 4, 4096, 3, 2, 1, 0.5, 7}, true);
   const std::string t = m.render();
   EXPECT_NE(t.find("# TYPE moeflow_generation_tokens_total counter\nmoeflow_generation_tokens_total 5\n"),
             std::string::npos);
@@ -199,6 +204,7 @@ TEST(ServerMetrics, RendersPrometheusText) {
   EXPECT_NE(t.find("moeflow_time_to_first_token_seconds_count 3\n"), std::string::npos);
   EXPECT_NE(t.find("moeflow_expert_cache_misses_total 4\n"), std::string::npos);
   EXPECT_NE(t.find("moeflow_expert_stall_seconds_total 0.5\n"), std::string::npos);
+  EXPECT_NE(t.find("moeflow_expert_rerouted_slots_total 7\n"), std::string::npos);
   // Every sample line is "name[{labels}] value".
   std::istringstream in(t);
   for (std::string line; std::getline(in, line);) {
@@ -206,6 +212,43 @@ TEST(ServerMetrics, RendersPrometheusText) {
     EXPECT_EQ(line.rfind("moeflow_", 0), 0u) << line;
     EXPECT_NE(line.find(' '), std::string::npos) << line;
   }
+}
+
+TEST(ApiKeys, BearerMatchesOnlyAKeyOfTheServer) {
+  const std::vector<std::string> keys = {"sk-one", "sk-two-longer"};
+  EXPECT_TRUE(authorized(keys, "Bearer sk-one"));
+  EXPECT_TRUE(authorized(keys, "bearer  sk-two-longer "));  // scheme case-insensitive, spaces trimmed
+  EXPECT_FALSE(authorized(keys, ""));
+  EXPECT_FALSE(authorized(keys, "sk-one"));          // no scheme
+  EXPECT_FALSE(authorized(keys, "Basic sk-one"));
+  EXPECT_FALSE(authorized(keys, "Bearer sk-on"));    // a prefix
+  EXPECT_FALSE(authorized(keys, "Bearer sk-one1"));  // longer
+  EXPECT_FALSE(authorized(keys, "Bearer sk-onE"));
+  EXPECT_FALSE(authorized(keys, "Bearer "));
+  EXPECT_FALSE(authorized({}, "Bearer sk-one"));
+}
+
+TEST(ApiKeys, KeyFilesAreReadOrRefusedWithTheLine) {
+  const std::string path = moeflow::testing::scratch_path("api-keys");
+  auto write = [&](const std::string& text) { std::ofstream(path, std::ios::binary) << text; };
+  write("# rotated monthly\n  sk-old \r\n\nsk-new\n");
+  EXPECT_EQ(read_api_keys(path), (std::vector<std::string>{"sk-old", "sk-new"}));
+  auto refused = [&](const std::string& text, const std::string& needle) {
+    write(text);
+    try {
+      read_api_keys(path);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  refused("# only a comment\n\n", "holds no key");
+  refused("sk-ok\nsk bad\n", "line 2: the API key has a space, control or non-ASCII byte at offset 2");
+  refused("sk-\xc3\xa9\n", "line 1: the API key has a space, control or non-ASCII byte at offset 3");
+  std::remove(path.c_str());
+  EXPECT_THROW(read_api_keys(path), InputError);
+  EXPECT_THROW(check_api_key("", "--api-key"), InputError);
+  EXPECT_NO_THROW(check_api_key("sk-proj-AbC_123.~", "--api-key"));
 }
 
 // The serving loop over the q8_0 fixture: requests collected to the end.
@@ -285,6 +328,65 @@ TEST(ServingLoop, ChunkedPrefillBesideDecodesChangesNoToken) {
   EXPECT_GT(metrics.steps.load(), 0u);
   while (!loop.idle()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(engine->kv_blocks_free(), engine->kv_blocks_total());
+}
+
+// A token whose text lies wholly in a stop string gets no log-probability: the list
+// covers the returned text's tokens and no more, streamed or not.
+TEST(ServingLoop, LogprobsStopWithTheTextAtAStopString) {
+  // The built-in model, whose tokens are text (the fixtures' random weights pick byte
+  // tokens that detokenize to U+FFFD, so their tokens do not spell their text).
+  EngineOptions o;
+  o.model_path = std::string(MOEFLOW_SOURCE_DIR_FOR_TESTS) + "/models/default.gguf";
+  o.threads = 2;
+  o.ctx_size = 256;
+  o.n_parallel = 1;
+  auto engine = Engine::open(o);
+  ServerMetrics metrics;
+  LoopOptions lo;
+  lo.n_parallel = 1;
+  ServingLoop loop(*engine, lo, metrics);
+  struct Run {
+    std::string text;
+    std::vector<TokenLogprob> lps;
+    int64_t completion_tokens = 0;
+  };
+  auto run = [&](std::vector<std::string> stop) {
+    GenerationJob j = job_of(engine->tokenizer().encode("In the beginning", true), 24);
+    j.top_logprobs = 1;
+    j.stop = std::move(stop);
+    auto stream = j.stream;
+    loop.submit(std::move(j));
+    Run r;
+    for (;;)
+      for (StreamEvent& e : stream->take(std::chrono::milliseconds(5000))) {
+        r.text += e.text;
+        for (TokenLogprob& t : e.logprobs) r.lps.push_back(std::move(t));
+        if (e.finished) {
+          r.completion_tokens = e.completion_tokens;
+          return r;
+        }
+      }
+  };
+  const Run full = run({});
+  ASSERT_EQ(static_cast<int64_t>(full.lps.size()), full.completion_tokens);
+  // A stop string that is token j's whole text, where the tokens before it spell the text
+  // up to there and it occurs nowhere earlier: the stopped run lists exactly j tokens.
+  std::string spelled;
+  size_t j = 0;
+  for (; j < full.lps.size(); spelled += full.lps[j++].token) {
+    const std::string& t = full.lps[j].token;
+    if (j >= 3 && !t.empty() && full.text.compare(0, spelled.size(), spelled) == 0 &&
+        full.text.find(t) == spelled.size())
+      break;
+  }
+  ASSERT_LT(j, full.lps.size()) << "no token of the text serves as a stop string: " << full.text;
+  const Run stopped = run({full.lps[j].token});
+  EXPECT_EQ(stopped.text, spelled);
+  ASSERT_EQ(stopped.lps.size(), j);
+  for (size_t i = 0; i < j; ++i) {
+    EXPECT_EQ(stopped.lps[i].token, full.lps[i].token) << i;
+    EXPECT_EQ(stopped.lps[i].logprob, full.lps[i].logprob) << i;
+  }
 }
 
 TEST(ServingLoop, CancelledRequestsFreeTheirSlotAndAFullQueueRefuses) {
