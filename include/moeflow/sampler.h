@@ -6,12 +6,22 @@
 // Logits that hold NaN or an infinity mean the model (its weights or metadata) is
 // broken: sample() throws InputError saying so rather than pick a token from garbage.
 //
+// Repetition penalties, before any of that (off by default):
+// - presence and frequency (OpenAI's): a token generated c times so far has its logit
+//   lowered by c * frequency_penalty + (c > 0) * presence_penalty;
+// - repeat (llama.cpp's, after CTRL): a token among the last repeat_last_n of the prompt
+//   and the generated text has a positive logit divided by repeat_penalty and a negative
+//   one multiplied by it.
+// The sampler counts the tokens it returns as generated; the prompt it is told of with
+// add_prompt().
+//
 // Thread safety: a Sampler is used by one thread at a time; distinct Samplers are
 // independent (one per sequence).
 #pragma once
 #include <cstdint>
 #include <random>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace moeflow {
@@ -26,21 +36,39 @@ struct SamplerOptions {
   int32_t top_k = 40;        // 0: no limit
   float top_p = 0.95f;       // 1: no limit
   uint64_t seed = 42;
+  float presence_penalty = 0.0f;   // -2 to 2; 0: off
+  float frequency_penalty = 0.0f;  // -2 to 2; 0: off
+  float repeat_penalty = 1.0f;     // > 0; 1: off
+  int32_t repeat_last_n = 64;      // tokens repeat_penalty looks back over; -1: all, 0: off
 };
 
 class Sampler {
  public:
   // Throws InputError for a temperature that is negative or not finite, a top_p
-  // outside [0, 1] and a negative top_k (a typo such as top_p = 95 would otherwise pass).
+  // outside [0, 1] and a negative top_k (a typo such as top_p = 95 would otherwise pass),
+  // a presence or frequency penalty outside [-2, 2], a repeat_penalty that is not a
+  // positive finite number and a repeat_last_n below -1.
   explicit Sampler(const SamplerOptions& opt);
+  // The prompt's tokens, which repeat_penalty looks back over as well.
+  void add_prompt(const std::vector<int32_t>& tokens);
   // Throws InputError for null logits, n_vocab < 1, or a logit that is NaN or infinite.
   int32_t sample(const float* logits, int64_t n_vocab);
 
  private:
+  bool penalizes() const;
+  int32_t pick(const float* logits, int64_t n_vocab);  // top-k, top-p, temperature
+  void remember(int32_t token, bool generated);
+  // The logits with the penalties applied, in penalized_.
+  const float* penalize(const float* logits, int64_t n_vocab);
+
   int64_t calls_ = 0;  // tokens sampled so far, for the error message
   SamplerOptions opt_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;
+  std::unordered_map<int32_t, int32_t> generated_count_;  // presence and frequency
+  std::unordered_map<int32_t, int32_t> window_count_;     // repeat: the last repeat_last_n tokens
+  std::vector<int32_t> history_;                          // prompt then generated, while repeat looks back
+  std::vector<float> penalized_;
 };
 
 int32_t argmax(const float* logits, int64_t n);

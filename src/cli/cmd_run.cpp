@@ -24,6 +24,10 @@ int cmd_run(int argc, char** argv) {
   a.flag("--top-k", "sample among the k most likely (0: all)", true, "40");
   a.flag("--top-p", "nucleus sampling mass", true, "0.95");
   a.flag("-s,--seed", "random seed", true, "42");
+  a.flag("--repeat-penalty", "divide the logits of the last --repeat-last-n tokens by this (1: off)", true, "1");
+  a.flag("--repeat-last-n", "tokens --repeat-penalty looks back over, prompt included (-1: all)", true, "64");
+  a.flag("--presence-penalty", "lower a generated token's logit by this once (OpenAI's, -2 to 2)", true, "0");
+  a.flag("--frequency-penalty", "lower a generated token's logit by this per time generated (-2 to 2)", true, "0");
   a.flag("--ignore-eos", "keep generating past end-of-text", false);
   a.flag("--logits-out", "write the logits of every position to this file (format: tools/reference/README.md)");
   a.flag("--json", "print one JSON object instead of streaming text", false);
@@ -47,6 +51,10 @@ int cmd_run(int argc, char** argv) {
   opt.sampler.top_k = static_cast<int32_t>(a.integer("--top-k", 0, 1 << 20));
   opt.sampler.top_p = static_cast<float>(a.number("--top-p", 0.0, 1.0));
   opt.sampler.seed = static_cast<uint64_t>(a.integer("--seed", 0, INT64_MAX));
+  opt.sampler.repeat_penalty = static_cast<float>(a.number("--repeat-penalty", 1e-3, 100.0));
+  opt.sampler.repeat_last_n = static_cast<int32_t>(a.integer("--repeat-last-n", -1, INT32_MAX));
+  opt.sampler.presence_penalty = static_cast<float>(a.number("--presence-penalty", -2.0, 2.0));
+  opt.sampler.frequency_penalty = static_cast<float>(a.number("--frequency-penalty", -2.0, 2.0));
   opt.stop_at_eog = !a.has("--ignore-eos");
   opt.record_logits = a.has("--logits-out");
   opt.feed_last = opt.record_logits;

@@ -38,6 +38,7 @@ GenerateResult generate(TokenSink& tf, const std::vector<int32_t>& prompt, const
   const int64_t V = tf.n_vocab();
   GenerateResult r;
   Sampler sampler(opt.sampler);
+  sampler.add_prompt(prompt);
   std::vector<float> logits;
   auto keep = [&](const int32_t* toks, int64_t n) {
     r.fed_tokens.insert(r.fed_tokens.end(), toks, toks + n);

@@ -41,6 +41,50 @@ Sampler::Sampler(const SamplerOptions& opt) : opt_(opt), rng_(opt.seed) {
   if (!(opt.top_p >= 0 && opt.top_p <= 1))
     throw InputError("sampler: top_p " + std::to_string(opt.top_p) + " must be in [0, 1]");
   if (opt.top_k < 0) throw InputError("sampler: top_k " + std::to_string(opt.top_k) + " must be >= 0 (0: no limit)");
+  if (!(opt.presence_penalty >= -2 && opt.presence_penalty <= 2))
+    throw InputError("sampler: presence_penalty " + std::to_string(opt.presence_penalty) + " must be in [-2, 2]");
+  if (!(opt.frequency_penalty >= -2 && opt.frequency_penalty <= 2))
+    throw InputError("sampler: frequency_penalty " + std::to_string(opt.frequency_penalty) + " must be in [-2, 2]");
+  if (!std::isfinite(opt.repeat_penalty) || opt.repeat_penalty <= 0)
+    throw InputError("sampler: repeat_penalty " + std::to_string(opt.repeat_penalty) + " must be finite and > 0 (1: off)");
+  if (opt.repeat_last_n < -1)
+    throw InputError("sampler: repeat_last_n " + std::to_string(opt.repeat_last_n) + " must be >= -1 (-1: all, 0: off)");
+}
+
+bool Sampler::penalizes() const {
+  return opt_.presence_penalty != 0 || opt_.frequency_penalty != 0 ||
+         (opt_.repeat_penalty != 1 && opt_.repeat_last_n != 0);
+}
+
+void Sampler::remember(int32_t token, bool generated) {
+  if (generated && (opt_.presence_penalty != 0 || opt_.frequency_penalty != 0)) ++generated_count_[token];
+  if (opt_.repeat_penalty == 1 || opt_.repeat_last_n == 0) return;
+  ++window_count_[token];
+  history_.push_back(token);
+  if (opt_.repeat_last_n > 0 && history_.size() > static_cast<size_t>(opt_.repeat_last_n)) {
+    // The token that left the window; the history is trimmed in halves, not per token.
+    const int32_t gone = history_[history_.size() - 1 - static_cast<size_t>(opt_.repeat_last_n)];
+    if (--window_count_[gone] == 0) window_count_.erase(gone);
+    if (history_.size() >= 2 * static_cast<size_t>(opt_.repeat_last_n))
+      history_.erase(history_.begin(), history_.end() - opt_.repeat_last_n);
+  }
+}
+
+void Sampler::add_prompt(const std::vector<int32_t>& tokens) {
+  for (int32_t t : tokens) remember(t, false);
+}
+
+const float* Sampler::penalize(const float* logits, int64_t n_vocab) {
+  penalized_.assign(logits, logits + n_vocab);
+  for (const auto& [t, c] : window_count_)
+    if (t >= 0 && t < n_vocab) {
+      float& l = penalized_[static_cast<size_t>(t)];
+      l = l > 0 ? l / opt_.repeat_penalty : l * opt_.repeat_penalty;
+    }
+  for (const auto& [t, c] : generated_count_)
+    if (t >= 0 && t < n_vocab)
+      penalized_[static_cast<size_t>(t)] -= static_cast<float>(c) * opt_.frequency_penalty + opt_.presence_penalty;
+  return penalized_.data();
 }
 
 int32_t Sampler::sample(const float* logits, int64_t n_vocab) {
@@ -49,6 +93,13 @@ int32_t Sampler::sample(const float* logits, int64_t n_vocab) {
                      (n_vocab < 1 ? " (must be >= 1)" : ""));
   if (!all_finite(logits, n_vocab)) check_finite_logits(logits, n_vocab, "sampled token " + std::to_string(calls_));
   ++calls_;
+  if (penalizes()) logits = penalize(logits, n_vocab);
+  const int32_t t = pick(logits, n_vocab);
+  if (penalizes()) remember(t, true);
+  return t;
+}
+
+int32_t Sampler::pick(const float* logits, int64_t n_vocab) {
   if (!(opt_.temperature >= kGreedyTemperature)) return argmax(logits, n_vocab);
   const double temp = opt_.temperature;
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };

@@ -243,15 +243,21 @@ CompletionRequest parse_completion_request(const std::string& body, Endpoint end
       if (!v.is_null()) r.task = string_of(v, key);
     } else if (key == "ignore_eos") {
       if (!v.is_null()) r.ignore_eos = boolean(v, key);
-    } else if (key == "presence_penalty" || key == "frequency_penalty") {
-      if (!v.is_null()) number_in(v, key, -2.0, 2.0);
+    } else if (key == "presence_penalty") {
+      if (!v.is_null()) r.presence_penalty = number_in(v, key, -2.0, 2.0);
+    } else if (key == "frequency_penalty") {
+      if (!v.is_null()) r.frequency_penalty = number_in(v, key, -2.0, 2.0);
+    } else if (key == "repeat_penalty") {
+      if (!v.is_null()) r.repeat_penalty = number_in(v, key, 1e-3, 100.0);
+    } else if (key == "repeat_last_n") {
+      if (!v.is_null()) r.repeat_last_n = static_cast<int32_t>(integer_in(v, key, -1, INT32_MAX));
     } else if (key == "user") {
       if (!v.is_null()) string_of(v, key);
     } else if (key == "echo") {
       if (!v.is_null() && boolean(v, key)) throw ApiError::bad_request("'echo' is not supported", key);
     }
     // Other fields (logit_bias, response_format, tools, ...) are not implemented and
-    // are ignored, as llama-server does, so that stock clients keep working.
+    // are ignored, so that stock clients keep working.
   }
   if (chat && r.top_logprobs > 0 && !r.logprobs)
     throw ApiError::bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");

@@ -120,6 +120,10 @@ GenerationJob make_job(const CompletionRequest& r, const ServedModel& m) {
   job.sampler.top_p = static_cast<float>(r.top_p);
   job.sampler.top_k = r.top_k;
   job.sampler.seed = r.seed ? *r.seed : std::random_device{}();
+  job.sampler.presence_penalty = static_cast<float>(r.presence_penalty);
+  job.sampler.frequency_penalty = static_cast<float>(r.frequency_penalty);
+  job.sampler.repeat_penalty = static_cast<float>(r.repeat_penalty);
+  job.sampler.repeat_last_n = r.repeat_last_n;
   job.stop = r.stop;
   job.stop_at_eog = !r.ignore_eos;
   job.top_logprobs = r.logprobs ? r.top_logprobs : -1;

@@ -36,7 +36,9 @@ struct ServingLoop::Slot {
   bool removed = false;  // its sequence (and KV blocks) given back to the engine
 
   Slot(int64_t id_, GenerationJob j, const Tokenizer& tok)
-      : id(id_), job(std::move(j)), sampler(job.sampler), detok(tok), stops(job.stop) {}
+      : id(id_), job(std::move(j)), sampler(job.sampler), detok(tok), stops(job.stop) {
+    sampler.add_prompt(job.prompt);
+  }
   int64_t prompt_len() const { return static_cast<int64_t>(job.prompt.size()); }
   bool prefilling() const { return prefilled < prompt_len(); }
 

@@ -127,6 +127,18 @@ test('stop strings end the text before them', async () => {
   assert.equal(text, full.slice(0, cut));
 });
 
+test('repetition penalties change what a greedy completion repeats', async () => {
+  const base = { model: MODEL, prompt: 'In the beginning', max_tokens: 48, temperature: 0, logprobs: 0 };
+  const plain = (await client.completions.create(base)).choices[0].logprobs.tokens;
+  const distinct = (toks) => new Set(toks).size;
+  for (const extra of [{ frequency_penalty: 2 }, { presence_penalty: 2 }, { repeat_penalty: 1.5, repeat_last_n: -1 }]) {
+    const toks = (await client.completions.create({ ...base, ...extra })).choices[0].logprobs.tokens;
+    assert.notDeepEqual(toks, plain, JSON.stringify(extra));
+    assert.ok(distinct(toks) > distinct(plain), `${JSON.stringify(extra)}: ${distinct(toks)} distinct tokens of 48, against ${distinct(plain)}`);
+  }
+  await expectError(client.completions.create({ ...base, frequency_penalty: 2.5 }), 400, 'frequency_penalty');
+});
+
 test('log-probabilities in both formats', async () => {
   const r = await client.chat.completions.create(chat('Hello', { logprobs: true, top_logprobs: 3, max_tokens: 5 }));
   const content = r.choices[0].logprobs.content;

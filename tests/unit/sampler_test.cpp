@@ -7,6 +7,7 @@
 #include <map>
 #include <vector>
 
+#include "base/error.h"
 #include "engine/sampler.h"
 
 namespace moeflow {
@@ -87,6 +88,77 @@ TEST(Sampler, TopKSelectionEqualsAFullPartialSort) {
     std::mt19937_64 rng(o.seed);
     for (int i = 0; i < 30; ++i) ASSERT_EQ(s.sample(l.data(), static_cast<int64_t>(l.size())), reference(l, o, rng))
         << "trial " << trial << " draw " << i;
+  }
+}
+
+// Repetition penalties, greedy so that each pick is computed by hand.
+std::vector<int32_t> greedy_run(SamplerOptions o, const std::vector<float>& l, const std::vector<int32_t>& prompt,
+                                int n) {
+  o.temperature = 0;
+  Sampler s(o);
+  s.add_prompt(prompt);
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) out.push_back(s.sample(l.data(), static_cast<int64_t>(l.size())));
+  return out;
+}
+
+TEST(Sampler, FrequencyPenaltyGrowsWithEachUse) {
+  SamplerOptions o;
+  o.frequency_penalty = 0.3f;
+  // 0 at 2.0, 1.7, then 1.4 < 1.5: token 1; then 1.4 against 1.2, 1.1 against 1.2, ...
+  EXPECT_EQ(greedy_run(o, {2.0f, 1.5f, 0.0f}, {}, 6), (std::vector<int32_t>{0, 0, 1, 0, 1, 0}));
+}
+
+TEST(Sampler, PresencePenaltyCountsOnce) {
+  SamplerOptions o;
+  o.presence_penalty = 0.55f;
+  // 0 (2.0), then 1.45 < 1.5: token 1; then 1.45 beats 1.4 and 0.95 for good.
+  EXPECT_EQ(greedy_run(o, {2.0f, 1.5f, 1.4f}, {}, 5), (std::vector<int32_t>{0, 1, 0, 0, 0}));
+  // The prompt is not "generated": it does not count.
+  EXPECT_EQ(greedy_run(o, {2.0f, 1.5f, 1.4f}, {0, 0}, 2), (std::vector<int32_t>{0, 1}));
+}
+
+TEST(Sampler, RepeatPenaltyLooksBackOverThePromptAndItsWindow) {
+  SamplerOptions o;
+  o.repeat_penalty = 1.2f;
+  o.repeat_last_n = 2;
+  // Prompt {0}: 2.0 / 1.2 = 1.67 < 1.8: token 1; window {0, 1}: 1.67 > 1.5: token 0;
+  // window {1, 0}: token 0; window {0, 0}: 1.8 is back: token 1.
+  EXPECT_EQ(greedy_run(o, {2.0f, 1.8f, -1.0f, -0.5f}, {0}, 5), (std::vector<int32_t>{1, 0, 0, 1, 0}));
+  // A negative logit is multiplied: -1.2 < -1.1, then both penalized (-1.2 > -1.32).
+  o.repeat_last_n = -1;
+  EXPECT_EQ(greedy_run(o, {-1.0f, -1.1f}, {0}, 2), (std::vector<int32_t>{1, 0}));
+  // repeat_last_n 0 turns it off.
+  o.repeat_last_n = 0;
+  EXPECT_EQ(greedy_run(o, {2.0f, 1.8f}, {0}, 2), (std::vector<int32_t>{0, 0}));
+  // A long run stays right as the window's history is trimmed: against the window
+  // counted afresh at every step.
+  o.repeat_last_n = 5;
+  const std::vector<float> l = {1.0f, 0.95f, 0.9f, -0.2f};
+  const std::vector<int32_t> prompt = {3, 1, 3};
+  const std::vector<int32_t> r = greedy_run(o, l, prompt, 60);
+  std::vector<int32_t> history = prompt;
+  for (size_t i = 0; i < r.size(); ++i) {
+    std::vector<float> p = l;
+    for (size_t t = 0; t < p.size(); ++t) {
+      const size_t from = history.size() > 5 ? history.size() - 5 : 0;
+      if (std::find(history.begin() + static_cast<std::ptrdiff_t>(from), history.end(), static_cast<int32_t>(t)) !=
+          history.end())
+        p[t] = p[t] > 0 ? p[t] / 1.2f : p[t] * 1.2f;
+    }
+    EXPECT_EQ(r[i], argmax(p.data(), static_cast<int64_t>(p.size()))) << i;
+    history.push_back(r[i]);
+  }
+}
+
+TEST(Sampler, PenaltiesOutOfRangeAreRefused) {
+  for (auto set : std::vector<void (*)(SamplerOptions&)>{
+           [](SamplerOptions& o) { o.presence_penalty = 2.5f; }, [](SamplerOptions& o) { o.frequency_penalty = -3; },
+           [](SamplerOptions& o) { o.frequency_penalty = NAN; }, [](SamplerOptions& o) { o.repeat_penalty = 0; },
+           [](SamplerOptions& o) { o.repeat_penalty = INFINITY; }, [](SamplerOptions& o) { o.repeat_last_n = -2; }}) {
+    SamplerOptions o;
+    set(o);
+    EXPECT_THROW(Sampler{o}, InputError);
   }
 }
 

@@ -43,7 +43,7 @@ TEST(CompletionRequest, ReadsEveryField) {
       R"({"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi "},{"type":"text","text":"there"}]}],
           "max_tokens":7,"temperature":0.5,"top_p":0.9,"top_k":5,"seed":3,"stop":["\n","END"],"stream":true,
           "stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":4,"slo_ms":250,"task":"code",
-          "user":"u","presence_penalty":0,"tools":[]})",
+          "user":"u","presence_penalty":0.5,"frequency_penalty":-1,"repeat_penalty":1.1,"repeat_last_n":-1,"tools":[]})",
       Endpoint::chat);
   EXPECT_EQ(r.model, "m");
   ASSERT_EQ(r.messages.size(), 2u);
@@ -58,6 +58,10 @@ TEST(CompletionRequest, ReadsEveryField) {
   EXPECT_EQ(r.top_logprobs, 4);
   EXPECT_EQ(r.slo_ms, 250);
   EXPECT_EQ(r.task, "code");
+  EXPECT_EQ(r.presence_penalty, 0.5);
+  EXPECT_EQ(r.frequency_penalty, -1);
+  EXPECT_DOUBLE_EQ(r.repeat_penalty, 1.1);
+  EXPECT_EQ(r.repeat_last_n, -1);
 
   const CompletionRequest c = parse_completion_request(R"({"prompt":[1,2,3],"logprobs":2,"stop":"x"})",
                                                        Endpoint::completions);
@@ -96,6 +100,10 @@ TEST(CompletionRequest, RefusesBadBodiesNamingTheField) {
       {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", Endpoint::chat, "top_logprobs"},
       {R"({"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}})", Endpoint::chat, "stream_options"},
       {R"({"messages":[{"role":"user","content":"x"}],"seed":"s"})", Endpoint::chat, "seed"},
+      {R"({"messages":[{"role":"user","content":"x"}],"presence_penalty":2.5})", Endpoint::chat, "presence_penalty"},
+      {R"({"messages":[{"role":"user","content":"x"}],"frequency_penalty":"high"})", Endpoint::chat, "frequency_penalty"},
+      {R"({"prompt":"x","repeat_penalty":0})", Endpoint::completions, "repeat_penalty"},
+      {R"({"prompt":"x","repeat_last_n":-2})", Endpoint::completions, "repeat_last_n"},
       {R"({"prompt":""})", Endpoint::completions, "prompt"},
       {R"({"prompt":[]})", Endpoint::completions, "prompt"},
       {R"({"prompt":[1,-2]})", Endpoint::completions, "prompt[1]"},
