@@ -13,7 +13,8 @@
 //   and the generated text has a positive logit divided by repeat_penalty and a negative
 //   one multiplied by it.
 // The sampler counts the tokens it returns as generated; the prompt it is told of with
-// add_prompt().
+// add_prompt(). logit_bias (OpenAI's) is added to the named tokens' logits after the
+// penalties: -100 bans a token in practice, +100 all but forces it.
 //
 // Thread safety: a Sampler is used by one thread at a time; distinct Samplers are
 // independent (one per sequence).
@@ -22,6 +23,7 @@
 #include <random>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace moeflow {
@@ -40,6 +42,7 @@ struct SamplerOptions {
   float frequency_penalty = 0.0f;  // -2 to 2; 0: off
   float repeat_penalty = 1.0f;     // > 0; 1: off
   int32_t repeat_last_n = 64;      // tokens repeat_penalty looks back over; -1: all, 0: off
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, -100 to 100)
 };
 
 class Sampler {
@@ -47,7 +50,8 @@ class Sampler {
   // Throws InputError for a temperature that is negative or not finite, a top_p
   // outside [0, 1] and a negative top_k (a typo such as top_p = 95 would otherwise pass),
   // a presence or frequency penalty outside [-2, 2], a repeat_penalty that is not a
-  // positive finite number and a repeat_last_n below -1.
+  // positive finite number, a repeat_last_n below -1 and a logit_bias outside [-100, 100]
+  // or for a negative id (an id past the vocabulary is refused by sample()).
   explicit Sampler(const SamplerOptions& opt);
   // The prompt's tokens, which repeat_penalty looks back over as well.
   void add_prompt(const std::vector<int32_t>& tokens);
@@ -58,7 +62,7 @@ class Sampler {
   bool penalizes() const;
   int32_t pick(const float* logits, int64_t n_vocab);  // top-k, top-p, temperature
   void remember(int32_t token, bool generated);
-  // The logits with the penalties applied, in penalized_.
+  // The logits with the penalties and biases applied, in penalized_.
   const float* penalize(const float* logits, int64_t n_vocab);
 
   int64_t calls_ = 0;  // tokens sampled so far, for the error message

@@ -47,13 +47,17 @@ Sampler::Sampler(const SamplerOptions& opt) : opt_(opt), rng_(opt.seed) {
     throw InputError("sampler: frequency_penalty " + std::to_string(opt.frequency_penalty) + " must be in [-2, 2]");
   if (!std::isfinite(opt.repeat_penalty) || opt.repeat_penalty <= 0)
     throw InputError("sampler: repeat_penalty " + std::to_string(opt.repeat_penalty) + " must be finite and > 0 (1: off)");
+  for (const auto& [id, bias] : opt.logit_bias)
+    if (id < 0 || !(bias >= -100 && bias <= 100))
+      throw InputError("sampler: logit_bias for token " + std::to_string(id) + ": " +
+                       (id < 0 ? std::string("not a token id") : std::to_string(bias) + " must be in [-100, 100]"));
   if (opt.repeat_last_n < -1)
     throw InputError("sampler: repeat_last_n " + std::to_string(opt.repeat_last_n) + " must be >= -1 (-1: all, 0: off)");
 }
 
 bool Sampler::penalizes() const {
   return opt_.presence_penalty != 0 || opt_.frequency_penalty != 0 ||
-         (opt_.repeat_penalty != 1 && opt_.repeat_last_n != 0);
+         (opt_.repeat_penalty != 1 && opt_.repeat_last_n != 0) || !opt_.logit_bias.empty();
 }
 
 void Sampler::remember(int32_t token, bool generated) {
@@ -84,6 +88,12 @@ const float* Sampler::penalize(const float* logits, int64_t n_vocab) {
   for (const auto& [t, c] : generated_count_)
     if (t >= 0 && t < n_vocab)
       penalized_[static_cast<size_t>(t)] -= static_cast<float>(c) * opt_.frequency_penalty + opt_.presence_penalty;
+  for (const auto& [t, bias] : opt_.logit_bias) {
+    if (t >= n_vocab)
+      throw InputError("sampler: logit_bias names token " + std::to_string(t) + ", past the vocabulary of " +
+                       std::to_string(n_vocab));
+    penalized_[static_cast<size_t>(t)] += bias;
+  }
   return penalized_.data();
 }
 

@@ -1,6 +1,9 @@
 #include "serve/completion_request.h"
 
+#include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "serve/api_error.h"
@@ -96,6 +99,24 @@ std::string message_content(const json& c, const std::string& field) {
     text += string_of(*tx, pf + ".text");
   }
   return text;
+}
+
+// {"50256": -100, ...}: token ids as decimal strings (JSON keys are strings), each with
+// a bias from -100 to 100.
+std::vector<std::pair<int32_t, float>> parse_logit_bias(const json& v) {
+  if (!v.is_object()) wrong_type("logit_bias", "an object of token ids to biases", v);
+  std::vector<std::pair<int32_t, float>> out;
+  for (const auto& [id, bias] : v.items()) {
+    const std::string f = "logit_bias[\"" + id + "\"]";
+    char* end = nullptr;
+    errno = 0;
+    const long long t = std::strtoll(id.c_str(), &end, 10);
+    if (id.empty() || *end != '\0' || errno != 0 || t < 0 || t > INT32_MAX || !std::isdigit(static_cast<unsigned char>(id[0])))
+      throw ApiError::bad_request("'logit_bias' keys are token ids (whole numbers as strings), got \"" + id + "\"",
+                                  "logit_bias");
+    out.emplace_back(static_cast<int32_t>(t), static_cast<float>(number_in(bias, f, -100.0, 100.0)));
+  }
+  return out;
 }
 
 std::vector<ChatMessage> parse_messages(const json& v) {
@@ -247,6 +268,8 @@ CompletionRequest parse_completion_request(const std::string& body, Endpoint end
       if (!v.is_null()) r.presence_penalty = number_in(v, key, -2.0, 2.0);
     } else if (key == "frequency_penalty") {
       if (!v.is_null()) r.frequency_penalty = number_in(v, key, -2.0, 2.0);
+    } else if (key == "logit_bias") {
+      if (!v.is_null()) r.logit_bias = parse_logit_bias(v);
     } else if (key == "repeat_penalty") {
       if (!v.is_null()) r.repeat_penalty = number_in(v, key, 1e-3, 100.0);
     } else if (key == "repeat_last_n") {
@@ -256,7 +279,7 @@ CompletionRequest parse_completion_request(const std::string& body, Endpoint end
     } else if (key == "echo") {
       if (!v.is_null() && boolean(v, key)) throw ApiError::bad_request("'echo' is not supported", key);
     }
-    // Other fields (logit_bias, response_format, tools, ...) are not implemented and
+    // Other fields (response_format, tools, ...) are not implemented and
     // are ignored, so that stock clients keep working.
   }
   if (chat && r.top_logprobs > 0 && !r.logprobs)

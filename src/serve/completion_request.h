@@ -5,18 +5,20 @@
 // (max_completion_tokens for chat), temperature, top_p, seed, presence_penalty and
 // frequency_penalty (-2 to 2), stop (a string or up to 4 strings), n (1 only), stream,
 // stream_options.include_usage, logprobs and top_logprobs (chat: a bool and 0-20;
-// completions: an integer 0-5). Extensions: top_k, repeat_penalty and repeat_last_n
+// completions: an integer 0-5), logit_bias ({"token id": -100 to 100}; ids past the
+// vocabulary are refused where the model is known). Extensions: top_k, repeat_penalty and repeat_last_n
 // (llama-server's names and meaning), slo_ms (the request's latency target for the
 // eMoE scheduler), task (the task label for task-aware policies), ignore_eos (generate
 // max_tokens whatever the model says; llama-server's name, for benchmarks).
 //
 // Every field is type-checked; a field the server does not implement but a client may
-// send (user, logit_bias, ...) is type-checked where its type is known and ignored.
+// send (user, tools, ...) is type-checked where its type is known and ignored.
 // Any violation throws ApiError 400 naming the field (`param`).
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "serve/chat_template.h"
@@ -39,6 +41,7 @@ struct CompletionRequest {
   double presence_penalty = 0, frequency_penalty = 0;
   double repeat_penalty = 1;            // 1: off
   int32_t repeat_last_n = 64;           // -1: the whole context
+  std::vector<std::pair<int32_t, float>> logit_bias;
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;

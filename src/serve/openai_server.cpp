@@ -124,6 +124,12 @@ GenerationJob make_job(const CompletionRequest& r, const ServedModel& m) {
   job.sampler.frequency_penalty = static_cast<float>(r.frequency_penalty);
   job.sampler.repeat_penalty = static_cast<float>(r.repeat_penalty);
   job.sampler.repeat_last_n = r.repeat_last_n;
+  for (const auto& [id, bias] : r.logit_bias)
+    if (id >= engine.n_vocab())
+      throw ApiError::bad_request("'logit_bias' names token " + std::to_string(id) + ", past the vocabulary of " +
+                                      std::to_string(engine.n_vocab()) + " tokens",
+                                  "logit_bias");
+  job.sampler.logit_bias = r.logit_bias;
   job.stop = r.stop;
   job.stop_at_eog = !r.ignore_eos;
   job.top_logprobs = r.logprobs ? r.top_logprobs : -1;

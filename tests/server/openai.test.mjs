@@ -137,6 +137,11 @@ test('repetition penalties change what a greedy completion repeats', async () =>
     assert.ok(distinct(toks) > distinct(plain), `${JSON.stringify(extra)}: ${distinct(toks)} distinct tokens of 48, against ${distinct(plain)}`);
   }
   await expectError(client.completions.create({ ...base, frequency_penalty: 2.5 }), 400, 'frequency_penalty');
+  // logit_bias: +100 on one id forces it at every step, whatever the model prefers.
+  const forced = (await client.completions.create({ ...base, max_tokens: 6, logit_bias: { 100: 100 } })).choices[0].logprobs.tokens;
+  assert.equal(new Set(forced).size, 1, JSON.stringify(forced));
+  assert.notEqual(forced[0], plain[0]);
+  await expectError(client.completions.create({ ...base, logit_bias: { 99999999: 1 } }), 400, 'logit_bias');
 });
 
 test('log-probabilities in both formats', async () => {

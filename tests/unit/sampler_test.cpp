@@ -151,11 +151,30 @@ TEST(Sampler, RepeatPenaltyLooksBackOverThePromptAndItsWindow) {
   }
 }
 
+TEST(Sampler, LogitBiasBansAndFavours) {
+  SamplerOptions o;
+  o.logit_bias = {{0, -100.0f}, {2, 0.6f}};
+  // 2.0 - 100 is out; 1.5 against 1.4 + 0.6 = 2.0: token 2.
+  EXPECT_EQ(greedy_run(o, {2.0f, 1.5f, 1.4f}, {}, 3), (std::vector<int32_t>{2, 2, 2}));
+  // With temperature: a banned token never comes.
+  o.temperature = 1.0f;
+  o.logit_bias = {{1, -100.0f}};
+  Sampler s(o);
+  const std::vector<float> l = {0.0f, 0.1f, 0.0f};
+  for (int i = 0; i < 200; ++i) EXPECT_NE(s.sample(l.data(), 3), 1);
+  // An id past the vocabulary is an error, not a write past the logits.
+  o.logit_bias = {{3, 1.0f}};
+  Sampler past(o);
+  EXPECT_THROW(past.sample(l.data(), 3), InputError);
+}
+
 TEST(Sampler, PenaltiesOutOfRangeAreRefused) {
   for (auto set : std::vector<void (*)(SamplerOptions&)>{
            [](SamplerOptions& o) { o.presence_penalty = 2.5f; }, [](SamplerOptions& o) { o.frequency_penalty = -3; },
            [](SamplerOptions& o) { o.frequency_penalty = NAN; }, [](SamplerOptions& o) { o.repeat_penalty = 0; },
-           [](SamplerOptions& o) { o.repeat_penalty = INFINITY; }, [](SamplerOptions& o) { o.repeat_last_n = -2; }}) {
+           [](SamplerOptions& o) { o.repeat_penalty = INFINITY; }, [](SamplerOptions& o) { o.repeat_last_n = -2; },
+           [](SamplerOptions& o) { o.logit_bias = {{-1, 1.0f}}; }, [](SamplerOptions& o) { o.logit_bias = {{1, 100.5f}}; },
+           [](SamplerOptions& o) { o.logit_bias = {{1, NAN}}; }}) {
     SamplerOptions o;
     set(o);
     EXPECT_THROW(Sampler{o}, InputError);

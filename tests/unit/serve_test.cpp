@@ -43,7 +43,8 @@ TEST(CompletionRequest, ReadsEveryField) {
       R"({"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi "},{"type":"text","text":"there"}]}],
           "max_tokens":7,"temperature":0.5,"top_p":0.9,"top_k":5,"seed":3,"stop":["\n","END"],"stream":true,
           "stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":4,"slo_ms":250,"task":"code",
-          "user":"u","presence_penalty":0.5,"frequency_penalty":-1,"repeat_penalty":1.1,"repeat_last_n":-1,"tools":[]})",
+          "user":"u","presence_penalty":0.5,"frequency_penalty":-1,"repeat_penalty":1.1,"repeat_last_n":-1,"tools":[],
+          "logit_bias":{"7":-100,"12":2.5}})",
       Endpoint::chat);
   EXPECT_EQ(r.model, "m");
   ASSERT_EQ(r.messages.size(), 2u);
@@ -62,6 +63,7 @@ TEST(CompletionRequest, ReadsEveryField) {
   EXPECT_EQ(r.frequency_penalty, -1);
   EXPECT_DOUBLE_EQ(r.repeat_penalty, 1.1);
   EXPECT_EQ(r.repeat_last_n, -1);
+  EXPECT_EQ(r.logit_bias, (std::vector<std::pair<int32_t, float>>{{12, 2.5f}, {7, -100.0f}}));  // by key text
 
   const CompletionRequest c = parse_completion_request(R"({"prompt":[1,2,3],"logprobs":2,"stop":"x"})",
                                                        Endpoint::completions);
@@ -104,6 +106,11 @@ TEST(CompletionRequest, RefusesBadBodiesNamingTheField) {
       {R"({"messages":[{"role":"user","content":"x"}],"frequency_penalty":"high"})", Endpoint::chat, "frequency_penalty"},
       {R"({"prompt":"x","repeat_penalty":0})", Endpoint::completions, "repeat_penalty"},
       {R"({"prompt":"x","repeat_last_n":-2})", Endpoint::completions, "repeat_last_n"},
+      {R"({"prompt":"x","logit_bias":[1]})", Endpoint::completions, "logit_bias"},
+      {R"({"prompt":"x","logit_bias":{"a1":1}})", Endpoint::completions, "logit_bias"},
+      {R"({"prompt":"x","logit_bias":{"-1":1}})", Endpoint::completions, "logit_bias"},
+      {R"({"prompt":"x","logit_bias":{"99999999999":1}})", Endpoint::completions, "logit_bias"},
+      {R"({"prompt":"x","logit_bias":{"5":101}})", Endpoint::completions, "logit_bias[\"5\"]"},
       {R"({"prompt":""})", Endpoint::completions, "prompt"},
       {R"({"prompt":[]})", Endpoint::completions, "prompt"},
       {R"({"prompt":[1,-2]})", Endpoint::completions, "prompt[1]"},
