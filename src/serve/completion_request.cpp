@@ -211,7 +211,7 @@ CompletionRequest parse_completion_request(const std::string& body, Endpoint end
     } else if (!chat && key == "prompt") {
       parse_prompt(v, r);
     } else if (key == "max_tokens" || (chat && key == "max_completion_tokens")) {
-      if (!v.is_null()) r.max_tokens = integer_in(v, key, 1, INT32_MAX);
+      if (!v.is_null()) r.max_tokens = integer_in(v, key, 0, INT32_MAX);
     } else if (key == "temperature") {
       if (!v.is_null()) r.temperature = number_in(v, key, 0.0, 2.0);
     } else if (key == "top_p") {
@@ -277,13 +277,17 @@ CompletionRequest parse_completion_request(const std::string& body, Endpoint end
     } else if (key == "user") {
       if (!v.is_null()) string_of(v, key);
     } else if (key == "echo") {
-      if (!v.is_null() && boolean(v, key)) throw ApiError::bad_request("'echo' is not supported", key);
+      if (!v.is_null()) r.echo = boolean(v, key);
+      if (r.echo && chat) throw ApiError::bad_request("'echo' is for /v1/completions only", key);
     }
     // Other fields (response_format, tools, ...) are not implemented and
     // are ignored, so that stock clients keep working.
   }
   if (chat && r.top_logprobs > 0 && !r.logprobs)
     throw ApiError::bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+  if (r.max_tokens && *r.max_tokens == 0 && !r.echo)
+    throw ApiError::bad_request("'max_tokens' must be at least 1 (0 only with 'echo', to score the prompt)",
+                                chat && j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens");
   if (r.include_usage && !r.stream)
     throw ApiError::bad_request("'stream_options' is only allowed with 'stream': true", "stream_options");
   return r;

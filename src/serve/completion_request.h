@@ -5,7 +5,9 @@
 // (max_completion_tokens for chat), temperature, top_p, seed, presence_penalty and
 // frequency_penalty (-2 to 2), stop (a string or up to 4 strings), n (1 only), stream,
 // stream_options.include_usage, logprobs and top_logprobs (chat: a bool and 0-20;
-// completions: an integer 0-5), logit_bias ({"token id": -100 to 100}; ids past the
+// completions: an integer 0-5), echo (completions: the prompt's text, and with logprobs
+// each prompt token's log-probability given the tokens before it, before the
+// completion; max_tokens 0 then scores the prompt alone), logit_bias ({"token id": -100 to 100}; ids past the
 // vocabulary are refused where the model is known). Extensions: top_k, repeat_penalty and repeat_last_n
 // (llama-server's names and meaning), slo_ms (the request's latency target for the
 // eMoE scheduler), task (the task label for task-aware policies), ignore_eos (generate
@@ -50,6 +52,7 @@ struct CompletionRequest {
   double slo_ms = 0;                    // 0: the server's default
   std::string task;
   bool ignore_eos = false;
+  bool echo = false;                    // completions: the prompt returned before the completion
 };
 
 // Parses and validates `body`; throws ApiError (400) naming the offending field.

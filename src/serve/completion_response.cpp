@@ -44,10 +44,10 @@ json logprobs_json(Endpoint ep, const std::vector<TokenLogprob>& lp, int64_t tex
   int64_t off = text_offset0;
   for (const TokenLogprob& t : lp) {
     tokens.push_back(t.token);
-    token_logprobs.push_back(t.logprob);
+    token_logprobs.push_back(t.scored ? json(t.logprob) : json(nullptr));
     json top = json::object();
     for (const auto& [tok, p] : t.top) top[tok] = p;
-    top_logprobs.push_back(top);
+    top_logprobs.push_back(t.scored ? top : json(nullptr));
     offsets.push_back(off);
     off += static_cast<int64_t>(t.token.size());
   }

@@ -22,6 +22,7 @@ namespace moeflow::serve {
 struct TokenLogprob {
   std::string token;  // the token's bytes (may be part of a UTF-8 character)
   double logprob = 0;
+  bool scored = true;  // false: a prompt's first token, which nothing predicts (null in JSON)
   std::vector<std::pair<std::string, double>> top;  // most likely tokens at this position, best first
 };
 

@@ -29,6 +29,7 @@ struct ServingLoop::Slot {
   // is never sent (OpenAI and llama-server list only the returned text's tokens). Each
   // waits beside the byte offset in the detokenized text where its own text begins.
   std::deque<std::pair<int64_t, TokenLogprob>> held_logprobs;
+  std::vector<TokenLogprob> prompt_logprobs;  // echo: gathered over the prompt's chunks
   int64_t text_bytes = 0;  // detokenized so far
   int64_t sent_bytes = 0;  // of that, passed by the stop strings
   double arrival = 0, last_token = 0;
@@ -41,6 +42,7 @@ struct ServingLoop::Slot {
   }
   int64_t prompt_len() const { return static_cast<int64_t>(job.prompt.size()); }
   bool prefilling() const { return prefilled < prompt_len(); }
+  bool scores_prompt() const { return job.echo && job.top_logprobs >= 0; }
 
   // Passes detokenized text through the stop strings into `e`, with the log-probabilities
   // of the tokens whose text has now begun to go out.
@@ -249,7 +251,7 @@ void ServingLoop::step_once() {
     const int64_t n = end - s->prefilled;
     if (any_prefill && n > room) break;
     for (int64_t p = s->prefilled; p < end; ++p) {
-      batch.push_back({s->seq, s->job.prompt[static_cast<size_t>(p)], p, p == s->prompt_len() - 1});
+      batch.push_back({s->seq, s->job.prompt[static_cast<size_t>(p)], p, p == s->prompt_len() - 1 || s->scores_prompt()});
       owners.push_back(s.get());
     }
     room -= n;
@@ -283,6 +285,33 @@ void ServingLoop::step_once() {
     }
     if (!b.logits || s.done) continue;
     const float* logits = engine_.logits(i);
+    auto prompt_text = [&](int32_t t2) { return tok.token_bytes(t2, false); };  // as decode() spells them
+    auto first_unscored = [&] {  // nothing comes before the prompt's first token to predict it
+      if (!s.prompt_logprobs.empty()) return;
+      TokenLogprob first;
+      first.token = prompt_text(s.job.prompt[0]);
+      first.scored = false;
+      s.prompt_logprobs.push_back(std::move(first));
+    };
+    if (b.pos < s.prompt_len() - 1) {  // echo: how likely the prompt's next token was
+      first_unscored();
+      s.prompt_logprobs.push_back(token_logprobs(logits, engine_.n_vocab(), s.job.prompt[static_cast<size_t>(b.pos) + 1],
+                                                 s.job.top_logprobs, prompt_text));
+      continue;
+    }
+    if (s.job.echo && b.pos == s.prompt_len() - 1) {  // the prompt done: its text goes out first
+      StreamEvent echo;
+      echo.text = tok.decode(s.job.prompt);
+      if (s.scores_prompt()) {
+        first_unscored();  // a prompt of one token has no other
+        echo.logprobs = std::move(s.prompt_logprobs);
+      }
+      s.job.stream->push(std::move(echo));
+      if (s.job.max_tokens == 0) {
+        finish(s, "length", t);
+        continue;
+      }
+    }
     int32_t id;
     try {
       id = s.sampler.sample(logits, engine_.n_vocab());

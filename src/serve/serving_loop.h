@@ -32,10 +32,13 @@ namespace moeflow::serve {
 struct GenerationJob {
   std::vector<int32_t> prompt;
   SamplerOptions sampler;
-  int64_t max_tokens = 16;      // tokens to generate at most
+  int64_t max_tokens = 16;      // tokens to generate at most (0 with echo: score the prompt alone)
   bool stop_at_eog = true;
   std::vector<std::string> stop;
   int top_logprobs = -1;        // -1: no log-probabilities; else how many alternatives
+  // The prompt's text goes out first, with (when top_logprobs >= 0) each prompt token's
+  // log-probability given those before it; the first token has none.
+  bool echo = false;
   double slo_s = 0;             // 0: the scheduler's default
   std::string task;
   std::shared_ptr<RequestStream> stream;

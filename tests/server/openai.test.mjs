@@ -222,6 +222,40 @@ test('conflicting Content-Length headers are refused and the connection closed',
   assert.match(same.got, /^HTTP\/1\.1 200 /);
 });
 
+test('echo scores the prompt (lm-eval-harness style) and returns it before the completion', async () => {
+  const prompt = 'In the beginning God created';
+  const r = await client.completions.create({ model: MODEL, prompt, max_tokens: 0, echo: true, logprobs: 1, temperature: 0 });
+  const c = r.choices[0];
+  assert.equal(c.text, prompt);
+  assert.equal(c.finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 0);
+  const lp = c.logprobs;
+  assert.equal(lp.tokens.join(''), prompt);
+  assert.equal(lp.tokens.length, r.usage.prompt_tokens);
+  assert.equal(lp.token_logprobs[0], null);
+  assert.equal(lp.top_logprobs[0], null);
+  for (let i = 1; i < lp.tokens.length; i++) {
+    assert.ok(lp.token_logprobs[i] <= 0);
+    assert.equal(Object.keys(lp.top_logprobs[i]).length, 1);
+    assert.ok(Object.values(lp.top_logprobs[i])[0] >= lp.token_logprobs[i]);
+  }
+  assert.deepEqual(lp.text_offset.slice(0, 3), [0, lp.tokens[0].length, lp.tokens[0].length + lp.tokens[1].length]);
+  // With a completion after it, streamed: the same prompt scores, then the new tokens.
+  let text = '';
+  const streamed = [];
+  for await (const ch of await client.completions.create({ model: MODEL, prompt, max_tokens: 4, echo: true, logprobs: 1, temperature: 0, stream: true }))
+    for (const x of ch.choices) {
+      text += x.text ?? '';
+      streamed.push(...(x.logprobs?.token_logprobs ?? []));
+    }
+  const plain = (await client.completions.create({ model: MODEL, prompt, max_tokens: 4, temperature: 0 })).choices[0].text;
+  assert.equal(text, prompt + plain);
+  assert.equal(streamed.length, lp.tokens.length + 4);
+  assert.deepEqual(streamed.slice(0, lp.tokens.length), lp.token_logprobs);
+  await expectError(client.completions.create({ model: MODEL, prompt, max_tokens: 0 }), 400, 'max_tokens');
+  await expectError(client.chat.completions.create({ ...chat('x'), echo: true }), 400, 'echo');
+});
+
 async function expectError(promise, status, param) {
   await assert.rejects(promise, (e) => {
     assert.equal(e.status, status, `status of ${e.message}`);

@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "engine/tokenizer.h"
 #include "moeflow/engine.h"
+#include "moeflow/sampler.h"
 #include "serve/api_error.h"
 #include "serve/api_keys.h"
 #include "serve/completion_request.h"
@@ -142,7 +143,7 @@ TEST(CompletionRequest, RefusalsSayWhatIsWrongWithTheValue) {
   struct Case { const char* body; Endpoint ep; const char* says; };
   const std::string nul_body = std::string(R"({"prompt":"hi"})") + '\0' + "{{{";
   const Case cases[] = {
-      {R"({"prompt":"x","max_tokens":1e12})", Endpoint::completions, "'max_tokens' must be between 1 and 2147483647, got 1000000000000.0"},
+      {R"({"prompt":"x","max_tokens":1e12})", Endpoint::completions, "'max_tokens' must be between 0 and 2147483647, got 1000000000000.0"},
       {R"({"prompt":"x","seed":18446744073709551616})", Endpoint::completions, "'seed' must fit in 64 bits"},
       {R"({"prompt":[]})", Endpoint::completions, "'prompt' is an empty array"},
       {nul_body.c_str(), Endpoint::completions, "a NUL byte at offset 15"},
@@ -269,6 +270,7 @@ TEST(ApiKeys, KeyFilesAreReadOrRefusedWithTheLine) {
 // The serving loop over the q8_0 fixture: requests collected to the end.
 struct Outcome {
   std::string text, reason;
+  std::vector<TokenLogprob> lps;
   int64_t completion_tokens = 0;
   std::optional<ApiError> error;
 };
@@ -278,6 +280,7 @@ Outcome wait_for(RequestStream& s) {
   for (;;)
     for (StreamEvent& e : s.take(std::chrono::milliseconds(5000))) {
       o.text += e.text;
+      for (TokenLogprob& t : e.logprobs) o.lps.push_back(std::move(t));
       if (e.finished) {
         o.reason = e.finish_reason;
         o.completion_tokens = e.completion_tokens;
@@ -347,42 +350,32 @@ TEST(ServingLoop, ChunkedPrefillBesideDecodesChangesNoToken) {
 
 // A token whose text lies wholly in a stop string gets no log-probability: the list
 // covers the returned text's tokens and no more, streamed or not.
-TEST(ServingLoop, LogprobsStopWithTheTextAtAStopString) {
-  // The built-in model, whose tokens are text (the fixtures' random weights pick byte
-  // tokens that detokenize to U+FFFD, so their tokens do not spell their text).
+// The built-in model, whose tokens are text (the fixtures' random weights pick byte
+// tokens that detokenize to U+FFFD, so their tokens do not spell their text).
+std::unique_ptr<Engine> open_builtin() {
   EngineOptions o;
   o.model_path = std::string(MOEFLOW_SOURCE_DIR_FOR_TESTS) + "/models/default.gguf";
   o.threads = 2;
   o.ctx_size = 256;
   o.n_parallel = 1;
-  auto engine = Engine::open(o);
+  return Engine::open(o);
+}
+
+TEST(ServingLoop, LogprobsStopWithTheTextAtAStopString) {
+  auto engine = open_builtin();
   ServerMetrics metrics;
   LoopOptions lo;
   lo.n_parallel = 1;
   ServingLoop loop(*engine, lo, metrics);
-  struct Run {
-    std::string text;
-    std::vector<TokenLogprob> lps;
-    int64_t completion_tokens = 0;
-  };
   auto run = [&](std::vector<std::string> stop) {
     GenerationJob j = job_of(engine->tokenizer().encode("In the beginning", true), 24);
     j.top_logprobs = 1;
     j.stop = std::move(stop);
     auto stream = j.stream;
     loop.submit(std::move(j));
-    Run r;
-    for (;;)
-      for (StreamEvent& e : stream->take(std::chrono::milliseconds(5000))) {
-        r.text += e.text;
-        for (TokenLogprob& t : e.logprobs) r.lps.push_back(std::move(t));
-        if (e.finished) {
-          r.completion_tokens = e.completion_tokens;
-          return r;
-        }
-      }
+    return wait_for(*stream);
   };
-  const Run full = run({});
+  const Outcome full = run({});
   ASSERT_EQ(static_cast<int64_t>(full.lps.size()), full.completion_tokens);
   // A stop string that is token j's whole text, where the tokens before it spell the text
   // up to there and it occurs nowhere earlier: the stopped run lists exactly j tokens.
@@ -395,13 +388,79 @@ TEST(ServingLoop, LogprobsStopWithTheTextAtAStopString) {
       break;
   }
   ASSERT_LT(j, full.lps.size()) << "no token of the text serves as a stop string: " << full.text;
-  const Run stopped = run({full.lps[j].token});
+  const Outcome stopped = run({full.lps[j].token});
   EXPECT_EQ(stopped.text, spelled);
   ASSERT_EQ(stopped.lps.size(), j);
   for (size_t i = 0; i < j; ++i) {
     EXPECT_EQ(stopped.lps[i].token, full.lps[i].token) << i;
     EXPECT_EQ(stopped.lps[i].logprob, full.lps[i].logprob) << i;
   }
+}
+
+// echo: each prompt token's log-probability given the tokens before it, against the
+// same tokens generated greedily one at a time through the engine itself.
+TEST(ServingLoop, EchoScoresEachPromptTokenGivenThoseBefore) {
+  auto engine = open_builtin();
+  const std::vector<int32_t> prompt = engine->tokenize("In the beginning", true);
+  std::vector<int32_t> cont;
+  std::vector<double> cont_lp;
+  {
+    const SeqId q = engine->add_sequence();
+    std::vector<BatchToken> b;
+    for (size_t p = 0; p < prompt.size(); ++p)
+      b.push_back({q, prompt[p], static_cast<int64_t>(p), p + 1 == prompt.size()});
+    engine->step(b);
+    for (size_t i = 0, at = prompt.size() - 1; i < 6; ++i, at = 0) {
+      const float* l = engine->logits(at);
+      const int32_t id = argmax(l, engine->n_vocab());
+      cont.push_back(id);
+      cont_lp.push_back(token_logprobs(l, engine->n_vocab(), id, 0, [](int32_t) { return ""; }).logprob);
+      engine->step({{q, id, static_cast<int64_t>(prompt.size() + cont.size() - 1), true}});
+    }
+    engine->remove_sequence(q);
+  }
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), cont.begin(), cont.end());
+  ServerMetrics metrics;
+  LoopOptions lo;
+  lo.n_parallel = 1;
+  lo.prefill_chunk = 4;  // the prompt's scores gathered over several chunks
+  ServingLoop loop(*engine, lo, metrics);
+  auto echo = [&](int64_t max_tokens) {
+    GenerationJob j = job_of(all, max_tokens);
+    j.echo = true;
+    j.top_logprobs = 1;
+    auto stream = j.stream;
+    loop.submit(std::move(j));
+    return wait_for(*stream);
+  };
+  const Outcome scored = echo(0);
+  EXPECT_EQ(scored.reason, "length");
+  EXPECT_EQ(scored.completion_tokens, 0);
+  EXPECT_EQ(scored.text, engine->detokenize(all));
+  ASSERT_EQ(scored.lps.size(), all.size());
+  EXPECT_FALSE(scored.lps[0].scored);
+  std::string spelled;
+  for (size_t i = 0; i < all.size(); ++i) {
+    spelled += scored.lps[i].token;
+    if (i == 0) continue;
+    EXPECT_TRUE(scored.lps[i].scored) << i;
+    EXPECT_LE(scored.lps[i].logprob, 0) << i;
+    ASSERT_EQ(scored.lps[i].top.size(), 1u);
+  }
+  EXPECT_EQ(spelled, scored.text);
+  for (size_t k = 0; k < cont.size(); ++k) {
+    const TokenLogprob& t = scored.lps[prompt.size() + k];
+    // A prompt is computed in chunks, a generated token alone: the same floats to ~1e-5.
+    EXPECT_NEAR(t.logprob, cont_lp[k], 1e-3) << k;
+    EXPECT_EQ(t.top[0].first, t.token) << k;  // the greedy token was the most likely
+  }
+  // With a completion after it: the echo first, then the generated tokens.
+  const Outcome more = echo(3);
+  EXPECT_EQ(more.completion_tokens, 3);
+  ASSERT_EQ(more.lps.size(), all.size() + 3) << [&] { std::string o; for (auto& l : more.lps) o += "[" + l.token + (l.scored ? "" : "*") + "]"; return o; }();
+  EXPECT_EQ(more.text.rfind(scored.text, 0), 0u);
+  for (size_t i = 1; i < all.size(); ++i) EXPECT_NEAR(more.lps[i].logprob, scored.lps[i].logprob, 1e-9) << i;
 }
 
 TEST(ServingLoop, CancelledRequestsFreeTheirSlotAndAFullQueueRefuses) {
