@@ -181,9 +181,8 @@ void parse_stop(const json& v, CompletionRequest& r) {
     if (s.empty()) throw ApiError::bad_request("'stop' strings must not be empty", "stop");
 }
 
-}  // namespace
-
-CompletionRequest parse_completion_request(const std::string& body, Endpoint endpoint) {
+// The body as a JSON object, or ApiError 400 saying why not.
+json parse_body_object(const std::string& body) {
   // JSON text holds no NUL byte, and the parser would take one for the end of the input
   // (what follows it would be ignored, not refused).
   if (const size_t nul = body.find('\0'); nul != std::string::npos)
@@ -195,6 +194,34 @@ CompletionRequest parse_completion_request(const std::string& body, Endpoint end
     throw ApiError::bad_request(std::string("the body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) throw ApiError::bad_request(std::string("the body must be a JSON object, not ") + type_name(j));
+  return j;
+}
+
+}  // namespace
+
+TokenizeRequest parse_tokenize_request(const std::string& body) {
+  const json j = parse_body_object(body);
+  const auto content = j.find("content");
+  if (content == j.end()) throw ApiError::bad_request("'content' is required", "content");
+  TokenizeRequest r;
+  r.content = string_of(*content, "content");
+  if (const auto s = j.find("add_special"); s != j.end() && !s->is_null()) r.add_special = boolean(*s, "add_special");
+  return r;
+}
+
+std::vector<int32_t> parse_detokenize_request(const std::string& body) {
+  const json j = parse_body_object(body);
+  const auto tokens = j.find("tokens");
+  if (tokens == j.end()) throw ApiError::bad_request("'tokens' is required", "tokens");
+  if (!tokens->is_array()) wrong_type("tokens", "an array of token ids", *tokens);
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < tokens->size(); ++i)
+    ids.push_back(static_cast<int32_t>(integer_in((*tokens)[i], "tokens[" + std::to_string(i) + "]", 0, INT32_MAX)));
+  return ids;
+}
+
+CompletionRequest parse_completion_request(const std::string& body, Endpoint endpoint) {
+  const json j = parse_body_object(body);
   CompletionRequest r;
   r.endpoint = endpoint;
   const bool chat = endpoint == Endpoint::chat;

@@ -58,4 +58,14 @@ struct CompletionRequest {
 // Parses and validates `body`; throws ApiError (400) naming the offending field.
 CompletionRequest parse_completion_request(const std::string& body, Endpoint endpoint);
 
+// POST /tokenize {"content": text, "add_special": bool (default false)} and POST
+// /detokenize {"tokens": [ids]} (llama-server's bodies), validated the same way; ids are
+// checked against the vocabulary by the server.
+struct TokenizeRequest {
+  std::string content;
+  bool add_special = false;
+};
+TokenizeRequest parse_tokenize_request(const std::string& body);
+std::vector<int32_t> parse_detokenize_request(const std::string& body);
+
 }  // namespace moeflow::serve

@@ -26,8 +26,12 @@ using nlohmann::json;
 
 constexpr const char* kChatRoute = "/v1/chat/completions";
 constexpr const char* kCompletionsRoute = "/v1/completions";
+constexpr const char* kTokenizeRoute = "/tokenize";
+constexpr const char* kDetokenizeRoute = "/detokenize";
 
-bool completion_route(const std::string& path) { return path == kChatRoute || path == kCompletionsRoute; }
+bool post_route(const std::string& path) {
+  return path == kChatRoute || path == kCompletionsRoute || path == kTokenizeRoute || path == kDetokenizeRoute;
+}
 
 void send_json(httplib::Response& res, int status, const json& j) {
   res.status = status;
@@ -37,6 +41,39 @@ void send_json(httplib::Response& res, int status, const json& j) {
 void send_error(httplib::Response& res, const ApiError& e) {
   if (e.status() == 503) res.set_header("Retry-After", "1");
   send_json(res, e.status(), e.to_json());
+}
+
+// Reads a POST body through `reader`. The body is read by the handler, not by httplib:
+// httplib's size limit holds a Content-Length, but a chunked body it reads whole,
+// however large (a client could fill memory). On failure answers `res` (400, or 413
+// past `max_bytes`) and returns false.
+bool read_body(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
+               size_t max_bytes, std::string& body) {
+  bool too_large = false;
+  const bool read = reader([&](const char* data, size_t n) {
+    if (body.size() + n > max_bytes) {
+      too_large = true;
+      return false;
+    }
+    body.append(data, n);
+    return true;
+  });
+  // httplib refuses a Content-Length past the limit before reading any of it.
+  if (!read && req.has_header("Content-Length") &&
+      std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) > max_bytes)
+    too_large = true;
+  if (too_large) {
+    res.set_header("Connection", "close");  // the rest of the body is not read
+    send_error(res, ApiError(413, "the request body is too large (at most " + std::to_string(max_bytes) + " bytes)",
+                             "invalid_request_error"));
+    return false;
+  }
+  if (!read) {
+    send_error(res, ApiError::bad_request("the request body could not be read (the connection ended early, or a "
+                                          "malformed chunked encoding)"));
+    return false;
+  }
+  return true;
 }
 
 int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
@@ -264,7 +301,7 @@ void OpenAiServer::routes() {
                                "invalid_request_error", "", "invalid_api_key"));
       }
     }
-    if (req.method == "POST" && completion_route(req.path)) {
+    if (req.method == "POST" && post_route(req.path)) {
       auto [first, last] = headers.equal_range("Content-Type");
       for (auto it = first; it != last; ++it)
         if (it->second.rfind("application/x-www-form-urlencoded", 0) == 0) it->second = "application/json";
@@ -297,31 +334,8 @@ void OpenAiServer::routes() {
   });
   auto completion = [this](Endpoint ep) {
     return [this, ep](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
-      // The body is read here, not by httplib: its size limit holds a Content-Length,
-      // but a chunked body it reads whole, however large (a client could fill memory).
       std::string body;
-      bool too_large = false;
-      const bool read = reader([&](const char* data, size_t n) {
-        if (body.size() + n > opt_.max_body_bytes) {
-          too_large = true;
-          return false;
-        }
-        body.append(data, n);
-        return true;
-      });
-      // httplib refuses a Content-Length past the limit before reading any of it.
-      if (!read && req.has_header("Content-Length") &&
-          std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) > opt_.max_body_bytes)
-        too_large = true;
-      if (!read && !too_large)
-        return send_error(res, ApiError::bad_request("the request body could not be read (the connection ended early, "
-                                                     "or a malformed chunked encoding)"));
-      if (too_large) {
-        res.set_header("Connection", "close");  // the rest of the body is not read
-        return send_error(res, ApiError(413, "the request body is too large (at most " +
-                                                 std::to_string(opt_.max_body_bytes) + " bytes)",
-                                        "invalid_request_error"));
-      }
+      if (!read_body(req, res, reader, opt_.max_body_bytes, body)) return;
       // A large body's parse (a JSON tree of every message) is freed into this thread's
       // malloc arena, where it would stay: given back to the system once the request is
       // answered.
@@ -388,22 +402,54 @@ void OpenAiServer::routes() {
   };
   http_->Post(kChatRoute, completion(Endpoint::chat));
   http_->Post(kCompletionsRoute, completion(Endpoint::completions));
+  // llama-server's /tokenize and /detokenize: a client that scores or budgets prompts
+  // (an evaluation harness sending token ids) counts with the served model's tokenizer.
+  auto text_route = [this](auto answer) {
+    return [this, answer](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+      std::string body;
+      if (!read_body(req, res, reader, opt_.max_body_bytes, body)) return;
+      try {
+        const auto m = served();
+        if (!m) throw ApiError(503, "the model is loading", "server_error", "", "loading");
+        send_json(res, 200, answer(body, *m));
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      } catch (const InputError& e) {
+        send_error(res, ApiError::bad_request(e.what()));
+      }
+    };
+  };
+  http_->Post(kTokenizeRoute, text_route([](const std::string& body, const ServedModel& m) {
+    const TokenizeRequest t = parse_tokenize_request(body);
+    check_text_fits(t.content, m, "content");
+    return json{{"tokens", m.engine->tokenize(t.content, t.add_special && m.engine->add_bos_default())}};
+  }));
+  http_->Post(kDetokenizeRoute, text_route([](const std::string& body, const ServedModel& m) {
+    const std::vector<int32_t> ids = parse_detokenize_request(body);
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] >= m.engine->n_vocab())
+        throw ApiError::bad_request("'tokens[" + std::to_string(i) + "]' = " + std::to_string(ids[i]) +
+                                        " is not a token id (the vocabulary has " +
+                                        std::to_string(m.engine->n_vocab()) + ")",
+                                    "tokens[" + std::to_string(i) + "]");
+    return json{{"content", m.engine->detokenize(ids)}};
+  }));
   // Routes and methods that do not exist get OpenAI's error object, not an empty body.
   http_->set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,
                                                                     httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     // A route that exists, asked with another method: 405 with the method it takes.
-    const bool post_route = completion_route(req.path);
+    const bool takes_post = post_route(req.path);
     const bool get_route = req.path == "/health" || req.path == "/metrics" || req.path == "/v1/models" ||
                            req.path.rfind("/v1/models/", 0) == 0;
-    if (res.status == 404 && (post_route || get_route)) {
+    if (res.status == 404 && (takes_post || get_route)) {
       res.status = 405;
-      res.set_header("Allow", post_route ? "POST" : "GET, HEAD");
+      res.set_header("Allow", takes_post ? "POST" : "GET, HEAD");
     }
     const int status = res.status;
     std::string msg = status == 404   ? "unknown route " + req.method + " " + req.path
                       : status == 405 ? req.method + " is not allowed on " + req.path + " (it takes " +
-                                            (post_route ? "POST" : "GET") + ")"
+                                            (takes_post ? "POST" : "GET") + ")"
                                       : "HTTP " + std::to_string(status) + " for " + req.method + " " + req.path;
     if (status == 413) msg = "the request body is too large";
     send_error(res, ApiError(status, msg, status >= 500 ? "server_error" : "invalid_request_error"));

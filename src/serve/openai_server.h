@@ -3,10 +3,12 @@
 //   GET  /v1/models, /v1/models/{id}                   the one model served
 //   GET  /health                                       503 while loading or shutting down, 200 ready
 //   GET  /metrics                                      Prometheus text (serve/metrics.h)
+//   POST /tokenize, POST /detokenize                   the model's tokenizer (llama-server's bodies)
 // It listens before the model is loaded (so /health can say "loading"), then
 // set_ready() hands it the engine's serving loop. Every error is OpenAI's error object
-// with its status: 400 bad request, 401 a missing or wrong API key (--api-key), 404 unknown route or model, 503 loading, full
-// (with Retry-After) or shutting down, 500 engine failure.
+// with its status: 400 bad request, 401 a missing or wrong API key (--api-key), 404
+// unknown route or model, 503 loading, full (with Retry-After) or shutting down, 500
+// engine failure.
 #pragma once
 #include <atomic>
 #include <memory>

@@ -222,6 +222,34 @@ test('conflicting Content-Length headers are refused and the connection closed',
   assert.match(same.got, /^HTTP\/1\.1 200 /);
 });
 
+test('/tokenize and /detokenize use the served model\'s tokenizer', async () => {
+  const post = async (route, body) => {
+    const r = await fetch(`${s.baseURL}${route}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    return { status: r.status, body: await r.json() };
+  };
+  const text = 'In the beginning God created';
+  const plain = await post('/tokenize', { content: text });
+  assert.equal(plain.status, 200);
+  assert.ok(plain.body.tokens.length > 2);
+  // With the model's special tokens (its BOS): the ids the completions endpoint counts.
+  const t = await post('/tokenize', { content: text, add_special: true });
+  assert.ok(t.body.tokens.length >= plain.body.tokens.length);
+  const c = await client.completions.create({ model: MODEL, prompt: text, max_tokens: 1 });
+  assert.equal(c.usage.prompt_tokens, t.body.tokens.length);
+  // Ids as the prompt give the same completion as the text.
+  const byIds = await client.completions.create({ model: MODEL, prompt: t.body.tokens, max_tokens: 4, temperature: 0 });
+  const byText = await client.completions.create({ model: MODEL, prompt: text, max_tokens: 4, temperature: 0 });
+  assert.equal(byIds.choices[0].text, byText.choices[0].text);
+  const d = await post('/detokenize', { tokens: t.body.tokens });
+  assert.equal(d.status, 200);
+  assert.equal(d.body.content, text);
+  const bad = await post('/detokenize', { tokens: [1, 99999999] });
+  assert.equal(bad.status, 400);
+  assert.equal(bad.body.error.param, 'tokens[1]');
+  assert.equal((await post('/tokenize', { text })).status, 400);
+  assert.equal((await fetch(`${s.baseURL}/tokenize`)).status, 405);
+});
+
 test('echo scores the prompt (lm-eval-harness style) and returns it before the completion', async () => {
   const prompt = 'In the beginning God created';
   const r = await client.completions.create({ model: MODEL, prompt, max_tokens: 0, echo: true, logprobs: 1, temperature: 0 });

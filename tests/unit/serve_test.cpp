@@ -230,6 +230,35 @@ TEST(ServerMetrics, RendersPrometheusText) {
   }
 }
 
+TEST(CompletionRequest, TokenizeAndDetokenizeBodies) {
+  const TokenizeRequest t = parse_tokenize_request(R"({"content":"hi there","add_special":true})");
+  EXPECT_EQ(t.content, "hi there");
+  EXPECT_TRUE(t.add_special);
+  EXPECT_FALSE(parse_tokenize_request(R"({"content":""})").add_special);
+  EXPECT_EQ(parse_detokenize_request(R"({"tokens":[1,2.0,3]})"), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_TRUE(parse_detokenize_request(R"({"tokens":[]})").empty());
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({})", "content"}, {R"({"content":5})", "content"}, {R"({"content":"x","add_special":1})", "add_special"}}) {
+    try {
+      parse_tokenize_request(body);
+      ADD_FAILURE() << "accepted: " << body;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param(), param) << body;
+    }
+  }
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({})", "tokens"}, {R"({"tokens":"1 2"})", "tokens"}, {R"({"tokens":[1,-2]})", "tokens[1]"},
+           {R"({"tokens":[1.5]})", "tokens[0]"}}) {
+    try {
+      parse_detokenize_request(body);
+      ADD_FAILURE() << "accepted: " << body;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param(), param) << body;
+    }
+  }
+  EXPECT_THROW(parse_tokenize_request("[1]"), ApiError);
+}
+
 TEST(ApiKeys, BearerMatchesOnlyAKeyOfTheServer) {
   const std::vector<std::string> keys = {"sk-one", "sk-two-longer"};
   EXPECT_TRUE(authorized(keys, "Bearer sk-one"));
