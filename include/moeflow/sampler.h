@@ -20,6 +20,7 @@
 // independent (one per sequence).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -57,13 +58,17 @@ class Sampler {
   void add_prompt(const std::vector<int32_t>& tokens);
   // Throws InputError for null logits, n_vocab < 1, or a logit that is NaN or infinite.
   int32_t sample(const float* logits, int64_t n_vocab);
+  // The same among the tokens `allowed` admits (a grammar's constraint, e.g. JSON mode);
+  // InputError if it admits none.
+  int32_t sample(const float* logits, int64_t n_vocab, const std::function<bool(int32_t)>& allowed);
 
  private:
   bool penalizes() const;
   int32_t pick(const float* logits, int64_t n_vocab);  // top-k, top-p, temperature
   void remember(int32_t token, bool generated);
-  // The logits with the penalties and biases applied, in penalized_.
-  const float* penalize(const float* logits, int64_t n_vocab);
+  // The logits with the penalties and biases applied, and what `allowed` refuses at
+  // -infinity, in penalized_.
+  const float* penalize(const float* logits, int64_t n_vocab, const std::function<bool(int32_t)>& allowed);
 
   int64_t calls_ = 0;  // tokens sampled so far, for the error message
   SamplerOptions opt_;

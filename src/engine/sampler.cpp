@@ -78,7 +78,7 @@ void Sampler::add_prompt(const std::vector<int32_t>& tokens) {
   for (int32_t t : tokens) remember(t, false);
 }
 
-const float* Sampler::penalize(const float* logits, int64_t n_vocab) {
+const float* Sampler::penalize(const float* logits, int64_t n_vocab, const std::function<bool(int32_t)>& allowed) {
   penalized_.assign(logits, logits + n_vocab);
   for (const auto& [t, c] : window_count_)
     if (t >= 0 && t < n_vocab) {
@@ -94,16 +94,30 @@ const float* Sampler::penalize(const float* logits, int64_t n_vocab) {
                        std::to_string(n_vocab));
     penalized_[static_cast<size_t>(t)] += bias;
   }
+  if (allowed) {
+    int64_t n_allowed = 0;
+    for (int64_t t = 0; t < n_vocab; ++t) {
+      if (allowed(static_cast<int32_t>(t))) {
+        ++n_allowed;
+      } else {
+        penalized_[static_cast<size_t>(t)] = -INFINITY;
+      }
+    }
+    if (n_allowed == 0) throw InputError("sampler: no token of the vocabulary is allowed at sampled token " +
+                                         std::to_string(calls_ - 1));
+  }
   return penalized_.data();
 }
 
-int32_t Sampler::sample(const float* logits, int64_t n_vocab) {
+int32_t Sampler::sample(const float* logits, int64_t n_vocab) { return sample(logits, n_vocab, nullptr); }
+
+int32_t Sampler::sample(const float* logits, int64_t n_vocab, const std::function<bool(int32_t)>& allowed) {
   if (!logits || n_vocab < 1)
     throw InputError("sampler: " + std::string(logits ? "" : "no logits, ") + "n_vocab " + std::to_string(n_vocab) +
                      (n_vocab < 1 ? " (must be >= 1)" : ""));
   if (!all_finite(logits, n_vocab)) check_finite_logits(logits, n_vocab, "sampled token " + std::to_string(calls_));
   ++calls_;
-  if (penalizes()) logits = penalize(logits, n_vocab);
+  if (penalizes() || allowed) logits = penalize(logits, n_vocab, allowed);
   const int32_t t = pick(logits, n_vocab);
   if (penalizes()) remember(t, true);
   return t;
@@ -158,6 +172,9 @@ int32_t Sampler::pick(const float* logits, int64_t n_vocab) {
     std::sort(cand_.begin(), cand_.end(), by_logit);
     n = cand_.size();
   }
+  // Tokens a constraint refused (at -infinity, sorted last) are never candidates, not
+  // even the last resort of rounding below.
+  while (n > 1 && cand_[n - 1].first == -INFINITY) --n;
   // exp((l - max) / T) in double: every exponent is <= 0, so nothing overflows
   // however small T is (logits / T in float overflowed to Inf, then NaN, at T = 1e-45).
   const double mx = cand_[0].first;

@@ -181,6 +181,19 @@ void parse_stop(const json& v, CompletionRequest& r) {
     if (s.empty()) throw ApiError::bad_request("'stop' strings must not be empty", "stop");
 }
 
+// {"type": "text"} or {"type": "json_object"} (true); a schema is not followed, so it is
+// refused rather than ignored.
+bool parse_response_format(const json& v) {
+  if (!v.is_object()) wrong_type("response_format", "an object", v);
+  const auto type = v.find("type");
+  if (type == v.end()) throw ApiError::bad_request("'response_format.type' is required", "response_format.type");
+  const std::string t = string_of(*type, "response_format.type");
+  if (t == "json_object") return true;
+  if (t == "text") return false;
+  throw ApiError::bad_request("'response_format.type' '" + t + "' is not supported (text or json_object)",
+                              "response_format.type");
+}
+
 // The body as a JSON object, or ApiError 400 saying why not.
 json parse_body_object(const std::string& body) {
   // JSON text holds no NUL byte, and the parser would take one for the end of the input
@@ -295,6 +308,8 @@ CompletionRequest parse_completion_request(const std::string& body, Endpoint end
       if (!v.is_null()) r.presence_penalty = number_in(v, key, -2.0, 2.0);
     } else if (key == "frequency_penalty") {
       if (!v.is_null()) r.frequency_penalty = number_in(v, key, -2.0, 2.0);
+    } else if (key == "response_format") {
+      if (!v.is_null()) r.json_object = parse_response_format(v);
     } else if (key == "logit_bias") {
       if (!v.is_null()) r.logit_bias = parse_logit_bias(v);
     } else if (key == "repeat_penalty") {
@@ -307,7 +322,7 @@ CompletionRequest parse_completion_request(const std::string& body, Endpoint end
       if (!v.is_null()) r.echo = boolean(v, key);
       if (r.echo && chat) throw ApiError::bad_request("'echo' is for /v1/completions only", key);
     }
-    // Other fields (response_format, tools, ...) are not implemented and
+    // Other fields (tools, ...) are not implemented and
     // are ignored, so that stock clients keep working.
   }
   if (chat && r.top_logprobs > 0 && !r.logprobs)

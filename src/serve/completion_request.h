@@ -8,7 +8,9 @@
 // completions: an integer 0-5), echo (completions: the prompt's text, and with logprobs
 // each prompt token's log-probability given the tokens before it, before the
 // completion; max_tokens 0 then scores the prompt alone), logit_bias ({"token id": -100 to 100}; ids past the
-// vocabulary are refused where the model is known). Extensions: top_k, repeat_penalty and repeat_last_n
+// vocabulary are refused where the model is known), response_format ({"type": "text"} or
+// {"type": "json_object"}: the output is one JSON object; json_schema is refused, not
+// ignored). Extensions: top_k, repeat_penalty and repeat_last_n
 // (llama-server's names and meaning), slo_ms (the request's latency target for the
 // eMoE scheduler), task (the task label for task-aware policies), ignore_eos (generate
 // max_tokens whatever the model says; llama-server's name, for benchmarks).
@@ -53,6 +55,7 @@ struct CompletionRequest {
   std::string task;
   bool ignore_eos = false;
   bool echo = false;                    // completions: the prompt returned before the completion
+  bool json_object = false;             // response_format {"type": "json_object"}
 };
 
 // Parses and validates `body`; throws ApiError (400) naming the offending field.

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "engine/tokenizer.h"
+#include "serve/json_prefix.h"
 #include "serve/stop_strings.h"
 #include "serve/token_logprobs.h"
 
@@ -24,6 +25,7 @@ struct ServingLoop::Slot {
   Sampler sampler;
   StreamingDetokenizer detok;
   StopStrings stops;
+  std::optional<JsonPrefix> json;  // JSON mode: the text so far
   // Log-probabilities go out with their tokens' text: a token whose text the stop
   // strings hold back waits with it, and one whose text lies wholly in a stop string
   // is never sent (OpenAI and llama-server list only the returned text's tokens). Each
@@ -39,6 +41,7 @@ struct ServingLoop::Slot {
   Slot(int64_t id_, GenerationJob j, const Tokenizer& tok)
       : id(id_), job(std::move(j)), sampler(job.sampler), detok(tok), stops(job.stop) {
     sampler.add_prompt(job.prompt);
+    if (job.json_object) json.emplace();
   }
   int64_t prompt_len() const { return static_cast<int64_t>(job.prompt.size()); }
   bool prefilling() const { return prefilled < prompt_len(); }
@@ -232,6 +235,15 @@ void ServingLoop::fail(Slot& s, const ApiError& err) {
   s.job.stream->push(std::move(e));
 }
 
+const std::vector<std::string>& ServingLoop::token_texts() {
+  if (token_texts_.empty()) {
+    const Tokenizer& tok = engine_.tokenizer();
+    token_texts_.resize(static_cast<size_t>(engine_.n_vocab()));
+    for (size_t t = 0; t < token_texts_.size(); ++t) token_texts_[t] = tok.token_bytes(static_cast<int32_t>(t), false);
+  }
+  return token_texts_;
+}
+
 void ServingLoop::step_once() {
   std::vector<BatchToken> batch;
   std::vector<Slot*> owners;  // per batch token: the slot it belongs to
@@ -314,7 +326,14 @@ void ServingLoop::step_once() {
     }
     int32_t id;
     try {
-      id = s.sampler.sample(logits, engine_.n_vocab());
+      if (s.json) {
+        const std::vector<std::string>& texts = token_texts();
+        id = s.sampler.sample(logits, engine_.n_vocab(),
+                              [&](int32_t t2) { return s.json->accepts(texts[static_cast<size_t>(t2)]); });
+        for (const char c : texts[static_cast<size_t>(id)]) s.json->feed(static_cast<unsigned char>(c));
+      } else {
+        id = s.sampler.sample(logits, engine_.n_vocab());
+      }
     } catch (const std::exception& ex) {
       fail(s, ApiError(500, ex.what(), "server_error"));
       continue;
@@ -336,7 +355,7 @@ void ServingLoop::step_once() {
     StreamEvent e;
     s.pass_text(s.detok.push(id), e);
     if (!e.text.empty() || !e.logprobs.empty()) s.job.stream->push(std::move(e));
-    if (s.stops.stopped()) {
+    if (s.stops.stopped() || (s.json && s.json->done())) {
       finish(s, "stop", t);
     } else if (s.generated >= s.job.max_tokens || s.prompt_len() + s.generated > engine_.ctx_size()) {
       // The next token would need a position past the context.

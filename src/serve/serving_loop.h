@@ -39,6 +39,9 @@ struct GenerationJob {
   // The prompt's text goes out first, with (when top_logprobs >= 0) each prompt token's
   // log-probability given those before it; the first token has none.
   bool echo = false;
+  // JSON mode: only tokens that keep the text a prefix of one JSON object are sampled,
+  // and the request ends ("stop") when the object closes (serve/json_prefix.h).
+  bool json_object = false;
   double slo_s = 0;             // 0: the scheduler's default
   std::string task;
   std::shared_ptr<RequestStream> stream;
@@ -79,6 +82,8 @@ class ServingLoop {
   // Gives a done slot's sequence back to the engine (once) and updates the KV gauge.
   void release(Slot& s);
   double now() const;
+  // Every token's bytes as decode() spells them, built at the first JSON-mode request.
+  const std::vector<std::string>& token_texts();
 
   Engine& engine_;
   LoopOptions opt_;
@@ -94,6 +99,7 @@ class ServingLoop {
   size_t running_ = 0;  // slots in use (written by the loop thread under mu_)
 
   std::vector<std::unique_ptr<Slot>> slots_;  // loop thread only
+  std::vector<std::string> token_texts_;      // loop thread only
   std::thread thread_;
 };
 

@@ -222,6 +222,17 @@ test('conflicting Content-Length headers are refused and the connection closed',
   assert.match(same.got, /^HTTP\/1\.1 200 /);
 });
 
+test('response_format json_object: the text is (a prefix of) one JSON object', async () => {
+  for (const seed of [1, 2, 3]) {
+    const r = await client.chat.completions.create(chat('Give me a JSON object', {
+      max_tokens: 48, temperature: 0.9, seed, response_format: { type: 'json_object' } }));
+    const text = r.choices[0].message.content;
+    assert.match(text, /^\s*\{/);
+    if (r.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(text), 'object', text);
+  }
+  await expectError(client.chat.completions.create(chat('x', { response_format: { type: 'json_schema', json_schema: { name: 'x', schema: {} } } })), 400, 'response_format.type');
+});
+
 test('/tokenize and /detokenize use the served model\'s tokenizer', async () => {
   const post = async (route, body) => {
     const r = await fetch(`${s.baseURL}${route}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });

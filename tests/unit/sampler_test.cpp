@@ -168,6 +168,18 @@ TEST(Sampler, LogitBiasBansAndFavours) {
   EXPECT_THROW(past.sample(l.data(), 3), InputError);
 }
 
+TEST(Sampler, AConstraintLeavesOnlyTheTokensItAllows) {
+  const std::vector<float> l = {5.0f, 1.0f, 0.5f, 4.0f};
+  auto odd = [](int32_t t) { return t % 2 == 1; };
+  Sampler g(SamplerOptions{0.0f});
+  EXPECT_EQ(g.sample(l.data(), 4, odd), 3);
+  for (const int32_t k : {0, 2, 40}) {
+    Sampler s(SamplerOptions{2.0f, k, 1.0f, 5});
+    for (int i = 0; i < 300; ++i) EXPECT_EQ(s.sample(l.data(), 4, odd) % 2, 1) << k;
+  }
+  EXPECT_THROW(g.sample(l.data(), 4, [](int32_t) { return false; }), InputError);
+}
+
 TEST(Sampler, PenaltiesOutOfRangeAreRefused) {
   for (auto set : std::vector<void (*)(SamplerOptions&)>{
            [](SamplerOptions& o) { o.presence_penalty = 2.5f; }, [](SamplerOptions& o) { o.frequency_penalty = -3; },

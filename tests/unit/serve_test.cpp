@@ -17,6 +17,7 @@
 #include "serve/api_error.h"
 #include "serve/api_keys.h"
 #include "serve/completion_request.h"
+#include "serve/json_prefix.h"
 #include "serve/metrics.h"
 #include "serve/openai_server.h"
 #include "serve/serving_loop.h"
@@ -45,7 +46,7 @@ TEST(CompletionRequest, ReadsEveryField) {
           "max_tokens":7,"temperature":0.5,"top_p":0.9,"top_k":5,"seed":3,"stop":["\n","END"],"stream":true,
           "stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":4,"slo_ms":250,"task":"code",
           "user":"u","presence_penalty":0.5,"frequency_penalty":-1,"repeat_penalty":1.1,"repeat_last_n":-1,"tools":[],
-          "logit_bias":{"7":-100,"12":2.5}})",
+          "logit_bias":{"7":-100,"12":2.5},"response_format":{"type":"json_object"}})",
       Endpoint::chat);
   EXPECT_EQ(r.model, "m");
   ASSERT_EQ(r.messages.size(), 2u);
@@ -65,6 +66,7 @@ TEST(CompletionRequest, ReadsEveryField) {
   EXPECT_DOUBLE_EQ(r.repeat_penalty, 1.1);
   EXPECT_EQ(r.repeat_last_n, -1);
   EXPECT_EQ(r.logit_bias, (std::vector<std::pair<int32_t, float>>{{12, 2.5f}, {7, -100.0f}}));  // by key text
+  EXPECT_TRUE(r.json_object);
 
   const CompletionRequest c = parse_completion_request(R"({"prompt":[1,2,3],"logprobs":2,"stop":"x"})",
                                                        Endpoint::completions);
@@ -108,6 +110,9 @@ TEST(CompletionRequest, RefusesBadBodiesNamingTheField) {
       {R"({"prompt":"x","repeat_penalty":0})", Endpoint::completions, "repeat_penalty"},
       {R"({"prompt":"x","repeat_last_n":-2})", Endpoint::completions, "repeat_last_n"},
       {R"({"prompt":"x","logit_bias":[1]})", Endpoint::completions, "logit_bias"},
+      {R"({"prompt":"x","response_format":"json"})", Endpoint::completions, "response_format"},
+      {R"({"prompt":"x","response_format":{}})", Endpoint::completions, "response_format.type"},
+      {R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{}}})", Endpoint::completions, "response_format.type"},
       {R"({"prompt":"x","logit_bias":{"a1":1}})", Endpoint::completions, "logit_bias"},
       {R"({"prompt":"x","logit_bias":{"-1":1}})", Endpoint::completions, "logit_bias"},
       {R"({"prompt":"x","logit_bias":{"99999999999":1}})", Endpoint::completions, "logit_bias"},
@@ -490,6 +495,29 @@ TEST(ServingLoop, EchoScoresEachPromptTokenGivenThoseBefore) {
   ASSERT_EQ(more.lps.size(), all.size() + 3) << [&] { std::string o; for (auto& l : more.lps) o += "[" + l.token + (l.scored ? "" : "*") + "]"; return o; }();
   EXPECT_EQ(more.text.rfind(scored.text, 0), 0u);
   for (size_t i = 1; i < all.size(); ++i) EXPECT_NEAR(more.lps[i].logprob, scored.lps[i].logprob, 1e-9) << i;
+}
+
+// JSON mode: whatever the model prefers, it writes a prefix of one JSON object, and a
+// request that ends with "stop" has written a whole one.
+TEST(ServingLoop, JsonModeWritesOnlyAPrefixOfAnObject) {
+  auto engine = open_builtin();
+  ServerMetrics metrics;
+  LoopOptions lo;
+  lo.n_parallel = 1;
+  ServingLoop loop(*engine, lo, metrics);
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    GenerationJob j = job_of(engine->tokenize("In the beginning", engine->add_bos_default()), 40);
+    j.json_object = true;
+    j.sampler.temperature = seed == 1 ? 0.0f : 0.9f;
+    j.sampler.seed = seed;
+    auto stream = j.stream;
+    loop.submit(std::move(j));
+    const Outcome o = wait_for(*stream);
+    JsonPrefix p;
+    for (const char c : o.text) ASSERT_TRUE(p.feed(static_cast<unsigned char>(c))) << o.text;
+    EXPECT_EQ(p.done(), o.reason == "stop") << o.text;
+    if (o.reason == "stop") EXPECT_TRUE(nlohmann::json::parse(o.text).is_object()) << o.text;
+  }
 }
 
 TEST(ServingLoop, CancelledRequestsFreeTheirSlotAndAFullQueueRefuses) {

@@ -1,0 +1,46 @@
+// JSON mode (`response_format: {"type": "json_object"}`): whether a text is a prefix of
+// a JSON object (RFC 8259), fed a byte at a time. The sampler asks it of every token's
+// bytes before each pick, so the model can only write text that still becomes one JSON
+// object; the request ends when the object closes.
+//
+// Small and copied per token tried: a fixed stack of containers (deeper nesting than
+// kMaxDepth is refused), and runs of white space held to kMaxSpaces, so that a model
+// cannot idle in white space until max_tokens.
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+namespace moeflow::serve {
+
+class JsonPrefix {
+ public:
+  static constexpr int kMaxDepth = 32;
+  static constexpr int kMaxSpaces = 32;
+
+  // Appends one byte; false (the state then undefined) if the text would no longer be a
+  // prefix of one JSON object.
+  bool feed(unsigned char c);
+  // Appends bytes on a copy: whether they keep the text a prefix. Empty bytes do not.
+  bool accepts(std::string_view bytes) const;
+  // The top-level object is closed.
+  bool done() const { return at_ == At::done; }
+
+ private:
+  enum class At : uint8_t { start, value, key_or_end, key, colon, after_value, value_or_end, string, number, literal, done };
+  enum class Num : uint8_t { sign, zero, integer, dot, fraction, exp, exp_sign, exp_digits };
+  bool value_start(unsigned char c);
+  bool close(unsigned char c);   // '}' or ']' ends the innermost container
+  void value_done();             // a value ended: after it, or done at the top level
+
+  At at_ = At::start;
+  char stack_[kMaxDepth] = {};   // '{' or '['
+  int depth_ = 0;
+  int spaces_ = 0;
+  bool key_ = false;             // the string is an object key
+  bool escape_ = false;
+  int8_t hex_left_ = 0;          // \uXXXX digits still to come
+  Num num_ = Num::sign;
+  const char* literal_ = nullptr;  // what is left of true / false / null
+};
+
+}  // namespace moeflow::serve
