@@ -275,8 +275,7 @@ CompletionRequest parse_completion_request(const std::string& body, Endpoint end
     } else if (key == "stop") {
       parse_stop(v, r);
     } else if (key == "n") {
-      if (!v.is_null() && integer_in(v, key, 1, INT32_MAX) != 1)
-        throw ApiError::bad_request("'n' must be 1 (one choice per request)", key);
+      if (!v.is_null()) r.n = static_cast<int>(integer_in(v, key, 1, kMaxChoices));
     } else if (key == "best_of") {
       // Several candidates, the best returned: not done here, and not to be ignored.
       if (!v.is_null() && integer_in(v, key, 1, INT32_MAX) != 1)

@@ -3,7 +3,7 @@
 // Fields follow the OpenAI API: model, messages (chat) or prompt (completions: a
 // string, a one-string array, or an array of token ids), max_tokens
 // (max_completion_tokens for chat), temperature, top_p, seed, presence_penalty and
-// frequency_penalty (-2 to 2), stop (a string or up to 4 strings), n (1 only), stream,
+// frequency_penalty (-2 to 2), stop (a string or up to 4 strings), n (1 to kMaxChoices), stream,
 // stream_options.include_usage, logprobs and top_logprobs (chat: a bool and 0-20;
 // completions: an integer 0-5), echo (completions: the prompt's text, and with logprobs
 // each prompt token's log-probability given the tokens before it, before the
@@ -31,6 +31,8 @@ namespace moeflow::serve {
 
 enum class Endpoint { chat, completions };
 
+constexpr int kMaxChoices = 16;  // n: each choice holds a slot or a queue place
+
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::chat;
   std::string model;                    // empty: not given
@@ -56,6 +58,7 @@ struct CompletionRequest {
   bool ignore_eos = false;
   bool echo = false;                    // completions: the prompt returned before the completion
   bool json_object = false;             // response_format {"type": "json_object"}
+  int n = 1;                            // choices, each its own sequence (seed + i when seeded)
 };
 
 // Parses and validates `body`; throws ApiError (400) naming the offending field.

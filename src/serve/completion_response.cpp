@@ -55,25 +55,29 @@ json logprobs_json(Endpoint ep, const std::vector<TokenLogprob>& lp, int64_t tex
           {"text_offset", offsets}};
 }
 
-json full_response(Endpoint ep, const ResponseHeader& h, const std::string& text, const std::string& finish_reason,
-                   int64_t prompt_tokens, int64_t completion_tokens, const std::vector<TokenLogprob>* logprobs) {
+json full_response(Endpoint ep, const ResponseHeader& h, const std::vector<Choice>& choices, bool with_logprobs,
+                   int64_t prompt_tokens, int64_t completion_tokens) {
   json r = header_json(ep, h, false);
-  json choice = {{"index", 0}};
-  if (ep == Endpoint::chat)
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  else
-    choice["text"] = text;
-  choice["logprobs"] = logprobs ? logprobs_json(ep, *logprobs, 0) : json(nullptr);
-  choice["finish_reason"] = finish_json(finish_reason);
-  r["choices"] = json::array({choice});
+  r["choices"] = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const Choice& c = choices[i];
+    json choice = {{"index", i}};
+    if (ep == Endpoint::chat)
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    else
+      choice["text"] = c.text;
+    choice["logprobs"] = with_logprobs ? logprobs_json(ep, c.logprobs, 0) : json(nullptr);
+    choice["finish_reason"] = finish_json(c.finish_reason);
+    r["choices"].push_back(std::move(choice));
+  }
   r["usage"] = usage_json(prompt_tokens, completion_tokens);
   return r;
 }
 
-json stream_chunk(Endpoint ep, const ResponseHeader& h, const std::string& text, bool first,
+json stream_chunk(Endpoint ep, const ResponseHeader& h, int index, const std::string& text, bool first,
                   const std::string& finish_reason, const json& logprobs, bool include_usage) {
   json r = header_json(ep, h, true);
-  json choice = {{"index", 0}};
+  json choice = {{"index", index}};
   if (ep == Endpoint::chat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";

@@ -25,13 +25,21 @@ nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 // text_offset counts from `text_offset0` bytes into the completion.
 nlohmann::json logprobs_json(Endpoint ep, const std::vector<TokenLogprob>& lp, int64_t text_offset0);
 
-// The whole response of a request that was not streamed.
-nlohmann::json full_response(Endpoint ep, const ResponseHeader& h, const std::string& text,
-                             const std::string& finish_reason, int64_t prompt_tokens, int64_t completion_tokens,
-                             const std::vector<TokenLogprob>* logprobs);
+// One of a request's `n` choices, whole.
+struct Choice {
+  std::string text;
+  std::string finish_reason;
+  std::vector<TokenLogprob> logprobs;
+};
 
-// One stream chunk. `first` adds the assistant role (chat); `finish_reason` empty: null.
-nlohmann::json stream_chunk(Endpoint ep, const ResponseHeader& h, const std::string& text, bool first,
+// The whole response of a request that was not streamed: its choices in order (index i),
+// usage summed over them (the prompt counted once, as OpenAI counts it).
+nlohmann::json full_response(Endpoint ep, const ResponseHeader& h, const std::vector<Choice>& choices,
+                             bool with_logprobs, int64_t prompt_tokens, int64_t completion_tokens);
+
+// One stream chunk of choice `index`. `first` adds the assistant role (chat);
+// `finish_reason` empty: null.
+nlohmann::json stream_chunk(Endpoint ep, const ResponseHeader& h, int index, const std::string& text, bool first,
                             const std::string& finish_reason, const nlohmann::json& logprobs, bool include_usage);
 
 // The last chunk when stream_options.include_usage: no choices, only usage.

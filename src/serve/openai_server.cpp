@@ -185,38 +185,73 @@ GenerationJob make_job(const CompletionRequest& r, const ServedModel& m) {
   return job;
 }
 
-// Streams a request's events as SSE until it ends or the client goes away.
-bool stream_events(const CompletionRequest& r, const ResponseHeader& h, RequestStream& stream,
+using Streams = std::vector<std::shared_ptr<RequestStream>>;
+
+void cancel_all(const Streams& streams) {
+  for (const auto& s : streams) s->cancel();
+}
+
+// Streams a request's choices as SSE until they all end or the client goes away; each
+// chunk carries its choice's index.
+bool stream_events(const CompletionRequest& r, const ResponseHeader& h, const Streams& streams,
                    httplib::DataSink& sink) {
-  bool first = true;
-  int64_t text_offset = 0;
+  struct State {
+    bool first = true, finished = false;
+    int64_t text_offset = 0;
+  };
+  std::vector<State> st(streams.size());
+  size_t left = streams.size();
+  int64_t prompt_tokens = 0, completion_tokens = 0;
   auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+  // One stream waits on its events; several are polled in turn.
+  const auto wait = std::chrono::milliseconds(streams.size() == 1 ? 1000 : 10);
+  auto last_write = std::chrono::steady_clock::now();
   for (;;) {
-    std::vector<StreamEvent> events = stream.take(std::chrono::milliseconds(1000));
+    bool wrote = false;
+    for (size_t i = 0; i < streams.size(); ++i) {
+      if (st[i].finished) continue;
+      for (StreamEvent& e : streams[i]->take(wait)) {
+        wrote = true;
+        if (e.error) {
+          cancel_all(streams);
+          if (!write(sse_event(e.error->to_json()))) return false;
+          write("data: [DONE]\n\n");
+          sink.done();
+          return true;
+        }
+        const int index = static_cast<int>(i);
+        if (!e.text.empty() || !e.logprobs.empty()) {
+          const json lp = r.logprobs ? logprobs_json(r.endpoint, e.logprobs, st[i].text_offset) : json(nullptr);
+          st[i].text_offset += static_cast<int64_t>(e.text.size());
+          if (!write(sse_event(stream_chunk(r.endpoint, h, index, e.text, st[i].first, "", lp, r.include_usage))))
+            return false;
+          st[i].first = false;
+        }
+        if (e.finished) {
+          if (!write(sse_event(
+                  stream_chunk(r.endpoint, h, index, "", st[i].first, e.finish_reason, json(nullptr), r.include_usage))))
+            return false;
+          st[i].finished = true;
+          --left;
+          prompt_tokens = e.prompt_tokens;
+          completion_tokens += e.completion_tokens;
+        }
+      }
+    }
+    if (left == 0) {
+      if (r.include_usage && !write(sse_event(usage_chunk(r.endpoint, h, prompt_tokens, completion_tokens))))
+        return false;
+      write("data: [DONE]\n\n");
+      sink.done();
+      return true;
+    }
     // An SSE comment while nothing happens finds out whether the client is still there.
-    if (events.empty() && !write(": keep-alive\n\n")) return false;
-    for (StreamEvent& e : events) {
-      if (e.error) {
-        if (!write(sse_event(e.error->to_json()))) return false;
-        write("data: [DONE]\n\n");
-        sink.done();
-        return true;
-      }
-      if (!e.text.empty() || !e.logprobs.empty()) {
-        const json lp = r.logprobs ? logprobs_json(r.endpoint, e.logprobs, text_offset) : json(nullptr);
-        text_offset += static_cast<int64_t>(e.text.size());
-        if (!write(sse_event(stream_chunk(r.endpoint, h, e.text, first, "", lp, r.include_usage)))) return false;
-        first = false;
-      }
-      if (e.finished) {
-        if (!write(sse_event(stream_chunk(r.endpoint, h, "", first, e.finish_reason, json(nullptr), r.include_usage))))
-          return false;
-        if (r.include_usage && !write(sse_event(usage_chunk(r.endpoint, h, e.prompt_tokens, e.completion_tokens))))
-          return false;
-        write("data: [DONE]\n\n");
-        sink.done();
-        return true;
-      }
+    const auto now = std::chrono::steady_clock::now();
+    if (wrote) {
+      last_write = now;
+    } else if (now - last_write >= std::chrono::milliseconds(1000)) {
+      if (!write(": keep-alive\n\n")) return false;
+      last_write = now;
     }
   }
 }
@@ -356,44 +391,70 @@ void OpenAiServer::routes() {
                          "invalid_request_error", "model", "model_not_found");
         if (ep == Endpoint::chat && !m->chat_template)
           throw ApiError::bad_request("this model has no chat template; use /v1/completions", "messages");
-        GenerationJob job = make_job(r, *m);
-        auto stream = job.stream;
-        m->loop->submit(std::move(job));
+        // Each of the n choices is its own sequence (seed + i when the request is seeded).
+        const GenerationJob job = make_job(r, *m);
+        Streams streams;
+        try {
+          for (int i = 0; i < r.n; ++i) {
+            GenerationJob choice = job;
+            choice.stream = std::make_shared<RequestStream>();
+            if (i > 0) choice.sampler.seed = r.seed ? *r.seed + static_cast<uint64_t>(i) : std::random_device{}();
+            streams.push_back(choice.stream);
+            m->loop->submit(std::move(choice));
+          }
+        } catch (...) {
+          cancel_all(streams);  // a full queue took some of the choices: none runs
+          throw;
+        }
         ResponseHeader h{(ep == Endpoint::chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++), unix_now(), m->id};
         if (r.stream) {
           res.set_header("Cache-Control", "no-cache");
           res.set_chunked_content_provider(
               "text/event-stream",
-              [r, h, stream](size_t, httplib::DataSink& sink) {
-                if (stream_events(r, h, *stream, sink)) return true;
-                stream->cancel();  // the client went away: its slot is freed before the next step
+              [r, h, streams](size_t, httplib::DataSink& sink) {
+                if (stream_events(r, h, streams, sink)) return true;
+                cancel_all(streams);  // the client went away: the slots are freed before the next step
                 return false;
               },
-              [stream](bool success) {
-                if (!success) stream->cancel();
+              [streams](bool success) {
+                if (!success) cancel_all(streams);
               });
           return;
         }
         // A plain response is written only when the generation ends: the connection is
-        // watched meanwhile, so a client that leaves frees its slot (or its queue place)
+        // watched meanwhile, so a client that leaves frees its slots (or its queue places)
         // before the next step, as a streamed one does.
         const ConnectionWatch watch(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-        std::string text;
-        std::vector<TokenLogprob> lps;
-        for (;;) {
+        std::vector<Choice> choices(streams.size());
+        std::vector<bool> finished(streams.size(), false);
+        size_t left = streams.size();
+        int64_t prompt_tokens = 0, completion_tokens = 0;
+        const auto wait = std::chrono::milliseconds(streams.size() == 1 ? 100 : 10);
+        while (left > 0) {
           if (watch.closed()) {
-            stream->cancel();
+            cancel_all(streams);
             return;
           }
-          for (StreamEvent& e : stream->take(std::chrono::milliseconds(100))) {
-            if (e.error) throw *e.error;
-            text += e.text;
-            for (TokenLogprob& t : e.logprobs) lps.push_back(std::move(t));
-            if (e.finished)
-              return send_json(res, 200, full_response(ep, h, text, e.finish_reason, e.prompt_tokens,
-                                                       e.completion_tokens, r.logprobs ? &lps : nullptr));
+          for (size_t i = 0; i < streams.size(); ++i) {
+            if (finished[i]) continue;
+            for (StreamEvent& e : streams[i]->take(wait)) {
+              if (e.error) {
+                cancel_all(streams);
+                throw *e.error;
+              }
+              choices[i].text += e.text;
+              for (TokenLogprob& t : e.logprobs) choices[i].logprobs.push_back(std::move(t));
+              if (e.finished) {
+                choices[i].finish_reason = e.finish_reason;
+                finished[i] = true;
+                --left;
+                prompt_tokens = e.prompt_tokens;
+                completion_tokens += e.completion_tokens;
+              }
+            }
           }
         }
+        return send_json(res, 200, full_response(ep, h, choices, r.logprobs, prompt_tokens, completion_tokens));
       } catch (const ApiError& e) {
         send_error(res, e);
       } catch (const InputError& e) {

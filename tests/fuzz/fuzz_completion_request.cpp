@@ -31,8 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         lp.token = text.substr(0, 8);
         lp.top.emplace_back(lp.token, -1.0);
         const std::vector<TokenLogprob> lps{lp};
-        sse_event(stream_chunk(ep, h, shown, true, "", logprobs_json(ep, lps, 0), r.include_usage));
-        sse_event(full_response(ep, h, shown, "stop", 1, 1, r.logprobs ? &lps : nullptr));
+        sse_event(stream_chunk(ep, h, 0, shown, true, "", logprobs_json(ep, lps, 0), r.include_usage));
+        sse_event(full_response(ep, h, {Choice{shown, "stop", lps}}, r.logprobs, 1, 1));
       } catch (const ApiError& e) {
         if (e.status() != 400) std::abort();  // parsing knows only bad requests
         e.to_json().dump();

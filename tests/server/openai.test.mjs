@@ -222,6 +222,41 @@ test('conflicting Content-Length headers are refused and the connection closed',
   assert.match(same.got, /^HTTP\/1\.1 200 /);
 });
 
+test('n choices: each is the request run alone with seed + i, streamed or not', async () => {
+  const base = { model: MODEL, prompt: 'In the beginning', max_tokens: 12, temperature: 0.9, seed: 40 };
+  const r = await client.completions.create({ ...base, n: 3 });
+  assert.equal(r.choices.length, 3);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  const alone = [];
+  let tokens = 0;
+  for (let i = 0; i < 3; i++) {
+    const a = await client.completions.create({ ...base, seed: 40 + i });
+    alone.push(a.choices[0].text);
+    tokens += a.usage.completion_tokens;
+  }
+  assert.deepEqual(r.choices.map((c) => c.text), alone);
+  assert.equal(new Set(alone).size > 1, true, 'three seeds gave one text');
+  assert.equal(r.usage.completion_tokens, tokens);
+  assert.equal(r.usage.prompt_tokens, (await client.completions.create({ ...base, max_tokens: 1 })).usage.prompt_tokens);
+  // Streamed chat: chunks of both choices, each with its index; usage summed.
+  const texts = ['', ''];
+  const finishes = [null, null];
+  let usage = null;
+  const creq = { ...chat('Hello', { temperature: 0.9, seed: 7, max_tokens: 10 }), n: 2 };
+  for await (const c of await client.chat.completions.create({ ...creq, stream: true, stream_options: { include_usage: true } })) {
+    if (c.usage) usage = c.usage;
+    for (const ch of c.choices) {
+      texts[ch.index] += ch.delta?.content ?? '';
+      if (ch.finish_reason) finishes[ch.index] = ch.finish_reason;
+    }
+  }
+  const plain = await client.chat.completions.create(creq);
+  assert.deepEqual(texts, plain.choices.map((c) => c.message.content));
+  assert.ok(finishes.every((f) => f !== null));
+  assert.equal(usage.completion_tokens, plain.usage.completion_tokens);
+  await expectError(client.completions.create({ ...base, n: 17 }), 400, 'n');
+});
+
 test('response_format json_object: the text is (a prefix of) one JSON object', async () => {
   for (const seed of [1, 2, 3]) {
     const r = await client.chat.completions.create(chat('Give me a JSON object', {
@@ -322,7 +357,7 @@ test('bad input gets 400/404 with an OpenAI error object', async () => {
   await expectError(client.chat.completions.create({ model: MODEL, messages: [{ role: 'user' }] }), 400, 'messages[0].content');
   await expectError(client.chat.completions.create({ model: MODEL, messages: [{ role: 'wizard', content: 'x' }] }), 400, 'messages[0].role');
   await expectError(client.chat.completions.create(chat('x', { stop: 7 })), 400, 'stop');
-  await expectError(client.chat.completions.create(chat('x', { n: 2 })), 400, 'n');
+  await expectError(client.chat.completions.create(chat('x', { n: 20 })), 400, 'n');
   await expectError(client.chat.completions.create(chat('x', { stream: 'yes' })), 400, 'stream');
   await expectError(client.completions.create({ model: MODEL, prompt: 'word '.repeat(400) }), 400, 'prompt');
   await expectError(client.completions.create({ model: MODEL, prompt: [1, 2, 999999] }), 400, 'prompt[2]');

@@ -100,7 +100,7 @@ TEST(CompletionRequest, RefusesBadBodiesNamingTheField) {
       {R"({"messages":[{"role":"user","content":"x"}],"top_p":-1})", Endpoint::chat, "top_p"},
       {R"({"messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})", Endpoint::chat, "stop"},
       {R"({"messages":[{"role":"user","content":"x"}],"stop":[""]})", Endpoint::chat, "stop"},
-      {R"({"messages":[{"role":"user","content":"x"}],"n":3})", Endpoint::chat, "n"},
+      {R"({"messages":[{"role":"user","content":"x"}],"n":17})", Endpoint::chat, "n"},
       {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":21,"logprobs":true})", Endpoint::chat, "top_logprobs"},
       {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", Endpoint::chat, "top_logprobs"},
       {R"({"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}})", Endpoint::chat, "stream_options"},
