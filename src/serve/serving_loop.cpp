@@ -244,6 +244,35 @@ const std::vector<std::string>& ServingLoop::token_texts() {
   return token_texts_;
 }
 
+bool ServingLoop::echo_prompt(Slot& s, int64_t pos, const float* logits, double t) {
+  const Tokenizer& tok = engine_.tokenizer();
+  auto prompt_text = [&](int32_t id) { return tok.token_bytes(id, false); };  // as decode() spells them
+  auto first_unscored = [&] {  // nothing comes before the prompt's first token to predict it
+    if (!s.prompt_logprobs.empty()) return;
+    TokenLogprob first;
+    first.token = prompt_text(s.job.prompt[0]);
+    first.scored = false;
+    s.prompt_logprobs.push_back(std::move(first));
+  };
+  if (pos < s.prompt_len() - 1) {  // how likely the prompt's next token was
+    first_unscored();
+    s.prompt_logprobs.push_back(token_logprobs(logits, engine_.n_vocab(), s.job.prompt[static_cast<size_t>(pos) + 1],
+                                               s.job.top_logprobs, prompt_text));
+    return true;
+  }
+  // The prompt done: its text goes out first.
+  StreamEvent echo;
+  echo.text = tok.decode(s.job.prompt);
+  if (s.scores_prompt()) {
+    first_unscored();  // a prompt of one token has no other
+    echo.logprobs = std::move(s.prompt_logprobs);
+  }
+  s.job.stream->push(std::move(echo));
+  if (s.job.max_tokens > 0) return false;
+  finish(s, "length", t);
+  return true;
+}
+
 void ServingLoop::step_once() {
   std::vector<BatchToken> batch;
   std::vector<Slot*> owners;  // per batch token: the slot it belongs to
@@ -297,33 +326,7 @@ void ServingLoop::step_once() {
     }
     if (!b.logits || s.done) continue;
     const float* logits = engine_.logits(i);
-    auto prompt_text = [&](int32_t t2) { return tok.token_bytes(t2, false); };  // as decode() spells them
-    auto first_unscored = [&] {  // nothing comes before the prompt's first token to predict it
-      if (!s.prompt_logprobs.empty()) return;
-      TokenLogprob first;
-      first.token = prompt_text(s.job.prompt[0]);
-      first.scored = false;
-      s.prompt_logprobs.push_back(std::move(first));
-    };
-    if (b.pos < s.prompt_len() - 1) {  // echo: how likely the prompt's next token was
-      first_unscored();
-      s.prompt_logprobs.push_back(token_logprobs(logits, engine_.n_vocab(), s.job.prompt[static_cast<size_t>(b.pos) + 1],
-                                                 s.job.top_logprobs, prompt_text));
-      continue;
-    }
-    if (s.job.echo && b.pos == s.prompt_len() - 1) {  // the prompt done: its text goes out first
-      StreamEvent echo;
-      echo.text = tok.decode(s.job.prompt);
-      if (s.scores_prompt()) {
-        first_unscored();  // a prompt of one token has no other
-        echo.logprobs = std::move(s.prompt_logprobs);
-      }
-      s.job.stream->push(std::move(echo));
-      if (s.job.max_tokens == 0) {
-        finish(s, "length", t);
-        continue;
-      }
-    }
+    if (s.job.echo && b.pos < s.prompt_len() && echo_prompt(s, b.pos, logits, t)) continue;
     int32_t id;
     try {
       if (s.json) {

@@ -82,6 +82,10 @@ class ServingLoop {
   // Gives a done slot's sequence back to the engine (once) and updates the KV gauge.
   void release(Slot& s);
   double now() const;
+  // echo: a prompt position's logits score the prompt's next token; at the last one the
+  // prompt's text (and scores) go out. True when the position yields no token to sample
+  // (an inner position, or max_tokens 0, which finishes the request).
+  bool echo_prompt(Slot& s, int64_t pos, const float* logits, double t);
   // Every token's bytes as decode() spells them, built at the first JSON-mode request.
   const std::vector<std::string>& token_texts();
 
