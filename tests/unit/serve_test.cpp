@@ -384,30 +384,39 @@ TEST(ServingLoop, ChunkedPrefillBesideDecodesChangesNoToken) {
 
 // A token whose text lies wholly in a stop string gets no log-probability: the list
 // covers the returned text's tokens and no more, streamed or not.
-// The built-in model, whose tokens are text (the fixtures' random weights pick byte
-// tokens that detokenize to U+FFFD, so their tokens do not spell their text).
-std::unique_ptr<Engine> open_builtin() {
-  EngineOptions o;
-  o.model_path = std::string(MOEFLOW_SOURCE_DIR_FOR_TESTS) + "/models/default.gguf";
-  o.threads = 2;
-  o.ctx_size = 256;
-  o.n_parallel = 1;
-  return Engine::open(o);
-}
+// A serving loop of one slot over the built-in model, whose tokens are text (the
+// fixtures' random weights pick byte tokens that detokenize to U+FFFD, so their tokens
+// do not spell their text).
+struct BuiltinLoop {
+  std::unique_ptr<Engine> engine;
+  ServerMetrics metrics;
+  std::unique_ptr<ServingLoop> loop;
+  explicit BuiltinLoop(int64_t prefill_chunk = 128) {
+    EngineOptions o;
+    o.model_path = std::string(MOEFLOW_SOURCE_DIR_FOR_TESTS) + "/models/default.gguf";
+    o.threads = 2;
+    o.ctx_size = 256;
+    o.n_parallel = 1;
+    engine = Engine::open(o);
+    LoopOptions lo;
+    lo.n_parallel = 1;
+    lo.prefill_chunk = prefill_chunk;
+    loop = std::make_unique<ServingLoop>(*engine, lo, metrics);
+  }
+  Outcome run(GenerationJob j) {
+    auto stream = j.stream;
+    loop->submit(std::move(j));
+    return wait_for(*stream);
+  }
+};
 
 TEST(ServingLoop, LogprobsStopWithTheTextAtAStopString) {
-  auto engine = open_builtin();
-  ServerMetrics metrics;
-  LoopOptions lo;
-  lo.n_parallel = 1;
-  ServingLoop loop(*engine, lo, metrics);
+  BuiltinLoop b;
   auto run = [&](std::vector<std::string> stop) {
-    GenerationJob j = job_of(engine->tokenizer().encode("In the beginning", true), 24);
+    GenerationJob j = job_of(b.engine->tokenize("In the beginning", true), 24);
     j.top_logprobs = 1;
     j.stop = std::move(stop);
-    auto stream = j.stream;
-    loop.submit(std::move(j));
-    return wait_for(*stream);
+    return b.run(std::move(j));
   };
   const Outcome full = run({});
   ASSERT_EQ(static_cast<int64_t>(full.lps.size()), full.completion_tokens);
@@ -434,7 +443,8 @@ TEST(ServingLoop, LogprobsStopWithTheTextAtAStopString) {
 // echo: each prompt token's log-probability given the tokens before it, against the
 // same tokens generated greedily one at a time through the engine itself.
 TEST(ServingLoop, EchoScoresEachPromptTokenGivenThoseBefore) {
-  auto engine = open_builtin();
+  BuiltinLoop bl(4);  // prefill chunks of 4: the prompt's scores gathered over several steps
+  Engine* engine = bl.engine.get();
   const std::vector<int32_t> prompt = engine->tokenize("In the beginning", true);
   std::vector<int32_t> cont;
   std::vector<double> cont_lp;
@@ -455,18 +465,11 @@ TEST(ServingLoop, EchoScoresEachPromptTokenGivenThoseBefore) {
   }
   std::vector<int32_t> all = prompt;
   all.insert(all.end(), cont.begin(), cont.end());
-  ServerMetrics metrics;
-  LoopOptions lo;
-  lo.n_parallel = 1;
-  lo.prefill_chunk = 4;  // the prompt's scores gathered over several chunks
-  ServingLoop loop(*engine, lo, metrics);
   auto echo = [&](int64_t max_tokens) {
     GenerationJob j = job_of(all, max_tokens);
     j.echo = true;
     j.top_logprobs = 1;
-    auto stream = j.stream;
-    loop.submit(std::move(j));
-    return wait_for(*stream);
+    return bl.run(std::move(j));
   };
   const Outcome scored = echo(0);
   EXPECT_EQ(scored.reason, "length");
@@ -500,19 +503,13 @@ TEST(ServingLoop, EchoScoresEachPromptTokenGivenThoseBefore) {
 // JSON mode: whatever the model prefers, it writes a prefix of one JSON object, and a
 // request that ends with "stop" has written a whole one.
 TEST(ServingLoop, JsonModeWritesOnlyAPrefixOfAnObject) {
-  auto engine = open_builtin();
-  ServerMetrics metrics;
-  LoopOptions lo;
-  lo.n_parallel = 1;
-  ServingLoop loop(*engine, lo, metrics);
+  BuiltinLoop b;
   for (uint64_t seed = 1; seed <= 4; ++seed) {
-    GenerationJob j = job_of(engine->tokenize("In the beginning", engine->add_bos_default()), 40);
+    GenerationJob j = job_of(b.engine->tokenize("In the beginning", b.engine->add_bos_default()), 40);
     j.json_object = true;
     j.sampler.temperature = seed == 1 ? 0.0f : 0.9f;
     j.sampler.seed = seed;
-    auto stream = j.stream;
-    loop.submit(std::move(j));
-    const Outcome o = wait_for(*stream);
+    const Outcome o = b.run(std::move(j));
     JsonPrefix p;
     for (const char c : o.text) ASSERT_TRUE(p.feed(static_cast<unsigned char>(c))) << o.text;
     EXPECT_EQ(p.done(), o.reason == "stop") << o.text;
