@@ -1,7 +1,8 @@
 // The server's request parsing (both endpoints) and what it builds from a request:
 // any bytes either parse into a request or give a 400 ApiError naming the field; a
 // parsed request's text runs through the stop strings and the response builders, whose
-// JSON must serialise whatever bytes the text holds.
+// JSON must serialise whatever bytes the text holds, and through JSON mode's prefix
+// check, which must agree with nlohmann::json on what is a whole object.
 #include <cstdint>
 #include <string>
 
@@ -10,6 +11,7 @@
 #include "serve/api_error.h"
 #include "serve/completion_request.h"
 #include "serve/completion_response.h"
+#include "serve/json_prefix.h"
 #include "serve/stop_strings.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -33,6 +35,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const std::vector<TokenLogprob> lps{lp};
         sse_event(stream_chunk(ep, h, 0, shown, true, "", logprobs_json(ep, lps, 0), r.include_usage));
         sse_event(full_response(ep, h, {Choice{shown, "stop", lps}}, r.logprobs, 1, 1));
+        JsonPrefix json;
+        size_t fed = 0;
+        while (fed < text.size() && json.feed(static_cast<unsigned char>(text[fed]))) ++fed;
+        if (fed == text.size() && json.done() && !nlohmann::json::accept(text)) {
+          // Only a number past a double's range may be valid JSON that nlohmann refuses.
+          try {
+            (void)nlohmann::json::parse(text);
+          } catch (const nlohmann::json::out_of_range&) {
+          } catch (const nlohmann::json::parse_error&) {
+            std::abort();
+          }
+        }
       } catch (const ApiError& e) {
         if (e.status() != 400) std::abort();  // parsing knows only bad requests
         e.to_json().dump();
