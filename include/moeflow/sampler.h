@@ -43,7 +43,7 @@ struct SamplerOptions {
   float frequency_penalty = 0.0f;  // -2 to 2; 0: off
   float repeat_penalty = 1.0f;     // > 0; 1: off
   int32_t repeat_last_n = 64;      // tokens repeat_penalty looks back over; -1: all, 0: off
-  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, -100 to 100)
+  std::vector<std::pair<int32_t, float>> logit_bias{};  // (token id, -100 to 100)
 };
 
 class Sampler {
@@ -63,7 +63,6 @@ class Sampler {
   int32_t sample(const float* logits, int64_t n_vocab, const std::function<bool(int32_t)>& allowed);
 
  private:
-  bool penalizes() const;
   int32_t pick(const float* logits, int64_t n_vocab);  // top-k, top-p, temperature
   void remember(int32_t token, bool generated);
   // The logits with the penalties and biases applied, and what `allowed` refuses at
@@ -72,6 +71,10 @@ class Sampler {
 
   int64_t calls_ = 0;  // tokens sampled so far, for the error message
   SamplerOptions opt_;
+  // Which adjustments the options ask for, fixed at construction.
+  bool counts_generated_ = false;  // presence or frequency penalty
+  bool looks_back_ = false;        // repeat_penalty over a window
+  bool adjusts_logits_ = false;    // either, or a logit_bias
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;
   std::unordered_map<int32_t, int32_t> generated_count_;  // presence and frequency

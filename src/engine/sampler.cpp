@@ -53,16 +53,14 @@ Sampler::Sampler(const SamplerOptions& opt) : opt_(opt), rng_(opt.seed) {
                        (id < 0 ? std::string("not a token id") : std::to_string(bias) + " must be in [-100, 100]"));
   if (opt.repeat_last_n < -1)
     throw InputError("sampler: repeat_last_n " + std::to_string(opt.repeat_last_n) + " must be >= -1 (-1: all, 0: off)");
-}
-
-bool Sampler::penalizes() const {
-  return opt_.presence_penalty != 0 || opt_.frequency_penalty != 0 ||
-         (opt_.repeat_penalty != 1 && opt_.repeat_last_n != 0) || !opt_.logit_bias.empty();
+  counts_generated_ = opt.presence_penalty != 0 || opt.frequency_penalty != 0;
+  looks_back_ = opt.repeat_penalty != 1 && opt.repeat_last_n != 0;
+  adjusts_logits_ = counts_generated_ || looks_back_ || !opt.logit_bias.empty();
 }
 
 void Sampler::remember(int32_t token, bool generated) {
-  if (generated && (opt_.presence_penalty != 0 || opt_.frequency_penalty != 0)) ++generated_count_[token];
-  if (opt_.repeat_penalty == 1 || opt_.repeat_last_n == 0) return;
+  if (generated && counts_generated_) ++generated_count_[token];
+  if (!looks_back_) return;
   ++window_count_[token];
   history_.push_back(token);
   if (opt_.repeat_last_n > 0 && history_.size() > static_cast<size_t>(opt_.repeat_last_n)) {
@@ -117,9 +115,9 @@ int32_t Sampler::sample(const float* logits, int64_t n_vocab, const std::functio
                      (n_vocab < 1 ? " (must be >= 1)" : ""));
   if (!all_finite(logits, n_vocab)) check_finite_logits(logits, n_vocab, "sampled token " + std::to_string(calls_));
   ++calls_;
-  if (penalizes() || allowed) logits = penalize(logits, n_vocab, allowed);
+  if (adjusts_logits_ || allowed) logits = penalize(logits, n_vocab, allowed);
   const int32_t t = pick(logits, n_vocab);
-  if (penalizes()) remember(t, true);
+  if (counts_generated_ || looks_back_) remember(t, true);
   return t;
 }
 

@@ -191,69 +191,94 @@ void cancel_all(const Streams& streams) {
   for (const auto& s : streams) s->cancel();
 }
 
+struct Usage {
+  int64_t prompt_tokens = 0;      // the prompt, counted once for all choices
+  int64_t completion_tokens = 0;  // summed over the choices
+};
+
+// Takes a request's choices' events in turn until every choice has ended. `on_event(i,
+// event)` sees each event of choice i, the last one included; `between(took_any)` runs
+// after each round while choices remain. Either returning false stops the poll, and
+// poll_choices returns false. `one_wait` is how long a lone choice waits for its next
+// event; several are polled at 10 ms each.
+template <class OnEvent, class Between>
+bool poll_choices(const Streams& streams, std::chrono::milliseconds one_wait, Usage& usage, OnEvent on_event,
+                  Between between) {
+  std::vector<bool> ended(streams.size(), false);
+  size_t left = streams.size();
+  const auto wait = streams.size() == 1 ? one_wait : std::chrono::milliseconds(10);
+  while (left > 0) {
+    bool took_any = false;
+    for (size_t i = 0; i < streams.size(); ++i) {
+      if (ended[i]) continue;
+      for (StreamEvent& e : streams[i]->take(wait)) {
+        took_any = true;
+        if (e.finished) {
+          ended[i] = true;
+          --left;
+          usage.prompt_tokens = e.prompt_tokens;
+          usage.completion_tokens += e.completion_tokens;
+        }
+        if (!on_event(i, e)) return false;
+      }
+    }
+    if (left > 0 && !between(took_any)) return false;
+  }
+  return true;
+}
+
 // Streams a request's choices as SSE until they all end or the client goes away; each
-// chunk carries its choice's index.
+// chunk carries its choice's index. False when the client went away.
 bool stream_events(const CompletionRequest& r, const ResponseHeader& h, const Streams& streams,
                    httplib::DataSink& sink) {
   struct State {
-    bool first = true, finished = false;
+    bool first = true;
     int64_t text_offset = 0;
   };
   std::vector<State> st(streams.size());
-  size_t left = streams.size();
-  int64_t prompt_tokens = 0, completion_tokens = 0;
+  Usage usage;
+  bool error_sent = false;
   auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-  // One stream waits on its events; several are polled in turn.
-  const auto wait = std::chrono::milliseconds(streams.size() == 1 ? 1000 : 10);
   auto last_write = std::chrono::steady_clock::now();
-  for (;;) {
-    bool wrote = false;
-    for (size_t i = 0; i < streams.size(); ++i) {
-      if (st[i].finished) continue;
-      for (StreamEvent& e : streams[i]->take(wait)) {
-        wrote = true;
-        if (e.error) {
-          cancel_all(streams);
-          if (!write(sse_event(e.error->to_json()))) return false;
-          write("data: [DONE]\n\n");
-          sink.done();
-          return true;
-        }
-        const int index = static_cast<int>(i);
-        if (!e.text.empty() || !e.logprobs.empty()) {
-          const json lp = r.logprobs ? logprobs_json(r.endpoint, e.logprobs, st[i].text_offset) : json(nullptr);
-          st[i].text_offset += static_cast<int64_t>(e.text.size());
-          if (!write(sse_event(stream_chunk(r.endpoint, h, index, e.text, st[i].first, "", lp, r.include_usage))))
-            return false;
-          st[i].first = false;
-        }
-        if (e.finished) {
-          if (!write(sse_event(
-                  stream_chunk(r.endpoint, h, index, "", st[i].first, e.finish_reason, json(nullptr), r.include_usage))))
-            return false;
-          st[i].finished = true;
-          --left;
-          prompt_tokens = e.prompt_tokens;
-          completion_tokens += e.completion_tokens;
-        }
-      }
-    }
-    if (left == 0) {
-      if (r.include_usage && !write(sse_event(usage_chunk(r.endpoint, h, prompt_tokens, completion_tokens))))
-        return false;
+  auto on_event = [&](size_t i, StreamEvent& e) {
+    if (e.error) {
+      cancel_all(streams);
+      if (!write(sse_event(e.error->to_json()))) return false;
       write("data: [DONE]\n\n");
       sink.done();
-      return true;
+      error_sent = true;
+      return false;
     }
-    // An SSE comment while nothing happens finds out whether the client is still there.
+    const int index = static_cast<int>(i);
+    if (!e.text.empty() || !e.logprobs.empty()) {
+      const json lp = r.logprobs ? logprobs_json(r.endpoint, e.logprobs, st[i].text_offset) : json(nullptr);
+      st[i].text_offset += static_cast<int64_t>(e.text.size());
+      if (!write(sse_event(stream_chunk(r.endpoint, h, index, e.text, st[i].first, "", lp, r.include_usage))))
+        return false;
+      st[i].first = false;
+    }
+    return !e.finished ||
+           write(sse_event(stream_chunk(r.endpoint, h, index, "", st[i].first, e.finish_reason, json(nullptr),
+                                        r.include_usage)));
+  };
+  // An SSE comment while nothing happens finds out whether the client is still there.
+  auto between = [&](bool took_any) {
     const auto now = std::chrono::steady_clock::now();
-    if (wrote) {
+    if (took_any) {
       last_write = now;
     } else if (now - last_write >= std::chrono::milliseconds(1000)) {
       if (!write(": keep-alive\n\n")) return false;
       last_write = now;
     }
-  }
+    return true;
+  };
+  if (!poll_choices(streams, std::chrono::milliseconds(1000), usage, on_event, between)) return error_sent;
+  if (r.include_usage &&
+      !write(sse_event(usage_chunk(r.endpoint, h, usage.prompt_tokens, usage.completion_tokens))))
+    return false;
+  write("data: [DONE]\n\n");
+  sink.done();
+  return true;
 }
 
 }  // namespace
@@ -426,35 +451,23 @@ void OpenAiServer::routes() {
         // before the next step, as a streamed one does.
         const ConnectionWatch watch(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
         std::vector<Choice> choices(streams.size());
-        std::vector<bool> finished(streams.size(), false);
-        size_t left = streams.size();
-        int64_t prompt_tokens = 0, completion_tokens = 0;
-        const auto wait = std::chrono::milliseconds(streams.size() == 1 ? 100 : 10);
-        while (left > 0) {
-          if (watch.closed()) {
+        Usage usage;
+        auto on_event = [&](size_t i, StreamEvent& e) {
+          if (e.error) {
             cancel_all(streams);
-            return;
+            throw *e.error;
           }
-          for (size_t i = 0; i < streams.size(); ++i) {
-            if (finished[i]) continue;
-            for (StreamEvent& e : streams[i]->take(wait)) {
-              if (e.error) {
-                cancel_all(streams);
-                throw *e.error;
-              }
-              choices[i].text += e.text;
-              for (TokenLogprob& t : e.logprobs) choices[i].logprobs.push_back(std::move(t));
-              if (e.finished) {
-                choices[i].finish_reason = e.finish_reason;
-                finished[i] = true;
-                --left;
-                prompt_tokens = e.prompt_tokens;
-                completion_tokens += e.completion_tokens;
-              }
-            }
-          }
-        }
-        return send_json(res, 200, full_response(ep, h, choices, r.logprobs, prompt_tokens, completion_tokens));
+          choices[i].text += e.text;
+          for (TokenLogprob& t : e.logprobs) choices[i].logprobs.push_back(std::move(t));
+          if (e.finished) choices[i].finish_reason = e.finish_reason;
+          return true;
+        };
+        auto client_there = [&](bool) { return !watch.closed(); };
+        if (client_there(false) &&
+            poll_choices(streams, std::chrono::milliseconds(100), usage, on_event, client_there))
+          return send_json(res, 200,
+                           full_response(ep, h, choices, r.logprobs, usage.prompt_tokens, usage.completion_tokens));
+        cancel_all(streams);  // the client went away: its slots are freed before the next step
       } catch (const ApiError& e) {
         send_error(res, e);
       } catch (const InputError& e) {

@@ -245,8 +245,8 @@ const std::vector<std::string>& ServingLoop::token_texts() {
 }
 
 bool ServingLoop::echo_prompt(Slot& s, int64_t pos, const float* logits, double t) {
-  const Tokenizer& tok = engine_.tokenizer();
-  auto prompt_text = [&](int32_t id) { return tok.token_bytes(id, false); };  // as decode() spells them
+  const std::vector<std::string>& texts = token_texts();
+  auto prompt_text = [&](int32_t id) { return texts[static_cast<size_t>(id)]; };
   auto first_unscored = [&] {  // nothing comes before the prompt's first token to predict it
     if (!s.prompt_logprobs.empty()) return;
     TokenLogprob first;
@@ -262,7 +262,7 @@ bool ServingLoop::echo_prompt(Slot& s, int64_t pos, const float* logits, double 
   }
   // The prompt done: its text goes out first.
   StreamEvent echo;
-  echo.text = tok.decode(s.job.prompt);
+  echo.text = engine_.tokenizer().decode(s.job.prompt);
   if (s.scores_prompt()) {
     first_unscored();  // a prompt of one token has no other
     echo.logprobs = std::move(s.prompt_logprobs);

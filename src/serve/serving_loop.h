@@ -86,7 +86,8 @@ class ServingLoop {
   // prompt's text (and scores) go out. True when the position yields no token to sample
   // (an inner position, or max_tokens 0, which finishes the request).
   bool echo_prompt(Slot& s, int64_t pos, const float* logits, double t);
-  // Every token's bytes as decode() spells them, built at the first JSON-mode request.
+  // Every token's bytes as decode() spells them, built at the first request that needs
+  // them (JSON mode, echo).
   const std::vector<std::string>& token_texts();
 
   Engine& engine_;

@@ -463,10 +463,12 @@ TEST(EngineMisuse, OptionsAndArgumentsThatWouldWrapOrCrashAreRefused) {
   auto e = Engine::open(options_for("mixtral-f32.gguf"));
   EXPECT_THROW(e->add_listener(nullptr), InputError);
   const std::vector<float> logits(8, 0.0f);
-  for (SamplerOptions bad : {SamplerOptions{-1.0f}, SamplerOptions{NAN}, SamplerOptions{INFINITY},
-                             SamplerOptions{1.0f, -5}, SamplerOptions{1.0f, 40, 2.0f}, SamplerOptions{1.0f, 40, NAN}})
+  for (SamplerOptions bad : {SamplerOptions{.temperature = -1.0f}, SamplerOptions{.temperature = NAN},
+                             SamplerOptions{.temperature = INFINITY}, SamplerOptions{.temperature = 1.0f, .top_k = -5},
+                             SamplerOptions{.temperature = 1.0f, .top_p = 2.0f},
+                             SamplerOptions{.temperature = 1.0f, .top_p = NAN}})
     EXPECT_THROW(Sampler{bad}, InputError);
-  Sampler s(SamplerOptions{1.0f});
+  Sampler s(SamplerOptions{.temperature = 1.0f});
   EXPECT_THROW(s.sample(logits.data(), 0), InputError);
   EXPECT_THROW(s.sample(nullptr, 8), InputError);
 }

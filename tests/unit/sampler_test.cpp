@@ -14,32 +14,33 @@ namespace moeflow {
 
 TEST(Sampler, GreedyPicksArgmaxWithTiesToLowerId) {
   std::vector<float> l = {0.1f, 2.0f, 2.0f, -1.0f};
-  Sampler s(SamplerOptions{0.0f, 40, 0.95f, 1});
+  Sampler s(SamplerOptions{.temperature = 0.0f, .top_k = 40, .top_p = 0.95f, .seed = 1});
   EXPECT_EQ(s.sample(l.data(), 4), 1);
 }
 
 TEST(Sampler, SameSeedSameSequence) {
   std::vector<float> l = {1.0f, 1.1f, 0.9f, 1.05f, 0.2f};
-  Sampler a(SamplerOptions{1.0f, 0, 1.0f, 7}), b(SamplerOptions{1.0f, 0, 1.0f, 7});
+  const SamplerOptions o{.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 7};
+  Sampler a(o), b(o);
   for (int i = 0; i < 50; ++i) EXPECT_EQ(a.sample(l.data(), 5), b.sample(l.data(), 5));
 }
 
 TEST(Sampler, TopKOneIsGreedy) {
   std::vector<float> l = {1.0f, 3.0f, 2.9f};
-  Sampler s(SamplerOptions{5.0f, 1, 1.0f, 3});
+  Sampler s(SamplerOptions{.temperature = 5.0f, .top_k = 1, .top_p = 1.0f, .seed = 3});
   for (int i = 0; i < 20; ++i) EXPECT_EQ(s.sample(l.data(), 3), 1);
 }
 
 TEST(Sampler, TopPKeepsOnlyTheNucleus) {
   // p ~ {0.88, 0.12, 0.0...}: top_p 0.5 keeps only the first.
   std::vector<float> l = {4.0f, 2.0f, -10.0f, -10.0f};
-  Sampler s(SamplerOptions{1.0f, 0, 0.5f, 3});
+  Sampler s(SamplerOptions{.temperature = 1.0f, .top_k = 0, .top_p = 0.5f, .seed = 3});
   for (int i = 0; i < 50; ++i) EXPECT_EQ(s.sample(l.data(), 4), 0);
 }
 
 TEST(Sampler, TemperatureSamplingFollowsTheDistribution) {
   std::vector<float> l = {0.0f, std::log(3.0f)};  // p = {0.25, 0.75}
-  Sampler s(SamplerOptions{1.0f, 0, 1.0f, 11});
+  Sampler s(SamplerOptions{.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 11});
   int ones = 0;
   const int n = 20000;
   for (int i = 0; i < n; ++i) ones += s.sample(l.data(), 2);
@@ -82,8 +83,10 @@ TEST(Sampler, TopKSelectionEqualsAFullPartialSort) {
     // Logits on a coarse grid: many exact ties, some across the k-th place.
     std::vector<float> l(1000 + 997 * trial);
     for (auto& x : l) x = static_cast<float>(static_cast<int>(gen() % 64)) / 8.0f;
-    const SamplerOptions o{0.5f + 0.1f * static_cast<float>(trial % 7), 1 + 13 * (trial % 5), trial % 2 ? 0.9f : 1.0f,
-                           static_cast<uint64_t>(trial)};
+    const SamplerOptions o{.temperature = 0.5f + 0.1f * static_cast<float>(trial % 7),
+                           .top_k = 1 + 13 * (trial % 5),
+                           .top_p = trial % 2 ? 0.9f : 1.0f,
+                           .seed = static_cast<uint64_t>(trial)};
     Sampler s(o);
     std::mt19937_64 rng(o.seed);
     for (int i = 0; i < 30; ++i) ASSERT_EQ(s.sample(l.data(), static_cast<int64_t>(l.size())), reference(l, o, rng))
@@ -171,10 +174,10 @@ TEST(Sampler, LogitBiasBansAndFavours) {
 TEST(Sampler, AConstraintLeavesOnlyTheTokensItAllows) {
   const std::vector<float> l = {5.0f, 1.0f, 0.5f, 4.0f};
   auto odd = [](int32_t t) { return t % 2 == 1; };
-  Sampler g(SamplerOptions{0.0f});
+  Sampler g(SamplerOptions{.temperature = 0.0f});
   EXPECT_EQ(g.sample(l.data(), 4, odd), 3);
   for (const int32_t k : {0, 2, 40}) {
-    Sampler s(SamplerOptions{2.0f, k, 1.0f, 5});
+    Sampler s(SamplerOptions{.temperature = 2.0f, .top_k = k, .top_p = 1.0f, .seed = 5});
     for (int i = 0; i < 300; ++i) EXPECT_EQ(s.sample(l.data(), 4, odd) % 2, 1) << k;
   }
   EXPECT_THROW(g.sample(l.data(), 4, [](int32_t) { return false; }), InputError);

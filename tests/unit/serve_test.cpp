@@ -513,7 +513,9 @@ TEST(ServingLoop, JsonModeWritesOnlyAPrefixOfAnObject) {
     JsonPrefix p;
     for (const char c : o.text) ASSERT_TRUE(p.feed(static_cast<unsigned char>(c))) << o.text;
     EXPECT_EQ(p.done(), o.reason == "stop") << o.text;
-    if (o.reason == "stop") EXPECT_TRUE(nlohmann::json::parse(o.text).is_object()) << o.text;
+    if (o.reason == "stop") {
+      EXPECT_TRUE(nlohmann::json::parse(o.text).is_object()) << o.text;
+    }
   }
 }
 
