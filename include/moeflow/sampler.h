@@ -20,7 +20,6 @@
 // independent (one per sequence).
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -58,16 +57,17 @@ class Sampler {
   void add_prompt(const std::vector<int32_t>& tokens);
   // Throws InputError for null logits, n_vocab < 1, or a logit that is NaN or infinite.
   int32_t sample(const float* logits, int64_t n_vocab);
-  // The same among the tokens `allowed` admits (a grammar's constraint, e.g. JSON mode);
-  // InputError if it admits none.
-  int32_t sample(const float* logits, int64_t n_vocab, const std::function<bool(int32_t)>& allowed);
+  // The same among the tokens t with allowed[t] != 0 (a grammar's constraint, e.g. JSON
+  // mode); InputError if the mask admits none or is not n_vocab long.
+  int32_t sample(const float* logits, int64_t n_vocab, const std::vector<uint8_t>& allowed);
 
  private:
+  int32_t sample(const float* logits, int64_t n_vocab, const std::vector<uint8_t>* allowed);  // null: all
   int32_t pick(const float* logits, int64_t n_vocab);  // top-k, top-p, temperature
   void remember(int32_t token, bool generated);
   // The logits with the penalties and biases applied, and what `allowed` refuses at
   // -infinity, in penalized_.
-  const float* penalize(const float* logits, int64_t n_vocab, const std::function<bool(int32_t)>& allowed);
+  const float* penalize(const float* logits, int64_t n_vocab, const std::vector<uint8_t>* allowed);
 
   int64_t calls_ = 0;  // tokens sampled so far, for the error message
   SamplerOptions opt_;

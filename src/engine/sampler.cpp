@@ -76,7 +76,7 @@ void Sampler::add_prompt(const std::vector<int32_t>& tokens) {
   for (int32_t t : tokens) remember(t, false);
 }
 
-const float* Sampler::penalize(const float* logits, int64_t n_vocab, const std::function<bool(int32_t)>& allowed) {
+const float* Sampler::penalize(const float* logits, int64_t n_vocab, const std::vector<uint8_t>* allowed) {
   penalized_.assign(logits, logits + n_vocab);
   for (const auto& [t, c] : window_count_)
     if (t >= 0 && t < n_vocab) {
@@ -95,11 +95,9 @@ const float* Sampler::penalize(const float* logits, int64_t n_vocab, const std::
   if (allowed) {
     int64_t n_allowed = 0;
     for (int64_t t = 0; t < n_vocab; ++t) {
-      if (allowed(static_cast<int32_t>(t))) {
-        ++n_allowed;
-      } else {
-        penalized_[static_cast<size_t>(t)] = -INFINITY;
-      }
+      const bool ok = (*allowed)[static_cast<size_t>(t)] != 0;
+      n_allowed += ok;
+      if (!ok) penalized_[static_cast<size_t>(t)] = -INFINITY;
     }
     if (n_allowed == 0) throw InputError("sampler: no token of the vocabulary is allowed at sampled token " +
                                          std::to_string(calls_ - 1));
@@ -109,10 +107,17 @@ const float* Sampler::penalize(const float* logits, int64_t n_vocab, const std::
 
 int32_t Sampler::sample(const float* logits, int64_t n_vocab) { return sample(logits, n_vocab, nullptr); }
 
-int32_t Sampler::sample(const float* logits, int64_t n_vocab, const std::function<bool(int32_t)>& allowed) {
+int32_t Sampler::sample(const float* logits, int64_t n_vocab, const std::vector<uint8_t>& allowed) {
+  return sample(logits, n_vocab, &allowed);
+}
+
+int32_t Sampler::sample(const float* logits, int64_t n_vocab, const std::vector<uint8_t>* allowed) {
   if (!logits || n_vocab < 1)
     throw InputError("sampler: " + std::string(logits ? "" : "no logits, ") + "n_vocab " + std::to_string(n_vocab) +
                      (n_vocab < 1 ? " (must be >= 1)" : ""));
+  if (allowed && allowed->size() != static_cast<size_t>(n_vocab))
+    throw InputError("sampler: the allowed-token mask has " + std::to_string(allowed->size()) + " entries for a " +
+                     std::to_string(n_vocab) + "-token vocabulary");
   if (!all_finite(logits, n_vocab)) check_finite_logits(logits, n_vocab, "sampled token " + std::to_string(calls_));
   ++calls_;
   if (adjusts_logits_ || allowed) logits = penalize(logits, n_vocab, allowed);

@@ -24,6 +24,9 @@ class JsonPrefix {
   bool accepts(std::string_view bytes) const;
   // The top-level object is closed.
   bool done() const { return at_ == At::done; }
+  // Inside a string, past any escape: every byte but '"', '\\' and control bytes is
+  // taken as content and leaves the state as it is.
+  bool in_string_body() const { return at_ == At::string && !escape_ && hex_left_ == 0; }
 
  private:
   enum class At : uint8_t { start, value, key_or_end, key, colon, after_value, value_or_end, string, number, literal, done };

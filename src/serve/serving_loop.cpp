@@ -244,6 +244,11 @@ const std::vector<std::string>& ServingLoop::token_texts() {
   return token_texts_;
 }
 
+void ServingLoop::json_allowed(const Slot& s) {
+  if (!json_filter_) json_filter_ = std::make_unique<JsonTokenFilter>(token_texts());
+  json_filter_->allowed(*s.json, json_allowed_);
+}
+
 bool ServingLoop::echo_prompt(Slot& s, int64_t pos, const float* logits, double t) {
   const std::vector<std::string>& texts = token_texts();
   auto prompt_text = [&](int32_t id) { return texts[static_cast<size_t>(id)]; };
@@ -330,10 +335,9 @@ void ServingLoop::step_once() {
     int32_t id;
     try {
       if (s.json) {
-        const std::vector<std::string>& texts = token_texts();
-        id = s.sampler.sample(logits, engine_.n_vocab(),
-                              [&](int32_t t2) { return s.json->accepts(texts[static_cast<size_t>(t2)]); });
-        for (const char c : texts[static_cast<size_t>(id)]) s.json->feed(static_cast<unsigned char>(c));
+        json_allowed(s);
+        id = s.sampler.sample(logits, engine_.n_vocab(), json_allowed_);
+        for (const char c : token_texts_[static_cast<size_t>(id)]) s.json->feed(static_cast<unsigned char>(c));
       } else {
         id = s.sampler.sample(logits, engine_.n_vocab());
       }

@@ -23,6 +23,7 @@
 
 #include "moeflow/engine.h"
 #include "moeflow/sampler.h"
+#include "serve/json_token_filter.h"
 #include "serve/metrics.h"
 #include "serve/request_stream.h"
 #include "serve/scheduler.h"
@@ -89,6 +90,8 @@ class ServingLoop {
   // Every token's bytes as decode() spells them, built at the first request that needs
   // them (JSON mode, echo).
   const std::vector<std::string>& token_texts();
+  // The tokens JSON mode lets slot s write next, in json_allowed_.
+  void json_allowed(const Slot& s);
 
   Engine& engine_;
   LoopOptions opt_;
@@ -105,6 +108,8 @@ class ServingLoop {
 
   std::vector<std::unique_ptr<Slot>> slots_;  // loop thread only
   std::vector<std::string> token_texts_;      // loop thread only
+  std::unique_ptr<JsonTokenFilter> json_filter_;  // over token_texts_; loop thread only
+  std::vector<uint8_t> json_allowed_;
   std::thread thread_;
 };
 

@@ -173,14 +173,15 @@ TEST(Sampler, LogitBiasBansAndFavours) {
 
 TEST(Sampler, AConstraintLeavesOnlyTheTokensItAllows) {
   const std::vector<float> l = {5.0f, 1.0f, 0.5f, 4.0f};
-  auto odd = [](int32_t t) { return t % 2 == 1; };
+  const std::vector<uint8_t> odd = {0, 1, 0, 1};
   Sampler g(SamplerOptions{.temperature = 0.0f});
   EXPECT_EQ(g.sample(l.data(), 4, odd), 3);
   for (const int32_t k : {0, 2, 40}) {
     Sampler s(SamplerOptions{.temperature = 2.0f, .top_k = k, .top_p = 1.0f, .seed = 5});
     for (int i = 0; i < 300; ++i) EXPECT_EQ(s.sample(l.data(), 4, odd) % 2, 1) << k;
   }
-  EXPECT_THROW(g.sample(l.data(), 4, [](int32_t) { return false; }), InputError);
+  EXPECT_THROW(g.sample(l.data(), 4, std::vector<uint8_t>(4, 0)), InputError);
+  EXPECT_THROW(g.sample(l.data(), 4, std::vector<uint8_t>(3, 1)), InputError);  // not one entry per token
 }
 
 TEST(Sampler, PenaltiesOutOfRangeAreRefused) {
