@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
 #include "serve/api_error.h"
 
 namespace moeflow::serve {
@@ -181,17 +182,40 @@ void parse_stop(const json& v, CompletionRequest& r) {
     if (s.empty()) throw ApiError::bad_request("'stop' strings must not be empty", "stop");
 }
 
-// {"type": "text"} or {"type": "json_object"} (true); a schema is not followed, so it is
-// refused rather than ignored.
-bool parse_response_format(const json& v) {
+// {"type": "text"}, {"type": "json_object"}, or {"type": "json_schema", "json_schema":
+// {"name": ..., "schema": {...}, "strict": ...}}: the schema compiled (serve/json_schema.h)
+// from the body parsed again with its keys in order, since the order of properties is
+// the order the model writes them in.
+void parse_response_format(const json& v, const std::string& body, CompletionRequest& r) {
   if (!v.is_object()) wrong_type("response_format", "an object", v);
   const auto type = v.find("type");
   if (type == v.end()) throw ApiError::bad_request("'response_format.type' is required", "response_format.type");
   const std::string t = string_of(*type, "response_format.type");
-  if (t == "json_object") return true;
-  if (t == "text") return false;
-  throw ApiError::bad_request("'response_format.type' '" + t + "' is not supported (text or json_object)",
-                              "response_format.type");
+  if (t == "text") return;
+  if (t == "json_object") {
+    r.json_object = true;
+    return;
+  }
+  if (t != "json_schema")
+    throw ApiError::bad_request("'response_format.type' '" + t + "' is not supported (text, json_object or json_schema)",
+                                "response_format.type");
+  const auto js = v.find("json_schema");
+  if (js == v.end() || !js->is_object())
+    throw ApiError::bad_request("'response_format.json_schema' must be an object holding 'schema'",
+                                "response_format.json_schema");
+  for (const char* key : {"name", "description"})
+    if (js->contains(key) && !js->at(key).is_null()) string_of(js->at(key), std::string("response_format.json_schema.") + key);
+  if (js->contains("strict") && !js->at("strict").is_null()) boolean(js->at("strict"), "response_format.json_schema.strict");
+  if (!js->contains("schema"))
+    throw ApiError::bad_request("'response_format.json_schema.schema' is required", "response_format.json_schema.schema");
+  try {
+    const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body);
+    r.json_schema = std::make_shared<const JsonSchema>(
+        JsonSchema::compile(ordered.at("response_format").at("json_schema").at("schema")));
+  } catch (const InputError& e) {
+    throw ApiError::bad_request(std::string("'response_format.json_schema.schema': ") + e.what(),
+                                "response_format.json_schema.schema");
+  }
 }
 
 // The body as a JSON object, or ApiError 400 saying why not.
@@ -308,7 +332,7 @@ CompletionRequest parse_completion_request(const std::string& body, Endpoint end
     } else if (key == "frequency_penalty") {
       if (!v.is_null()) r.frequency_penalty = number_in(v, key, -2.0, 2.0);
     } else if (key == "response_format") {
-      if (!v.is_null()) r.json_object = parse_response_format(v);
+      if (!v.is_null()) parse_response_format(v, body, r);
     } else if (key == "logit_bias") {
       if (!v.is_null()) r.logit_bias = parse_logit_bias(v);
     } else if (key == "repeat_penalty") {

@@ -8,9 +8,9 @@
 // completions: an integer 0-5), echo (completions: the prompt's text, and with logprobs
 // each prompt token's log-probability given the tokens before it, before the
 // completion; max_tokens 0 then scores the prompt alone), logit_bias ({"token id": -100 to 100}; ids past the
-// vocabulary are refused where the model is known), response_format ({"type": "text"} or
-// {"type": "json_object"}: the output is one JSON object; json_schema is refused, not
-// ignored). Extensions: top_k, repeat_penalty and repeat_last_n
+// vocabulary are refused where the model is known), response_format ({"type": "text"},
+// {"type": "json_object"}: the output is one JSON object, or {"type": "json_schema"}: an
+// instance of the schema, whose unsupported keywords are refused, not ignored). Extensions: top_k, repeat_penalty and repeat_last_n
 // (llama-server's names and meaning), slo_ms (the request's latency target for the
 // eMoE scheduler), task (the task label for task-aware policies), ignore_eos (generate
 // max_tokens whatever the model says; llama-server's name, for benchmarks).
@@ -20,12 +20,14 @@
 // Any violation throws ApiError 400 naming the field (`param`).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "serve/chat_template.h"
+#include "serve/json_schema.h"
 
 namespace moeflow::serve {
 
@@ -58,6 +60,7 @@ struct CompletionRequest {
   bool ignore_eos = false;
   bool echo = false;                    // completions: the prompt returned before the completion
   bool json_object = false;             // response_format {"type": "json_object"}
+  std::shared_ptr<const JsonSchema> json_schema;  // response_format {"type": "json_schema"}
   int n = 1;                            // choices, each its own sequence (seed + i when seeded)
 };
 

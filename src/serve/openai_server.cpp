@@ -172,6 +172,7 @@ GenerationJob make_job(const CompletionRequest& r, const ServedModel& m) {
   job.top_logprobs = r.logprobs ? r.top_logprobs : -1;
   job.echo = r.echo;
   job.json_object = r.json_object;
+  job.json_schema = r.json_schema;
   job.slo_s = (r.slo_ms > 0 ? r.slo_ms : m.default_slo_ms) / 1e3;
   job.task = r.task;
   if (job.task.empty() && !m.task_profiles.empty()) {

@@ -7,6 +7,7 @@
 
 #include "engine/tokenizer.h"
 #include "serve/json_prefix.h"
+#include "serve/json_schema_prefix.h"
 #include "serve/stop_strings.h"
 #include "serve/token_logprobs.h"
 
@@ -25,7 +26,9 @@ struct ServingLoop::Slot {
   Sampler sampler;
   StreamingDetokenizer detok;
   StopStrings stops;
-  std::optional<JsonPrefix> json;  // JSON mode: the text so far
+  // The text so far against JSON mode's grammar or the request's schema (at most one).
+  std::optional<JsonPrefix> json;
+  std::optional<JsonSchemaPrefix> schema;
   // Log-probabilities go out with their tokens' text: a token whose text the stop
   // strings hold back waits with it, and one whose text lies wholly in a stop string
   // is never sent (OpenAI and llama-server list only the returned text's tokens). Each
@@ -41,11 +44,21 @@ struct ServingLoop::Slot {
   Slot(int64_t id_, GenerationJob j, const Tokenizer& tok)
       : id(id_), job(std::move(j)), sampler(job.sampler), detok(tok), stops(job.stop) {
     sampler.add_prompt(job.prompt);
-    if (job.json_object) json.emplace();
+    if (job.json_schema) {
+      schema.emplace(*job.json_schema);
+    } else if (job.json_object) {
+      json.emplace();
+    }
   }
   int64_t prompt_len() const { return static_cast<int64_t>(job.prompt.size()); }
   bool prefilling() const { return prefilled < prompt_len(); }
   bool scores_prompt() const { return job.echo && job.top_logprobs >= 0; }
+  bool constrained() const { return json || schema; }
+  void feed_constraint(const std::string& bytes) {
+    for (const char c : bytes) json ? json->feed(static_cast<unsigned char>(c)) : schema->feed(static_cast<unsigned char>(c));
+  }
+  // The object the constraint asks for is closed.
+  bool constraint_done() const { return json ? json->done() : schema && schema->done(); }
 
   // Passes detokenized text through the stop strings into `e`, with the log-probabilities
   // of the tokens whose text has now begun to go out.
@@ -246,7 +259,11 @@ const std::vector<std::string>& ServingLoop::token_texts() {
 
 void ServingLoop::json_allowed(const Slot& s) {
   if (!json_filter_) json_filter_ = std::make_unique<JsonTokenFilter>(token_texts());
-  json_filter_->allowed(*s.json, json_allowed_);
+  if (s.json) {
+    json_filter_->allowed(*s.json, json_allowed_);
+  } else {
+    json_filter_->allowed(*s.schema, json_allowed_);
+  }
 }
 
 bool ServingLoop::echo_prompt(Slot& s, int64_t pos, const float* logits, double t) {
@@ -334,10 +351,10 @@ void ServingLoop::step_once() {
     if (s.job.echo && b.pos < s.prompt_len() && echo_prompt(s, b.pos, logits, t)) continue;
     int32_t id;
     try {
-      if (s.json) {
+      if (s.constrained()) {
         json_allowed(s);
         id = s.sampler.sample(logits, engine_.n_vocab(), json_allowed_);
-        for (const char c : token_texts_[static_cast<size_t>(id)]) s.json->feed(static_cast<unsigned char>(c));
+        s.feed_constraint(token_texts_[static_cast<size_t>(id)]);
       } else {
         id = s.sampler.sample(logits, engine_.n_vocab());
       }
@@ -362,7 +379,7 @@ void ServingLoop::step_once() {
     StreamEvent e;
     s.pass_text(s.detok.push(id), e);
     if (!e.text.empty() || !e.logprobs.empty()) s.job.stream->push(std::move(e));
-    if (s.stops.stopped() || (s.json && s.json->done())) {
+    if (s.stops.stopped() || s.constraint_done()) {
       finish(s, "stop", t);
     } else if (s.generated >= s.job.max_tokens || s.prompt_len() + s.generated > engine_.ctx_size()) {
       // The next token would need a position past the context.

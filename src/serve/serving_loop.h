@@ -23,6 +23,7 @@
 
 #include "moeflow/engine.h"
 #include "moeflow/sampler.h"
+#include "serve/json_schema.h"
 #include "serve/json_token_filter.h"
 #include "serve/metrics.h"
 #include "serve/request_stream.h"
@@ -43,6 +44,9 @@ struct GenerationJob {
   // JSON mode: only tokens that keep the text a prefix of one JSON object are sampled,
   // and the request ends ("stop") when the object closes (serve/json_prefix.h).
   bool json_object = false;
+  // response_format json_schema: the same with the text kept a prefix of an instance of
+  // this schema (serve/json_schema.h); it outranks json_object.
+  std::shared_ptr<const JsonSchema> json_schema;
   double slo_s = 0;             // 0: the scheduler's default
   std::string task;
   std::shared_ptr<RequestStream> stream;
@@ -90,7 +94,7 @@ class ServingLoop {
   // Every token's bytes as decode() spells them, built at the first request that needs
   // them (JSON mode, echo).
   const std::vector<std::string>& token_texts();
-  // The tokens JSON mode lets slot s write next, in json_allowed_.
+  // The tokens JSON mode or the slot's schema lets slot s write next, in json_allowed_.
   void json_allowed(const Slot& s);
 
   Engine& engine_;

@@ -2,7 +2,8 @@
 // any bytes either parse into a request or give a 400 ApiError naming the field; a
 // parsed request's text runs through the stop strings and the response builders, whose
 // JSON must serialise whatever bytes the text holds, and through JSON mode's prefix
-// check, which must agree with nlohmann::json on what is a whole object.
+// check and the request's json_schema check, which must agree with nlohmann::json on
+// what is a whole object.
 #include <cstdint>
 #include <string>
 
@@ -12,6 +13,7 @@
 #include "serve/completion_request.h"
 #include "serve/completion_response.h"
 #include "serve/json_prefix.h"
+#include "serve/json_schema_prefix.h"
 #include "serve/stop_strings.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -38,7 +40,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         JsonPrefix json;
         size_t fed = 0;
         while (fed < text.size() && json.feed(static_cast<unsigned char>(text[fed]))) ++fed;
-        if (fed == text.size() && json.done() && !nlohmann::json::accept(text)) {
+        bool whole = fed == text.size() && json.done();
+        if (r.json_schema) {  // the request's own schema, over its own text
+          JsonSchemaPrefix instance(*r.json_schema);
+          fed = 0;
+          while (fed < text.size() && instance.feed(static_cast<unsigned char>(text[fed]))) ++fed;
+          whole |= fed == text.size() && instance.done();
+        }
+        if (whole && !nlohmann::json::accept(text)) {
           // Only a number past a double's range may be valid JSON that nlohmann refuses.
           try {
             (void)nlohmann::json::parse(text);

@@ -265,7 +265,46 @@ test('response_format json_object: the text is (a prefix of) one JSON object', a
     assert.match(text, /^\s*\{/);
     if (r.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(text), 'object', text);
   }
-  await expectError(client.chat.completions.create(chat('x', { response_format: { type: 'json_schema', json_schema: { name: 'x', schema: {} } } })), 400, 'response_format.type');
+  await expectError(client.chat.completions.create(chat('x', { response_format: { type: 'xml' } })), 400, 'response_format.type');
+});
+
+test('response_format json_schema: the text is (a prefix of) an instance, properties in the schema\'s order', async () => {
+  const schema = {
+    type: 'object',
+    properties: {
+      book: { enum: ['Genesis', 'Exodus'] },
+      chapter: { type: 'integer' },
+      words: { type: 'array', items: { type: 'string' }, maxItems: 2 },
+      ok: { type: 'boolean' },
+    },
+    required: ['book', 'chapter', 'ok'],
+    additionalProperties: false,
+  };
+  let closed = 0;
+  for (const seed of [2, 3, 4]) {
+    const r = await client.chat.completions.create(chat('Which book?', {
+      max_tokens: 200, temperature: 0.9, seed, response_format: { type: 'json_schema', json_schema: { name: 'answer', strict: true, schema } } }));
+    const text = r.choices[0].message.content;
+    assert.match(text, /^\s*\{/);
+    if (r.choices[0].finish_reason !== 'stop') continue;
+    closed += 1;
+    const v = JSON.parse(text);
+    assert.ok(['Genesis', 'Exodus'].includes(v.book), text);
+    assert.ok(Number.isInteger(v.chapter), text);
+    assert.equal(typeof v.ok, 'boolean', text);
+    const order = Object.keys(schema.properties);
+    const keys = Object.keys(v);
+    assert.deepEqual(keys, order.filter((k) => keys.includes(k)), text);
+  }
+  assert.ok(closed > 0);
+  // A keyword the server cannot hold the model to is refused, with its place.
+  const bad = { type: 'object', properties: { email: { type: 'string', format: 'email' } } };
+  await assert.rejects(client.chat.completions.create(chat('x', { response_format: { type: 'json_schema', json_schema: { name: 'x', schema: bad } } })), (e) => {
+    assert.equal(e.status, 400);
+    assert.equal(e.param, 'response_format.json_schema.schema');
+    assert.match(e.error.message, /#\/properties\/email: the keyword 'format'/);
+    return true;
+  });
 });
 
 test('/tokenize and /detokenize use the served model\'s tokenizer', async () => {

@@ -18,6 +18,7 @@
 #include "serve/api_keys.h"
 #include "serve/completion_request.h"
 #include "serve/json_prefix.h"
+#include "serve/json_schema_prefix.h"
 #include "serve/metrics.h"
 #include "serve/openai_server.h"
 #include "serve/serving_loop.h"
@@ -68,6 +69,17 @@ TEST(CompletionRequest, ReadsEveryField) {
   EXPECT_EQ(r.logit_bias, (std::vector<std::pair<int32_t, float>>{{12, 2.5f}, {7, -100.0f}}));  // by key text
   EXPECT_TRUE(r.json_object);
 
+  // A schema keeps its properties in the order the body gives them.
+  const CompletionRequest js = parse_completion_request(
+      R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"n","strict":true,
+          "schema":{"type":"object","properties":{"zeta":{"type":"string"},"alpha":{"type":"integer"}},"required":["zeta","alpha"]}}}})",
+      Endpoint::chat);
+  ASSERT_TRUE(js.json_schema);
+  const SchemaNode& root = js.json_schema->nodes[static_cast<size_t>(js.json_schema->root)];
+  ASSERT_EQ(root.properties.size(), 2u);
+  EXPECT_EQ(root.properties[0].key, "\"zeta\"");
+  EXPECT_EQ(root.properties[1].key, "\"alpha\"");
+
   const CompletionRequest c = parse_completion_request(R"({"prompt":[1,2,3],"logprobs":2,"stop":"x"})",
                                                        Endpoint::completions);
   EXPECT_EQ(c.prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
@@ -112,7 +124,14 @@ TEST(CompletionRequest, RefusesBadBodiesNamingTheField) {
       {R"({"prompt":"x","logit_bias":[1]})", Endpoint::completions, "logit_bias"},
       {R"({"prompt":"x","response_format":"json"})", Endpoint::completions, "response_format"},
       {R"({"prompt":"x","response_format":{}})", Endpoint::completions, "response_format.type"},
-      {R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{}}})", Endpoint::completions, "response_format.type"},
+      {R"({"prompt":"x","response_format":{"type":"xml"}})", Endpoint::completions, "response_format.type"},
+      {R"({"prompt":"x","response_format":{"type":"json_schema"}})", Endpoint::completions, "response_format.json_schema"},
+      {R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{}}})", Endpoint::completions,
+       "response_format.json_schema.schema"},
+      {R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":3,"schema":{}}}})",
+       Endpoint::completions, "response_format.json_schema.name"},
+      {R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{"schema":{"type":"object","properties":{"a":{"type":"string","format":"email"}}}}}})",
+       Endpoint::completions, "response_format.json_schema.schema"},
       {R"({"prompt":"x","logit_bias":{"a1":1}})", Endpoint::completions, "logit_bias"},
       {R"({"prompt":"x","logit_bias":{"-1":1}})", Endpoint::completions, "logit_bias"},
       {R"({"prompt":"x","logit_bias":{"99999999999":1}})", Endpoint::completions, "logit_bias"},
@@ -517,6 +536,32 @@ TEST(ServingLoop, JsonModeWritesOnlyAPrefixOfAnObject) {
       EXPECT_TRUE(nlohmann::json::parse(o.text).is_object()) << o.text;
     }
   }
+}
+
+TEST(ServingLoop, JsonSchemaWritesOnlyAPrefixOfAnInstance) {
+  BuiltinLoop b;
+  const auto schema = std::make_shared<const JsonSchema>(JsonSchema::compile(nlohmann::ordered_json::parse(
+      R"({"type":"object","properties":{"book":{"enum":["Genesis","Exodus"]},"chapter":{"type":"integer"},
+          "words":{"type":"array","items":{"type":"string"},"maxItems":2},"ok":{"type":"boolean"}},
+          "required":["book","chapter","ok"]})")));
+  int closed = 0;
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    GenerationJob j = job_of(b.engine->tokenize("In the beginning", b.engine->add_bos_default()), 240);
+    j.json_schema = schema;
+    j.sampler.temperature = seed == 1 ? 0.0f : 0.9f;
+    j.sampler.seed = seed;
+    const Outcome o = b.run(std::move(j));
+    JsonSchemaPrefix p(*schema);
+    for (const char c : o.text) ASSERT_TRUE(p.feed(static_cast<unsigned char>(c))) << o.text;
+    EXPECT_EQ(p.done(), o.reason == "stop") << o.text;
+    if (o.reason != "stop") continue;
+    ++closed;
+    const nlohmann::json v = nlohmann::json::parse(o.text);
+    EXPECT_TRUE(v.at("book") == "Genesis" || v.at("book") == "Exodus") << o.text;
+    EXPECT_TRUE(v.at("chapter").is_number_integer()) << o.text;
+    EXPECT_TRUE(v.at("ok").is_boolean()) << o.text;
+  }
+  EXPECT_GT(closed, 0);
 }
 
 TEST(ServingLoop, CancelledRequestsFreeTheirSlotAndAFullQueueRefuses) {
