@@ -61,8 +61,8 @@ class Compiler {
 
   static int64_t count_of(const json& s, const char* key, const std::string& where) {
     const json& v = s.at(key);
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 20))
-      fail(where, std::string("'") + key + "' must be a whole number from 0 to 1048576");
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > JsonSchema::kMaxItems)
+      fail(where, std::string("'") + key + "' must be a whole number from 0 to " + std::to_string(JsonSchema::kMaxItems));
     return v.get<int64_t>();
   }
 

@@ -45,6 +45,7 @@ struct JsonSchema {
   static constexpr size_t kMaxNodes = 4096;
   static constexpr size_t kMaxProperties = 1024;  // of one object
   static constexpr size_t kMaxLiterals = 1024;    // of one enum
+  static constexpr int64_t kMaxItems = 65535;     // minItems and maxItems (an array's count past it stays there)
   std::vector<SchemaNode> nodes;
   int32_t root = -1;
   // Throws InputError naming the unsupported keyword or the contradiction and where

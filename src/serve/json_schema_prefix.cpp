@@ -136,7 +136,11 @@ class Stepper {
     Frame& parent = top_of(p);
     parent.phase = kAfterValue;
     const bool object = s_.nodes[static_cast<size_t>(parent.node)].kind == Kind::object;
-    parent.count = static_cast<uint16_t>((object ? parent.chosen : parent.count) + 1);
+    if (object) {
+      parent.count = static_cast<uint16_t>(parent.chosen + 1);
+    } else if (parent.count < JsonSchema::kMaxItems) {
+      ++parent.count;
+    }
   }
 
   // The path where c begins a value of `node_id`; the parent (if any) then waits in
