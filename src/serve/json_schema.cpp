@@ -14,10 +14,10 @@ namespace {
 using json = nlohmann::ordered_json;
 
 // Keywords that say nothing about which values are valid, or only widen them.
-const std::set<std::string> kIgnored = {"title", "description", "default",  "examples",  "$schema",
-                                        "$id",   "$comment",    "$defs",    "definitions", "additionalProperties"};
-const std::set<std::string> kSupported = {"type", "properties", "required", "items", "minItems",
-                                          "maxItems", "enum",   "const",    "anyOf", "$ref"};
+const std::set<std::string> kIgnored = {"title", "description", "default", "examples",    "$schema",
+                                        "$id",   "$comment",    "$defs",   "definitions", "additionalProperties"};
+const std::set<std::string> kSupported = {"type",     "properties", "required", "items", "minItems",
+                                          "maxItems", "enum",       "const",    "anyOf", "$ref"};
 constexpr int kMaxNesting = 64;
 
 std::string pointer_token(const std::string& s) {
@@ -62,7 +62,8 @@ class Compiler {
   static int64_t count_of(const json& s, const char* key, const std::string& where) {
     const json& v = s.at(key);
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > JsonSchema::kMaxItems)
-      fail(where, std::string("'") + key + "' must be a whole number from 0 to " + std::to_string(JsonSchema::kMaxItems));
+      fail(where,
+           std::string("'") + key + "' must be a whole number from 0 to " + std::to_string(JsonSchema::kMaxItems));
     return v.get<int64_t>();
   }
 
@@ -92,7 +93,8 @@ class Compiler {
       if (!alts.is_array() || alts.empty()) fail(where, "'anyOf' must be a non-empty array of schemas");
       SchemaNode n;
       n.kind = SchemaNode::Kind::any_of;
-      for (size_t i = 0; i < alts.size(); ++i) n.alternatives.push_back(compile(alts[i], where + "/anyOf/" + std::to_string(i)));
+      for (size_t i = 0; i < alts.size(); ++i)
+        n.alternatives.push_back(compile(alts[i], where + "/anyOf/" + std::to_string(i)));
       return add(std::move(n), where);
     }
     std::vector<std::string> types;
@@ -129,7 +131,8 @@ class Compiler {
   int32_t reference(const json& ref, const std::string& where) {
     if (!ref.is_string()) fail(where, "'$ref' must be a string");
     const std::string r = ref.get<std::string>();
-    if (r.empty() || r[0] != '#') fail(where, "'$ref' '" + r + "': only references into this schema (#...) are supported");
+    if (r.empty() || r[0] != '#')
+      fail(where, "'$ref' '" + r + "': only references into this schema (#...) are supported");
     const std::string pointer = r.substr(1);
     if (const auto it = refs_.find(pointer); it != refs_.end()) return it->second;
     const json* target = nullptr;
@@ -165,7 +168,9 @@ class Compiler {
       for (const std::string& t : types) {
         if ((t == "object" && v.is_object()) || (t == "array" && v.is_array()) || (t == "string" && v.is_string()) ||
             (t == "number" && v.is_number()) || (t == "boolean" && v.is_boolean()) || (t == "null" && v.is_null()) ||
-            (t == "integer" && (v.is_number_integer() || (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>()))))))
+            (t == "integer" &&
+             (v.is_number_integer() ||
+              (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>()))))))
           return true;
       }
       return false;
@@ -190,7 +195,8 @@ class Compiler {
         if (props.size() > JsonSchema::kMaxProperties)
           fail(where, "more than " + std::to_string(JsonSchema::kMaxProperties) + " properties");
         for (const auto& [name, sub] : props.items())
-          n.properties.push_back({json(name).dump(), compile(sub, where + "/properties/" + pointer_token(name)), false});
+          n.properties.push_back(
+              {json(name).dump(), compile(sub, where + "/properties/" + pointer_token(name)), false});
       }
       if (s.contains("required")) {
         const json& req = s.at("required");
@@ -246,7 +252,8 @@ class Compiler {
     number.kind = SchemaNode::Kind::number;
     literals.kind = SchemaNode::Kind::literals;
     literals.literals = {"false", "null", "true"};
-    for (SchemaNode* x : {&object, &array, &string, &number, &literals}) n.alternatives.push_back(add(std::move(*x), where));
+    for (SchemaNode* x : {&object, &array, &string, &number, &literals})
+      n.alternatives.push_back(add(std::move(*x), where));
     nodes[static_cast<size_t>(any_)] = std::move(n);
     return any_;
   }

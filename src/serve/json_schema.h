@@ -32,13 +32,13 @@ struct SchemaNode {
     bool required = false;
   };
   Kind kind = Kind::any_of;
-  std::vector<Property> properties;     // object, in the schema's order
-  std::vector<uint16_t> keys_sorted;    // object: property indices by key bytes
-  std::vector<uint16_t> next_required;  // object: [i] = first required property >= i, or properties.size()
-  int32_t items = -1;                   // array: every item's node
+  std::vector<Property> properties;       // object, in the schema's order
+  std::vector<uint16_t> keys_sorted;      // object: property indices by key bytes
+  std::vector<uint16_t> next_required;    // object: [i] = first required property >= i, or properties.size()
+  int32_t items = -1;                     // array: every item's node
   int64_t min_items = 0, max_items = -1;  // array; -1: no limit
-  std::vector<std::string> literals;    // literals: compact JSON texts, sorted (enum, const, true/false, null)
-  std::vector<int32_t> alternatives;    // any_of: nodes that are not any_of themselves
+  std::vector<std::string> literals;      // literals: compact JSON texts, sorted (enum, const, true/false, null)
+  std::vector<int32_t> alternatives;      // any_of: the alternatives (any_of among them too, via $ref)
 };
 
 struct JsonSchema {

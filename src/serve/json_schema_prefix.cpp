@@ -95,13 +95,19 @@ class Stepper {
     const Frame& top = p.frames[p.depth - 1];
     const SchemaNode& node = s_.nodes[static_cast<size_t>(top.node)];
     switch (node.kind) {
-      case Kind::string: return string_byte(p, top, c);
+      case Kind::string:
+        return string_byte(p, top, c);
       case Kind::number:
-      case Kind::integer: return number_byte(p, top, c, node.kind == Kind::integer);
-      case Kind::literals: return literal_byte(p, top, node, c);
-      case Kind::object: return object_byte(p, top, node, c);
-      case Kind::array: return array_byte(p, top, node, c);
-      case Kind::any_of: return;  // never a frame: resolved when the value starts
+      case Kind::integer:
+        return number_byte(p, top, c, node.kind == Kind::integer);
+      case Kind::literals:
+        return literal_byte(p, top, node, c);
+      case Kind::object:
+        return object_byte(p, top, node, c);
+      case Kind::array:
+        return array_byte(p, top, node, c);
+      case Kind::any_of:
+        return;  // never a frame: resolved when the value starts
     }
   }
 

@@ -16,8 +16,8 @@ namespace moeflow::serve {
 
 class JsonSchemaPrefix {
  public:
-  static constexpr int kMaxDepth = 32;   // nesting of objects and arrays
-  static constexpr int kMaxPaths = 16;   // readings kept open; more are dropped (the text stays valid)
+  static constexpr int kMaxDepth = 32;  // nesting of objects and arrays
+  static constexpr int kMaxPaths = 16;  // readings kept open; more are dropped (the text stays valid)
   // Between tokens: one space, or a newline and at most kMaxIndent spaces or tabs (a
   // model cannot idle in white space, and pretty-printed JSON still fits).
   static constexpr int kMaxIndent = 20;
@@ -43,8 +43,8 @@ class JsonSchemaPrefix {
   struct Frame {
     int32_t node;
     uint8_t phase;
-    uint8_t sub;     // string: escape state; number: the number grammar's state
-    uint16_t count;  // object: the next property's index; array: items so far
+    uint8_t sub;           // string: escape state; number: the number grammar's state
+    uint16_t count;        // object: the next property's index; array: items so far
     uint16_t lo, hi, pos;  // literal and key matching: the candidate range and bytes matched
     uint16_t chosen;       // object: the property whose value is being written
   };

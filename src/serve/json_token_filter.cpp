@@ -8,8 +8,7 @@ bool string_content(unsigned char c) { return c >= 0x20 && c != '"' && c != '\\'
 
 }  // namespace
 
-JsonTokenFilter::JsonTokenFilter(const std::vector<std::string>& texts)
-    : texts_(texts), plain_tail_(texts.size(), 0) {
+JsonTokenFilter::JsonTokenFilter(const std::vector<std::string>& texts) : texts_(texts), plain_tail_(texts.size(), 0) {
   for (size_t t = 0; t < texts.size(); ++t) {
     const std::string& s = texts[t];
     if (s.empty()) continue;

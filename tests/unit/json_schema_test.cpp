@@ -113,10 +113,12 @@ TEST(JsonSchema, InstancesInTheSchemasOrderAreAcceptedAndClose) {
   const JsonSchema tree = JsonSchema::compile(ojson::parse(kTree));
   const std::pair<const JsonSchema*, std::string> cases[] = {
       {&person, R"({"name":"Ann","role":"admin","scores":[1]})"},
-      {&person, R"({ "name" : "B\"o\u00e9b", "age": -12, "email": null, "role": "guest", "scores": [0.5, 1e3, -2E-2], "active": true })"},
+      {&person,
+       R"({ "name" : "B\"o\u00e9b", "age": -12, "email": null, "role": "guest", "scores": [0.5, 1e3, -2E-2], "active": true })"},
       {&person, "{\n  \"name\": \"x\",\n  \"email\": \"a@b\",\n  \"role\": \"user\",\n  \"scores\": [3]\n}"},
       {&tree, R"({"root":{"value":1},"pick":"s"})"},
-      {&tree, R"({"root":{"value":12,"children":[{"value":1.5},{"value":"x","children":[]}]},"tag":"t\"q","any":[1,"a",[null,{}],true],"pick":{"k":false}})"},
+      {&tree,
+       R"({"root":{"value":12,"children":[{"value":1.5},{"value":"x","children":[]}]},"tag":"t\"q","any":[1,"a",[null,{}],true],"pick":{"k":false}})"},
       {&tree, R"({"root":{"value":null},"any":-0.5,"pick":-7})"},
   };
   for (const auto& [schema, text] : cases) {
@@ -135,23 +137,23 @@ TEST(JsonSchema, RefusesAtTheByteThatBreaksTheSchema) {
   const JsonSchema person = JsonSchema::compile(ojson::parse(kPerson));
   const JsonSchema tree = JsonSchema::compile(ojson::parse(kTree));
   const std::tuple<const JsonSchema*, std::string, int> cases[] = {
-      {&person, R"([)", 0},                                        // the root is an object
-      {&person, R"({})", 1},                                       // name, role and scores are required
-      {&person, R"({"role")", 2},                                  // name comes first
-      {&person, R"({"name":1)", 8},                                // a string
-      {&person, R"({"name":"a","age":1.5)", 19},                   // an integer
-      {&person, R"({"name":"a","role":"root")", 20},               // not in the enum
-      {&person, R"({"name":"a","nick")", 13},                      // not a property
-      {&person, R"({"name":"a","role":"user","scores":[])", 36},   // minItems 1
+      {&person, R"([)", 0},                                            // the root is an object
+      {&person, R"({})", 1},                                           // name, role and scores are required
+      {&person, R"({"role")", 2},                                      // name comes first
+      {&person, R"({"name":1)", 8},                                    // a string
+      {&person, R"({"name":"a","age":1.5)", 19},                       // an integer
+      {&person, R"({"name":"a","role":"root")", 20},                   // not in the enum
+      {&person, R"({"name":"a","nick")", 13},                          // not a property
+      {&person, R"({"name":"a","role":"user","scores":[])", 36},       // minItems 1
       {&person, R"({"name":"a","role":"user","scores":[1,2,3,)", 41},  // maxItems 3
       {&person, R"({"name":"a","role":"user","scores":[1]})", -1},
-      {&person, R"({"name":"a","role":"user","scores":[1]},)", 39},  // nothing after the root
-      {&person, R"({"name":"a","age":3,"name")", 21},                // no property twice
-      {&tree, R"({"root":{"value":2)", 17},                          // 2 is no enum value
-      {&tree, R"({"root":{"value":1.)", -1},                         // 1. goes on, as 1.5
-      {&tree, R"({"root":{"value":1},"tag":"t")", 28},               // const "t\"q"
-      {&tree, R"({"root":{"value":1},"pick":{})", 28},               // k is required
-      {&tree, R"({"root":{"value":1},"pick":true)", 27},             // no alternative takes true
+      {&person, R"({"name":"a","role":"user","scores":[1]},)", 39},               // nothing after the root
+      {&person, R"({"name":"a","age":3,"name")", 21},                             // no property twice
+      {&tree, R"({"root":{"value":2)", 17},                                       // 2 is no enum value
+      {&tree, R"({"root":{"value":1.)", -1},                                      // 1. goes on, as 1.5
+      {&tree, R"({"root":{"value":1},"tag":"t")", 28},                            // const "t\"q"
+      {&tree, R"({"root":{"value":1},"pick":{})", 28},                            // k is required
+      {&tree, R"({"root":{"value":1},"pick":true)", 27},                          // no alternative takes true
       {&tree, R"({"root":{"value":1,"children":[{"value":1},{"value":1},)", 54},  // maxItems 2
   };
   for (const auto& [schema, text, at] : cases) EXPECT_EQ(accepted_bytes(*schema, text), at) << text;
@@ -173,7 +175,8 @@ TEST(JsonSchema, RandomWalksNeverStickAndCloseOnInstances) {
         for (int b = 0; b < 128; ++b) {  // ASCII: random high bytes would not be UTF-8
           if (!JsonSchemaPrefix(p).feed(static_cast<unsigned char>(b))) continue;
           ok.push_back(static_cast<unsigned char>(b));
-          if (b == '}' || b == ']' || b == '"' || b == ',' || b == ':' || (b >= '0' && b <= '9')) closing.push_back(static_cast<unsigned char>(b));
+          if (b == '}' || b == ']' || b == '"' || b == ',' || b == ':' || (b >= '0' && b <= '9'))
+            closing.push_back(static_cast<unsigned char>(b));
         }
         ASSERT_FALSE(ok.empty()) << "stuck after " << out;
         const bool lean = !closing.empty() && rng() % 4 != 0;
@@ -201,8 +204,9 @@ TEST(JsonSchema, TheVocabularyFilterAgreesWithTheCheck) {
   const JsonSchema schema = JsonSchema::compile(ojson::parse(kTree));
   std::vector<std::string> vocab;
   for (int b = 0; b < 256; ++b) vocab.emplace_back(1, static_cast<char>(b));
-  for (const char* t : {"{\"", "\":", "\",", "\"root", "\"value\":", "12", "1.", ".5", "null", "nu", "\"x\"", "},", "}}",
-                        "]}", "[{", "\"children\":[", "\"t\\\"q\"", "\\\"", "true", "false", " \"", "\"pick", "ab\"", "k\":"})
+  for (const char* t : {"{\"",        "\":",  "\",",   "\"root", "\"value\":", "12",     "1.",   ".5",
+                        "null",       "nu",   "\"x\"", "},",     "}}",         "]}",     "[{",   "\"children\":[",
+                        "\"t\\\"q\"", "\\\"", "true",  "false",  " \"",        "\"pick", "ab\"", "k\":"})
     vocab.emplace_back(t);
   const JsonTokenFilter filter(vocab);
   const std::string text =
@@ -220,7 +224,8 @@ TEST(JsonSchema, TheVocabularyFilterAgreesWithTheCheck) {
 
 TEST(JsonSchema, UnsupportedKeywordsAndContradictionsAreRefusedWithTheirPlace) {
   const std::pair<const char*, const char*> cases[] = {
-      {R"({"type":"object","properties":{"a":{"type":"string","pattern":"^x"}}})", "#/properties/a: the keyword 'pattern'"},
+      {R"({"type":"object","properties":{"a":{"type":"string","pattern":"^x"}}})",
+       "#/properties/a: the keyword 'pattern'"},
       {R"({"type":"object","properties":{"a":{"oneOf":[{"type":"string"}]}}})", "'oneOf'"},
       {R"({"type":"array","items":{"type":"string"}})", "the root must be an object"},
       {R"({"type":"object","required":["a"]})", "required property \"a\" is not in 'properties'"},
