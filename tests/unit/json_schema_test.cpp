@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -161,43 +162,155 @@ TEST(JsonSchema, RefusesAtTheByteThatBreaksTheSchema) {
 
 // Random walks over the bytes the check accepts, leaning towards closing: never stuck,
 // and every closed text is an instance.
-TEST(JsonSchema, RandomWalksNeverStickAndCloseOnInstances) {
-  for (const char* text : {kPerson, kTree}) {
-    const ojson s = ojson::parse(text);
-    const JsonSchema schema = JsonSchema::compile(s);
-    std::mt19937 rng(5);
-    int closed = 0;
-    for (int walk = 0; walk < 300; ++walk) {
-      JsonSchemaPrefix p(schema);
-      std::string out;
-      while (!p.done() && out.size() < 600) {
-        std::vector<unsigned char> ok, closing;
-        for (int b = 0; b < 128; ++b) {  // ASCII: random high bytes would not be UTF-8
-          if (!JsonSchemaPrefix(p).feed(static_cast<unsigned char>(b))) continue;
-          ok.push_back(static_cast<unsigned char>(b));
-          if (b == '}' || b == ']' || b == '"' || b == ',' || b == ':' || (b >= '0' && b <= '9'))
-            closing.push_back(static_cast<unsigned char>(b));
-        }
-        ASSERT_FALSE(ok.empty()) << "stuck after " << out;
-        const bool lean = !closing.empty() && rng() % 4 != 0;
-        const unsigned char c = lean ? closing[rng() % closing.size()] : ok[rng() % ok.size()];
-        ASSERT_TRUE(p.feed(c));
-        out += static_cast<char>(c);
+// `walks` random walks over the ASCII bytes the check accepts, leaning towards closing:
+// none may get stuck, and every text one closes must parse and validate. Returns how
+// many closed.
+int random_walks(const ojson& s, int walks, std::mt19937& rng) {
+  const JsonSchema schema = JsonSchema::compile(s);
+  int closed = 0;
+  for (int walk = 0; walk < walks; ++walk) {
+    JsonSchemaPrefix p(schema);
+    std::string out;
+    while (!p.done() && out.size() < 600) {
+      std::vector<unsigned char> ok, closing;
+      for (int b = 0; b < 128; ++b) {  // ASCII: random high bytes would not be UTF-8
+        if (!JsonSchemaPrefix(p).feed(static_cast<unsigned char>(b))) continue;
+        ok.push_back(static_cast<unsigned char>(b));
+        if (b == '}' || b == ']' || b == '"' || b == ',' || b == ':' || (b >= '0' && b <= '9'))
+          closing.push_back(static_cast<unsigned char>(b));
       }
-      if (!p.done()) continue;
-      ++closed;
-      ojson v;
-      try {
-        v = ojson::parse(out);
-      } catch (const ojson::out_of_range&) {
-        continue;  // a number past a double's range (4e96395): valid JSON this parser will not hold
-      } catch (const ojson::exception& e) {
-        FAIL() << out << ": " << e.what();
+      if (ok.empty()) {
+        ADD_FAILURE() << s.dump() << ": stuck after " << out;
+        return closed;
       }
-      EXPECT_TRUE(valid(v, s, s)) << out;
+      const bool lean = !closing.empty() && rng() % 4 != 0;
+      const unsigned char c = lean ? closing[rng() % closing.size()] : ok[rng() % ok.size()];
+      EXPECT_TRUE(p.feed(c));
+      out += static_cast<char>(c);
     }
-    EXPECT_GT(closed, 100) << text;
+    if (!p.done()) continue;
+    ++closed;
+    try {
+      EXPECT_TRUE(valid(ojson::parse(out), s, s)) << s.dump() << " | " << out;
+    } catch (const ojson::out_of_range&) {
+      // A number past a double's range (4e96395): valid JSON this parser will not hold.
+    } catch (const ojson::exception& e) {
+      ADD_FAILURE() << s.dump() << " | " << out << ": " << e.what();
+    }
   }
+  return closed;
+}
+
+TEST(JsonSchema, RandomWalksNeverStickAndCloseOnInstances) {
+  std::mt19937 rng(5);
+  for (const char* text : {kPerson, kTree}) EXPECT_GT(random_walks(ojson::parse(text), 300, rng), 100) << text;
+}
+
+// Random schemas of every supported keyword: random walks through each never get stuck
+// and close on instances; random instances written in the schema's order (compact and
+// pretty-printed) are accepted whole; and of their random one-byte mutations, one the
+// check takes whole is still an instance.
+TEST(JsonSchema, RandomSchemasAcceptTheirInstancesAndOnlyInstances) {
+  std::mt19937 rng(23);
+  auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  const std::vector<ojson> scalars = {"a", "b\"c", "", 0, 12, -3, 1.5, 2e-3, true, false, nullptr};
+  std::function<ojson(int)> schema = [&](int depth) -> ojson {
+    switch (pick(depth > 2 ? 6 : 10)) {
+      case 0: return {{"type", "string"}};
+      case 1: return {{"type", "integer"}};
+      case 2: return {{"type", "number"}};
+      case 3: return {{"type", pick(2) ? "boolean" : "null"}};
+      case 4: {
+        ojson e = ojson::array();
+        for (size_t i = 0, n = 1 + pick(4); i < n; ++i) e.push_back(scalars[pick(scalars.size())]);
+        return {{"enum", e}};
+      }
+      case 5: return {{"const", scalars[pick(scalars.size())]}};
+      case 6: {
+        ojson a = {{"type", "array"}, {"items", schema(depth + 1)}};
+        if (pick(2)) a["minItems"] = pick(3);
+        if (pick(2)) a["maxItems"] = a.value("minItems", 0) + pick(3);
+        return a;
+      }
+      case 7: {
+        ojson alts = ojson::array();
+        for (size_t i = 0, n = 2 + pick(2); i < n; ++i) alts.push_back(schema(depth + 1));
+        return {{"anyOf", alts}};
+      }
+      case 8: return {{"type", ojson::array({"string", "null"})}};
+      default: {
+        ojson props = ojson::object(), req = ojson::array();
+        for (size_t i = 0, n = 1 + pick(4); i < n; ++i) {
+          const std::string key = std::string(1, static_cast<char>('z' - i)) + (pick(3) ? "" : "\"k");
+          props[key] = schema(depth + 1);
+          if (pick(2)) req.push_back(key);
+        }
+        return {{"type", "object"}, {"properties", props}, {"required", req}};
+      }
+    }
+  };
+  std::function<ojson(const ojson&)> instance = [&](const ojson& s) -> ojson {
+    if (s.contains("enum")) return s["enum"][pick(s["enum"].size())];
+    if (s.contains("const")) return s["const"];
+    if (s.contains("anyOf")) return instance(s["anyOf"][pick(s["anyOf"].size())]);
+    const ojson t = s["type"].is_array() ? s["type"][pick(s["type"].size())] : s["type"];
+    if (t == "string") return std::string(pick(4), static_cast<char>('a' + pick(26))) + (pick(3) ? "" : "\\\n\t\"");
+    if (t == "integer") return static_cast<int>(rng() % 20001) - 10000;
+    if (t == "number") return std::ldexp(static_cast<double>(rng() % 100000) - 50000, -static_cast<int>(pick(12)));
+    if (t == "boolean") return pick(2) == 1;
+    if (t == "null") return nullptr;
+    if (t == "array") {
+      ojson a = ojson::array();
+      const size_t lo = s.value("minItems", 0), hi = s.contains("maxItems") ? s["maxItems"].get<size_t>() : lo + 3;
+      for (size_t i = 0, n = lo + pick(hi - lo + 1); i < n; ++i) a.push_back(instance(s["items"]));
+      return a;
+    }
+    ojson o = ojson::object();
+    for (const auto& [k, sub] : s["properties"].items()) {
+      bool required = false;
+      for (const ojson& r : s["required"]) required |= r == k;
+      if (required || pick(2)) o[k] = instance(sub);
+    }
+    return o;
+  };
+  const std::string alphabet = "{}[]\":,.-+eE0123456789 \n\tatrufnlbcz\\";
+  int accepted_mutations = 0;
+  for (int round = 0; round < 500; ++round) {
+    const ojson s = {{"type", "object"}, {"properties", {{"v", schema(0)}, {"w", schema(0)}}}, {"required", {"v"}}};
+    const JsonSchema compiled = JsonSchema::compile(s);
+    random_walks(s, 2, rng);
+    for (int k = 0; k < 5; ++k) {
+      const ojson v = instance(s);
+      ASSERT_TRUE(valid(v, s, s)) << s.dump() << " | " << v.dump();
+      for (const std::string& text : {v.dump(), v.dump(2)}) {
+        bool done = false;
+        ASSERT_EQ(accepted_bytes(compiled, text, &done), -1) << s.dump() << " | " << text;
+        ASSERT_TRUE(done) << s.dump() << " | " << text;
+        for (int m = 0; m < 10; ++m) {
+          std::string t = text;
+          const size_t at = pick(t.size());
+          switch (pick(3)) {
+            case 0: t[at] = alphabet[pick(alphabet.size())]; break;
+            case 1: t.erase(at, 1); break;
+            default: t.insert(at, 1, alphabet[pick(alphabet.size())]); break;
+          }
+          bool d = false;
+          if (accepted_bytes(compiled, t, &d) != -1 || !d) continue;
+          ++accepted_mutations;
+          ojson w;
+          try {
+            w = ojson::parse(t);
+          } catch (const ojson::out_of_range&) {
+            continue;  // a number past a double's range: valid JSON this parser will not hold
+          } catch (const ojson::exception& e) {
+            FAIL() << s.dump() << " | " << t << ": " << e.what();
+          }
+          EXPECT_TRUE(valid(w, s, s)) << s.dump() << " | " << t;
+        }
+      }
+    }
+  }
+  EXPECT_GT(accepted_mutations, 2000);
 }
 
 TEST(JsonSchema, TheVocabularyFilterAgreesWithTheCheck) {
