@@ -52,9 +52,13 @@ bool JsonPrefix::value_start(unsigned char c) {
 }
 
 bool JsonPrefix::feed(unsigned char c) {
-  // White space between tokens of the grammar, in a bounded run.
+  // White space between tokens of the grammar.
   const bool between = at_ != At::string && at_ != At::number && at_ != At::literal && at_ != At::done;
-  if (between && is_space(c)) return ++spaces_ <= kMaxSpaces;
+  if (between && is_space(c)) {
+    const int next = JsonSpace::next(spaces_, c);
+    spaces_ = static_cast<uint8_t>(next);
+    return next >= 0;
+  }
   if (between) spaces_ = 0;
   switch (at_) {
     case At::start:

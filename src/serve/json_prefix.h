@@ -4,7 +4,7 @@
 // object; the request ends when the object closes.
 //
 // Small and copied per token tried: a fixed stack of containers (deeper nesting than
-// kMaxDepth is refused), and runs of white space held to kMaxSpaces, so that a model
+// kMaxDepth is refused), and white space held to JsonSpace's rule, so that a model
 // cannot idle in white space until max_tokens.
 #pragma once
 #include <cstdint>
@@ -12,10 +12,23 @@
 
 namespace moeflow::serve {
 
+// White space between JSON tokens, as llama.cpp's JSON grammars allow it: one ' ', or a
+// newline and at most kMaxIndent spaces or tabs (pretty-printed JSON fits; a model
+// cannot idle in white space). The state: 0 none yet, kOneSpace, or 1 + the indent.
+struct JsonSpace {
+  static constexpr int kMaxIndent = 20;
+  static constexpr uint8_t kOneSpace = 255;
+  // The state after white-space byte c, or -1 if the rule refuses it.
+  static int next(uint8_t state, unsigned char c) {
+    if (state == 0) return c == ' ' ? kOneSpace : c == '\n' ? 1 : -1;
+    if (state == kOneSpace || (c != ' ' && c != '\t') || state > kMaxIndent) return -1;
+    return state + 1;
+  }
+};
+
 class JsonPrefix {
  public:
   static constexpr int kMaxDepth = 32;
-  static constexpr int kMaxSpaces = 32;
 
   // Appends one byte; false (the state then undefined) if the text would no longer be a
   // prefix of one JSON object.
@@ -38,7 +51,7 @@ class JsonPrefix {
   At at_ = At::start;
   char stack_[kMaxDepth] = {};   // '{' or '['
   int depth_ = 0;
-  int spaces_ = 0;
+  uint8_t spaces_ = 0;           // JsonSpace's state
   bool key_ = false;             // the string is an object key
   bool escape_ = false;
   int8_t hex_left_ = 0;          // \uXXXX digits still to come

@@ -28,7 +28,6 @@ enum Num : uint8_t { kSign, kZero, kInteger, kDot, kFraction, kExp, kExpSign, kE
 constexpr uint8_t kEscape = 1, kHex = 10;
 
 constexpr int kMaxAlternativeNesting = 8;  // anyOf inside anyOf (through references)
-constexpr uint8_t kOneSpace = 255;
 
 bool is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
@@ -119,18 +118,11 @@ class Stepper {
   }
   static Frame& top_of(Path& p) { return p.frames[p.depth - 1]; }
 
-  // White space between tokens, llama.cpp's rule for schemas: one ' ', or a newline and
-  // up to kMaxIndent spaces or tabs. spaces: 0 none yet, kOneSpace, or 1 + the indent.
+  // White space between tokens (JsonSpace's rule).
   void space(const Path& p, unsigned char c) {
-    uint8_t next;
-    if (p.spaces == 0) {
-      if (c != ' ' && c != '\n') return;
-      next = c == ' ' ? kOneSpace : 1;
-    } else {
-      if (p.spaces == kOneSpace || c == '\n' || c == '\r' || p.spaces > JsonSchemaPrefix::kMaxIndent) return;
-      next = static_cast<uint8_t>(p.spaces + 1);
-    }
-    if (Path* q = add(p)) q->spaces = next;
+    const int next = JsonSpace::next(p.spaces, c);
+    if (next < 0) return;
+    if (Path* q = add(p)) q->spaces = static_cast<uint8_t>(next);
   }
 
   // The top frame's value is complete: the frame goes, its parent moves past the value

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "serve/json_prefix.h"
 #include "serve/json_schema.h"
 
 namespace moeflow::serve {
@@ -18,9 +19,6 @@ class JsonSchemaPrefix {
  public:
   static constexpr int kMaxDepth = 32;  // nesting of objects and arrays
   static constexpr int kMaxPaths = 16;  // readings kept open; more are dropped (the text stays valid)
-  // Between tokens: one space, or a newline and at most kMaxIndent spaces or tabs (a
-  // model cannot idle in white space, and pretty-printed JSON still fits).
-  static constexpr int kMaxIndent = 20;
 
   explicit JsonSchemaPrefix(const JsonSchema& schema);
   JsonSchemaPrefix(const JsonSchemaPrefix& o) { copy_from(o); }
@@ -50,7 +48,7 @@ class JsonSchemaPrefix {
   };
   struct Path {
     uint8_t depth;
-    uint8_t spaces;
+    uint8_t spaces;  // JsonSpace's state
     bool started;
     Frame frames[kMaxDepth];
   };

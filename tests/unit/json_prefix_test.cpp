@@ -53,9 +53,15 @@ TEST(JsonPrefix, BoundsNestingAndWhiteSpace) {
   for (int i = 1; i < JsonPrefix::kMaxDepth; ++i) deep += "[";
   EXPECT_EQ(accepted_bytes(deep), -1);
   EXPECT_EQ(accepted_bytes(deep + "["), static_cast<int>(deep.size()));
-  const std::string spaces(JsonPrefix::kMaxSpaces, ' ');
-  EXPECT_EQ(accepted_bytes("{" + spaces + "}"), -1);
-  EXPECT_EQ(accepted_bytes("{" + spaces + " }"), 1 + JsonPrefix::kMaxSpaces);
+  // One space, or a newline and up to 20 spaces or tabs, between tokens.
+  const std::string indent(JsonSpace::kMaxIndent, ' ');
+  EXPECT_EQ(accepted_bytes("{ }"), -1);
+  EXPECT_EQ(accepted_bytes("{\n" + indent + "\"a\": 1,\n\t\"b\" : 2\n}"), -1);
+  EXPECT_EQ(accepted_bytes("{  }"), 2);
+  EXPECT_EQ(accepted_bytes("{\n" + indent + " }"), 2 + JsonSpace::kMaxIndent);
+  EXPECT_EQ(accepted_bytes("{\n\n}"), 2);
+  EXPECT_EQ(accepted_bytes("{\t}"), 1);
+  EXPECT_EQ(accepted_bytes("{\r\n}"), 1);
 }
 
 TEST(JsonPrefix, AcceptsOnACopy) {
