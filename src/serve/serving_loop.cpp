@@ -55,7 +55,10 @@ struct ServingLoop::Slot {
   bool scores_prompt() const { return job.echo && job.top_logprobs >= 0; }
   bool constrained() const { return json || schema; }
   void feed_constraint(const std::string& bytes) {
-    for (const char c : bytes) json ? json->feed(static_cast<unsigned char>(c)) : schema->feed(static_cast<unsigned char>(c));
+    for (const char c : bytes) {
+      const auto u = static_cast<unsigned char>(c);
+      json ? json->feed(u) : schema->feed(u);
+    }
   }
   // The object the constraint asks for is closed.
   bool constraint_done() const { return json ? json->done() : schema && schema->done(); }
