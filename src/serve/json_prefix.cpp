@@ -1,14 +1,10 @@
 #include "serve/json_prefix.h"
 
+#include "serve/json_lexer.h"
+
 namespace moeflow::serve {
 
-namespace {
-
-bool is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
-bool is_hex(unsigned char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
-
-}  // namespace
+using namespace json_lexer;
 
 void JsonPrefix::value_done() { at_ = depth_ == 0 ? At::done : At::after_value; }
 
@@ -29,6 +25,7 @@ bool JsonPrefix::value_start(unsigned char c) {
       return true;
     case '"':
       at_ = At::string;
+      string_ = 0;
       key_ = false;
       return true;
     case 't':
@@ -43,11 +40,13 @@ bool JsonPrefix::value_start(unsigned char c) {
       literal_ = "ull";
       at_ = At::literal;
       return true;
-    default:
-      if (c != '-' && !is_digit(c)) return false;
+    default: {
+      const int n = number_start(c);
+      if (n == kRefused) return false;
       at_ = At::number;
-      num_ = c == '-' ? Num::sign : c == '0' ? Num::zero : Num::integer;
+      num_ = static_cast<uint8_t>(n);
       return true;
+    }
   }
 }
 
@@ -55,7 +54,7 @@ bool JsonPrefix::feed(unsigned char c) {
   // White space between tokens of the grammar.
   const bool between = at_ != At::string && at_ != At::number && at_ != At::literal && at_ != At::done;
   if (between && is_space(c)) {
-    const int next = JsonSpace::next(spaces_, c);
+    const int next = space_next(spaces_, c);
     spaces_ = static_cast<uint8_t>(next);
     return next >= 0;
   }
@@ -73,6 +72,7 @@ bool JsonPrefix::feed(unsigned char c) {
     case At::key:
       if (c != '"') return false;
       at_ = At::string;
+      string_ = 0;
       key_ = true;
       return true;
     case At::colon:
@@ -84,79 +84,28 @@ bool JsonPrefix::feed(unsigned char c) {
       if (c != ',') return false;
       at_ = stack_[depth_ - 1] == '{' ? At::key : At::value;
       return true;
-    case At::string:
-      if (hex_left_ > 0) {
-        --hex_left_;
-        return is_hex(c);
+    case At::string: {
+      const int next = string_next(string_, c);
+      if (next == kRefused) return false;
+      if (next != kEnded) {
+        string_ = static_cast<uint8_t>(next);
+      } else if (key_) {
+        at_ = At::colon;
+      } else {
+        value_done();
       }
-      if (escape_) {
-        escape_ = false;
-        if (c == 'u') {
-          hex_left_ = 4;
-          return true;
-        }
-        return c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't';
-      }
-      if (c == '\\') {
-        escape_ = true;
-        return true;
-      }
-      if (c == '"') {
-        if (key_) {
-          at_ = At::colon;
-        } else {
-          value_done();
-        }
-        return true;
-      }
-      return c >= 0x20;  // control characters are escaped in JSON strings
+      return true;
+    }
     case At::literal:
       if (c != static_cast<unsigned char>(*literal_)) return false;
       if (*++literal_ == '\0') value_done();
       return true;
     case At::number: {
-      switch (num_) {
-        case Num::sign:
-          if (!is_digit(c)) return false;
-          num_ = c == '0' ? Num::zero : Num::integer;
-          return true;
-        case Num::integer:
-          if (is_digit(c)) return true;
-          [[fallthrough]];
-        case Num::zero:
-          if (c == '.') {
-            num_ = Num::dot;
-            return true;
-          }
-          if (c == 'e' || c == 'E') {
-            num_ = Num::exp;
-            return true;
-          }
-          break;  // the number ends here
-        case Num::dot:
-          if (!is_digit(c)) return false;
-          num_ = Num::fraction;
-          return true;
-        case Num::fraction:
-          if (is_digit(c)) return true;
-          if (c == 'e' || c == 'E') {
-            num_ = Num::exp;
-            return true;
-          }
-          break;
-        case Num::exp:
-          if (c == '+' || c == '-') {
-            num_ = Num::exp_sign;
-            return true;
-          }
-          [[fallthrough]];
-        case Num::exp_sign:
-          if (!is_digit(c)) return false;
-          num_ = Num::exp_digits;
-          return true;
-        case Num::exp_digits:
-          if (is_digit(c)) return true;
-          break;
+      const int next = number_next(num_, c, /*integer=*/false);
+      if (next == kRefused) return false;
+      if (next != kEnded) {
+        num_ = static_cast<uint8_t>(next);
+        return true;
       }
       // A complete number, and c begins what follows it.
       value_done();
@@ -168,12 +117,6 @@ bool JsonPrefix::feed(unsigned char c) {
   return false;
 }
 
-bool JsonPrefix::accepts(std::string_view bytes) const {
-  if (bytes.empty()) return false;
-  JsonPrefix p = *this;
-  for (const char c : bytes)
-    if (!p.feed(static_cast<unsigned char>(c))) return false;
-  return true;
-}
+bool JsonPrefix::accepts(std::string_view bytes) const { return accepts_on_copy(*this, bytes); }
 
 }  // namespace moeflow::serve

@@ -4,27 +4,13 @@
 // object; the request ends when the object closes.
 //
 // Small and copied per token tried: a fixed stack of containers (deeper nesting than
-// kMaxDepth is refused), and white space held to JsonSpace's rule, so that a model
+// kMaxDepth is refused), and white space held to json_lexer's rule, so that a model
 // cannot idle in white space until max_tokens.
 #pragma once
 #include <cstdint>
 #include <string_view>
 
 namespace moeflow::serve {
-
-// White space between JSON tokens, as llama.cpp's JSON grammars allow it: one ' ', or a
-// newline and at most kMaxIndent spaces or tabs (pretty-printed JSON fits; a model
-// cannot idle in white space). The state: 0 none yet, kOneSpace, or 1 + the indent.
-struct JsonSpace {
-  static constexpr int kMaxIndent = 20;
-  static constexpr uint8_t kOneSpace = 255;
-  // The state after white-space byte c, or -1 if the rule refuses it.
-  static int next(uint8_t state, unsigned char c) {
-    if (state == 0) return c == ' ' ? kOneSpace : c == '\n' ? 1 : -1;
-    if (state == kOneSpace || (c != ' ' && c != '\t') || state > kMaxIndent) return -1;
-    return state + 1;
-  }
-};
 
 class JsonPrefix {
  public:
@@ -39,11 +25,10 @@ class JsonPrefix {
   bool done() const { return at_ == At::done; }
   // Inside a string, past any escape: every byte but '"', '\\' and control bytes is
   // taken as content and leaves the state as it is.
-  bool in_string_body() const { return at_ == At::string && !escape_ && hex_left_ == 0; }
+  bool in_string_body() const { return at_ == At::string && string_ == 0; }
 
  private:
   enum class At : uint8_t { start, value, key_or_end, key, colon, after_value, value_or_end, string, number, literal, done };
-  enum class Num : uint8_t { sign, zero, integer, dot, fraction, exp, exp_sign, exp_digits };
   bool value_start(unsigned char c);
   bool close(unsigned char c);   // '}' or ']' ends the innermost container
   void value_done();             // a value ended: after it, or done at the top level
@@ -51,11 +36,10 @@ class JsonPrefix {
   At at_ = At::start;
   char stack_[kMaxDepth] = {};   // '{' or '['
   int depth_ = 0;
-  uint8_t spaces_ = 0;           // JsonSpace's state
+  uint8_t spaces_ = 0;           // json_lexer::space_next's state
   bool key_ = false;             // the string is an object key
-  bool escape_ = false;
-  int8_t hex_left_ = 0;          // \uXXXX digits still to come
-  Num num_ = Num::sign;
+  uint8_t string_ = 0;           // json_lexer::string_next's state
+  uint8_t num_ = 0;              // json_lexer::number_next's state
   const char* literal_ = nullptr;  // what is left of true / false / null
 };
 

@@ -2,9 +2,13 @@
 
 #include <cstring>
 
+#include "serve/json_lexer.h"
+
 namespace moeflow::serve {
 
 namespace {
+
+using namespace json_lexer;
 
 using Path = JsonSchemaPrefix::Path;
 using Frame = JsonSchemaPrefix::Frame;
@@ -21,17 +25,7 @@ enum Phase : uint8_t {
   kAfterComma,  // a key / an item
 };
 
-// Number grammar states (RFC 8259), as JsonPrefix's.
-enum Num : uint8_t { kSign, kZero, kInteger, kDot, kFraction, kExp, kExpSign, kExpDigits };
-
-// String sub-states: 0 content, 1 after '\\', kHex + k: k hex digits of \uXXXX to come.
-constexpr uint8_t kEscape = 1, kHex = 10;
-
 constexpr int kMaxAlternativeNesting = 8;  // anyOf inside anyOf (through references)
-
-bool is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
-bool is_hex(unsigned char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
 void copy_path(Path& to, const Path& from) {
   to.depth = from.depth;
@@ -43,36 +37,6 @@ void copy_path(Path& to, const Path& from) {
 bool same_path(const Path& a, const Path& b) {
   return a.depth == b.depth && a.spaces == b.spaces && a.started == b.started &&
          std::memcmp(a.frames, b.frames, sizeof(Frame) * a.depth) == 0;
-}
-
-// The next number state after c, or -1 when c cannot go on and the number cannot end,
-// or -2 when the number is complete and c is the first byte after it.
-int number_next(uint8_t state, unsigned char c, bool integer) {
-  switch (state) {
-    case kSign:
-      return !is_digit(c) ? -1 : c == '0' ? kZero : kInteger;
-    case kInteger:
-      if (is_digit(c)) return kInteger;
-      [[fallthrough]];
-    case kZero:
-      if (!integer && c == '.') return kDot;
-      if (!integer && (c == 'e' || c == 'E')) return kExp;
-      return -2;
-    case kDot:
-      return is_digit(c) ? kFraction : -1;
-    case kFraction:
-      if (is_digit(c)) return kFraction;
-      if (c == 'e' || c == 'E') return kExp;
-      return -2;
-    case kExp:
-      if (c == '+' || c == '-') return kExpSign;
-      [[fallthrough]];
-    case kExpSign:
-      return is_digit(c) ? kExpDigits : -1;
-    case kExpDigits:
-      return is_digit(c) ? kExpDigits : -2;
-  }
-  return -1;
 }
 
 class Stepper {
@@ -118,9 +82,9 @@ class Stepper {
   }
   static Frame& top_of(Path& p) { return p.frames[p.depth - 1]; }
 
-  // White space between tokens (JsonSpace's rule).
+  // White space between tokens (json_lexer's rule).
   void space(const Path& p, unsigned char c) {
-    const int next = JsonSpace::next(p.spaces, c);
+    const int next = space_next(p.spaces, c);
     if (next < 0) return;
     if (Path* q = add(p)) q->spaces = static_cast<uint8_t>(next);
   }
@@ -164,10 +128,12 @@ class Stepper {
         if (c != '"') return;
         break;
       case Kind::number:
-      case Kind::integer:
-        if (c != '-' && !is_digit(c)) return;
-        f.sub = c == '-' ? kSign : c == '0' ? kZero : kInteger;
+      case Kind::integer: {
+        const int n = number_start(c);
+        if (n == kRefused) return;
+        f.sub = static_cast<uint8_t>(n);
         break;
+      }
       case Kind::literals: {
         int first = -1, last = -1;
         for (size_t i = 0; i < node.literals.size(); ++i)
@@ -203,31 +169,23 @@ class Stepper {
   }
 
   void string_byte(const Path& p, const Frame& top, unsigned char c) {
-    if (top.sub == 0) {
-      if (c == '"') {
-        if (Path* q = add(p)) complete(*q);
-      } else if (c == '\\') {
-        if (Path* q = add(p)) top_of(*q).sub = kEscape;
-      } else if (c >= 0x20) {
-        add(p);
-      }
-    } else if (top.sub == kEscape) {
-      if (c == 'u') {
-        if (Path* q = add(p)) top_of(*q).sub = kHex + 4;
-      } else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't') {
-        if (Path* q = add(p)) top_of(*q).sub = 0;
-      }
-    } else if (is_hex(c)) {
-      if (Path* q = add(p)) top_of(*q).sub = top.sub == kHex + 1 ? 0 : static_cast<uint8_t>(top.sub - 1);
+    const int next = string_next(top.sub, c);
+    if (next == kRefused) return;
+    Path* q = add(p);
+    if (!q) return;
+    if (next == kEnded) {
+      complete(*q);
+    } else {
+      top_of(*q).sub = static_cast<uint8_t>(next);
     }
   }
 
   void number_byte(const Path& p, const Frame& top, unsigned char c, bool integer) {
     const int next = number_next(top.sub, c, integer);
-    if (next >= 0) {
-      if (Path* q = add(p)) top_of(*q).sub = static_cast<uint8_t>(next);
-    } else if (next == -2) {
+    if (next == kEnded) {
       after_complete(p, c);
+    } else if (next != kRefused) {
+      if (Path* q = add(p)) top_of(*q).sub = static_cast<uint8_t>(next);
     }
   }
 
@@ -393,13 +351,7 @@ bool JsonSchemaPrefix::feed(unsigned char c) {
   return true;
 }
 
-bool JsonSchemaPrefix::accepts(std::string_view bytes) const {
-  if (bytes.empty()) return false;
-  JsonSchemaPrefix p = *this;
-  for (const char c : bytes)
-    if (!p.feed(static_cast<unsigned char>(c))) return false;
-  return true;
-}
+bool JsonSchemaPrefix::accepts(std::string_view bytes) const { return accepts_on_copy(*this, bytes); }
 
 bool JsonSchemaPrefix::done() const {
   for (int i = 0; i < n_paths_; ++i)

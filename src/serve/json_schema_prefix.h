@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <string_view>
 
-#include "serve/json_prefix.h"
 #include "serve/json_schema.h"
 
 namespace moeflow::serve {
@@ -41,14 +40,14 @@ class JsonSchemaPrefix {
   struct Frame {
     int32_t node;
     uint8_t phase;
-    uint8_t sub;           // string: escape state; number: the number grammar's state
+    uint8_t sub;           // string: json_lexer::string_next's state; number: number_next's
     uint16_t count;        // object: the next property's index; array: items so far
     uint16_t lo, hi, pos;  // literal and key matching: the candidate range and bytes matched
     uint16_t chosen;       // object: the property whose value is being written
   };
   struct Path {
     uint8_t depth;
-    uint8_t spaces;  // JsonSpace's state
+    uint8_t spaces;  // json_lexer::space_next's state
     bool started;
     Frame frames[kMaxDepth];
   };

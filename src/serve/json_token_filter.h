@@ -1,8 +1,8 @@
-// JSON mode's question before each pick, "which tokens keep the text a prefix of one
-// object (of the schema)?", answered for a whole vocabulary at once. Asking accepts() of every
-// token walks each token's bytes on a copy of the state (2-3 ms a pick at a 150k
-// vocabulary); most of those walks are decided by the first byte, and inside a string
-// most tokens are plain string bytes, which need no walk at all.
+// JSON mode's and a schema's question before each pick, "which tokens keep the text a
+// prefix of one object (of the schema)?", answered for a whole vocabulary at once.
+// Asking accepts() of every token walks each token's bytes on a copy of the state; most
+// of those walks are decided by the first byte, and inside a string most tokens are
+// plain string bytes, which need no walk at all.
 #pragma once
 #include <array>
 #include <cstdint>

@@ -2,6 +2,7 @@
 // done() exactly when the object closes. Cross-checked against nlohmann::json on random
 // objects and on their random mutations.
 #include "serve/json_prefix.h"
+#include "serve/json_lexer.h"
 
 #include <gtest/gtest.h>
 
@@ -54,11 +55,11 @@ TEST(JsonPrefix, BoundsNestingAndWhiteSpace) {
   EXPECT_EQ(accepted_bytes(deep), -1);
   EXPECT_EQ(accepted_bytes(deep + "["), static_cast<int>(deep.size()));
   // One space, or a newline and up to 20 spaces or tabs, between tokens.
-  const std::string indent(JsonSpace::kMaxIndent, ' ');
+  const std::string indent(json_lexer::kMaxIndent, ' ');
   EXPECT_EQ(accepted_bytes("{ }"), -1);
   EXPECT_EQ(accepted_bytes("{\n" + indent + "\"a\": 1,\n\t\"b\" : 2\n}"), -1);
   EXPECT_EQ(accepted_bytes("{  }"), 2);
-  EXPECT_EQ(accepted_bytes("{\n" + indent + " }"), 2 + JsonSpace::kMaxIndent);
+  EXPECT_EQ(accepted_bytes("{\n" + indent + " }"), 2 + json_lexer::kMaxIndent);
   EXPECT_EQ(accepted_bytes("{\n\n}"), 2);
   EXPECT_EQ(accepted_bytes("{\t}"), 1);
   EXPECT_EQ(accepted_bytes("{\r\n}"), 1);
