@@ -21,6 +21,7 @@ nlohmann::ordered_json parse_json(const std::string& text, const char* what) {
 ChatTemplate ChatTemplate::parse(std::string_view source) {
   ChatTemplate t;
   t.tpl_ = jinja::parse_template(source);
+  t.source_ = std::make_shared<const std::string>(source);
   return t;
 }
 
@@ -32,6 +33,21 @@ std::string ChatTemplate::render(const ChatTemplateInput& input) const {
     jinja::DictData d;
     d.set(Value::string("role"), Value::string(m.role));
     d.set(Value::string("content"), Value::string(m.content));
+    if (!m.tool_calls.empty()) {
+      std::vector<Value> calls;
+      for (const ChatToolCall& c : m.tool_calls) {
+        // Templates write the arguments with tojson, as Hugging Face's messages hold a dict.
+        nlohmann::ordered_json args = nlohmann::ordered_json::parse(c.arguments, nullptr, false);
+        if (!args.is_object()) args = c.arguments;
+        const nlohmann::ordered_json call = {{"id", c.id},
+                                             {"type", "function"},
+                                             {"function", {{"name", c.name}, {"arguments", std::move(args)}}}};
+        calls.push_back(jinja::value_from_json(call, limits_.max_value_depth));
+      }
+      d.set(Value::string("tool_calls"), Value::list(std::move(calls)));
+    }
+    if (!m.tool_call_id.empty()) d.set(Value::string("tool_call_id"), Value::string(m.tool_call_id));
+    if (!m.name.empty()) d.set(Value::string("name"), Value::string(m.name));
     messages.push_back(Value::dict(std::move(d)));
   }
   Value tools = Value::none();

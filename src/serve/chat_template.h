@@ -29,9 +29,21 @@ namespace jinja {
 struct Template;
 }
 
+// A function call an assistant turn made (OpenAI's message.tool_calls[i]).
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text, as the API carries it
+};
+
 struct ChatMessage {
+  ChatMessage() = default;
+  ChatMessage(std::string r, std::string c) : role(std::move(r)), content(std::move(c)) {}
   std::string role;
   std::string content;
+  std::vector<ChatToolCall> tool_calls;  // assistant: the calls it made
+  std::string tool_call_id;              // tool: the call this result answers; empty: none
+  std::string name;                      // empty: none
 };
 
 struct ChatTemplateInput {
@@ -59,10 +71,16 @@ class ChatTemplate {
   static ChatTemplate parse(std::string_view source);
 
   // Renders the conversation. The template sees `messages` (a list of {role, content}
-  // dicts), `add_generation_prompt`, `bos_token`, `eos_token`, `tools` (none unless
+  // dicts, with `tool_calls` ([{id, type: "function", function: {name, arguments}}],
+  // arguments as a dict when they are a JSON object), `tool_call_id` and `name` where
+  // the message has them), `add_generation_prompt`, `bos_token`, `eos_token`, `tools` (none unless
   // input.tools_json is given) and `documents` (none), as Hugging Face passes them. Throws InputError for runtime
   // errors (raise_exception('...') included, with its message) and exceeded limits.
   std::string render(const ChatTemplateInput& input) const;
+
+  // Whether the template's text contains `word` (how the server tells a template that
+  // renders tools itself from one that knows nothing of them).
+  bool mentions(std::string_view word) const { return source_->find(word) != std::string::npos; }
 
   const Limits& limits() const { return limits_; }
   void set_limits(const Limits& limits) { limits_ = limits; }
@@ -70,6 +88,7 @@ class ChatTemplate {
  private:
   ChatTemplate() = default;  // only parse() makes one, so every ChatTemplate holds a template
   std::shared_ptr<const jinja::Template> tpl_;
+  std::shared_ptr<const std::string> source_;
   Limits limits_;
 };
 

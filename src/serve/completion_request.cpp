@@ -120,6 +120,32 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const json& v) {
   return out;
 }
 
+// [{"id": ..., "type": "function", "function": {"name": ..., "arguments": JSON text}}]
+std::vector<ChatToolCall> parse_message_tool_calls(const json& v, const std::string& field) {
+  if (!v.is_array()) wrong_type(field, "an array", v);
+  std::vector<ChatToolCall> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string f = field + "[" + std::to_string(i) + "]";
+    const json& c = v[i];
+    if (!c.is_object()) wrong_type(f, "an object", c);
+    ChatToolCall call;
+    if (const auto id = c.find("id"); id != c.end() && !id->is_null()) call.id = string_of(*id, f + ".id");
+    if (const auto type = c.find("type"); type != c.end() && !type->is_null() &&
+                                          string_of(*type, f + ".type") != "function")
+      throw ApiError::bad_request("'" + f + ".type' must be \"function\"", f + ".type");
+    const auto fn = c.find("function");
+    if (fn == c.end() || !fn->is_object())
+      throw ApiError::bad_request("'" + f + ".function' must be an object with the name and arguments", f + ".function");
+    const auto name = fn->find("name");
+    if (name == fn->end()) throw ApiError::bad_request("'" + f + ".function.name' is required", f + ".function.name");
+    call.name = string_of(*name, f + ".function.name");
+    if (const auto args = fn->find("arguments"); args != fn->end() && !args->is_null())
+      call.arguments = args->is_object() ? args->dump() : string_of(*args, f + ".function.arguments");
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
 std::vector<ChatMessage> parse_messages(const json& v) {
   if (!v.is_array()) wrong_type("messages", "an array", v);
   if (v.empty()) throw ApiError::bad_request("'messages' must hold at least one message", "messages");
@@ -139,9 +165,19 @@ std::vector<ChatMessage> parse_messages(const json& v) {
       throw ApiError::bad_request("'" + f + ".role' must be one of system, developer, user, assistant, tool; got '" +
                                       msg.role + "'",
                                   f + ".role");
+    if (const auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null()) {
+      if (msg.role != "assistant")
+        throw ApiError::bad_request("'" + f + ".tool_calls' is for assistant messages", f + ".tool_calls");
+      msg.tool_calls = parse_message_tool_calls(*calls, f + ".tool_calls");
+    }
+    if (const auto id = m.find("tool_call_id"); id != m.end() && !id->is_null())
+      msg.tool_call_id = string_of(*id, f + ".tool_call_id");
+    if (const auto name = m.find("name"); name != m.end() && !name->is_null()) msg.name = string_of(*name, f + ".name");
+    // An assistant turn that only called functions has no content.
     const auto content = m.find("content");
-    if (content == m.end()) throw ApiError::bad_request("'" + f + ".content' is required", f + ".content");
-    msg.content = message_content(*content, f + ".content");
+    if (content == m.end() && msg.tool_calls.empty())
+      throw ApiError::bad_request("'" + f + ".content' is required", f + ".content");
+    if (content != m.end()) msg.content = message_content(*content, f + ".content");
     out.push_back(std::move(msg));
   }
   return out;
@@ -218,6 +254,99 @@ void parse_response_format(const json& v, const std::string& body, CompletionReq
   }
 }
 
+// OpenAI's rule for a function's name.
+bool valid_function_name(const std::string& n) {
+  if (n.empty() || n.size() > 64) return false;
+  for (const unsigned char c : n)
+    if (!std::isalnum(c) && c != '_' && c != '-') return false;
+  return true;
+}
+
+// [{"type": "function", "function": {"name", "description", "parameters", "strict"}}];
+// the parameters taken from `ordered` (the body with its keys in order: properties are
+// written in the order the schema gives them).
+std::vector<ToolFunction> parse_tools(const json& v, const nlohmann::ordered_json& ordered) {
+  if (!v.is_array()) wrong_type("tools", "an array", v);
+  std::vector<ToolFunction> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string f = "tools[" + std::to_string(i) + "]";
+    const json& t = v[i];
+    if (!t.is_object()) wrong_type(f, "an object", t);
+    const auto type = t.find("type");
+    if (type == t.end()) throw ApiError::bad_request("'" + f + ".type' is required", f + ".type");
+    if (string_of(*type, f + ".type") != "function")
+      throw ApiError::bad_request("'" + f + ".type' must be \"function\" (the only kind of tool)", f + ".type");
+    const auto fn = t.find("function");
+    if (fn == t.end()) throw ApiError::bad_request("'" + f + ".function' is required", f + ".function");
+    if (!fn->is_object()) wrong_type(f + ".function", "an object", *fn);
+    ToolFunction tf;
+    const auto name = fn->find("name");
+    if (name == fn->end()) throw ApiError::bad_request("'" + f + ".function.name' is required", f + ".function.name");
+    tf.name = string_of(*name, f + ".function.name");
+    if (!valid_function_name(tf.name))
+      throw ApiError::bad_request("'" + f + ".function.name' must be 1 to 64 letters, digits, '_' or '-', got \"" +
+                                      tf.name + "\"",
+                                  f + ".function.name");
+    for (const ToolFunction& other : out)
+      if (other.name == tf.name)
+        throw ApiError::bad_request("'" + f + ".function.name' \"" + tf.name + "\" names two functions",
+                                    f + ".function.name");
+    if (const auto d = fn->find("description"); d != fn->end() && !d->is_null())
+      tf.description = string_of(*d, f + ".function.description");
+    if (const auto strict = fn->find("strict"); strict != fn->end() && !strict->is_null())
+      boolean(*strict, f + ".function.strict");
+    if (const auto p = fn->find("parameters"); p != fn->end() && !p->is_null()) {
+      if (!p->is_object()) wrong_type(f + ".function.parameters", "an object (a JSON schema)", *p);
+      tf.parameters = ordered.at("tools").at(i).at("function").at("parameters");
+    }
+    out.push_back(std::move(tf));
+  }
+  return out;
+}
+
+// "none", "auto", "required", or {"type": "function", "function": {"name": ...}}.
+void parse_tool_choice(const json& v, CompletionRequest& r) {
+  if (v.is_string()) {
+    const std::string c = v.get<std::string>();
+    if (c == "none") r.tool_choice = ToolChoice::none;
+    else if (c == "auto") r.tool_choice = ToolChoice::automatic;
+    else if (c == "required") r.tool_choice = ToolChoice::required;
+    else
+      throw ApiError::bad_request("'tool_choice' must be \"none\", \"auto\", \"required\" or a function, got \"" + c +
+                                      "\"",
+                                  "tool_choice");
+    return;
+  }
+  if (!v.is_object()) wrong_type("tool_choice", "a string or an object naming a function", v);
+  const auto fn = v.find("function");
+  if (fn == v.end() || !fn->is_object() || !fn->contains("name"))
+    throw ApiError::bad_request("'tool_choice.function.name' is required", "tool_choice.function.name");
+  r.tool_choice = ToolChoice::named;
+  r.tool_choice_name = string_of(fn->at("name"), "tool_choice.function.name");
+}
+
+// With tool_choice "required" or a named function the output is held to a call: each
+// function's parameters compiled on their own first, so that an unsupported keyword is
+// named at its own place.
+void constrain_to_tool_call(CompletionRequest& r) {
+  if (r.json_object || r.json_schema)
+    throw ApiError::bad_request("'tool_choice' \"required\" or a named function holds the output to a call; it "
+                                "cannot also follow 'response_format'",
+                                "tool_choice");
+  for (size_t i = 0; i < r.tools.size(); ++i) {
+    const ToolFunction& f = r.tools[i];
+    if (f.parameters.is_null() || (r.tool_choice == ToolChoice::named && f.name != r.tool_choice_name)) continue;
+    const std::string field = "tools[" + std::to_string(i) + "].function.parameters";
+    try {
+      JsonSchema::compile(f.parameters);
+    } catch (const InputError& e) {
+      throw ApiError::bad_request("'" + field + "': " + e.what(), field);
+    }
+  }
+  r.json_schema = std::make_shared<const JsonSchema>(
+      JsonSchema::compile(tool_call_schema(r.tools, r.tool_choice == ToolChoice::named ? r.tool_choice_name : "")));
+}
+
 // The body as a JSON object, or ApiError 400 saying why not.
 json parse_body_object(const std::string& body) {
   // JSON text holds no NUL byte, and the parser would take one for the end of the input
@@ -235,6 +364,11 @@ json parse_body_object(const std::string& body) {
 }
 
 }  // namespace
+
+bool reads_tool_calls(const CompletionRequest& r) {
+  if (r.tools.empty() || r.tool_choice == ToolChoice::none) return false;
+  return r.tool_choice != ToolChoice::automatic || (!r.json_object && !r.json_schema);
+}
 
 TokenizeRequest parse_tokenize_request(const std::string& body) {
   const json j = parse_body_object(body);
@@ -262,6 +396,7 @@ CompletionRequest parse_completion_request(const std::string& body, Endpoint end
   CompletionRequest r;
   r.endpoint = endpoint;
   const bool chat = endpoint == Endpoint::chat;
+  bool tool_choice_given = false;
   if (chat) {
     if (!j.contains("messages")) throw ApiError::bad_request("'messages' is required", "messages");
   } else if (!j.contains("prompt")) {
@@ -341,12 +476,35 @@ CompletionRequest parse_completion_request(const std::string& body, Endpoint end
       if (!v.is_null()) r.repeat_last_n = static_cast<int32_t>(integer_in(v, key, -1, INT32_MAX));
     } else if (key == "user") {
       if (!v.is_null()) string_of(v, key);
+    } else if (chat && key == "tools") {
+      if (!v.is_null()) r.tools = parse_tools(v, nlohmann::ordered_json::parse(body));
+    } else if (chat && key == "tool_choice") {
+      if (!v.is_null()) {
+        parse_tool_choice(v, r);
+        tool_choice_given = true;
+      }
+    } else if (chat && key == "parallel_tool_calls") {
+      if (!v.is_null()) r.parallel_tool_calls = boolean(v, key);
     } else if (key == "echo") {
       if (!v.is_null()) r.echo = boolean(v, key);
       if (r.echo && chat) throw ApiError::bad_request("'echo' is for /v1/completions only", key);
     }
-    // Other fields (tools, ...) are not implemented and
-    // are ignored, so that stock clients keep working.
+    // Other fields are not implemented and are ignored, so that stock clients keep
+    // working.
+  }
+  if (!tool_choice_given && !r.tools.empty()) r.tool_choice = ToolChoice::automatic;
+  if (r.tool_choice == ToolChoice::required || r.tool_choice == ToolChoice::named) {
+    if (r.tools.empty())
+      throw ApiError::bad_request("'tool_choice' asks for a call, but 'tools' names no function", "tool_choice");
+    if (r.tool_choice == ToolChoice::named) {
+      bool found = false;
+      for (const ToolFunction& f : r.tools) found = found || f.name == r.tool_choice_name;
+      if (!found)
+        throw ApiError::bad_request("'tool_choice.function.name' \"" + r.tool_choice_name +
+                                        "\" is not one of the request's tools",
+                                    "tool_choice.function.name");
+    }
+    constrain_to_tool_call(r);
   }
   if (chat && r.top_logprobs > 0 && !r.logprobs)
     throw ApiError::bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");

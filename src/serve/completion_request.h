@@ -16,7 +16,7 @@
 // max_tokens whatever the model says; llama-server's name, for benchmarks).
 //
 // Every field is type-checked; a field the server does not implement but a client may
-// send (user, tools, ...) is type-checked where its type is known and ignored.
+// send (user, ...) is type-checked where its type is known and ignored.
 // Any violation throws ApiError 400 naming the field (`param`).
 #pragma once
 #include <cstdint>
@@ -28,6 +28,7 @@
 
 #include "serve/chat_template.h"
 #include "serve/json_schema.h"
+#include "serve/tool_calls.h"
 
 namespace moeflow::serve {
 
@@ -62,7 +63,15 @@ struct CompletionRequest {
   bool json_object = false;             // response_format {"type": "json_object"}
   std::shared_ptr<const JsonSchema> json_schema;  // response_format {"type": "json_schema"}
   int n = 1;                            // choices, each its own sequence (seed + i when seeded)
+  std::vector<ToolFunction> tools;      // chat: the functions the model may call
+  ToolChoice tool_choice = ToolChoice::none;  // automatic by default when tools are given
+  std::string tool_choice_name;         // ToolChoice::named
+  bool parallel_tool_calls = true;      // false: at most one call a reply
 };
+
+// Whether a reply of `r` is read for function calls (tools offered, and the output not
+// held to a response_format of its own).
+bool reads_tool_calls(const CompletionRequest& r);
 
 // Parses and validates `body`; throws ApiError (400) naming the offending field.
 CompletionRequest parse_completion_request(const std::string& body, Endpoint endpoint);

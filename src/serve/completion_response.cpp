@@ -20,6 +20,19 @@ json header_json(Endpoint ep, const ResponseHeader& h, bool chunk) {
   return {{"id", h.id}, {"object", object_name(ep, chunk)}, {"created", h.created}, {"model", h.model}};
 }
 
+// message.tool_calls; in a stream each call carries its index.
+json tool_calls_json(const std::vector<ToolCall>& calls, bool indexed) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c = {{"id", calls[i].id},
+              {"type", "function"},
+              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (indexed) c["index"] = i;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 json finish_json(const std::string& reason) { return reason.empty() ? json(nullptr) : json(reason); }
 
 }  // namespace
@@ -62,7 +75,11 @@ json full_response(Endpoint ep, const ResponseHeader& h, const std::vector<Choic
   for (size_t i = 0; i < choices.size(); ++i) {
     const Choice& c = choices[i];
     json choice = {{"index", i}};
-    if (ep == Endpoint::chat)
+    if (ep == Endpoint::chat && !c.tool_calls.empty())
+      choice["message"] = {{"role", "assistant"},
+                           {"content", c.text.empty() ? json(nullptr) : json(c.text)},
+                           {"tool_calls", tool_calls_json(c.tool_calls, false)}};
+    else if (ep == Endpoint::chat)
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     else
       choice["text"] = c.text;
@@ -90,6 +107,17 @@ json stream_chunk(Endpoint ep, const ResponseHeader& h, int index, const std::st
   choice["finish_reason"] = finish_json(finish_reason);
   r["choices"] = json::array({choice});
   // With include_usage OpenAI sends "usage": null on every chunk but the last.
+  if (include_usage) r["usage"] = nullptr;
+  return r;
+}
+
+json tool_calls_chunk(const ResponseHeader& h, int index, const std::vector<ToolCall>& calls, bool first,
+                      bool include_usage) {
+  json r = header_json(Endpoint::chat, h, true);
+  json delta = json::object();
+  if (first) delta["role"] = "assistant";
+  delta["tool_calls"] = tool_calls_json(calls, true);
+  r["choices"] = json::array({{{"index", index}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
   if (include_usage) r["usage"] = nullptr;
   return r;
 }

@@ -30,6 +30,7 @@ struct Choice {
   std::string text;
   std::string finish_reason;
   std::vector<TokenLogprob> logprobs;
+  std::vector<ToolCall> tool_calls;  // chat: the calls read out of the text (then `text` is the rest)
 };
 
 // The whole response of a request that was not streamed: its choices in order (index i),
@@ -41,6 +42,10 @@ nlohmann::json full_response(Endpoint ep, const ResponseHeader& h, const std::ve
 // `finish_reason` empty: null.
 nlohmann::json stream_chunk(Endpoint ep, const ResponseHeader& h, int index, const std::string& text, bool first,
                             const std::string& finish_reason, const nlohmann::json& logprobs, bool include_usage);
+
+// A chat stream's chunk of choice `index` carrying its function calls whole.
+nlohmann::json tool_calls_chunk(const ResponseHeader& h, int index, const std::vector<ToolCall>& calls, bool first,
+                                bool include_usage);
 
 // The last chunk when stream_options.include_usage: no choices, only usage.
 nlohmann::json usage_chunk(Endpoint ep, const ResponseHeader& h, int64_t prompt_tokens, int64_t completion_tokens);

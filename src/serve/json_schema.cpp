@@ -264,6 +264,17 @@ class Compiler {
   int depth_ = 0;
 };
 
+// Whether every value `n` admits is an object (an object node, or alternatives that all
+// are; a cycle of alternatives admits nothing of its own).
+bool only_objects(const std::vector<SchemaNode>& nodes, int32_t n, int depth = 0) {
+  const SchemaNode& node = nodes[static_cast<size_t>(n)];
+  if (node.kind == SchemaNode::Kind::object) return true;
+  if (node.kind != SchemaNode::Kind::any_of || depth > 64) return false;
+  for (const int32_t a : node.alternatives)
+    if (!only_objects(nodes, a, depth + 1)) return false;
+  return true;
+}
+
 }  // namespace
 
 JsonSchema JsonSchema::compile(const json& schema) {
@@ -274,8 +285,8 @@ JsonSchema JsonSchema::compile(const json& schema) {
   for (const SchemaNode& n : s.nodes)
     if (n.kind == SchemaNode::Kind::any_of && n.alternatives.empty())
       throw InputError("json_schema: a '$ref' that leads only back to itself admits no value");
-  if (s.nodes[static_cast<size_t>(s.root)].kind != SchemaNode::Kind::object)
-    throw InputError("json_schema at #: the root must be an object schema (\"type\": \"object\")");
+  if (!only_objects(s.nodes, s.root))
+    throw InputError("json_schema at #: the root must be an object schema (\"type\": \"object\", or an anyOf of them)");
   return s;
 }
 

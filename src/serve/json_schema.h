@@ -15,7 +15,8 @@
 // "#/definitions/...", and the annotations (title, description, default, examples,
 // $schema, $id, $comment). Any other keyword (pattern, format, minimum, oneOf, ...)
 // is refused with the keyword and its place named, never ignored. The root must be an
-// object schema, as OpenAI's structured outputs require.
+// object schema, as OpenAI's structured outputs require, or an anyOf of object schemas
+// (a call of one of several functions, serve/tool_calls.h).
 #pragma once
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>

@@ -111,10 +111,14 @@ std::vector<int32_t> prompt_tokens(const CompletionRequest& r, const ServedModel
   // The rendering holds every message's content: a content past the context is refused
   // before the template renders it (rendering 200k messages takes a second).
   std::string contents;
-  for (const ChatMessage& msg : r.messages) contents += msg.content;
+  for (const ChatMessage& msg : r.messages) {
+    contents += msg.content;
+    for (const ChatToolCall& c : msg.tool_calls) contents += c.arguments;
+  }
   check_text_fits(contents, m, "messages");
   ChatTemplateInput in;
-  in.messages = r.messages;
+  in.messages = messages_for_template(*m.chat_template, r.messages, r.tools, r.tool_choice != ToolChoice::none,
+                                      in.tools_json);
   in.add_generation_prompt = true;
   if (tok.bos() >= 0) in.bos_token = tok.token_bytes(tok.bos(), true);
   if (tok.eos() >= 0) in.eos_token = tok.token_bytes(tok.eos(), true);
@@ -228,15 +232,28 @@ bool poll_choices(const Streams& streams, std::chrono::milliseconds one_wait, Us
   return true;
 }
 
+// The calls a finished reply holds (the text outside them in `content`); a reply that
+// ended by itself and holds calls ends for them ("tool_calls", as OpenAI says).
+ParsedReply read_calls(const CompletionRequest& r, const std::string& text, std::string& finish_reason) {
+  ParsedReply reply = parse_tool_calls(text, r.tools, r.parallel_tool_calls);
+  if (!reply.calls.empty() && finish_reason == "stop") finish_reason = "tool_calls";
+  return reply;
+}
+
 // Streams a request's choices as SSE until they all end or the client goes away; each
 // chunk carries its choice's index. False when the client went away.
 bool stream_events(const CompletionRequest& r, const ResponseHeader& h, const Streams& streams,
                    httplib::DataSink& sink) {
+  // A reply read for function calls sends its content as it comes, but holds back the
+  // text from where a call may begin and sends the calls whole when the choice ends.
+  const bool calls_on = reads_tool_calls(r);
+  const bool hold_all = r.tool_choice == ToolChoice::required || r.tool_choice == ToolChoice::named;
   struct State {
     bool first = true;
     int64_t text_offset = 0;
+    ToolCallStream calls;
   };
-  std::vector<State> st(streams.size());
+  std::vector<State> st(streams.size(), State{true, 0, ToolCallStream(hold_all)});
   Usage usage;
   bool error_sent = false;
   auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
@@ -251,15 +268,30 @@ bool stream_events(const CompletionRequest& r, const ResponseHeader& h, const St
       return false;
     }
     const int index = static_cast<int>(i);
+    auto send_text = [&](const std::string& text, const json& lp) {
+      const bool ok = write(sse_event(stream_chunk(r.endpoint, h, index, text, st[i].first, "", lp, r.include_usage)));
+      st[i].first = false;
+      return ok;
+    };
     if (!e.text.empty() || !e.logprobs.empty()) {
       const json lp = r.logprobs ? logprobs_json(r.endpoint, e.logprobs, st[i].text_offset) : json(nullptr);
       st[i].text_offset += static_cast<int64_t>(e.text.size());
-      if (!write(sse_event(stream_chunk(r.endpoint, h, index, e.text, st[i].first, "", lp, r.include_usage))))
-        return false;
-      st[i].first = false;
+      const std::string text = calls_on ? st[i].calls.push(e.text) : e.text;
+      if ((!text.empty() || !e.logprobs.empty()) && !send_text(text, lp)) return false;
     }
-    return !e.finished ||
-           write(sse_event(stream_chunk(r.endpoint, h, index, "", st[i].first, e.finish_reason, json(nullptr),
+    if (!e.finished) return true;
+    std::string reason = e.finish_reason;
+    if (calls_on) {
+      const std::string& held = st[i].calls.held();
+      const ParsedReply reply = read_calls(r, held, reason);
+      const std::string& rest = reply.calls.empty() ? held : reply.content;
+      if (!rest.empty() && !send_text(rest, json(nullptr))) return false;
+      if (!reply.calls.empty()) {
+        if (!write(sse_event(tool_calls_chunk(h, index, reply.calls, st[i].first, r.include_usage)))) return false;
+        st[i].first = false;
+      }
+    }
+    return write(sse_event(stream_chunk(r.endpoint, h, index, "", st[i].first, reason, json(nullptr),
                                         r.include_usage)));
   };
   // An SSE comment while nothing happens finds out whether the client is still there.
@@ -465,9 +497,17 @@ void OpenAiServer::routes() {
         };
         auto client_there = [&](bool) { return !watch.closed(); };
         if (client_there(false) &&
-            poll_choices(streams, std::chrono::milliseconds(100), usage, on_event, client_there))
+            poll_choices(streams, std::chrono::milliseconds(100), usage, on_event, client_there)) {
+          if (reads_tool_calls(r))
+            for (Choice& c : choices) {
+              ParsedReply reply = read_calls(r, c.text, c.finish_reason);
+              if (reply.calls.empty()) continue;
+              c.text = std::move(reply.content);
+              c.tool_calls = std::move(reply.calls);
+            }
           return send_json(res, 200,
                            full_response(ep, h, choices, r.logprobs, usage.prompt_tokens, usage.completion_tokens));
+        }
         cancel_all(streams);  // the client went away: its slots are freed before the next step
       } catch (const ApiError& e) {
         send_error(res, e);

@@ -3,7 +3,9 @@
 // parsed request's text runs through the stop strings and the response builders, whose
 // JSON must serialise whatever bytes the text holds, and through JSON mode's prefix
 // check and the request's json_schema check, which must agree with nlohmann::json on
-// what is a whole object.
+// what is a whole object; with tools, through the call reader (every call names a
+// function of the request and carries a JSON object) and the stream's hold-back (what it
+// sends and what it holds are the text, nothing lost).
 #include <cstdint>
 #include <string>
 
@@ -15,6 +17,7 @@
 #include "serve/json_prefix.h"
 #include "serve/json_schema_prefix.h"
 #include "serve/stop_strings.h"
+#include "serve/tool_calls.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace moeflow::serve;
@@ -36,7 +39,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         lp.top.emplace_back(lp.token, -1.0);
         const std::vector<TokenLogprob> lps{lp};
         sse_event(stream_chunk(ep, h, 0, shown, true, "", logprobs_json(ep, lps, 0), r.include_usage));
-        sse_event(full_response(ep, h, {Choice{shown, "stop", lps}}, r.logprobs, 1, 1));
+        sse_event(full_response(ep, h, {Choice{shown, "stop", lps, {}}}, r.logprobs, 1, 1));
+        if (reads_tool_calls(r)) {
+          const ParsedReply reply = parse_tool_calls(text, r.tools, r.parallel_tool_calls);
+          for (const ToolCall& c : reply.calls) {
+            bool known = false;
+            for (const ToolFunction& f : r.tools) known |= f.name == c.name;
+            if (!known || !nlohmann::json::parse(c.arguments).is_object()) std::abort();
+          }
+          ToolCallStream stream;
+          std::string sent;
+          for (size_t i = 0; i < text.size(); i += 3) sent += stream.push(text.substr(i, 3));
+          if (sent + stream.held() != text) std::abort();
+          sse_event(tool_calls_chunk(h, 0, reply.calls, true, r.include_usage));
+          sse_event(full_response(ep, h, {Choice{reply.content, "tool_calls", {}, reply.calls}}, false, 1, 1));
+        }
         JsonPrefix json;
         size_t fed = 0;
         while (fed < text.size() && json.feed(static_cast<unsigned char>(text[fed]))) ++fed;

@@ -307,6 +307,102 @@ test('response_format json_schema: the text is (a prefix of) an instance, proper
   });
 });
 
+const TOOLS = [
+  { type: 'function', function: { name: 'get_weather', description: 'The weather in a city',
+    parameters: { type: 'object', properties: { unit: { enum: ['celsius', 'fahrenheit'] }, days: { enum: [1, 2, 3] } }, required: ['unit', 'days'] } } },
+  { type: 'function', function: { name: 'get_time', description: 'The time now' } },
+];
+
+// The functions offered in the prompt take some 300 of the built-in model's tokens: a
+// server with room for them.
+let toolServer;
+let toolClient;
+async function tooling() {
+  if (!toolServer) {
+    toolServer = await startServer(['-np', '2', '-c', '1024']);
+    toolClient = new OpenAI({ baseURL: `${toolServer.baseURL}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+  }
+  return toolClient;
+}
+after(async () => { if (toolServer) await stopServer(toolServer); });
+
+async function collectCalls(stream) {
+  const calls = [];
+  let content = '';
+  let finish = null;
+  for await (const c of stream) {
+    for (const ch of c.choices) {
+      content += ch.delta?.content ?? '';
+      for (const t of ch.delta?.tool_calls ?? []) {
+        if (!calls[t.index]) calls[t.index] = { id: t.id, type: t.type, function: { name: '', arguments: '' } };
+        calls[t.index].function.name += t.function?.name ?? '';
+        calls[t.index].function.arguments += t.function?.arguments ?? '';
+      }
+      if (ch.finish_reason) finish = ch.finish_reason;
+    }
+  }
+  return { calls, content, finish };
+}
+
+test('tools: tool_choice "required" and a named function give a call of the functions, streamed or not', async () => {
+  const client = await tooling();
+  const req = chat('What is the weather like?', { max_tokens: 600, tools: TOOLS, tool_choice: 'required' });
+  const r = await client.chat.completions.create(req);
+  const m = r.choices[0];
+  assert.equal(m.finish_reason, 'tool_calls', JSON.stringify(m));
+  assert.equal(m.message.content, null);
+  assert.equal(m.message.tool_calls.length, 1);
+  const call = m.message.tool_calls[0];
+  assert.equal(call.type, 'function');
+  assert.match(call.id, /^call_[A-Za-z0-9]{24}$/);
+  const args = JSON.parse(call.function.arguments);
+  if (call.function.name === 'get_weather') {
+    assert.ok(['celsius', 'fahrenheit'].includes(args.unit), call.function.arguments);
+    assert.ok([1, 2, 3].includes(args.days), call.function.arguments);
+  } else {
+    assert.equal(call.function.name, 'get_time');
+  }
+  // Streamed: the same call, whole, in one delta; no content.
+  const st = await collectCalls(await client.chat.completions.create({ ...req, stream: true }));
+  assert.equal(st.finish, 'tool_calls');
+  assert.equal(st.content, '');
+  assert.equal(st.calls.length, 1);
+  assert.equal(st.calls[0].function.name, call.function.name);
+  assert.equal(st.calls[0].function.arguments, call.function.arguments);
+  // A named function is the one called.
+  for (const name of ['get_weather', 'get_time']) {
+    const n = await client.chat.completions.create(chat('Go.', { max_tokens: 600, tools: TOOLS,
+      tool_choice: { type: 'function', function: { name } } }));
+    assert.equal(n.choices[0].finish_reason, 'tool_calls');
+    assert.equal(n.choices[0].message.tool_calls[0].function.name, name);
+    assert.equal(typeof JSON.parse(n.choices[0].message.tool_calls[0].function.arguments), 'object');
+  }
+});
+
+test('tools: an agent loop\'s history is accepted and "auto" replies are text or calls', async () => {
+  const client = await tooling();
+  const messages = [
+    { role: 'user', content: 'What is the weather like?' },
+    { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"unit":"celsius","days":1}' } }] },
+    { role: 'tool', tool_call_id: 'call_1', content: '{"temp": 3}' },
+  ];
+  for (const stream of [false, true]) {
+    const req = { model: MODEL, messages, tools: TOOLS, temperature: 0, max_tokens: 16 };
+    if (!stream) {
+      const r = await client.chat.completions.create(req);
+      const m = r.choices[0];
+      if (m.finish_reason === 'tool_calls') assert.ok(m.message.tool_calls.length > 0);
+      else assert.equal(typeof m.message.content, 'string');
+    } else {
+      const st = await collectCalls(await client.chat.completions.create({ ...req, stream: true }));
+      assert.ok(st.finish === 'tool_calls' ? st.calls.length > 0 : st.content.length > 0);
+    }
+  }
+  await expectError(client.chat.completions.create(chat('x', { tool_choice: 'required' })), 400, 'tool_choice');
+  const bad = [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { d: { type: 'string', format: 'date' } } } } }];
+  await expectError(client.chat.completions.create(chat('x', { tools: bad, tool_choice: 'required' })), 400, 'tools[0].function.parameters');
+});
+
 test('/tokenize and /detokenize use the served model\'s tokenizer', async () => {
   const post = async (route, body) => {
     const r = await fetch(`${s.baseURL}${route}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });

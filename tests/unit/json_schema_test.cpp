@@ -341,6 +341,7 @@ TEST(JsonSchema, UnsupportedKeywordsAndContradictionsAreRefusedWithTheirPlace) {
        "#/properties/a: the keyword 'pattern'"},
       {R"({"type":"object","properties":{"a":{"oneOf":[{"type":"string"}]}}})", "'oneOf'"},
       {R"({"type":"array","items":{"type":"string"}})", "the root must be an object"},
+      {R"({"anyOf":[{"type":"object"},{"type":"string"}]})", "the root must be an object"},
       {R"({"type":"object","required":["a"]})", "required property \"a\" is not in 'properties'"},
       {R"({"type":"object","properties":{"a":{"$ref":"#/$defs/missing"}}})", "names nothing"},
       {R"({"type":"object","properties":{"a":{"$ref":"http://x/y"}}})", "only references into this schema"},
@@ -361,6 +362,8 @@ TEST(JsonSchema, UnsupportedKeywordsAndContradictionsAreRefusedWithTheirPlace) {
       EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
     }
   }
+  // A root of object alternatives (a call of one of several functions) is an object root.
+  EXPECT_NO_THROW(JsonSchema::compile(ojson::parse(R"({"anyOf":[{"type":"object"},{"anyOf":[{"type":"object"}]}]})")));
   // A schema that refers to itself without end still compiles to a finite graph.
   const JsonSchema loop = JsonSchema::compile(ojson::parse(R"({"type":"object","properties":{"self":{"$ref":"#"}}})"));
   EXPECT_EQ(accepted_bytes(loop, R"({"self":{"self":{}}})"), -1);

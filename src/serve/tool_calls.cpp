@@ -1,0 +1,276 @@
+#include "serve/tool_calls.h"
+
+#include <random>
+
+namespace moeflow::serve {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+constexpr std::string_view kCallOpen = "<tool_call>";
+constexpr std::string_view kCallClose = "</tool_call>";
+
+bool space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+std::string trimmed(std::string_view s) {
+  size_t b = 0, e = s.size();
+  while (b < e && space(s[b])) ++b;
+  while (e > b && space(s[e - 1])) --e;
+  return std::string(s.substr(b, e - b));
+}
+
+std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+// Local references ("#/$defs/x") of a function's parameters point into the parameters;
+// placed under `at` in the call's schema they must point there.
+void rebase_refs(ojson& s, const std::string& at) {
+  if (s.is_object()) {
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      if (it.key() == "$ref" && it.value().is_string()) {
+        const std::string r = it.value().get<std::string>();
+        if (!r.empty() && r[0] == '#') it.value() = "#" + at + r.substr(1);
+      } else {
+        rebase_refs(it.value(), at);
+      }
+    }
+  } else if (s.is_array()) {
+    for (ojson& v : s) rebase_refs(v, at);
+  }
+}
+
+ojson one_call_schema(const ToolFunction& f, const std::string& at) {
+  ojson args = f.parameters.is_null() ? ojson{{"type", "object"}} : f.parameters;
+  rebase_refs(args, at + "/properties/arguments");
+  ojson props = ojson::object();
+  props["name"] = {{"const", f.name}};
+  props["arguments"] = std::move(args);
+  return {{"type", "object"}, {"properties", std::move(props)}, {"required", {"name", "arguments"}}};
+}
+
+std::string call_id() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kChars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += kChars[rng() % (sizeof(kChars) - 1)];
+  return id;
+}
+
+bool known(const std::vector<ToolFunction>& tools, const std::string& name) {
+  for (const ToolFunction& f : tools)
+    if (f.name == name) return true;
+  return false;
+}
+
+// One call from its JSON: {"name": a function of the request, "arguments" (or Llama 3's
+// "parameters"): an object, or a string holding one}; false for anything else.
+bool call_from_json(const ojson& j, const std::vector<ToolFunction>& tools, ToolCall& out) {
+  if (!j.is_object()) return false;
+  const auto name = j.find("name");
+  if (name == j.end() || !name->is_string() || !known(tools, name->get<std::string>())) return false;
+  auto args = j.find("arguments");
+  if (args == j.end()) args = j.find("parameters");
+  ojson a = ojson::object();
+  if (args != j.end()) {
+    a = *args;
+    if (a.is_string()) a = ojson::parse(a.get<std::string>(), nullptr, false);
+    if (!a.is_object()) return false;
+  }
+  out.id = call_id();
+  out.name = name->get<std::string>();
+  out.arguments = dump(a);
+  return true;
+}
+
+// A text that is one JSON call or an array of calls, all of them valid; false otherwise.
+bool bare_calls(const std::string& text, const std::vector<ToolFunction>& tools, std::vector<ToolCall>& out) {
+  const ojson j = ojson::parse(text, nullptr, false);
+  if (j.is_discarded()) return false;
+  std::vector<ToolCall> calls;
+  if (j.is_array() && !j.empty()) {
+    for (const ojson& c : j) {
+      ToolCall call;
+      if (!call_from_json(c, tools, call)) return false;
+      calls.push_back(std::move(call));
+    }
+  } else {
+    ToolCall call;
+    if (!call_from_json(j, tools, call)) return false;
+    calls.push_back(std::move(call));
+  }
+  out = std::move(calls);
+  return true;
+}
+
+// A function as the request gave it: {"type": "function", "function": {name,
+// description, parameters}}.
+ojson tool_json(const ToolFunction& f) {
+  ojson fn = ojson::object();
+  fn["name"] = f.name;
+  if (!f.description.empty()) fn["description"] = f.description;
+  if (!f.parameters.is_null()) fn["parameters"] = f.parameters;
+  return {{"type", "function"}, {"function", std::move(fn)}};
+}
+
+std::string calls_as_hermes(const std::vector<ChatToolCall>& calls) {
+  std::string text;
+  for (const ChatToolCall& c : calls) {
+    ojson args = ojson::parse(c.arguments, nullptr, false);
+    if (args.is_discarded()) args = c.arguments;
+    const ojson call = {{"name", c.name}, {"arguments", std::move(args)}};
+    if (!text.empty()) text += "\n";
+    text += std::string(kCallOpen) + "\n" + dump(call) + "\n" + std::string(kCallClose);
+  }
+  return text;
+}
+
+}  // namespace
+
+ojson tool_call_schema(const std::vector<ToolFunction>& tools, const std::string& only) {
+  if (!only.empty()) {
+    for (const ToolFunction& f : tools)
+      if (f.name == only) return one_call_schema(f, "");
+  }
+  if (tools.size() == 1) return one_call_schema(tools[0], "");
+  ojson alternatives = ojson::array();
+  for (size_t i = 0; i < tools.size(); ++i)
+    alternatives.push_back(one_call_schema(tools[i], "/anyOf/" + std::to_string(i)));
+  return {{"anyOf", std::move(alternatives)}};
+}
+
+std::string hermes_tools_preamble(const std::vector<ToolFunction>& tools) {
+  std::string text =
+      "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+      "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+  for (const ToolFunction& f : tools) {
+    text += '\n';
+    text += dump(tool_json(f));
+  }
+  text +=
+      "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+      "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+      "<args-json-object>}\n</tool_call>";
+  return text;
+}
+
+std::vector<ChatMessage> messages_for_template(const ChatTemplate& tpl, const std::vector<ChatMessage>& messages,
+                                               const std::vector<ToolFunction>& tools, bool offer_tools,
+                                               std::string& tools_json) {
+  tools_json.clear();
+  const bool renders_tools = tpl.mentions("tools");
+  const bool renders_calls = tpl.mentions("tool_calls");
+  const bool renders_results = tpl.mentions("'tool'") || tpl.mentions("\"tool\"");
+  if (offer_tools && !tools.empty() && renders_tools) {
+    ojson arr = ojson::array();
+    for (const ToolFunction& f : tools) arr.push_back(tool_json(f));
+    tools_json = dump(arr);
+  }
+  std::vector<ChatMessage> out;
+  bool last_is_results = false;  // out.back() is a user turn made of tool results
+  for (const ChatMessage& m : messages) {
+    ChatMessage msg = m;
+    if (!renders_calls && !msg.tool_calls.empty()) {
+      const std::string calls = calls_as_hermes(msg.tool_calls);
+      msg.content = msg.content.empty() ? calls : msg.content + "\n" + calls;
+      msg.tool_calls.clear();
+    }
+    if (!renders_results && msg.role == "tool") {
+      // A result as a user turn; results in a row, and a user turn after them, share
+      // one (templates that check the turns alternate refuse two user turns in a row).
+      msg = ChatMessage("user", "<tool_response>\n" + msg.content + "\n</tool_response>");
+      if (last_is_results) {
+        out.back().content += "\n" + msg.content;
+        continue;
+      }
+      out.push_back(std::move(msg));
+      last_is_results = true;
+      continue;
+    }
+    if (last_is_results && msg.role == "user") {
+      out.back().content += "\n" + msg.content;
+      last_is_results = false;
+      continue;
+    }
+    last_is_results = false;
+    out.push_back(std::move(msg));
+  }
+  if (offer_tools && !tools.empty() && !renders_tools) {
+    const std::string preamble = hermes_tools_preamble(tools);
+    if (!out.empty() && (out[0].role == "system" || out[0].role == "developer"))
+      out[0].content = out[0].content.empty() ? preamble : out[0].content + "\n\n" + preamble;
+    else
+      out.insert(out.begin(), ChatMessage("system", preamble));
+  }
+  return out;
+}
+
+ParsedReply parse_tool_calls(const std::string& text, const std::vector<ToolFunction>& tools, bool parallel) {
+  ParsedReply r;
+  const std::string whole = trimmed(text);
+  if (!whole.empty() && (whole[0] == '{' || whole[0] == '[') && bare_calls(whole, tools, r.calls)) {
+    if (!parallel && r.calls.size() > 1) r.calls.resize(1);
+    return r;
+  }
+  // Hermes blocks; an unclosed last one (the reply ended inside it) is read to the end.
+  std::string content;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t open = text.find(kCallOpen, at);
+    if (open == std::string::npos) break;
+    const size_t body = open + kCallOpen.size();
+    const size_t close = text.find(kCallClose, body);
+    const size_t end = close == std::string::npos ? text.size() : close;
+    const ojson j = ojson::parse(trimmed(std::string_view(text).substr(body, end - body)), nullptr, false);
+    ToolCall call;
+    const size_t next = close == std::string::npos ? text.size() : close + kCallClose.size();
+    if (!j.is_discarded() && call_from_json(j, tools, call)) {
+      content += text.substr(at, open - at);
+      r.calls.push_back(std::move(call));
+    } else {
+      content += text.substr(at, next - at);  // not a call: kept as written
+    }
+    at = next;
+  }
+  if (at < text.size()) content += text.substr(at);
+  r.content = trimmed(content);
+  if (!parallel && r.calls.size() > 1) r.calls.resize(1);
+  return r;
+}
+
+std::string ToolCallStream::push(const std::string& text) {
+  held_ += text;
+  if (holding_) return "";
+  if (hold_all_) {
+    holding_ = true;
+    return "";
+  }
+  if (!sent_any_) {
+    // Until the reply shows its first character, it may still open a bare JSON call.
+    size_t first = 0;
+    while (first < held_.size() && space(held_[first])) ++first;
+    if (first == held_.size()) return "";
+    if (held_[first] == '{' || held_[first] == '[') {
+      holding_ = true;
+      return "";
+    }
+  }
+  std::string out;
+  if (const size_t open = held_.find(kCallOpen); open != std::string::npos) {
+    out = held_.substr(0, open);
+    held_.erase(0, open);
+    holding_ = true;
+  } else {
+    // Keep back the longest tail that could begin "<tool_call>".
+    size_t keep = 0;
+    for (size_t k = std::min(held_.size(), kCallOpen.size() - 1); k > 0; --k)
+      if (std::string_view(held_).substr(held_.size() - k) == kCallOpen.substr(0, k)) {
+        keep = k;
+        break;
+      }
+    out = held_.substr(0, held_.size() - keep);
+    held_.erase(0, held_.size() - keep);
+  }
+  if (!out.empty()) sent_any_ = true;
+  return out;
+}
+
+}  // namespace moeflow::serve
