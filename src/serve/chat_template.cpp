@@ -32,13 +32,16 @@ std::string ChatTemplate::render(const ChatTemplateInput& input) const {
   for (const ChatMessage& m : input.messages) {
     jinja::DictData d;
     d.set(Value::string("role"), Value::string(m.role));
-    d.set(Value::string("content"), Value::string(m.content));
+    d.set(Value::string("content"), m.null_content && m.content.empty() ? Value::none() : Value::string(m.content));
     if (!m.tool_calls.empty()) {
       std::vector<Value> calls;
       for (const ChatToolCall& c : m.tool_calls) {
         // Templates write the arguments with tojson, as Hugging Face's messages hold a dict.
-        nlohmann::ordered_json args = nlohmann::ordered_json::parse(c.arguments, nullptr, false);
-        if (!args.is_object()) args = c.arguments;
+        nlohmann::ordered_json args = c.arguments;
+        if (input.tool_arguments_as_objects) {
+          nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(c.arguments, nullptr, false);
+          if (parsed.is_object()) args = std::move(parsed);
+        }
         const nlohmann::ordered_json call = {{"id", c.id},
                                              {"type", "function"},
                                              {"function", {{"name", c.name}, {"arguments", std::move(args)}}}};

@@ -41,6 +41,7 @@ struct ChatMessage {
   ChatMessage(std::string r, std::string c) : role(std::move(r)), content(std::move(c)) {}
   std::string role;
   std::string content;
+  bool null_content = false;             // content is None to the template (an assistant turn of calls only)
   std::vector<ChatToolCall> tool_calls;  // assistant: the calls it made
   std::string tool_call_id;              // tool: the call this result answers; empty: none
   std::string name;                      // empty: none
@@ -58,6 +59,9 @@ struct ChatTemplateInput {
   // false} for Qwen3); empty: none. A key naming one of the variables above, or
   // malformed JSON, is an InputError.
   std::string variables_json;
+  // Tool calls' arguments as dicts (what most templates write with tojson) or as the
+  // JSON text itself (DeepSeek's, which concatenate them as strings).
+  bool tool_arguments_as_objects = true;
   // strftime_now()'s time, seconds since the epoch formatted as UTC; unset: the local clock.
   std::optional<int64_t> now_unix_seconds;
 };
@@ -71,9 +75,10 @@ class ChatTemplate {
   static ChatTemplate parse(std::string_view source);
 
   // Renders the conversation. The template sees `messages` (a list of {role, content}
-  // dicts, with `tool_calls` ([{id, type: "function", function: {name, arguments}}],
-  // arguments as a dict when they are a JSON object), `tool_call_id` and `name` where
-  // the message has them), `add_generation_prompt`, `bos_token`, `eos_token`, `tools` (none unless
+  // dicts, content None where null_content, with `tool_calls` ([{id, type: "function",
+  // function: {name, arguments}}], arguments as a dict when they are a JSON object and
+  // input.tool_arguments_as_objects), `tool_call_id` and `name` where the message has
+  // them), `add_generation_prompt`, `bos_token`, `eos_token`, `tools` (none unless
   // input.tools_json is given) and `documents` (none), as Hugging Face passes them. Throws InputError for runtime
   // errors (raise_exception('...') included, with its message) and exceeded limits.
   std::string render(const ChatTemplateInput& input) const;

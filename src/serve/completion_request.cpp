@@ -178,6 +178,7 @@ std::vector<ChatMessage> parse_messages(const json& v) {
     if (content == m.end() && msg.tool_calls.empty())
       throw ApiError::bad_request("'" + f + ".content' is required", f + ".content");
     if (content != m.end()) msg.content = message_content(*content, f + ".content");
+    msg.null_content = !msg.tool_calls.empty() && (content == m.end() || content->is_null());
     out.push_back(std::move(msg));
   }
   return out;

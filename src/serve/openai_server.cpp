@@ -124,7 +124,7 @@ std::vector<int32_t> prompt_tokens(const CompletionRequest& r, const ServedModel
   if (tok.eos() >= 0) in.eos_token = tok.token_bytes(tok.eos(), true);
   std::string text;
   try {
-    text = m.chat_template->render(in);
+    text = render_conversation(*m.chat_template, in);
   } catch (const InputError& e) {
     // The template's own raise_exception (e.g. "roles must alternate") is the client's fault.
     throw ApiError::bad_request(std::string("the chat template refused the messages: ") + e.what(), "messages");

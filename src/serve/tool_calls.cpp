@@ -2,6 +2,8 @@
 
 #include <random>
 
+#include "base/error.h"
+
 namespace moeflow::serve {
 namespace {
 
@@ -9,6 +11,14 @@ using ojson = nlohmann::ordered_json;
 
 constexpr std::string_view kCallOpen = "<tool_call>";
 constexpr std::string_view kCallClose = "</tool_call>";
+// DeepSeek-V3 / R1 / V3.1: calls between these, each in its own begin/end pair.
+constexpr std::string_view kDeepSeekCallsOpen = "<｜tool▁calls▁begin｜>";
+constexpr std::string_view kDeepSeekCallsClose = "<｜tool▁calls▁end｜>";
+constexpr std::string_view kDeepSeekOpen = "<｜tool▁call▁begin｜>";
+constexpr std::string_view kDeepSeekClose = "<｜tool▁call▁end｜>";
+constexpr std::string_view kDeepSeekSep = "<｜tool▁sep｜>";
+// Where a call may begin in a streamed reply.
+constexpr std::string_view kCallStarts[] = {kCallOpen, kDeepSeekCallsOpen, kDeepSeekOpen};
 
 bool space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -123,6 +133,50 @@ std::string calls_as_hermes(const std::vector<ChatToolCall>& calls) {
   return text;
 }
 
+// A DeepSeek call's body as JSON: "function<｜tool▁sep｜>NAME\n```json\nARGS\n```" (V3,
+// R1) or "NAME<｜tool▁sep｜>ARGS" (V3.1); discarded when it is neither.
+ojson deepseek_call(std::string_view body) {
+  const size_t sep = body.find(kDeepSeekSep);
+  if (sep == std::string_view::npos) return ojson(ojson::value_t::discarded);
+  std::string name = trimmed(body.substr(0, sep));
+  std::string_view args = body.substr(sep + kDeepSeekSep.size());
+  if (name == "function") {
+    const size_t nl = args.find('\n');
+    name = trimmed(args.substr(0, nl == std::string_view::npos ? args.size() : nl));
+    args = nl == std::string_view::npos ? std::string_view() : args.substr(nl + 1);
+    const size_t fence = args.find("```");
+    if (fence != std::string_view::npos) {
+      const size_t start = args.find('\n', fence);
+      const size_t end = args.rfind("```");
+      if (start == std::string_view::npos) args = std::string_view();
+      else args = end > start ? args.substr(start + 1, end - start - 1) : args.substr(start + 1);
+    }
+  }
+  const std::string a = trimmed(args);
+  ojson parsed = a.empty() ? ojson::object() : ojson::parse(a, nullptr, false);
+  if (parsed.is_discarded()) return parsed;
+  return {{"name", name}, {"arguments", std::move(parsed)}};
+}
+
+// The first of the call syntaxes to begin at or after `at`: its open and close tags.
+struct Block {
+  size_t open = std::string::npos;
+  std::string_view open_tag, close_tag;
+};
+Block next_block(const std::string& text, size_t at) {
+  Block b;
+  for (const auto& [o, c] : {std::pair{kCallOpen, kCallClose}, std::pair{kDeepSeekOpen, kDeepSeekClose}}) {
+    const size_t p = text.find(o, at);
+    if (p < b.open) b = {p, o, c};
+  }
+  return b;
+}
+
+// Removes every `tag` from `s`.
+void erase_all(std::string& s, std::string_view tag) {
+  for (size_t p = s.find(tag); p != std::string::npos; p = s.find(tag, p)) s.erase(p, tag.size());
+}
+
 }  // namespace
 
 ojson tool_call_schema(const std::vector<ToolFunction>& tools, const std::string& only) {
@@ -135,6 +189,18 @@ ojson tool_call_schema(const std::vector<ToolFunction>& tools, const std::string
   for (size_t i = 0; i < tools.size(); ++i)
     alternatives.push_back(one_call_schema(tools[i], "/anyOf/" + std::to_string(i)));
   return {{"anyOf", std::move(alternatives)}};
+}
+
+std::string render_conversation(const ChatTemplate& tpl, ChatTemplateInput in) {
+  try {
+    return tpl.render(in);
+  } catch (const InputError&) {
+    bool any_calls = false;
+    for (const ChatMessage& m : in.messages) any_calls = any_calls || !m.tool_calls.empty();
+    if (!any_calls || !in.tool_arguments_as_objects) throw;
+    in.tool_arguments_as_objects = false;
+    return tpl.render(in);
+  }
 }
 
 std::string hermes_tools_preamble(const std::vector<ToolFunction>& tools) {
@@ -172,6 +238,7 @@ std::vector<ChatMessage> messages_for_template(const ChatTemplate& tpl, const st
       const std::string calls = calls_as_hermes(msg.tool_calls);
       msg.content = msg.content.empty() ? calls : msg.content + "\n" + calls;
       msg.tool_calls.clear();
+      msg.null_content = false;
     }
     if (!renders_results && msg.role == "tool") {
       // A result as a user turn; results in a row, and a user turn after them, share
@@ -210,18 +277,21 @@ ParsedReply parse_tool_calls(const std::string& text, const std::vector<ToolFunc
     if (!parallel && r.calls.size() > 1) r.calls.resize(1);
     return r;
   }
-  // Hermes blocks; an unclosed last one (the reply ended inside it) is read to the end.
+  // Hermes or DeepSeek blocks; an unclosed last one (the reply ended inside it) is read
+  // to the end.
   std::string content;
   size_t at = 0;
   while (at < text.size()) {
-    const size_t open = text.find(kCallOpen, at);
-    if (open == std::string::npos) break;
-    const size_t body = open + kCallOpen.size();
-    const size_t close = text.find(kCallClose, body);
+    const Block b = next_block(text, at);
+    if (b.open == std::string::npos) break;
+    const size_t open = b.open;
+    const size_t body = open + b.open_tag.size();
+    const size_t close = text.find(b.close_tag, body);
     const size_t end = close == std::string::npos ? text.size() : close;
-    const ojson j = ojson::parse(trimmed(std::string_view(text).substr(body, end - body)), nullptr, false);
+    const std::string_view inside = std::string_view(text).substr(body, end - body);
+    const ojson j = b.open_tag == kCallOpen ? ojson::parse(trimmed(inside), nullptr, false) : deepseek_call(inside);
     ToolCall call;
-    const size_t next = close == std::string::npos ? text.size() : close + kCallClose.size();
+    const size_t next = close == std::string::npos ? text.size() : close + b.close_tag.size();
     if (!j.is_discarded() && call_from_json(j, tools, call)) {
       content += text.substr(at, open - at);
       r.calls.push_back(std::move(call));
@@ -231,6 +301,10 @@ ParsedReply parse_tool_calls(const std::string& text, const std::vector<ToolFunc
     at = next;
   }
   if (at < text.size()) content += text.substr(at);
+  if (!r.calls.empty()) {  // DeepSeek's section tags around its calls
+    erase_all(content, kDeepSeekCallsOpen);
+    erase_all(content, kDeepSeekCallsClose);
+  }
   r.content = trimmed(content);
   if (!parallel && r.calls.size() > 1) r.calls.resize(1);
   return r;
@@ -254,18 +328,21 @@ std::string ToolCallStream::push(const std::string& text) {
     }
   }
   std::string out;
-  if (const size_t open = held_.find(kCallOpen); open != std::string::npos) {
+  size_t open = std::string::npos;
+  for (const std::string_view start : kCallStarts) open = std::min(open, held_.find(start));
+  if (open != std::string::npos) {
     out = held_.substr(0, open);
     held_.erase(0, open);
     holding_ = true;
   } else {
-    // Keep back the longest tail that could begin "<tool_call>".
+    // Keep back the longest tail that could begin a call.
     size_t keep = 0;
-    for (size_t k = std::min(held_.size(), kCallOpen.size() - 1); k > 0; --k)
-      if (std::string_view(held_).substr(held_.size() - k) == kCallOpen.substr(0, k)) {
-        keep = k;
-        break;
-      }
+    for (const std::string_view start : kCallStarts)
+      for (size_t k = std::min(held_.size(), start.size() - 1); k > keep; --k)
+        if (std::string_view(held_).substr(held_.size() - k) == start.substr(0, k)) {
+          keep = k;
+          break;
+        }
     out = held_.substr(0, held_.size() - keep);
     held_.erase(0, held_.size() - keep);
   }

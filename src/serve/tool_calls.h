@@ -12,7 +12,8 @@
 //
 // On the way out the text is read in the formats open models write: Hermes blocks
 // (`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, Qwen2.5/Qwen3 and the
-// prompt above), or a text that is one JSON call or an array of them (Llama 3's
+// prompt above), DeepSeek's (`<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME` and
+// fenced JSON arguments, V3 and R1, or `NAME<｜tool▁sep｜>ARGS`, V3.1), or a text that is one JSON call or an array of them (Llama 3's
 // `"parameters"`, Mistral's array after its [TOOL_CALLS] token, and what `tool_choice`
 // "required" or a named function constrains the output to: tool_call_schema()). A call
 // must name one of the request's functions and carry an object of arguments; anything
@@ -57,6 +58,10 @@ std::vector<ChatMessage> messages_for_template(const ChatTemplate& tpl, const st
                                                const std::vector<ToolFunction>& tools, bool offer_tools,
                                                std::string& tools_json);
 
+// Renders `in`. Most templates write a call's arguments with tojson, as a dict; where
+// that fails (DeepSeek's concatenate them as a string) they are given as the JSON text.
+std::string render_conversation(const ChatTemplate& tpl, ChatTemplateInput in);
+
 // The system text that offers `tools` to a template with no tool support of its own.
 std::string hermes_tools_preamble(const std::vector<ToolFunction>& tools);
 
@@ -70,8 +75,8 @@ struct ParsedReply {
 ParsedReply parse_tool_calls(const std::string& text, const std::vector<ToolFunction>& tools, bool parallel = true);
 
 // A streamed reply's text split as it arrives into content that can go out at once and
-// text held back because a call may begin there: from a "<tool_call>" (or what could be
-// its beginning at the end of the text so far), or from the start when the reply opens
+// text held back because a call may begin there: from a "<tool_call>" or DeepSeek's
+// call tags (or what could be their beginning at the end of the text so far), or from the start when the reply opens
 // with '{' or '[' (a bare JSON call), or all of it when `hold_all` (a constrained call).
 class ToolCallStream {
  public:

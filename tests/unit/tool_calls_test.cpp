@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/error.h"
 #include "serve/api_error.h"
 #include "serve/chat_template.h"
 #include "serve/completion_request.h"
@@ -66,6 +67,36 @@ TEST(ToolCalls, HermesBlocksWithTextAround) {
                              tools, false)
                 .calls.size(),
             1u);
+}
+
+TEST(ToolCalls, DeepSeekSections) {
+  const auto tools = weather_tools();
+  // V3 and R1: the type, the name, the arguments fenced as JSON; two calls.
+  ParsedReply r = parse_tool_calls(
+      "I'll check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+      "{\"city\": \"Oslo\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```"
+      "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+      tools);
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.content, "I'll check.");
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(r.calls[0].arguments, R"({"city":"Oslo"})");
+  EXPECT_EQ(r.calls[1].arguments, "{}");
+  // V3.1: the name, then the arguments as they are; the end cut off by the end of the reply.
+  r = parse_tool_calls("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\":\"Rome\"}", tools);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, R"({"city":"Rome"})");
+  EXPECT_TRUE(r.content.empty()) << r.content;
+  // An unknown function stays as written, tags and all.
+  const std::string unknown = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>nope<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+  r = parse_tool_calls(unknown, tools);
+  EXPECT_TRUE(r.calls.empty());
+  EXPECT_EQ(r.content, unknown);
+  // Streamed: held from the section's tag.
+  ToolCallStream st;
+  EXPECT_EQ(st.push("Sure<｜tool▁calls"), "Sure");
+  EXPECT_EQ(st.push("▁begin｜><｜tool▁call▁begin｜>get_time"), "");
+  EXPECT_EQ(st.held(), "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time");
 }
 
 TEST(ToolCalls, UnclosedLastBlockAndBareJson) {
@@ -202,6 +233,23 @@ TEST(ToolCalls, TemplateThatRendersToolsGetsThemAsVariablesAndFields) {
   // tool_choice "none": the functions are not offered.
   messages_for_template(qwen3, agent_turns(), weather_tools(), false, tools_json);
   EXPECT_TRUE(tools_json.empty());
+}
+
+TEST(ToolCalls, DeepSeekTemplatesGetACallsArgumentsAsTextAndItsContentAsNone) {
+  std::vector<ChatMessage> turns = agent_turns();
+  turns.pop_back();
+  turns[1].null_content = true;  // the request's content: null
+  for (const char* name : {"deepseek-v3", "deepseek-v3.1"}) {
+    const ChatTemplate tpl = fixture_template(name);
+    ChatTemplateInput in;
+    in.messages = messages_for_template(tpl, turns, weather_tools(), true, in.tools_json);
+    in.bos_token = "<｜begin▁of▁sentence｜>";
+    EXPECT_THROW(tpl.render(in), InputError) << name;  // a string + a dict
+    const std::string text = render_conversation(tpl, in);
+    EXPECT_NE(text.find("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"), std::string::npos) << name << "\n" << text;
+    EXPECT_NE(text.find(R"({"city":"Oslo"})"), std::string::npos) << name << "\n" << text;
+    EXPECT_NE(text.find("{\"temp\": 3}"), std::string::npos) << name << "\n" << text;
+  }
 }
 
 TEST(ToolCalls, TemplateWithoutToolsGetsThemWrittenIntoTheConversation) {
