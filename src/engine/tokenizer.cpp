@@ -167,6 +167,30 @@ Tokenizer::Tokenizer(TokenizerData data) : d_(std::move(data)) {
       }
     }
   }
+  mark_reply_structure();
+}
+
+// Control tokens that structure a reply are text the server reads: DeepSeek's tool-call
+// tags, and gpt-oss's Harmony messages, where <|end|> closes one message of a reply
+// (its reasoning, say) and only <|return|> or <|call|> end it (as llama.cpp treats them).
+void Tokenizer::mark_reply_structure() {
+  static const char* const kDeepSeekTags[] = {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
+                                              "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"};
+  static const char* const kHarmonyMarkup[] = {"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>"};
+  auto id_of = [&](const char* tok) {
+    const auto it = token_to_id_.find(tok);
+    return it == token_to_id_.end() ? -1 : it->second;
+  };
+  auto show = [&](int32_t id) {
+    if (id >= 0 && type_of(id) == kTypeControl) bytes_[static_cast<size_t>(id)] = d_.tokens[static_cast<size_t>(id)];
+  };
+  for (const char* tag : kDeepSeekTags) show(id_of(tag));
+  harmony_ = id_of("<|channel|>") >= 0 && id_of("<|message|>") >= 0 && id_of("<|start|>") >= 0 &&
+             id_of("<|return|>") >= 0;
+  if (!harmony_) return;
+  for (const char* tag : kHarmonyMarkup) show(id_of(tag));
+  if (const int32_t end = id_of("<|end|>"); end >= 0 && end != d_.eos) eog_[static_cast<size_t>(end)] = 0;
+  if (const int32_t call = id_of("<|call|>"); call >= 0) eog_[static_cast<size_t>(call)] = 1;
 }
 
 void Tokenizer::encode_fragment(const std::string& text, bool prev_special,

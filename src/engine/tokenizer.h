@@ -66,6 +66,9 @@ class Tokenizer {
   bool add_bos_default() const { return d_.add_bos; }
   size_t vocab_size() const { return d_.tokens.size(); }
   bool is_end_of_generation(int32_t id) const;
+  // gpt-oss's Harmony format: a reply is messages on channels (analysis, commentary,
+  // final), its markup tokens are text (token_bytes), and <|end|> does not end it.
+  bool harmony() const { return harmony_; }
   const TokenizerData& data() const { return d_; }
   const PreTokenizerSpec& pretokenizer() const { return pre_; }
 
@@ -87,6 +90,8 @@ class Tokenizer {
   std::unordered_map<int32_t, uint8_t> gpt2_cp_to_byte_;
   std::vector<uint8_t> eog_;               // per id: ends generation
   std::vector<std::string> bytes_;         // per id: token_bytes(id, false)
+  bool harmony_ = false;
+  void mark_reply_structure();
   int32_t type_of(int32_t id) const;
   void encode_fragment(const std::string& text, bool prev_special, std::vector<int32_t>& out) const;
   void encode_gpt2(const std::string& text, std::vector<int32_t>& out) const;

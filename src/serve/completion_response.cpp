@@ -75,14 +75,17 @@ json full_response(Endpoint ep, const ResponseHeader& h, const std::vector<Choic
   for (size_t i = 0; i < choices.size(); ++i) {
     const Choice& c = choices[i];
     json choice = {{"index", i}};
-    if (ep == Endpoint::chat && !c.tool_calls.empty())
-      choice["message"] = {{"role", "assistant"},
-                           {"content", c.text.empty() ? json(nullptr) : json(c.text)},
-                           {"tool_calls", tool_calls_json(c.tool_calls, false)}};
-    else if (ep == Endpoint::chat)
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-    else
+    if (ep == Endpoint::chat) {
+      json message = {{"role", "assistant"}, {"content", c.text}};
+      if (!c.reasoning.empty()) message["reasoning_content"] = c.reasoning;
+      if (!c.tool_calls.empty()) {
+        if (c.text.empty()) message["content"] = nullptr;
+        message["tool_calls"] = tool_calls_json(c.tool_calls, false);
+      }
+      choice["message"] = std::move(message);
+    } else {
       choice["text"] = c.text;
+    }
     choice["logprobs"] = with_logprobs ? logprobs_json(ep, c.logprobs, 0) : json(nullptr);
     choice["finish_reason"] = finish_json(c.finish_reason);
     r["choices"].push_back(std::move(choice));
@@ -111,15 +114,28 @@ json stream_chunk(Endpoint ep, const ResponseHeader& h, int index, const std::st
   return r;
 }
 
-json tool_calls_chunk(const ResponseHeader& h, int index, const std::vector<ToolCall>& calls, bool first,
-                      bool include_usage) {
+namespace {
+
+// A chat chunk whose delta holds `key`: `value` (and the role when first).
+json delta_chunk(const ResponseHeader& h, int index, const char* key, json value, bool first, bool include_usage) {
   json r = header_json(Endpoint::chat, h, true);
   json delta = json::object();
   if (first) delta["role"] = "assistant";
-  delta["tool_calls"] = tool_calls_json(calls, true);
+  delta[key] = std::move(value);
   r["choices"] = json::array({{{"index", index}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
   if (include_usage) r["usage"] = nullptr;
   return r;
+}
+
+}  // namespace
+
+json tool_calls_chunk(const ResponseHeader& h, int index, const std::vector<ToolCall>& calls, bool first,
+                      bool include_usage) {
+  return delta_chunk(h, index, "tool_calls", tool_calls_json(calls, true), first, include_usage);
+}
+
+json reasoning_chunk(const ResponseHeader& h, int index, const std::string& text, bool first, bool include_usage) {
+  return delta_chunk(h, index, "reasoning_content", text, first, include_usage);
 }
 
 json usage_chunk(Endpoint ep, const ResponseHeader& h, int64_t prompt_tokens, int64_t completion_tokens) {

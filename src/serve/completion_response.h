@@ -31,6 +31,7 @@ struct Choice {
   std::string finish_reason;
   std::vector<TokenLogprob> logprobs;
   std::vector<ToolCall> tool_calls;  // chat: the calls read out of the text (then `text` is the rest)
+  std::string reasoning;             // chat: message.reasoning_content; empty: none
 };
 
 // The whole response of a request that was not streamed: its choices in order (index i),
@@ -46,6 +47,10 @@ nlohmann::json stream_chunk(Endpoint ep, const ResponseHeader& h, int index, con
 // A chat stream's chunk of choice `index` carrying its function calls whole.
 nlohmann::json tool_calls_chunk(const ResponseHeader& h, int index, const std::vector<ToolCall>& calls, bool first,
                                 bool include_usage);
+
+// A chat stream's chunk of choice `index` carrying reasoning (delta.reasoning_content).
+nlohmann::json reasoning_chunk(const ResponseHeader& h, int index, const std::string& text, bool first,
+                               bool include_usage);
 
 // The last chunk when stream_options.include_usage: no choices, only usage.
 nlohmann::json usage_chunk(Endpoint ep, const ResponseHeader& h, int64_t prompt_tokens, int64_t completion_tokens);

@@ -17,6 +17,7 @@
 #include "serve/completion_request.h"
 #include "serve/completion_response.h"
 #include "serve/connection_watch.h"
+#include "serve/harmony_reply.h"
 #include "serve/serving_loop.h"
 
 namespace moeflow::serve {
@@ -242,18 +243,20 @@ ParsedReply read_calls(const CompletionRequest& r, const std::string& text, std:
 
 // Streams a request's choices as SSE until they all end or the client goes away; each
 // chunk carries its choice's index. False when the client went away.
-bool stream_events(const CompletionRequest& r, const ResponseHeader& h, const Streams& streams,
+bool stream_events(const CompletionRequest& r, const ResponseHeader& h, const Streams& streams, bool harmony,
                    httplib::DataSink& sink) {
   // A reply read for function calls sends its content as it comes, but holds back the
-  // text from where a call may begin and sends the calls whole when the choice ends.
+  // text from where a call may begin and sends the calls whole when the choice ends. A
+  // Harmony reply sends its reasoning and its content apart, and its calls at the end.
   const bool calls_on = reads_tool_calls(r);
   const bool hold_all = r.tool_choice == ToolChoice::required || r.tool_choice == ToolChoice::named;
   struct State {
     bool first = true;
     int64_t text_offset = 0;
     ToolCallStream calls;
+    HarmonyStream messages;
   };
-  std::vector<State> st(streams.size(), State{true, 0, ToolCallStream(hold_all)});
+  std::vector<State> st(streams.size(), State{true, 0, ToolCallStream(hold_all), HarmonyStream()});
   Usage usage;
   bool error_sent = false;
   auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
@@ -273,15 +276,37 @@ bool stream_events(const CompletionRequest& r, const ResponseHeader& h, const St
       st[i].first = false;
       return ok;
     };
+    auto send_reasoning = [&](const std::string& text) {
+      if (text.empty()) return true;
+      const bool ok = write(sse_event(reasoning_chunk(h, index, text, st[i].first, r.include_usage)));
+      st[i].first = false;
+      return ok;
+    };
     if (!e.text.empty() || !e.logprobs.empty()) {
       const json lp = r.logprobs ? logprobs_json(r.endpoint, e.logprobs, st[i].text_offset) : json(nullptr);
       st[i].text_offset += static_cast<int64_t>(e.text.size());
-      const std::string text = calls_on ? st[i].calls.push(e.text) : e.text;
+      std::string text = e.text;
+      if (harmony) {
+        HarmonyStream::Delta d = st[i].messages.push(e.text);
+        if (!send_reasoning(d.reasoning)) return false;
+        text = std::move(d.content);
+      } else if (calls_on) {
+        text = st[i].calls.push(e.text);
+      }
       if ((!text.empty() || !e.logprobs.empty()) && !send_text(text, lp)) return false;
     }
     if (!e.finished) return true;
     std::string reason = e.finish_reason;
-    if (calls_on) {
+    if (harmony) {
+      const HarmonyReply reply = st[i].messages.finish(calls_on ? r.tools : std::vector<ToolFunction>{});
+      if (!send_reasoning(reply.reasoning)) return false;
+      if (!reply.content.empty() && !send_text(reply.content, json(nullptr))) return false;
+      if (!reply.calls.empty()) {
+        if (!write(sse_event(tool_calls_chunk(h, index, reply.calls, st[i].first, r.include_usage)))) return false;
+        st[i].first = false;
+        if (reason == "stop") reason = "tool_calls";
+      }
+    } else if (calls_on) {
       const std::string& held = st[i].calls.held();
       const ParsedReply reply = read_calls(r, held, reason);
       const std::string& rest = reply.calls.empty() ? held : reply.content;
@@ -465,12 +490,16 @@ void OpenAiServer::routes() {
           throw;
         }
         ResponseHeader h{(ep == Endpoint::chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++), unix_now(), m->id};
+        // gpt-oss's chat replies are Harmony messages, unless a constraint holds the text
+        // to JSON from its first byte.
+        const bool harmony =
+            ep == Endpoint::chat && m->engine->tokenizer().harmony() && !r.json_object && !r.json_schema;
         if (r.stream) {
           res.set_header("Cache-Control", "no-cache");
           res.set_chunked_content_provider(
               "text/event-stream",
-              [r, h, streams](size_t, httplib::DataSink& sink) {
-                if (stream_events(r, h, streams, sink)) return true;
+              [r, h, streams, harmony](size_t, httplib::DataSink& sink) {
+                if (stream_events(r, h, streams, harmony, sink)) return true;
                 cancel_all(streams);  // the client went away: the slots are freed before the next step
                 return false;
               },
@@ -498,7 +527,15 @@ void OpenAiServer::routes() {
         auto client_there = [&](bool) { return !watch.closed(); };
         if (client_there(false) &&
             poll_choices(streams, std::chrono::milliseconds(100), usage, on_event, client_there)) {
-          if (reads_tool_calls(r))
+          if (harmony)
+            for (Choice& c : choices) {
+              HarmonyReply reply = parse_harmony_reply(c.text, reads_tool_calls(r) ? r.tools : std::vector<ToolFunction>{});
+              c.text = std::move(reply.content);
+              c.reasoning = std::move(reply.reasoning);
+              c.tool_calls = std::move(reply.calls);
+              if (!c.tool_calls.empty() && c.finish_reason == "stop") c.finish_reason = "tool_calls";
+            }
+          else if (reads_tool_calls(r))
             for (Choice& c : choices) {
               ParsedReply reply = read_calls(r, c.text, c.finish_reason);
               if (reply.calls.empty()) continue;

@@ -57,14 +57,6 @@ ojson one_call_schema(const ToolFunction& f, const std::string& at) {
   return {{"type", "object"}, {"properties", std::move(props)}, {"required", {"name", "arguments"}}};
 }
 
-std::string call_id() {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  static constexpr char kChars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  std::string id = "call_";
-  for (int i = 0; i < 24; ++i) id += kChars[rng() % (sizeof(kChars) - 1)];
-  return id;
-}
-
 bool known(const std::vector<ToolFunction>& tools, const std::string& name) {
   for (const ToolFunction& f : tools)
     if (f.name == name) return true;
@@ -85,7 +77,7 @@ bool call_from_json(const ojson& j, const std::vector<ToolFunction>& tools, Tool
     if (a.is_string()) a = ojson::parse(a.get<std::string>(), nullptr, false);
     if (!a.is_object()) return false;
   }
-  out.id = call_id();
+  out.id = new_call_id();
   out.name = name->get<std::string>();
   out.arguments = dump(a);
   return true;
@@ -178,6 +170,14 @@ void erase_all(std::string& s, std::string_view tag) {
 }
 
 }  // namespace
+
+std::string new_call_id() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kChars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += kChars[rng() % (sizeof(kChars) - 1)];
+  return id;
+}
 
 ojson tool_call_schema(const std::vector<ToolFunction>& tools, const std::string& only) {
   if (!only.empty()) {

@@ -45,6 +45,9 @@ enum class ToolChoice {
 // JSON object as text.
 using ToolCall = ChatToolCall;
 
+// A fresh call id: "call_" and 24 random letters and digits.
+std::string new_call_id();
+
 // The schema a constrained call's output is held to: {"name": the function, "arguments":
 // an instance of its parameters}, one alternative per function (anyOf) unless `only`
 // names one.

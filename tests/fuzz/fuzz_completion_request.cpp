@@ -5,7 +5,8 @@
 // check and the request's json_schema check, which must agree with nlohmann::json on
 // what is a whole object; with tools, through the call reader (every call names a
 // function of the request and carries a JSON object) and the stream's hold-back (what it
-// sends and what it holds are the text, nothing lost).
+// sends and what it holds are the text, nothing lost); and as a gpt-oss (Harmony) reply,
+// which read in pieces must give what it gives whole.
 #include <cstdint>
 #include <string>
 
@@ -14,6 +15,7 @@
 #include "serve/api_error.h"
 #include "serve/completion_request.h"
 #include "serve/completion_response.h"
+#include "serve/harmony_reply.h"
 #include "serve/json_prefix.h"
 #include "serve/json_schema_prefix.h"
 #include "serve/stop_strings.h"
@@ -53,6 +55,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           if (sent + stream.held() != text) std::abort();
           sse_event(tool_calls_chunk(h, 0, reply.calls, true, r.include_usage));
           sse_event(full_response(ep, h, {Choice{reply.content, "tool_calls", {}, reply.calls}}, false, 1, 1));
+        }
+        {  // the text as a gpt-oss reply: read in pieces as whole
+          const HarmonyReply whole = parse_harmony_reply(text, r.tools);
+          HarmonyStream stream;
+          std::string reasoning, content;
+          for (size_t i = 0; i < text.size(); i += 3) {
+            const HarmonyStream::Delta d = stream.push(text.substr(i, 3));
+            reasoning += d.reasoning;
+            content += d.content;
+          }
+          const HarmonyReply end = stream.finish(r.tools);
+          if (reasoning + end.reasoning != whole.reasoning || content + end.content != whole.content ||
+              end.calls.size() != whole.calls.size())
+            std::abort();
         }
         JsonPrefix json;
         size_t fed = 0;

@@ -299,6 +299,45 @@ TEST(TokenizerGpt2, SpecialTokensAfterRunsOfTheirFirstByte) {
   }
 }
 
+TEST(TokenizerGpt2, HarmonyRepliesRunPastEndAndShowTheirMarkup) {
+  // gpt-oss's vocabulary: <|end|> closes a message (the reasoning, say), <|return|> and
+  // <|call|> end the reply; the markup is text the server reads.
+  Gpt2Fixture f = make_gpt2();
+  for (const char* s : {"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|return|>", "<|call|>"}) {
+    f.d.tokens.push_back(s);
+    f.d.types.push_back(3);
+  }
+  Tokenizer t(f.d);
+  EXPECT_TRUE(t.harmony());
+  EXPECT_FALSE(t.is_end_of_generation(f.id("<|end|>")));
+  EXPECT_TRUE(t.is_end_of_generation(f.id("<|return|>")));
+  EXPECT_TRUE(t.is_end_of_generation(f.id("<|call|>")));
+  EXPECT_EQ(t.decode({f.id("<|channel|>"), f.id("h"), f.id("<|message|>"), f.id("<|end|>"), f.id("<|start|>"),
+                      f.id("<|constrain|>"), f.id("<|return|>")}),
+            "<|channel|>h<|message|><|end|><|start|><|constrain|>");
+  // Elsewhere (Phi's vocabulary, say) <|end|> ends the reply and shows nothing.
+  Gpt2Fixture g = make_gpt2();
+  g.d.tokens.push_back("<|end|>");
+  g.d.types.push_back(3);
+  Tokenizer u(g.d);
+  EXPECT_FALSE(u.harmony());
+  EXPECT_TRUE(u.is_end_of_generation(g.id("<|end|>")));
+  EXPECT_EQ(u.token_bytes(g.id("<|end|>")), "");
+}
+
+TEST(TokenizerGpt2, DeepSeekToolCallTagsAreText) {
+  Gpt2Fixture f = make_gpt2();
+  for (const char* s : {"<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>",
+                        "<｜tool▁calls▁end｜>"}) {
+    f.d.tokens.push_back(s);
+    f.d.types.push_back(3);
+  }
+  Tokenizer t(f.d);
+  EXPECT_EQ(t.decode({f.id("<｜tool▁calls▁begin｜>"), f.id("<｜tool▁call▁begin｜>"), f.id("h"), f.id("<｜tool▁sep｜>"),
+                      f.id("<｜tool▁call▁end｜>"), f.id("<｜tool▁calls▁end｜>"), f.id("<|im_end|>")}),
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>h<｜tool▁sep｜><｜tool▁call▁end｜><｜tool▁calls▁end｜>");
+}
+
 TEST(TokenizerGpt2, EndOfGeneration) {
   Gpt2Fixture f = make_gpt2();
   Tokenizer t(f.d);
