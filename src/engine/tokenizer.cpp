@@ -170,12 +170,15 @@ Tokenizer::Tokenizer(TokenizerData data) : d_(std::move(data)) {
   mark_reply_structure();
 }
 
-// Control tokens that structure a reply are text the server reads: DeepSeek's tool-call
-// tags, and gpt-oss's Harmony messages, where <|end|> closes one message of a reply
+// Control tokens that structure a reply are text the server reads: DeepSeek's and
+// Kimi-K2's tool-call tags, and gpt-oss's Harmony messages, where <|end|> closes one message of a reply
 // (its reasoning, say) and only <|return|> or <|call|> end it (as llama.cpp treats them).
 void Tokenizer::mark_reply_structure() {
-  static const char* const kDeepSeekTags[] = {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
-                                              "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"};
+  static const char* const kCallTags[] = {
+      "<｜tool▁calls▁begin｜>",       "<｜tool▁calls▁end｜>",       "<｜tool▁call▁begin｜>",
+      "<｜tool▁call▁end｜>",          "<｜tool▁sep｜>",             "<|tool_calls_section_begin|>",
+      "<|tool_calls_section_end|>", "<|tool_call_begin|>",        "<|tool_call_argument_begin|>",
+      "<|tool_call_end|>"};
   static const char* const kHarmonyMarkup[] = {"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>"};
   auto id_of = [&](const char* tok) {
     const auto it = token_to_id_.find(tok);
@@ -184,12 +187,13 @@ void Tokenizer::mark_reply_structure() {
   auto show = [&](int32_t id) {
     if (id >= 0 && type_of(id) == kTypeControl) bytes_[static_cast<size_t>(id)] = d_.tokens[static_cast<size_t>(id)];
   };
-  for (const char* tag : kDeepSeekTags) show(id_of(tag));
+  for (const char* tag : kCallTags) show(id_of(tag));
   harmony_ = id_of("<|channel|>") >= 0 && id_of("<|message|>") >= 0 && id_of("<|start|>") >= 0 &&
              id_of("<|return|>") >= 0;
   if (!harmony_) return;
   for (const char* tag : kHarmonyMarkup) show(id_of(tag));
-  if (const int32_t end = id_of("<|end|>"); end >= 0 && end != d_.eos) eog_[static_cast<size_t>(end)] = 0;
+  // Even where a file names <|end|> its end-of-sequence token.
+  if (const int32_t end = id_of("<|end|>"); end >= 0) eog_[static_cast<size_t>(end)] = 0;
   if (const int32_t call = id_of("<|call|>"); call >= 0) eog_[static_cast<size_t>(call)] = 1;
 }
 

@@ -17,8 +17,14 @@ constexpr std::string_view kDeepSeekCallsClose = "<｜tool▁calls▁end｜>";
 constexpr std::string_view kDeepSeekOpen = "<｜tool▁call▁begin｜>";
 constexpr std::string_view kDeepSeekClose = "<｜tool▁call▁end｜>";
 constexpr std::string_view kDeepSeekSep = "<｜tool▁sep｜>";
+// Kimi-K2: "functions.NAME:INDEX<|tool_call_argument_begin|>ARGS" in each begin/end pair.
+constexpr std::string_view kKimiCallsOpen = "<|tool_calls_section_begin|>";
+constexpr std::string_view kKimiCallsClose = "<|tool_calls_section_end|>";
+constexpr std::string_view kKimiOpen = "<|tool_call_begin|>";
+constexpr std::string_view kKimiClose = "<|tool_call_end|>";
+constexpr std::string_view kKimiArgs = "<|tool_call_argument_begin|>";
 // Where a call may begin in a streamed reply.
-constexpr std::string_view kCallStarts[] = {kCallOpen, kDeepSeekCallsOpen, kDeepSeekOpen};
+constexpr std::string_view kCallStarts[] = {kCallOpen, kDeepSeekCallsOpen, kDeepSeekOpen, kKimiCallsOpen, kKimiOpen};
 
 bool space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -150,6 +156,90 @@ ojson deepseek_call(std::string_view body) {
   return {{"name", name}, {"arguments", std::move(parsed)}};
 }
 
+// Kimi's call body: "functions.NAME:INDEX<|tool_call_argument_begin|>ARGS".
+ojson kimi_call(std::string_view body) {
+  const size_t sep = body.find(kKimiArgs);
+  if (sep == std::string_view::npos) return ojson(ojson::value_t::discarded);
+  std::string name = trimmed(body.substr(0, sep));
+  if (name.rfind("functions.", 0) == 0) name.erase(0, 10);
+  if (const size_t colon = name.rfind(':'); colon != std::string::npos) name.erase(colon);
+  const std::string a = trimmed(body.substr(sep + kKimiArgs.size()));
+  ojson parsed = a.empty() ? ojson::object() : ojson::parse(a, nullptr, false);
+  if (parsed.is_discarded()) return parsed;
+  return {{"name", name}, {"arguments", std::move(parsed)}};
+}
+
+// The text between `open` and `close` from `at`, moving `at` past `close`; false when
+// there is no such pair.
+bool between(std::string_view s, size_t& at, std::string_view open, std::string_view close, std::string_view& out) {
+  const size_t o = s.find(open, at);
+  if (o == std::string_view::npos) return false;
+  const size_t c = s.find(close, o + open.size());
+  if (c == std::string_view::npos) return false;
+  out = s.substr(o + open.size(), c - o - open.size());
+  at = c + close.size();
+  return true;
+}
+
+// An argument's value written as text: a string where the function's schema says so,
+// otherwise the JSON it spells (a number, an object, ...) or, failing that, the string.
+ojson xml_value(const ToolFunction* f, const std::string& key, const std::string& text) {
+  if (f && f->parameters.is_object()) {
+    const auto props = f->parameters.find("properties");
+    if (props != f->parameters.end() && props->is_object()) {
+      const auto p = props->find(key);
+      if (p != props->end() && p->is_object() && p->value("type", ojson()) == "string") return text;
+    }
+  }
+  ojson v = ojson::parse(text, nullptr, false);
+  return v.is_discarded() ? ojson(text) : v;
+}
+
+// The XML call bodies of GLM-4.5 ("NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>...")
+// and Qwen3-Coder ("<function=NAME>\n<parameter=K>\nV\n</parameter>\n</function>").
+ojson xml_call(std::string_view body, const std::vector<ToolFunction>& tools) {
+  const std::string b = trimmed(body);
+  std::string name;
+  ojson args = ojson::object();
+  auto function_named = [&](const std::string& n) -> const ToolFunction* {
+    for (const ToolFunction& f : tools)
+      if (f.name == n) return &f;
+    return nullptr;
+  };
+  if (b.rfind("<function=", 0) == 0) {
+    const size_t gt = b.find('>');
+    if (gt == std::string::npos) return ojson(ojson::value_t::discarded);
+    name = trimmed(std::string_view(b).substr(10, gt - 10));
+    const ToolFunction* f = function_named(name);
+    size_t at = gt + 1;
+    for (;;) {
+      const size_t p = b.find("<parameter=", at);
+      if (p == std::string::npos) break;
+      const size_t pg = b.find('>', p);
+      const size_t end = pg == std::string::npos ? std::string::npos : b.find("</parameter>", pg);
+      if (end == std::string::npos) return ojson(ojson::value_t::discarded);
+      const std::string key = trimmed(std::string_view(b).substr(p + 11, pg - p - 11));
+      std::string value = b.substr(pg + 1, end - pg - 1);
+      if (!value.empty() && value.front() == '\n') value.erase(0, 1);
+      if (!value.empty() && value.back() == '\n') value.pop_back();
+      args[key] = xml_value(f, key, value);
+      at = end + 12;
+    }
+  } else {
+    const size_t first = b.find('<');
+    name = trimmed(std::string_view(b).substr(0, first));
+    if (name.empty() || name.find_first_of(" \n\t{[\"") != std::string::npos) return ojson(ojson::value_t::discarded);
+    const ToolFunction* f = function_named(name);
+    size_t at = first == std::string::npos ? b.size() : first;
+    std::string_view key, value;
+    while (between(b, at, "<arg_key>", "</arg_key>", key)) {
+      if (!between(b, at, "<arg_value>", "</arg_value>", value)) return ojson(ojson::value_t::discarded);
+      args[std::string(key)] = xml_value(f, std::string(key), std::string(value));
+    }
+  }
+  return {{"name", name}, {"arguments", std::move(args)}};
+}
+
 // The first of the call syntaxes to begin at or after `at`: its open and close tags.
 struct Block {
   size_t open = std::string::npos;
@@ -157,7 +247,8 @@ struct Block {
 };
 Block next_block(const std::string& text, size_t at) {
   Block b;
-  for (const auto& [o, c] : {std::pair{kCallOpen, kCallClose}, std::pair{kDeepSeekOpen, kDeepSeekClose}}) {
+  for (const auto& [o, c] : {std::pair{kCallOpen, kCallClose}, std::pair{kDeepSeekOpen, kDeepSeekClose},
+                             std::pair{kKimiOpen, kKimiClose}}) {
     const size_t p = text.find(o, at);
     if (p < b.open) b = {p, o, c};
   }
@@ -289,7 +380,15 @@ ParsedReply parse_tool_calls(const std::string& text, const std::vector<ToolFunc
     const size_t close = text.find(b.close_tag, body);
     const size_t end = close == std::string::npos ? text.size() : close;
     const std::string_view inside = std::string_view(text).substr(body, end - body);
-    const ojson j = b.open_tag == kCallOpen ? ojson::parse(trimmed(inside), nullptr, false) : deepseek_call(inside);
+    ojson j;
+    if (b.open_tag == kDeepSeekOpen) {
+      j = deepseek_call(inside);
+    } else if (b.open_tag == kKimiOpen) {
+      j = kimi_call(inside);
+    } else {
+      j = ojson::parse(trimmed(inside), nullptr, false);
+      if (j.is_discarded()) j = xml_call(inside, tools);
+    }
     ToolCall call;
     const size_t next = close == std::string::npos ? text.size() : close + b.close_tag.size();
     if (!j.is_discarded() && call_from_json(j, tools, call)) {
@@ -301,9 +400,9 @@ ParsedReply parse_tool_calls(const std::string& text, const std::vector<ToolFunc
     at = next;
   }
   if (at < text.size()) content += text.substr(at);
-  if (!r.calls.empty()) {  // DeepSeek's section tags around its calls
-    erase_all(content, kDeepSeekCallsOpen);
-    erase_all(content, kDeepSeekCallsClose);
+  if (!r.calls.empty()) {  // DeepSeek's and Kimi's section tags around their calls
+    for (const std::string_view tag : {kDeepSeekCallsOpen, kDeepSeekCallsClose, kKimiCallsOpen, kKimiCallsClose})
+      erase_all(content, tag);
   }
   r.content = trimmed(content);
   if (!parallel && r.calls.size() > 1) r.calls.resize(1);

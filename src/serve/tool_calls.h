@@ -12,8 +12,11 @@
 //
 // On the way out the text is read in the formats open models write: Hermes blocks
 // (`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, Qwen2.5/Qwen3 and the
-// prompt above), DeepSeek's (`<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME` and
-// fenced JSON arguments, V3 and R1, or `NAME<｜tool▁sep｜>ARGS`, V3.1), or a text that is one JSON call or an array of them (Llama 3's
+// prompt above; inside them GLM-4.5's `NAME<arg_key>K</arg_key><arg_value>V</arg_value>`
+// and Qwen3-Coder's `<function=NAME><parameter=K>V</parameter></function>` too),
+// DeepSeek's (`<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME` and fenced JSON
+// arguments, V3 and R1, or `NAME<｜tool▁sep｜>ARGS`, V3.1), Kimi-K2's
+// (`<|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>ARGS`), or a text that is one JSON call or an array of them (Llama 3's
 // `"parameters"`, Mistral's array after its [TOOL_CALLS] token, and what `tool_choice`
 // "required" or a named function constrains the output to: tool_call_schema()). A call
 // must name one of the request's functions and carry an object of arguments; anything
@@ -78,8 +81,8 @@ struct ParsedReply {
 ParsedReply parse_tool_calls(const std::string& text, const std::vector<ToolFunction>& tools, bool parallel = true);
 
 // A streamed reply's text split as it arrives into content that can go out at once and
-// text held back because a call may begin there: from a "<tool_call>" or DeepSeek's
-// call tags (or what could be their beginning at the end of the text so far), or from the start when the reply opens
+// text held back because a call may begin there: from a "<tool_call>" or DeepSeek's or
+// Kimi's call tags (or what could be their beginning at the end of the text so far), or from the start when the reply opens
 // with '{' or '[' (a bare JSON call), or all of it when `hold_all` (a constrained call).
 class ToolCallStream {
  public:

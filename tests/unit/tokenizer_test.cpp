@@ -312,6 +312,9 @@ TEST(TokenizerGpt2, HarmonyRepliesRunPastEndAndShowTheirMarkup) {
   EXPECT_FALSE(t.is_end_of_generation(f.id("<|end|>")));
   EXPECT_TRUE(t.is_end_of_generation(f.id("<|return|>")));
   EXPECT_TRUE(t.is_end_of_generation(f.id("<|call|>")));
+  TokenizerData with_end_as_eos = f.d;
+  with_end_as_eos.eos = f.id("<|end|>");
+  EXPECT_FALSE(Tokenizer(with_end_as_eos).is_end_of_generation(f.id("<|end|>")));
   EXPECT_EQ(t.decode({f.id("<|channel|>"), f.id("h"), f.id("<|message|>"), f.id("<|end|>"), f.id("<|start|>"),
                       f.id("<|constrain|>"), f.id("<|return|>")}),
             "<|channel|>h<|message|><|end|><|start|><|constrain|>");

@@ -99,6 +99,42 @@ TEST(ToolCalls, DeepSeekSections) {
   EXPECT_EQ(st.held(), "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time");
 }
 
+TEST(ToolCalls, XmlArgumentsOfGlmAndQwen3CoderAndKimiSections) {
+  const auto tools = weather_tools();  // get_weather: city a string, unit an enum
+  // GLM-4.5: the name, then key/value pairs; a value is JSON unless the schema says string.
+  ParsedReply r = parse_tool_calls(
+      "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>42</arg_value>\n<arg_key>days</arg_key>\n"
+      "<arg_value>3</arg_value>\n<arg_key>opts</arg_key>\n<arg_value>{\"a\": [1]}</arg_value>\n</tool_call>",
+      tools);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, R"({"city":"42","days":3,"opts":{"a":[1]}})");
+  r = parse_tool_calls("<tool_call>get_time\n</tool_call>", tools);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, "{}");
+  // Qwen3-Coder: <function=NAME> with <parameter=KEY> blocks; one newline trimmed each side.
+  r = parse_tool_calls(
+      "Let me see.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Jose\n</parameter>\n"
+      "<parameter=unit>\n\"c\"\n</parameter>\n</function>\n</tool_call>",
+      tools);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.content, "Let me see.");
+  EXPECT_EQ(r.calls[0].arguments, R"({"city":"San Jose","unit":"c"})");
+  // A value pair cut off is no call.
+  EXPECT_TRUE(parse_tool_calls("<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_val", tools).calls.empty());
+  // Kimi-K2: sections of functions.NAME:INDEX calls.
+  r = parse_tool_calls(
+      "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+      "{\"city\": \"Beijing\"}<|tool_call_end|><|tool_call_begin|>functions.get_time:1<|tool_call_argument_begin|>{}"
+      "<|tool_call_end|><|tool_calls_section_end|>",
+      tools);
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].arguments, R"({"city":"Beijing"})");
+  EXPECT_EQ(r.calls[1].name, "get_time");
+  EXPECT_TRUE(r.content.empty()) << r.content;
+  ToolCallStream st;
+  EXPECT_EQ(st.push("ok <|tool_calls_sec"), "ok ");
+}
+
 TEST(ToolCalls, UnclosedLastBlockAndBareJson) {
   const auto tools = weather_tools();
   // The reply ended (end of generation) inside the block: read to the end.
