@@ -486,6 +486,13 @@ CompletionRequest parse_completion_request(const std::string& body, Endpoint end
       }
     } else if (chat && key == "parallel_tool_calls") {
       if (!v.is_null()) r.parallel_tool_calls = boolean(v, key);
+    } else if (chat && key == "reasoning_format") {
+      if (v.is_null()) continue;
+      const std::string f = string_of(v, key);
+      if (f != "none" && f != "auto" && f != "deepseek")
+        throw ApiError::bad_request("'reasoning_format' must be \"none\", \"auto\" or \"deepseek\", got \"" + f + "\"",
+                                    key);
+      r.split_reasoning = f != "none";
     } else if (key == "echo") {
       if (!v.is_null()) r.echo = boolean(v, key);
       if (r.echo && chat) throw ApiError::bad_request("'echo' is for /v1/completions only", key);

@@ -14,6 +14,14 @@
 // (llama-server's names and meaning), slo_ms (the request's latency target for the
 // eMoE scheduler), task (the task label for task-aware policies), ignore_eos (generate
 // max_tokens whatever the model says; llama-server's name, for benchmarks).
+// Function calling (chat): tools (functions with a name, description and JSON-schema
+// parameters), tool_choice ("none", "auto", "required", or {"type": "function",
+// "function": {"name": ...}}: the last two hold the output to one call of the
+// function(s), through json_schema, so their parameters' schemas must be supported
+// ones), parallel_tool_calls; assistant messages' tool_calls and tool messages'
+// tool_call_id (serve/tool_calls.h). reasoning_format (chat, llama-server's): "auto" or
+// "deepseek" (the default) return a <think> block as reasoning_content, "none" leaves it
+// in the content (serve/think_reply.h).
 //
 // Every field is type-checked; a field the server does not implement but a client may
 // send (user, ...) is type-checked where its type is known and ignored.
@@ -67,6 +75,7 @@ struct CompletionRequest {
   ToolChoice tool_choice = ToolChoice::none;  // automatic by default when tools are given
   std::string tool_choice_name;         // ToolChoice::named
   bool parallel_tool_calls = true;      // false: at most one call a reply
+  bool split_reasoning = true;          // reasoning_format: <think> blocks as reasoning_content ("none": off)
 };
 
 // Whether a reply of `r` is read for function calls (tools offered, and the output not

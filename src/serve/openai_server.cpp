@@ -19,6 +19,7 @@
 #include "serve/connection_watch.h"
 #include "serve/harmony_reply.h"
 #include "serve/serving_loop.h"
+#include "serve/think_reply.h"
 
 namespace moeflow::serve {
 namespace {
@@ -93,7 +94,17 @@ void check_text_fits(const std::string& text, const ServedModel& m, const char* 
 
 // The prompt's tokens: the chat template's rendering (which writes its own BOS when
 // the model wants one), or the completion prompt as text or ids.
-std::vector<int32_t> prompt_tokens(const CompletionRequest& r, const ServedModel& m) {
+// How a chat reply is read: gpt-oss's Harmony messages, or a reply that may think
+// between <think> and </think> (a template that knows the tag), with the block perhaps
+// opened by the prompt itself; neither while a constraint holds the text to JSON from
+// its first byte, or for /v1/completions, whose text is returned as written.
+struct ReplyFormat {
+  bool harmony = false;
+  bool thinks = false;
+  bool prompt_opened_thinking = false;
+};
+
+std::vector<int32_t> prompt_tokens(const CompletionRequest& r, const ServedModel& m, ReplyFormat& format) {
   const Engine& engine = *m.engine;
   const Tokenizer& tok = engine.tokenizer();
   if (r.endpoint == Endpoint::completions) {
@@ -131,14 +142,18 @@ std::vector<int32_t> prompt_tokens(const CompletionRequest& r, const ServedModel
     throw ApiError::bad_request(std::string("the chat template refused the messages: ") + e.what(), "messages");
   }
   check_text_fits(text, m, "messages");
+  const bool constrained = r.json_object || r.json_schema;
+  format.harmony = tok.harmony() && !constrained;
+  format.thinks = !format.harmony && !constrained && r.split_reasoning && m.chat_template->mentions("<think>");
+  format.prompt_opened_thinking = format.thinks && prompt_opens_thinking(text);
   const bool has_bos = !in.bos_token.empty() && text.rfind(in.bos_token, 0) == 0;
   return engine.tokenize(text, engine.add_bos_default() && !has_bos);
 }
 
-GenerationJob make_job(const CompletionRequest& r, const ServedModel& m) {
+GenerationJob make_job(const CompletionRequest& r, const ServedModel& m, ReplyFormat& format) {
   const Engine& engine = *m.engine;
   GenerationJob job;
-  job.prompt = prompt_tokens(r, m);
+  job.prompt = prompt_tokens(r, m, format);
   if (job.prompt.empty()) throw ApiError::bad_request("the prompt encodes to no tokens", "prompt");
   const int64_t ctx = engine.ctx_size();
   const int64_t n = static_cast<int64_t>(job.prompt.size());
@@ -243,8 +258,8 @@ ParsedReply read_calls(const CompletionRequest& r, const std::string& text, std:
 
 // Streams a request's choices as SSE until they all end or the client goes away; each
 // chunk carries its choice's index. False when the client went away.
-bool stream_events(const CompletionRequest& r, const ResponseHeader& h, const Streams& streams, bool harmony,
-                   httplib::DataSink& sink) {
+bool stream_events(const CompletionRequest& r, const ResponseHeader& h, const Streams& streams,
+                   const ReplyFormat& format, httplib::DataSink& sink) {
   // A reply read for function calls sends its content as it comes, but holds back the
   // text from where a call may begin and sends the calls whole when the choice ends. A
   // Harmony reply sends its reasoning and its content apart, and its calls at the end.
@@ -255,8 +270,10 @@ bool stream_events(const CompletionRequest& r, const ResponseHeader& h, const St
     int64_t text_offset = 0;
     ToolCallStream calls;
     HarmonyStream messages;
+    ThinkStream thinking;
   };
-  std::vector<State> st(streams.size(), State{true, 0, ToolCallStream(hold_all), HarmonyStream()});
+  std::vector<State> st(streams.size(), State{true, 0, ToolCallStream(hold_all), HarmonyStream(),
+                                              ThinkStream(format.prompt_opened_thinking)});
   Usage usage;
   bool error_sent = false;
   auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
@@ -286,18 +303,29 @@ bool stream_events(const CompletionRequest& r, const ResponseHeader& h, const St
       const json lp = r.logprobs ? logprobs_json(r.endpoint, e.logprobs, st[i].text_offset) : json(nullptr);
       st[i].text_offset += static_cast<int64_t>(e.text.size());
       std::string text = e.text;
-      if (harmony) {
+      if (format.harmony) {
         HarmonyStream::Delta d = st[i].messages.push(e.text);
         if (!send_reasoning(d.reasoning)) return false;
         text = std::move(d.content);
-      } else if (calls_on) {
-        text = st[i].calls.push(e.text);
+      } else {
+        if (format.thinks) {
+          ThinkStream::Delta d = st[i].thinking.push(e.text);
+          if (!send_reasoning(d.reasoning)) return false;
+          text = std::move(d.content);
+        }
+        if (calls_on) text = st[i].calls.push(text);
       }
       if ((!text.empty() || !e.logprobs.empty()) && !send_text(text, lp)) return false;
     }
     if (!e.finished) return true;
     std::string reason = e.finish_reason;
-    if (harmony) {
+    if (format.thinks) {  // the thinking's held tail, and the answer's on to the calls
+      ThinkStream::Delta d = st[i].thinking.finish();
+      if (!send_reasoning(d.reasoning)) return false;
+      if (calls_on) d.content = st[i].calls.push(d.content);
+      if (!d.content.empty() && !send_text(d.content, json(nullptr))) return false;
+    }
+    if (format.harmony) {
       const HarmonyReply reply = st[i].messages.finish(calls_on ? r.tools : std::vector<ToolFunction>{});
       if (!send_reasoning(reply.reasoning)) return false;
       if (!reply.content.empty() && !send_text(reply.content, json(nullptr))) return false;
@@ -475,7 +503,8 @@ void OpenAiServer::routes() {
         if (ep == Endpoint::chat && !m->chat_template)
           throw ApiError::bad_request("this model has no chat template; use /v1/completions", "messages");
         // Each of the n choices is its own sequence (seed + i when the request is seeded).
-        const GenerationJob job = make_job(r, *m);
+        ReplyFormat format;
+        const GenerationJob job = make_job(r, *m, format);
         Streams streams;
         try {
           for (int i = 0; i < r.n; ++i) {
@@ -490,16 +519,12 @@ void OpenAiServer::routes() {
           throw;
         }
         ResponseHeader h{(ep == Endpoint::chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++), unix_now(), m->id};
-        // gpt-oss's chat replies are Harmony messages, unless a constraint holds the text
-        // to JSON from its first byte.
-        const bool harmony =
-            ep == Endpoint::chat && m->engine->tokenizer().harmony() && !r.json_object && !r.json_schema;
         if (r.stream) {
           res.set_header("Cache-Control", "no-cache");
           res.set_chunked_content_provider(
               "text/event-stream",
-              [r, h, streams, harmony](size_t, httplib::DataSink& sink) {
-                if (stream_events(r, h, streams, harmony, sink)) return true;
+              [r, h, streams, format](size_t, httplib::DataSink& sink) {
+                if (stream_events(r, h, streams, format, sink)) return true;
                 cancel_all(streams);  // the client went away: the slots are freed before the next step
                 return false;
               },
@@ -527,7 +552,7 @@ void OpenAiServer::routes() {
         auto client_there = [&](bool) { return !watch.closed(); };
         if (client_there(false) &&
             poll_choices(streams, std::chrono::milliseconds(100), usage, on_event, client_there)) {
-          if (harmony)
+          if (format.harmony)
             for (Choice& c : choices) {
               HarmonyReply reply = parse_harmony_reply(c.text, reads_tool_calls(r) ? r.tools : std::vector<ToolFunction>{});
               c.text = std::move(reply.content);
@@ -535,8 +560,14 @@ void OpenAiServer::routes() {
               c.tool_calls = std::move(reply.calls);
               if (!c.tool_calls.empty() && c.finish_reason == "stop") c.finish_reason = "tool_calls";
             }
-          else if (reads_tool_calls(r))
+          else
             for (Choice& c : choices) {
+              if (format.thinks) {
+                ThinkStream::Delta split = split_thinking(c.text, format.prompt_opened_thinking);
+                c.reasoning = std::move(split.reasoning);
+                c.text = std::move(split.content);
+              }
+              if (!reads_tool_calls(r)) continue;
               ParsedReply reply = read_calls(r, c.text, c.finish_reason);
               if (reply.calls.empty()) continue;
               c.text = std::move(reply.content);

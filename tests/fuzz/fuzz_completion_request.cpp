@@ -6,7 +6,7 @@
 // what is a whole object; with tools, through the call reader (every call names a
 // function of the request and carries a JSON object) and the stream's hold-back (what it
 // sends and what it holds are the text, nothing lost); and as a gpt-oss (Harmony) reply,
-// which read in pieces must give what it gives whole.
+// which read in pieces must give what it gives whole, as must its <think> split.
 #include <cstdint>
 #include <string>
 
@@ -19,6 +19,7 @@
 #include "serve/json_prefix.h"
 #include "serve/json_schema_prefix.h"
 #include "serve/stop_strings.h"
+#include "serve/think_reply.h"
 #include "serve/tool_calls.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -69,6 +70,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           if (reasoning + end.reasoning != whole.reasoning || content + end.content != whole.content ||
               end.calls.size() != whole.calls.size())
             std::abort();
+        }
+        for (const bool opened : {false, true}) {  // as a reply that may think first
+          const ThinkStream::Delta whole = split_thinking(text, opened);
+          ThinkStream stream(opened);
+          std::string reasoning, content;
+          for (size_t i = 0; i < text.size(); i += 3) {
+            const ThinkStream::Delta d = stream.push(text.substr(i, 3));
+            reasoning += d.reasoning;
+            content += d.content;
+          }
+          const ThinkStream::Delta end = stream.finish();
+          if (reasoning + end.reasoning != whole.reasoning || content + end.content != whole.content) std::abort();
         }
         JsonPrefix json;
         size_t fed = 0;

@@ -403,6 +403,38 @@ test('tools: an agent loop\'s history is accepted and "auto" replies are text or
   await expectError(client.chat.completions.create(chat('x', { tools: bad, tool_choice: 'required' })), 400, 'tools[0].function.parameters');
 });
 
+test('reasoning: a reply inside <think> is reasoning_content, streamed or not; reasoning_format "none" keeps it in the content', async () => {
+  // The built-in template with DeepSeek-R1's ending: the generation prompt opens the block.
+  const dir = mkdtempSync(join(tmpdir(), 'moeflow-think-'));
+  const file = join(dir, 'think.jinja');
+  writeFileSync(file, "{%- for m in messages -%}{{ 'Question: ' + m['content'] + '\\n' }}{%- endfor -%}" +
+    "{%- if add_generation_prompt -%}{{ 'Answer: <think>\\n' }}{%- endif -%}");
+  const srv = await startServer(['-np', '2', '-c', '256', '--chat-template-file', file]);
+  try {
+    const c = new OpenAI({ baseURL: `${srv.baseURL}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+    const req = chat('Tell me about the sea.', { max_tokens: 16 });
+    const r = await c.chat.completions.create(req);
+    const m = r.choices[0].message;
+    assert.equal(typeof m.reasoning_content, 'string');
+    assert.ok(m.reasoning_content.length > 0);
+    let reasoning = '';
+    let content = '';
+    for await (const ch of await c.chat.completions.create({ ...req, stream: true })) {
+      reasoning += ch.choices[0]?.delta?.reasoning_content ?? '';
+      content += ch.choices[0]?.delta?.content ?? '';
+    }
+    assert.equal(reasoning, m.reasoning_content);
+    assert.equal(content, m.content);
+    const raw = await c.chat.completions.create({ ...req, reasoning_format: 'none' });
+    assert.equal(raw.choices[0].message.reasoning_content, undefined);
+    assert.equal(raw.choices[0].message.content.trim(), (m.reasoning_content + (m.content ? '</think>' + m.content : '')).trim());
+    await expectError(c.chat.completions.create({ ...req, reasoning_format: 'hidden' }), 400, 'reasoning_format');
+  } finally {
+    await stopServer(srv);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test('/tokenize and /detokenize use the served model\'s tokenizer', async () => {
   const post = async (route, body) => {
     const r = await fetch(`${s.baseURL}${route}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });

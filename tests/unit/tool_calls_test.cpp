@@ -402,6 +402,7 @@ TEST(ToolCalls, RequestErrorsNameTheField) {
        "tool_choice.function.name"},
       {user + R"("tool_choice":"required","response_format":{"type":"json_object"},)" + kTools + "}", "tool_choice"},
       {user + R"("parallel_tool_calls":"yes"})", "parallel_tool_calls"},
+      {user + R"("reasoning_format":"hidden"})", "reasoning_format"},
       // A keyword the constrained output cannot honour is named at its own place...
       {user + R"("tool_choice":"required","tools":[{"type":"function","function":{"name":"f","parameters":)"
               R"({"type":"object","properties":{"d":{"type":"string","format":"date"}}}}}]})",
