@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "serve/api_error.h"
+#include "serve/json_depth.h"
 
 namespace moeflow::serve {
 namespace {
@@ -139,8 +140,15 @@ std::vector<ChatToolCall> parse_message_tool_calls(const json& v, const std::str
     const auto name = fn->find("name");
     if (name == fn->end()) throw ApiError::bad_request("'" + f + ".function.name' is required", f + ".function.name");
     call.name = string_of(*name, f + ".function.name");
-    if (const auto args = fn->find("arguments"); args != fn->end() && !args->is_null())
-      call.arguments = args->is_object() ? args->dump() : string_of(*args, f + ".function.arguments");
+    if (const auto args = fn->find("arguments"); args != fn->end() && !args->is_null()) {
+      const std::string af = f + ".function.arguments";
+      const bool deep = args->is_string()
+                            ? json_deeper_than(json::parse(args->get<std::string>(), nullptr, false), kMaxJsonDepth)
+                            : json_deeper_than(*args, kMaxJsonDepth);
+      if (deep)
+        throw ApiError::bad_request("'" + af + "' nests deeper than " + std::to_string(kMaxJsonDepth) + " levels", af);
+      call.arguments = args->is_object() ? args->dump() : string_of(*args, af);
+    }
     out.push_back(std::move(call));
   }
   return out;
@@ -298,6 +306,10 @@ std::vector<ToolFunction> parse_tools(const json& v, const nlohmann::ordered_jso
       boolean(*strict, f + ".function.strict");
     if (const auto p = fn->find("parameters"); p != fn->end() && !p->is_null()) {
       if (!p->is_object()) wrong_type(f + ".function.parameters", "an object (a JSON schema)", *p);
+      if (json_deeper_than(*p, kMaxJsonDepth))
+        throw ApiError::bad_request("'" + f + ".function.parameters' nests deeper than " +
+                                        std::to_string(kMaxJsonDepth) + " levels",
+                                    f + ".function.parameters");
       tf.parameters = ordered.at("tools").at(i).at("function").at("parameters");
     }
     out.push_back(std::move(tf));

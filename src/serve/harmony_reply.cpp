@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
+#include "serve/json_depth.h"
+
 namespace moeflow::serve {
 namespace {
 
@@ -126,7 +128,7 @@ HarmonyReply HarmonyStream::finish(const std::vector<ToolFunction>& tools) {
     const nlohmann::json args = nlohmann::json::parse(p.args, nullptr, false);
     bool known = false;
     for (const ToolFunction& f : tools) known = known || f.name == name;
-    if (known && args.is_object()) {
+    if (known && args.is_object() && !json_deeper_than(args, kMaxJsonDepth)) {
       ToolCall c;
       c.id = new_call_id();
       c.name = name;

@@ -3,6 +3,7 @@
 #include <random>
 
 #include "base/error.h"
+#include "serve/json_depth.h"
 
 namespace moeflow::serve {
 namespace {
@@ -72,7 +73,7 @@ bool known(const std::vector<ToolFunction>& tools, const std::string& name) {
 // One call from its JSON: {"name": a function of the request, "arguments" (or Llama 3's
 // "parameters"): an object, or a string holding one}; false for anything else.
 bool call_from_json(const ojson& j, const std::vector<ToolFunction>& tools, ToolCall& out) {
-  if (!j.is_object()) return false;
+  if (!j.is_object() || json_deeper_than(j, kMaxJsonDepth)) return false;
   const auto name = j.find("name");
   if (name == j.end() || !name->is_string() || !known(tools, name->get<std::string>())) return false;
   auto args = j.find("arguments");
@@ -81,7 +82,7 @@ bool call_from_json(const ojson& j, const std::vector<ToolFunction>& tools, Tool
   if (args != j.end()) {
     a = *args;
     if (a.is_string()) a = ojson::parse(a.get<std::string>(), nullptr, false);
-    if (!a.is_object()) return false;
+    if (!a.is_object() || json_deeper_than(a, kMaxJsonDepth)) return false;
   }
   out.id = new_call_id();
   out.name = name->get<std::string>();

@@ -47,6 +47,10 @@ TEST(HarmonyReply, AMessageToAFunctionIsACall) {
   r = parse_harmony_reply(kCall, {});
   EXPECT_TRUE(r.calls.empty());
   EXPECT_EQ(r.content, R"({"city":"Oslo"})");
+  r = parse_harmony_reply("<|channel|>commentary to=functions.get_time<|message|>{\"a\":" + std::string(100000, '[') +
+                              std::string(100000, ']') + "}",
+                          tools());
+  EXPECT_TRUE(r.calls.empty());  // nested too deep to be written again safely
   r = parse_harmony_reply("<|channel|>commentary to=functions.get_time<|message|>not json", tools());
   EXPECT_TRUE(r.calls.empty());
   EXPECT_EQ(r.content, "not json");

@@ -157,6 +157,17 @@ TEST(ToolCalls, UnclosedLastBlockAndBareJson) {
 
 TEST(ToolCalls, WhatIsNotACallStaysContentAsWritten) {
   const auto tools = weather_tools();
+  // Arguments nested past kMaxJsonDepth (a model can write "[[[[..." for a long while).
+  const std::string deep = R"({"name":"get_time","arguments":{"a":)" + std::string(100000, '[') +
+                           std::string(100000, ']') + "}}";
+  EXPECT_TRUE(parse_tool_calls(deep, tools).calls.empty());
+  EXPECT_TRUE(parse_tool_calls("<tool_call>" + deep + "</tool_call>", tools).calls.empty());
+  const std::string deep_args = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_TRUE(parse_tool_calls("<｜tool▁call▁begin｜>get_time<｜tool▁sep｜>" + deep_args, tools).calls.empty());
+  EXPECT_TRUE(parse_tool_calls("<|tool_call_begin|>functions.get_time:0<|tool_call_argument_begin|>" + deep_args, tools)
+                  .calls.empty());
+  EXPECT_TRUE(parse_tool_calls("<tool_call>get_time\n<arg_key>a</arg_key><arg_value>" + deep_args + "</arg_value>", tools)
+                  .calls.empty());
   const std::vector<std::string> texts = {
       "Plain prose.",
       R"({"name":"launch_rockets","arguments":{}})",          // not one of the request's functions
@@ -381,7 +392,7 @@ TEST(ToolCalls, RequestFields) {
 
 TEST(ToolCalls, RequestErrorsNameTheField) {
   const std::string user = R"({"messages":[{"role":"user","content":"x"}],)";
-  const std::vector<std::pair<std::string, std::string>> cases = {
+  std::vector<std::pair<std::string, std::string>> cases = {
       {user + R"("tools":{}})", "tools"},
       {user + R"("tools":[{"function":{"name":"f"}}]})", "tools[0].type"},
       {user + R"("tools":[{"type":"retrieval","function":{"name":"f"}}]})", "tools[0].type"},
@@ -416,6 +427,13 @@ TEST(ToolCalls, RequestErrorsNameTheField) {
       {R"({"messages":[{"role":"tool","content":"x","tool_call_id":5}]})", "messages[0].tool_call_id"},
       {R"({"messages":[{"role":"assistant"}]})", "messages[0].content"},
   };
+  // Values nested past what is walked or written again without recursion's risk.
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  cases.push_back({user + R"("tools":[{"type":"function","function":{"name":"f","parameters":{"default":)" + deep + "}}}]}",
+                   "tools[0].function.parameters"});
+  cases.push_back({R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":{"a":)" + deep +
+                       "}}}]}]}",
+                   "messages[0].tool_calls[0].function.arguments"});
   for (const auto& [body, param] : cases) {
     try {
       parse_completion_request(body, Endpoint::chat);
