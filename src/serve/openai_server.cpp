@@ -92,8 +92,6 @@ void check_text_fits(const std::string& text, const ServedModel& m, const char* 
                               param, "context_length_exceeded");
 }
 
-// The prompt's tokens: the chat template's rendering (which writes its own BOS when
-// the model wants one), or the completion prompt as text or ids.
 // How a chat reply is read: gpt-oss's Harmony messages, or a reply that may think
 // between <think> and </think> (a template that knows the tag), with the block perhaps
 // opened by the prompt itself; neither while a constraint holds the text to JSON from
@@ -104,6 +102,9 @@ struct ReplyFormat {
   bool prompt_opened_thinking = false;
 };
 
+// The prompt's tokens: the chat template's rendering (which writes its own BOS when
+// the model wants one), or the completion prompt as text or ids; `format` says how
+// the reply to a chat prompt is read.
 std::vector<int32_t> prompt_tokens(const CompletionRequest& r, const ServedModel& m, ReplyFormat& format) {
   const Engine& engine = *m.engine;
   const Tokenizer& tok = engine.tokenizer();
@@ -293,6 +294,12 @@ bool stream_events(const CompletionRequest& r, const ResponseHeader& h, const St
       st[i].first = false;
       return ok;
     };
+    auto send_calls = [&](const std::vector<ToolCall>& calls) {
+      if (calls.empty()) return true;
+      const bool ok = write(sse_event(tool_calls_chunk(h, index, calls, st[i].first, r.include_usage)));
+      st[i].first = false;
+      return ok;
+    };
     auto send_reasoning = [&](const std::string& text) {
       if (text.empty()) return true;
       const bool ok = write(sse_event(reasoning_chunk(h, index, text, st[i].first, r.include_usage)));
@@ -329,20 +336,14 @@ bool stream_events(const CompletionRequest& r, const ResponseHeader& h, const St
       const HarmonyReply reply = st[i].messages.finish(calls_on ? r.tools : std::vector<ToolFunction>{});
       if (!send_reasoning(reply.reasoning)) return false;
       if (!reply.content.empty() && !send_text(reply.content, json(nullptr))) return false;
-      if (!reply.calls.empty()) {
-        if (!write(sse_event(tool_calls_chunk(h, index, reply.calls, st[i].first, r.include_usage)))) return false;
-        st[i].first = false;
-        if (reason == "stop") reason = "tool_calls";
-      }
+      if (!send_calls(reply.calls)) return false;
+      if (!reply.calls.empty() && reason == "stop") reason = "tool_calls";
     } else if (calls_on) {
       const std::string& held = st[i].calls.held();
       const ParsedReply reply = read_calls(r, held, reason);
       const std::string& rest = reply.calls.empty() ? held : reply.content;
       if (!rest.empty() && !send_text(rest, json(nullptr))) return false;
-      if (!reply.calls.empty()) {
-        if (!write(sse_event(tool_calls_chunk(h, index, reply.calls, st[i].first, r.include_usage)))) return false;
-        st[i].first = false;
-      }
+      if (!send_calls(reply.calls)) return false;
     }
     return write(sse_event(stream_chunk(r.endpoint, h, index, "", st[i].first, reason, json(nullptr),
                                         r.include_usage)));

@@ -193,7 +193,8 @@ ojson xml_value(const ToolFunction* f, const std::string& key, const std::string
     }
   }
   ojson v = ojson::parse(text, nullptr, false);
-  return v.is_discarded() ? ojson(text) : v;
+  if (v.is_discarded()) return text;
+  return v;  // moved: a conditional expression would copy it, recursing once per level
 }
 
 // The XML call bodies of GLM-4.5 ("NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>...")

@@ -1,7 +1,8 @@
 // `moeflow serve` driven by the official openai client (and raw fetch for malformed
 // bodies): both endpoints streamed and not, batching that changes no output, stop
-// strings, log-probabilities, every bad-input status, a full queue, a client that
-// disconnects, /metrics, and a graceful SIGTERM.
+// strings, log-probabilities, structured outputs, function calling, reasoning_content,
+// every bad-input status, a full queue, a client that disconnects, /metrics, and a
+// graceful SIGTERM.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
