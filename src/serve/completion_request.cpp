@@ -516,14 +516,10 @@ CompletionRequest parse_completion_request(const std::string& body, Endpoint end
   if (r.tool_choice == ToolChoice::required || r.tool_choice == ToolChoice::named) {
     if (r.tools.empty())
       throw ApiError::bad_request("'tool_choice' asks for a call, but 'tools' names no function", "tool_choice");
-    if (r.tool_choice == ToolChoice::named) {
-      bool found = false;
-      for (const ToolFunction& f : r.tools) found = found || f.name == r.tool_choice_name;
-      if (!found)
-        throw ApiError::bad_request("'tool_choice.function.name' \"" + r.tool_choice_name +
-                                        "\" is not one of the request's tools",
-                                    "tool_choice.function.name");
-    }
+    if (r.tool_choice == ToolChoice::named && !find_function(r.tools, r.tool_choice_name))
+      throw ApiError::bad_request("'tool_choice.function.name' \"" + r.tool_choice_name +
+                                      "\" is not one of the request's tools",
+                                  "tool_choice.function.name");
     constrain_to_tool_call(r);
   }
   if (chat && r.top_logprobs > 0 && !r.logprobs)

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "serve/json_depth.h"
+#include "serve/partial_match.h"
 
 namespace moeflow::serve {
 namespace {
@@ -25,19 +26,6 @@ std::string word_after(std::string_view header, std::string_view key) {
   size_t b = at + key.size(), e = b;
   while (e < header.size() && header[e] != ' ' && header[e] != '<' && header[e] != '\n') ++e;
   return std::string(header.substr(b, e - b));
-}
-
-// The length of the longest tail of `s` that is a proper prefix of one of `tags`.
-template <size_t N>
-size_t tag_prefix_tail(std::string_view s, const std::string_view (&tags)[N]) {
-  size_t keep = 0;
-  for (const std::string_view tag : tags)
-    for (size_t k = std::min(s.size(), tag.size() - 1); k > keep; --k)
-      if (s.substr(s.size() - k) == tag.substr(0, k)) {
-        keep = k;
-        break;
-      }
-  return keep;
 }
 
 }  // namespace
@@ -99,7 +87,7 @@ HarmonyStream::Delta HarmonyStream::push(const std::string& text) {
         tag = t;
       }
     if (end == std::string_view::npos) {
-      const size_t keep = tag_prefix_tail(rest, kBodyEnds);
+      const size_t keep = partial_marker_tail(rest, kBodyEnds);
       emit(std::string(rest.substr(0, rest.size() - keep)), d);
       pos_ += rest.size() - keep;
       return d;
@@ -126,9 +114,7 @@ HarmonyReply HarmonyStream::finish(const std::vector<ToolFunction>& tools) {
   for (const PendingCall& p : pending_) {
     const std::string name = p.recipient.substr(kFunctions.size());
     const nlohmann::json args = nlohmann::json::parse(p.args, nullptr, false);
-    bool known = false;
-    for (const ToolFunction& f : tools) known = known || f.name == name;
-    if (known && args.is_object() && !json_deeper_than(args, kMaxJsonDepth)) {
+    if (find_function(tools, name) && args.is_object() && !json_deeper_than(args, kMaxJsonDepth)) {
       ToolCall c;
       c.id = new_call_id();
       c.name = name;

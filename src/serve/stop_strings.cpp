@@ -1,6 +1,6 @@
 #include "serve/stop_strings.h"
 
-#include <algorithm>
+#include "serve/partial_match.h"
 
 namespace moeflow::serve {
 
@@ -8,8 +8,7 @@ std::string StopStrings::push(std::string_view text) {
   if (stopped_) return {};
   held_.append(text);
   // The earliest complete stop string ends the text there.
-  size_t cut = std::string::npos;
-  for (const std::string& s : stops_) cut = std::min(cut, held_.find(s));
+  const size_t cut = find_first_marker(held_, stops_);
   if (cut != std::string::npos) {
     stopped_ = true;
     std::string out = held_.substr(0, cut);
@@ -17,13 +16,7 @@ std::string StopStrings::push(std::string_view text) {
     return out;
   }
   // Keep the longest suffix that begins some stop string.
-  size_t keep = 0;
-  for (const std::string& s : stops_)
-    for (size_t n = std::min(s.size() - 1, held_.size()); n > keep; --n)
-      if (held_.compare(held_.size() - n, n, s, 0, n) == 0) {
-        keep = n;
-        break;
-      }
+  const size_t keep = partial_marker_tail(held_, stops_);
   std::string out = held_.substr(0, held_.size() - keep);
   held_.erase(0, held_.size() - keep);
   return out;

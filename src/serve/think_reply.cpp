@@ -1,6 +1,9 @@
 #include "serve/think_reply.h"
 
+#include <array>
 #include <string_view>
+
+#include "serve/partial_match.h"
 
 namespace moeflow::serve {
 namespace {
@@ -9,13 +12,6 @@ constexpr std::string_view kOpen = "<think>";
 constexpr std::string_view kClose = "</think>";
 
 bool space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
-
-// The length of the longest tail of `s` that is a proper prefix of `tag`.
-size_t tag_prefix_tail(std::string_view s, std::string_view tag) {
-  for (size_t k = std::min(s.size(), tag.size() - 1); k > 0; --k)
-    if (s.substr(s.size() - k) == tag.substr(0, k)) return k;
-  return 0;
-}
 
 }  // namespace
 
@@ -51,7 +47,7 @@ ThinkStream::Delta ThinkStream::push(const std::string& text) {
     }
     const size_t close = held_.find(kClose);
     if (close == std::string::npos) {
-      const size_t keep = tag_prefix_tail(held_, kClose);
+      const size_t keep = partial_marker_tail(held_, std::array{kClose});
       d.reasoning += held_.substr(0, held_.size() - keep);
       held_.erase(0, held_.size() - keep);
       return d;

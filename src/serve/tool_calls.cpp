@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "serve/json_depth.h"
+#include "serve/partial_match.h"
 
 namespace moeflow::serve {
 namespace {
@@ -64,18 +65,12 @@ ojson one_call_schema(const ToolFunction& f, const std::string& at) {
   return {{"type", "object"}, {"properties", std::move(props)}, {"required", {"name", "arguments"}}};
 }
 
-bool known(const std::vector<ToolFunction>& tools, const std::string& name) {
-  for (const ToolFunction& f : tools)
-    if (f.name == name) return true;
-  return false;
-}
-
 // One call from its JSON: {"name": a function of the request, "arguments" (or Llama 3's
 // "parameters"): an object, or a string holding one}; false for anything else.
 bool call_from_json(const ojson& j, const std::vector<ToolFunction>& tools, ToolCall& out) {
   if (!j.is_object() || json_deeper_than(j, kMaxJsonDepth)) return false;
   const auto name = j.find("name");
-  if (name == j.end() || !name->is_string() || !known(tools, name->get<std::string>())) return false;
+  if (name == j.end() || !name->is_string() || !find_function(tools, name->get<std::string>())) return false;
   auto args = j.find("arguments");
   if (args == j.end()) args = j.find("parameters");
   ojson a = ojson::object();
@@ -132,6 +127,15 @@ std::string calls_as_hermes(const std::vector<ChatToolCall>& calls) {
   return text;
 }
 
+// {"name": name, "arguments": the JSON of `args` (none: {})}; discarded when `args`
+// is not JSON.
+ojson named_call(const std::string& name, std::string_view args) {
+  const std::string a = trimmed(args);
+  ojson parsed = a.empty() ? ojson::object() : ojson::parse(a, nullptr, false);
+  if (parsed.is_discarded()) return parsed;
+  return {{"name", name}, {"arguments", std::move(parsed)}};
+}
+
 // A DeepSeek call's body as JSON: "function<｜tool▁sep｜>NAME\n```json\nARGS\n```" (V3,
 // R1) or "NAME<｜tool▁sep｜>ARGS" (V3.1); discarded when it is neither.
 ojson deepseek_call(std::string_view body) {
@@ -151,10 +155,7 @@ ojson deepseek_call(std::string_view body) {
       else args = end > start ? args.substr(start + 1, end - start - 1) : args.substr(start + 1);
     }
   }
-  const std::string a = trimmed(args);
-  ojson parsed = a.empty() ? ojson::object() : ojson::parse(a, nullptr, false);
-  if (parsed.is_discarded()) return parsed;
-  return {{"name", name}, {"arguments", std::move(parsed)}};
+  return named_call(name, args);
 }
 
 // Kimi's call body: "functions.NAME:INDEX<|tool_call_argument_begin|>ARGS".
@@ -164,10 +165,7 @@ ojson kimi_call(std::string_view body) {
   std::string name = trimmed(body.substr(0, sep));
   if (name.rfind("functions.", 0) == 0) name.erase(0, 10);
   if (const size_t colon = name.rfind(':'); colon != std::string::npos) name.erase(colon);
-  const std::string a = trimmed(body.substr(sep + kKimiArgs.size()));
-  ojson parsed = a.empty() ? ojson::object() : ojson::parse(a, nullptr, false);
-  if (parsed.is_discarded()) return parsed;
-  return {{"name", name}, {"arguments", std::move(parsed)}};
+  return named_call(name, body.substr(sep + kKimiArgs.size()));
 }
 
 // The text between `open` and `close` from `at`, moving `at` past `close`; false when
@@ -203,16 +201,11 @@ ojson xml_call(std::string_view body, const std::vector<ToolFunction>& tools) {
   const std::string b = trimmed(body);
   std::string name;
   ojson args = ojson::object();
-  auto function_named = [&](const std::string& n) -> const ToolFunction* {
-    for (const ToolFunction& f : tools)
-      if (f.name == n) return &f;
-    return nullptr;
-  };
   if (b.rfind("<function=", 0) == 0) {
     const size_t gt = b.find('>');
     if (gt == std::string::npos) return ojson(ojson::value_t::discarded);
     name = trimmed(std::string_view(b).substr(10, gt - 10));
-    const ToolFunction* f = function_named(name);
+    const ToolFunction* f = find_function(tools, name);
     size_t at = gt + 1;
     for (;;) {
       const size_t p = b.find("<parameter=", at);
@@ -231,7 +224,7 @@ ojson xml_call(std::string_view body, const std::vector<ToolFunction>& tools) {
     const size_t first = b.find('<');
     name = trimmed(std::string_view(b).substr(0, first));
     if (name.empty() || name.find_first_of(" \n\t{[\"") != std::string::npos) return ojson(ojson::value_t::discarded);
-    const ToolFunction* f = function_named(name);
+    const ToolFunction* f = find_function(tools, name);
     size_t at = first == std::string::npos ? b.size() : first;
     std::string_view key, value;
     while (between(b, at, "<arg_key>", "</arg_key>", key)) {
@@ -263,6 +256,12 @@ void erase_all(std::string& s, std::string_view tag) {
 }
 
 }  // namespace
+
+const ToolFunction* find_function(const std::vector<ToolFunction>& tools, const std::string& name) {
+  for (const ToolFunction& f : tools)
+    if (f.name == name) return &f;
+  return nullptr;
+}
 
 std::string new_call_id() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -429,21 +428,13 @@ std::string ToolCallStream::push(const std::string& text) {
     }
   }
   std::string out;
-  size_t open = std::string::npos;
-  for (const std::string_view start : kCallStarts) open = std::min(open, held_.find(start));
-  if (open != std::string::npos) {
+  if (const size_t open = find_first_marker(held_, kCallStarts); open != std::string::npos) {
     out = held_.substr(0, open);
     held_.erase(0, open);
     holding_ = true;
   } else {
     // Keep back the longest tail that could begin a call.
-    size_t keep = 0;
-    for (const std::string_view start : kCallStarts)
-      for (size_t k = std::min(held_.size(), start.size() - 1); k > keep; --k)
-        if (std::string_view(held_).substr(held_.size() - k) == start.substr(0, k)) {
-          keep = k;
-          break;
-        }
+    const size_t keep = partial_marker_tail(held_, kCallStarts);
     out = held_.substr(0, held_.size() - keep);
     held_.erase(0, held_.size() - keep);
   }

@@ -48,6 +48,9 @@ enum class ToolChoice {
 // JSON object as text.
 using ToolCall = ChatToolCall;
 
+// The function of `tools` named `name`, or null.
+const ToolFunction* find_function(const std::vector<ToolFunction>& tools, const std::string& name);
+
 // A fresh call id: "call_" and 24 random letters and digits.
 std::string new_call_id();
 
