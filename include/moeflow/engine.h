@@ -108,9 +108,26 @@ class Engine {
   SeqId add_sequence(const SequenceParams& params = {});
   // Ends a sequence and returns its KV blocks to the pool. Unknown ids are an error.
   void remove_sequence(SeqId seq);
-  // Positions the sequence holds.
+  // Positions the sequence (or parked prefix) holds.
   int64_t sequence_length(SeqId seq) const;
-  int64_t n_sequences() const;
+  int64_t n_sequences() const;  // sequences a step may take (parked prefixes not counted)
+
+  // Prompt reuse (a chat's next turn, an agent's next call): the keys and values of a
+  // finished sequence's first positions kept for a later sequence whose tokens begin
+  // the same way, so that only the rest needs steps.
+  //
+  // Ends `seq`'s request as remove_sequence does (policies see it end) but keeps the KV
+  // blocks of its first `keep` positions (0 <= keep <= its length; the blocks past them
+  // go back to the pool) under the returned id: a parked prefix, which no step takes.
+  // remove_sequence frees it.
+  SeqId park_sequence(SeqId seq, int64_t keep);
+  // A new sequence that starts with the first `keep` positions of the parked prefix
+  // `parked` (0 <= keep <= its length). It takes the prefix's blocks over (moved, not
+  // copied; `parked` is gone and its blocks past `keep` go back to the pool), so its
+  // logits are those of a sequence whose first `keep` positions were split into the
+  // same steps as the parked one's were.
+  SeqId add_sequence(const SequenceParams& params, SeqId parked, int64_t keep);
+  int64_t n_parked() const;
 
   // Evaluates the batch. Throws InputError for an unknown sequence, a position that
   // does not continue its sequence, a token outside the vocabulary, a sequence past
@@ -126,7 +143,8 @@ class Engine {
   int64_t n_vocab() const;
   int64_t ctx_size() const;
   // Sets the most positions one sequence holds, re-sizing the KV pool to n_parallel
-  // sequences of them. REQUIRES no sequences (InputError otherwise). A size the pool
+  // sequences of them. REQUIRES no sequences and no parked prefixes (InputError
+  // otherwise). A size the pool
   // cannot hold is refused (InputError) and the old context stays.
   void resize_context(int64_t ctx_size);
   std::string kv_type() const;  // "f32" or "f16"

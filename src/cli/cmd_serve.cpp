@@ -79,6 +79,10 @@ int cmd_serve(int argc, char** argv) {
   a.flag("--queue", "requests waiting for a slot at most; more get 503 with Retry-After", true, "64");
   a.flag("-b,--batch-size", "tokens per engine step at most (decode tokens always fit)", true, "256");
   a.flag("--prefill-chunk", "prompt tokens per prefill chunk (long prompts are read over several steps)", true, "128");
+  a.flag("--no-cache-prompt",
+         "compute every prompt whole (default: a finished request's prompt stays in the KV pool, in whole prefill "
+         "chunks, for later requests that begin with it, until running ones need the blocks)",
+         false);
   a.flag("--sched", "order of waiting requests: fcfs or emoe (eMoE's SLO- and task-aware order)", true, "fcfs");
   a.flag("--slo-ms", "latency target of a request that gives none (its 'slo_ms' field), in milliseconds; 0: none",
          true, "0");
@@ -96,6 +100,7 @@ int cmd_serve(int argc, char** argv) {
   lo.max_waiting = static_cast<size_t>(a.integer("--queue", 0, 1 << 20));
   lo.step_tokens = a.integer("--batch-size", 1, 1 << 20);
   lo.prefill_chunk = a.integer("--prefill-chunk", 1, 1 << 20);
+  lo.cache_prompt = !a.has("--no-cache-prompt");
   lo.sched = serve::parse_sched_policy(a.str("--sched"));
   const double slo_ms = a.number("--slo-ms", 0, 86400e3);
   lo.sched_options.default_slo_s = slo_ms / 1e3;

@@ -24,6 +24,7 @@ struct Engine::Impl {
   struct Sequence {
     std::vector<int32_t> blocks;
     int64_t length = 0;
+    bool parked = false;  // a prefix kept for a later sequence (park_sequence): no step takes it
   };
 
   std::unique_ptr<Model> model;
@@ -58,6 +59,27 @@ struct Engine::Impl {
     auto it = seqs.find(id);
     if (it == seqs.end()) throw InputError(std::string(what) + ": no sequence " + std::to_string(id));
     return it->second;
+  }
+  // A sequence that steps may take (not a parked prefix).
+  Sequence& live(SeqId id, const char* what) {
+    Sequence& s = at(id, what);
+    if (s.parked)
+      throw InputError(std::string(what) + ": sequence " + std::to_string(id) +
+                       " is a parked prefix (add_sequence(params, parked, keep) continues it)");
+    return s;
+  }
+  Sequence& parked(SeqId id, const char* what) {
+    Sequence& s = at(id, what);
+    if (!s.parked) throw InputError(std::string(what) + ": sequence " + std::to_string(id) + " is not a parked prefix");
+    return s;
+  }
+  void check_keep(const Sequence& s, SeqId id, int64_t keep, const char* what) const {
+    if (keep < 0 || keep > s.length)
+      throw InputError(std::string(what) + ": keep " + std::to_string(keep) + " positions of sequence " +
+                       std::to_string(id) + ", which holds " + std::to_string(s.length));
+  }
+  int64_t count(bool parked_ones) const {
+    return std::count_if(seqs.begin(), seqs.end(), [&](const auto& kv) { return kv.second.parked == parked_ones; });
   }
 };
 
@@ -121,13 +143,50 @@ SeqId Engine::add_sequence(const SequenceParams& p) {
 
 void Engine::remove_sequence(SeqId id) {
   Impl::Sequence& s = impl_->at(id, "remove_sequence");
+  const bool was_parked = s.parked;  // its request ended when it was parked
   impl_->kv->release(s.blocks);
   impl_->seqs.erase(id);
-  if (impl_->offload.active()) impl_->offload.source->end_request(id);
+  if (impl_->offload.active() && !was_parked) impl_->offload.source->end_request(id);
+}
+
+SeqId Engine::park_sequence(SeqId id, int64_t keep) {
+  Impl& im = *impl_;
+  Impl::Sequence& s = im.live(id, "park_sequence");
+  im.check_keep(s, id, keep, "park_sequence");
+  const SeqId parked = im.next_id++;
+  Impl::Sequence& p = im.seqs[parked];
+  p.blocks = std::move(s.blocks);
+  p.length = keep;
+  p.parked = true;
+  im.kv->shrink(p.blocks, keep);
+  im.seqs.erase(id);
+  if (im.offload.active()) im.offload.source->end_request(id);
+  return parked;
+}
+
+SeqId Engine::add_sequence(const SequenceParams& params, SeqId parked, int64_t keep) {
+  Impl& im = *impl_;
+  Impl::Sequence& p = im.parked(parked, "add_sequence");
+  im.check_keep(p, parked, keep, "add_sequence");
+  std::vector<int32_t> blocks = std::move(p.blocks);
+  im.seqs.erase(parked);
+  im.kv->shrink(blocks, keep);
+  SeqId id;
+  try {
+    id = add_sequence(params);
+  } catch (...) {
+    im.kv->release(blocks);  // a policy that refused the request: the prefix is gone either way
+    throw;
+  }
+  Impl::Sequence& s = im.seqs.at(id);
+  s.blocks = std::move(blocks);
+  s.length = keep;
+  return id;
 }
 
 int64_t Engine::sequence_length(SeqId id) const { return impl_->at(id, "sequence_length").length; }
-int64_t Engine::n_sequences() const { return static_cast<int64_t>(impl_->seqs.size()); }
+int64_t Engine::n_sequences() const { return impl_->count(false); }
+int64_t Engine::n_parked() const { return impl_->count(true); }
 
 void Engine::step(const std::vector<BatchToken>& batch) {
   Impl& im = *impl_;
@@ -144,7 +203,7 @@ void Engine::step(const std::vector<BatchToken>& batch) {
   std::vector<SeqId> order;
   for (size_t i = 0; i < batch.size(); ++i) {
     const BatchToken& b = batch[i];
-    Impl::Sequence& s = im.at(b.seq, "step");
+    Impl::Sequence& s = im.live(b.seq, "step");
     auto [it, fresh] = by_seq.try_emplace(b.seq);
     if (fresh) order.push_back(b.seq);
     const int64_t expect = s.length + static_cast<int64_t>(it->second.size());
@@ -226,7 +285,7 @@ int64_t Engine::n_vocab() const { return impl_->model->config().n_vocab; }
 int64_t Engine::ctx_size() const { return impl_->ctx; }
 void Engine::resize_context(int64_t ctx) {
   Impl& im = *impl_;
-  if (!im.seqs.empty()) throw InputError("resize_context: sequences are running");
+  if (!im.seqs.empty()) throw InputError("resize_context: sequences are running or parked");
   if (ctx < 1) throw InputError("context size " + std::to_string(ctx) + ": must be >= 1");
   const int64_t old_ctx = im.ctx;
   const DType type = im.kv->type();

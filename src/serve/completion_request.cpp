@@ -505,6 +505,8 @@ CompletionRequest parse_completion_request(const std::string& body, Endpoint end
         throw ApiError::bad_request("'reasoning_format' must be \"none\", \"auto\" or \"deepseek\", got \"" + f + "\"",
                                     key);
       r.split_reasoning = f != "none";
+    } else if (key == "cache_prompt") {
+      if (!v.is_null()) r.cache_prompt = boolean(v, key);
     } else if (key == "echo") {
       if (!v.is_null()) r.echo = boolean(v, key);
       if (r.echo && chat) throw ApiError::bad_request("'echo' is for /v1/completions only", key);

@@ -13,7 +13,9 @@
 // instance of the schema, whose unsupported keywords are refused, not ignored). Extensions: top_k, repeat_penalty and repeat_last_n
 // (llama-server's names and meaning), slo_ms (the request's latency target for the
 // eMoE scheduler), task (the task label for task-aware policies), ignore_eos (generate
-// max_tokens whatever the model says; llama-server's name, for benchmarks).
+// max_tokens whatever the model says; llama-server's name, for benchmarks), cache_prompt
+// (llama-server's: false computes the whole prompt even where an earlier request's
+// keys and values could be reused; the tokens are the same either way).
 // Function calling (chat): tools (functions with a name, description and JSON-schema
 // parameters), tool_choice ("none", "auto", "required", or {"type": "function",
 // "function": {"name": ...}}: the last two hold the output to one call of the
@@ -67,6 +69,7 @@ struct CompletionRequest {
   double slo_ms = 0;                    // 0: the server's default
   std::string task;
   bool ignore_eos = false;
+  bool cache_prompt = true;             // may continue from an earlier request's prompt
   bool echo = false;                    // completions: the prompt returned before the completion
   bool json_object = false;             // response_format {"type": "json_object"}
   std::shared_ptr<const JsonSchema> json_schema;  // response_format {"type": "json_schema"}

@@ -37,10 +37,11 @@ json finish_json(const std::string& reason) { return reason.empty() ? json(nullp
 
 }  // namespace
 
-json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
 json logprobs_json(Endpoint ep, const std::vector<TokenLogprob>& lp, int64_t text_offset0) {
@@ -69,7 +70,7 @@ json logprobs_json(Endpoint ep, const std::vector<TokenLogprob>& lp, int64_t tex
 }
 
 json full_response(Endpoint ep, const ResponseHeader& h, const std::vector<Choice>& choices, bool with_logprobs,
-                   int64_t prompt_tokens, int64_t completion_tokens) {
+                   const Usage& usage) {
   json r = header_json(ep, h, false);
   r["choices"] = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
@@ -90,7 +91,7 @@ json full_response(Endpoint ep, const ResponseHeader& h, const std::vector<Choic
     choice["finish_reason"] = finish_json(c.finish_reason);
     r["choices"].push_back(std::move(choice));
   }
-  r["usage"] = usage_json(prompt_tokens, completion_tokens);
+  r["usage"] = usage_json(usage);
   return r;
 }
 
@@ -138,10 +139,10 @@ json reasoning_chunk(const ResponseHeader& h, int index, const std::string& text
   return delta_chunk(h, index, "reasoning_content", text, first, include_usage);
 }
 
-json usage_chunk(Endpoint ep, const ResponseHeader& h, int64_t prompt_tokens, int64_t completion_tokens) {
+json usage_chunk(Endpoint ep, const ResponseHeader& h, const Usage& usage) {
   json r = header_json(ep, h, true);
   r["choices"] = json::array();
-  r["usage"] = usage_json(prompt_tokens, completion_tokens);
+  r["usage"] = usage_json(usage);
   return r;
 }
 

@@ -18,7 +18,15 @@ struct ResponseHeader {
   std::string model;
 };
 
-nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+// A request's tokens, OpenAI's usage object: the prompt counted once for all choices,
+// the completions summed over them, and of the prompt the positions continued from an
+// earlier request's (prompt_tokens_details.cached_tokens).
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;
+};
+nlohmann::json usage_json(const Usage& u);
 
 // Log-probabilities in the endpoint's format: chat {"content":[{token,logprob,bytes,
 // top_logprobs}]}, completions {tokens, token_logprobs, top_logprobs, text_offset};
@@ -37,7 +45,7 @@ struct Choice {
 // The whole response of a request that was not streamed: its choices in order (index i),
 // usage summed over them (the prompt counted once, as OpenAI counts it).
 nlohmann::json full_response(Endpoint ep, const ResponseHeader& h, const std::vector<Choice>& choices,
-                             bool with_logprobs, int64_t prompt_tokens, int64_t completion_tokens);
+                             bool with_logprobs, const Usage& usage);
 
 // One stream chunk of choice `index`. `first` adds the assistant role (chat);
 // `finish_reason` empty: null.
@@ -53,7 +61,7 @@ nlohmann::json reasoning_chunk(const ResponseHeader& h, int index, const std::st
                                bool include_usage);
 
 // The last chunk when stream_options.include_usage: no choices, only usage.
-nlohmann::json usage_chunk(Endpoint ep, const ResponseHeader& h, int64_t prompt_tokens, int64_t completion_tokens);
+nlohmann::json usage_chunk(Endpoint ep, const ResponseHeader& h, const Usage& usage);
 
 // A JSON value as one SSE event ("data: ...\n\n"); invalid UTF-8 becomes U+FFFD.
 std::string sse_event(const nlohmann::json& j);

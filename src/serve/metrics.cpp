@@ -86,6 +86,9 @@ std::string ServerMetrics::render() const {
          static_cast<double>(requests_waiting.load()));
   scalar(o, "moeflow_prompt_tokens_total", "counter", "Prompt tokens prefilled.",
          static_cast<double>(prompt_tokens.load()));
+  scalar(o, "moeflow_prompt_tokens_cached_total", "counter",
+         "Prompt tokens whose keys and values came from an earlier request's prompt (not prefilled).",
+         static_cast<double>(prompt_tokens_cached.load()));
   scalar(o, "moeflow_generation_tokens_total", "counter", "Tokens generated.",
          static_cast<double>(generated_tokens.load()));
   header(o, "moeflow_requests_finished_total", "counter", "Requests finished, by finish reason.");
@@ -108,6 +111,9 @@ std::string ServerMetrics::render() const {
   queue_time.render(o, "moeflow_request_queue_time_seconds", "Time a request waited for a slot.");
   scalar(o, "moeflow_kv_blocks_used", "gauge", "KV cache blocks held by sequences.",
          static_cast<double>(kv_blocks_used.load()));
+  scalar(o, "moeflow_kv_blocks_parked", "gauge",
+         "Of the used KV blocks, those holding finished prompts kept for reuse (given back as needed).",
+         static_cast<double>(kv_blocks_parked.load()));
   scalar(o, "moeflow_kv_blocks_total", "gauge", "KV cache blocks in the pool.",
          static_cast<double>(kv_blocks_total.load()));
   ExpertCacheCounters c;

@@ -39,11 +39,13 @@ class ServerMetrics {
 
   std::atomic<int64_t> requests_running{0}, requests_waiting{0};
   std::atomic<uint64_t> prompt_tokens{0}, generated_tokens{0};
+  std::atomic<uint64_t> prompt_tokens_cached{0};  // prompt positions taken from parked prefixes
   // Finished requests by how they ended.
   std::atomic<uint64_t> finished_stop{0}, finished_length{0}, finished_cancelled{0}, finished_error{0};
   std::atomic<uint64_t> rejected_full{0};  // 503: queue full or shutting down
   std::atomic<uint64_t> slo_met{0}, slo_missed{0};
   std::atomic<int64_t> kv_blocks_used{0}, kv_blocks_total{0};
+  std::atomic<int64_t> kv_blocks_parked{0};  // of the used: finished prompts kept for reuse
   std::atomic<uint64_t> steps{0}, step_tokens{0};
 
   Histogram time_to_first_token, inter_token_latency, e2e_latency, queue_time;

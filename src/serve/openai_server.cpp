@@ -192,6 +192,7 @@ GenerationJob make_job(const CompletionRequest& r, const ServedModel& m, ReplyFo
   job.stop_at_eog = !r.ignore_eos;
   job.top_logprobs = r.logprobs ? r.top_logprobs : -1;
   job.echo = r.echo;
+  job.cache_prompt = r.cache_prompt;
   job.json_object = r.json_object;
   job.json_schema = r.json_schema;
   job.slo_s = (r.slo_ms > 0 ? r.slo_ms : m.default_slo_ms) / 1e3;
@@ -213,10 +214,6 @@ void cancel_all(const Streams& streams) {
   for (const auto& s : streams) s->cancel();
 }
 
-struct Usage {
-  int64_t prompt_tokens = 0;      // the prompt, counted once for all choices
-  int64_t completion_tokens = 0;  // summed over the choices
-};
 
 // Takes a request's choices' events in turn until every choice has ended. `on_event(i,
 // event)` sees each event of choice i, the last one included; `between(took_any)` runs
@@ -239,6 +236,7 @@ bool poll_choices(const Streams& streams, std::chrono::milliseconds one_wait, Us
           ended[i] = true;
           --left;
           usage.prompt_tokens = e.prompt_tokens;
+          usage.cached_tokens = std::max(usage.cached_tokens, e.cached_tokens);
           usage.completion_tokens += e.completion_tokens;
         }
         if (!on_event(i, e)) return false;
@@ -361,7 +359,7 @@ bool stream_events(const CompletionRequest& r, const ResponseHeader& h, const St
   };
   if (!poll_choices(streams, std::chrono::milliseconds(1000), usage, on_event, between)) return error_sent;
   if (r.include_usage &&
-      !write(sse_event(usage_chunk(r.endpoint, h, usage.prompt_tokens, usage.completion_tokens))))
+      !write(sse_event(usage_chunk(r.endpoint, h, usage))))
     return false;
   write("data: [DONE]\n\n");
   sink.done();
@@ -575,7 +573,7 @@ void OpenAiServer::routes() {
               c.tool_calls = std::move(reply.calls);
             }
           return send_json(res, 200,
-                           full_response(ep, h, choices, r.logprobs, usage.prompt_tokens, usage.completion_tokens));
+                           full_response(ep, h, choices, r.logprobs, usage));
         }
         cancel_all(streams);  // the client went away: its slots are freed before the next step
       } catch (const ApiError& e) {

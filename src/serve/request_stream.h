@@ -32,6 +32,7 @@ struct StreamEvent {
   bool finished = false;
   std::string finish_reason;  // on the final event: "stop" or "length"
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t cached_tokens = 0;  // of the prompt, positions taken from an earlier request's
   std::optional<ApiError> error;  // on the final event when the request failed
 };
 

@@ -19,6 +19,7 @@ struct ServingLoop::Slot {
   GenerationJob job;
   SeqId seq = 0;
   int64_t prefilled = 0;        // prompt tokens in the KV cache
+  int64_t cached = 0;           // of those, taken from the prompt cache
   int64_t generated = 0;        // tokens sampled
   int32_t next_token = -1;      // sampled, to be fed in the next step
   bool waiting_logits = false;  // a token of the last step asked for this slot's logits
@@ -95,6 +96,7 @@ ServingLoop::ServingLoop(Engine& engine, const LoopOptions& opt, ServerMetrics& 
       scheduler_(make_scheduler(opt.sched, opt.sched_options)),
       t0_(std::chrono::steady_clock::now()) {
   metrics_.kv_blocks_total = engine_.kv_blocks_total();
+  if (opt_.cache_prompt) prompt_cache_ = std::make_unique<PromptCache>(engine_, opt_.prefill_chunk);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -192,7 +194,16 @@ void ServingLoop::admit(double t) {
       waiting_.erase(it);
       slot->arrival = q.arrival_s;
       metrics_.queue_time.observe(t - slot->arrival);
-      slot->seq = engine_.add_sequence({slot->job.prompt, slot->job.task});
+      const SequenceParams params{slot->job.prompt, slot->job.task};
+      // Scoring the prompt (echo with logprobs) needs every position's logits.
+      if (prompt_cache_ && slot->job.cache_prompt && !slot->scores_prompt()) {
+        const PromptCache::Taken taken = prompt_cache_->take(params);
+        slot->seq = taken.seq;
+        slot->prefilled = slot->cached = taken.cached;
+        metrics_.prompt_tokens_cached += static_cast<uint64_t>(taken.cached);
+      } else {
+        slot->seq = engine_.add_sequence(params);
+      }
       slots_.push_back(std::move(slot));
     }
   }
@@ -215,6 +226,7 @@ void ServingLoop::finish(Slot& s, const std::string& reason, double t) {
   e.finished = true;
   e.finish_reason = reason;
   e.prompt_tokens = s.prompt_len();
+  e.cached_tokens = s.cached;
   e.completion_tokens = s.generated;
   // The request is counted as finished before its client hears so: a client that reads
   // /metrics right after its response must not still see it running (the loop's own
@@ -234,10 +246,31 @@ void ServingLoop::finish(Slot& s, const std::string& reason, double t) {
   s.job.stream->push(std::move(e));
 }
 
-void ServingLoop::release(Slot& s) {
-  if (!s.removed) engine_.remove_sequence(s.seq);
+void ServingLoop::release(Slot& s, bool failed) {
+  if (!s.removed) {
+    if (prompt_cache_ && !failed) {
+      prompt_cache_->put(s.seq, s.job.prompt, s.prefilled);
+    } else {
+      engine_.remove_sequence(s.seq);
+    }
+  }
   s.removed = true;
   metrics_.kv_blocks_used = engine_.kv_blocks_total() - engine_.kv_blocks_free();
+  metrics_.kv_blocks_parked = prompt_cache_ ? prompt_cache_->blocks() : 0;
+}
+
+void ServingLoop::make_room(const std::vector<BatchToken>& batch) {
+  if (!prompt_cache_ || prompt_cache_->size() == 0) return;
+  std::map<SeqId, int64_t> added;
+  for (const BatchToken& b : batch) ++added[b.seq];
+  const int64_t len = engine_.kv_block_len();
+  int64_t need = 0;
+  for (const auto& [seq, n] : added) {
+    const int64_t have = engine_.sequence_length(seq);
+    need += (have + n + len - 1) / len - (have + len - 1) / len;
+  }
+  prompt_cache_->make_room(need);  // short even so: the engine refuses the step and names it
+  metrics_.kv_blocks_parked = prompt_cache_->blocks();
 }
 
 void ServingLoop::fail(Slot& s, const ApiError& err) {
@@ -247,7 +280,7 @@ void ServingLoop::fail(Slot& s, const ApiError& err) {
   s.done = true;  // counted before the client hears, as finish() does
   --metrics_.requests_running;
   ++metrics_.finished_error;
-  release(s);
+  release(s, true);
   s.job.stream->push(std::move(e));
 }
 
@@ -326,6 +359,7 @@ void ServingLoop::step_once() {
   if (batch.empty()) return;
   const double t_step = now();
   try {
+    make_room(batch);
     engine_.step(batch);
   } catch (const std::exception& ex) {
     // The step changed nothing; its requests cannot go on.
@@ -408,6 +442,7 @@ void ServingLoop::run() {
       if (s->done) release(*s);
     slots_.erase(std::remove_if(slots_.begin(), slots_.end(), [](const auto& s) { return s->done; }), slots_.end());
     metrics_.kv_blocks_used = engine_.kv_blocks_total() - engine_.kv_blocks_free();
+    metrics_.kv_blocks_parked = prompt_cache_ ? prompt_cache_->blocks() : 0;
     if (engine_.offloaded()) {
       const ExpertCacheStats c = engine_.cache_stats();
       metrics_.set_expert_cache({c.hits, c.misses, c.bytes_read, c.prefetches_issued, c.prefetch_hits, c.evictions,

@@ -26,6 +26,7 @@
 #include "serve/json_schema.h"
 #include "serve/json_token_filter.h"
 #include "serve/metrics.h"
+#include "serve/prompt_cache.h"
 #include "serve/request_stream.h"
 #include "serve/scheduler.h"
 
@@ -47,6 +48,9 @@ struct GenerationJob {
   // response_format json_schema: the same with the text kept a prefix of an instance of
   // this schema (serve/json_schema.h); it outranks json_object.
   std::shared_ptr<const JsonSchema> json_schema;
+  // May continue from a finished request's prompt that begins the same way (the
+  // loop's prompt cache; the tokens are the same either way, only prefill is saved).
+  bool cache_prompt = true;
   double slo_s = 0;             // 0: the scheduler's default
   std::string task;
   std::shared_ptr<RequestStream> stream;
@@ -57,6 +61,9 @@ struct LoopOptions {
   int64_t prefill_chunk = 128;   // prompt tokens per chunk
   int64_t step_tokens = 256;     // tokens per step at most (decode tokens always fit)
   size_t max_waiting = 64;       // queue bound; beyond it submit() refuses with 503
+  // Finished prompts stay in the KV pool for later requests that begin with them
+  // (serve/prompt_cache.h) until running requests need the blocks.
+  bool cache_prompt = true;
   SchedPolicy sched = SchedPolicy::fcfs;
   SchedulerOptions sched_options;
 };
@@ -84,8 +91,11 @@ class ServingLoop {
   void step_once();
   void finish(Slot& s, const std::string& reason, double now);
   void fail(Slot& s, const ApiError& e);
-  // Gives a done slot's sequence back to the engine (once) and updates the KV gauge.
-  void release(Slot& s);
+  // Gives a done slot's sequence back to the engine (once), its prompt's whole chunks
+  // to the prompt cache unless `failed`, and updates the KV gauges.
+  void release(Slot& s, bool failed = false);
+  // Frees parked prompts until the batch's new positions have KV blocks.
+  void make_room(const std::vector<BatchToken>& batch);
   double now() const;
   // echo: a prompt position's logits score the prompt's next token; at the last one the
   // prompt's text (and scores) go out. True when the position yields no token to sample
@@ -110,6 +120,7 @@ class ServingLoop {
   bool draining_ = false, stop_ = false;
   size_t running_ = 0;  // slots in use (written by the loop thread under mu_)
 
+  std::unique_ptr<PromptCache> prompt_cache_;  // loop thread only; null when off
   std::vector<std::unique_ptr<Slot>> slots_;  // loop thread only
   std::vector<std::string> token_texts_;      // loop thread only
   std::unique_ptr<JsonTokenFilter> json_filter_;  // over token_texts_; loop thread only

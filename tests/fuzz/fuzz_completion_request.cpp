@@ -42,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         lp.top.emplace_back(lp.token, -1.0);
         const std::vector<TokenLogprob> lps{lp};
         sse_event(stream_chunk(ep, h, 0, shown, true, "", logprobs_json(ep, lps, 0), r.include_usage));
-        sse_event(full_response(ep, h, {Choice{shown, "stop", lps, {}}}, r.logprobs, 1, 1));
+        sse_event(full_response(ep, h, {Choice{shown, "stop", lps, {}}}, r.logprobs, Usage{1, 1, 0}));
         if (reads_tool_calls(r)) {
           const ParsedReply reply = parse_tool_calls(text, r.tools, r.parallel_tool_calls);
           for (const ToolCall& c : reply.calls) {
@@ -55,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           for (size_t i = 0; i < text.size(); i += 3) sent += stream.push(text.substr(i, 3));
           if (sent + stream.held() != text) std::abort();
           sse_event(tool_calls_chunk(h, 0, reply.calls, true, r.include_usage));
-          sse_event(full_response(ep, h, {Choice{reply.content, "tool_calls", {}, reply.calls}}, false, 1, 1));
+          sse_event(full_response(ep, h, {Choice{reply.content, "tool_calls", {}, reply.calls}}, false, Usage{1, 1, 0}));
         }
         {  // the text as a gpt-oss reply: read in pieces as whole
           const HarmonyReply whole = parse_harmony_reply(text, r.tools);

@@ -512,6 +512,34 @@ async function rawPost(route, body) {
   return { status: r.status, body: await r.json(), headers: r.headers };
 }
 
+test("cache_prompt: a conversation's next turn continues from the turn before's whole prefill chunks, with the same reply", async () => {
+  const messages = [
+    { role: 'system', content: 'You are a patient teacher who answers in short sentences. '.repeat(7) },
+    { role: 'user', content: 'Tell me about the sea.' },
+  ];
+  const ask = (msgs, extra = {}) =>
+    client.chat.completions.create({ model: MODEL, messages: msgs, temperature: 0, max_tokens: 12, ...extra });
+  const r1 = await ask(messages);
+  assert.ok(r1.usage.prompt_tokens > 128, `${r1.usage.prompt_tokens} prompt tokens: the test needs a whole chunk of 128`);
+  assert.equal(r1.usage.prompt_tokens_details.cached_tokens, 0);
+  const next = [...messages, { role: 'assistant', content: r1.choices[0].message.content }, { role: 'user', content: 'And rivers?' }];
+  const before = await metric(s, 'moeflow_prompt_tokens_cached_total');
+  const r2 = await ask(next);
+  const cached = Math.floor(r1.usage.prompt_tokens / 128) * 128;
+  assert.equal(r2.usage.prompt_tokens_details.cached_tokens, cached);
+  assert.equal((await metric(s, 'moeflow_prompt_tokens_cached_total')) - before, cached);
+  const fresh = await ask(next, { cache_prompt: false });
+  assert.equal(fresh.usage.prompt_tokens_details.cached_tokens, 0);
+  assert.equal(fresh.choices[0].message.content, r2.choices[0].message.content);
+  assert.equal(fresh.usage.prompt_tokens, r2.usage.prompt_tokens);
+  const st = await collectChat(await client.chat.completions.create({
+    model: MODEL, messages: next, temperature: 0, max_tokens: 12, stream: true, stream_options: { include_usage: true },
+  }));
+  assert.equal(st.text, r2.choices[0].message.content);
+  assert.ok(st.usage.prompt_tokens_details.cached_tokens >= cached, 'the streamed run continues from a parked prompt too');
+  await expectError(ask(next, { cache_prompt: 'yes' }), 400, 'cache_prompt');
+});
+
 test('bad input gets 400/404 with an OpenAI error object', async () => {
   const malformed = await rawPost('/v1/chat/completions', '{"messages": [');
   assert.equal(malformed.status, 400);
@@ -605,7 +633,9 @@ test("a finished request's KV blocks are back before its client hears", async ()
     const stream = i % 2 === 1;
     const r = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 5, temperature: 0, stream });
     if (stream) for await (const _ of r);
-    assert.equal(await metric(s, 'moeflow_kv_blocks_used'), 0, `request ${i} (${stream ? 'streamed' : 'plain'})`);
+    // Blocks held by finished prompts kept for reuse are counted apart.
+    const held = (await metric(s, 'moeflow_kv_blocks_used')) - (await metric(s, 'moeflow_kv_blocks_parked'));
+    assert.equal(held, 0, `request ${i} (${stream ? 'streamed' : 'plain'})`);
   }
 });
 
@@ -724,6 +754,7 @@ test('/metrics speaks Prometheus with the moeflow_* names', async () => {
   for (const name of ['moeflow_requests_running', 'moeflow_requests_waiting', 'moeflow_prompt_tokens_total',
     'moeflow_generation_tokens_total', 'moeflow_time_to_first_token_seconds_bucket', 'moeflow_inter_token_latency_seconds_count',
     'moeflow_e2e_request_latency_seconds_sum', 'moeflow_request_queue_time_seconds_count', 'moeflow_kv_blocks_used',
+    'moeflow_kv_blocks_parked', 'moeflow_prompt_tokens_cached_total',
     'moeflow_expert_cache_hits_total', 'moeflow_expert_cache_misses_total', 'moeflow_expert_bytes_read_total',
     'moeflow_expert_stall_seconds_total', 'moeflow_expert_prefetches_issued_total', 'moeflow_expert_prefetches_used_total'])
     assert.ok(text.includes(`\n${name}`) || text.startsWith(name), `missing ${name}`);

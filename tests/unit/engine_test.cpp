@@ -353,6 +353,92 @@ TEST(EngineKv, BlocksAreAccountedRefusedWhenShortAndReusedAtOnce) {
       << "two blocks of f32 keys and values";
 }
 
+// Prompt reuse: a sequence continued from a parked prefix gets the logits of a fresh
+// sequence fed the same tokens in the same chunks (all resident and offloaded with
+// --on-miss load); the prefix's blocks are accounted while parked and given back.
+std::vector<std::vector<float>> feed(Engine& e, SeqId s, const std::vector<int32_t>& tokens, int64_t from,
+                                     int64_t chunk) {
+  std::vector<std::vector<float>> out;
+  const auto n = static_cast<int64_t>(tokens.size());
+  for (int64_t p = from; p < n;) {
+    const int64_t end = std::min(n, (p / chunk + 1) * chunk);  // chunks end at multiples of `chunk`
+    std::vector<BatchToken> b;
+    for (int64_t q = p; q < end; ++q) b.push_back({s, tokens[static_cast<size_t>(q)], q, q == end - 1});
+    e.step(b);
+    out.emplace_back(e.logits(b.size() - 1), e.logits(b.size() - 1) + e.n_vocab());
+    p = end;
+  }
+  return out;
+}
+
+TEST(EnginePromptReuse, AContinuedPrefixGivesTheLogitsOfAFreshRun) {
+  for (const std::string& policy : {std::string("all"), std::string("lru"), std::string("adaptive")}) {
+    EngineOptions o = options_for("mixtral-f32.gguf", policy, policy == "all" ? "" : "25%");
+    o.ctx_size = 128;
+    o.n_parallel = 3;
+    auto e = Engine::open(o);
+    std::mt19937 rng(11);
+    std::vector<int32_t> turn1(70), turn2;
+    for (int32_t& t : turn1) t = static_cast<int32_t>(rng() % e->n_vocab());
+    // Turn 1: 70 prompt tokens in chunks of 32, then 3 decode tokens.
+    const SeqId a = e->add_sequence({turn1, ""});
+    feed(*e, a, turn1, 0, 32);
+    for (int64_t p = 70; p < 73; ++p) e->step({{a, 5, p, true}});
+    const int64_t free_before = e->kv_blocks_free();
+    // The positions fed in whole chunks (0..63) are kept; the rest go back at once.
+    const SeqId parked = e->park_sequence(a, 64);
+    EXPECT_EQ(e->n_sequences(), 0);
+    EXPECT_EQ(e->n_parked(), 1);
+    EXPECT_EQ(e->sequence_length(parked), 64);
+    EXPECT_EQ(e->kv_blocks_free(), free_before + 1) << "73 positions took 3 blocks, 64 keep 2";
+    EXPECT_NE(error_of([&] { e->step({{parked, 1, 64, true}}); }).find("is a parked prefix"), std::string::npos);
+    EXPECT_NE(error_of([&] { e->step({{a, 1, 73, true}}); }).find("no sequence"), std::string::npos);
+    // Turn 2 shares turn 1's first 64 tokens and goes on differently.
+    turn2.assign(turn1.begin(), turn1.begin() + 64);
+    for (int i = 0; i < 40; ++i) turn2.push_back(static_cast<int32_t>(rng() % e->n_vocab()));
+    const SeqId b = e->add_sequence({turn2, ""}, parked, 64);
+    EXPECT_EQ(e->n_parked(), 0);
+    EXPECT_EQ(e->sequence_length(b), 64);
+    const std::vector<std::vector<float>> reused = feed(*e, b, turn2, 64, 32);
+    e->remove_sequence(b);
+    const SeqId c = e->add_sequence({turn2, ""});
+    const std::vector<std::vector<float>> fresh = feed(*e, c, turn2, 0, 32);
+    ASSERT_EQ(reused.size(), 2u);
+    ASSERT_EQ(fresh.size(), 4u);
+    for (size_t i = 0; i < 2; ++i)
+      EXPECT_TRUE(reused[i] == fresh[i + 2]) << policy << ": chunk " << i << " of the continued turn differs";
+    e->remove_sequence(c);
+    EXPECT_EQ(e->kv_blocks_free(), e->kv_blocks_total());
+  }
+}
+
+TEST(EnginePromptReuse, ParkedPrefixesAreAccountedAndMisuseIsNamed) {
+  EngineOptions o = options_for("mixtral-f32.gguf");
+  o.n_parallel = 2;
+  auto e = Engine::open(o);  // 64 positions each: four blocks of 32
+  const SeqId a = e->add_sequence();
+  std::vector<BatchToken> pa;
+  for (int64_t p = 0; p < 40; ++p) pa.push_back({a, static_cast<int32_t>(p % 50 + 1), p, p == 39});
+  e->step(pa);
+  EXPECT_NE(error_of([&] { e->park_sequence(a, 41); }).find("keep 41 positions of sequence 0, which holds 40"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { e->add_sequence({}, a, 10); }).find("is not a parked prefix"), std::string::npos);
+  const SeqId p = e->park_sequence(a, 40);
+  EXPECT_EQ(e->kv_blocks_free(), 2) << "a parked prefix holds its blocks";
+  EXPECT_NE(error_of([&] { e->add_sequence({}, p, 41); }).find("keep 41"), std::string::npos);
+  EXPECT_NE(error_of([&] { e->resize_context(32); }).find("parked"), std::string::npos);
+  // Keeping fewer positions than parked: the blocks past them go back.
+  const SeqId b = e->add_sequence({}, p, 10);
+  EXPECT_EQ(e->kv_blocks_free(), 3);
+  EXPECT_EQ(e->sequence_length(b), 10);
+  e->step({{b, 7, 10, true}});
+  const SeqId q = e->park_sequence(b, 0);  // nothing kept: a parked prefix of no blocks
+  EXPECT_EQ(e->kv_blocks_free(), 4);
+  e->remove_sequence(q);
+  EXPECT_EQ(e->n_parked(), 0);
+  EXPECT_EQ(e->n_sequences(), 0);
+}
+
 }  // namespace
 }  // namespace moeflow
 

@@ -324,7 +324,7 @@ TEST(ApiKeys, KeyFilesAreReadOrRefusedWithTheLine) {
 struct Outcome {
   std::string text, reason;
   std::vector<TokenLogprob> lps;
-  int64_t completion_tokens = 0;
+  int64_t completion_tokens = 0, cached_tokens = 0;
   std::optional<ApiError> error;
 };
 
@@ -337,6 +337,7 @@ Outcome wait_for(RequestStream& s) {
       if (e.finished) {
         o.reason = e.finish_reason;
         o.completion_tokens = e.completion_tokens;
+        o.cached_tokens = e.cached_tokens;
         o.error = e.error;
         return o;
       }
@@ -352,9 +353,9 @@ GenerationJob job_of(std::vector<int32_t> prompt, int64_t max_tokens) {
   return j;
 }
 
-std::unique_ptr<Engine> open_fixture(int n_parallel, int64_t ctx_size = 64) {
+std::unique_ptr<Engine> open_fixture(int n_parallel, int64_t ctx_size = 64, const char* fixture = "qwen3moe-q8_0.gguf") {
   EngineOptions o;
-  o.model_path = fixture_path("qwen3moe-q8_0.gguf");
+  o.model_path = fixture_path(fixture);
   o.threads = 2;
   o.ctx_size = ctx_size;
   o.n_parallel = n_parallel;
@@ -398,7 +399,83 @@ TEST(ServingLoop, ChunkedPrefillBesideDecodesChangesNoToken) {
   for (int i = 0; i < 6; ++i) EXPECT_EQ(wait_for(*streams[static_cast<size_t>(i)]).text, alone[static_cast<size_t>(i)]) << i;
   EXPECT_GT(metrics.steps.load(), 0u);
   while (!loop.idle()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(engine->kv_blocks_total() - engine->kv_blocks_free(), metrics.kv_blocks_parked.load())
+      << "every block returned but those of the prompts kept for reuse";
+}
+
+// The prompt cache: a request whose prompt begins with an earlier one's continues from
+// its whole prefill chunks, and gets the tokens and log-probabilities it gets with the
+// cache off (its prompt is split at the same positions either way). On f32 weights,
+// whose multi-token products round differently from one token's, so that keeping a
+// partial chunk's positions would show.
+TEST(ServingLoop, APromptContinuedFromTheCacheGetsTheSameTokens) {
+  auto engine = open_fixture(2, 256, "mixtral-f32.gguf");
+  LoopOptions lo;
+  lo.n_parallel = 2;
+  lo.prefill_chunk = 8;
+  std::vector<int32_t> turn = prompt_of(30, 1);
+  std::vector<std::vector<int32_t>> turns;
+  for (int t = 0; t < 4; ++t) {  // each turn resends the conversation and adds to it
+    turns.push_back(turn);
+    for (int32_t x : prompt_of(11 + t, 20 + t)) turn.push_back(x);
+  }
+  auto run_all = [&](bool cache, ServerMetrics& metrics) {
+    lo.cache_prompt = cache;
+    ServingLoop loop(*engine, lo, metrics);
+    std::vector<Outcome> out;
+    for (const std::vector<int32_t>& p : turns) {
+      GenerationJob j = job_of(p, 6);
+      j.top_logprobs = 2;
+      auto s = j.stream;
+      loop.submit(std::move(j));
+      out.push_back(wait_for(*s));
+    }
+    return out;
+  };
+  ServerMetrics with_m, without_m;
+  const std::vector<Outcome> with = run_all(true, with_m), without = run_all(false, without_m);
+  const int64_t expect_cached[] = {0, 24, 40, 48};  // whole chunks of 8 of the turn before's 30, 41, 53 tokens
+  for (size_t t = 0; t < turns.size(); ++t) {
+    EXPECT_EQ(with[t].cached_tokens, expect_cached[t]) << "turn " << t;
+    EXPECT_EQ(without[t].cached_tokens, 0);
+    EXPECT_EQ(with[t].text, without[t].text) << "turn " << t;
+    ASSERT_EQ(with[t].lps.size(), without[t].lps.size());
+    for (size_t i = 0; i < with[t].lps.size(); ++i)
+      EXPECT_EQ(with[t].lps[i].logprob, without[t].lps[i].logprob) << "turn " << t << ", token " << i;
+  }
+  EXPECT_EQ(with_m.prompt_tokens_cached.load(), 24u + 40u + 48u);
+  EXPECT_EQ(with_m.prompt_tokens.load() + with_m.prompt_tokens_cached.load(), without_m.prompt_tokens.load());
+  EXPECT_EQ(engine->n_parked(), 0) << "a stopped loop gives its parked prompts back";
   EXPECT_EQ(engine->kv_blocks_free(), engine->kv_blocks_total());
+}
+
+// Parked prompts give their blocks to running requests: a pool of one context (two
+// blocks) holds a parked prompt of 40 positions, and the next, unrelated prompt still
+// runs; the one after that continues from whichever prompt is parked then.
+TEST(ServingLoop, ParkedPromptsGiveWayToRunningRequests) {
+  auto engine = open_fixture(1, 64);
+  ServerMetrics metrics;
+  LoopOptions lo;
+  lo.n_parallel = 1;
+  lo.prefill_chunk = 8;
+  ServingLoop loop(*engine, lo, metrics);
+  auto run = [&](std::vector<int32_t> p, int64_t n) {
+    GenerationJob j = job_of(std::move(p), n);
+    auto s = j.stream;
+    loop.submit(std::move(j));
+    return wait_for(*s);
+  };
+  const Outcome a = run(prompt_of(40, 1), 20);
+  EXPECT_EQ(a.completion_tokens, 20);
+  while (!loop.idle()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(metrics.kv_blocks_parked.load(), 2);
+  const Outcome b = run(prompt_of(40, 2), 20);  // needs both blocks: the parked prompt goes
+  EXPECT_FALSE(b.error) << b.error->what();
+  EXPECT_EQ(b.completion_tokens, 20);
+  EXPECT_EQ(b.cached_tokens, 0);
+  std::vector<int32_t> c = prompt_of(40, 2);
+  c.push_back(7);
+  EXPECT_EQ(run(c, 4).cached_tokens, 40);
 }
 
 // A token whose text lies wholly in a stop string gets no log-probability: the list

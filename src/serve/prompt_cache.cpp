@@ -1,0 +1,83 @@
+#include "serve/prompt_cache.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+
+namespace moeflow::serve {
+
+namespace {
+
+int64_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b, int64_t limit) {
+  const int64_t n = std::min({static_cast<int64_t>(a.size()), static_cast<int64_t>(b.size()), limit});
+  int64_t i = 0;
+  while (i < n && a[static_cast<size_t>(i)] == b[static_cast<size_t>(i)]) ++i;
+  return i;
+}
+
+}  // namespace
+
+PromptCache::PromptCache(Engine& engine, int64_t chunk) : engine_(engine), chunk_(chunk) {
+  if (chunk < 1) throw InputError("prompt cache: the prefill chunk must be >= 1, not " + std::to_string(chunk));
+}
+
+PromptCache::~PromptCache() {
+  for (const Parked& p : parked_) engine_.remove_sequence(p.seq);
+}
+
+void PromptCache::put(SeqId seq, const std::vector<int32_t>& tokens, int64_t computed) {
+  const int64_t keep = std::min(computed, static_cast<int64_t>(tokens.size())) / chunk_ * chunk_;
+  if (keep == 0) {
+    engine_.remove_sequence(seq);
+    return;
+  }
+  std::vector<int32_t> kept(tokens.begin(), tokens.begin() + keep);
+  for (size_t i = parked_.size(); i-- > 0;) {
+    const std::vector<int32_t>& old = parked_[i].tokens;
+    if (old.size() <= kept.size() && std::equal(old.begin(), old.end(), kept.begin())) drop(i);
+  }
+  const SeqId parked = engine_.park_sequence(seq, keep);
+  parked_.push_back({parked, std::move(kept), ++clock_});
+}
+
+PromptCache::Taken PromptCache::take(const SequenceParams& params) {
+  const std::vector<int32_t>& prompt = params.prompt;
+  // At least the last prompt token is computed again: its logits give the first token.
+  const int64_t limit = static_cast<int64_t>(prompt.size()) - 1;
+  size_t best = parked_.size();
+  int64_t best_len = 0;
+  for (size_t i = 0; i < parked_.size(); ++i) {
+    const int64_t len = common_prefix(parked_[i].tokens, prompt, limit) / chunk_ * chunk_;
+    if (len > best_len || (len == best_len && len > 0 && parked_[i].used > parked_[best].used)) {
+      best = i;
+      best_len = len;
+    }
+  }
+  if (best_len == 0) return {engine_.add_sequence(params), 0};
+  const SeqId from = parked_[best].seq;
+  parked_.erase(parked_.begin() + static_cast<std::ptrdiff_t>(best));
+  return {engine_.add_sequence(params, from, best_len), best_len};
+}
+
+bool PromptCache::make_room(int64_t blocks) {
+  while (engine_.kv_blocks_free() < blocks && !parked_.empty()) {
+    const auto oldest = std::min_element(parked_.begin(), parked_.end(),
+                                         [](const Parked& a, const Parked& b) { return a.used < b.used; });
+    drop(static_cast<size_t>(oldest - parked_.begin()));
+  }
+  return engine_.kv_blocks_free() >= blocks;
+}
+
+int64_t PromptCache::blocks() const {
+  const int64_t len = engine_.kv_block_len();
+  int64_t n = 0;
+  for (const Parked& p : parked_) n += (static_cast<int64_t>(p.tokens.size()) + len - 1) / len;
+  return n;
+}
+
+void PromptCache::drop(size_t i) {
+  engine_.remove_sequence(parked_[i].seq);
+  parked_.erase(parked_.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+}  // namespace moeflow::serve
