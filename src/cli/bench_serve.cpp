@@ -82,6 +82,8 @@ RequestTiming run_request(httplib::Client& c, const BenchServeOptions& o, const 
       if (j.contains("usage") && j["usage"].is_object()) {
         t.prompt_tokens = j["usage"].value("prompt_tokens", int64_t{0});
         t.output_tokens = j["usage"].value("completion_tokens", int64_t{0});
+        const json& details = j["usage"].value("prompt_tokens_details", json::object());
+        if (details.is_object()) t.cached_tokens = details.value("cached_tokens", int64_t{0});
       }
       if (!j.contains("choices") || !j["choices"].is_array()) continue;
       for (const json& ch : j["choices"]) {
@@ -197,6 +199,7 @@ BenchServeResult summarize(const std::vector<RequestTiming>& timings, double dur
     }
     ++r.completed;
     r.prompt_tokens += t.prompt_tokens;
+    r.cached_tokens += t.cached_tokens;
     r.output_tokens += t.output_tokens;
     ttft.push_back(t.ttft_s * 1e3);
     e2e.push_back(t.e2e_s * 1e3);
@@ -274,6 +277,13 @@ std::vector<std::string> random_prompts(int n, int words, uint64_t seed) {
     out.push_back(p);
   }
   return out;
+}
+
+std::vector<std::string> with_shared_prefix(std::vector<std::string> prompts, int words, uint64_t seed) {
+  if (words <= 0) return prompts;
+  const std::string prefix = random_prompts(1, words, seed ^ 0x9e3779b97f4a7c15ull)[0];
+  for (std::string& p : prompts) p = prefix + " " + p;
+  return prompts;
 }
 
 std::vector<std::string> load_prompts(const std::string& path) {

@@ -38,6 +38,7 @@ struct RequestTiming {
   int64_t prompt_tokens = 0, output_tokens = 0;
   std::vector<double> itl_s;  // between consecutive content chunks
   double slo_s = 0;
+  int64_t cached_tokens = 0;  // usage.prompt_tokens_details.cached_tokens, where the server says
 };
 
 struct BenchServeOptions {
@@ -64,6 +65,7 @@ struct BenchServeResult {
   double duration_s = 0;
   double request_throughput = 0, output_throughput = 0, total_token_throughput = 0;
   int64_t prompt_tokens = 0, output_tokens = 0;
+  int64_t cached_tokens = 0;  // of the prompt tokens, those the server reused from earlier requests
   Percentiles ttft_ms, tpot_ms, itl_ms, e2e_ms;
   double slo_attainment = -1;  // -1: no SLO
   std::vector<std::string> errors;  // the first few, for the report
@@ -77,6 +79,9 @@ BenchServeResult run_bench_serve(const BenchServeOptions& opt);
 
 // Random prompts of about `words` words each (a fixed vocabulary, seeded).
 std::vector<std::string> random_prompts(int n, int words, uint64_t seed);
+// The prompts, each after the same `words` random words (seeded apart from the prompts):
+// requests that share a system prompt or a document, for a server's prompt cache.
+std::vector<std::string> with_shared_prefix(std::vector<std::string> prompts, int words, uint64_t seed);
 // One prompt per line, or JSONL objects with "prompt" (a line starting with '{').
 // Throws InputError naming file:line for a bad line.
 std::vector<std::string> load_prompts(const std::string& path);

@@ -24,6 +24,7 @@ nlohmann::json result_json(const BenchServeResult& r) {
                       {"output_throughput", r.output_throughput},
                       {"total_token_throughput", r.total_token_throughput},
                       {"prompt_tokens", r.prompt_tokens},
+                      {"cached_tokens", r.cached_tokens},
                       {"output_tokens", r.output_tokens},
                       {"ttft_ms", percentiles_json(r.ttft_ms)},
                       {"tpot_ms", percentiles_json(r.tpot_ms)},
@@ -46,6 +47,8 @@ int cmd_bench_serve(int argc, char** argv) {
   a.flag("--num-prompts", "requests per run", true, "64");
   a.flag("--dataset", "prompts: one per line, or JSONL objects with \"prompt\"");
   a.flag("--input-len", "words per random prompt (without --dataset)", true, "64");
+  a.flag("--prefix-len", "words of a random prefix every prompt begins with (a shared system prompt or document)",
+         true, "0");
   a.flag("--max-tokens", "tokens to generate per request", true, "64");
   a.flag("--temperature", "sampling temperature", true, "0");
   a.flag("--no-ignore-eos", "let requests end at end-of-text (default: ask for --max-tokens exactly)", false);
@@ -96,6 +99,7 @@ int cmd_bench_serve(int argc, char** argv) {
   if (a.has("--slo-ms")) o.slo_ms = a.number("--slo-ms", 1e-3, 86400e3);
   o.prompts = a.has("--dataset") ? load_prompts(a.str("--dataset"))
                                  : random_prompts(o.num_prompts, static_cast<int>(a.integer("--input-len", 1, 1 << 16)), o.seed);
+  o.prompts = with_shared_prefix(std::move(o.prompts), static_cast<int>(a.integer("--prefix-len", 0, 1 << 16)), o.seed);
   std::vector<int64_t> levels;
   if (a.has("--request-rate")) {
     if (a.has("--concurrency")) throw UsageError("bench-serve: give --concurrency or --request-rate, not both");
@@ -118,6 +122,9 @@ int cmd_bench_serve(int argc, char** argv) {
                 static_cast<long long>(r.completed), static_cast<long long>(r.failed), r.duration_s,
                 r.request_throughput, r.output_throughput, r.total_token_throughput,
                 r.slo_attainment >= 0 ? (", SLO met " + std::to_string(static_cast<int>(100 * r.slo_attainment + 0.5)) + "%").c_str() : "");
+    if (r.cached_tokens > 0)
+      std::printf("  %lld of %lld prompt tokens reused from earlier requests (the server's prompt cache)\n",
+                  static_cast<long long>(r.cached_tokens), static_cast<long long>(r.prompt_tokens));
     std::printf("  %-5s %10s %10s %10s %10s\n", "ms", "mean", "p50", "p90", "p99");
     for (const auto& [name, p] : {std::pair<const char*, Percentiles>{"TTFT", r.ttft_ms}, {"TPOT", r.tpot_ms},
                                   {"ITL", r.itl_ms}, {"E2E", r.e2e_ms}})

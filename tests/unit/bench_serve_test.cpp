@@ -79,6 +79,12 @@ TEST(BenchServe, PromptsFromAFile) {
   ASSERT_EQ(p.size(), 3u);
   EXPECT_EQ(std::count(p[0].begin(), p[0].end(), ' '), 4);
   EXPECT_EQ(p, random_prompts(3, 5, 7)) << "seeded";
+  const auto q = with_shared_prefix(p, 4, 7);
+  ASSERT_EQ(q.size(), 3u);
+  const std::string prefix = q[0].substr(0, q[0].size() - p[0].size());
+  EXPECT_EQ(std::count(prefix.begin(), prefix.end(), ' '), 4) << "four words and the space after them";
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(q[i], prefix + p[i]);
+  EXPECT_EQ(with_shared_prefix(p, 0, 7), p);
 }
 
 // A fake server: 4 content chunks 20 ms apart after a 50 ms wait, then usage and
@@ -106,7 +112,8 @@ TEST(BenchServe, MeasuresAFakeServerItKnowsTheTimingsOf) {
         send(std::string("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"") + (model_ok ? "tok" : "") +
              "\"},\"finish_reason\":null}]}\n\n");
       }
-      send("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":4,\"total_tokens\":11}}\n\n");
+      send("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":4,\"total_tokens\":11,"
+           "\"prompt_tokens_details\":{\"cached_tokens\":5}}}\n\n");
       send("data: [DONE]\n\n");
       sink.done();
       return true;
@@ -130,6 +137,7 @@ TEST(BenchServe, MeasuresAFakeServerItKnowsTheTimingsOf) {
   EXPECT_EQ(r.errors[0], "HTTP 503: full");  // the server's message, not only the status
   EXPECT_EQ(r.output_tokens, 24);
   EXPECT_EQ(r.prompt_tokens, 42);
+  EXPECT_EQ(r.cached_tokens, 30);
   std::printf("  fake server: TTFT p50 %.1f ms (50 planned), ITL p50 %.1f ms (20), TPOT mean %.1f ms (20)\n",
               r.ttft_ms.p50, r.itl_ms.p50, r.tpot_ms.mean);
   EXPECT_GE(r.ttft_ms.p50, 45);
