@@ -128,6 +128,13 @@ class Engine {
   // same steps as the parked one's were.
   SeqId add_sequence(const SequenceParams& params, SeqId parked, int64_t keep);
   int64_t n_parked() const;
+  // Whether a sequence's logits are the same bits however its tokens were split into
+  // steps (a prompt in chunks of any size, or token by token as decoding feeds them):
+  // true where every product of the model runs token by token (quantised weights on
+  // the CPU's integer kernels), false where a multi-token step rounds differently
+  // (float weights, a GPU). Where true, a parked prefix may end anywhere, the positions
+  // a sequence decoded included, and still continue exactly.
+  bool split_invariant() const;
 
   // Evaluates the batch. Throws InputError for an unknown sequence, a position that
   // does not continue its sequence, a token outside the vocabulary, a sequence past
@@ -144,8 +151,8 @@ class Engine {
   int64_t ctx_size() const;
   // Sets the most positions one sequence holds, re-sizing the KV pool to n_parallel
   // sequences of them. REQUIRES no sequences and no parked prefixes (InputError
-  // otherwise). A size the pool
-  // cannot hold is refused (InputError) and the old context stays.
+  // otherwise). A size the pool cannot hold is refused (InputError) and the old
+  // context stays.
   void resize_context(int64_t ctx_size);
   std::string kv_type() const;  // "f32" or "f16"
   int64_t kv_block_len() const;

@@ -73,6 +73,11 @@ class Backend : public WeightPlacer, public ExpertMemory {
   // Whether its products of t rows in `layout` against int8 (else int16) activations
   // run on the integer kernels that peak measures, int16 ones at half its rate.
   virtual bool int8_peak_applies(DType /*t*/, RowLayout /*layout*/, bool /*x_int8*/) const { return false; }
+  // Whether its products of t rows in `layout` compute each token as a lone token's
+  // product would, however many tokens of its sequence share the step (a chunk of a
+  // prompt or one decode token): what makes a sequence's floats independent of how its
+  // tokens were split into steps (Engine::split_invariant).
+  virtual bool products_per_token(DType /*t*/, RowLayout /*layout*/) const { return false; }
   // What its kernels run on ("AVX3_ZEN4", "sm_90 NVIDIA H200").
   virtual std::string kernel_target() const = 0;
   // Wall time inside each of its operations so far, where the backend keeps it (a GPU

@@ -170,6 +170,11 @@ int cmd_serve(int argc, char** argv) {
   m.task_profiles = profiles;
   m.default_slo_ms = slo_ms;
   server.set_ready(std::move(m));
+  if (lo.cache_prompt)
+    std::fprintf(stderr, "serve: prompt cache: %s\n",
+                 engine->split_invariant()
+                     ? "any common prefix, replies included (the model's products run token by token)"
+                     : "whole prefill chunks of prompts (a multi-token chunk rounds differently here)");
   std::fprintf(stderr, "serve: ready: model '%s', %d slots of %lld positions, %s scheduling, http://%s:%d/v1\n",
                model_name(engine->model()).c_str(), lo.n_parallel, static_cast<long long>(engine->ctx_size()),
                a.str("--sched").c_str(), so.host.c_str(), port);

@@ -35,6 +35,7 @@ struct Engine::Impl {
   ExpertOffload offload;
   int64_t ctx = 0;
   int n_parallel = 1;
+  bool split_invariant = false;
   std::map<SeqId, Sequence> seqs;
   SeqId next_id = 0;
   // The last step: its tokens in the forward pass's order, and where each batch
@@ -83,6 +84,38 @@ struct Engine::Impl {
   }
 };
 
+namespace {
+
+// Whether every product of the model's forward pass runs token by token on `backend`
+// (routers always do: moe_layer.h). Offloaded experts take the backend's layout when
+// they are read in (experts/expert_store.cpp); resident weights keep the one they were
+// placed in.
+bool products_per_token(const Model& model, const Backend& backend, bool experts_offloaded) {
+  auto per_token = [&](const MatrixRef& m) { return !m.data || backend.products_per_token(m.dtype, m.layout); };
+  auto expert_per_token = [&](const StackedExperts& s) {
+    if (s.n_expert == 0) return true;
+    const RowLayout layout = experts_offloaded ? backend.layout_for(s.first.dtype, s.first.rows, s.first.cols)
+                                               : s.first.layout;
+    return backend.products_per_token(s.first.dtype, layout);
+  };
+  auto ffn_per_token = [&](const ExpertMatrices& e) { return per_token(e.gate) && per_token(e.up) && per_token(e.down); };
+  const ModelWeights& w = model.weights();
+  if (!per_token(w.output)) return false;
+  for (const LayerWeights& L : w.layers) {
+    for (const MatrixRef* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.mla.wq_a, &L.mla.wq_b, &L.mla.wkv_a})
+      if (!per_token(*m)) return false;
+    for (const std::vector<MatrixRef>* heads : {&L.mla.k_b, &L.mla.v_b})
+      for (const MatrixRef& m : *heads)
+        if (!per_token(m)) return false;
+    if (!expert_per_token(L.gate_exps) || !expert_per_token(L.up_exps) || !expert_per_token(L.down_exps) ||
+        !ffn_per_token(L.shexp) || !ffn_per_token(L.ffn))
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
@@ -130,6 +163,7 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
   oo.detokenize = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids); };
   im->offload = make_expert_offload(*im->model, oo);
   if (im->offload.active()) im->fwd->set_expert_source(im->offload.source.get());
+  im->split_invariant = products_per_token(*im->model, *im->backend, offloaded);
   return std::unique_ptr<Engine>(new Engine(std::move(im)));
 }
 
@@ -187,6 +221,7 @@ SeqId Engine::add_sequence(const SequenceParams& params, SeqId parked, int64_t k
 int64_t Engine::sequence_length(SeqId id) const { return impl_->at(id, "sequence_length").length; }
 int64_t Engine::n_sequences() const { return impl_->count(false); }
 int64_t Engine::n_parked() const { return impl_->count(true); }
+bool Engine::split_invariant() const { return impl_->split_invariant; }
 
 void Engine::step(const std::vector<BatchToken>& batch) {
   Impl& im = *impl_;

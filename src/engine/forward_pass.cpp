@@ -222,7 +222,7 @@ void ForwardPass::moe_block(int64_t l, const StepTokens& step, std::vector<float
   const LayerWeights& L = model_.weights().layers[static_cast<size_t>(l)];
   const int64_t n = step.size(), D = c.n_embd;
   proj_.resize(static_cast<size_t>(n * D));
-  router_logits(c, L, x.data(), n, step.n_single, xn_, router_, jobs_, backend_);
+  router_logits(c, L, x.data(), n, xn_, router_, jobs_, backend_);
   // The expert machinery numbers MoE layers only (model_config.h: n_dense_lead).
   route_tokens(c, L.choice_bias, router_.data(), n, l - c.n_dense_lead, routing_, backend_);
   routing_.requests = step.requests;

@@ -18,7 +18,7 @@ void LookaheadRouter::route(const ModelConfig& c, const ModelWeights& w, int32_t
   r.lookahead.assign(static_cast<size_t>(n * d * K), 0);
   for (int64_t h = 1; h <= d; ++h) {
     const LayerWeights& L = w.layers[static_cast<size_t>(first + h)];
-    router_logits(c, L, x, n, step.n_single, xn_, logits_, jobs_, backend);
+    router_logits(c, L, x, n, xn_, logits_, jobs_, backend);
     route_tokens(c, L.choice_bias, logits_.data(), n, l + h, ahead_, backend);
     for (int64_t t = 0; t < n; ++t)
       std::copy(ahead_.experts.begin() + t * K, ahead_.experts.begin() + (t + 1) * K,

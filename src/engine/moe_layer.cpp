@@ -26,14 +26,19 @@ ExpertMatrices with_layer_extras(const ModelConfig& c, const LayerWeights& w, in
 
 }  // namespace
 
-void router_logits(const ModelConfig& c, const LayerWeights& L, const float* x, int64_t n_tok, int64_t n_single,
+void router_logits(const ModelConfig& c, const LayerWeights& L, const float* x, int64_t n_tok,
                    std::vector<float>& xn, std::vector<float>& logits, std::vector<Product>& jobs, Backend& backend) {
   const int64_t D = c.n_embd, E = c.n_expert;
   xn.resize(static_cast<size_t>(n_tok * D));
   logits.resize(static_cast<size_t>(n_tok * E));
   backend.rmsnorm_rows(x, L.ffn_norm.data(), xn.data(), n_tok, D, c.rms_eps);
   jobs.clear();
-  add_products(L.gate_inp, xn.data(), n_tok, n_single, logits.data(), jobs);
+  // Token by token, whatever the router's type (f32 in most files): its logits, and so
+  // the experts a token chooses and their weights, are then the same bits in a prompt's
+  // chunk as in a decode step. Its rows are few (one per expert), so reading it once a
+  // token costs next to nothing beside the experts it picks.
+  jobs.push_back({L.gate_inp.dtype, L.gate_inp.layout, L.gate_inp.data, L.gate_inp.rows, L.gate_inp.cols, xn.data(),
+                  n_tok, logits.data(), true});
   backend.products(jobs.data(), jobs.size());
   if (!L.gate_inp_b.empty()) add_bias(logits.data(), L.gate_inp_b, n_tok);
 }

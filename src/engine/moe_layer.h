@@ -16,11 +16,11 @@
 namespace moeflow {
 
 // The router logits of layer L for the step's tokens: L's FFN norm of the MoE input x
-// ([n_tok][n_embd]) into xn, the router product into logits ([n_tok][n_expert]; the
-// step's single tokens as mat-vecs, n_single first, as every product of the step),
-// plus the router's bias (gpt-oss). jobs is scratch. The layer's own routing and the
-// lookahead (lookahead_routing.h) both come from here.
-void router_logits(const ModelConfig& c, const LayerWeights& L, const float* x, int64_t n_tok, int64_t n_single,
+// ([n_tok][n_embd]) into xn, the router product into logits ([n_tok][n_expert]; every
+// token as its own mat-vec, as a decode step computes it), plus the router's bias
+// (gpt-oss). jobs is scratch. The layer's own routing and the lookahead
+// (lookahead_routing.h) both come from here.
+void router_logits(const ModelConfig& c, const LayerWeights& L, const float* x, int64_t n_tok,
                    std::vector<float>& xn, std::vector<float>& logits, std::vector<Product>& jobs, Backend& backend);
 
 // The router's scores (softmax over the logits, or each one's sigmoid: c.router_scoring),

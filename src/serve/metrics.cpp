@@ -111,6 +111,10 @@ std::string ServerMetrics::render() const {
   queue_time.render(o, "moeflow_request_queue_time_seconds", "Time a request waited for a slot.");
   scalar(o, "moeflow_kv_blocks_used", "gauge", "KV cache blocks held by sequences.",
          static_cast<double>(kv_blocks_used.load()));
+  scalar(o, "moeflow_prompt_cache_mode", "gauge",
+         "The prompt cache: -1 off, 0 whole prefill chunks of prompts, 1 any common prefix, replies included "
+         "(the engine is split-invariant).",
+         static_cast<double>(prompt_cache_mode.load()));
   scalar(o, "moeflow_kv_blocks_parked", "gauge",
          "Of the used KV blocks, those holding finished prompts kept for reuse (given back as needed).",
          static_cast<double>(kv_blocks_parked.load()));

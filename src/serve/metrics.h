@@ -46,6 +46,8 @@ class ServerMetrics {
   std::atomic<uint64_t> slo_met{0}, slo_missed{0};
   std::atomic<int64_t> kv_blocks_used{0}, kv_blocks_total{0};
   std::atomic<int64_t> kv_blocks_parked{0};  // of the used: finished prompts kept for reuse
+  // The prompt cache: -1 off, 0 keeping whole prefill chunks, 1 any prefix (replies too).
+  std::atomic<int64_t> prompt_cache_mode{-1};
   std::atomic<uint64_t> steps{0}, step_tokens{0};
 
   Histogram time_to_first_token, inter_token_latency, e2e_latency, queue_time;

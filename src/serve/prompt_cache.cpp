@@ -17,7 +17,8 @@ int64_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>&
 
 }  // namespace
 
-PromptCache::PromptCache(Engine& engine, int64_t chunk) : engine_(engine), chunk_(chunk) {
+PromptCache::PromptCache(Engine& engine, int64_t chunk)
+    : engine_(engine), chunk_(chunk), exact_(engine.split_invariant()) {
   if (chunk < 1) throw InputError("prompt cache: the prefill chunk must be >= 1, not " + std::to_string(chunk));
 }
 
@@ -25,8 +26,10 @@ PromptCache::~PromptCache() {
   for (const Parked& p : parked_) engine_.remove_sequence(p.seq);
 }
 
-void PromptCache::put(SeqId seq, const std::vector<int32_t>& tokens, int64_t computed) {
-  const int64_t keep = std::min(computed, static_cast<int64_t>(tokens.size())) / chunk_ * chunk_;
+void PromptCache::put(SeqId seq, const std::vector<int32_t>& tokens, int64_t prompt_len) {
+  // Without exactness, the generated positions (computed a token a step) are not kept.
+  const int64_t held = std::min(engine_.sequence_length(seq), static_cast<int64_t>(tokens.size()));
+  const int64_t keep = usable(exact_ ? held : std::min(held, prompt_len));
   if (keep == 0) {
     engine_.remove_sequence(seq);
     return;
@@ -47,7 +50,7 @@ PromptCache::Taken PromptCache::take(const SequenceParams& params) {
   size_t best = parked_.size();
   int64_t best_len = 0;
   for (size_t i = 0; i < parked_.size(); ++i) {
-    const int64_t len = common_prefix(parked_[i].tokens, prompt, limit) / chunk_ * chunk_;
+    const int64_t len = usable(common_prefix(parked_[i].tokens, prompt, limit));
     if (len > best_len || (len == best_len && len > 0 && parked_[i].used > parked_[best].used)) {
       best = i;
       best_len = len;

@@ -3,13 +3,14 @@
 // conversation again, an agent loop its growing history, and only what is new needs
 // prefill.
 //
-// Only positions computed in whole prefill chunks are kept (a multiple of the chunk
-// length), and a request that takes them continues at that chunk boundary, so its
-// prompt is split into the chunks it would be split into without the cache and it gets
-// the same tokens either way (the engine's guarantee: a sequence's logits depend only
-// on its tokens and how they were split into steps). The tokens a request generated
-// were computed one a step, not in the chunks a later prompt holding them would be
-// split into, so they are not kept.
+// A request gets the same tokens with the cache or without. Where the engine is
+// split-invariant (Engine::split_invariant: quantised weights on the CPU's integer
+// kernels), any prefix continues exactly, so every position a request computed is
+// kept, its reply included, and a later request continues from its longest common
+// prefix. Elsewhere a sequence's floats depend on how its tokens were split into
+// steps, so only prompt positions computed in whole prefill chunks are kept (a
+// multiple of the chunk length), and a request continues at that chunk boundary: its
+// prompt is then split into the chunks it would be split into without the cache.
 //
 // Parked prefixes hold KV blocks that running requests may need: make_room() gives
 // back the least recently used first.
@@ -31,19 +32,21 @@ class PromptCache {
   PromptCache(const PromptCache&) = delete;
   PromptCache& operator=(const PromptCache&) = delete;
 
-  // Ends the sequence `seq`, whose first `computed` positions hold the keys and values
-  // of `tokens` (its prompt) computed in whole chunks from position 0 (any later partial
-  // chunk is not kept), parking those chunks. A parked prefix that the new one extends
-  // or repeats is given back: it offers nothing the new one does not.
-  void put(SeqId seq, const std::vector<int32_t>& tokens, int64_t computed);
+  // Ends the sequence `seq`, whose positions hold `tokens` (its prompt, of prompt_len
+  // tokens, then those it generated: the last may not have been fed), prompt chunks
+  // from position 0 in the serving loop's chunks, parking what may be continued. A
+  // parked prefix that the new one extends or repeats is given back: it offers nothing
+  // the new one does not.
+  void put(SeqId seq, const std::vector<int32_t>& tokens, int64_t prompt_len);
 
   struct Taken {
     SeqId seq = 0;
     int64_t cached = 0;  // the prompt's first positions it already holds
   };
   // A new sequence for params.prompt, continued from the parked prefix that shares the
-  // most whole chunks with it, leaving at least one prompt token to compute (the last
-  // position's logits give the first token); a fresh sequence when none shares a chunk.
+  // most with it (whole chunks of it, unless exact()), leaving at least one prompt
+  // token to compute (the last position's logits give the first token); a fresh
+  // sequence when none shares anything it may keep.
   Taken take(const SequenceParams& params);
 
   // Gives parked prefixes back, least recently used first, until `blocks` KV blocks
@@ -51,6 +54,7 @@ class PromptCache {
   bool make_room(int64_t blocks);
 
   size_t size() const { return parked_.size(); }
+  bool exact() const { return exact_; }  // any prefix continues (the engine is split-invariant)
   int64_t blocks() const;  // KV blocks the parked prefixes hold
 
  private:
@@ -61,8 +65,12 @@ class PromptCache {
   };
   void drop(size_t i);
 
+  // Positions of a prefix that may be continued: all (exact), or whole chunks.
+  int64_t usable(int64_t n) const { return exact_ ? n : n / chunk_ * chunk_; }
+
   Engine& engine_;
   int64_t chunk_;
+  bool exact_;
   uint64_t clock_ = 0;
   std::vector<Parked> parked_;
 };

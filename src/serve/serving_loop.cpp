@@ -22,6 +22,7 @@ struct ServingLoop::Slot {
   int64_t cached = 0;           // of those, taken from the prompt cache
   int64_t generated = 0;        // tokens sampled
   int32_t next_token = -1;      // sampled, to be fed in the next step
+  std::vector<int32_t> output;  // every token sampled (the prompt cache keeps those fed)
   bool waiting_logits = false;  // a token of the last step asked for this slot's logits
   size_t logits_index = 0;
   Sampler sampler;
@@ -97,6 +98,7 @@ ServingLoop::ServingLoop(Engine& engine, const LoopOptions& opt, ServerMetrics& 
       t0_(std::chrono::steady_clock::now()) {
   metrics_.kv_blocks_total = engine_.kv_blocks_total();
   if (opt_.cache_prompt) prompt_cache_ = std::make_unique<PromptCache>(engine_, opt_.prefill_chunk);
+  metrics_.prompt_cache_mode = prompt_cache_ ? (prompt_cache_->exact() ? 1 : 0) : -1;
   thread_ = std::thread([this] { run(); });
 }
 
@@ -249,7 +251,9 @@ void ServingLoop::finish(Slot& s, const std::string& reason, double t) {
 void ServingLoop::release(Slot& s, bool failed) {
   if (!s.removed) {
     if (prompt_cache_ && !failed) {
-      prompt_cache_->put(s.seq, s.job.prompt, s.prefilled);
+      std::vector<int32_t> tokens = s.job.prompt;
+      tokens.insert(tokens.end(), s.output.begin(), s.output.end());
+      prompt_cache_->put(s.seq, tokens, s.prompt_len());
     } else {
       engine_.remove_sequence(s.seq);
     }
@@ -400,6 +404,7 @@ void ServingLoop::step_once() {
       continue;
     }
     ++s.generated;
+    s.output.push_back(id);
     ++metrics_.generated_tokens;
     if (s.generated == 1)
       metrics_.time_to_first_token.observe(t - s.arrival);

@@ -7,7 +7,8 @@
 // A prompt is always split at the same positions (multiples of prefill_chunk), and a
 // token alone in its sequence is computed the same way whatever else is in the step,
 // so a request gets the same tokens whether it runs alone or among others (the engine's
-// batching guarantee, include/moeflow/engine.h).
+// batching guarantee, include/moeflow/engine.h), and whether or not it continues from
+// an earlier request's prompt (serve/prompt_cache.h).
 //
 // Thread safety: submit(), drain(), idle() and the metrics may be used from any
 // thread; the Engine is used only by the loop's own thread.

@@ -68,7 +68,10 @@ test('chat completion, not streamed and streamed, agree', async () => {
   );
   assert.equal(st.text, m.message.content);
   assert.equal(st.finish, m.finish_reason);
-  assert.deepEqual(st.usage, r.usage);
+  // The same counts (the second run may continue from the first one's prompt).
+  const counts = ({ prompt_tokens_details, ...rest }) => rest;
+  assert.deepEqual(counts(st.usage), counts(r.usage));
+  assert.equal(typeof st.usage.prompt_tokens_details.cached_tokens, 'number');
 });
 
 test("chat renders the model's template: the built-in one is question-and-answer prose", async () => {
@@ -512,7 +515,7 @@ async function rawPost(route, body) {
   return { status: r.status, body: await r.json(), headers: r.headers };
 }
 
-test("cache_prompt: a conversation's next turn continues from the turn before's whole prefill chunks, with the same reply", async () => {
+test("cache_prompt: a conversation's next turn continues from the turn before's prompt, with the same reply", async () => {
   const messages = [
     { role: 'system', content: 'You are a patient teacher who answers in short sentences. '.repeat(7) },
     { role: 'user', content: 'Tell me about the sea.' },
@@ -521,13 +524,22 @@ test("cache_prompt: a conversation's next turn continues from the turn before's 
     client.chat.completions.create({ model: MODEL, messages: msgs, temperature: 0, max_tokens: 12, ...extra });
   const r1 = await ask(messages);
   assert.ok(r1.usage.prompt_tokens > 128, `${r1.usage.prompt_tokens} prompt tokens: the test needs a whole chunk of 128`);
-  assert.equal(r1.usage.prompt_tokens_details.cached_tokens, 0);
+  assert.ok(r1.usage.prompt_tokens_details.cached_tokens < 16, 'no earlier request shares its system message');
   const next = [...messages, { role: 'assistant', content: r1.choices[0].message.content }, { role: 'user', content: 'And rivers?' }];
   const before = await metric(s, 'moeflow_prompt_tokens_cached_total');
   const r2 = await ask(next);
-  const cached = Math.floor(r1.usage.prompt_tokens / 128) * 128;
-  assert.equal(r2.usage.prompt_tokens_details.cached_tokens, cached);
+  const cached = r2.usage.prompt_tokens_details.cached_tokens;
   assert.equal((await metric(s, 'moeflow_prompt_tokens_cached_total')) - before, cached);
+  const wholeChunks = Math.floor(r1.usage.prompt_tokens / 128) * 128;
+  if ((await metric(s, 'moeflow_prompt_cache_mode')) === 1) {
+    // Split-invariant (q8_0 on the integer kernels): all that the two prompts share, not
+    // whole chunks only (a reply is kept too, as far as the template writes it back
+    // token for token; the built-in model's prose template re-tokenizes at the joint).
+    assert.ok(cached >= r1.usage.prompt_tokens - 1 && cached < r2.usage.prompt_tokens,
+      `${cached} cached of ${r2.usage.prompt_tokens}, turn 1 had ${r1.usage.prompt_tokens}`);
+  } else {
+    assert.equal(cached, wholeChunks);
+  }
   const fresh = await ask(next, { cache_prompt: false });
   assert.equal(fresh.usage.prompt_tokens_details.cached_tokens, 0);
   assert.equal(fresh.choices[0].message.content, r2.choices[0].message.content);
@@ -536,7 +548,7 @@ test("cache_prompt: a conversation's next turn continues from the turn before's 
     model: MODEL, messages: next, temperature: 0, max_tokens: 12, stream: true, stream_options: { include_usage: true },
   }));
   assert.equal(st.text, r2.choices[0].message.content);
-  assert.ok(st.usage.prompt_tokens_details.cached_tokens >= cached, 'the streamed run continues from a parked prompt too');
+  assert.ok(st.usage.prompt_tokens_details.cached_tokens >= wholeChunks, 'the streamed run continues from a parked prompt too');
   await expectError(ask(next, { cache_prompt: 'yes' }), 400, 'cache_prompt');
 });
 
@@ -754,7 +766,7 @@ test('/metrics speaks Prometheus with the moeflow_* names', async () => {
   for (const name of ['moeflow_requests_running', 'moeflow_requests_waiting', 'moeflow_prompt_tokens_total',
     'moeflow_generation_tokens_total', 'moeflow_time_to_first_token_seconds_bucket', 'moeflow_inter_token_latency_seconds_count',
     'moeflow_e2e_request_latency_seconds_sum', 'moeflow_request_queue_time_seconds_count', 'moeflow_kv_blocks_used',
-    'moeflow_kv_blocks_parked', 'moeflow_prompt_tokens_cached_total',
+    'moeflow_kv_blocks_parked', 'moeflow_prompt_tokens_cached_total', 'moeflow_prompt_cache_mode',
     'moeflow_expert_cache_hits_total', 'moeflow_expert_cache_misses_total', 'moeflow_expert_bytes_read_total',
     'moeflow_expert_stall_seconds_total', 'moeflow_expert_prefetches_issued_total', 'moeflow_expert_prefetches_used_total'])
     assert.ok(text.includes(`\n${name}`) || text.startsWith(name), `missing ${name}`);

@@ -412,6 +412,48 @@ TEST(EnginePromptReuse, AContinuedPrefixGivesTheLogitsOfAFreshRun) {
   }
 }
 
+// split_invariant(): where the engine says so, a sequence's logits at every position
+// are the same bits fed token by token, in chunks of 7, or as 1 + 39 tokens; float
+// weights (mixtral-f32) are not, and on a VNNI CPU the q4_0 and q8_0 fixtures are.
+TEST(EnginePromptReuse, SplitInvariantEnginesGiveTheSameLogitsHoweverASequenceIsSplit) {
+  for (const char* fixture : {"mixtral-f32.gguf", "olmoe-q4_0.gguf", "qwen3moe-q8_0.gguf", "qwen2moe-q4_0.gguf",
+                              "deepseek2-q4_0.gguf", "gpt-oss-mxfp4.gguf", "granitemoe-shared-q8_0.gguf"}) {
+    for (const char* policy : {"all", "lru"}) {
+      auto e = Engine::open(options_for(fixture, policy, std::string(policy) == "all" ? "" : "25%"));
+      const bool invariant = e->split_invariant();
+      std::printf("%-28s %-4s split_invariant %d\n", fixture, policy, invariant);
+      if (std::string(fixture) == "mixtral-f32.gguf") EXPECT_FALSE(invariant);
+      if (cpu::q4_vnni_enabled() && (std::string(fixture) == "olmoe-q4_0.gguf" || std::string(fixture) == "qwen3moe-q8_0.gguf"))
+        EXPECT_TRUE(invariant) << fixture;
+      if (!invariant) continue;
+      std::mt19937 rng(5);
+      std::vector<int32_t> tokens(40);
+      for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % e->n_vocab());
+      auto run = [&](const std::vector<int64_t>& cuts) {  // chunk ends
+        const SeqId s = e->add_sequence({tokens, ""});
+        std::vector<float> all;
+        int64_t p = 0;
+        for (int64_t end : cuts) {
+          std::vector<BatchToken> b;
+          for (int64_t q = p; q < end; ++q) b.push_back({s, tokens[static_cast<size_t>(q)], q, true});
+          e->step(b);
+          for (size_t i = 0; i < b.size(); ++i) all.insert(all.end(), e->logits(i), e->logits(i) + e->n_vocab());
+          p = end;
+        }
+        e->remove_sequence(s);
+        return all;
+      };
+      std::vector<int64_t> ones, sevens;
+      for (int64_t p = 1; p <= 40; ++p) ones.push_back(p);
+      for (int64_t p = 7; p < 40; p += 7) sevens.push_back(p);
+      sevens.push_back(40);
+      const std::vector<float> a = run(ones), b = run(sevens), c = run({1, 40});
+      EXPECT_TRUE(a == b) << fixture << " " << policy << ": token by token against chunks of 7";
+      EXPECT_TRUE(a == c) << fixture << " " << policy << ": token by token against 1 + 39";
+    }
+  }
+}
+
 TEST(EnginePromptReuse, ParkedPrefixesAreAccountedAndMisuseIsNamed) {
   EngineOptions o = options_for("mixtral-f32.gguf");
   o.n_parallel = 2;

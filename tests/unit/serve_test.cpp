@@ -21,6 +21,7 @@
 #include "serve/json_schema_prefix.h"
 #include "serve/metrics.h"
 #include "serve/openai_server.h"
+#include "serve/prompt_cache.h"
 #include "serve/serving_loop.h"
 #include "serve/stop_strings.h"
 #include "serve/token_logprobs.h"
@@ -404,48 +405,117 @@ TEST(ServingLoop, ChunkedPrefillBesideDecodesChangesNoToken) {
 }
 
 // The prompt cache: a request whose prompt begins with an earlier one's continues from
-// its whole prefill chunks, and gets the tokens and log-probabilities it gets with the
-// cache off (its prompt is split at the same positions either way). On f32 weights,
-// whose multi-token products round differently from one token's, so that keeping a
-// partial chunk's positions would show.
+// it and gets the tokens and log-probabilities it gets with the cache off. On f32
+// weights (not split-invariant: a multi-token product rounds differently from one
+// token's) only whole prefill chunks of the prompt are kept and continued, so that the
+// prompt is split where it would be without the cache; on q8_0 weights on a CPU with
+// the integer kernels (split-invariant) the whole common prefix is.
 TEST(ServingLoop, APromptContinuedFromTheCacheGetsTheSameTokens) {
-  auto engine = open_fixture(2, 256, "mixtral-f32.gguf");
-  LoopOptions lo;
-  lo.n_parallel = 2;
-  lo.prefill_chunk = 8;
-  std::vector<int32_t> turn = prompt_of(30, 1);
-  std::vector<std::vector<int32_t>> turns;
-  for (int t = 0; t < 4; ++t) {  // each turn resends the conversation and adds to it
-    turns.push_back(turn);
-    for (int32_t x : prompt_of(11 + t, 20 + t)) turn.push_back(x);
-  }
-  auto run_all = [&](bool cache, ServerMetrics& metrics) {
-    lo.cache_prompt = cache;
-    ServingLoop loop(*engine, lo, metrics);
-    std::vector<Outcome> out;
-    for (const std::vector<int32_t>& p : turns) {
-      GenerationJob j = job_of(p, 6);
-      j.top_logprobs = 2;
-      auto s = j.stream;
-      loop.submit(std::move(j));
-      out.push_back(wait_for(*s));
+  for (const char* fixture : {"mixtral-f32.gguf", "qwen3moe-q8_0.gguf"}) {
+    auto engine = open_fixture(2, 256, fixture);
+    const bool exact = engine->split_invariant();
+    LoopOptions lo;
+    lo.n_parallel = 2;
+    lo.prefill_chunk = 8;
+    std::vector<int32_t> turn = prompt_of(30, 1);
+    std::vector<std::vector<int32_t>> turns;
+    for (int t = 0; t < 4; ++t) {  // each turn resends the conversation and adds to it
+      turns.push_back(turn);
+      for (int32_t x : prompt_of(11 + t, 20 + t)) turn.push_back(x);
     }
-    return out;
-  };
-  ServerMetrics with_m, without_m;
-  const std::vector<Outcome> with = run_all(true, with_m), without = run_all(false, without_m);
-  const int64_t expect_cached[] = {0, 24, 40, 48};  // whole chunks of 8 of the turn before's 30, 41, 53 tokens
-  for (size_t t = 0; t < turns.size(); ++t) {
-    EXPECT_EQ(with[t].cached_tokens, expect_cached[t]) << "turn " << t;
-    EXPECT_EQ(without[t].cached_tokens, 0);
-    EXPECT_EQ(with[t].text, without[t].text) << "turn " << t;
-    ASSERT_EQ(with[t].lps.size(), without[t].lps.size());
-    for (size_t i = 0; i < with[t].lps.size(); ++i)
-      EXPECT_EQ(with[t].lps[i].logprob, without[t].lps[i].logprob) << "turn " << t << ", token " << i;
+    auto run_all = [&](bool cache, ServerMetrics& metrics) {
+      lo.cache_prompt = cache;
+      ServingLoop loop(*engine, lo, metrics);
+      std::vector<Outcome> out;
+      for (const std::vector<int32_t>& p : turns) {
+        GenerationJob j = job_of(p, 6);
+        j.top_logprobs = 2;
+        auto s = j.stream;
+        loop.submit(std::move(j));
+        out.push_back(wait_for(*s));
+      }
+      return out;
+    };
+    ServerMetrics with_m, without_m;
+    const std::vector<Outcome> with = run_all(true, with_m), without = run_all(false, without_m);
+    // Whole chunks of 8 of the turn before's 30, 41, 53 prompt tokens, or all of them.
+    const int64_t expect_cached[] = {0, exact ? 30 : 24, exact ? 41 : 40, exact ? 53 : 48};
+    for (size_t t = 0; t < turns.size(); ++t) {
+      const std::string where = std::string(fixture) + ", turn " + std::to_string(t);
+      EXPECT_EQ(with[t].cached_tokens, expect_cached[t]) << where;
+      EXPECT_EQ(without[t].cached_tokens, 0);
+      EXPECT_EQ(with[t].text, without[t].text) << where;
+      ASSERT_EQ(with[t].lps.size(), without[t].lps.size());
+      for (size_t i = 0; i < with[t].lps.size(); ++i)
+        EXPECT_EQ(with[t].lps[i].logprob, without[t].lps[i].logprob) << where << ", token " << i;
+    }
+    EXPECT_EQ(with_m.prompt_tokens.load() + with_m.prompt_tokens_cached.load(), without_m.prompt_tokens.load());
+    EXPECT_EQ(engine->n_parked(), 0) << "a stopped loop gives its parked prompts back";
+    EXPECT_EQ(engine->kv_blocks_free(), engine->kv_blocks_total());
   }
-  EXPECT_EQ(with_m.prompt_tokens_cached.load(), 24u + 40u + 48u);
-  EXPECT_EQ(with_m.prompt_tokens.load() + with_m.prompt_tokens_cached.load(), without_m.prompt_tokens.load());
-  EXPECT_EQ(engine->n_parked(), 0) << "a stopped loop gives its parked prompts back";
+}
+
+// Where the engine is split-invariant the cache keeps a request's reply too: a next
+// turn that resends the reply (as a chat does) continues past it, mid-chunk, and gets
+// the logits of the same prompt computed whole. The request is played by hand against
+// the cache: its prompt in the loop's chunks, then greedy decode steps.
+TEST(PromptCache, ASplitInvariantEngineContinuesPastTheReplyMidChunk) {
+  auto engine = open_fixture(2, 256);
+  if (!engine->split_invariant()) GTEST_SKIP() << "the q8_0 fixture is not split-invariant on this CPU";
+  const int64_t chunk = 8;
+  PromptCache cache(*engine, chunk);
+  ASSERT_TRUE(cache.exact());
+  auto argmax = [&](const float* l) {
+    return static_cast<int32_t>(std::max_element(l, l + engine->n_vocab()) - l);
+  };
+  // Feeds prompt[from, end) in the loop's chunks; the last position's logits.
+  auto prefill = [&](SeqId s, const std::vector<int32_t>& prompt, int64_t from) {
+    std::vector<float> last;
+    for (int64_t p = from; p < static_cast<int64_t>(prompt.size());) {
+      const int64_t end = std::min(static_cast<int64_t>(prompt.size()), (p / chunk + 1) * chunk);
+      std::vector<BatchToken> b;
+      for (int64_t q = p; q < end; ++q) b.push_back({s, prompt[static_cast<size_t>(q)], q, q == end - 1});
+      engine->step(b);
+      last.assign(engine->logits(b.size() - 1), engine->logits(b.size() - 1) + engine->n_vocab());
+      p = end;
+    }
+    return last;
+  };
+  const std::vector<int32_t> p1 = prompt_of(30, 3);
+  const PromptCache::Taken first = cache.take({p1, ""});
+  EXPECT_EQ(first.cached, 0);
+  std::vector<int32_t> tokens = p1;
+  std::vector<float> l = prefill(first.seq, p1, 0);
+  for (int i = 0; i < 6; ++i) {  // 6 sampled, the first 5 fed
+    tokens.push_back(argmax(l.data()));
+    if (i == 5) break;
+    engine->step({{first.seq, tokens.back(), static_cast<int64_t>(tokens.size()) - 1, true}});
+    l.assign(engine->logits(0), engine->logits(0) + engine->n_vocab());
+  }
+  cache.put(first.seq, tokens, 30);
+  EXPECT_EQ(cache.size(), 1u);
+  // The next turn: the prompt, the reply as fed, the sixth token, and more.
+  std::vector<int32_t> p2 = tokens;
+  for (int32_t x : prompt_of(9, 4)) p2.push_back(x);
+  const PromptCache::Taken second = cache.take({p2, ""});
+  EXPECT_EQ(second.cached, 35) << "30 prompt positions and 5 fed reply tokens";
+  const std::vector<float> continued = prefill(second.seq, p2, second.cached);
+  engine->remove_sequence(second.seq);
+  const SeqId fresh = engine->add_sequence({p2, ""});
+  EXPECT_TRUE(prefill(fresh, p2, 0) == continued) << "continued at 35 (mid-chunk) against computed whole";
+  engine->remove_sequence(fresh);
+  // A parked prefix that a newer one extends is dropped; make_room gives back the rest.
+  EXPECT_EQ(cache.size(), 0u) << "the continued prefix moved to its sequence";
+  const SeqId a = engine->add_sequence({p1, ""}), b = engine->add_sequence({p2, ""});
+  prefill(a, p1, 0);
+  prefill(b, p2, 0);
+  cache.put(a, p1, 30);
+  EXPECT_EQ(cache.size(), 1u);
+  cache.put(b, p2, static_cast<int64_t>(p2.size()));
+  EXPECT_EQ(cache.size(), 1u) << "p1's positions are the start of p2's";
+  EXPECT_GT(engine->kv_blocks_free(), 0);
+  EXPECT_TRUE(cache.make_room(engine->kv_blocks_total()));
+  EXPECT_EQ(cache.size(), 0u);
   EXPECT_EQ(engine->kv_blocks_free(), engine->kv_blocks_total());
 }
 

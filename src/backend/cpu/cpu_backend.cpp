@@ -184,6 +184,10 @@ Backend::Int8Peak CpuBackend::measure_peak_int8() {
   if (cpu::int8_avx2_enabled()) return {cpu::measure_peak_int8_avx2_gmacs(pool_), "AVX2 vpmaddubsw + vpmaddwd"};
   return {};
 }
+bool CpuBackend::products_per_token(DType t, RowLayout layout) const {
+  return integer_kernels_for(t, layout, int8_activations_for(activations_, t));
+}
+
 bool CpuBackend::int8_peak_applies(DType t, RowLayout layout, bool x_int8) const {
   // VNNI: interleaved rows and the k-quants, on either activation; without it the AVX2
   // kernels, on int8 activations only (int16 ones take Highway's widening products).

@@ -47,6 +47,8 @@ class CpuBackend final : public Backend {
   double measure_peak_gflops() override;
   Int8Peak measure_peak_int8() override;  // AVX-512 VNNI's, else AVX2's, 0 without either
   bool int8_peak_applies(DType t, RowLayout layout, bool x_int8) const override;
+  // Products on the integer kernels (integer_kernels_for) run token by token.
+  bool products_per_token(DType t, RowLayout layout) const override;
   std::string kernel_target() const override;
 
   void products(const Product* jobs, size_t n) override;
