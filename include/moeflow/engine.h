@@ -132,7 +132,7 @@ class Engine {
   // steps (a prompt in chunks of any size, or token by token as decoding feeds them):
   // true where every product of the model runs token by token (quantised weights on
   // the CPU's integer kernels), false where a multi-token step rounds differently
-  // (float weights, a GPU). Where true, a parked prefix may end anywhere, the positions
+  // (float weights, a GPU) and under on_miss "reroute". Where true, a parked prefix may end anywhere, the positions
   // a sequence decoded included, and still continue exactly.
   bool split_invariant() const;
 

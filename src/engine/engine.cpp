@@ -163,7 +163,9 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
   oo.detokenize = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids); };
   im->offload = make_expert_offload(*im->model, oo);
   if (im->offload.active()) im->fwd->set_expert_source(im->offload.source.get());
-  im->split_invariant = products_per_token(*im->model, *im->backend, offloaded);
+  // Rerouting makes a token's output depend on what the expert cache holds: no split
+  // is promised anything there.
+  im->split_invariant = !im->offload.lossy && products_per_token(*im->model, *im->backend, offloaded);
   return std::unique_ptr<Engine>(new Engine(std::move(im)));
 }
 

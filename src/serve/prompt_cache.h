@@ -33,10 +33,10 @@ class PromptCache {
   PromptCache& operator=(const PromptCache&) = delete;
 
   // Ends the sequence `seq`, whose positions hold `tokens` (its prompt, of prompt_len
-  // tokens, then those it generated: the last may not have been fed), prompt chunks
-  // from position 0 in the serving loop's chunks, parking what may be continued. A
-  // parked prefix that the new one extends or repeats is given back: it offers nothing
-  // the new one does not.
+  // tokens, fed in this cache's chunks, then the tokens it generated, the last perhaps
+  // never fed), parking what a later request may continue from. A parked prefix that
+  // the new one extends or repeats is given back: it offers nothing the new one does
+  // not.
   void put(SeqId seq, const std::vector<int32_t>& tokens, int64_t prompt_len);
 
   struct Taken {
