@@ -122,12 +122,15 @@ class Engine {
   // remove_sequence frees it.
   SeqId park_sequence(SeqId seq, int64_t keep);
   // A new sequence that starts with the first `keep` positions of the parked prefix
-  // `parked` (0 <= keep <= its length). It takes the prefix's blocks over (moved, not
-  // copied; `parked` is gone and its blocks past `keep` go back to the pool), so its
+  // `parked` (0 <= keep <= its length, a multiple of kv_block_len()). It shares their
+  // blocks (nothing is copied, and no one writes them: the new sequence writes from
+  // position keep on, in blocks of its own), and the parked prefix stays for others. Its
   // logits are those of a sequence whose first `keep` positions were split into the
   // same steps as the parked one's were.
   SeqId add_sequence(const SequenceParams& params, SeqId parked, int64_t keep);
   int64_t n_parked() const;
+  // KV blocks that only parked prefixes hold (what removing them all would free).
+  int64_t kv_blocks_parked() const;
   // Whether a sequence's logits are the same bits however its tokens were split into
   // steps (a prompt in chunks of any size, or token by token as decoding feeds them):
   // true where every product of the model runs token by token (quantised weights on

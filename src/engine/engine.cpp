@@ -202,22 +202,27 @@ SeqId Engine::park_sequence(SeqId id, int64_t keep) {
 
 SeqId Engine::add_sequence(const SequenceParams& params, SeqId parked, int64_t keep) {
   Impl& im = *impl_;
-  Impl::Sequence& p = im.parked(parked, "add_sequence");
+  const Impl::Sequence& p = im.parked(parked, "add_sequence");
   im.check_keep(p, parked, keep, "add_sequence");
-  std::vector<int32_t> blocks = std::move(p.blocks);
-  im.seqs.erase(parked);
-  im.kv->shrink(blocks, keep);
-  SeqId id;
-  try {
-    id = add_sequence(params);
-  } catch (...) {
-    im.kv->release(blocks);  // a policy that refused the request: the prefix is gone either way
-    throw;
-  }
+  if (keep % im.kv->block_len() != 0)
+    throw InputError("add_sequence: keep " + std::to_string(keep) + " positions of sequence " + std::to_string(parked) +
+                     ": not a multiple of the KV block (" + std::to_string(im.kv->block_len()) +
+                     " positions), whose rest the new sequence would write over");
+  const SeqId id = add_sequence(params);
   Impl::Sequence& s = im.seqs.at(id);
-  s.blocks = std::move(blocks);
+  im.kv->share(s.blocks, im.seqs.at(parked).blocks, im.kv->blocks_for(keep));
   s.length = keep;
   return id;
+}
+
+int64_t Engine::kv_blocks_parked() const {
+  const Impl& im = *impl_;
+  std::vector<int32_t> live(static_cast<size_t>(im.kv->n_blocks()), 0), parked(live.size(), 0);
+  for (const auto& [id, s] : im.seqs)
+    for (int32_t b : s.blocks) ++(s.parked ? parked : live)[static_cast<size_t>(b)];
+  int64_t n = 0;
+  for (size_t b = 0; b < live.size(); ++b) n += parked[b] > 0 && live[b] == 0;
+  return n;
 }
 
 int64_t Engine::sequence_length(SeqId id) const { return impl_->at(id, "sequence_length").length; }

@@ -30,6 +30,11 @@ KvBlockPool::KvBlockPool(Backend& backend, int64_t n_layer, int64_t n_head_kv, i
                      " positions): lower --ctx-size or --parallel");
   free_.reserve(static_cast<size_t>(n_blocks));
   for (int64_t b = n_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
+  refs_.assign(static_cast<size_t>(n_blocks), 0);
+}
+
+void KvBlockPool::unref(int32_t block) {
+  if (--refs_[static_cast<size_t>(block)] == 0) free_.push_back(block);
 }
 
 bool KvBlockPool::reserve(std::vector<int32_t>& table, int64_t n_pos) {
@@ -38,20 +43,28 @@ bool KvBlockPool::reserve(std::vector<int32_t>& table, int64_t n_pos) {
   if (need > free_blocks()) return false;
   for (int64_t i = 0; i < need; ++i) {
     table.push_back(free_.back());
+    refs_[static_cast<size_t>(free_.back())] = 1;
     free_.pop_back();
   }
   return true;
 }
 
+void KvBlockPool::share(std::vector<int32_t>& table, const std::vector<int32_t>& from, int64_t n_blocks) {
+  if (!table.empty() || n_blocks < 0 || n_blocks > static_cast<int64_t>(from.size()))
+    throw std::invalid_argument("moeflow: KvBlockPool::share: a non-empty table or too many blocks");
+  table.assign(from.begin(), from.begin() + n_blocks);
+  for (int32_t b : table) ++refs_[static_cast<size_t>(b)];
+}
+
 void KvBlockPool::release(std::vector<int32_t>& table) {
-  for (auto it = table.rbegin(); it != table.rend(); ++it) free_.push_back(*it);
+  for (auto it = table.rbegin(); it != table.rend(); ++it) unref(*it);
   table.clear();
 }
 
 void KvBlockPool::shrink(std::vector<int32_t>& table, int64_t n_pos) {
   const auto keep = static_cast<size_t>(std::max<int64_t>(0, blocks_for(n_pos)));
   while (table.size() > keep) {
-    free_.push_back(table.back());
+    unref(table.back());
     table.pop_back();
   }
 }

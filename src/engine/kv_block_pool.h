@@ -2,6 +2,10 @@
 // cache of vLLM's PagedAttention): a sequence holds a block table, blocks are taken
 // as its positions grow and returned the moment it ends, so sequences of different
 // lengths share one allocation and nothing is reserved for lengths never reached.
+// A full block may be in several tables (a prompt prefix that several sequences
+// continue from, Engine::add_sequence): it is counted, and free when the last table
+// lets it go. No one writes a shared block: a sequence writes past its shared prefix,
+// which ends at a block's end.
 //
 // Layout: block b of layer l holds n_head_kv planes of [block_len][head_dim] values
 // and of [head_dim][block_len] keys (transposed: kernels/cpu/attention.h says why), so
@@ -60,11 +64,15 @@ class KvBlockPool {
   // Grows `table` to cover n_pos positions. Returns false, taking nothing, when the
   // pool has too few free blocks.
   bool reserve(std::vector<int32_t>& table, int64_t n_pos);
-  // Returns every block of `table` to the pool and clears it.
+  // Puts the first n_blocks blocks of `from` into the empty `table`, shared.
+  void share(std::vector<int32_t>& table, const std::vector<int32_t>& from, int64_t n_blocks);
+  // Lets go of every block of `table` (each back in the pool when no other table holds
+  // it) and clears it.
   void release(std::vector<int32_t>& table);
-  // Returns the blocks of `table` past those n_pos positions need (a step that failed
-  // gives back what it reserved).
+  // Lets go of the blocks of `table` past those n_pos positions need (a step that
+  // failed gives back what it reserved).
   void shrink(std::vector<int32_t>& table, int64_t n_pos);
+  int32_t holders(int32_t block) const { return refs_[static_cast<size_t>(block)]; }
 
   // Block 0's rows of `layer` (the attention kernel's k_cache / v_cache).
   const void* k(int64_t layer) const { return k_->data() + layer_offset(layer); }
@@ -85,7 +93,10 @@ class KvBlockPool {
   DType type_;
   size_t elem_;  // bytes per element
   std::unique_ptr<DeviceBuffer> k_, v_;
+  void unref(int32_t block);
+
   std::vector<int32_t> free_;  // a stack: the block freed last (still in cache) goes out first
+  std::vector<int32_t> refs_;  // tables holding each block (0: free)
 };
 
 }  // namespace moeflow

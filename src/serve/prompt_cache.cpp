@@ -1,6 +1,7 @@
 #include "serve/prompt_cache.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "base/error.h"
 
@@ -18,8 +19,9 @@ int64_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>&
 }  // namespace
 
 PromptCache::PromptCache(Engine& engine, int64_t chunk)
-    : engine_(engine), chunk_(chunk), exact_(engine.split_invariant()) {
+    : engine_(engine), chunk_(chunk), exact_(engine.split_invariant()), step_(engine.kv_block_len()) {
   if (chunk < 1) throw InputError("prompt cache: the prefill chunk must be >= 1, not " + std::to_string(chunk));
+  if (!exact_) step_ = std::lcm(chunk_, step_);
 }
 
 PromptCache::~PromptCache() {
@@ -57,9 +59,8 @@ PromptCache::Taken PromptCache::take(const SequenceParams& params) {
     }
   }
   if (best_len == 0) return {engine_.add_sequence(params), 0};
-  const SeqId from = parked_[best].seq;
-  parked_.erase(parked_.begin() + static_cast<std::ptrdiff_t>(best));
-  return {engine_.add_sequence(params, from, best_len), best_len};
+  parked_[best].used = ++clock_;
+  return {engine_.add_sequence(params, parked_[best].seq, best_len), best_len};
 }
 
 bool PromptCache::make_room(int64_t blocks) {
@@ -69,13 +70,6 @@ bool PromptCache::make_room(int64_t blocks) {
     drop(static_cast<size_t>(oldest - parked_.begin()));
   }
   return engine_.kv_blocks_free() >= blocks;
-}
-
-int64_t PromptCache::blocks() const {
-  const int64_t len = engine_.kv_block_len();
-  int64_t n = 0;
-  for (const Parked& p : parked_) n += (static_cast<int64_t>(p.tokens.size()) + len - 1) / len;
-  return n;
 }
 
 void PromptCache::drop(size_t i) {

@@ -8,9 +8,11 @@
 // kernels), any prefix continues exactly, so every position a request computed is
 // kept, its reply included, and a later request continues from its longest common
 // prefix. Elsewhere a sequence's floats depend on how its tokens were split into
-// steps, so only prompt positions computed in whole prefill chunks are kept (a
-// multiple of the chunk length), and a request continues at that chunk boundary: its
-// prompt is then split into the chunks it would be split into without the cache.
+// steps, so only prompt positions computed in whole prefill chunks are kept, and a
+// request continues at a chunk boundary: its prompt is then split into the chunks it
+// would be split into without the cache. Either way a request continues at the end of
+// a KV block (and of a chunk), whose blocks it then shares with the parked prefix, so
+// any number of requests, running at once or not, continue from one copy.
 //
 // Parked prefixes hold KV blocks that running requests may need: make_room() gives
 // back the least recently used first.
@@ -44,9 +46,9 @@ class PromptCache {
     int64_t cached = 0;  // the prompt's first positions it already holds
   };
   // A new sequence for params.prompt, continued from the parked prefix that shares the
-  // most with it (whole chunks of it, unless exact()), leaving at least one prompt
-  // token to compute (the last position's logits give the first token); a fresh
-  // sequence when none shares anything it may keep.
+  // most with it (in whole KV blocks, and whole chunks unless exact()), leaving at
+  // least one prompt token to compute (the last position's logits give the first
+  // token); a fresh sequence when none shares that much. The prefix stays parked.
   Taken take(const SequenceParams& params);
 
   // Gives parked prefixes back, least recently used first, until `blocks` KV blocks
@@ -55,22 +57,23 @@ class PromptCache {
 
   size_t size() const { return parked_.size(); }
   bool exact() const { return exact_; }  // any prefix continues (the engine is split-invariant)
-  int64_t blocks() const;  // KV blocks the parked prefixes hold
 
  private:
   struct Parked {
     SeqId seq;
     std::vector<int32_t> tokens;  // the positions it holds
-    uint64_t used;                // when it was parked (a clock of put() calls)
+    uint64_t used;                // when it was last parked or continued from (a clock)
   };
   void drop(size_t i);
 
-  // Positions of a prefix that may be continued: all (exact), or whole chunks.
-  int64_t usable(int64_t n) const { return exact_ ? n : n / chunk_ * chunk_; }
+  // Positions of a prefix that may be continued: whole KV blocks (exact), or whole
+  // blocks that end a chunk.
+  int64_t usable(int64_t n) const { return n / step_ * step_; }
 
   Engine& engine_;
   int64_t chunk_;
   bool exact_;
+  int64_t step_;  // what usable() rounds down to
   uint64_t clock_ = 0;
   std::vector<Parked> parked_;
 };

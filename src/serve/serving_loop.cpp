@@ -260,7 +260,7 @@ void ServingLoop::release(Slot& s, bool failed) {
   }
   s.removed = true;
   metrics_.kv_blocks_used = engine_.kv_blocks_total() - engine_.kv_blocks_free();
-  metrics_.kv_blocks_parked = prompt_cache_ ? prompt_cache_->blocks() : 0;
+  metrics_.kv_blocks_parked = prompt_cache_ ? engine_.kv_blocks_parked() : 0;
 }
 
 void ServingLoop::make_room(const std::vector<BatchToken>& batch) {
@@ -274,7 +274,7 @@ void ServingLoop::make_room(const std::vector<BatchToken>& batch) {
     need += (have + n + len - 1) / len - (have + len - 1) / len;
   }
   prompt_cache_->make_room(need);  // short even so: the engine refuses the step and names it
-  metrics_.kv_blocks_parked = prompt_cache_->blocks();
+  metrics_.kv_blocks_parked = engine_.kv_blocks_parked();
 }
 
 void ServingLoop::fail(Slot& s, const ApiError& err) {
@@ -447,7 +447,7 @@ void ServingLoop::run() {
       if (s->done) release(*s);
     slots_.erase(std::remove_if(slots_.begin(), slots_.end(), [](const auto& s) { return s->done; }), slots_.end());
     metrics_.kv_blocks_used = engine_.kv_blocks_total() - engine_.kv_blocks_free();
-    metrics_.kv_blocks_parked = prompt_cache_ ? prompt_cache_->blocks() : 0;
+    metrics_.kv_blocks_parked = prompt_cache_ ? engine_.kv_blocks_parked() : 0;
     if (engine_.offloaded()) {
       const ExpertCacheStats c = engine_.cache_stats();
       metrics_.set_expert_cache({c.hits, c.misses, c.bytes_read, c.prefetches_issued, c.prefetch_hits, c.evictions,

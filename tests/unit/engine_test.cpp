@@ -353,9 +353,10 @@ TEST(EngineKv, BlocksAreAccountedRefusedWhenShortAndReusedAtOnce) {
       << "two blocks of f32 keys and values";
 }
 
-// Prompt reuse: a sequence continued from a parked prefix gets the logits of a fresh
-// sequence fed the same tokens in the same chunks (all resident and offloaded with
-// --on-miss load); the prefix's blocks are accounted while parked and given back.
+// Prompt reuse: sequences continued from a parked prefix, two at once, get the logits
+// of fresh sequences fed the same tokens in the same chunks (all resident and
+// offloaded with --on-miss load); the prefix's blocks are shared, accounted while
+// parked and given back when the last holder lets go.
 std::vector<std::vector<float>> feed(Engine& e, SeqId s, const std::vector<int32_t>& tokens, int64_t from,
                                      int64_t chunk) {
   std::vector<std::vector<float>> out;
@@ -378,7 +379,7 @@ TEST(EnginePromptReuse, AContinuedPrefixGivesTheLogitsOfAFreshRun) {
     o.n_parallel = 3;
     auto e = Engine::open(o);
     std::mt19937 rng(11);
-    std::vector<int32_t> turn1(70), turn2;
+    std::vector<int32_t> turn1(70);
     for (int32_t& t : turn1) t = static_cast<int32_t>(rng() % e->n_vocab());
     // Turn 1: 70 prompt tokens in chunks of 32, then 3 decode tokens.
     const SeqId a = e->add_sequence({turn1, ""});
@@ -391,23 +392,42 @@ TEST(EnginePromptReuse, AContinuedPrefixGivesTheLogitsOfAFreshRun) {
     EXPECT_EQ(e->n_parked(), 1);
     EXPECT_EQ(e->sequence_length(parked), 64);
     EXPECT_EQ(e->kv_blocks_free(), free_before + 1) << "73 positions took 3 blocks, 64 keep 2";
+    EXPECT_EQ(e->kv_blocks_parked(), 2);
     EXPECT_NE(error_of([&] { e->step({{parked, 1, 64, true}}); }).find("is a parked prefix"), std::string::npos);
     EXPECT_NE(error_of([&] { e->step({{a, 1, 73, true}}); }).find("no sequence"), std::string::npos);
-    // Turn 2 shares turn 1's first 64 tokens and goes on differently.
-    turn2.assign(turn1.begin(), turn1.begin() + 64);
-    for (int i = 0; i < 40; ++i) turn2.push_back(static_cast<int32_t>(rng() % e->n_vocab()));
-    const SeqId b = e->add_sequence({turn2, ""}, parked, 64);
-    EXPECT_EQ(e->n_parked(), 0);
+    // Two next turns share turn 1's first 64 tokens and go on differently, side by side.
+    std::vector<std::vector<int32_t>> next(2, std::vector<int32_t>(turn1.begin(), turn1.begin() + 64));
+    for (auto& t : next)
+      for (int i = 0; i < 40; ++i) t.push_back(static_cast<int32_t>(rng() % e->n_vocab()));
+    const SeqId b = e->add_sequence({next[0], ""}, parked, 64), c = e->add_sequence({next[1], ""}, parked, 64);
+    EXPECT_EQ(e->n_parked(), 1) << "the prefix stays parked";
+    EXPECT_EQ(e->kv_blocks_parked(), 0) << "its blocks are held by running sequences too";
     EXPECT_EQ(e->sequence_length(b), 64);
-    const std::vector<std::vector<float>> reused = feed(*e, b, turn2, 64, 32);
+    std::vector<std::vector<float>> reused[2];
+    for (int64_t p = 64; p < 104; p += 32) {  // both sequences' chunks in one step
+      const int64_t end = std::min<int64_t>(104, p + 32);
+      std::vector<BatchToken> batch;
+      for (int k = 0; k < 2; ++k)
+        for (int64_t q = p; q < end; ++q)
+          batch.push_back({k == 0 ? b : c, next[static_cast<size_t>(k)][static_cast<size_t>(q)], q, q == end - 1});
+      e->step(batch);
+      for (int k = 0; k < 2; ++k) {
+        const size_t i = static_cast<size_t>((k + 1) * (end - p) - 1);
+        reused[k].emplace_back(e->logits(i), e->logits(i) + e->n_vocab());
+      }
+    }
     e->remove_sequence(b);
-    const SeqId c = e->add_sequence({turn2, ""});
-    const std::vector<std::vector<float>> fresh = feed(*e, c, turn2, 0, 32);
-    ASSERT_EQ(reused.size(), 2u);
-    ASSERT_EQ(fresh.size(), 4u);
-    for (size_t i = 0; i < 2; ++i)
-      EXPECT_TRUE(reused[i] == fresh[i + 2]) << policy << ": chunk " << i << " of the continued turn differs";
     e->remove_sequence(c);
+    EXPECT_EQ(e->kv_blocks_parked(), 2);
+    for (int k = 0; k < 2; ++k) {
+      const SeqId f = e->add_sequence({next[static_cast<size_t>(k)], ""});
+      const std::vector<std::vector<float>> fresh = feed(*e, f, next[static_cast<size_t>(k)], 0, 32);
+      e->remove_sequence(f);
+      ASSERT_EQ(fresh.size(), 4u);
+      for (size_t i = 0; i < 2; ++i)
+        EXPECT_TRUE(reused[k][i] == fresh[i + 2]) << policy << ": turn " << k << ", chunk " << i << " differs";
+    }
+    e->remove_sequence(parked);
     EXPECT_EQ(e->kv_blocks_free(), e->kv_blocks_total());
   }
 }
@@ -467,16 +487,24 @@ TEST(EnginePromptReuse, ParkedPrefixesAreAccountedAndMisuseIsNamed) {
   e->step(pa);
   EXPECT_NE(error_of([&] { e->park_sequence(a, 41); }).find("keep 41 positions of sequence 0, which holds 40"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { e->add_sequence({}, a, 10); }).find("is not a parked prefix"), std::string::npos);
+  EXPECT_NE(error_of([&] { e->add_sequence({}, a, 32); }).find("is not a parked prefix"), std::string::npos);
   const SeqId p = e->park_sequence(a, 40);
   EXPECT_EQ(e->kv_blocks_free(), 2) << "a parked prefix holds its blocks";
-  EXPECT_NE(error_of([&] { e->add_sequence({}, p, 41); }).find("keep 41"), std::string::npos);
+  EXPECT_EQ(e->kv_blocks_parked(), 2);
+  EXPECT_NE(error_of([&] { e->add_sequence({}, p, 64); }).find("keep 64"), std::string::npos);
+  EXPECT_NE(error_of([&] { e->add_sequence({}, p, 10); }).find("not a multiple of the KV block (32 positions)"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { e->resize_context(32); }).find("parked"), std::string::npos);
-  // Keeping fewer positions than parked: the blocks past them go back.
-  const SeqId b = e->add_sequence({}, p, 10);
-  EXPECT_EQ(e->kv_blocks_free(), 3);
-  EXPECT_EQ(e->sequence_length(b), 10);
-  e->step({{b, 7, 10, true}});
+  // Continuing from its first block: that one is shared, the partial second stays the
+  // prefix's alone, and the new sequence writes from position 32 into a block of its own.
+  const SeqId b = e->add_sequence({}, p, 32);
+  EXPECT_EQ(e->kv_blocks_free(), 2);
+  EXPECT_EQ(e->kv_blocks_parked(), 1);
+  EXPECT_EQ(e->sequence_length(b), 32);
+  e->step({{b, 7, 32, true}});
+  EXPECT_EQ(e->kv_blocks_free(), 1);
+  e->remove_sequence(p);  // the shared block stays with b
+  EXPECT_EQ(e->kv_blocks_free(), 2);
   const SeqId q = e->park_sequence(b, 0);  // nothing kept: a parked prefix of no blocks
   EXPECT_EQ(e->kv_blocks_free(), 4);
   e->remove_sequence(q);

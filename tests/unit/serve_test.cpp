@@ -409,7 +409,8 @@ TEST(ServingLoop, ChunkedPrefillBesideDecodesChangesNoToken) {
 // weights (not split-invariant: a multi-token product rounds differently from one
 // token's) only whole prefill chunks of the prompt are kept and continued, so that the
 // prompt is split where it would be without the cache; on q8_0 weights on a CPU with
-// the integer kernels (split-invariant) the whole common prefix is.
+// the integer kernels (split-invariant) any prefix is. Both continue at the end of a
+// KV block (32 positions), a chunk's too.
 TEST(ServingLoop, APromptContinuedFromTheCacheGetsTheSameTokens) {
   for (const char* fixture : {"mixtral-f32.gguf", "qwen3moe-q8_0.gguf"}) {
     auto engine = open_fixture(2, 256, fixture);
@@ -417,11 +418,11 @@ TEST(ServingLoop, APromptContinuedFromTheCacheGetsTheSameTokens) {
     LoopOptions lo;
     lo.n_parallel = 2;
     lo.prefill_chunk = 8;
-    std::vector<int32_t> turn = prompt_of(30, 1);
+    std::vector<int32_t> turn = prompt_of(40, 1);
     std::vector<std::vector<int32_t>> turns;
     for (int t = 0; t < 4; ++t) {  // each turn resends the conversation and adds to it
       turns.push_back(turn);
-      for (int32_t x : prompt_of(11 + t, 20 + t)) turn.push_back(x);
+      for (int32_t x : prompt_of(30 + t, 20 + t)) turn.push_back(x);
     }
     auto run_all = [&](bool cache, ServerMetrics& metrics) {
       lo.cache_prompt = cache;
@@ -438,8 +439,10 @@ TEST(ServingLoop, APromptContinuedFromTheCacheGetsTheSameTokens) {
     };
     ServerMetrics with_m, without_m;
     const std::vector<Outcome> with = run_all(true, with_m), without = run_all(false, without_m);
-    // Whole chunks of 8 of the turn before's 30, 41, 53 prompt tokens, or all of them.
-    const int64_t expect_cached[] = {0, exact ? 30 : 24, exact ? 41 : 40, exact ? 53 : 48};
+    // Whole blocks of the turn before's 40, 70, 101 prompt tokens (and, exact, its reply:
+    // no more blocks here).
+    const int64_t expect_cached[] = {0, 32, 64, 96};
+    std::printf("%s: split-invariant %d\n", fixture, exact);
     for (size_t t = 0; t < turns.size(); ++t) {
       const std::string where = std::string(fixture) + ", turn " + std::to_string(t);
       EXPECT_EQ(with[t].cached_tokens, expect_cached[t]) << where;
@@ -462,7 +465,7 @@ TEST(ServingLoop, APromptContinuedFromTheCacheGetsTheSameTokens) {
 TEST(PromptCache, ASplitInvariantEngineContinuesPastTheReplyMidChunk) {
   auto engine = open_fixture(2, 256);
   if (!engine->split_invariant()) GTEST_SKIP() << "the q8_0 fixture is not split-invariant on this CPU";
-  const int64_t chunk = 8;
+  const int64_t chunk = 12;  // continuing at a block's end (64) lands inside a chunk
   PromptCache cache(*engine, chunk);
   ASSERT_TRUE(cache.exact());
   auto argmax = [&](const float* l) {
@@ -481,7 +484,7 @@ TEST(PromptCache, ASplitInvariantEngineContinuesPastTheReplyMidChunk) {
     }
     return last;
   };
-  const std::vector<int32_t> p1 = prompt_of(30, 3);
+  const std::vector<int32_t> p1 = prompt_of(60, 3);
   const PromptCache::Taken first = cache.take({p1, ""});
   EXPECT_EQ(first.cached, 0);
   std::vector<int32_t> tokens = p1;
@@ -492,24 +495,26 @@ TEST(PromptCache, ASplitInvariantEngineContinuesPastTheReplyMidChunk) {
     engine->step({{first.seq, tokens.back(), static_cast<int64_t>(tokens.size()) - 1, true}});
     l.assign(engine->logits(0), engine->logits(0) + engine->n_vocab());
   }
-  cache.put(first.seq, tokens, 30);
+  cache.put(first.seq, tokens, 60);
   EXPECT_EQ(cache.size(), 1u);
   // The next turn: the prompt, the reply as fed, the sixth token, and more.
   std::vector<int32_t> p2 = tokens;
   for (int32_t x : prompt_of(9, 4)) p2.push_back(x);
   const PromptCache::Taken second = cache.take({p2, ""});
-  EXPECT_EQ(second.cached, 35) << "30 prompt positions and 5 fed reply tokens";
+  EXPECT_EQ(second.cached, 64) << "of 60 prompt positions and 5 fed reply tokens, two whole blocks";
   const std::vector<float> continued = prefill(second.seq, p2, second.cached);
   engine->remove_sequence(second.seq);
   const SeqId fresh = engine->add_sequence({p2, ""});
-  EXPECT_TRUE(prefill(fresh, p2, 0) == continued) << "continued at 35 (mid-chunk) against computed whole";
+  EXPECT_TRUE(prefill(fresh, p2, 0) == continued) << "continued at 64 (mid-chunk) against computed whole";
   engine->remove_sequence(fresh);
   // A parked prefix that a newer one extends is dropped; make_room gives back the rest.
-  EXPECT_EQ(cache.size(), 0u) << "the continued prefix moved to its sequence";
+  EXPECT_EQ(cache.size(), 1u) << "the prefix stays parked for others";
+  EXPECT_TRUE(cache.make_room(engine->kv_blocks_total()));
+  EXPECT_EQ(cache.size(), 0u);
   const SeqId a = engine->add_sequence({p1, ""}), b = engine->add_sequence({p2, ""});
   prefill(a, p1, 0);
   prefill(b, p2, 0);
-  cache.put(a, p1, 30);
+  cache.put(a, p1, 60);
   EXPECT_EQ(cache.size(), 1u);
   cache.put(b, p2, static_cast<int64_t>(p2.size()));
   EXPECT_EQ(cache.size(), 1u) << "p1's positions are the start of p2's";
@@ -538,14 +543,14 @@ TEST(ServingLoop, ParkedPromptsGiveWayToRunningRequests) {
   const Outcome a = run(prompt_of(40, 1), 20);
   EXPECT_EQ(a.completion_tokens, 20);
   while (!loop.idle()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  EXPECT_EQ(metrics.kv_blocks_parked.load(), 2);
+  EXPECT_EQ(metrics.kv_blocks_parked.load(), 1) << "its first 32 positions";
   const Outcome b = run(prompt_of(40, 2), 20);  // needs both blocks: the parked prompt goes
   EXPECT_FALSE(b.error) << b.error->what();
   EXPECT_EQ(b.completion_tokens, 20);
   EXPECT_EQ(b.cached_tokens, 0);
   std::vector<int32_t> c = prompt_of(40, 2);
   c.push_back(7);
-  EXPECT_EQ(run(c, 4).cached_tokens, 40);
+  EXPECT_EQ(run(c, 4).cached_tokens, 32);
 }
 
 // A token whose text lies wholly in a stop string gets no log-probability: the list
