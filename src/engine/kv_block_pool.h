@@ -72,7 +72,6 @@ class KvBlockPool {
   // Lets go of the blocks of `table` past those n_pos positions need (a step that
   // failed gives back what it reserved).
   void shrink(std::vector<int32_t>& table, int64_t n_pos);
-  int32_t holders(int32_t block) const { return refs_[static_cast<size_t>(block)]; }
 
   // Block 0's rows of `layer` (the attention kernel's k_cache / v_cache).
   const void* k(int64_t layer) const { return k_->data() + layer_offset(layer); }
@@ -83,6 +82,8 @@ class KvBlockPool {
   void store(int64_t layer, const int32_t* table, int64_t pos, const float* k, const float* v);
 
  private:
+  // One table less holds the block; the last one's letting go frees it.
+  void unref(int32_t block);
   size_t layer_offset(int64_t layer) const { return layer_offset(layer, head_dim_); }
   size_t layer_offset(int64_t layer, int64_t dim) const {
     return static_cast<size_t>(layer * n_head_kv_ * block_len_ * dim) * elem_;
@@ -93,8 +94,6 @@ class KvBlockPool {
   DType type_;
   size_t elem_;  // bytes per element
   std::unique_ptr<DeviceBuffer> k_, v_;
-  void unref(int32_t block);
-
   std::vector<int32_t> free_;  // a stack: the block freed last (still in cache) goes out first
   std::vector<int32_t> refs_;  // tables holding each block (0: free)
 };
