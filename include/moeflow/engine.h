@@ -146,6 +146,10 @@ class Engine {
   // leaves every sequence as it was and offers no logits; the same step may be run
   // again. A second thread calling step() while one runs gets InputError.
   void step(const std::vector<BatchToken>& batch);
+  // KV blocks `batch` would take beyond those its sequences hold: what step() checks
+  // against kv_blocks_free() (a caller holding parked prefixes frees that many first).
+  // Unknown or parked sequences throw InputError as step() does.
+  int64_t kv_blocks_needed(const std::vector<BatchToken>& batch) const;
   // Next-token logits (n_vocab floats) of batch token i of the last step, which must
   // have asked for them; valid until the next step.
   const float* logits(size_t batch_index) const;

@@ -79,6 +79,10 @@ struct Engine::Impl {
       throw InputError(std::string(what) + ": keep " + std::to_string(keep) + " positions of sequence " +
                        std::to_string(id) + ", which holds " + std::to_string(s.length));
   }
+  // Blocks n more positions of `s` take beyond those it holds.
+  int64_t blocks_needed(const Sequence& s, int64_t n) const {
+    return kv->blocks_for(s.length + n) - static_cast<int64_t>(s.blocks.size());
+  }
   int64_t count(bool parked_ones) const {
     return std::count_if(seqs.begin(), seqs.end(), [&](const auto& kv) { return kv.second.parked == parked_ones; });
   }
@@ -215,6 +219,14 @@ SeqId Engine::add_sequence(const SequenceParams& params, SeqId parked, int64_t k
   return id;
 }
 
+int64_t Engine::kv_blocks_needed(const std::vector<BatchToken>& batch) const {
+  std::map<SeqId, int64_t> added;
+  for (const BatchToken& b : batch) ++added[b.seq];
+  int64_t need = 0;
+  for (const auto& [id, n] : added) need += impl_->blocks_needed(impl_->live(id, "kv_blocks_needed"), n);
+  return need;
+}
+
 int64_t Engine::kv_blocks_parked() const {
   const Impl& im = *impl_;
   std::vector<int32_t> live(static_cast<size_t>(im.kv->n_blocks()), 0), parked(live.size(), 0);
@@ -264,7 +276,7 @@ void Engine::step(const std::vector<BatchToken>& batch) {
     if (end > im.ctx)
       throw InputError("step: sequence " + std::to_string(id) + " would hold " + std::to_string(end) +
                        " positions, the context size is " + std::to_string(im.ctx));
-    need += im.kv->blocks_for(end) - static_cast<int64_t>(s.blocks.size());
+    need += im.blocks_needed(s, static_cast<int64_t>(idx.size()));
   }
   if (need > im.kv->free_blocks())
     throw InputError("step: needs " + std::to_string(need) + " more KV blocks of " +

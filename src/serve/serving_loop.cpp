@@ -265,15 +265,8 @@ void ServingLoop::release(Slot& s, bool failed) {
 
 void ServingLoop::make_room(const std::vector<BatchToken>& batch) {
   if (!prompt_cache_ || prompt_cache_->size() == 0) return;
-  std::map<SeqId, int64_t> added;
-  for (const BatchToken& b : batch) ++added[b.seq];
-  const int64_t len = engine_.kv_block_len();
-  int64_t need = 0;
-  for (const auto& [seq, n] : added) {
-    const int64_t have = engine_.sequence_length(seq);
-    need += (have + n + len - 1) / len - (have + len - 1) / len;
-  }
-  prompt_cache_->make_room(need);  // short even so: the engine refuses the step and names it
+  // Short even so: the engine refuses the step and names it.
+  prompt_cache_->make_room(engine_.kv_blocks_needed(batch));
   metrics_.kv_blocks_parked = engine_.kv_blocks_parked();
 }
 

@@ -319,6 +319,7 @@ TEST(EngineKv, BlocksAreAccountedRefusedWhenShortAndReusedAtOnce) {
   e->step(pa);
   const std::vector<float> a40(e->logits(39), e->logits(39) + e->n_vocab());
   EXPECT_EQ(e->kv_blocks_free(), 0);
+  EXPECT_EQ(e->kv_blocks_needed({{b, 5, 0, true}, {a, 9, 40, true}}), 1) << "b's first block; a's 41st fits its second";
   const std::string err = error_of([&] { e->step({{b, 5, 0, true}, {a, 9, 40, true}}); });
   EXPECT_NE(err.find("KV blocks"), std::string::npos) << err;
   EXPECT_EQ(e->sequence_length(a), 40) << "a refused step changes nothing";
