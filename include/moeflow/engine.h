@@ -128,9 +128,17 @@ class Engine {
   // logits are those of a sequence whose first `keep` positions were split into the
   // same steps as the parked one's were.
   SeqId add_sequence(const SequenceParams& params, SeqId parked, int64_t keep);
+  // Parks the first `keep` positions of the running sequence `seq` (0 <= keep <= its
+  // length, a multiple of kv_block_len()) while `seq` goes on: a prompt still being read
+  // is offered to the sequences that start meanwhile. The two share those blocks, which
+  // `seq` no longer writes; its request goes on (policies hear nothing).
+  SeqId park_prefix(SeqId seq, int64_t keep);
   int64_t n_parked() const;
   // KV blocks that only parked prefixes hold (what removing them all would free).
   int64_t kv_blocks_parked() const;
+  // KV blocks that removing `seq` (a sequence or parked prefix) would give back: those
+  // no other one shares.
+  int64_t kv_blocks_freed_by_removing(SeqId seq) const;
   // Whether a sequence's logits are the same bits however its tokens were split into
   // steps (a prompt in chunks of any size, or token by token as decoding feeds them):
   // true where every product of the model runs token by token (quantised weights on

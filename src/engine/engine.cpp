@@ -79,6 +79,13 @@ struct Engine::Impl {
       throw InputError(std::string(what) + ": keep " + std::to_string(keep) + " positions of sequence " +
                        std::to_string(id) + ", which holds " + std::to_string(s.length));
   }
+  // A prefix shared with a sequence that writes on must end at a block's end.
+  void check_whole_blocks(SeqId id, int64_t keep, const char* what, const char* writer) const {
+    if (keep % kv->block_len() != 0)
+      throw InputError(std::string(what) + ": keep " + std::to_string(keep) + " positions of sequence " +
+                       std::to_string(id) + ": not a multiple of the KV block (" + std::to_string(kv->block_len()) +
+                       " positions), whose rest " + writer + " would write over");
+  }
   // Blocks n more positions of `s` take beyond those it holds.
   int64_t blocks_needed(const Sequence& s, int64_t n) const {
     return kv->blocks_for(s.length + n) - static_cast<int64_t>(s.blocks.size());
@@ -208,15 +215,29 @@ SeqId Engine::add_sequence(const SequenceParams& params, SeqId parked, int64_t k
   Impl& im = *impl_;
   const Impl::Sequence& p = im.parked(parked, "add_sequence");
   im.check_keep(p, parked, keep, "add_sequence");
-  if (keep % im.kv->block_len() != 0)
-    throw InputError("add_sequence: keep " + std::to_string(keep) + " positions of sequence " + std::to_string(parked) +
-                     ": not a multiple of the KV block (" + std::to_string(im.kv->block_len()) +
-                     " positions), whose rest the new sequence would write over");
+  im.check_whole_blocks(parked, keep, "add_sequence", "the new sequence");
   const SeqId id = add_sequence(params);
   Impl::Sequence& s = im.seqs.at(id);
   im.kv->share(s.blocks, im.seqs.at(parked).blocks, im.kv->blocks_for(keep));
   s.length = keep;
   return id;
+}
+
+SeqId Engine::park_prefix(SeqId id, int64_t keep) {
+  Impl& im = *impl_;
+  const Impl::Sequence& s = im.live(id, "park_prefix");
+  im.check_keep(s, id, keep, "park_prefix");
+  im.check_whole_blocks(id, keep, "park_prefix", "the running sequence");
+  const SeqId parked = im.next_id++;
+  Impl::Sequence& p = im.seqs[parked];
+  im.kv->share(p.blocks, im.seqs.at(id).blocks, im.kv->blocks_for(keep));
+  p.length = keep;
+  p.parked = true;
+  return parked;
+}
+
+int64_t Engine::kv_blocks_freed_by_removing(SeqId id) const {
+  return impl_->kv->held_alone(impl_->at(id, "kv_blocks_freed_by_removing").blocks);
 }
 
 int64_t Engine::kv_blocks_needed(const std::vector<BatchToken>& batch) const {

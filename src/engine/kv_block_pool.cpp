@@ -49,6 +49,10 @@ bool KvBlockPool::reserve(std::vector<int32_t>& table, int64_t n_pos) {
   return true;
 }
 
+int64_t KvBlockPool::held_alone(const std::vector<int32_t>& table) const {
+  return std::count_if(table.begin(), table.end(), [&](int32_t b) { return refs_[static_cast<size_t>(b)] == 1; });
+}
+
 void KvBlockPool::share(std::vector<int32_t>& table, const std::vector<int32_t>& from, int64_t n_blocks) {
   if (!table.empty() || n_blocks < 0 || n_blocks > static_cast<int64_t>(from.size()))
     throw std::invalid_argument("moeflow: KvBlockPool::share: a non-empty table or too many blocks");

@@ -72,6 +72,8 @@ class KvBlockPool {
   // Lets go of the blocks of `table` past those n_pos positions need (a step that
   // failed gives back what it reserved).
   void shrink(std::vector<int32_t>& table, int64_t n_pos);
+  // Blocks of `table` that no other table holds: what release(table) would free.
+  int64_t held_alone(const std::vector<int32_t>& table) const;
 
   // Block 0's rows of `layer` (the attention kernel's k_cache / v_cache).
   const void* k(int64_t layer) const { return k_->data() + layer_offset(layer); }

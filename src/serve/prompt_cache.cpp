@@ -36,13 +36,24 @@ void PromptCache::put(SeqId seq, const std::vector<int32_t>& tokens, int64_t pro
     engine_.remove_sequence(seq);
     return;
   }
-  std::vector<int32_t> kept(tokens.begin(), tokens.begin() + keep);
+  add(engine_.park_sequence(seq, keep), std::vector<int32_t>(tokens.begin(), tokens.begin() + keep));
+}
+
+int64_t PromptCache::offer(SeqId seq, const std::vector<int32_t>& prompt, int64_t computed) {
+  const int64_t keep = usable(std::min({computed, engine_.sequence_length(seq), static_cast<int64_t>(prompt.size())}));
+  if (keep == 0) return 0;
+  for (const Parked& p : parked_)
+    if (common_prefix(p.tokens, prompt, keep) == keep) return keep;
+  add(engine_.park_prefix(seq, keep), std::vector<int32_t>(prompt.begin(), prompt.begin() + keep));
+  return keep;
+}
+
+void PromptCache::add(SeqId seq, std::vector<int32_t> kept) {
   for (size_t i = parked_.size(); i-- > 0;) {
     const std::vector<int32_t>& old = parked_[i].tokens;
     if (old.size() <= kept.size() && std::equal(old.begin(), old.end(), kept.begin())) drop(i);
   }
-  const SeqId parked = engine_.park_sequence(seq, keep);
-  parked_.push_back({parked, std::move(kept), ++clock_});
+  parked_.push_back({seq, std::move(kept), ++clock_});
 }
 
 PromptCache::Taken PromptCache::take(const SequenceParams& params) {
@@ -64,10 +75,21 @@ PromptCache::Taken PromptCache::take(const SequenceParams& params) {
 }
 
 bool PromptCache::make_room(int64_t blocks) {
-  while (engine_.kv_blocks_free() < blocks && !parked_.empty()) {
-    const auto oldest = std::min_element(parked_.begin(), parked_.end(),
-                                         [](const Parked& a, const Parked& b) { return a.used < b.used; });
-    drop(static_cast<size_t>(oldest - parked_.begin()));
+  // kv_blocks_parked() == 0: every parked block is a running sequence's too.
+  while (engine_.kv_blocks_free() < blocks && !parked_.empty() && engine_.kv_blocks_parked() > 0) {
+    // A prefix whose blocks all belong to others frees nothing alone; it goes only when
+    // none frees anything (two prefixes sharing their blocks free them together).
+    size_t victim = parked_.size();
+    bool victim_frees = false;
+    for (size_t i = 0; i < parked_.size(); ++i) {
+      const bool frees = engine_.kv_blocks_freed_by_removing(parked_[i].seq) > 0;
+      if (victim == parked_.size() || frees > victim_frees ||
+          (frees == victim_frees && parked_[i].used < parked_[victim].used)) {
+        victim = i;
+        victim_frees = frees;
+      }
+    }
+    drop(victim);
   }
   return engine_.kv_blocks_free() >= blocks;
 }

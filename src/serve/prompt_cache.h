@@ -14,6 +14,9 @@
 // a KV block (and of a chunk), whose blocks it then shares with the parked prefix, so
 // any number of requests, running at once or not, continue from one copy.
 //
+// A prompt is offered while it is still being read (offer()): requests that arrive
+// together and begin alike compute the shared part once.
+//
 // Parked prefixes hold KV blocks that running requests may need: make_room() gives
 // back the least recently used first.
 //
@@ -41,6 +44,11 @@ class PromptCache {
   // not.
   void put(SeqId seq, const std::vector<int32_t>& tokens, int64_t prompt_len);
 
+  // Offers the first `computed` positions of the running sequence `seq`, whose prompt
+  // is `prompt`, to requests that start while it runs (in whole units()), unless a
+  // parked prefix already holds them. Returns the positions now offered.
+  int64_t offer(SeqId seq, const std::vector<int32_t>& prompt, int64_t computed);
+
   struct Taken {
     SeqId seq = 0;
     int64_t cached = 0;  // the prompt's first positions it already holds
@@ -51,12 +59,16 @@ class PromptCache {
   // token); a fresh sequence when none shares that much. The prefix stays parked.
   Taken take(const SequenceParams& params);
 
-  // Gives parked prefixes back, least recently used first, until `blocks` KV blocks
-  // are free. False when the pool has fewer even with none parked.
+  // Gives parked prefixes back, least recently used first (those that free blocks of
+  // their own before those that share all theirs with running sequences), until
+  // `blocks` KV blocks are free. False when the pool has fewer even with none parked.
   bool make_room(int64_t blocks);
 
   size_t size() const { return parked_.size(); }
   bool exact() const { return exact_; }  // any prefix continues (the engine is split-invariant)
+  // Positions of a prompt that a later one beginning with the same `n` tokens may
+  // continue from: whole KV blocks (exact), or whole blocks that end a chunk.
+  int64_t usable(int64_t n) const { return n / step_ * step_; }
 
  private:
   struct Parked {
@@ -64,11 +76,9 @@ class PromptCache {
     std::vector<int32_t> tokens;  // the positions it holds
     uint64_t used;                // when it was last parked or continued from (a clock)
   };
+  // Parks `kept` under `seq`, giving back the parked prefixes it extends or repeats.
+  void add(SeqId seq, std::vector<int32_t> kept);
   void drop(size_t i);
-
-  // Positions of a prefix that may be continued: whole KV blocks (exact), or whole
-  // blocks that end a chunk.
-  int64_t usable(int64_t n) const { return n / step_ * step_; }
 
   Engine& engine_;
   int64_t chunk_;

@@ -18,8 +18,10 @@ struct ServingLoop::Slot {
   int64_t id = 0;
   GenerationJob job;
   SeqId seq = 0;
+  bool started = false;         // seq is its sequence in the engine
   int64_t prefilled = 0;        // prompt tokens in the KV cache
   int64_t cached = 0;           // of those, taken from the prompt cache
+  int64_t offered = 0;          // of those, offered to the prompt cache while running
   int64_t generated = 0;        // tokens sampled
   int32_t next_token = -1;      // sampled, to be fed in the next step
   std::vector<int32_t> output;  // every token sampled (the prompt cache keeps those fed)
@@ -55,6 +57,8 @@ struct ServingLoop::Slot {
   int64_t prompt_len() const { return static_cast<int64_t>(job.prompt.size()); }
   bool prefilling() const { return prefilled < prompt_len(); }
   bool scores_prompt() const { return job.echo && job.top_logprobs >= 0; }
+  // Scoring the prompt (echo with logprobs) needs every position's logits.
+  bool continues_cached() const { return job.cache_prompt && !scores_prompt(); }
   bool constrained() const { return json || schema; }
   void feed_constraint(const std::string& bytes) {
     for (const char c : bytes) {
@@ -196,22 +200,41 @@ void ServingLoop::admit(double t) {
       waiting_.erase(it);
       slot->arrival = q.arrival_s;
       metrics_.queue_time.observe(t - slot->arrival);
-      const SequenceParams params{slot->job.prompt, slot->job.task};
-      // Scoring the prompt (echo with logprobs) needs every position's logits.
-      if (prompt_cache_ && slot->job.cache_prompt && !slot->scores_prompt()) {
-        const PromptCache::Taken taken = prompt_cache_->take(params);
-        slot->seq = taken.seq;
-        slot->prefilled = slot->cached = taken.cached;
-        metrics_.prompt_tokens_cached += static_cast<uint64_t>(taken.cached);
-      } else {
-        slot->seq = engine_.add_sequence(params);
-      }
       slots_.push_back(std::move(slot));
     }
   }
   running_ = slots_.size();
   metrics_.requests_waiting = static_cast<int64_t>(waiting_.size());
   metrics_.requests_running = static_cast<int64_t>(running_);
+}
+
+bool ServingLoop::waits_for_prompt(const Slot& s) const {
+  if (!prompt_cache_ || !s.continues_cached()) return false;
+  const int64_t limit = s.prompt_len() - 1;  // the last prompt token is computed anyway
+  for (const auto& a : slots_) {
+    if (a.get() == &s) return false;  // only requests that started before it lead it
+    if (a->done || !a->started || !a->prefilling()) continue;
+    const auto& p = a->job.prompt;
+    const auto& q = s.job.prompt;
+    const int64_t n = std::min<int64_t>({static_cast<int64_t>(p.size()), limit});
+    int64_t common = 0;
+    while (common < n && p[static_cast<size_t>(common)] == q[static_cast<size_t>(common)]) ++common;
+    if (prompt_cache_->usable(common) > a->offered) return true;
+  }
+  return false;
+}
+
+void ServingLoop::start(Slot& s) {
+  const SequenceParams params{s.job.prompt, s.job.task};
+  if (prompt_cache_ && s.continues_cached()) {
+    const PromptCache::Taken taken = prompt_cache_->take(params);
+    s.seq = taken.seq;
+    s.prefilled = s.cached = s.offered = taken.cached;
+    metrics_.prompt_tokens_cached += static_cast<uint64_t>(taken.cached);
+  } else {
+    s.seq = engine_.add_sequence(params);
+  }
+  s.started = true;
 }
 
 void ServingLoop::drop_cancelled() {
@@ -249,7 +272,7 @@ void ServingLoop::finish(Slot& s, const std::string& reason, double t) {
 }
 
 void ServingLoop::release(Slot& s, bool failed) {
-  if (!s.removed) {
+  if (!s.removed && s.started) {
     if (prompt_cache_ && !failed) {
       std::vector<int32_t> tokens = s.job.prompt;
       tokens.insert(tokens.end(), s.output.begin(), s.output.end());
@@ -329,11 +352,16 @@ bool ServingLoop::echo_prompt(Slot& s, int64_t pos, const float* logits, double 
 }
 
 void ServingLoop::step_once() {
+  // A request whose prompt begins as one being read before it does waits until that
+  // one has offered the shared part to the prompt cache, then continues from it: a
+  // prompt that requests arriving together share is computed once.
+  for (auto& s : slots_)
+    if (!s->done && !s->started && !waits_for_prompt(*s)) start(*s);
   std::vector<BatchToken> batch;
   std::vector<Slot*> owners;  // per batch token: the slot it belongs to
   // Decode tokens first: every running decode advances by one token per step.
   for (auto& s : slots_) {
-    if (s->done || s->prefilling()) continue;
+    if (s->done || !s->started || s->prefilling()) continue;
     batch.push_back({s->seq, s->next_token, s->prompt_len() + s->generated - 1, true});
     owners.push_back(s.get());
   }
@@ -342,7 +370,7 @@ void ServingLoop::step_once() {
   int64_t room = opt_.step_tokens - static_cast<int64_t>(batch.size());
   bool any_prefill = false;
   for (auto& s : slots_) {
-    if (s->done || !s->prefilling()) continue;
+    if (s->done || !s->started || !s->prefilling()) continue;
     const int64_t end = std::min(s->prompt_len(), (s->prefilled / opt_.prefill_chunk + 1) * opt_.prefill_chunk);
     const int64_t n = end - s->prefilled;
     if (any_prefill && n > room) break;
@@ -423,6 +451,10 @@ void ServingLoop::step_once() {
       s.next_token = id;
     }
   }
+  if (prompt_cache_)
+    for (auto& s : slots_)
+      if (!s->done && s->started && prompt_cache_->usable(std::min(s->prefilled, s->prompt_len())) > s->offered)
+        s->offered = prompt_cache_->offer(s->seq, s->job.prompt, s->prefilled);
 }
 
 void ServingLoop::run() {

@@ -88,12 +88,17 @@ class ServingLoop {
   struct Slot;
   void run();
   void admit(double now);
+  // Whether slot s, not yet started, shares more of its prompt with one that an
+  // earlier request is reading than that one has offered to the prompt cache so far.
+  bool waits_for_prompt(const Slot& s) const;
+  // Gives slot s its sequence, continued from the prompt cache where it may be.
+  void start(Slot& s);
   void drop_cancelled();
   void step_once();
   void finish(Slot& s, const std::string& reason, double now);
   void fail(Slot& s, const ApiError& e);
-  // Gives a done slot's sequence back to the engine (once), its prompt's whole chunks
-  // to the prompt cache unless `failed`, and updates the KV gauges.
+  // Gives a done slot's sequence (if it started) back to the engine (once), its
+  // prompt's whole chunks to the prompt cache unless `failed`, and updates the KV gauges.
   void release(Slot& s, bool failed = false);
   // Frees parked prompts until the batch's new positions have KV blocks.
   void make_room(const std::vector<BatchToken>& batch);

@@ -433,6 +433,69 @@ TEST(EnginePromptReuse, AContinuedPrefixGivesTheLogitsOfAFreshRun) {
   }
 }
 
+// A prompt offered while its sequence runs (park_prefix): a sequence that starts from
+// it meanwhile gets the logits of a fresh run, and the one that offered it goes on
+// undisturbed (its own logits are those of a run that offered nothing), its writes past
+// the offer landing in blocks of its own.
+TEST(EnginePromptReuse, ARunningSequenceOffersItsPromptAsItGoes) {
+  for (const std::string& policy : {std::string("all"), std::string("lru")}) {
+    EngineOptions o = options_for("mixtral-f32.gguf", policy, policy == "all" ? "" : "25%");
+    o.ctx_size = 128;
+    o.n_parallel = 3;
+    auto e = Engine::open(o);
+    std::mt19937 rng(5);
+    std::vector<int32_t> shared(100);
+    for (int32_t& t : shared) t = static_cast<int32_t>(rng() % e->n_vocab());
+    std::vector<int32_t> other(shared.begin(), shared.begin() + 64);
+    for (int i = 0; i < 30; ++i) other.push_back(static_cast<int32_t>(rng() % e->n_vocab()));
+    // Alone: what each of the two prompts gives, in chunks of 32.
+    auto alone = [&](const std::vector<int32_t>& t) {
+      const SeqId f = e->add_sequence({t, ""});
+      auto out = feed(*e, f, t, 0, 32);
+      e->remove_sequence(f);
+      return out;
+    };
+    const auto shared_alone = alone(shared), other_alone = alone(other);
+    // Together: `a` reads its first two chunks and offers them, `b` starts from the offer
+    // and reads the rest of its own prompt in the same steps as `a` reads the rest of its.
+    const SeqId a = e->add_sequence({shared, ""});
+    std::vector<std::vector<float>> a_out = feed(*e, a, std::vector<int32_t>(shared.begin(), shared.begin() + 64), 0, 32);
+    EXPECT_NE(error_of([&] { e->park_prefix(a, 40); }).find("not a multiple of the KV block"), std::string::npos);
+    EXPECT_NE(error_of([&] { e->park_prefix(a, 96); }).find("keep 96 positions of sequence"), std::string::npos);
+    const SeqId offer = e->park_prefix(a, 64);
+    EXPECT_NE(error_of([&] { e->park_prefix(offer, 32); }).find("is a parked prefix"), std::string::npos);
+    EXPECT_EQ(e->n_sequences(), 1);
+    EXPECT_EQ(e->n_parked(), 1);
+    EXPECT_EQ(e->kv_blocks_parked(), 0) << "a running sequence holds every block of its offer";
+    EXPECT_EQ(e->kv_blocks_freed_by_removing(offer), 0);
+    EXPECT_EQ(e->kv_blocks_freed_by_removing(a), 0);
+    const SeqId b = e->add_sequence({other, ""}, offer, 64);
+    std::vector<std::vector<float>> b_out;
+    for (int64_t p = 64; p < 100; p += 32) {
+      std::vector<BatchToken> batch;
+      const int64_t a_end = std::min<int64_t>(100, p + 32), b_end = std::min<int64_t>(94, p + 32);
+      for (int64_t q = p; q < a_end; ++q) batch.push_back({a, shared[static_cast<size_t>(q)], q, q == a_end - 1});
+      for (int64_t q = p; q < b_end; ++q) batch.push_back({b, other[static_cast<size_t>(q)], q, q == b_end - 1});
+      e->step(batch);
+      const size_t ia = static_cast<size_t>(a_end - p - 1), ib = static_cast<size_t>(a_end - p + b_end - p - 1);
+      a_out.emplace_back(e->logits(ia), e->logits(ia) + e->n_vocab());
+      if (b_end > p) b_out.emplace_back(e->logits(ib), e->logits(ib) + e->n_vocab());
+    }
+    ASSERT_EQ(a_out.size(), shared_alone.size());
+    for (size_t i = 0; i < a_out.size(); ++i) EXPECT_TRUE(a_out[i] == shared_alone[i]) << policy << ": a, chunk " << i;
+    ASSERT_EQ(b_out.size(), 1u);
+    ASSERT_EQ(other_alone.size(), 3u);
+    for (size_t i = 0; i < b_out.size(); ++i) EXPECT_TRUE(b_out[i] == other_alone[i + 2]) << policy << ": b, chunk " << i;
+    EXPECT_EQ(e->kv_blocks_freed_by_removing(a), 2) << "positions 64..99 are a's alone";
+    e->remove_sequence(a);
+    e->remove_sequence(b);
+    EXPECT_EQ(e->kv_blocks_parked(), 2) << "the offer outlives both";
+    EXPECT_EQ(e->kv_blocks_freed_by_removing(offer), 2);
+    e->remove_sequence(offer);
+    EXPECT_EQ(e->kv_blocks_free(), e->kv_blocks_total());
+  }
+}
+
 // split_invariant(): where the engine says so, a sequence's logits at every position
 // are the same bits fed token by token, in chunks of 7, or as 1 + 39 tokens; float
 // weights (mixtral-f32) are not, and on a VNNI CPU the q4_0 and q8_0 fixtures are.

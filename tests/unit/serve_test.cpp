@@ -458,6 +458,57 @@ TEST(ServingLoop, APromptContinuedFromTheCacheGetsTheSameTokens) {
   }
 }
 
+// Requests that arrive together and begin alike (a system prompt, an agent's
+// instructions) read the shared part once: the first reads it and offers it as it
+// goes, the others wait for the offer and continue from it, and each gets the tokens
+// it gets without the cache. One asks for no cache and reads all its prompt; the fifth
+// waits for a free slot and continues from what the first left.
+TEST(ServingLoop, RequestsArrivingTogetherReadTheirSharedPromptOnce) {
+  for (const char* fixture : {"mixtral-f32.gguf", "qwen3moe-q8_0.gguf"}) {
+    auto engine = open_fixture(4, 128, fixture);
+    LoopOptions lo;
+    lo.n_parallel = 4;
+    lo.prefill_chunk = 8;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int k = 0; k < 5; ++k) {
+      std::vector<int32_t> p = prompt_of(70, 5);
+      for (int32_t x : prompt_of(10, 10 + k)) p.push_back(x);
+      prompts.push_back(p);
+    }
+    auto run_all = [&](bool cache, ServerMetrics& metrics) {
+      lo.cache_prompt = cache;
+      ServingLoop loop(*engine, lo, metrics);
+      std::vector<std::shared_ptr<RequestStream>> streams;
+      for (size_t k = 0; k < prompts.size(); ++k) {
+        GenerationJob j = job_of(prompts[k], 6);
+        j.top_logprobs = 2;
+        j.cache_prompt = k != 2;
+        streams.push_back(j.stream);
+        loop.submit(std::move(j));
+      }
+      std::vector<Outcome> out;
+      for (auto& st : streams) out.push_back(wait_for(*st));
+      return out;
+    };
+    ServerMetrics with_m, without_m;
+    const std::vector<Outcome> with = run_all(true, with_m), without = run_all(false, without_m);
+    const int64_t expect_cached[] = {0, 64, 0, 64, 64};  // whole blocks (and chunks) of the shared 70
+    for (size_t k = 0; k < prompts.size(); ++k) {
+      const std::string where = std::string(fixture) + ", request " + std::to_string(k);
+      ASSERT_FALSE(with[k].error) << where << ": " << with[k].error->what();
+      EXPECT_EQ(with[k].cached_tokens, expect_cached[k]) << where;
+      EXPECT_EQ(with[k].text, without[k].text) << where;
+      ASSERT_EQ(with[k].lps.size(), without[k].lps.size()) << where;
+      for (size_t i = 0; i < with[k].lps.size(); ++i)
+        EXPECT_EQ(with[k].lps[i].logprob, without[k].lps[i].logprob) << where << ", token " << i;
+    }
+    EXPECT_EQ(with_m.prompt_tokens_cached.load(), 3 * 64);
+    EXPECT_EQ(with_m.prompt_tokens.load() + with_m.prompt_tokens_cached.load(), without_m.prompt_tokens.load());
+    EXPECT_EQ(engine->n_parked(), 0);
+    EXPECT_EQ(engine->kv_blocks_free(), engine->kv_blocks_total());
+  }
+}
+
 // Where the engine is split-invariant the cache keeps a request's reply too: a next
 // turn that resends the reply (as a chat does) continues past it, mid-chunk, and gets
 // the logits of the same prompt computed whole. The request is played by hand against
@@ -522,6 +573,42 @@ TEST(PromptCache, ASplitInvariantEngineContinuesPastTheReplyMidChunk) {
   EXPECT_TRUE(cache.make_room(engine->kv_blocks_total()));
   EXPECT_EQ(cache.size(), 0u);
   EXPECT_EQ(engine->kv_blocks_free(), engine->kv_blocks_total());
+}
+
+// A running request's offer shares its blocks with the request: make_room gives back
+// prompts that free blocks first, and none when every parked block is a running
+// sequence's too. An offer outlives its sequence and is continued like a parked prompt.
+TEST(PromptCache, OffersOfRunningRequestsGoLastAndFreeNothingWhileTheyRun) {
+  auto engine = open_fixture(2, 128);  // 8 blocks of 32
+  PromptCache cache(*engine, 32);      // whole blocks either way
+  auto prefill = [&](SeqId s, const std::vector<int32_t>& p) {
+    std::vector<BatchToken> b;
+    for (size_t q = 0; q < p.size(); ++q) b.push_back({s, p[q], static_cast<int64_t>(q), q + 1 == p.size()});
+    engine->step(b);
+  };
+  const std::vector<int32_t> p1 = prompt_of(70, 1), p2 = prompt_of(40, 2);
+  const SeqId a = cache.take({p1, ""}).seq;
+  prefill(a, p1);
+  EXPECT_EQ(cache.offer(a, p1, 70), 64);
+  EXPECT_EQ(cache.offer(a, p1, 70), 64) << "offered again: already held";
+  EXPECT_EQ(cache.size(), 1u);
+  const SeqId b = cache.take({p2, ""}).seq;
+  prefill(b, p2);
+  cache.put(b, p2, 40);  // 32 positions of its own
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(engine->kv_blocks_free(), 8 - 3 - 1);
+  EXPECT_TRUE(cache.make_room(5));
+  EXPECT_EQ(cache.size(), 1u) << "b's prompt went, though a's offer was used less recently";
+  EXPECT_FALSE(cache.make_room(6)) << "a's offer frees nothing while a runs";
+  EXPECT_EQ(cache.size(), 1u);
+  engine->remove_sequence(a);
+  std::vector<int32_t> p3 = p1;
+  p3.push_back(9);
+  const PromptCache::Taken c = cache.take({p3, ""});
+  EXPECT_EQ(c.cached, 64) << "continued from the offer of a request that has ended";
+  engine->remove_sequence(c.seq);
+  EXPECT_TRUE(cache.make_room(8));
+  EXPECT_EQ(cache.size(), 0u);
 }
 
 // Parked prompts give their blocks to running requests: a pool of one context (two
