@@ -7,16 +7,12 @@
 
 namespace moeflow::serve {
 
-namespace {
-
 int64_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b, int64_t limit) {
   const int64_t n = std::min({static_cast<int64_t>(a.size()), static_cast<int64_t>(b.size()), limit});
   int64_t i = 0;
   while (i < n && a[static_cast<size_t>(i)] == b[static_cast<size_t>(i)]) ++i;
   return i;
 }
-
-}  // namespace
 
 PromptCache::PromptCache(Engine& engine, int64_t chunk)
     : engine_(engine), chunk_(chunk), exact_(engine.split_invariant()), step_(engine.kv_block_len()) {

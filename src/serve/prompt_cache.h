@@ -29,6 +29,9 @@
 
 namespace moeflow::serve {
 
+// How many first tokens a and b share, at most `limit`.
+int64_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b, int64_t limit);
+
 class PromptCache {
  public:
   // chunk: the serving loop's prefill chunk (>= 1).

@@ -214,12 +214,7 @@ bool ServingLoop::waits_for_prompt(const Slot& s) const {
   for (const auto& a : slots_) {
     if (a.get() == &s) return false;  // only requests that started before it lead it
     if (a->done || !a->started || !a->prefilling()) continue;
-    const auto& p = a->job.prompt;
-    const auto& q = s.job.prompt;
-    const int64_t n = std::min<int64_t>({static_cast<int64_t>(p.size()), limit});
-    int64_t common = 0;
-    while (common < n && p[static_cast<size_t>(common)] == q[static_cast<size_t>(common)]) ++common;
-    if (prompt_cache_->usable(common) > a->offered) return true;
+    if (prompt_cache_->usable(common_prefix(a->job.prompt, s.job.prompt, limit)) > a->offered) return true;
   }
   return false;
 }
