@@ -553,6 +553,22 @@ test("cache_prompt: a conversation's next turn continues from the turn before's 
   await expectError(ask(next, { cache_prompt: 'yes' }), 400, 'cache_prompt');
 });
 
+test('n choices read their shared prompt once: the others wait for it and continue from it', async () => {
+  const prompt = 'A lighthouse keeper counts the ships that pass each night. '.repeat(6);
+  const before = await metric(s, 'moeflow_prompt_tokens_cached_total');
+  const r = await client.completions.create({ model: MODEL, prompt, temperature: 0, max_tokens: 8, n: 3 });
+  assert.equal(r.choices.length, 3);
+  for (const c of r.choices) assert.equal(c.text, r.choices[0].text, 'greedy choices of one prompt agree');
+  const n = r.usage.prompt_tokens;
+  assert.ok(n > 128, `${n} prompt tokens: the test needs a whole chunk of 128`);
+  // Continued at the last whole KV block (split-invariant) or chunk before the prompt's
+  // last token, which each choice computes for its first token's logits.
+  const unit = (await metric(s, 'moeflow_prompt_cache_mode')) === 1 ? 32 : 128;
+  const expected = Math.floor((n - 1) / unit) * unit;
+  assert.equal(r.usage.prompt_tokens_details.cached_tokens, expected);
+  assert.equal((await metric(s, 'moeflow_prompt_tokens_cached_total')) - before, 2 * expected, 'two of the three continued');
+});
+
 test('bad input gets 400/404 with an OpenAI error object', async () => {
   const malformed = await rawPost('/v1/chat/completions', '{"messages": [');
   assert.equal(malformed.status, 400);
