@@ -373,15 +373,25 @@ std::vector<std::vector<float>> feed(Engine& e, SeqId s, const std::vector<int32
   return out;
 }
 
+// Three sequences of 128 positions over mixtral-f32, all resident or under `policy`
+// at 25%.
+std::unique_ptr<Engine> reuse_engine(const std::string& policy) {
+  EngineOptions o = options_for("mixtral-f32.gguf", policy, policy == "all" ? "" : "25%");
+  o.ctx_size = 128;
+  o.n_parallel = 3;
+  return Engine::open(o);
+}
+
+void append_random(std::vector<int32_t>& tokens, size_t n, std::mt19937& rng, int64_t n_vocab) {
+  for (size_t i = 0; i < n; ++i) tokens.push_back(static_cast<int32_t>(rng() % static_cast<uint64_t>(n_vocab)));
+}
+
 TEST(EnginePromptReuse, AContinuedPrefixGivesTheLogitsOfAFreshRun) {
   for (const std::string& policy : {std::string("all"), std::string("lru"), std::string("adaptive")}) {
-    EngineOptions o = options_for("mixtral-f32.gguf", policy, policy == "all" ? "" : "25%");
-    o.ctx_size = 128;
-    o.n_parallel = 3;
-    auto e = Engine::open(o);
+    auto e = reuse_engine(policy);
     std::mt19937 rng(11);
-    std::vector<int32_t> turn1(70);
-    for (int32_t& t : turn1) t = static_cast<int32_t>(rng() % e->n_vocab());
+    std::vector<int32_t> turn1;
+    append_random(turn1, 70, rng, e->n_vocab());
     // Turn 1: 70 prompt tokens in chunks of 32, then 3 decode tokens.
     const SeqId a = e->add_sequence({turn1, ""});
     feed(*e, a, turn1, 0, 32);
@@ -398,8 +408,7 @@ TEST(EnginePromptReuse, AContinuedPrefixGivesTheLogitsOfAFreshRun) {
     EXPECT_NE(error_of([&] { e->step({{a, 1, 73, true}}); }).find("no sequence"), std::string::npos);
     // Two next turns share turn 1's first 64 tokens and go on differently, side by side.
     std::vector<std::vector<int32_t>> next(2, std::vector<int32_t>(turn1.begin(), turn1.begin() + 64));
-    for (auto& t : next)
-      for (int i = 0; i < 40; ++i) t.push_back(static_cast<int32_t>(rng() % e->n_vocab()));
+    for (auto& t : next) append_random(t, 40, rng, e->n_vocab());
     const SeqId b = e->add_sequence({next[0], ""}, parked, 64), c = e->add_sequence({next[1], ""}, parked, 64);
     EXPECT_EQ(e->n_parked(), 1) << "the prefix stays parked";
     EXPECT_EQ(e->kv_blocks_parked(), 0) << "its blocks are held by running sequences too";
@@ -439,15 +448,12 @@ TEST(EnginePromptReuse, AContinuedPrefixGivesTheLogitsOfAFreshRun) {
 // the offer landing in blocks of its own.
 TEST(EnginePromptReuse, ARunningSequenceOffersItsPromptAsItGoes) {
   for (const std::string& policy : {std::string("all"), std::string("lru")}) {
-    EngineOptions o = options_for("mixtral-f32.gguf", policy, policy == "all" ? "" : "25%");
-    o.ctx_size = 128;
-    o.n_parallel = 3;
-    auto e = Engine::open(o);
+    auto e = reuse_engine(policy);
     std::mt19937 rng(5);
-    std::vector<int32_t> shared(100);
-    for (int32_t& t : shared) t = static_cast<int32_t>(rng() % e->n_vocab());
+    std::vector<int32_t> shared;
+    append_random(shared, 100, rng, e->n_vocab());
     std::vector<int32_t> other(shared.begin(), shared.begin() + 64);
-    for (int i = 0; i < 30; ++i) other.push_back(static_cast<int32_t>(rng() % e->n_vocab()));
+    append_random(other, 30, rng, e->n_vocab());
     // Alone: what each of the two prompts gives, in chunks of 32.
     auto alone = [&](const std::vector<int32_t>& t) {
       const SeqId f = e->add_sequence({t, ""});
@@ -506,9 +512,12 @@ TEST(EnginePromptReuse, SplitInvariantEnginesGiveTheSameLogitsHoweverASequenceIs
       auto e = Engine::open(options_for(fixture, policy, std::string(policy) == "all" ? "" : "25%"));
       const bool invariant = e->split_invariant();
       std::printf("%-28s %-4s split_invariant %d\n", fixture, policy, invariant);
-      if (std::string(fixture) == "mixtral-f32.gguf") EXPECT_FALSE(invariant);
-      if (cpu::q4_vnni_enabled() && (std::string(fixture) == "olmoe-q4_0.gguf" || std::string(fixture) == "qwen3moe-q8_0.gguf"))
+      if (std::string(fixture) == "mixtral-f32.gguf") {
+        EXPECT_FALSE(invariant);
+      }
+      if (cpu::q4_vnni_enabled() && (std::string(fixture) == "olmoe-q4_0.gguf" || std::string(fixture) == "qwen3moe-q8_0.gguf")) {
         EXPECT_TRUE(invariant) << fixture;
+      }
       if (!invariant) continue;
       std::mt19937 rng(5);
       std::vector<int32_t> tokens(40);
