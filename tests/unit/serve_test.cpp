@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <thread>
 
 #include "base/error.h"
@@ -505,6 +506,95 @@ TEST(ServingLoop, RequestsArrivingTogetherReadTheirSharedPromptOnce) {
     EXPECT_EQ(with_m.prompt_tokens_cached.load(), 3 * 64);
     EXPECT_EQ(with_m.prompt_tokens.load() + with_m.prompt_tokens_cached.load(), without_m.prompt_tokens.load());
     EXPECT_EQ(engine->n_parked(), 0);
+    EXPECT_EQ(engine->kv_blocks_free(), engine->kv_blocks_total());
+  }
+}
+
+// Random bursts of requests that begin with random parts of three prompts, some asking
+// for no cache, some scoring their prompt, some cancelled mid-burst (a leader among
+// them, now and then): every request that is not cancelled gets the text and
+// log-probabilities it gets alone without the cache, and the loop gives every block
+// back. The interleavings differ from run to run; the tokens may not.
+TEST(ServingLoop, RandomBurstsOfSharedPromptsKeepEveryRequestsTokens) {
+  for (const char* fixture : {"mixtral-f32.gguf", "qwen3moe-q8_0.gguf"}) {
+    auto engine = open_fixture(4, 128, fixture);  // 16 blocks: parked prompts must give way
+    std::mt19937 rng(2026);
+    const std::vector<std::vector<int32_t>> bases = {prompt_of(90, 1), prompt_of(90, 2), prompt_of(90, 3)};
+    struct Spec {
+      std::vector<int32_t> prompt;
+      int64_t max_tokens;
+      bool cache, echo, cancel;
+    };
+    std::vector<Spec> specs;
+    for (int i = 0; i < 32; ++i) {
+      Spec sp;
+      const std::vector<int32_t>& base = bases[rng() % bases.size()];
+      sp.prompt.assign(base.begin(), base.begin() + static_cast<std::ptrdiff_t>(1 + rng() % 80));
+      for (int k = 0, n = 1 + static_cast<int>(rng() % 20); k < n; ++k) sp.prompt.push_back(static_cast<int32_t>(1 + rng() % 200));
+      sp.max_tokens = 1 + static_cast<int64_t>(rng() % 6);
+      sp.cache = rng() % 5 != 0;
+      sp.echo = rng() % 8 == 0;
+      sp.cancel = rng() % 6 == 0;
+      specs.push_back(std::move(sp));
+    }
+    auto job_for = [](const Spec& sp) {
+      GenerationJob j = job_of(sp.prompt, sp.max_tokens);
+      j.top_logprobs = 1;
+      j.cache_prompt = sp.cache;
+      j.echo = sp.echo;
+      return j;
+    };
+    LoopOptions lo;
+    lo.n_parallel = 4;
+    lo.prefill_chunk = 8;
+    std::vector<Outcome> alone(specs.size());
+    {
+      lo.cache_prompt = false;
+      ServerMetrics m;
+      ServingLoop loop(*engine, lo, m);
+      for (size_t i = 0; i < specs.size(); ++i) {
+        if (specs[i].cancel) continue;
+        GenerationJob j = job_for(specs[i]);
+        auto st = j.stream;
+        loop.submit(std::move(j));
+        alone[i] = wait_for(*st);
+      }
+    }
+    lo.cache_prompt = true;
+    ServerMetrics m;
+    {
+      ServingLoop loop(*engine, lo, m);
+      std::vector<std::shared_ptr<RequestStream>> streams(specs.size());
+      for (size_t i = 0; i < specs.size();) {
+        const size_t end = std::min(specs.size(), i + 1 + rng() % 8);
+        for (size_t k = i; k < end; ++k) {
+          GenerationJob j = job_for(specs[k]);
+          streams[k] = j.stream;
+          loop.submit(std::move(j));
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+        for (size_t k = i; k < end; ++k)
+          if (specs[k].cancel) streams[k]->cancel();
+        i = end;
+      }
+      for (size_t i = 0; i < specs.size(); ++i) {
+        if (specs[i].cancel) continue;
+        const Outcome o = wait_for(*streams[i]);
+        const std::string where = std::string(fixture) + ", request " + std::to_string(i);
+        ASSERT_FALSE(o.error) << where << ": " << o.error->what();
+        EXPECT_EQ(o.text, alone[i].text) << where;
+        EXPECT_EQ(o.completion_tokens, alone[i].completion_tokens) << where;
+        ASSERT_EQ(o.lps.size(), alone[i].lps.size()) << where;
+        for (size_t t = 0; t < o.lps.size(); ++t) EXPECT_EQ(o.lps[t].logprob, alone[i].lps[t].logprob) << where << ", token " << t;
+      }
+      while (!loop.idle()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::printf("%s: prompt tokens: %llu computed, %llu continued from the cache\n", fixture,
+                static_cast<unsigned long long>(m.prompt_tokens.load()),
+                static_cast<unsigned long long>(m.prompt_tokens_cached.load()));
+    EXPECT_GT(m.prompt_tokens_cached.load(), 0u);
+    EXPECT_EQ(engine->n_parked(), 0);
+    EXPECT_EQ(engine->n_sequences(), 0);
     EXPECT_EQ(engine->kv_blocks_free(), engine->kv_blocks_total());
   }
 }
