@@ -247,11 +247,16 @@ bool poll_choices(const Streams& streams, std::chrono::milliseconds one_wait, Us
   return true;
 }
 
-// The calls a finished reply holds (the text outside them in `content`); a reply that
-// ended by itself and holds calls ends for them ("tool_calls", as OpenAI says).
+// A reply that ended by itself and holds calls ends for them ("tool_calls", as OpenAI
+// says).
+void end_for_calls(bool has_calls, std::string& finish_reason) {
+  if (has_calls && finish_reason == "stop") finish_reason = "tool_calls";
+}
+
+// The calls a finished reply holds (the text outside them in `content`).
 ParsedReply read_calls(const CompletionRequest& r, const std::string& text, std::string& finish_reason) {
   ParsedReply reply = parse_tool_calls(text, r.tools, r.parallel_tool_calls);
-  if (!reply.calls.empty() && finish_reason == "stop") finish_reason = "tool_calls";
+  end_for_calls(!reply.calls.empty(), finish_reason);
   return reply;
 }
 
@@ -335,7 +340,7 @@ bool stream_events(const CompletionRequest& r, const ResponseHeader& h, const St
       if (!send_reasoning(reply.reasoning)) return false;
       if (!reply.content.empty() && !send_text(reply.content, json(nullptr))) return false;
       if (!send_calls(reply.calls)) return false;
-      if (!reply.calls.empty() && reason == "stop") reason = "tool_calls";
+      end_for_calls(!reply.calls.empty(), reason);
     } else if (calls_on) {
       const std::string& held = st[i].calls.held();
       const ParsedReply reply = read_calls(r, held, reason);
@@ -557,7 +562,7 @@ void OpenAiServer::routes() {
               c.text = std::move(reply.content);
               c.reasoning = std::move(reply.reasoning);
               c.tool_calls = std::move(reply.calls);
-              if (!c.tool_calls.empty() && c.finish_reason == "stop") c.finish_reason = "tool_calls";
+              end_for_calls(!c.tool_calls.empty(), c.finish_reason);
             }
           else
             for (Choice& c : choices) {
