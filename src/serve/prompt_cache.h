@@ -48,7 +48,7 @@ class PromptCache {
   void put(SeqId seq, const std::vector<int32_t>& tokens, int64_t prompt_len);
 
   // Offers the first `computed` positions of the running sequence `seq`, whose prompt
-  // is `prompt`, to requests that start while it runs (in whole units()), unless a
+  // is `prompt`, to requests that start while it runs (rounded down by usable()), unless a
   // parked prefix already holds them. Returns the positions now offered.
   int64_t offer(SeqId seq, const std::vector<int32_t>& prompt, int64_t computed);
 
