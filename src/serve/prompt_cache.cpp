@@ -15,9 +15,9 @@ int64_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>&
 }
 
 PromptCache::PromptCache(Engine& engine, int64_t chunk)
-    : engine_(engine), chunk_(chunk), exact_(engine.split_invariant()), step_(engine.kv_block_len()) {
+    : engine_(engine), exact_(engine.split_invariant()), step_(engine.kv_block_len()) {
   if (chunk < 1) throw InputError("prompt cache: the prefill chunk must be >= 1, not " + std::to_string(chunk));
-  if (!exact_) step_ = std::lcm(chunk_, step_);
+  if (!exact_) step_ = std::lcm(chunk, step_);
 }
 
 PromptCache::~PromptCache() {

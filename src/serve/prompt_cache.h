@@ -84,7 +84,6 @@ class PromptCache {
   void drop(size_t i);
 
   Engine& engine_;
-  int64_t chunk_;
   bool exact_;
   int64_t step_;  // what usable() rounds down to
   uint64_t clock_ = 0;
