@@ -174,6 +174,9 @@ class Engine {
   int64_t kv_blocks_total() const;
   int64_t kv_blocks_free() const;
   uint64_t kv_bytes() const;
+  // Seconds open() took to read the model, copy its weights into memory (on
+  // EngineOptions::threads threads) and check its tokenizer.
+  double load_seconds() const;
 
   // Text.
   std::vector<int32_t> tokenize(const std::string& text, bool add_bos) const;

@@ -151,7 +151,8 @@ int cmd_run(int argc, char** argv) {
     j["task"] = task;
     j["task_source"] = task_source;
     j["text"] = text;
-    j["timings"] = {{"prompt_seconds", r.prompt_seconds}, {"generation_seconds", r.gen_seconds},
+    j["timings"] = {{"load_seconds", engine->load_seconds()},
+                    {"prompt_seconds", r.prompt_seconds}, {"generation_seconds", r.gen_seconds},
                     {"prompt_tokens_per_second", pp},
                     {"generation_tokens_per_second", r.gen_evals > 0 ? nlohmann::json(tg) : nlohmann::json(nullptr)}};
     j["cache"] = offload_counters_json(engine->offload());
@@ -166,6 +167,8 @@ int cmd_run(int argc, char** argv) {
     std::printf("\n");
     // The first generated token comes from the prompt pass's logits: with one token
     // (or none) there is no decode pass to time, and 0.0 tokens/s would read as a stall.
+    std::fprintf(stderr, "\nload: %.2f s (%.0f MiB copied into memory)", engine->load_seconds(),
+                 static_cast<double>(engine->model().resident_bytes()) / (1 << 20));
     if (r.gen_evals > 0)
       std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tokens/s | generation: %zu tokens, %.1f tokens/s\n",
                    prompt.size(), pp, r.generated.size(), tg);

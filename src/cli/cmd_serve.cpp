@@ -175,9 +175,11 @@ int cmd_serve(int argc, char** argv) {
                  engine->split_invariant()
                      ? "any common prefix, replies included (the model's products run token by token)"
                      : "whole prefill chunks of prompts (a multi-token chunk rounds differently here)");
-  std::fprintf(stderr, "serve: ready: model '%s', %d slots of %lld positions, %s scheduling, http://%s:%d/v1\n",
-               model_name(engine->model()).c_str(), lo.n_parallel, static_cast<long long>(engine->ctx_size()),
-               a.str("--sched").c_str(), so.host.c_str(), port);
+  std::fprintf(stderr,
+               "serve: ready: model '%s' (loaded in %.2f s), %d slots of %lld positions, %s scheduling, "
+               "http://%s:%d/v1\n",
+               model_name(engine->model()).c_str(), engine->load_seconds(), lo.n_parallel,
+               static_cast<long long>(engine->ctx_size()), a.str("--sched").c_str(), so.host.c_str(), port);
   std::fflush(stderr);
 
   int sig = 0;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <string>
 #include <thread>
@@ -36,6 +37,7 @@ struct Engine::Impl {
   int64_t ctx = 0;
   int n_parallel = 1;
   bool split_invariant = false;
+  double load_seconds = 0;
   std::map<SeqId, Sequence> seqs;
   SeqId next_id = 0;
   // The last step: its tokens in the forward pass's order, and where each batch
@@ -147,7 +149,9 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
   if (o.mmap && bo.name != "cpu")
     throw InputError("--mmap computes from the file mapping, in host memory: it cannot run with --backend " + bo.name);
   im->backend = make_backend(bo);
-  LoadedWeights lw = load_model_and_tokenizer(o.model_path, o.mmap, offloaded, im->backend.get());
+  const auto load_start = std::chrono::steady_clock::now();
+  LoadedWeights lw = load_model_and_tokenizer(o.model_path, o.mmap, offloaded, im->backend.get(), threads);
+  im->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   im->model = std::move(lw.model);
   im->tokenizer = std::move(lw.tokenizer);
   im->ctx = o.ctx_size > 0 ? o.ctx_size : default_ctx_size(*im->model);
@@ -262,6 +266,7 @@ int64_t Engine::sequence_length(SeqId id) const { return impl_->at(id, "sequence
 int64_t Engine::n_sequences() const { return impl_->count(false); }
 int64_t Engine::n_parked() const { return impl_->count(true); }
 bool Engine::split_invariant() const { return impl_->split_invariant; }
+double Engine::load_seconds() const { return impl_->load_seconds; }
 
 void Engine::step(const std::vector<BatchToken>& batch) {
   Impl& im = *impl_;

@@ -8,10 +8,11 @@
 
 namespace moeflow {
 
-LoadedWeights load_model_and_tokenizer(const std::string& path, bool mmap, bool offloaded, WeightPlacer* placer) {
+LoadedWeights load_model_and_tokenizer(const std::string& path, bool mmap, bool offloaded, WeightPlacer* placer,
+                                       int threads) {
   LoadedWeights m;
   m.model = Model::load(path);
-  if (!mmap) m.model->make_resident(!offloaded, placer);
+  if (!mmap) m.model->make_resident(!offloaded, placer, threads);
   m.tokenizer = load_checked_tokenizer(*m.model);  // the checks `inspect` runs too
   return m;
 }

@@ -18,9 +18,10 @@ struct LoadedWeights {
 
 // Weights the forward pass reads go to anonymous memory unless `mmap` (Model::
 // make_resident says why); with `offloaded`, only the dense ones: experts stream from
-// the file. `placer` (the backend) gives the resident weights' memory and row layouts.
-// Throws InputError naming the file and what is wrong.
-LoadedWeights load_model_and_tokenizer(const std::string& path, bool mmap, bool offloaded, WeightPlacer* placer);
+// the file. `placer` (the backend) gives the resident weights' memory and row layouts;
+// `threads` copy them. Throws InputError naming the file and what is wrong.
+LoadedWeights load_model_and_tokenizer(const std::string& path, bool mmap, bool offloaded, WeightPlacer* placer,
+                                       int threads);
 
 // The model's trained context, at most 4096.
 int64_t default_ctx_size(const Model& model);

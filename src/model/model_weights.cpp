@@ -10,6 +10,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/parallel_for.h"
 #include "model/weight_binding.h"
 #include "tensor/finite_check.h"
 #include "tensor/rows_x4.h"
@@ -148,12 +149,18 @@ std::vector<float> bind_choice_bias(const gguf::GgufFile& f, const std::string& 
   return f.find_tensor(name) ? vector_f32(f, name, n_expert) : std::vector<float>{};
 }
 
-void check_finite_weights(const gguf::GgufFile& f, const gguf::TensorInfo& t) {
-  const int64_t bad = first_non_finite(t.dtype, t.data, static_cast<int64_t>(t.n_elements()));
-  if (bad < 0) return;
+void check_finite_weights(const gguf::GgufFile& f, const gguf::TensorInfo& t, int64_t first, int64_t n) {
+  const DTypeInfo& d = dtype_info(t.dtype);
+  const int64_t at = first_non_finite(t.dtype, t.data + first / d.block_size * d.type_size, n);
+  if (at < 0) return;
+  const int64_t bad = first + at;
   throw InputError(f.path() + ": tensor '" + t.name + "' holds NaN or an infinity at element " + std::to_string(bad) +
                    (dtype_is_quantized(t.dtype) ? " (its block's scale)" : "") + ", file offset " +
-                   std::to_string(t.file_offset) + " + " + std::to_string(bad / dtype_info(t.dtype).block_size * dtype_info(t.dtype).type_size));
+                   std::to_string(t.file_offset) + " + " + std::to_string(bad / d.block_size * d.type_size));
+}
+
+void check_finite_weights(const gguf::GgufFile& f, const gguf::TensorInfo& t) {
+  check_finite_weights(f, t, 0, static_cast<int64_t>(t.n_elements()));
 }
 
 std::unique_ptr<Model> Model::load(const std::string& path) {
@@ -246,7 +253,7 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   return m;
 }
 
-void Model::make_resident(bool include_experts, WeightPlacer* placer) {
+void Model::make_resident(bool include_experts, WeightPlacer* placer, int threads, size_t piece_bytes) {
   if (resident_) return;
   // Every distinct byte range the forward pass reads (output may alias tok_embd).
   struct Range {
@@ -291,38 +298,73 @@ void Model::make_resident(bool include_experts, WeightPlacer* placer) {
   if (!region)
     throw InputError(file_->path() + ": cannot allocate " + std::to_string(total >> 20) +
                      " MiB to hold the weights in memory (use --mmap to read them from the file mapping)");
-  const long page = sysconf(_SC_PAGESIZE);
-  uint8_t* dst = region->data();
-  for (Range& r : ranges) {
+  // Each range's place in the copy, its row layout, and for stacked experts the file
+  // tensor it lies in (checked as it is copied; a fused gate/up stack's up half lies
+  // inside the fused tensor).
+  std::vector<uint8_t*> dst(ranges.size());
+  std::vector<RowLayout> layout(ranges.size());
+  std::vector<const gguf::TensorInfo*> checked(ranges.size(), nullptr);
+  // Every matrix goes in pieces of whole rows, in fours (each layout keeps four rows'
+  // bytes where GGUF has them), spread over the threads: most of a copy's time is the
+  // kernel zeroing its fresh pages as they are first written, which one thread does at
+  // a fraction of what the memory takes.
+  struct Piece {
+    size_t range;
+    int64_t matrix, row0, rows;
+  };
+  std::vector<Piece> pieces;
+  uint8_t* at = region->data();
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    const Range& r = ranges[k];
     const MatrixRef& m = *r.refs.front();
-    if (r.stack)  // not checked at load (see Model::load); a fused stack's up half with its gate
-      for (const gguf::TensorInfo& t : file_->tensors())
-        if (t.data == r.src) check_finite_weights(*file_, t);
+    dst[k] = at;
+    at += (r.bytes + kAlign - 1) / kAlign * kAlign;
     // The backend's layout (e.g. rows interleaved in fours for the CPU's VNNI
     // kernels, tensor/rows_x4.h says why).
-    const RowLayout layout =
-        placer && !r.rows_only ? placer->layout_for(m.dtype, m.rows, m.cols) : RowLayout::gguf;
-    if (layout != RowLayout::gguf) {
-      for (int64_t i = 0; i < r.n_matrices; ++i)
-        placer->place(layout, m.dtype, r.src + static_cast<size_t>(i) * r.src_step, m.rows, m.cols,
-                      dst + static_cast<size_t>(i) * m.bytes());
-      for (MatrixRef* ref : r.refs) ref->layout = layout;
-    } else if (r.src_step == m.bytes()) {
-      std::memcpy(dst, r.src, r.bytes);
-    } else {
-      for (int64_t i = 0; i < r.n_matrices; ++i)
-        std::memcpy(dst + static_cast<size_t>(i) * m.bytes(), r.src + static_cast<size_t>(i) * r.src_step, m.bytes());
-    }
-    // Drop the mapping's pages of this tensor (whole pages inside it only): they
-    // would otherwise stay in this process's resident set next to the copy. (A fused
-    // stack's up half faults back in what its gate half dropped, from the page cache.)
-    const size_t src_span = r.src_step * static_cast<size_t>(r.n_matrices - 1) + m.bytes();
-    const auto lo = (reinterpret_cast<uintptr_t>(r.src) + page - 1) / page * page;
-    const auto hi = (reinterpret_cast<uintptr_t>(r.src) + src_span) / page * page;
+    layout[k] = placer && !r.rows_only ? placer->layout_for(m.dtype, m.rows, m.cols) : RowLayout::gguf;
+    if (r.stack)  // not checked at load (see Model::load)
+      for (const gguf::TensorInfo& t : file_->tensors())
+        if (r.src >= t.data && r.src < t.data + t.nbytes) checked[k] = &t;
+    const int64_t rows_a_piece = std::max<int64_t>(4, static_cast<int64_t>(piece_bytes / row_bytes(m.dtype, m.cols)) / 4 * 4);
+    for (int64_t i = 0; i < r.n_matrices; ++i)
+      for (int64_t row0 = 0; row0 < m.rows; row0 += rows_a_piece)
+        pieces.push_back({k, i, row0, std::min(rows_a_piece, m.rows - row0)});
+  }
+  // Drops the mapping's pages inside [p, p + n) (whole pages only): they would
+  // otherwise stay in this process's resident set next to the copy.
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  auto drop_pages = [page](const uint8_t* p, size_t n) {
+    const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+    const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
     if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
-    for (MatrixRef* ref : r.refs) ref->data = dst;
+  };
+  parallel_for(static_cast<int64_t>(pieces.size()), threads, [&](int64_t p) {
+    const Piece& c = pieces[static_cast<size_t>(p)];
+    const Range& r = ranges[c.range];
+    const MatrixRef& m = *r.refs.front();
+    const size_t row = row_bytes(m.dtype, m.cols), n = row * static_cast<size_t>(c.rows);
+    const uint8_t* from = r.src + static_cast<size_t>(c.matrix) * r.src_step + row * static_cast<size_t>(c.row0);
+    uint8_t* to = dst[c.range] + static_cast<size_t>(c.matrix) * m.bytes() + row * static_cast<size_t>(c.row0);
+    if (const gguf::TensorInfo* t = checked[c.range]) {
+      const DTypeInfo& d = dtype_info(t->dtype);
+      check_finite_weights(*file_, *t, (from - t->data) / d.type_size * d.block_size, c.rows * m.cols);
+    }
+    if (layout[c.range] != RowLayout::gguf)
+      placer->place(layout[c.range], m.dtype, from, c.rows, m.cols, to);
+    else
+      std::memcpy(to, from, n);
+    drop_pages(from, n);
+  });
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    Range& r = ranges[k];
+    // A page that two pieces shared is dropped here. (A fused stack's up half faults
+    // back in what its gate half dropped, from the page cache.)
+    drop_pages(r.src, r.src_step * static_cast<size_t>(r.n_matrices - 1) + r.refs.front()->bytes());
+    for (MatrixRef* ref : r.refs) {
+      ref->data = dst[k];
+      ref->layout = layout[k];
+    }
     if (r.stack) r.stack->stride = 0;  // packed in the copy
-    dst += (r.bytes + kAlign - 1) / kAlign * kAlign;
   }
   resident_bytes_ = total;
   resident_ = std::move(region);

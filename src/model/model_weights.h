@@ -102,6 +102,8 @@ struct ModelWeights {
 // Throws InputError naming the tensor if it holds NaN or an infinity (floats: any
 // element; q8_0 / q4_0: a block scale).
 void check_finite_weights(const gguf::GgufFile& f, const gguf::TensorInfo& t);
+// The same for elements [first, first + n) of t (first a whole number of blocks).
+void check_finite_weights(const gguf::GgufFile& f, const gguf::TensorInfo& t, int64_t first, int64_t n);
 
 class Model {
  public:
@@ -112,11 +114,15 @@ class Model {
   // move (offloading reads experts from the file itself). Why: the same q8_0 mat-vec
   // measured 26 GB/s reading the page cache's scattered 4 KiB pages against 44 GB/s
   // from anonymous memory (one thread, 2-vCPU EPYC): the hardware prefetcher stops
-  // at every 4 KiB page boundary. The file pages are released as each tensor is
-  // copied, so the peak is one copy plus one tensor. A placer (the backend) gives the
-  // memory, chooses each matrix's row layout and writes it (the embedding table, read
-  // row by row, keeps GGUF's); null: host memory, every matrix in GGUF's layout.
-  void make_resident(bool include_experts, WeightPlacer* placer);
+  // at every 4 KiB page boundary. The copy goes in pieces of about piece_bytes (whole
+  // rows) on `threads` threads, and each piece's file pages are released as it is
+  // copied, so the peak is one copy plus the pieces in flight. A placer (the backend)
+  // gives the memory, chooses each matrix's row layout and writes it (the embedding
+  // table, read row by row, keeps GGUF's); null: host memory, every matrix in GGUF's
+  // layout. The copy is the same bytes however many threads make it.
+  static constexpr size_t kResidentPieceBytes = size_t{4} << 20;
+  void make_resident(bool include_experts, WeightPlacer* placer, int threads = 1,
+                     size_t piece_bytes = kResidentPieceBytes);
   uint64_t resident_bytes() const { return resident_bytes_; }
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -19,6 +20,7 @@
 #include "model/model_weights.h"
 #include "tensor/rows_x4.h"
 #include "cpu_placer.h"
+#include "gguf_rewrite.h"
 #include "test_paths.h"
 
 namespace moeflow {
@@ -74,6 +76,61 @@ TEST(ResidentWeights, CopiedWeightsGiveTheLogitsOfTheMapping) {
         std::printf("%s: relative RMS difference %.2e\n", what.c_str(), std::sqrt(num / den));
       } else {
         EXPECT_EQ(got, want) << what;
+      }
+    }
+  }
+}
+
+// Every matrix the forward pass reads, with how many matrices lie end to end from it
+// (stacked experts, packed in the copy).
+std::vector<std::pair<const MatrixRef*, int64_t>> matrices_of(const ModelWeights& w) {
+  std::vector<std::pair<const MatrixRef*, int64_t>> out = {{&w.tok_embd, 1}, {&w.output, 1}};
+  for (const LayerWeights& L : w.layers) {
+    for (const MatrixRef* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate_inp, &L.shexp.gate, &L.shexp.up, &L.shexp.down,
+                               &L.mla.wq_a, &L.mla.wq_b, &L.mla.wkv_a, &L.ffn.gate, &L.ffn.up, &L.ffn.down})
+      out.push_back({m, 1});
+    for (const std::vector<MatrixRef>* heads : {&L.mla.k_b, &L.mla.v_b})
+      for (const MatrixRef& m : *heads) out.push_back({&m, 1});
+    for (const StackedExperts* e : {&L.gate_exps, &L.up_exps, &L.down_exps}) out.push_back({&e->first, e->n_expert});
+  }
+  return out;
+}
+
+// The copy is made in pieces of whole rows on several threads: any number of threads
+// and any piece size give the bytes and layouts one thread gives in whole matrices.
+// Pieces of 64 bytes make every piece four rows, so pieces of one matrix interleave
+// across the threads; fused gate/up stacks copy their up halves from inside the fused
+// tensor.
+TEST(ResidentWeights, PiecesOnManyThreadsCopyTheBytesOfOneThread) {
+  std::vector<std::string> paths;
+  for (const char* name : {"mixtral-f32.gguf", "mixtral-bf16.gguf", "qwen3moe-q8_0.gguf", "olmoe-q4_0.gguf",
+                           "deepseek2-q4_0.gguf", "gpt-oss-mxfp4.gguf", "granitemoe-shared-q8_0.gguf"})
+    paths.push_back(testing::fixture_path(name));
+  paths.push_back(testing::fuse_gate_up(testing::fixture_path("olmoe-q4_0.gguf"), "pieces-fused"));
+  for (const std::string& path : paths) {
+    for (bool repack : {false, true}) {
+      auto one = Model::load(path);
+      one->make_resident(true, repack ? testing::cpu_placer() : nullptr, 1, size_t{1} << 30);
+      for (const auto& [threads, piece] : {std::pair{4, size_t{64}}, {3, size_t{4096}}, {2, Model::kResidentPieceBytes}}) {
+        auto many = Model::load(path);
+        many->make_resident(true, repack ? testing::cpu_placer() : nullptr, threads, piece);
+        const std::string what = path + (repack ? " repacked" : "") + ", " + std::to_string(threads) + " threads, pieces of " +
+                                 std::to_string(piece) + " bytes";
+        ASSERT_EQ(many->resident_bytes(), one->resident_bytes()) << what;
+        const auto a = matrices_of(one->weights()), b = matrices_of(many->weights());
+        ASSERT_EQ(a.size(), b.size()) << what;
+        size_t compared = 0;
+        for (size_t i = 0; i < a.size(); ++i) {
+          const MatrixRef &x = *a[i].first, &y = *b[i].first;
+          ASSERT_EQ(x.data == nullptr, y.data == nullptr) << what << ", matrix " << i;
+          if (!x.data) continue;
+          EXPECT_EQ(x.layout, y.layout) << what << ", matrix " << i;
+          EXPECT_NE(x.data, y.data) << what;
+          const size_t bytes = x.bytes() * static_cast<size_t>(a[i].second);
+          EXPECT_EQ(std::memcmp(x.data, y.data, bytes), 0) << what << ", matrix " << i;
+          compared += bytes;
+        }
+        EXPECT_GT(compared, one->weights().expert_bytes) << what;
       }
     }
   }

@@ -173,6 +173,25 @@ TEST(Issue19, NanWeightsAndScalesAreNamedNotSampledFrom) {
   auto m = Model::load(expert);
   EXPECT_THROW(m->make_resident(true, nullptr), InputError);
   EXPECT_NE(load_error(expert).find("blk.1.ffn_down_exps.weight"), std::string::npos) << load_error(expert);
+  // Copied in pieces of four rows on four threads, the error is the one a copy on one
+  // thread names: the first poisoned element, also where it lies past the first piece.
+  const StackedExperts& down = Model::load(kQ8Model)->weights().layers[1].down_exps;
+  const int64_t rows = down.first.rows, cols = down.first.cols;
+  const std::string inner = rewrite(kQ8Model, {}, [&](const std::string& name, std::vector<uint8_t>& b) {
+    if (name != "blk.1.ffn_down_exps.weight") return;
+    for (int64_t e : {5, 6}) {  // expert 5's row 9, block 1; and expert 6's first scale
+      const size_t at = static_cast<size_t>(e == 5 ? (5 * rows + 9) * cols / 32 * 34 + 34 : 6 * rows * cols / 32 * 34);
+      b[at] = 0x00, b[at + 1] = 0x7c;
+    }
+  });
+  const std::string want = "at element " + std::to_string((5 * rows + 9) * cols + 32) + " ";
+  for (const std::string& file : {expert, inner}) {
+    const std::string one =
+        testing::input_error_of([&] { Model::load(file)->make_resident(true, nullptr, 1, size_t{1} << 30); });
+    const std::string many = testing::input_error_of([&] { Model::load(file)->make_resident(true, nullptr, 4, 64); });
+    EXPECT_NE(one.find(file == expert ? "at element 0 " : want), std::string::npos) << one;
+    EXPECT_EQ(many, one);
+  }
   // A run that reads the NaN (mapped, not checked up front) says so instead of
   // printing token 0 forever.
   expect_failure("run -m " + expert + " --mmap --prompt-tokens 1,2,3 -n 2 --ignore-eos", 1, "non-finite logits");
