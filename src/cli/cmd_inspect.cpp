@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <cstdio>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
@@ -34,7 +36,7 @@ int cmd_inspect(int argc, char** argv) {
   // included), so inspect tells whether `run` will accept the file.
   std::string model_error;
   try {
-    check_loadable(*Model::load(a.positionals()[0]));
+    check_loadable(*Model::load(a.positionals()[0]), static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   } catch (const InputError& e) {
     model_error = e.what();
   }

@@ -13,7 +13,8 @@ namespace moeflow {
 
 // Throws InputError naming the file and what is wrong; returns the tokenizer.
 std::unique_ptr<Tokenizer> load_checked_tokenizer(const Model& m);
-// The above, plus every expert tensor checked for NaN and infinities.
-void check_loadable(const Model& m);
+// The above, plus every tensor checked for NaN and infinities, on `threads` threads
+// (the error is the one a check on one thread, in file order, raises first).
+void check_loadable(const Model& m, int threads);
 
 }  // namespace moeflow

@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& k : file->metadata_order()) (void)file->get(k).to_display();
     read_model_config(*file);
     auto m = Model::load(f.path());
-    check_loadable(*m);
+    check_loadable(*m, 1);
   })
   return 0;
 }

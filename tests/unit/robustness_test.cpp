@@ -75,9 +75,9 @@ std::string rewrite(const std::string& src, const std::map<std::string, Value>& 
   return out;
 }
 
-std::string load_error(const std::string& path) {
+std::string load_error(const std::string& path, int threads = 4) {
   try {
-    check_loadable(*Model::load(path));
+    check_loadable(*Model::load(path), threads);
   } catch (const InputError& e) {
     return e.what();
   }
@@ -175,8 +175,8 @@ TEST(Issue19, NanWeightsAndScalesAreNamedNotSampledFrom) {
   EXPECT_NE(load_error(expert).find("blk.1.ffn_down_exps.weight"), std::string::npos) << load_error(expert);
   // Copied in pieces of four rows on four threads, the error is the one a copy on one
   // thread names: the first poisoned element, also where it lies past the first piece.
-  const StackedExperts& down = Model::load(kQ8Model)->weights().layers[1].down_exps;
-  const int64_t rows = down.first.rows, cols = down.first.cols;
+  const auto q8 = Model::load(kQ8Model);
+  const int64_t rows = q8->weights().layers[1].down_exps.first.rows, cols = q8->weights().layers[1].down_exps.first.cols;
   const std::string inner = rewrite(kQ8Model, {}, [&](const std::string& name, std::vector<uint8_t>& b) {
     if (name != "blk.1.ffn_down_exps.weight") return;
     for (int64_t e : {5, 6}) {  // expert 5's row 9, block 1; and expert 6's first scale
@@ -185,6 +185,17 @@ TEST(Issue19, NanWeightsAndScalesAreNamedNotSampledFrom) {
     }
   });
   const std::string want = "at element " + std::to_string((5 * rows + 9) * cols + 32) + " ";
+  // inspect's check (check_loadable) on four threads names what it names on one: with
+  // two expert tensors poisoned, the first in the file.
+  const std::string two = rewrite(kQ8Model, {}, [&](const std::string& name, std::vector<uint8_t>& b) {
+    if (name != "blk.0.ffn_up_exps.weight" && name != "blk.1.ffn_down_exps.weight") return;
+    const size_t middle = b.size() / 34 / 2 * 34;  // a q8_0 block's scale
+    b[middle] = 0xff, b[middle + 1] = 0x7f;
+  });
+  const std::string first = load_error(two, 1);
+  EXPECT_NE(first.find("blk.0.ffn_up_exps.weight"), std::string::npos) << first;
+  for (int threads : {2, 4, 8}) EXPECT_EQ(load_error(two, threads), first);
+  EXPECT_EQ(load_error(inner, 1), load_error(inner, 4));
   for (const std::string& file : {expert, inner}) {
     const std::string one =
         testing::input_error_of([&] { Model::load(file)->make_resident(true, nullptr, 1, size_t{1} << 30); });
