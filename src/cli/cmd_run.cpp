@@ -165,10 +165,10 @@ int cmd_run(int argc, char** argv) {
   } else {
     std::fputs(rest.c_str(), stdout);
     std::printf("\n");
-    // The first generated token comes from the prompt pass's logits: with one token
-    // (or none) there is no decode pass to time, and 0.0 tokens/s would read as a stall.
     std::fprintf(stderr, "\nload: %.2f s (%.0f MiB copied into memory)", engine->load_seconds(),
                  static_cast<double>(engine->model().resident_bytes()) / (1 << 20));
+    // The first generated token comes from the prompt pass's logits: with one token
+    // (or none) there is no decode pass to time, and 0.0 tokens/s would read as a stall.
     if (r.gen_evals > 0)
       std::fprintf(stderr, "\nprompt: %zu tokens, %.1f tokens/s | generation: %zu tokens, %.1f tokens/s\n",
                    prompt.size(), pp, r.generated.size(), tg);
