@@ -193,6 +193,12 @@ TEST(Cli, BenchJsonHasSpeedsBoundsAndSections) {
   EXPECT_NEAR(token_ms, 1000.0 / j["tg_tokens_per_second"].get<double>(), 1e-6 * token_ms);
   EXPECT_NEAR(j["tg_fraction_of_bound"].get<double>(),
               j["tg_tokens_per_second"].get<double>() / j["tg_bound_tokens_per_second"].get<double>(), 1e-9);
+  // The load: every resident byte read, zeroed and written, three passes at the first triad.
+  EXPECT_GT(j["load_seconds"].get<double>(), 0.0);
+  EXPECT_GT(j["load_bytes"].get<double>(), j["weight_bytes_per_token"].get<double>());
+  EXPECT_NEAR(j["load_bound_seconds"].get<double>(),
+              3.0 * j["load_bytes"].get<double>() / (j["triad_bandwidth_gbs_all_measurements"][0].get<double>() * 1e9),
+              1e-9 * j["load_bound_seconds"].get<double>());
   // The bound is the larger triad around the reported repetition, one whose two triads
   // agree within 20% when any does.
   const auto& triads = j["triad_bandwidth_gbs_all_measurements"];
@@ -285,6 +291,7 @@ TEST(Cli, RunJsonHasTokensTextTimingsAndCache) {
   EXPECT_EQ(j["tokens"].size(), 6u);
   EXPECT_TRUE(j["text"].is_string());
   EXPECT_TRUE(j["timings"]["generation_tokens_per_second"].is_number());
+  EXPECT_GT(j["timings"]["load_seconds"].get<double>(), 0.0);
   for (const char* k : {"hits", "misses", "hit_rate", "bytes_read"}) EXPECT_TRUE(j["cache"].contains(k)) << k;
   const Result all = run("run -m " + kModel + " --prompt-tokens 1,2,3,4 -n 6 --temp 0 --ignore-eos --json");
   EXPECT_EQ(nlohmann::json::parse(all.out.substr(all.out.find('{')))["tokens"], j["tokens"]);
@@ -295,6 +302,7 @@ TEST(Cli, RunOfOneTokenTimesNoDecodePass) {
   const Result text = run("run -m " + kModel + " --prompt-tokens 1,2,3 -n 1 --temp 0 --ignore-eos");
   ASSERT_EQ(text.code, 0) << text.out;
   EXPECT_NE(text.out.find("generation: 1 tokens (no decode pass to time)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(" MiB copied into memory)\nprompt: 3 tokens"), std::string::npos) << text.out;
   const Result js = run("run -m " + kModel + " --prompt-tokens 1,2,3 -n 1 --temp 0 --ignore-eos --json");
   ASSERT_EQ(js.code, 0) << js.out;
   const auto j = nlohmann::json::parse(js.out.substr(js.out.find('{')));
