@@ -14,10 +14,12 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "engine/transformer.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "model/model_weights.h"
+#include "model/synthetic_model.h"
 #include "tensor/rows_x4.h"
 #include "cpu_placer.h"
 #include "gguf_rewrite.h"
@@ -107,13 +109,29 @@ TEST(ResidentWeights, PiecesOnManyThreadsCopyTheBytesOfOneThread) {
                            "deepseek2-q4_0.gguf", "gpt-oss-mxfp4.gguf", "granitemoe-shared-q8_0.gguf"})
     paths.push_back(testing::fixture_path(name));
   paths.push_back(testing::fuse_gate_up(testing::fixture_path("olmoe-q4_0.gguf"), "pieces-fused"));
+  // The other interleaved row types (k-quants, legacy quants, iq4), 256 wide.
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS}) {
+    SyntheticModelSpec spec;
+    spec.dtype = t;
+    spec.n_embd = 256;
+    spec.n_ff_expert = 256;
+    spec.head_dim = 64;
+    paths.push_back(testing::scratch_path(std::string("pieces-") + dtype_name(t)) + ".gguf");
+    write_synthetic_model(spec, paths.back());
+  }
+  // Int8 activations: the k-quants' rows interleave only for them (rows_x4_int8_only).
+  static CpuBackend placer(static_cast<ThreadPool*>(nullptr), true, ActivationPrecision::Auto);
   for (const std::string& path : paths) {
     for (bool repack : {false, true}) {
       auto one = Model::load(path);
-      one->make_resident(true, repack ? testing::cpu_placer() : nullptr, 1, size_t{1} << 30);
+      one->make_resident(true, repack ? &placer : nullptr, 1, size_t{1} << 30);
+      const MatrixRef& gate = one->weights().layers.back().gate_exps.first;
+      if (repack && cpu::q4_vnni_enabled() && rows_x4_supports(gate.dtype)) {
+        EXPECT_EQ(gate.layout, RowLayout::rows_x4) << path;
+      }
       for (const auto& [threads, piece] : {std::pair{4, size_t{64}}, {3, size_t{4096}}, {2, Model::kResidentPieceBytes}}) {
         auto many = Model::load(path);
-        many->make_resident(true, repack ? testing::cpu_placer() : nullptr, threads, piece);
+        many->make_resident(true, repack ? &placer : nullptr, threads, piece);
         const std::string what = path + (repack ? " repacked" : "") + ", " + std::to_string(threads) + " threads, pieces of " +
                                  std::to_string(piece) + " bytes";
         ASSERT_EQ(many->resident_bytes(), one->resident_bytes()) << what;
