@@ -278,7 +278,13 @@ void Model::make_resident(bool include_experts, WeightPlacer* placer, int thread
                       stack ? stack->step() : m.bytes(), rows_only, stack});
   };
   ModelWeights& w = weights_;
-  add(w.tok_embd, 1, true);
+  // A tied output (the embedding table read as the output matrix: Granite, ERNIE-4.5)
+  // is a product like the others: where the backend interleaves such rows, it gets its
+  // copy in that layout, and the embedding lookup (a row per token) reads the file
+  // mapping instead of a second copy. Otherwise the two share one copy in GGUF's layout.
+  const bool own_output = w.output.data && w.output.data == w.tok_embd.data && placer &&
+                          placer->layout_for(w.output.dtype, w.output.rows, w.output.cols) != RowLayout::gguf;
+  if (!own_output) add(w.tok_embd, 1, true);
   add(w.output, 1, false);
   for (LayerWeights& L : w.layers) {
     for (MatrixRef* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate_inp}) add(*m, 1, false);

@@ -118,8 +118,10 @@ class Model {
   // rows) on `threads` threads, and each piece's file pages are released as it is
   // copied, so the peak is one copy plus the pieces in flight. A placer (the backend)
   // gives the memory, chooses each matrix's row layout and writes it (the embedding
-  // table, read row by row, keeps GGUF's); null: host memory, every matrix in GGUF's
-  // layout. The copy is the same bytes however many threads make it.
+  // table, read row by row, keeps GGUF's; where it is also the output matrix and the
+  // backend interleaves that, the output is copied interleaved and the lookup reads the
+  // mapping); null: host memory, every matrix in GGUF's layout. The copy is the same
+  // bytes however many threads make it.
   static constexpr size_t kResidentPieceBytes = size_t{4} << 20;
   void make_resident(bool include_experts, WeightPlacer* placer, int threads = 1,
                      size_t piece_bytes = kResidentPieceBytes);

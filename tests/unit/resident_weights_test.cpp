@@ -16,6 +16,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/transformer.h"
+#include "moeflow/engine.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/q4_vnni.h"
 #include "model/model_weights.h"
@@ -151,6 +152,50 @@ TEST(ResidentWeights, PiecesOnManyThreadsCopyTheBytesOfOneThread) {
         EXPECT_GT(compared, one->weights().expert_bytes) << what;
       }
     }
+  }
+}
+
+// A tied output (no output.weight: the embedding table is the output matrix, as in
+// Granite and ERNIE-4.5 files) gets a copy of its own in the backend's layout where
+// that interleaves its rows, and the embedding lookup reads the file mapping: one copy
+// as before, and the output product runs token by token as the other interleaved
+// matrices do, so the engine is split-invariant as with an output.weight of its own.
+TEST(ResidentWeights, ATiedOutputIsInterleavedAndTheLookupReadsTheMapping) {
+  ThreadPool pool(2);
+  for (DType t : {DType::Q4_0, DType::Q8_0}) {
+    SyntheticModelSpec spec;
+    spec.dtype = t;
+    spec.n_embd = 128;
+    spec.head_dim = 32;
+    spec.n_ff_expert = 128;
+    spec.tied_output = true;
+    const std::string path = testing::scratch_path(std::string("tied-") + dtype_name(t)) + ".gguf";
+    write_synthetic_model(spec, path);
+    auto mapped = Model::load(path);
+    ASSERT_EQ(mapped->file().find_tensor("output.weight"), nullptr);
+    ASSERT_EQ(mapped->weights().output.data, mapped->weights().tok_embd.data);
+    const std::vector<float> want = logits_of(*mapped, pool);
+    auto resident = Model::load(path);
+    resident->make_resident(true, testing::cpu_placer(), 2);
+    const ModelWeights& w = resident->weights();
+    const bool vnni = cpu::q4_vnni_enabled();
+    EXPECT_EQ(w.output.layout, vnni ? RowLayout::rows_x4 : RowLayout::gguf) << path;
+    EXPECT_EQ(w.tok_embd.layout, RowLayout::gguf) << path;
+    EXPECT_EQ(w.tok_embd.data == resident->file().tensor("token_embd.weight").data, vnni) << path;
+    EXPECT_EQ(w.output.data != w.tok_embd.data, vnni) << path;
+    const std::vector<float> got = logits_of(*resident, pool);
+    ASSERT_EQ(got.size(), want.size());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      num += (got[i] - want[i]) * (got[i] - want[i]);
+      den += want[i] * want[i];
+    }
+    EXPECT_LT(std::sqrt(num / den), 1e-4) << path;
+    std::printf("%s: relative RMS difference %.2e against the mapping\n", path.c_str(), std::sqrt(num / den));
+    EngineOptions o;
+    o.model_path = path;
+    o.threads = 2;
+    EXPECT_EQ(Engine::open(o)->split_invariant(), vnni) << path;
   }
 }
 
