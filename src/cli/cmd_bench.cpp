@@ -356,9 +356,13 @@ int cmd_bench(int argc, char** argv) {
               pp_tps, pp_gflops, pp_bound, 100.0 * pp_tps / pp_bound);
   std::printf("| tg%-6lld | %8.1f | %7.2f GB/s      | %7.1f tok/s (%.2f GB/s triad) | %6.1f%% |\n", static_cast<long long>(n_gen),
               tg_tps, tg_gbs, tg_bound, bw_gbs, 100.0 * tg_tps / tg_bound);
-  std::printf("| load     | %6.2f s | %7.2f GB/s      | %6.2f s (3 passes at %.1f GB/s) | %6.1f%% |\n",
-              resident->load_seconds(), load_bytes / resident->load_seconds() / 1e9, load_bound_s, triads.front(),
-              100.0 * load_bound_s / resident->load_seconds());
+  if (load_bytes > 0)
+    std::printf("| load     | %6.2f s | %7.2f GB/s      | %6.2f s (3 passes at %.1f GB/s) | %6.1f%% |\n",
+                resident->load_seconds(), load_bytes / resident->load_seconds() / 1e9, load_bound_s, triads.front(),
+                100.0 * load_bound_s / resident->load_seconds());
+  else  // --mmap: the weights stay in the file mapping
+    std::printf("| load     | %6.2f s | no copy (--mmap)  |                                |          |\n",
+                resident->load_seconds());
   // (A GPU backend's "triad" is its device-to-device copy; its prefill has no bound.)
   std::printf("read per generated token: %.2f MiB of weights, %.2f MiB of KV cache (the mean over its positions)\n",
               bytes_tok / (1 << 20), kv_tok / (1 << 20));
