@@ -1,8 +1,7 @@
-#include <algorithm>
 #include <cstdio>
-#include <thread>
 #include <nlohmann/json.hpp>
 
+#include "base/hardware_threads.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "format/gguf.h"
@@ -36,7 +35,7 @@ int cmd_inspect(int argc, char** argv) {
   // included), so inspect tells whether `run` will accept the file.
   std::string model_error;
   try {
-    check_loadable(*Model::load(a.positionals()[0]), static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    check_loadable(*Model::load(a.positionals()[0]), hardware_threads());
   } catch (const InputError& e) {
     model_error = e.what();
   }

@@ -2,14 +2,13 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <filesystem>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 
 #include "backend/activation_precision.h"
 #include "base/error.h"
+#include "base/hardware_threads.h"
 #include "engine/model_loading.h"
 
 #ifndef MOEFLOW_SOURCE_DIR
@@ -22,7 +21,7 @@ void add_model_flags(Args& a) {
   a.flag("-m,--model", "GGUF model file (default: the built-in model)");
   a.flag("--backend", "where the model computes: cpu, or cuda / cuda:N (weights, KV cache and expert cache in GPU "
                       "memory; needs a build with the CUDA toolkit)", true, "cpu");
-  a.flag("-t,--threads", "worker threads", true, std::to_string(std::max(1u, std::thread::hardware_concurrency())));
+  a.flag("-t,--threads", "worker threads", true, std::to_string(hardware_threads()));
   a.flag("-c,--ctx-size", "context size in tokens (0: the model's, at most 4096)", true, "0");
   a.flag("--mmap", "compute from the file mapping instead of copying the weights into memory first "
                    "(starts faster; page-cache pages: a q8_0 mat-vec alone read 26 against 44 GB/s)", false);

@@ -7,10 +7,10 @@
 #include <chrono>
 #include <map>
 #include <string>
-#include <thread>
 
 #include "backend/backend_factory.h"
 #include "base/error.h"
+#include "base/hardware_threads.h"
 #include "engine/expert_offload.h"
 #include "engine/forward_pass.h"
 #include "engine/model_loading.h"
@@ -140,7 +140,7 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
     throw InputError("parallel sequences " + std::to_string(o.n_parallel) + ": expected 1 to 4096");
   if (o.ctx_size < 0) throw InputError("context size " + std::to_string(o.ctx_size) + ": must be >= 0");
   const bool offloaded = o.policy != "all";
-  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = o.threads > 0 ? o.threads : hardware_threads();
   BackendOptions bo;
   bo.name = o.backend;
   bo.threads = threads;

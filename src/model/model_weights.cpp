@@ -264,6 +264,12 @@ void Model::make_resident(bool include_experts, WeightPlacer* placer, int thread
     size_t src_step;               // from one source matrix to the next (wider in a fused gate/up stack)
     bool rows_only;                // read row by row (the embedding lookup): keep GGUF's layout
     StackedExperts* stack;         // stacked experts (packed in the copy), else null
+    // Set once the copy is allocated: the range's place in it, its row layout, and for
+    // stacked experts the file tensor it lies in (checked as it is copied; a fused
+    // gate/up stack's up half lies inside the fused tensor).
+    uint8_t* dst = nullptr;
+    RowLayout layout = RowLayout::gguf;
+    const gguf::TensorInfo* checked = nullptr;
   };
   std::vector<Range> ranges;
   auto add = [&](MatrixRef& m, int64_t n_matrices, bool rows_only, StackedExperts* stack = nullptr) {
@@ -304,12 +310,6 @@ void Model::make_resident(bool include_experts, WeightPlacer* placer, int thread
   if (!region)
     throw InputError(file_->path() + ": cannot allocate " + std::to_string(total >> 20) +
                      " MiB to hold the weights in memory (use --mmap to read them from the file mapping)");
-  // Each range's place in the copy, its row layout, and for stacked experts the file
-  // tensor it lies in (checked as it is copied; a fused gate/up stack's up half lies
-  // inside the fused tensor).
-  std::vector<uint8_t*> dst(ranges.size());
-  std::vector<RowLayout> layout(ranges.size());
-  std::vector<const gguf::TensorInfo*> checked(ranges.size(), nullptr);
   // Every matrix goes in pieces of whole rows, in fours (each layout keeps four rows'
   // bytes where GGUF has them), spread over the threads: most of a copy's time is the
   // kernel zeroing its fresh pages as they are first written, which one thread does at
@@ -321,16 +321,16 @@ void Model::make_resident(bool include_experts, WeightPlacer* placer, int thread
   std::vector<Piece> pieces;
   uint8_t* at = region->data();
   for (size_t k = 0; k < ranges.size(); ++k) {
-    const Range& r = ranges[k];
+    Range& r = ranges[k];
     const MatrixRef& m = *r.refs.front();
-    dst[k] = at;
+    r.dst = at;
     at += (r.bytes + kAlign - 1) / kAlign * kAlign;
     // The backend's layout (e.g. rows interleaved in fours for the CPU's VNNI
     // kernels, tensor/rows_x4.h says why).
-    layout[k] = placer && !r.rows_only ? placer->layout_for(m.dtype, m.rows, m.cols) : RowLayout::gguf;
+    r.layout = placer && !r.rows_only ? placer->layout_for(m.dtype, m.rows, m.cols) : RowLayout::gguf;
     if (r.stack)  // not checked at load (see Model::load)
       for (const gguf::TensorInfo& t : file_->tensors())
-        if (r.src >= t.data && r.src < t.data + t.nbytes) checked[k] = &t;
+        if (r.src >= t.data && r.src < t.data + t.nbytes) r.checked = &t;
     const int64_t rows_a_piece = std::max<int64_t>(4, static_cast<int64_t>(piece_bytes / row_bytes(m.dtype, m.cols)) / 4 * 4);
     for (int64_t i = 0; i < r.n_matrices; ++i)
       for (int64_t row0 = 0; row0 < m.rows; row0 += rows_a_piece)
@@ -350,25 +350,24 @@ void Model::make_resident(bool include_experts, WeightPlacer* placer, int thread
     const MatrixRef& m = *r.refs.front();
     const size_t row = row_bytes(m.dtype, m.cols), n = row * static_cast<size_t>(c.rows);
     const uint8_t* from = r.src + static_cast<size_t>(c.matrix) * r.src_step + row * static_cast<size_t>(c.row0);
-    uint8_t* to = dst[c.range] + static_cast<size_t>(c.matrix) * m.bytes() + row * static_cast<size_t>(c.row0);
-    if (const gguf::TensorInfo* t = checked[c.range]) {
+    uint8_t* to = r.dst + static_cast<size_t>(c.matrix) * m.bytes() + row * static_cast<size_t>(c.row0);
+    if (const gguf::TensorInfo* t = r.checked) {
       const DTypeInfo& d = dtype_info(t->dtype);
       check_finite_weights(*file_, *t, (from - t->data) / d.type_size * d.block_size, c.rows * m.cols);
     }
-    if (layout[c.range] != RowLayout::gguf)
-      placer->place(layout[c.range], m.dtype, from, c.rows, m.cols, to);
+    if (r.layout != RowLayout::gguf)
+      placer->place(r.layout, m.dtype, from, c.rows, m.cols, to);
     else
       std::memcpy(to, from, n);
     drop_pages(from, n);
   });
-  for (size_t k = 0; k < ranges.size(); ++k) {
-    Range& r = ranges[k];
+  for (Range& r : ranges) {
     // A page that two pieces shared is dropped here. (A fused stack's up half faults
     // back in what its gate half dropped, from the page cache.)
     drop_pages(r.src, r.src_step * static_cast<size_t>(r.n_matrices - 1) + r.refs.front()->bytes());
     for (MatrixRef* ref : r.refs) {
-      ref->data = dst[k];
-      ref->layout = layout[k];
+      ref->data = r.dst;
+      ref->layout = r.layout;
     }
     if (r.stack) r.stack->stride = 0;  // packed in the copy
   }

@@ -23,6 +23,7 @@
 #include "model/synthetic_model.h"
 #include "tensor/rows_x4.h"
 #include "cpu_placer.h"
+#include "float_vectors.h"
 #include "gguf_rewrite.h"
 #include "test_paths.h"
 
@@ -70,13 +71,9 @@ TEST(ResidentWeights, CopiedWeightsGiveTheLogitsOfTheMapping) {
       const std::string what = std::string(name) + (experts ? " (all weights" : " (dense only") + (repack ? ", repacked)" : ")");
       if (repack && interleaves) {
         ASSERT_EQ(got.size(), want.size());
-        double num = 0, den = 0;
-        for (size_t i = 0; i < got.size(); ++i) {
-          num += (got[i] - want[i]) * (got[i] - want[i]);
-          den += want[i] * want[i];
-        }
-        EXPECT_LT(std::sqrt(num / den), 1e-4) << what;
-        std::printf("%s: relative RMS difference %.2e\n", what.c_str(), std::sqrt(num / den));
+        const double rms = testing::rel_err(got, want);
+        EXPECT_LT(rms, 1e-4) << what;
+        std::printf("%s: relative RMS difference %.2e\n", what.c_str(), rms);
       } else {
         EXPECT_EQ(got, want) << what;
       }
@@ -185,13 +182,9 @@ TEST(ResidentWeights, ATiedOutputIsInterleavedAndTheLookupReadsTheMapping) {
     EXPECT_EQ(w.output.data != w.tok_embd.data, vnni) << path;
     const std::vector<float> got = logits_of(*resident, pool);
     ASSERT_EQ(got.size(), want.size());
-    double num = 0, den = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      num += (got[i] - want[i]) * (got[i] - want[i]);
-      den += want[i] * want[i];
-    }
-    EXPECT_LT(std::sqrt(num / den), 1e-4) << path;
-    std::printf("%s: relative RMS difference %.2e against the mapping\n", path.c_str(), std::sqrt(num / den));
+    const double rms = testing::rel_err(got, want);
+    EXPECT_LT(rms, 1e-4) << path;
+    std::printf("%s: relative RMS difference %.2e against the mapping\n", path.c_str(), rms);
     EngineOptions o;
     o.model_path = path;
     o.threads = 2;
