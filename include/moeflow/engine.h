@@ -47,7 +47,9 @@ struct EngineOptions {
   int threads = 0;                 // worker threads (0: one per core)
   int64_t ctx_size = 0;            // most positions one sequence holds (0: the model's trained context, at most 4096)
   int n_parallel = 1;              // sequences the KV pool holds at ctx_size each (the pool's size)
-  std::string kv_type = "auto";    // auto (f16 for q8_0/q4_0 key/value weights, else f32), f32 or f16
+  // KV cache elements: auto (f16 for q8_0/q4_0 key/value weights, else f32), f32, f16,
+  // or q8_0 (int8 with a scale per 32 elements: ~0.56x an f16 cache's bytes; CPU only).
+  std::string kv_type = "auto";
   bool mmap = false;               // compute from the file mapping (starts faster, reads slower)
   bool repack = true;              // rows interleaved in fours on VNNI CPUs (q4_0, q8_0; Q4_K-Q6_K on int8)
   // Precision of the activations those interleaved rows and k-quant rows multiply:
@@ -169,7 +171,7 @@ class Engine {
   // otherwise). A size the pool cannot hold is refused (InputError) and the old
   // context stays.
   void resize_context(int64_t ctx_size);
-  std::string kv_type() const;  // "f32" or "f16"
+  std::string kv_type() const;  // "f32", "f16" or "q8_0"
   int64_t kv_block_len() const;
   int64_t kv_blocks_total() const;
   int64_t kv_blocks_free() const;

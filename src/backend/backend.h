@@ -33,6 +33,7 @@ using Product = cpu::MatmulJob;
 // The paged KV cache's shape and a query token's place in it (attention.h).
 using AttentionShape = cpu::AttentionShape;
 using AttentionQuery = cpu::AttentionQuery;
+using KvSlot = cpu::KvSlot;
 
 // Also the WeightPlacer of the weights it computes with (their memory and in-memory row
 // layouts, tensor/row_layout.h) and the ExpertMemory the expert cache's buffers come
@@ -124,10 +125,11 @@ class Backend : public WeightPlacer, public ExpertMemory {
   virtual void products(const Product* jobs, size_t n) = 0;
   virtual void attention(const AttentionShape& s, const float* q, int64_t n_tok, const AttentionQuery* tok,
                          const void* k_cache, const void* v_cache, float* out) = 0;
-  // Writes `rows` rows of n floats into a cache of kv_type elements, dst_stride apart,
-  // a row's elements elem_stride apart (keys: transposed planes, attention.h).
-  virtual void kv_store(DType kv_type, const float* src, int64_t rows, int64_t n, void* dst, int64_t dst_stride,
-                        int64_t elem_stride) = 0;
+  // Writes `rows` rows of n floats (one position's keys or values, a row per kv head)
+  // into a cache of kv_type elements at `at` (attention.h: the planes' layout).
+  virtual void kv_store(DType kv_type, const float* src, int64_t rows, int64_t n, const KvSlot& at) = 0;
+  // The KV cache types attention and kv_store take here (every backend: F32, F16).
+  virtual bool kv_type_supported(DType t) const { return t == DType::F32 || t == DType::F16; }
   // y[t] = rmsnorm(x[t]) * w for t < n_rows rows of d; y may alias x.
   virtual void rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int64_t d, float eps) = 0;
   // In-place softmax of each of `rows` rows of n floats (a step's router logits in

@@ -8,14 +8,20 @@
 #include <string>
 
 #include "engine/forward_pass.h"
+#include "kernels/cpu/attention.h"
 #include "model/model_config.h"
 
 namespace moeflow::cli {
 
 // The bytes of one cached position in one layer (keys and values, every kv head), as
-// the engine's pool stores them (kv_shape).
+// the engine's pool stores them (kv_shape; q8_0: a byte an element and a float scale
+// per group of a row, kernels/cpu/attention.h).
 inline uint64_t kv_bytes_per_position(const ModelConfig& c, const std::string& kv_type) {
   const KvShape s = kv_shape(c);
+  if (kv_type == "q8_0") {
+    auto row = [](int64_t w) { return w + 4 * ((w + cpu::kKvQ8Group - 1) / cpu::kKvQ8Group); };
+    return static_cast<uint64_t>(s.heads * (row(s.k_width) + row(s.v_width)));
+  }
   return static_cast<uint64_t>(s.heads * (s.k_width + s.v_width)) * (kv_type == "f16" ? 2u : 4u);
 }
 

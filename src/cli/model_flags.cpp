@@ -25,7 +25,8 @@ void add_model_flags(Args& a) {
   a.flag("-c,--ctx-size", "context size in tokens (0: the model's, at most 4096)", true, "0");
   a.flag("--mmap", "compute from the file mapping instead of copying the weights into memory first "
                    "(starts faster; page-cache pages: a q8_0 mat-vec alone read 26 against 44 GB/s)", false);
-  a.flag("--kv-type", "KV cache elements: f32, f16, or auto (f16 when the model's key and value projections are "
+  a.flag("--kv-type", "KV cache elements: f32, f16, q8_0 (int8 with a scale per 32 elements: 0.56x f16's memory "
+                      "and reads at long context; CPU backend), or auto (f16 when the model's key and value projections are "
                       "q8_0 / q4_0, whose rounding exceeds f16's; f32 otherwise)", true, "auto");
   a.flag("--no-repack", "keep q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, iq4_xs, Q4_K, Q5_K and Q6_K weights in GGUF's row layout "
                         "in memory (by default, on CPUs with AVX-512 VNNI, their rows are interleaved in fours for the faster kernels; all "
@@ -56,8 +57,8 @@ EngineOptions engine_options_from_flags(const Args& a, const std::string& policy
   o.backend = a.str("--backend");
   o.ctx_size = a.integer("--ctx-size", 0, 1 << 20);
   o.kv_type = a.str("--kv-type");
-  if (o.kv_type != "auto" && o.kv_type != "f32" && o.kv_type != "f16")
-    throw UsageError("--kv-type '" + o.kv_type + "': expected f32, f16 or auto");
+  if (o.kv_type != "auto" && o.kv_type != "f32" && o.kv_type != "f16" && o.kv_type != "q8_0")
+    throw UsageError("--kv-type '" + o.kv_type + "': expected f32, f16, q8_0 or auto");
   o.mmap = a.has("--mmap");
   o.repack = !a.has("--no-repack");  // where the backend interleaves rows at all
   o.activations = a.str("--activations");

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "kernels/cpu/attention.h"
 
 namespace moeflow {
 
@@ -13,11 +14,14 @@ KvBlockPool::KvBlockPool(Backend& backend, int64_t n_layer, int64_t n_head_kv, i
                          int64_t block_len, DType type, int64_t v_head_dim)
     : backend_(&backend), n_layer_(n_layer), n_head_kv_(n_head_kv), head_dim_(head_dim),
       v_head_dim_(v_head_dim > 0 ? v_head_dim : head_dim), n_blocks_(n_blocks), block_len_(block_len),
-      type_(type), elem_(type == DType::F16 ? 2 : 4) {
-  if (type != DType::F32 && type != DType::F16)
-    throw std::invalid_argument(std::string("moeflow: a ") + dtype_name(type) + " KV cache (f32 or f16 only)");
+      type_(type), elem_(cpu::kv_element_bytes(type)) {
+  if (!backend.kv_type_supported(type))
+    throw InputError(std::string("a ") + dtype_name(type) + " KV cache: the " + backend.name() +
+                     " backend keeps f32 or f16 caches");
   if (n_layer <= 0 || n_head_kv <= 0 || head_dim <= 0 || n_blocks <= 0 || block_len <= 0)
     throw std::invalid_argument("moeflow: KvBlockPool: bad shape");
+  k_plane_ = cpu::kv_plane_size(type, block_len, head_dim_);
+  v_plane_ = cpu::kv_plane_size(type, block_len, v_head_dim_);
   if (n_blocks > (int64_t{1} << 31) - 1)
     throw InputError("a KV cache of " + std::to_string(n_blocks) + " blocks of " + std::to_string(block_len) +
                      " positions is more than the pool can index: lower --ctx-size or --parallel");
@@ -75,12 +79,11 @@ void KvBlockPool::shrink(std::vector<int32_t>& table, int64_t n_pos) {
 
 void KvBlockPool::store(int64_t layer, const int32_t* table, int64_t pos, const float* k, const float* v) {
   const size_t block = static_cast<size_t>(table[pos / block_len_]);
-  const size_t row = static_cast<size_t>(pos % block_len_);
-  const size_t k_off = (block * static_cast<size_t>(block_stride()) + row) * elem_ + layer_offset(layer, head_dim_);
-  const size_t v_off = (block * static_cast<size_t>(v_block_stride()) + row * static_cast<size_t>(v_head_dim_)) * elem_ +
-                       layer_offset(layer, v_head_dim_);
-  backend_->kv_store(type_, k, n_head_kv_, head_dim_, k_->data() + k_off, block_len_ * head_dim_, block_len_);
-  backend_->kv_store(type_, v, n_head_kv_, v_head_dim_, v_->data() + v_off, block_len_ * v_head_dim_, 1);
+  const int64_t row = pos % block_len_;
+  const size_t k_off = block * static_cast<size_t>(block_stride()) * elem_ + layer_offset(layer, k_plane_);
+  const size_t v_off = block * static_cast<size_t>(v_block_stride()) * elem_ + layer_offset(layer, v_plane_);
+  backend_->kv_store(type_, k, n_head_kv_, head_dim_, {k_->data() + k_off, k_plane_, block_len_, row, true});
+  backend_->kv_store(type_, v, n_head_kv_, v_head_dim_, {v_->data() + v_off, v_plane_, block_len_, row, false});
 }
 
 }  // namespace moeflow

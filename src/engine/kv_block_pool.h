@@ -18,9 +18,11 @@
 // Keys and values may differ in width (DeepSeek-V2's heads: 192-wide keys, 128-wide
 // values): the value planes are [block_len][v_head_dim], in a pool of their own.
 //
-// Elements are f32 or f16 (engine/transformer.h: default_kv_type). The memory is an
-// backend's (on the CPU an anonymous mapping: pages are touched only when a position
-// is first written).
+// Elements are f32, f16 (engine/forward_pass.h: default_kv_type) or, on a backend
+// that takes it, q8_0: int8 elements with a float scale per 32 of a row after each
+// plane (kernels/cpu/attention.h), 9 bits an element. The memory is a backend's (on
+// the CPU an anonymous mapping: pages are touched only when a position is first
+// written).
 //
 // Thread safety: none; the engine's step owns it.
 #pragma once
@@ -37,8 +39,8 @@ class KvBlockPool {
  public:
   static constexpr int64_t kDefaultBlockLen = 32;
 
-  // REQUIRES type F32 or F16 (else std::invalid_argument); n_blocks >= 1.
-  // Throws InputError when the memory cannot be mapped (names the size).
+  // REQUIRES n_blocks >= 1. Throws InputError for a type the backend's kernels do not
+  // take (names it) and when the memory cannot be mapped (names the size).
   // The memory comes from `backend`, which also writes into it (not owned; must
   // outlive the pool).
   // v_head_dim 0: values as wide as keys (head_dim).
@@ -55,10 +57,11 @@ class KvBlockPool {
   // Keys and values of one block, every layer.
   uint64_t block_bytes() const { return static_cast<uint64_t>(block_stride() + v_block_stride()) * elem_; }
   uint64_t bytes() const { return block_bytes() * static_cast<uint64_t>(n_blocks_); }
-  // Elements between one block and the next (the attention kernel's block_stride).
-  int64_t block_stride() const { return n_layer_ * n_head_kv_ * block_len_ * head_dim_; }
+  // Elements (bytes for q8_0) between one block and the next (the attention kernel's
+  // block_stride): every layer's planes, one per kv head.
+  int64_t block_stride() const { return n_layer_ * n_head_kv_ * k_plane_; }
   // The same for the values.
-  int64_t v_block_stride() const { return n_layer_ * n_head_kv_ * block_len_ * v_head_dim_; }
+  int64_t v_block_stride() const { return n_layer_ * n_head_kv_ * v_plane_; }
   int64_t v_head_dim() const { return v_head_dim_; }
 
   // Grows `table` to cover n_pos positions. Returns false, taking nothing, when the
@@ -76,8 +79,8 @@ class KvBlockPool {
   int64_t held_alone(const std::vector<int32_t>& table) const;
 
   // Block 0's rows of `layer` (the attention kernel's k_cache / v_cache).
-  const void* k(int64_t layer) const { return k_->data() + layer_offset(layer); }
-  const void* v(int64_t layer) const { return v_->data() + layer_offset(layer, v_head_dim_); }
+  const void* k(int64_t layer) const { return k_->data() + layer_offset(layer, k_plane_); }
+  const void* v(int64_t layer) const { return v_->data() + layer_offset(layer, v_plane_); }
   // Writes one position's keys and values ([n_head_kv][head_dim] and
   // [n_head_kv][v_head_dim] floats) of the
   // sequence whose block table is `table`. REQUIRES the table covers pos.
@@ -86,15 +89,16 @@ class KvBlockPool {
  private:
   // One table less holds the block; the last one's letting go frees it.
   void unref(int32_t block);
-  size_t layer_offset(int64_t layer) const { return layer_offset(layer, head_dim_); }
-  size_t layer_offset(int64_t layer, int64_t dim) const {
-    return static_cast<size_t>(layer * n_head_kv_ * block_len_ * dim) * elem_;
+  // Bytes from block 0's start to a layer's first plane.
+  size_t layer_offset(int64_t layer, int64_t plane) const {
+    return static_cast<size_t>(layer * n_head_kv_ * plane) * elem_;
   }
 
   Backend* backend_;
   int64_t n_layer_, n_head_kv_, head_dim_, v_head_dim_, n_blocks_, block_len_;
   DType type_;
-  size_t elem_;  // bytes per element
+  size_t elem_;               // bytes per element of a plane's count
+  int64_t k_plane_, v_plane_;  // elements of one kv head's keys / values in a block
   std::unique_ptr<DeviceBuffer> k_, v_;
   std::vector<int32_t> free_;  // a stack: the block freed last (still in cache) goes out first
   std::vector<int32_t> refs_;  // tables holding each block (0: free)

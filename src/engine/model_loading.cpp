@@ -23,7 +23,8 @@ DType kv_type_from_name(const std::string& kv, const Model& model) {
   if (kv == "auto") return default_kv_type(model);
   if (kv == "f32") return DType::F32;
   if (kv == "f16") return DType::F16;
-  throw InputError("KV cache type '" + kv + "': expected f32, f16 or auto");
+  if (kv == "q8_0") return DType::Q8_0;
+  throw InputError("KV cache type '" + kv + "': expected f32, f16, q8_0 or auto");
 }
 
 }  // namespace moeflow

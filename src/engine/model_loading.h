@@ -26,7 +26,7 @@ LoadedWeights load_model_and_tokenizer(const std::string& path, bool mmap, bool 
 // The model's trained context, at most 4096.
 int64_t default_ctx_size(const Model& model);
 
-// "auto" (default_kv_type), "f32" or "f16"; throws InputError otherwise.
+// "auto" (default_kv_type), "f32", "f16" or "q8_0"; throws InputError otherwise.
 DType kv_type_from_name(const std::string& name, const Model& model);
 
 }  // namespace moeflow

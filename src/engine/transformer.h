@@ -15,7 +15,7 @@ namespace moeflow {
 class Transformer {
  public:
   // REQUIRES: n_ctx >= 1. The KV cache holds n_ctx positions of default_kv_type(model)
-  // or kv_type (F32 or F16) elements.
+  // or kv_type (F32, F16 or Q8_0) elements.
   Transformer(const Model& model, ThreadPool* pool, int64_t n_ctx);
   Transformer(const Model& model, ThreadPool* pool, int64_t n_ctx, DType kv_type);
 

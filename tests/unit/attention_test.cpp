@@ -11,6 +11,9 @@
 #include <random>
 #include <vector>
 
+#include <hwy/targets.h>
+
+#include "float_vectors.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace moeflow::cpu {
@@ -21,14 +24,7 @@ struct Case {
   int64_t n_tok, pos0;
 };
 
-double rel_error(const std::vector<float>& got, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += (got[i] - ref[i]) * (got[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num / den);
-}
+using testing::rel_err;
 
 // SIMD attention against the double-precision reference on fixed random inputs:
 // head sizes that are and are not whole vectors, grouped-query and plain heads, one
@@ -66,7 +62,7 @@ TEST(Attention, MatchesReference) {
     attention_reference(s, q.data(), c.n_tok, tok.data(), k.data(), v.data(), ref.data());
     attention(s, q.data(), c.n_tok, tok.data(), k.data(), v.data(), one.data(), nullptr);
     attention(s, q.data(), c.n_tok, tok.data(), k.data(), v.data(), many.data(), &pool);
-    const double rel = rel_error(one, ref);
+    const double rel = rel_err(one, ref);
     std::printf("heads %lld/%lld dim %lld, blocks of %lld, %lld tokens after %lld: relative error %.2e\n",
                 static_cast<long long>(c.n_head), static_cast<long long>(c.n_head_kv),
                 static_cast<long long>(c.head_dim), static_cast<long long>(c.block_len),
@@ -108,10 +104,199 @@ TEST(Attention, MatchesReference) {
     attention(s16, q.data(), c.n_tok, tok.data(), k16.data(), v16.data(), h16.data(), &pool);
     attention(s16, q.data(), c.n_tok, tok.data(), k16.data(), v16.data(), h16_one.data(), nullptr);
     attention_reference(s16, q.data(), c.n_tok, tok.data(), k16.data(), v16.data(), h16_ref.data());
-    std::printf("  f16 cache: relative error %.2e\n", rel_error(h16, h16_ref));
-    EXPECT_LT(rel_error(h16, h16_ref), 1e-5) << "f16 cache";
+    std::printf("  f16 cache: relative error %.2e\n", rel_err(h16, h16_ref));
+    EXPECT_LT(rel_err(h16, h16_ref), 1e-5) << "f16 cache";
     EXPECT_EQ(h16, h16_one) << "f16 cache: threads must not change the result";
   }
+}
+
+// A Q8_0 cache (int8 and a float scale per position and 32 elements of a row, after
+// each plane), filled through kv_store_slot as the pool fills it: the SIMD kernel
+// against the reference reading the same int8 and scales (the f32 path's bound), on
+// the cases above (head sizes that are and are not multiples of the 32-element group:
+// 7, 16, 20, 80; blocks of 1, 3, 16, 32 and 400 scrambled in the pool); threads and a
+// token alone change nothing; and against the unquantized f32 cache, the rounding
+// printed beside an f16 cache's. On every SIMD target this CPU runs (AVX-512's 16
+// lanes, AVX2's 8, SSE4's 4: a vector's share of a 32-element group differs).
+TEST(Attention, Q8CacheMatchesReference) {
+  const Case cases[] = {{12, 4, 64, 32, 1, 159},  {12, 4, 64, 32, 9, 0},   {4, 4, 80, 3, 3, 40},
+                        {6, 2, 20, 16, 5, 11},    {2, 1, 7, 1, 1, 0},      {8, 2, 128, 32, 2, 300},
+                        {16, 16, 256, 16, 1, 33}, {32, 4, 64, 400, 1, 77}, {10, 2, 32, 3, 4, 20},
+                        {7, 1, 16, 32, 2, 50}};
+  std::printf("targets:");
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) std::printf(" %s", hwy::TargetName(target));
+  std::printf("\n");
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  ThreadPool pool(3);
+  for (const Case& c : cases) {
+    const int64_t n_ctx = c.pos0 + c.n_tok, L = c.block_len, hd = c.head_dim, G = c.n_head_kv;
+    const int64_t n_blocks = (n_ctx + L - 1) / L + 1;
+    AttentionShape s8{c.n_head, G, hd, L, 0, DType::Q8_0};
+    s8.block_stride = G * s8.k_plane() + 8;  // a gap between blocks (planes hold floats: 4-byte steps)
+    const AttentionShape s32{c.n_head, G, hd, L, G * L * hd, DType::F32};
+    AttentionShape s16 = s32;
+    s16.kv_type = DType::F16;
+    std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    // float storage keeps the int8 planes' scales aligned
+    std::vector<float> k8(static_cast<size_t>(n_blocks * s8.block_stride / 4)), v8(k8.size());
+    std::vector<float> k32(static_cast<size_t>(n_blocks * s32.block_stride)), v32(k32.size());
+    std::vector<uint16_t> k16(k32.size()), v16(k32.size());
+    for (int64_t p = 0; p < n_ctx; ++p) {
+      std::vector<float> kr(static_cast<size_t>(G * hd)), vr(kr.size());
+      for (auto& x : kr) x = nd(rng);
+      for (auto& x : vr) x = nd(rng);
+      const int64_t b = table[p / L], row = p % L;
+      auto* b8 = reinterpret_cast<int8_t*>(k8.data()) + b * s8.block_stride;
+      auto* bv8 = reinterpret_cast<int8_t*>(v8.data()) + b * s8.block_stride;
+      kv_store_slot(DType::Q8_0, kr.data(), G, hd, {b8, s8.k_plane(), L, row, true});
+      kv_store_slot(DType::Q8_0, vr.data(), G, hd, {bv8, s8.v_plane(), L, row, false});
+      kv_store_slot(DType::F32, kr.data(), G, hd, {k32.data() + b * s32.block_stride, L * hd, L, row, true});
+      kv_store_slot(DType::F32, vr.data(), G, hd, {v32.data() + b * s32.block_stride, L * hd, L, row, false});
+      kv_store_slot(DType::F16, kr.data(), G, hd, {k16.data() + b * s32.block_stride, L * hd, L, row, true});
+      kv_store_slot(DType::F16, vr.data(), G, hd, {v16.data() + b * s32.block_stride, L * hd, L, row, false});
+    }
+    std::vector<AttentionQuery> tok(static_cast<size_t>(c.n_tok));
+    for (int64_t t = 0; t < c.n_tok; ++t) tok[t] = {c.pos0 + t, table.data()};
+    std::vector<float> q(static_cast<size_t>(c.n_tok * c.n_head * hd));
+    for (auto& x : q) x = 2.0f * nd(rng);
+    std::vector<float> ref(q.size()), one(q.size()), many(q.size()), singles(q.size()), exact(q.size()), h16(q.size());
+    attention_reference(s8, q.data(), c.n_tok, tok.data(), k8.data(), v8.data(), ref.data());
+    for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+      hwy::SetSupportedTargetsForTest(target);
+      std::vector<float> got(q.size());
+      attention(s8, q.data(), c.n_tok, tok.data(), k8.data(), v8.data(), got.data(), &pool);
+      EXPECT_LT(rel_err(got, ref), 1e-5) << hwy::TargetName(target);
+    }
+    hwy::SetSupportedTargetsForTest(0);
+    attention(s8, q.data(), c.n_tok, tok.data(), k8.data(), v8.data(), one.data(), nullptr);
+    attention(s8, q.data(), c.n_tok, tok.data(), k8.data(), v8.data(), many.data(), &pool);
+    const int64_t qs = c.n_head * hd;
+    for (int64_t t = 0; t < c.n_tok; ++t)
+      attention(s8, q.data() + t * qs, 1, &tok[t], k8.data(), v8.data(), singles.data() + t * qs, nullptr);
+    attention_reference(s32, q.data(), c.n_tok, tok.data(), k32.data(), v32.data(), exact.data());
+    attention_reference(s16, q.data(), c.n_tok, tok.data(), k16.data(), v16.data(), h16.data());
+    const double rel = rel_err(one, ref), rounding = rel_err(one, exact), rounding16 = rel_err(h16, exact);
+    std::printf("q8_0 cache, heads %lld/%lld dim %lld, blocks of %lld, %lld tokens after %lld: relative error %.2e; "
+                "against the f32 cache %.2e (f16 cache %.2e)\n",
+                static_cast<long long>(c.n_head), static_cast<long long>(G), static_cast<long long>(hd),
+                static_cast<long long>(L), static_cast<long long>(c.n_tok), static_cast<long long>(c.pos0), rel,
+                rounding, rounding16);
+    EXPECT_LT(rel, 1e-5);
+    EXPECT_EQ(one, many) << "threads must not change the result";
+    EXPECT_EQ(singles, one) << "a token alone in a call";
+    // int8 with a scale per 32 elements rounds each element to within 1/254 of its
+    // group's largest: ~20x f16's error, a few parts per thousand of the output.
+    EXPECT_LT(rounding, 2e-2);
+    EXPECT_GT(rounding, rounding16) << "the int8 rounding is coarser than f16's";
+
+    // gpt-oss's sliding window (starting inside a block) and sinks over the same cache.
+    std::vector<float> sinks(static_cast<size_t>(c.n_head));
+    for (auto& x : sinks) x = nd(rng);
+    AttentionShape sw = s8;
+    sw.window = std::max<int64_t>(1, n_ctx / 3);
+    sw.sinks = sinks.data();
+    attention_reference(sw, q.data(), c.n_tok, tok.data(), k8.data(), v8.data(), ref.data());
+    attention(sw, q.data(), c.n_tok, tok.data(), k8.data(), v8.data(), one.data(), &pool);
+    EXPECT_LT(rel_err(one, ref), 1e-5) << "window " << sw.window << " and sinks";
+  }
+
+  // Values narrower than keys in a pool of their own (DeepSeek's latent attention: one
+  // kv head, keys of the latent and the rope part), and a softmax scale of its own.
+  const int64_t H = 8, hd = 96, vd = 64, L = 32, n_ctx = 70, n_blocks = 3;
+  AttentionShape s{H, 1, hd, L, 0, DType::Q8_0};
+  s.v_head_dim = vd;
+  s.block_stride = s.k_plane();
+  s.v_block_stride = s.v_plane();
+  s.scale = 0.3f;
+  std::vector<float> k8(static_cast<size_t>(n_blocks * s.block_stride / 4)), v8(static_cast<size_t>(n_blocks * s.v_block_stride / 4));
+  const std::vector<int32_t> table = {2, 0, 1};
+  for (int64_t p = 0; p < n_ctx; ++p) {
+    std::vector<float> kr(static_cast<size_t>(hd));
+    for (auto& x : kr) x = nd(rng);
+    auto* kb = reinterpret_cast<int8_t*>(k8.data()) + table[p / L] * s.block_stride;
+    auto* vb = reinterpret_cast<int8_t*>(v8.data()) + table[p / L] * s.v_block_stride;
+    kv_store_slot(DType::Q8_0, kr.data(), 1, hd, {kb, s.k_plane(), L, p % L, true});
+    kv_store_slot(DType::Q8_0, kr.data(), 1, vd, {vb, s.v_plane(), L, p % L, false});  // the value: the key's first vd
+  }
+  const std::vector<AttentionQuery> tok = {{n_ctx - 1, table.data()}, {40, table.data()}};
+  std::vector<float> q(static_cast<size_t>(2 * H * hd));
+  for (auto& x : q) x = nd(rng);
+  std::vector<float> ref(static_cast<size_t>(2 * H * vd)), got(ref.size());
+  attention_reference(s, q.data(), 2, tok.data(), k8.data(), v8.data(), ref.data());
+  attention(s, q.data(), 2, tok.data(), k8.data(), v8.data(), got.data(), &pool);
+  std::printf("q8_0 cache, keys of %lld and values of %lld: relative error %.2e\n", static_cast<long long>(hd),
+              static_cast<long long>(vd), rel_err(got, ref));
+  EXPECT_LT(rel_err(got, ref), 1e-5);
+  // A q8_0 cache's blocks hold floats: a stride that misaligns them is refused.
+  AttentionShape odd = s;
+  odd.block_stride += 2;
+  std::vector<float> more(k8.size() + 2);
+  EXPECT_THROW(attention(odd, q.data(), 1, tok.data(), more.data(), v8.data(), got.data(), nullptr), std::invalid_argument);
+}
+
+// The Q8_0 store: each group of 32 elements of a row (the last one shorter) gets scale
+// max |x| / 127 and q = round(x / scale), keys' scales per column of positions, values'
+// after their row; every element reads back within half a step; a zero group stays
+// zero; a group with a NaN reads back NaN and one with an infinity non-finite, the
+// other groups untouched; nothing outside the position's elements and scales written.
+TEST(Attention, Q8StoreQuantizesEachGroupOfARow) {
+  const int64_t L = 4, n = 70, rows = 2;  // groups of 32, 32 and 6
+  const int64_t groups = 3, plane = kv_plane_size(DType::Q8_0, L, n);
+  ASSERT_EQ(plane, L * n + groups * L * 4);
+  EXPECT_EQ(kv_plane_size(DType::Q8_0, 3, 7), 24 + 1 * 3 * 4) << "int8 part padded to 4 bytes";
+  EXPECT_EQ(kv_plane_size(DType::F16, 3, 7), 21);
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<float> x(static_cast<size_t>(rows * n));
+  for (auto& e : x) e = nd(rng);
+  for (int64_t d = 32; d < 64; ++d) x[static_cast<size_t>(n + d)] = 0.0f;  // row 1's second group: zeros
+  for (bool keys : {true, false}) {
+    std::vector<float> buf(static_cast<size_t>(rows * plane / 4), -9.0f);
+    auto* p8 = reinterpret_cast<int8_t*>(buf.data());
+    const std::vector<float> before = buf;
+    const int64_t row = 2;
+    kv_store_slot(DType::Q8_0, x.data(), rows, n, {p8, plane, L, row, keys});
+    for (int64_t r = 0; r < rows; ++r) {
+      const int8_t* q = p8 + r * plane;
+      const auto* sc = reinterpret_cast<const float*>(q + L * n);
+      for (int64_t g = 0; g < groups; ++g) {
+        float amax = 0;
+        for (int64_t d = g * 32; d < std::min(n, g * 32 + 32); ++d) amax = std::max(amax, std::fabs(x[r * n + d]));
+        const float scale = sc[keys ? g * L + row : row * groups + g];
+        EXPECT_EQ(scale, amax / 127.0f) << "row " << r << " group " << g << (keys ? " keys" : " values");
+        for (int64_t d = g * 32; d < std::min(n, g * 32 + 32); ++d) {
+          const int8_t e = q[keys ? d * L + row : row * n + d];
+          if (amax == 0) EXPECT_EQ(e, 0);
+          EXPECT_LE(std::fabs(e * scale - x[r * n + d]), 0.5f * scale * 1.0001f);
+        }
+      }
+    }
+    // Untouched: every byte that is not this position's element or scale.
+    const auto* a = reinterpret_cast<const uint8_t*>(before.data());
+    const auto* b = reinterpret_cast<const uint8_t*>(buf.data());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < plane; ++i) {
+        const bool element = i < L * n && (keys ? i % L == row : i / n == row);
+        const int64_t si = (i - L * n) / 4;
+        const bool scale = i >= L * n && (keys ? si % L == row : si / groups == row);
+        if (!element && !scale) EXPECT_EQ(a[r * plane + i], b[r * plane + i]) << "byte " << i << " of plane " << r;
+      }
+  }
+  // Non-finite inputs: NaN's group reads back NaN, an infinity's non-finite; other groups exact.
+  std::vector<float> bad(static_cast<size_t>(n), 1.0f);
+  bad[3] = std::numeric_limits<float>::quiet_NaN();
+  bad[40] = std::numeric_limits<float>::infinity();
+  std::vector<float> buf(static_cast<size_t>(plane / 4));
+  auto* p8 = reinterpret_cast<int8_t*>(buf.data());
+  kv_store_slot(DType::Q8_0, bad.data(), 1, n, {p8, plane, L, 0, false});
+  const auto* sc = reinterpret_cast<const float*>(p8 + L * n);
+  EXPECT_TRUE(std::isnan(p8[0] * sc[0]));
+  EXPECT_FALSE(std::isfinite(p8[40] * sc[1]));
+  EXPECT_NEAR(p8[64] * sc[2], 1.0f, 1e-6f);
+  EXPECT_THROW(kv_store_slot(DType::BF16, bad.data(), 1, n, {p8, plane, L, 0, false}), std::invalid_argument);
 }
 
 // Tokens of different sequences in one call: each reads its own block table and
@@ -136,8 +321,8 @@ TEST(Attention, TokensOfSeveralSequencesInOneCall) {
   for (size_t t = 0; t < tok.size(); ++t)
     attention(s, q.data() + t * H * hd, 1, &tok[t], k.data(), v.data(), alone.data() + t * H * hd, nullptr);
   EXPECT_EQ(all, alone);
-  std::printf("several sequences: relative error %.2e\n", rel_error(all, ref));
-  EXPECT_LT(rel_error(all, ref), 1e-5);
+  std::printf("several sequences: relative error %.2e\n", rel_err(all, ref));
+  EXPECT_LT(rel_err(all, ref), 1e-5);
   AttentionShape bad = s;
   bad.kv_type = DType::BF16;
   EXPECT_THROW(attention(bad, q.data(), 1, tok.data(), k.data(), v.data(), all.data(), nullptr), std::invalid_argument);
@@ -187,8 +372,8 @@ TEST(Attention, SlidingWindowAndSinks) {
       attention(s, q.data() + t * qs, 1, &tok[t], k.data(), v.data(), singles.data() + t * qs, nullptr);
     std::printf("window %lld, blocks of %lld, %lld tokens after %lld, sinks: relative error %.2e\n",
                 static_cast<long long>(c.window), static_cast<long long>(c.block_len),
-                static_cast<long long>(c.n_tok), static_cast<long long>(c.pos0), rel_error(one, ref));
-    EXPECT_LT(rel_error(one, ref), 1e-5);
+                static_cast<long long>(c.n_tok), static_cast<long long>(c.pos0), rel_err(one, ref));
+    EXPECT_LT(rel_err(one, ref), 1e-5);
     EXPECT_EQ(one, many);
     EXPECT_EQ(one, singles);
   }

@@ -267,7 +267,7 @@ TEST(Cli, BadFilesExitNonZeroNamingTheFile) {
 }
 
 // --kv-type: auto picks f16 for q4_0 key/value projections and f32 for f32 ones; run
-// --json says which.
+// --json says which, and the bytes each type takes.
 TEST(Cli, KvTypeDefaultsByWeightsAndCanBeForced) {
   const std::string q4 = moeflow::testing::fixture_path("olmoe-q4_0.gguf");
   auto kv_of = [](const std::string& args) {
@@ -280,6 +280,11 @@ TEST(Cli, KvTypeDefaultsByWeightsAndCanBeForced) {
   const auto f32 = kv_of("run -m " + q4 + " --kv-type f32"), f16 = kv_of("run -m " + q4 + " --kv-type f16");
   EXPECT_EQ(f32["kv_type"], "f32");
   EXPECT_EQ(f32["kv_bytes"].get<uint64_t>(), 2 * f16["kv_bytes"].get<uint64_t>());
+  // q8_0: olmoe-q4_0's 32-wide heads take 32 int8 and a float scale a row, against 64 bytes.
+  const auto q8 = kv_of("run -m " + q4 + " --kv-type q8_0");
+  EXPECT_EQ(q8["kv_type"], "q8_0");
+  EXPECT_EQ(64 * q8["kv_bytes"].get<uint64_t>(), 36 * f16["kv_bytes"].get<uint64_t>());
+  expect_failure("run -m " + q4 + " --kv-type q4_0", "expected f32, f16, q8_0 or auto");
 }
 
 TEST(Cli, RunJsonHasTokensTextTimingsAndCache) {

@@ -176,12 +176,12 @@ TEST(CudaKernels, AttentionAndKvStoresMatchTheReference) {
       for (int64_t p = 0; p < 41; ++p) {
         const std::vector<float> k = normal_floats(static_cast<size_t>(n_kv * hd), 100 + 97 * s + static_cast<uint32_t>(p));
         const std::vector<float> v = normal_floats(static_cast<size_t>(n_kv * hd), 5000 + 97 * s + static_cast<uint32_t>(p));
-        const size_t k_off = (static_cast<size_t>(table[p / bl] * stride) + static_cast<size_t>(p % bl)) * elem;
-        const size_t v_off = (static_cast<size_t>(table[p / bl] * stride) + static_cast<size_t>((p % bl) * hd)) * elem;
-        b.kv_store(kv, k.data(), n_kv, hd, dk->data() + k_off, bl * hd, bl);
-        b.kv_store(kv, v.data(), n_kv, hd, dv->data() + v_off, bl * hd, 1);
-        cpu.kv_store(kv, k.data(), n_kv, hd, hk.data() + k_off, bl * hd, bl);
-        cpu.kv_store(kv, v.data(), n_kv, hd, hv.data() + v_off, bl * hd, 1);
+        const size_t off = static_cast<size_t>(table[p / bl] * stride) * elem;
+        const int64_t row = p % bl;
+        b.kv_store(kv, k.data(), n_kv, hd, {dk->data() + off, bl * hd, bl, row, true});
+        b.kv_store(kv, v.data(), n_kv, hd, {dv->data() + off, bl * hd, bl, row, false});
+        cpu.kv_store(kv, k.data(), n_kv, hd, {hk.data() + off, bl * hd, bl, row, true});
+        cpu.kv_store(kv, v.data(), n_kv, hd, {hv.data() + off, bl * hd, bl, row, false});
       }
     }
     const std::vector<AttentionQuery> tok = {{40, table0.data()}, {17, table1.data()}, {3, table0.data()}};

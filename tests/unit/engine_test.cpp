@@ -55,6 +55,62 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EngineBatch,
                                            "gpt-oss-f32.gguf",
                                            "gpt-oss-mxfp4.gguf"));
 
+// A q8_0 KV cache: each sequence's positions are rounded where they are stored, and
+// read by the same kernel whatever shares the step, so batched sequences still get the
+// bits they get alone (all resident and offloaded with --on-miss load); latent
+// attention (deepseek2), sliding windows and sinks (gpt-oss) included. Where the
+// engine is split-invariant, so is it with this cache. The pool's bytes are those of
+// int8 elements and a float scale per 32 (kernels/cpu/attention.h).
+TEST(EngineBatch, AQ8CacheKeepsEachSequenceItsOwnLogits) {
+  for (const char* fixture : {"mixtral-f32.gguf", "olmoe-q4_0.gguf", "deepseek2-f32.gguf", "gpt-oss-mxfp4.gguf"}) {
+    for (const char* policy : {"all", "lru"}) {
+      if (std::string(policy) == "lru" && std::string(fixture) != "olmoe-q4_0.gguf") continue;
+      EngineOptions o = options_for(fixture, policy, std::string(policy) == "all" ? "" : "25%");
+      o.kv_type = "q8_0";
+      auto e = Engine::open(o);
+      ASSERT_EQ(e->kv_type(), "q8_0");
+      for (int n : {1, 5, 16}) {
+        const std::vector<Script> scripts = make_scripts(n, e->n_vocab(), 300 + n);
+        const std::vector<Transcript> together = run_together(*e, scripts, 11 + n);
+        expect_same(together, *e, scripts, std::string(fixture) + " q8_0 KV, " + policy + ", " + std::to_string(n) +
+                                               " sequences");
+      }
+      std::printf("%-20s %-4s q8_0 KV cache, split_invariant %d\n", fixture, policy, e->split_invariant());
+      if (!e->split_invariant()) continue;
+      std::mt19937 rng(9);
+      std::vector<int32_t> tokens(40);
+      for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % e->n_vocab());
+      auto run = [&](int64_t chunk) {
+        const SeqId id = e->add_sequence({tokens, ""});
+        std::vector<float> all;
+        for (int64_t p = 0; p < 40; p += chunk) {
+          std::vector<BatchToken> b;
+          for (int64_t q = p; q < std::min<int64_t>(40, p + chunk); ++q) b.push_back({id, tokens[static_cast<size_t>(q)], q, true});
+          e->step(b);
+          for (size_t i = 0; i < b.size(); ++i) all.insert(all.end(), e->logits(i), e->logits(i) + e->n_vocab());
+        }
+        e->remove_sequence(id);
+        return all;
+      };
+      EXPECT_TRUE(run(1) == run(7)) << fixture << " q8_0 KV: token by token against chunks of 7";
+    }
+  }
+  EngineOptions o = options_for("olmoe-q4_0.gguf");
+  o.kv_type = "f16";
+  const uint64_t f16 = Engine::open(o)->kv_bytes();
+  o.kv_type = "q8_0";
+  const uint64_t q8 = Engine::open(o)->kv_bytes();
+  // olmoe-q4_0's heads are 32 wide: 32 int8 and one float against 32 halves a row.
+  EXPECT_EQ(q8 * 64, f16 * 36);
+  o.kv_type = "q4_0";
+  try {
+    Engine::open(o);
+    ADD_FAILURE() << "a q4_0 KV cache was accepted";
+  } catch (const InputError& err) {
+    EXPECT_NE(std::string(err.what()).find("'q4_0'"), std::string::npos) << err.what();
+  }
+}
+
 // Offloaded under every policy (25% budget, --on-miss load): batched sequences get
 // the floats of all-resident alone runs.
 // Decode steps of many sequences run whole experts per thread, each expert on all the

@@ -219,11 +219,9 @@ void CpuBackend::attention(const AttentionShape& s, const float* q, int64_t n_to
   cpu::attention(s, q, n_tok, tok, k_cache, v_cache, out, pool_);
 }
 
-void CpuBackend::kv_store(DType kv_type, const float* src, int64_t rows, int64_t n, void* dst, int64_t dst_stride,
-                          int64_t elem_stride) {
+void CpuBackend::kv_store(DType kv_type, const float* src, int64_t rows, int64_t n, const KvSlot& at) {
   const ScopedOpTime timing(timed(kKvStore));
-  if (elem_stride == 1) cpu::kv_store_rows(kv_type, src, rows, n, dst, dst_stride);
-  else cpu::kv_store_columns(kv_type, src, rows, n, dst, dst_stride, elem_stride);
+  cpu::kv_store_slot(kv_type, src, rows, n, at);
 }
 
 void CpuBackend::rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int64_t d, float eps) {

@@ -62,8 +62,7 @@ class CudaBackend final : public Backend {
   void products(const Product* jobs, size_t n) override;
   void attention(const AttentionShape& s, const float* q, int64_t n_tok, const AttentionQuery* tok,
                  const void* k_cache, const void* v_cache, float* out) override;
-  void kv_store(DType kv_type, const float* src, int64_t rows, int64_t n, void* dst, int64_t dst_stride,
-                int64_t elem_stride) override;
+  void kv_store(DType kv_type, const float* src, int64_t rows, int64_t n, const KvSlot& at) override;
   void rmsnorm_rows(const float* x, const float* w, float* y, int64_t n_rows, int64_t d, float eps) override;
   void softmax_rows(float* x, int64_t rows, int64_t n) override;
   void rope_angles(int64_t pos, int64_t rot_dim, float freq_base, float* cs) override;

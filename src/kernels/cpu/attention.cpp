@@ -9,8 +9,10 @@
 // heads that read it), the softmax is vectorised, and the weighted sum of V keeps its
 // output slice in registers while it walks the keys; the query heads that share a kv
 // head are computed together (see kHeads). The cache
-// may hold f16 (engine/kv_cache.h): widened to f32 as it is loaded, so the arithmetic
-// is the f32 path's and only the bytes streamed halve.
+// may hold f16 (engine/kv_block_pool.h): widened to f32 as it is loaded, so the arithmetic
+// is the f32 path's and only the bytes streamed halve. A Q8_0 cache's int8 elements are
+// widened and multiplied by their group's scale as they are loaded (one multiply per
+// vector, shared by the heads that read it), and the rest is the f32 path again.
 // attention_reference keeps the scalar (double-accumulating) definition for tests.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/attention.cpp"
@@ -19,6 +21,7 @@
 #include <hwy/contrib/math/math-inl.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -39,13 +42,30 @@ constexpr int kHeads = 4;
 
 // A sequence's cached rows of one kv head: block table[b] holds positions
 // [b * len, (b + 1) * len), row i of a block at base + table[b] * stride + i * hd.
+// An int8 (Q8_0) plane's scales start scale_off bytes after it, `groups` per row.
 template <class T>
 struct Paged {
   const T* base;
   const int32_t* table;
   int64_t stride, len;
+  int64_t scale_off = 0, groups = 0;
   const T* block(int64_t b) const { return base + static_cast<int64_t>(table[b]) * stride; }
 };
+
+template <class T>
+constexpr bool kQuantized = std::is_same_v<T, int8_t>;
+
+// The scales of a block's plane (attention.h: keys' [group][len], values' [len][group]);
+// null for f32 and f16.
+template <class T>
+inline const float* PlaneScales(const Paged<T>& kv, const T* blk) {
+  if constexpr (kQuantized<T>) return reinterpret_cast<const float*>(blk + kv.scale_off);
+  else return nullptr;
+}
+
+// Bytes of a Q8_0 plane's int8 elements, padded so its float scales are aligned.
+inline int64_t q8_scale_offset(int64_t block_len, int64_t width) { return (block_len * width + 3) / 4 * 4; }
+inline int64_t q8_groups(int64_t width) { return (width + kKvQ8Group - 1) / kKvQ8Group; }
 
 
 }  // namespace moeflow::cpu
@@ -80,16 +100,38 @@ HWY_INLINE VF LoadKV(DF df, const uint16_t* HWY_RESTRICT p) {
   const hn::Rebind<hwy::float16_t, DF> dh;
   return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
 }
+HWY_INLINE VF LoadKV(DF df, const int8_t* HWY_RESTRICT p) {
+  const hn::Rebind<int8_t, DF> d8;
+  const hn::RebindToSigned<DF> di;
+  return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, p)));
+}
 HWY_INLINE float ScalarKV(float x) { return x; }
 HWY_INLINE float ScalarKV(uint16_t h) { return fp16_to_fp32(h); }
+// Element i of a cached row whose group scales are `scales` (null unless int8).
+template <class T>
+HWY_INLINE float ScalarAt(const T* row, const float* scales, int64_t i) {
+  if constexpr (kQuantized<T>) return static_cast<float>(row[i]) * scales[i / kKvQ8Group];
+  else return ScalarKV(row[i]);
+}
+// The scales of the N elements of a row from element d (d a multiple of N): one
+// group's where a vector lies within one group, as it does on every x86 target.
+HWY_INLINE VF ScaleOf(DF df, const float* HWY_RESTRICT scales, int64_t d) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  if (N <= kKvQ8Group && kKvQ8Group % N == 0) return hn::Set(df, scales[d / kKvQ8Group]);
+  HWY_ALIGN float lanes[hn::MaxLanes(DF())];
+  for (int64_t l = 0; l < N; ++l) lanes[l] = scales[(d + l) / kKvQ8Group];
+  return hn::Load(df, lanes);
+}
 
-// Calls row(p - first, row_p, ahead) for the positions p in [first, n_keys) in order,
-// row_p the cached row of position p and ahead the row kAhead positions on (null past
-// the end), block by block. first > 0: a sliding window's start.
+// Calls row(p - first, row_p, scales_p, ahead) for the positions p in [first, n_keys)
+// in order, row_p the cached row of position p, scales_p its group scales (null unless
+// int8) and ahead the row kAhead positions on (null past the end), block by block.
+// first > 0: a sliding window's start.
 template <class T, class F>
 HWY_INLINE void ForEachRow(const Paged<T>& kv, int64_t first, int64_t n_keys, int64_t hd, const F& row) {
   for (int64_t b = first / kv.len, b0 = b * kv.len; b0 < n_keys; b0 += kv.len, ++b) {
     const T* blk = kv.block(b);
+    const float* sc = PlaneScales(kv, blk);
     const int64_t n = std::min(kv.len, n_keys - b0);
     const T* next = b0 + kv.len < n_keys ? kv.block(b + 1) : nullptr;
     for (int64_t i = std::max<int64_t>(0, first - b0); i < n; ++i) {
@@ -97,7 +139,7 @@ HWY_INLINE void ForEachRow(const Paged<T>& kv, int64_t first, int64_t n_keys, in
       const int64_t a = i + kAhead;
       const T* ahead = a < n ? blk + a * hd
                              : (next && b0 + a < n_keys && a - kv.len < kv.len ? next + (a - kv.len) * hd : nullptr);
-      row(b0 + i - first, blk + i * hd, ahead);
+      row(b0 + i - first, blk + i * hd, sc ? sc + i * kv.groups : nullptr, ahead);
     }
   }
 }
@@ -110,19 +152,29 @@ HWY_INLINE void StoreFirst(DF df, VF v, float* HWY_RESTRICT p, int64_t n) {
 }
 
 // acc[h][j] += the products of head h's query with NV vectors of positions' keys,
-// col pointing at element 0 of the first (a plane's column d is len elements on).
+// col pointing at element 0 of the first (a plane's column d is len elements on) and,
+// for int8 keys, sc at the first one's scale of group 0 (group g's len * g floats on).
 template <int HG, int NV, class T>
-HWY_INLINE void ScoreRun(const float* HWY_RESTRICT q, const T* HWY_RESTRICT col, int64_t len, int64_t hd,
-                         const T* prefetch, VF (&acc)[HG][NV]) {
+HWY_INLINE void ScoreRun(const float* HWY_RESTRICT q, const T* HWY_RESTRICT col, const float* HWY_RESTRICT sc,
+                         int64_t len, int64_t hd, const T* prefetch, VF (&acc)[HG][NV]) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  for (int64_t d = 0; d < hd; ++d, col += len) {
-    if (prefetch) __builtin_prefetch(prefetch + d * len, 0, 3);
-    VF kv[NV];
-    for (int j = 0; j < NV; ++j) kv[j] = LoadKV(df, col + j * N);
-    for (int h = 0; h < HG; ++h) {
-      const VF qd = hn::Set(df, q[h * hd + d]);
-      for (int j = 0; j < NV; ++j) acc[h][j] = hn::MulAdd(qd, kv[j], acc[h][j]);
+  for (int64_t g0 = 0; g0 < hd; g0 += kKvQ8Group) {
+    VF s[NV];
+    if constexpr (kQuantized<T>)
+      for (int j = 0; j < NV; ++j) s[j] = hn::LoadU(df, sc + g0 / kKvQ8Group * len + j * N);
+    const int64_t g1 = std::min(hd, g0 + kKvQ8Group);
+    for (int64_t d = g0; d < g1; ++d) {
+      if (prefetch) __builtin_prefetch(prefetch + d * len, 0, 3);
+      VF kv[NV];
+      for (int j = 0; j < NV; ++j) {
+        kv[j] = LoadKV(df, col + d * len + j * N);
+        if constexpr (kQuantized<T>) kv[j] = hn::Mul(kv[j], s[j]);
+      }
+      for (int h = 0; h < HG; ++h) {
+        const VF qd = hn::Set(df, q[h * hd + d]);
+        for (int j = 0; j < NV; ++j) acc[h][j] = hn::MulAdd(qd, kv[j], acc[h][j]);
+      }
     }
   }
 }
@@ -148,18 +200,22 @@ HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const Paged<T>& k, int6
   const VF vscale = hn::Set(df, scale);
   for (int64_t b = first / k.len, b0 = b * k.len; b0 < n_keys; b0 += k.len, ++b) {
     const T* blk = k.block(b);
+    const float* sc = PlaneScales(k, blk);
     const T* next = b0 + kKeyBlocksAhead * k.len < n_keys ? k.block(b + kKeyBlocksAhead) : nullptr;
     if (b == first / k.len)  // the blocks before the first one `next` reaches
       for (int64_t e = 1; e < kKeyBlocksAhead && b0 + e * k.len < n_keys; ++e) {
         const T* plane = k.block(b + e);
         for (int64_t d = 0; d < hd; ++d) __builtin_prefetch(plane + d * k.len, 0, 3);
+        if constexpr (kQuantized<T>) PrefetchRow(PlaneScales(k, plane), k.groups * k.len);
       }
+    if constexpr (kQuantized<T>)
+      if (next) PrefetchRow(PlaneScales(k, next), k.groups * k.len);
     const int64_t end = std::min(k.len, n_keys - b0);
     int64_t i = std::max<int64_t>(0, first - b0);
     for (; i + 2 * N <= end; i += 2 * N) {
       VF acc[HG][2];
       for (int h = 0; h < HG; ++h) acc[h][0] = acc[h][1] = hn::Zero(df);
-      ScoreRun<HG, 2>(q, blk + i, k.len, hd, i == 0 ? next : nullptr, acc);
+      ScoreRun<HG, 2>(q, blk + i, sc ? sc + i : nullptr, k.len, hd, i == 0 ? next : nullptr, acc);
       for (int h = 0; h < HG; ++h) {
         hn::StoreU(hn::Mul(acc[h][0], vscale), df, scores + h * ss + (b0 + i - first));
         hn::StoreU(hn::Mul(acc[h][1], vscale), df, scores + h * ss + (b0 + i - first) + N);
@@ -172,13 +228,22 @@ HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const Paged<T>& k, int6
       if (i + N <= k.len) {
         // A whole vector of the column, the lanes past the context's end included:
         // every lane is its own sum, and only the first n are stored.
-        ScoreRun<HG, 1>(q, blk + i, k.len, hd, i == 0 ? next : nullptr, acc);
+        ScoreRun<HG, 1>(q, blk + i, sc ? sc + i : nullptr, k.len, hd, i == 0 ? next : nullptr, acc);
+      } else if constexpr (kQuantized<T>) {
+        // Positions [i, end) of every column widened and scaled, zero-padded to a vector.
+        thread_local std::vector<float> part;
+        part.assign(static_cast<size_t>(hd * N), 0.0f);
+        for (int64_t d = 0; d < hd; ++d)
+          for (int64_t x = 0; x < n; ++x)
+            part[static_cast<size_t>(d * N + x)] =
+                static_cast<float>(blk[d * k.len + i + x]) * sc[d / kKvQ8Group * k.len + i + x];
+        ScoreRun<HG, 1, float>(q, part.data(), nullptr, N, hd, nullptr, acc);
       } else {
         // Positions [i, end) of every column, zero-padded to a vector (a run's tail).
         thread_local std::vector<T> part;
         part.assign(static_cast<size_t>(hd * N), T{});
         for (int64_t d = 0; d < hd; ++d) std::copy_n(blk + d * k.len + i, n, part.data() + d * N);
-        ScoreRun<HG, 1, T>(q, part.data(), N, hd, nullptr, acc);
+        ScoreRun<HG, 1, T>(q, part.data(), nullptr, N, hd, nullptr, acc);
       }
       for (int h = 0; h < HG; ++h) StoreFirst(df, hn::Mul(acc[h][0], vscale), scores + h * ss + (b0 + i - first), n);
     }
@@ -202,6 +267,10 @@ void Scores(int hg, const float* HWY_RESTRICT q, const Paged<float>& k, int64_t 
 }
 void ScoresF16(int hg, const float* HWY_RESTRICT q, const Paged<uint16_t>& k, int64_t first, int64_t n_keys,
                int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {
+  ScoresT(hg, q, k, first, n_keys, hd, scale, scores, ss);
+}
+void ScoresQ8(int hg, const float* HWY_RESTRICT q, const Paged<int8_t>& k, int64_t first, int64_t n_keys,
+              int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {
   ScoresT(hg, q, k, first, n_keys, hd, scale, scores, ss);
 }
 
@@ -253,13 +322,14 @@ HWY_INLINE void WeightedSlice(const float* HWY_RESTRICT w, int64_t ws, const Pag
   VF acc[HG][NV];
   for (int h = 0; h < HG; ++h)
     for (int j = 0; j < NV; ++j) acc[h][j] = hn::Zero(df);
-  ForEachRow(v, first, n_keys, hd, [&](int64_t p, const T* HWY_RESTRICT row, const T* ahead) {
+  ForEachRow(v, first, n_keys, hd, [&](int64_t p, const T* HWY_RESTRICT row, const float* scales, const T* ahead) {
     const T* vp = row + d0;
     if (ahead) PrefetchRow(ahead + d0, NV * N);
     VF wp[HG];
     for (int h = 0; h < HG; ++h) wp[h] = hn::Set(df, w[h * ws + p]);
     for (int j = 0; j < NV; ++j) {
-      const VF vj = LoadKV(df, vp + j * N);
+      VF vj = LoadKV(df, vp + j * N);
+      if constexpr (kQuantized<T>) vj = hn::Mul(vj, ScaleOf(df, scales, d0 + j * N));
       for (int h = 0; h < HG; ++h) acc[h][j] = hn::MulAdd(wp[h], vj, acc[h][j]);
     }
   });
@@ -302,9 +372,9 @@ HWY_INLINE void WeightedHeads(const float* HWY_RESTRICT w, int64_t ws, const Pag
     const int64_t nd = std::min<int64_t>(8, hd - d);
     for (int h = 0; h < HG; ++h)
       for (int64_t e = 0; e < nd; ++e) s[h][e] = 0;
-    ForEachRow(v, first, n_keys, hd, [&](int64_t p, const T* HWY_RESTRICT row, const T*) {
+    ForEachRow(v, first, n_keys, hd, [&](int64_t p, const T* HWY_RESTRICT row, const float* scales, const T*) {
       for (int h = 0; h < HG; ++h)
-        for (int64_t e = 0; e < nd; ++e) s[h][e] += w[h * ws + p] * ScalarKV(row[d + e]);
+        for (int64_t e = 0; e < nd; ++e) s[h][e] += w[h * ws + p] * ScalarAt(row, scales, d + e);
     });
     for (int h = 0; h < HG; ++h)
       for (int64_t e = 0; e < nd; ++e) o[h * hd + d + e] = s[h][e];
@@ -327,6 +397,10 @@ void Weighted(int hg, const float* HWY_RESTRICT w, int64_t ws, const Paged<float
 }
 void WeightedF16(int hg, const float* HWY_RESTRICT w, int64_t ws, const Paged<uint16_t>& v, int64_t first,
                  int64_t n_keys, int64_t hd, float* HWY_RESTRICT o) {
+  WeightedT(hg, w, ws, v, first, n_keys, hd, o);
+}
+void WeightedQ8(int hg, const float* HWY_RESTRICT w, int64_t ws, const Paged<int8_t>& v, int64_t first,
+                int64_t n_keys, int64_t hd, float* HWY_RESTRICT o) {
   WeightedT(hg, w, ws, v, first, n_keys, hd, o);
 }
 
@@ -354,10 +428,23 @@ namespace moeflow::cpu {
 
 HWY_EXPORT(Scores);
 HWY_EXPORT(ScoresF16);
+HWY_EXPORT(ScoresQ8);
 HWY_EXPORT(Softmax);
 HWY_EXPORT(Weighted);
 HWY_EXPORT(WeightedF16);
+HWY_EXPORT(WeightedQ8);
 HWY_EXPORT(ToF16);
+
+int64_t kv_plane_size(DType kv_type, int64_t block_len, int64_t width) {
+  if (kv_type == DType::Q8_0) return q8_scale_offset(block_len, width) + q8_groups(width) * block_len * 4;
+  return block_len * width;
+}
+
+size_t kv_element_bytes(DType kv_type) { return kv_type == DType::F32 ? 4 : kv_type == DType::F16 ? 2 : 1; }
+
+bool kv_type_supported(DType kv_type) {
+  return kv_type == DType::F32 || kv_type == DType::F16 || kv_type == DType::Q8_0;
+}
 
 void kv_store(DType kv_type, const float* src, void* dst, int64_t n) { kv_store_rows(kv_type, src, 1, n, dst, n); }
 
@@ -393,16 +480,61 @@ void kv_store_columns(DType kv_type, const float* src, int64_t rows, int64_t n, 
 
 namespace {
 
+// One row of n floats into a Q8_0 plane at row `row` of its block: each group's scale
+// max |x| / 127 and q = round(x / scale), as llama.cpp's quantize_row_q8_0 rounds (half
+// away from zero). A group holding a NaN gets a NaN scale (and zeros), an infinite one
+// an infinite scale: what the group reads back is not finite, as an f16 cache's would be.
+void store_q8_row(const float* x, int64_t n, int8_t* plane, int64_t block_len, int64_t row, bool keys) {
+  auto* scales = reinterpret_cast<float*>(plane + q8_scale_offset(block_len, n));
+  const int64_t groups = q8_groups(n);
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t d0 = g * kKvQ8Group, d1 = std::min(n, d0 + kKvQ8Group);
+    float amax = 0;
+    bool nan = false;
+    for (int64_t d = d0; d < d1; ++d) {
+      nan |= std::isnan(x[d]);
+      amax = std::max(amax, std::fabs(x[d]));
+    }
+    const float scale = nan ? NAN : amax / 127.0f;
+    const float inv = std::isfinite(scale) && scale > 0 ? 1.0f / scale : 0.0f;
+    for (int64_t d = d0; d < d1; ++d) {
+      const float r = std::round(x[d] * inv);  // |x * inv| <= 127 up to rounding; 0 for a NaN group
+      const auto q = static_cast<int8_t>(std::isnan(r) ? 0.0f : std::clamp(r, -127.0f, 127.0f));
+      plane[keys ? d * block_len + row : row * n + d] = q;
+    }
+    scales[keys ? g * block_len + row : row * groups + g] = scale;
+  }
+}
+
+}  // namespace
+
+void kv_store_slot(DType kv_type, const float* src, int64_t rows, int64_t n, const KvSlot& at) {
+  if (kv_type == DType::Q8_0) {
+    for (int64_t r = 0; r < rows; ++r)
+      store_q8_row(src + r * n, n, static_cast<int8_t*>(at.plane0) + r * at.plane, at.block_len, at.row, at.keys);
+    return;
+  }
+  auto* base = static_cast<char*>(at.plane0);
+  const size_t e = kv_element_bytes(kv_type);
+  if (at.keys) kv_store_columns(kv_type, src, rows, n, base + at.row * e, at.plane, at.block_len);
+  else kv_store_rows(kv_type, src, rows, n, base + at.row * n * e, at.plane);
+}
+
+namespace {
+
 template <class T>
 auto kernels_for() {
   if constexpr (std::is_same_v<T, uint16_t>) {
     return std::make_pair(HWY_DYNAMIC_DISPATCH(ScoresF16), HWY_DYNAMIC_DISPATCH(WeightedF16));
+  } else if constexpr (kQuantized<T>) {
+    return std::make_pair(HWY_DYNAMIC_DISPATCH(ScoresQ8), HWY_DYNAMIC_DISPATCH(WeightedQ8));
   } else {
     return std::make_pair(HWY_DYNAMIC_DISPATCH(Scores), HWY_DYNAMIC_DISPATCH(Weighted));
   }
 }
 
-// The cache's elements as the kernels take them: float, or uint16_t for half bits.
+// The cache's elements as the kernels take them: float, uint16_t for half bits, int8_t
+// for Q8_0.
 template <class T>
 void attention_typed(const AttentionShape& s, const float* q, int64_t n_tok, const AttentionQuery* tok,
                      const T* k_cache, const T* v_cache, float* out, ThreadPool* pool) {
@@ -411,6 +543,9 @@ void attention_typed(const AttentionShape& s, const float* q, int64_t n_tok, con
   const int64_t hd = s.head_dim, vd = s.v_dim();
   const int64_t q_stride = s.n_head * hd, o_stride = s.n_head * vd;
   const float scale = s.scale > 0 ? s.scale : 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t k_plane = s.k_plane(), v_plane = s.v_plane();
+  const int64_t k_scales = kQuantized<T> ? q8_scale_offset(s.block_len, hd) : 0;
+  const int64_t v_scales = kQuantized<T> ? q8_scale_offset(s.block_len, vd) : 0;
   int64_t n_ctx = 0;
   for (int64_t t = 0; t < n_tok; ++t) n_ctx = std::max(n_ctx, tok[t].pos + 1);
   const auto kernels = kernels_for<T>();  // not a structured binding: clang 14 cannot capture one
@@ -433,8 +568,8 @@ void attention_typed(const AttentionShape& s, const float* q, int64_t n_tok, con
       const int hg = static_cast<int>(std::min<int64_t>(kHeads, (g + 1) * group - h0));
       const int64_t n_keys = tok[t].pos + 1;
       const int64_t first = s.window > 0 ? std::max<int64_t>(0, n_keys - s.window) : 0;
-      const Paged<T> kp{k_cache + g * s.block_len * hd, tok[t].blocks, s.block_stride, s.block_len};
-      const Paged<T> vp{v_cache + g * s.block_len * vd, tok[t].blocks, s.v_stride(), s.block_len};
+      const Paged<T> kp{k_cache + g * k_plane, tok[t].blocks, s.block_stride, s.block_len, k_scales, q8_groups(hd)};
+      const Paged<T> vp{v_cache + g * v_plane, tok[t].blocks, s.v_stride(), s.block_len, v_scales, q8_groups(vd)};
       scores_fn(hg, q + t * q_stride + h0 * hd, kp, first, n_keys, hd, scale, scores.data(), n_ctx);
       for (int h = 0; h < hg; ++h)
         softmax_fn(scores.data() + h * n_ctx, n_keys - first, s.sinks ? s.sinks[h0 + h] : -INFINITY);
@@ -445,23 +580,30 @@ void attention_typed(const AttentionShape& s, const float* q, int64_t n_tok, con
   else work(0, jobs, 0);
 }
 
-void check_shape(const AttentionShape& s, const char* who) {
-  if (s.kv_type != DType::F32 && s.kv_type != DType::F16)
+void check_shape(const AttentionShape& s, const void* k_cache, const void* v_cache, const char* who) {
+  if (!kv_type_supported(s.kv_type))
     throw std::invalid_argument(std::string("moeflow: ") + who + " over a " + dtype_name(s.kv_type) +
-                                " KV cache (f32 or f16 only)");
+                                " KV cache (f32, f16 or q8_0 only)");
   if (s.n_head <= 0 || s.n_head_kv <= 0 || s.n_head % s.n_head_kv || s.head_dim <= 0 || s.block_len <= 0 ||
-      s.block_stride < s.n_head_kv * s.block_len * s.head_dim || s.window < 0 || s.v_head_dim < 0 ||
-      s.v_stride() < s.n_head_kv * s.block_len * s.v_dim() || !(s.scale >= 0))
+      s.block_stride < s.n_head_kv * s.k_plane() || s.window < 0 || s.v_head_dim < 0 ||
+      s.v_stride() < s.n_head_kv * s.v_plane() || !(s.scale >= 0))
     throw std::invalid_argument(std::string("moeflow: ") + who + ": inconsistent attention shape");
+  // Q8_0 planes hold floats: every plane must start 4-byte aligned.
+  if (s.kv_type == DType::Q8_0 && (s.block_stride % 4 || s.v_stride() % 4 || reinterpret_cast<uintptr_t>(k_cache) % 4 ||
+                                   reinterpret_cast<uintptr_t>(v_cache) % 4))
+    throw std::invalid_argument(std::string("moeflow: ") + who + ": a q8_0 cache's blocks must be 4-byte aligned");
 }
 
 }  // namespace
 
 void attention(const AttentionShape& s, const float* q, int64_t n_tok, const AttentionQuery* tok, const void* k_cache,
                const void* v_cache, float* out, ThreadPool* pool) {
-  check_shape(s, "attention");
+  check_shape(s, k_cache, v_cache, "attention");
   if (s.kv_type == DType::F32) {
     attention_typed(s, q, n_tok, tok, static_cast<const float*>(k_cache), static_cast<const float*>(v_cache), out,
+                    pool);
+  } else if (s.kv_type == DType::Q8_0) {
+    attention_typed(s, q, n_tok, tok, static_cast<const int8_t*>(k_cache), static_cast<const int8_t*>(v_cache), out,
                     pool);
   } else {
     attention_typed(s, q, n_tok, tok, static_cast<const uint16_t*>(k_cache), static_cast<const uint16_t*>(v_cache),
@@ -471,37 +613,37 @@ void attention(const AttentionShape& s, const float* q, int64_t n_tok, const Att
 
 void attention_reference(const AttentionShape& s, const float* q, int64_t n_tok, const AttentionQuery* tok,
                          const void* k_cache_raw, const void* v_cache_raw, float* out) {
-  check_shape(s, "attention_reference");
-  const bool f16 = s.kv_type == DType::F16;
-  auto at = [f16](const void* cache, int64_t i) {
-    return f16 ? static_cast<double>(fp16_to_fp32(static_cast<const uint16_t*>(cache)[i]))
-               : static_cast<double>(static_cast<const float*>(cache)[i]);
-  };
+  check_shape(s, k_cache_raw, v_cache_raw, "attention_reference");
   const int64_t group = s.n_head / s.n_head_kv;
   const int64_t q_stride = s.n_head * s.head_dim, vd = s.v_dim(), o_stride = s.n_head * vd;
   const double scale = s.scale > 0 ? s.scale : 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+  const int64_t L = s.block_len;
+  // Element d of kv head g's key (keys) or value at position p of the sequence whose
+  // block table is `blocks`, read straight from the layout attention.h describes.
+  auto element = [&](const void* cache, bool keys, const int32_t* blocks, int64_t g, int64_t p, int64_t d) {
+    const int64_t width = keys ? s.head_dim : vd, r = p % L;
+    const int64_t plane = blocks[p / L] * (keys ? s.block_stride : s.v_stride()) + g * (keys ? s.k_plane() : s.v_plane());
+    const int64_t i = plane + (keys ? d * L + r : r * width + d);
+    if (s.kv_type == DType::F32) return static_cast<double>(static_cast<const float*>(cache)[i]);
+    if (s.kv_type == DType::F16) return static_cast<double>(fp16_to_fp32(static_cast<const uint16_t*>(cache)[i]));
+    const auto* q8 = static_cast<const int8_t*>(cache);
+    const auto* scales = reinterpret_cast<const float*>(q8 + plane + q8_scale_offset(L, width));
+    const int64_t g8 = d / kKvQ8Group;
+    return static_cast<double>(q8[i]) * scales[keys ? g8 * L + r : r * q8_groups(width) + g8];
+  };
   for (int64_t t = 0; t < n_tok; ++t) {
     const int64_t n_keys = tok[t].pos + 1;
     const int64_t first = s.window > 0 ? std::max<int64_t>(0, n_keys - s.window) : 0;
     std::vector<double> scores(static_cast<size_t>(n_keys));
-    // Element index of element 0 of kv head g's key for position p (element d is
-    // block_len further on per d: the planes are transposed).
-    auto key = [&](int64_t g, int64_t p) {
-      return tok[t].blocks[p / s.block_len] * s.block_stride + g * s.block_len * s.head_dim + p % s.block_len;
-    };
-    auto v_row = [&](int64_t g, int64_t p) {
-      return tok[t].blocks[p / s.block_len] * s.v_stride() + g * s.block_len * vd + (p % s.block_len) * vd;
-    };
     for (int64_t h = 0; h < s.n_head; ++h) {
       const int64_t g = h / group;
       const float* qh = q + t * q_stride + h * s.head_dim;
       const double sink = s.sinks ? static_cast<double>(s.sinks[h]) : -INFINITY;
       double mx = sink;
       for (int64_t p = first; p < n_keys; ++p) {
-        const int64_t k = key(g, p);
         double dot = 0;
         for (int64_t d = 0; d < s.head_dim; ++d)
-          dot += static_cast<double>(qh[d]) * at(k_cache_raw, k + d * s.block_len);
+          dot += static_cast<double>(qh[d]) * element(k_cache_raw, true, tok[t].blocks, g, p, d);
         scores[p] = dot * scale;
         mx = std::max(mx, scores[p]);
       }
@@ -509,7 +651,8 @@ void attention_reference(const AttentionShape& s, const float* q, int64_t n_tok,
       for (int64_t p = first; p < n_keys; ++p) sum += scores[p] = std::exp(scores[p] - mx);
       for (int64_t d = 0; d < vd; ++d) {
         double o = 0;
-        for (int64_t p = first; p < n_keys; ++p) o += scores[p] / sum * at(v_cache_raw, v_row(g, p) + d);
+        for (int64_t p = first; p < n_keys; ++p)
+          o += scores[p] / sum * element(v_cache_raw, false, tok[t].blocks, g, p, d);
         out[t * o_stride + h * vd + d] = static_cast<float>(o);
       }
     }
