@@ -85,13 +85,21 @@ using VF = hn::Vec<DF>;
 // value row kAhead positions on is prefetched, and the key plane of the block
 // kKeyBlocksAhead on (the first ones as a job starts): a block's arithmetic takes less
 // than a memory latency, so one block ahead arrived late (docs/performance.md,
-// "long contexts").
+// "long contexts"). f32 and f16 rows are read ahead into L2 (prefetcht1), int8 ones
+// into L1: a 4064-position decode token read f16 keys and values at 1.2-1.6x the rate
+// into L2 (20-27 -> 26-34 GB/s on two threads), while int8's, whose widening makes a
+// row's arithmetic longer, read as fast or faster into L1 (docs/performance.md, "a
+// q8_0 KV cache").
 constexpr int64_t kAhead = 32;
 constexpr int64_t kKeyBlocksAhead = 2;
-template <class T>
-HWY_INLINE void PrefetchRow(const T* p, int64_t n) {
-  constexpr int64_t kLine = 64 / sizeof(T);
-  for (int64_t i = 0; i < n; i += kLine) __builtin_prefetch(p + i, 0, 3);
+template <class T>  // T: the cache's elements
+HWY_INLINE void PrefetchLine(const void* p) { __builtin_prefetch(p, 0, kQuantized<T> ? 3 : 2); }
+// The lines of n elements of E from p (E: the cache's elements, or an int8 plane's
+// float scales with T = int8_t).
+template <class E, class T = E>
+HWY_INLINE void PrefetchRow(const E* p, int64_t n) {
+  constexpr int64_t kLine = 64 / sizeof(E);
+  for (int64_t i = 0; i < n; i += kLine) PrefetchLine<T>(p + i);
 }
 
 // Cache elements: f32, or IEEE half bits (uint16_t) widened as they are loaded.
@@ -165,7 +173,7 @@ HWY_INLINE void ScoreRun(const float* HWY_RESTRICT q, const T* HWY_RESTRICT col,
       for (int j = 0; j < NV; ++j) s[j] = hn::LoadU(df, sc + g0 / kKvQ8Group * len + j * N);
     const int64_t g1 = std::min(hd, g0 + kKvQ8Group);
     for (int64_t d = g0; d < g1; ++d) {
-      if (prefetch) __builtin_prefetch(prefetch + d * len, 0, 3);
+      if (prefetch) PrefetchLine<T>(prefetch + d * len);
       VF kv[NV];
       for (int j = 0; j < NV; ++j) {
         kv[j] = LoadKV(df, col + d * len + j * N);
@@ -205,11 +213,11 @@ HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const Paged<T>& k, int6
     if (b == first / k.len)  // the blocks before the first one `next` reaches
       for (int64_t e = 1; e < kKeyBlocksAhead && b0 + e * k.len < n_keys; ++e) {
         const T* plane = k.block(b + e);
-        for (int64_t d = 0; d < hd; ++d) __builtin_prefetch(plane + d * k.len, 0, 3);
-        if constexpr (kQuantized<T>) PrefetchRow(PlaneScales(k, plane), k.groups * k.len);
+        for (int64_t d = 0; d < hd; ++d) PrefetchLine<T>(plane + d * k.len);
+        if constexpr (kQuantized<T>) PrefetchRow<float, T>(PlaneScales(k, plane), k.groups * k.len);
       }
     if constexpr (kQuantized<T>)
-      if (next) PrefetchRow(PlaneScales(k, next), k.groups * k.len);
+      if (next) PrefetchRow<float, T>(PlaneScales(k, next), k.groups * k.len);
     const int64_t end = std::min(k.len, n_keys - b0);
     int64_t i = std::max<int64_t>(0, first - b0);
     for (; i + 2 * N <= end; i += 2 * N) {
