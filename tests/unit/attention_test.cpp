@@ -29,8 +29,7 @@ using testing::rel_err;
 // SIMD attention against the double-precision reference on fixed random inputs:
 // head sizes that are and are not whole vectors, grouped-query and plain heads, one
 // decode token after a long cache and a prefill block after a short one; groups of
-// 3, 8 (two chunks of four heads), 5 (a chunk of four and one of one) and 7 query
-// heads per kv head; blocks of 1, 3, 16, 32 positions and one block for everything,
+// 3, 4, 8 (one job of eight heads, or two of four), 5 and 7 query heads per kv head; blocks of 1, 3, 16, 32 positions and one block for everything,
 // taken from the pool in a scrambled order (block tables as a paged cache gives them).
 TEST(Attention, MatchesReference) {
   const Case cases[] = {{12, 4, 64, 32, 1, 159},  {12, 4, 64, 32, 9, 0},   {4, 4, 80, 3, 3, 40},
@@ -39,7 +38,7 @@ TEST(Attention, MatchesReference) {
                         {7, 1, 16, 32, 2, 50}};
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  ThreadPool pool(3);
+  ThreadPool pool(3), wide_pool(16);
   for (const Case& c : cases) {
     const int64_t n_ctx = c.pos0 + c.n_tok;
     const int64_t n_blocks = (n_ctx + c.block_len - 1) / c.block_len + 2;  // two never used
@@ -62,6 +61,11 @@ TEST(Attention, MatchesReference) {
     attention_reference(s, q.data(), c.n_tok, tok.data(), k.data(), v.data(), ref.data());
     attention(s, q.data(), c.n_tok, tok.data(), k.data(), v.data(), one.data(), nullptr);
     attention(s, q.data(), c.n_tok, tok.data(), k.data(), v.data(), many.data(), &pool);
+    // More threads than jobs of eight heads: jobs of four (kernels/cpu/attention.cpp),
+    // the same floats.
+    std::vector<float> wide(q.size());
+    attention(s, q.data(), c.n_tok, tok.data(), k.data(), v.data(), wide.data(), &wide_pool);
+    EXPECT_EQ(wide, one) << "jobs of four heads against eight";
     const double rel = rel_err(one, ref);
     std::printf("heads %lld/%lld dim %lld, blocks of %lld, %lld tokens after %lld: relative error %.2e\n",
                 static_cast<long long>(c.n_head), static_cast<long long>(c.n_head_kv),

@@ -37,8 +37,11 @@ namespace moeflow::cpu {
 // A query head shares its cached keys and values with the other heads of its group
 // (grouped-query attention): up to kHeads of them are computed together, so each
 // cached row is read from memory once per chunk of heads, not once per head, and the
-// heads' sums are independent chains the core can overlap.
-constexpr int kHeads = 4;
+// heads' sums are independent chains the core can overlap. Eight (Qwen3-MoE's and
+// gpt-oss's groups) where that leaves every thread a job, else four (more jobs for
+// one token's few kv heads); each head's floats are the same either way.
+constexpr int kHeads = 8;
+constexpr int kFewerHeads = 4;
 
 // A sequence's cached rows of one kv head: block table[b] holds positions
 // [b * len, (b + 1) * len), row i of a block at base + table[b] * stride + i * hd.
@@ -200,6 +203,16 @@ HWY_INLINE void ScoreRun(const float* HWY_RESTRICT q, const T* HWY_RESTRICT col,
 // than the arithmetic. Only a run cut by the end of a block shorter than a vector
 // takes the copy. The plane of the block kKeyBlocksAhead on is prefetched a line per
 // element.
+// Two vectors of positions at a time need 2 x HG accumulators: more than five heads
+// only where there are 32 vector registers (AVX-512; x86 before it has 16).
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
+template <int HG>
+constexpr bool kTwoVectors = HG <= 4;
+#else
+template <int HG>
+constexpr bool kTwoVectors = true;
+#endif
+
 template <int HG, class T>
 HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const Paged<T>& k, int64_t first, int64_t n_keys,
                             int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {
@@ -220,7 +233,7 @@ HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const Paged<T>& k, int6
       if (next) PrefetchRow<float, T>(PlaneScales(k, next), k.groups * k.len);
     const int64_t end = std::min(k.len, n_keys - b0);
     int64_t i = std::max<int64_t>(0, first - b0);
-    for (; i + 2 * N <= end; i += 2 * N) {
+    for (; kTwoVectors<HG> && i + 2 * N <= end; i += 2 * N) {
       VF acc[HG][2];
       for (int h = 0; h < HG; ++h) acc[h][0] = acc[h][1] = hn::Zero(df);
       ScoreRun<HG, 2>(q, blk + i, sc ? sc + i : nullptr, k.len, hd, i == 0 ? next : nullptr, acc);
@@ -261,12 +274,16 @@ HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const Paged<T>& k, int6
 template <class T>
 void ScoresT(int hg, const float* HWY_RESTRICT q, const Paged<T>& k, int64_t first, int64_t n_keys, int64_t hd,
              float scale, float* HWY_RESTRICT scores, int64_t ss) {
-  static_assert(kHeads == 4, "one case per chunk size");
+  static_assert(kHeads == 8, "one case per chunk size");
   switch (hg) {
     case 1: return ScoresHeads<1>(q, k, first, n_keys, hd, scale, scores, ss);
     case 2: return ScoresHeads<2>(q, k, first, n_keys, hd, scale, scores, ss);
     case 3: return ScoresHeads<3>(q, k, first, n_keys, hd, scale, scores, ss);
-    default: return ScoresHeads<4>(q, k, first, n_keys, hd, scale, scores, ss);
+    case 4: return ScoresHeads<4>(q, k, first, n_keys, hd, scale, scores, ss);
+    case 5: return ScoresHeads<5>(q, k, first, n_keys, hd, scale, scores, ss);
+    case 6: return ScoresHeads<6>(q, k, first, n_keys, hd, scale, scores, ss);
+    case 7: return ScoresHeads<7>(q, k, first, n_keys, hd, scale, scores, ss);
+    default: return ScoresHeads<8>(q, k, first, n_keys, hd, scale, scores, ss);
   }
 }
 void Scores(int hg, const float* HWY_RESTRICT q, const Paged<float>& k, int64_t first, int64_t n_keys, int64_t hd,
@@ -316,37 +333,60 @@ void Softmax(float* HWY_RESTRICT x, int64_t n, float sink) {
   for (; i < n; ++i) x[i] *= hn::GetLane(inv);
 }
 
-// o[h * hd + d0 + j * N] (j < NV) = sum_p w[h * ws + p - first] * v_p[d0 + j * N] for
-// the HG heads, p in [first, n_keys): a slice of NV vectors of each head, its HG x NV
-// sums in registers while every key is visited, across blocks, so the sum runs in
-// position order whatever the blocks; each V vector loaded feeds all HG heads. NV is a
+// Calls f(blk, scales, next, i0, n, avail, p0) for each block holding positions of
+// [first, n_keys), in order: its rows [i0, n) are positions first + p0 on, scales its
+// plane's (null unless int8), next the block after it (null at the end) and avail the
+// positions from its start to n_keys.
+template <class T, class F>
+HWY_INLINE void ForEachBlock(const Paged<T>& kv, int64_t first, int64_t n_keys, const F& f) {
+  for (int64_t b = first / kv.len, b0 = b * kv.len; b0 < n_keys; b0 += kv.len, ++b) {
+    const T* blk = kv.block(b);
+    const int64_t i0 = std::max<int64_t>(0, first - b0);
+    f(blk, PlaneScales(kv, blk), b0 + kv.len < n_keys ? kv.block(b + 1) : nullptr, i0,
+      std::min(kv.len, n_keys - b0), n_keys - b0, b0 + i0 - first);
+  }
+}
+
+// o[h * hd + d0 + j * N] (j < NV) += sum_i w[h * ws + p0 + i - i0] * v_i[d0 + j * N] for
+// the HG heads and a block's rows i in [i0, n) (init: = instead of +=): a slice of NV
+// vectors of each head, its HG x NV sums in registers across the block's rows; each V
+// vector loaded feeds all HG heads. Every lane still sums its positions in order,
+// block after block, so the result is that of one pass over all positions. NV is a
 // compile-time count: with a run-time one the accumulators lived on the stack, a load
 // and a store around every multiply-add.
 template <int HG, int NV, class T>
-HWY_INLINE void WeightedSlice(const float* HWY_RESTRICT w, int64_t ws, const Paged<T>& v, int64_t first,
-                              int64_t n_keys, int64_t hd, int64_t d0, float* HWY_RESTRICT o) {
+HWY_INLINE void WeightedSlice(const float* HWY_RESTRICT w, int64_t ws, const T* HWY_RESTRICT blk, const float* sc,
+                              int64_t groups, const T* next, int64_t i0, int64_t n, int64_t avail, int64_t p0,
+                              int64_t len, int64_t hd, int64_t d0, bool init, float* HWY_RESTRICT o) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   VF acc[HG][NV];
   for (int h = 0; h < HG; ++h)
-    for (int j = 0; j < NV; ++j) acc[h][j] = hn::Zero(df);
-  ForEachRow(v, first, n_keys, hd, [&](int64_t p, const T* HWY_RESTRICT row, const float* scales, const T* ahead) {
-    const T* vp = row + d0;
+    for (int j = 0; j < NV; ++j) acc[h][j] = init ? hn::Zero(df) : hn::LoadU(df, o + h * hd + d0 + j * N);
+  for (int64_t i = i0; i < n; ++i) {
+    // The row kAhead positions on, within this block or the next (kAhead may exceed a
+    // short block: then nothing).
+    const int64_t a = i + kAhead;
+    const T* ahead = a < n ? blk + a * hd : (next && a < avail && a - len < len ? next + (a - len) * hd : nullptr);
     if (ahead) PrefetchRow(ahead + d0, NV * N);
+    const T* vp = blk + i * hd + d0;
     VF wp[HG];
-    for (int h = 0; h < HG; ++h) wp[h] = hn::Set(df, w[h * ws + p]);
+    for (int h = 0; h < HG; ++h) wp[h] = hn::Set(df, w[h * ws + p0 + i - i0]);
     for (int j = 0; j < NV; ++j) {
       VF vj = LoadKV(df, vp + j * N);
-      if constexpr (kQuantized<T>) vj = hn::Mul(vj, ScaleOf(df, scales, d0 + j * N));
+      if constexpr (kQuantized<T>) vj = hn::Mul(vj, ScaleOf(df, sc + i * groups, d0 + j * N));
       for (int h = 0; h < HG; ++h) acc[h][j] = hn::MulAdd(wp[h], vj, acc[h][j]);
     }
-  });
+  }
   for (int h = 0; h < HG; ++h)
     for (int j = 0; j < NV; ++j) hn::StoreU(acc[h][j], df, o + h * hd + d0 + j * N);
 }
 
-// All of each head: slices of up to S vectors (HG x S at most 24 registers), the last
-// one as wide as what is left; the tail that is not whole vectors one element at a time.
+// All of each head, block by block: each block's rows through every slice of up to S
+// vectors (HG x S at most 24 registers) while the block is in L1, the partial sums
+// kept in o between blocks, so the values are read from memory once however many
+// slices a head takes (eight heads of 128: three); the tail that is not whole vectors
+// one element at a time.
 template <int HG, class T>
 HWY_INLINE void WeightedHeads(const float* HWY_RESTRICT w, int64_t ws, const Paged<T>& v, int64_t first,
                               int64_t n_keys, int64_t hd, float* HWY_RESTRICT o) {
@@ -354,26 +394,27 @@ HWY_INLINE void WeightedHeads(const float* HWY_RESTRICT w, int64_t ws, const Pag
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   constexpr int64_t S = HG == 1 ? 8 : 24 / HG;
   const int64_t hv = hd / N * N;
-  for (int64_t d0 = 0; d0 < hv;) {
-    const int64_t nv = std::min<int64_t>(S, (hv - d0) / N);
-    // Widths 8, 6 (S for four heads), 4, 2 and 1 cover every count up to S.
-    if (nv >= 8 && S >= 8) {
-      WeightedSlice<HG, (S >= 8 ? 8 : 1)>(w, ws, v, first, n_keys, hd, d0, o);
-      d0 += 8 * N;
-    } else if (nv >= 6 && S >= 6) {
-      WeightedSlice<HG, (S >= 6 ? 6 : 1)>(w, ws, v, first, n_keys, hd, d0, o);
-      d0 += 6 * N;
-    } else if (nv >= 4) {
-      WeightedSlice<HG, 4>(w, ws, v, first, n_keys, hd, d0, o);
-      d0 += 4 * N;
-    } else if (nv >= 2) {
-      WeightedSlice<HG, 2>(w, ws, v, first, n_keys, hd, d0, o);
-      d0 += 2 * N;
-    } else {
-      WeightedSlice<HG, 1>(w, ws, v, first, n_keys, hd, d0, o);
-      d0 += N;
+  bool init = true;
+  ForEachBlock(v, first, n_keys, [&](const T* blk, const float* sc, const T* next, int64_t i0, int64_t n,
+                                     int64_t avail, int64_t p0) {
+    for (int64_t d0 = 0; d0 < hv;) {
+      const int64_t nv = std::min<int64_t>(S, (hv - d0) / N);
+      // Widths 8, 6 (S for four heads), 4, 3 (S for seven and eight), 2 and 1 cover
+      // every count up to S.
+      auto slice = [&](auto width) {
+        constexpr int W = decltype(width)::value;
+        WeightedSlice<HG, W>(w, ws, blk, sc, v.groups, next, i0, n, avail, p0, v.len, hd, d0, init, o);
+        d0 += W * N;
+      };
+      if (nv >= 8 && S >= 8) slice(std::integral_constant<int, (S >= 8 ? 8 : 1)>{});
+      else if (nv >= 6 && S >= 6) slice(std::integral_constant<int, (S >= 6 ? 6 : 1)>{});
+      else if (nv >= 4) slice(std::integral_constant<int, 4>{});
+      else if (nv >= 3) slice(std::integral_constant<int, 3>{});
+      else if (nv >= 2) slice(std::integral_constant<int, 2>{});
+      else slice(std::integral_constant<int, 1>{});
     }
-  }
+    init = false;
+  });
   if (hv == hd) return;
   float s[kHeads][8];  // the tail of a head that is not whole vectors (< N <= 16 elements)
   for (int64_t d = hv; d < hd; d += 8) {
@@ -396,7 +437,11 @@ void WeightedT(int hg, const float* HWY_RESTRICT w, int64_t ws, const Paged<T>& 
     case 1: return WeightedHeads<1>(w, ws, v, first, n_keys, hd, o);
     case 2: return WeightedHeads<2>(w, ws, v, first, n_keys, hd, o);
     case 3: return WeightedHeads<3>(w, ws, v, first, n_keys, hd, o);
-    default: return WeightedHeads<4>(w, ws, v, first, n_keys, hd, o);
+    case 4: return WeightedHeads<4>(w, ws, v, first, n_keys, hd, o);
+    case 5: return WeightedHeads<5>(w, ws, v, first, n_keys, hd, o);
+    case 6: return WeightedHeads<6>(w, ws, v, first, n_keys, hd, o);
+    case 7: return WeightedHeads<7>(w, ws, v, first, n_keys, hd, o);
+    default: return WeightedHeads<8>(w, ws, v, first, n_keys, hd, o);
   }
 }
 void Weighted(int hg, const float* HWY_RESTRICT w, int64_t ws, const Paged<float>& v, int64_t first, int64_t n_keys,
@@ -547,7 +592,9 @@ template <class T>
 void attention_typed(const AttentionShape& s, const float* q, int64_t n_tok, const AttentionQuery* tok,
                      const T* k_cache, const T* v_cache, float* out, ThreadPool* pool) {
   const int64_t group = s.n_head / s.n_head_kv;
-  const int64_t chunks = (group + kHeads - 1) / kHeads;  // chunks of heads per group
+  const int threads = pool ? pool->size() : 1;
+  const int64_t per_job = n_tok * s.n_head_kv * ((group + kHeads - 1) / kHeads) >= threads ? kHeads : kFewerHeads;
+  const int64_t chunks = (group + per_job - 1) / per_job;  // chunks of heads per group
   const int64_t hd = s.head_dim, vd = s.v_dim();
   const int64_t q_stride = s.n_head * hd, o_stride = s.n_head * vd;
   const float scale = s.scale > 0 ? s.scale : 1.0f / std::sqrt(static_cast<float>(hd));
@@ -560,7 +607,7 @@ void attention_typed(const AttentionShape& s, const float* q, int64_t n_tok, con
   const auto scores_fn = kernels.first;
   const auto weighted_fn = kernels.second;
   auto softmax_fn = HWY_DYNAMIC_DISPATCH(Softmax);
-  // A job: one token's chunk of up to kHeads query heads of one kv head.
+  // A job: one token's chunk of up to per_job query heads of one kv head.
   const int64_t jobs = n_tok * s.n_head_kv * chunks;
   auto work = [&](int64_t begin, int64_t end, int) {
     thread_local std::vector<float> scores;
@@ -572,8 +619,8 @@ void attention_typed(const AttentionShape& s, const float* q, int64_t n_tok, con
       // a short and a long row make every share about even.
       const int64_t job = i % 2 == 0 ? i / 2 : jobs - 1 - i / 2;
       const int64_t t = job / (s.n_head_kv * chunks), rest = job % (s.n_head_kv * chunks);
-      const int64_t g = rest / chunks, h0 = g * group + (rest % chunks) * kHeads;
-      const int hg = static_cast<int>(std::min<int64_t>(kHeads, (g + 1) * group - h0));
+      const int64_t g = rest / chunks, h0 = g * group + (rest % chunks) * per_job;
+      const int hg = static_cast<int>(std::min<int64_t>(per_job, (g + 1) * group - h0));
       const int64_t n_keys = tok[t].pos + 1;
       const int64_t first = s.window > 0 ? std::max<int64_t>(0, n_keys - s.window) : 0;
       const Paged<T> kp{k_cache + g * k_plane, tok[t].blocks, s.block_stride, s.block_len, k_scales, q8_groups(hd)};
