@@ -134,27 +134,6 @@ HWY_INLINE VF ScaleOf(DF df, const float* HWY_RESTRICT scales, int64_t d) {
   return hn::Load(df, lanes);
 }
 
-// Calls row(p - first, row_p, scales_p, ahead) for the positions p in [first, n_keys)
-// in order, row_p the cached row of position p, scales_p its group scales (null unless
-// int8) and ahead the row kAhead positions on (null past the end), block by block.
-// first > 0: a sliding window's start.
-template <class T, class F>
-HWY_INLINE void ForEachRow(const Paged<T>& kv, int64_t first, int64_t n_keys, int64_t hd, const F& row) {
-  for (int64_t b = first / kv.len, b0 = b * kv.len; b0 < n_keys; b0 += kv.len, ++b) {
-    const T* blk = kv.block(b);
-    const float* sc = PlaneScales(kv, blk);
-    const int64_t n = std::min(kv.len, n_keys - b0);
-    const T* next = b0 + kv.len < n_keys ? kv.block(b + 1) : nullptr;
-    for (int64_t i = std::max<int64_t>(0, first - b0); i < n; ++i) {
-      // Within this block or the next (kAhead may exceed a short block: then nothing).
-      const int64_t a = i + kAhead;
-      const T* ahead = a < n ? blk + a * hd
-                             : (next && b0 + a < n_keys && a - kv.len < kv.len ? next + (a - kv.len) * hd : nullptr);
-      row(b0 + i - first, blk + i * hd, sc ? sc + i * kv.groups : nullptr, ahead);
-    }
-  }
-}
-
 // The first n lanes of v to p.
 HWY_INLINE void StoreFirst(DF df, VF v, float* HWY_RESTRICT p, int64_t n) {
   HWY_ALIGN float part[hn::MaxLanes(DF())];
@@ -190,6 +169,16 @@ HWY_INLINE void ScoreRun(const float* HWY_RESTRICT q, const T* HWY_RESTRICT col,
   }
 }
 
+// Two vectors of positions at a time need 2 x HG accumulators: more than four heads
+// only where there are 32 vector registers (AVX-512; x86 before it has 16).
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
+template <int HG>
+constexpr bool kTwoVectors = HG <= 4;
+#else
+template <int HG>
+constexpr bool kTwoVectors = true;
+#endif
+
 // scores[h * ss + p - first] = scale * <q_h, k_p> for the HG heads q_h = q + h * hd
 // and p in [first, n_keys). The keys are stored transposed within a block (column d
 // of a kv head's plane holds element d of the block's positions, attention.h), so a
@@ -203,16 +192,6 @@ HWY_INLINE void ScoreRun(const float* HWY_RESTRICT q, const T* HWY_RESTRICT col,
 // than the arithmetic. Only a run cut by the end of a block shorter than a vector
 // takes the copy. The plane of the block kKeyBlocksAhead on is prefetched a line per
 // element.
-// Two vectors of positions at a time need 2 x HG accumulators: more than five heads
-// only where there are 32 vector registers (AVX-512; x86 before it has 16).
-#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
-template <int HG>
-constexpr bool kTwoVectors = HG <= 4;
-#else
-template <int HG>
-constexpr bool kTwoVectors = true;
-#endif
-
 template <int HG, class T>
 HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const Paged<T>& k, int64_t first, int64_t n_keys,
                             int64_t hd, float scale, float* HWY_RESTRICT scores, int64_t ss) {
@@ -421,9 +400,12 @@ HWY_INLINE void WeightedHeads(const float* HWY_RESTRICT w, int64_t ws, const Pag
     const int64_t nd = std::min<int64_t>(8, hd - d);
     for (int h = 0; h < HG; ++h)
       for (int64_t e = 0; e < nd; ++e) s[h][e] = 0;
-    ForEachRow(v, first, n_keys, hd, [&](int64_t p, const T* HWY_RESTRICT row, const float* scales, const T*) {
-      for (int h = 0; h < HG; ++h)
-        for (int64_t e = 0; e < nd; ++e) s[h][e] += w[h * ws + p] * ScalarAt(row, scales, d + e);
+    ForEachBlock(v, first, n_keys, [&](const T* blk, const float* sc, const T*, int64_t i0, int64_t n, int64_t,
+                                       int64_t p0) {
+      for (int64_t i = i0; i < n; ++i)
+        for (int h = 0; h < HG; ++h)
+          for (int64_t e = 0; e < nd; ++e)
+            s[h][e] += w[h * ws + p0 + i - i0] * ScalarAt(blk + i * hd, sc ? sc + i * v.groups : nullptr, d + e);
     });
     for (int h = 0; h < HG; ++h)
       for (int64_t e = 0; e < nd; ++e) o[h * hd + d + e] = s[h][e];
