@@ -1,9 +1,11 @@
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "base/hardware_threads.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/kv_read_bytes.h"
 #include "format/gguf.h"
 #include "engine/model_check.h"
 #include "model/model_weights.h"
@@ -34,10 +36,22 @@ int cmd_inspect(int argc, char** argv) {
   // Validate the model too, with every check loading for `run` makes (tokenizer
   // included), so inspect tells whether `run` will accept the file.
   std::string model_error;
+  std::unique_ptr<Model> model;
   try {
-    check_loadable(*Model::load(a.positionals()[0]), hardware_threads());
+    model = Model::load(a.positionals()[0]);
+    check_loadable(*model, hardware_threads());
   } catch (const InputError& e) {
     model_error = e.what();
+  }
+  // What a sequence's KV cache takes per position, every layer, in each cache type:
+  // what --kv-type and --ctx-size cost (the pool keeps every position of every layer).
+  nlohmann::json kv_per_position = nlohmann::json::object();
+  int64_t ctx_train = 0;
+  if (model_error.empty()) {
+    const ModelConfig& c = model->config();
+    for (const char* t : {"f32", "f16", "q8_0"})
+      kv_per_position[t] = static_cast<uint64_t>(c.n_layer) * kv_bytes_per_position(c, t);
+    ctx_train = c.n_ctx_train;
   }
   if (a.has("--json")) {
     nlohmann::json j;
@@ -48,6 +62,10 @@ int cmd_inspect(int argc, char** argv) {
     j["dense_bytes"] = dense;
     j["expert_bytes"] = expert;
     j["loadable"] = model_error.empty();
+    if (model_error.empty()) {
+      j["kv_bytes_per_position"] = kv_per_position;
+      j["context_length"] = ctx_train;
+    }
     if (!model_error.empty()) j["load_error"] = model_error;
     nlohmann::json md = nlohmann::json::object();
     for (const auto& k : f->metadata_order()) md[k] = f->get(k).to_display();
@@ -74,7 +92,16 @@ int cmd_inspect(int argc, char** argv) {
       std::printf("  %-36s %-6s %-24s %s\n", t.name.c_str(), dtype_name(t.dtype), dims.c_str(), human(t.nbytes).c_str());
     }
   }
-  if (model_error.empty()) std::printf("\nmodel: loads as a supported MoE architecture\n");
+  if (model_error.empty()) {
+    auto kv = [&](const char* t, int64_t n) { return human(kv_per_position[t].get<uint64_t>() * static_cast<uint64_t>(n)); };
+    std::printf("\nKV cache a position: %s as f32, %s as f16, %s as q8_0", kv("f32", 1).c_str(), kv("f16", 1).c_str(),
+                kv("q8_0", 1).c_str());
+    if (ctx_train > 0)
+      std::printf("; the model's %lld-token context: %s f16, %s q8_0 a sequence", static_cast<long long>(ctx_train),
+                  kv("f16", ctx_train).c_str(), kv("q8_0", ctx_train).c_str());
+    std::printf("\n");
+    std::printf("\nmodel: loads as a supported MoE architecture\n");
+  }
   else std::printf("\nmodel: NOT loadable: %s\n", model_error.c_str());
   return 0;
 }

@@ -267,7 +267,7 @@ TEST(Cli, BadFilesExitNonZeroNamingTheFile) {
 }
 
 // --kv-type: auto picks f16 for q4_0 key/value projections and f32 for f32 ones; run
-// --json says which, and the bytes each type takes.
+// --json says which, and the bytes each type takes, as inspect foretells them.
 TEST(Cli, KvTypeDefaultsByWeightsAndCanBeForced) {
   const std::string q4 = moeflow::testing::fixture_path("olmoe-q4_0.gguf");
   auto kv_of = [](const std::string& args) {
@@ -285,6 +285,16 @@ TEST(Cli, KvTypeDefaultsByWeightsAndCanBeForced) {
   EXPECT_EQ(q8["kv_type"], "q8_0");
   EXPECT_EQ(64 * q8["kv_bytes"].get<uint64_t>(), 36 * f16["kv_bytes"].get<uint64_t>());
   expect_failure("run -m " + q4 + " --kv-type q4_0", "expected f32, f16, q8_0 or auto");
+  // inspect says what a position takes in each type: 64 positions of it are the pool
+  // of a 64-token context (two whole blocks).
+  const Result ins = run("inspect " + q4 + " --json");
+  ASSERT_EQ(ins.code, 0) << ins.out;
+  const auto per_pos = nlohmann::json::parse(ins.out)["kv_bytes_per_position"];
+  for (const char* t : {"f32", "f16", "q8_0"}) {
+    const auto j = kv_of("run -m " + q4 + " -c 64 --kv-type " + t);
+    EXPECT_EQ(64 * per_pos[t].get<uint64_t>(), j["kv_bytes"].get<uint64_t>()) << t;
+  }
+  EXPECT_NE(run("inspect " + q4).out.find("KV cache a position:"), std::string::npos);
 }
 
 TEST(Cli, RunJsonHasTokensTextTimingsAndCache) {
