@@ -34,6 +34,10 @@ using Product = cpu::MatmulJob;
 using AttentionShape = cpu::AttentionShape;
 using AttentionQuery = cpu::AttentionQuery;
 using KvSlot = cpu::KvSlot;
+// The KV cache's layout, every backend's (kernels/cpu/attention.h): a plane's elements
+// and an element's bytes.
+using cpu::kv_element_bytes;
+using cpu::kv_plane_size;
 
 // Also the WeightPlacer of the weights it computes with (their memory and in-memory row
 // layouts, tensor/row_layout.h) and the ExpertMemory the expert cache's buffers come

@@ -99,10 +99,10 @@ int cmd_inspect(int argc, char** argv) {
     if (ctx_train > 0)
       std::printf("; the model's %lld-token context: %s f16, %s q8_0 a sequence", static_cast<long long>(ctx_train),
                   kv("f16", ctx_train).c_str(), kv("q8_0", ctx_train).c_str());
-    std::printf("\n");
-    std::printf("\nmodel: loads as a supported MoE architecture\n");
+    std::printf("\n\nmodel: loads as a supported MoE architecture\n");
+  } else {
+    std::printf("\nmodel: NOT loadable: %s\n", model_error.c_str());
   }
-  else std::printf("\nmodel: NOT loadable: %s\n", model_error.c_str());
   return 0;
 }
 

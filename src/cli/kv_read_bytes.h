@@ -5,24 +5,25 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 #include "engine/forward_pass.h"
-#include "kernels/cpu/attention.h"
 #include "model/model_config.h"
 
 namespace moeflow::cli {
 
 // The bytes of one cached position in one layer (keys and values, every kv head), as
-// the engine's pool stores them (kv_shape; q8_0: a byte an element and a float scale
-// per group of a row, kernels/cpu/attention.h).
+// the engine's pool stores them (kv_shape; the planes of kernels/cpu/attention.h, q8_0's
+// scales included). kv_type: "f32", "f16" or "q8_0" (Engine::kv_type).
 inline uint64_t kv_bytes_per_position(const ModelConfig& c, const std::string& kv_type) {
   const KvShape s = kv_shape(c);
-  if (kv_type == "q8_0") {
-    auto row = [](int64_t w) { return w + 4 * ((w + cpu::kKvQ8Group - 1) / cpu::kKvQ8Group); };
-    return static_cast<uint64_t>(s.heads * (row(s.k_width) + row(s.v_width)));
-  }
-  return static_cast<uint64_t>(s.heads * (s.k_width + s.v_width)) * (kv_type == "f16" ? 2u : 4u);
+  DType t = DType::F32;
+  if (!dtype_from_name(kv_type, t)) throw std::invalid_argument("moeflow: a " + kv_type + " KV cache");
+  const size_t elem = kv_element_bytes(t);  // throws for a type no cache holds
+  const int64_t len = KvBlockPool::kDefaultBlockLen;
+  const int64_t plane = kv_plane_size(t, len, s.k_width) + kv_plane_size(t, len, s.v_width);
+  return static_cast<uint64_t>(s.heads * plane / len) * elem;
 }
 
 // A token at position pos, every layer: pos + 1 positions, a sliding window's layers

@@ -6,7 +6,6 @@
 #include <string>
 
 #include "base/error.h"
-#include "kernels/cpu/attention.h"
 
 namespace moeflow {
 
@@ -14,14 +13,15 @@ KvBlockPool::KvBlockPool(Backend& backend, int64_t n_layer, int64_t n_head_kv, i
                          int64_t block_len, DType type, int64_t v_head_dim)
     : backend_(&backend), n_layer_(n_layer), n_head_kv_(n_head_kv), head_dim_(head_dim),
       v_head_dim_(v_head_dim > 0 ? v_head_dim : head_dim), n_blocks_(n_blocks), block_len_(block_len),
-      type_(type), elem_(cpu::kv_element_bytes(type)) {
+      type_(type) {
   if (!backend.kv_type_supported(type))
     throw InputError(std::string("a ") + dtype_name(type) + " KV cache: the " + backend.name() +
                      " backend keeps f32 or f16 caches");
+  elem_ = kv_element_bytes(type);
   if (n_layer <= 0 || n_head_kv <= 0 || head_dim <= 0 || n_blocks <= 0 || block_len <= 0)
     throw std::invalid_argument("moeflow: KvBlockPool: bad shape");
-  k_plane_ = cpu::kv_plane_size(type, block_len, head_dim_);
-  v_plane_ = cpu::kv_plane_size(type, block_len, v_head_dim_);
+  k_plane_ = kv_plane_size(type, block_len, head_dim_);
+  v_plane_ = kv_plane_size(type, block_len, v_head_dim_);
   if (n_blocks > (int64_t{1} << 31) - 1)
     throw InputError("a KV cache of " + std::to_string(n_blocks) + " blocks of " + std::to_string(block_len) +
                      " positions is more than the pool can index: lower --ctx-size or --parallel");

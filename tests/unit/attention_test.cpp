@@ -26,20 +26,23 @@ struct Case {
 
 using testing::rel_err;
 
-// SIMD attention against the double-precision reference on fixed random inputs:
-// head sizes that are and are not whole vectors, grouped-query and plain heads, one
-// decode token after a long cache and a prefill block after a short one; groups of
-// 3, 4, 8 (one job of eight heads, or two of four), 5 and 7 query heads per kv head; blocks of 1, 3, 16, 32 positions and one block for everything,
+// Head sizes that are and are not whole vectors (and multiples of 32 or not),
+// grouped-query and plain heads, one decode token after a long cache and a prefill
+// block after a short one; groups of 3, 4, 8, 5 and 7 query heads per kv head; blocks
+// of 1, 3, 16, 32 positions and one block for everything.
+const Case kCases[] = {{12, 4, 64, 32, 1, 159},  {12, 4, 64, 32, 9, 0},   {4, 4, 80, 3, 3, 40},
+                       {6, 2, 20, 16, 5, 11},    {2, 1, 7, 1, 1, 0},      {8, 2, 128, 32, 2, 300},
+                       {16, 16, 256, 16, 1, 33}, {32, 4, 64, 400, 1, 77}, {10, 2, 32, 3, 4, 20},
+                       {7, 1, 16, 32, 2, 50}};
+
+// SIMD attention against the double-precision reference on fixed random inputs
+// (kCases; a group of eight as one job of eight heads, or two of four), the blocks
 // taken from the pool in a scrambled order (block tables as a paged cache gives them).
 TEST(Attention, MatchesReference) {
-  const Case cases[] = {{12, 4, 64, 32, 1, 159},  {12, 4, 64, 32, 9, 0},   {4, 4, 80, 3, 3, 40},
-                        {6, 2, 20, 16, 5, 11},    {2, 1, 7, 1, 1, 0},      {8, 2, 128, 32, 2, 300},
-                        {16, 16, 256, 16, 1, 33}, {32, 4, 64, 400, 1, 77}, {10, 2, 32, 3, 4, 20},
-                        {7, 1, 16, 32, 2, 50}};
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   ThreadPool pool(3), wide_pool(16);
-  for (const Case& c : cases) {
+  for (const Case& c : kCases) {
     const int64_t n_ctx = c.pos0 + c.n_tok;
     const int64_t n_blocks = (n_ctx + c.block_len - 1) / c.block_len + 2;  // two never used
     const int64_t stride = c.n_head_kv * c.block_len * c.head_dim + 5;      // a gap between blocks
@@ -123,17 +126,13 @@ TEST(Attention, MatchesReference) {
 // printed beside an f16 cache's. On every SIMD target this CPU runs (AVX-512's 16
 // lanes, AVX2's 8, SSE4's 4: a vector's share of a 32-element group differs).
 TEST(Attention, Q8CacheMatchesReference) {
-  const Case cases[] = {{12, 4, 64, 32, 1, 159},  {12, 4, 64, 32, 9, 0},   {4, 4, 80, 3, 3, 40},
-                        {6, 2, 20, 16, 5, 11},    {2, 1, 7, 1, 1, 0},      {8, 2, 128, 32, 2, 300},
-                        {16, 16, 256, 16, 1, 33}, {32, 4, 64, 400, 1, 77}, {10, 2, 32, 3, 4, 20},
-                        {7, 1, 16, 32, 2, 50}};
   std::printf("targets:");
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) std::printf(" %s", hwy::TargetName(target));
   std::printf("\n");
   std::mt19937 rng(17);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   ThreadPool pool(3);
-  for (const Case& c : cases) {
+  for (const Case& c : kCases) {
     const int64_t n_ctx = c.pos0 + c.n_tok, L = c.block_len, hd = c.head_dim, G = c.n_head_kv;
     const int64_t n_blocks = (n_ctx + L - 1) / L + 1;
     AttentionShape s8{c.n_head, G, hd, L, 0, DType::Q8_0};
@@ -273,7 +272,9 @@ TEST(Attention, Q8StoreQuantizesEachGroupOfARow) {
         EXPECT_EQ(scale, amax / 127.0f) << "row " << r << " group " << g << (keys ? " keys" : " values");
         for (int64_t d = g * 32; d < std::min(n, g * 32 + 32); ++d) {
           const int8_t e = q[keys ? d * L + row : row * n + d];
-          if (amax == 0) EXPECT_EQ(e, 0);
+          if (amax == 0) {
+            EXPECT_EQ(e, 0);
+          }
           EXPECT_LE(std::fabs(e * scale - x[r * n + d]), 0.5f * scale * 1.0001f);
         }
       }
@@ -286,7 +287,9 @@ TEST(Attention, Q8StoreQuantizesEachGroupOfARow) {
         const bool element = i < L * n && (keys ? i % L == row : i / n == row);
         const int64_t si = (i - L * n) / 4;
         const bool scale = i >= L * n && (keys ? si % L == row : si / groups == row);
-        if (!element && !scale) EXPECT_EQ(a[r * plane + i], b[r * plane + i]) << "byte " << i << " of plane " << r;
+        if (!element && !scale) {
+          EXPECT_EQ(a[r * plane + i], b[r * plane + i]) << "byte " << i << " of plane " << r;
+        }
       }
   }
   // Non-finite inputs: NaN's group reads back NaN, an infinity's non-finite; other groups exact.

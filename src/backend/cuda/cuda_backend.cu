@@ -499,10 +499,8 @@ void CudaBackend::kv_store(DType kv_type, const float* src, int64_t rows, int64_
   Impl& im = *im_;
   if (!kv_type_supported(kv_type))
     throw std::invalid_argument(std::string("moeflow: a ") + dtype_name(kv_type) + " KV cache on CUDA (f32 or f16 only)");
-  const size_t elem = cpu::kv_element_bytes(kv_type);
-  // f32 / f16 planes: a key's element i block_len elements after element i - 1 (transposed).
-  void* dst = static_cast<uint8_t*>(at.plane0) + static_cast<size_t>(at.keys ? at.row : at.row * n) * elem;
-  const int64_t dst_stride = at.plane, elem_stride = at.keys ? at.block_len : 1;
+  void* dst = at.first(kv_element_bytes(kv_type), n);
+  const int64_t dst_stride = at.plane, elem_stride = at.element_stride();
   const ScopedOpTime timed(&im.times[Impl::kKvStore]);
   im.bind();
   const size_t bytes = static_cast<size_t>(rows * n) * 4;

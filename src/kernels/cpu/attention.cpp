@@ -475,7 +475,11 @@ int64_t kv_plane_size(DType kv_type, int64_t block_len, int64_t width) {
   return block_len * width;
 }
 
-size_t kv_element_bytes(DType kv_type) { return kv_type == DType::F32 ? 4 : kv_type == DType::F16 ? 2 : 1; }
+size_t kv_element_bytes(DType kv_type) {
+  if (!kv_type_supported(kv_type))
+    throw std::invalid_argument(std::string("moeflow: a ") + dtype_name(kv_type) + " KV cache (f32, f16 or q8_0 only)");
+  return kv_type == DType::F32 ? 4 : kv_type == DType::F16 ? 2 : 1;
+}
 
 bool kv_type_supported(DType kv_type) {
   return kv_type == DType::F32 || kv_type == DType::F16 || kv_type == DType::Q8_0;
@@ -549,10 +553,9 @@ void kv_store_slot(DType kv_type, const float* src, int64_t rows, int64_t n, con
       store_q8_row(src + r * n, n, static_cast<int8_t*>(at.plane0) + r * at.plane, at.block_len, at.row, at.keys);
     return;
   }
-  auto* base = static_cast<char*>(at.plane0);
-  const size_t e = kv_element_bytes(kv_type);
-  if (at.keys) kv_store_columns(kv_type, src, rows, n, base + at.row * e, at.plane, at.block_len);
-  else kv_store_rows(kv_type, src, rows, n, base + at.row * n * e, at.plane);
+  void* dst = at.first(kv_element_bytes(kv_type), n);
+  if (at.keys) kv_store_columns(kv_type, src, rows, n, dst, at.plane, at.element_stride());
+  else kv_store_rows(kv_type, src, rows, n, dst, at.plane);
 }
 
 namespace {

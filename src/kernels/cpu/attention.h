@@ -16,7 +16,7 @@ namespace moeflow::cpu {
 // positions together), so that a vector holds one element of consecutive positions
 // and the scores come out a position per lane (kv_store_columns writes them).
 //
-// A Q8_0 cache (llama.cpp's -ctk/-ctv q8_0: half an f16 cache's bytes) keeps each
+// A Q8_0 cache (llama.cpp's -ctk/-ctv q8_0: 0.56x an f16 cache's bytes) keeps each
 // plane as int8 elements followed by float scales, one per position and group of
 // kKvQ8Group elements of a row (the last group shorter where the width is not a
 // multiple): element x = q * scale, q = round(x / scale) in [-127, 127], scale =
@@ -26,7 +26,8 @@ namespace moeflow::cpu {
 constexpr int64_t kKvQ8Group = 32;
 // Elements (bytes for Q8_0) of one kv head's keys or values in one block: a plane.
 int64_t kv_plane_size(DType kv_type, int64_t block_len, int64_t width);
-// Bytes per element of a plane's count (kv_plane_size): 4, 2 or 1.
+// Bytes per element of a plane's count (kv_plane_size): 4, 2 or 1. Throws
+// std::invalid_argument for a type no cache holds (kv_type_supported).
 size_t kv_element_bytes(DType kv_type);
 // Whether attention and kv_store take caches of this type: F32, F16, Q8_0.
 bool kv_type_supported(DType kv_type);
@@ -97,6 +98,13 @@ struct KvSlot {
   void* plane0 = nullptr;
   int64_t plane = 0, block_len = 0, row = 0;
   bool keys = false;
+  // F32 / F16 planes (elem bytes an element, rows of n): where head 0's element 0 goes,
+  // and the elements from one of a row's elements to the next (transposed keys:
+  // block_len). Heads are `plane` elements apart.
+  void* first(size_t elem, int64_t n) const {
+    return static_cast<char*>(plane0) + static_cast<size_t>(keys ? row : row * n) * elem;
+  }
+  int64_t element_stride() const { return keys ? block_len : 1; }
 };
 // Writes `rows` rows of n floats (kv head r's at src + r * n) at `at`, for every cache
 // type (Q8_0: each group quantized as above). Throws std::invalid_argument for an
