@@ -29,11 +29,13 @@ using testing::rel_err;
 // Head sizes that are and are not whole vectors (and multiples of 32 or not),
 // grouped-query and plain heads, one decode token after a long cache and a prefill
 // block after a short one; groups of 3, 4, 8, 5 and 7 query heads per kv head; blocks
-// of 1, 3, 16, 32 positions and one block for everything.
+// of 1, 3, 16, 32 positions and one block for everything. Prefill blocks of one-head
+// groups, whose consecutive tokens share a job (runs of up to eight, or four on
+// AVX2, fewer on more threads), also at a head size that is not whole vectors.
 const Case kCases[] = {{12, 4, 64, 32, 1, 159},  {12, 4, 64, 32, 9, 0},   {4, 4, 80, 3, 3, 40},
                        {6, 2, 20, 16, 5, 11},    {2, 1, 7, 1, 1, 0},      {8, 2, 128, 32, 2, 300},
                        {16, 16, 256, 16, 1, 33}, {32, 4, 64, 400, 1, 77}, {10, 2, 32, 3, 4, 20},
-                       {7, 1, 16, 32, 2, 50}};
+                       {7, 1, 16, 32, 2, 50},    {8, 8, 64, 16, 11, 70},  {4, 4, 20, 3, 11, 5}};
 
 // SIMD attention against the double-precision reference on fixed random inputs
 // (kCases; a group of eight as one job of eight heads, or two of four), the blocks
@@ -167,16 +169,21 @@ TEST(Attention, Q8CacheMatchesReference) {
     for (auto& x : q) x = 2.0f * nd(rng);
     std::vector<float> ref(q.size()), one(q.size()), many(q.size()), singles(q.size()), exact(q.size()), h16(q.size());
     attention_reference(s8, q.data(), c.n_tok, tok.data(), k8.data(), v8.data(), ref.data());
+    const int64_t qs = c.n_head * hd;
+    // Every target: against the reference, and a token alone in a call gets the same
+    // floats (prefill runs of four rows where there are 16 registers, eight with 32).
     for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
       hwy::SetSupportedTargetsForTest(target);
       std::vector<float> got(q.size());
       attention(s8, q.data(), c.n_tok, tok.data(), k8.data(), v8.data(), got.data(), &pool);
       EXPECT_LT(rel_err(got, ref), 1e-5) << hwy::TargetName(target);
+      for (int64_t t = 0; t < c.n_tok; ++t)
+        attention(s8, q.data() + t * qs, 1, &tok[t], k8.data(), v8.data(), singles.data() + t * qs, nullptr);
+      EXPECT_EQ(singles, got) << hwy::TargetName(target) << ": a token alone in a call";
     }
     hwy::SetSupportedTargetsForTest(0);
     attention(s8, q.data(), c.n_tok, tok.data(), k8.data(), v8.data(), one.data(), nullptr);
     attention(s8, q.data(), c.n_tok, tok.data(), k8.data(), v8.data(), many.data(), &pool);
-    const int64_t qs = c.n_head * hd;
     for (int64_t t = 0; t < c.n_tok; ++t)
       attention(s8, q.data() + t * qs, 1, &tok[t], k8.data(), v8.data(), singles.data() + t * qs, nullptr);
     attention_reference(s32, q.data(), c.n_tok, tok.data(), k32.data(), v32.data(), exact.data());
@@ -347,7 +354,7 @@ TEST(Attention, TokensOfSeveralSequencesInOneCall) {
 TEST(Attention, SlidingWindowAndSinks) {
   struct W { int64_t n_head, n_head_kv, head_dim, block_len, n_tok, pos0, window; };
   const W cases[] = {{8, 2, 64, 3, 6, 20, 5}, {4, 4, 16, 1, 1, 40, 7}, {6, 2, 20, 16, 9, 30, 16},
-                     {8, 2, 64, 16, 4, 3, 128}, {5, 1, 32, 3, 12, 0, 4}};
+                     {8, 2, 64, 16, 4, 3, 128}, {5, 1, 32, 3, 12, 0, 4}, {4, 4, 16, 3, 10, 0, 6}};
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   ThreadPool pool(3);
