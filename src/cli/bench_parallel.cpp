@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "backend/activation_precision.h"
@@ -54,7 +55,9 @@ class StepBytes final : public ForwardListener {
     if (!on) return;
     bytes += dense_ + static_cast<uint64_t>(s.size()) * m_.weights().tok_embd.row_bytes();
     macs += dense_macs_ * static_cast<uint64_t>(s.size());
-    for (int64_t p : s.pos) kv_bytes += kv_bytes_read(m_.config(), kv_type_, p);
+    for (size_t i = 0; i < s.pos.size(); ++i)
+      kv_bytes += kv_bytes_read(m_.config(), kv_type_, s.pos[i]) -
+                  (i > 0 ? kv_bytes_shared(m_.config(), kv_type_, s.pos[i], shared_positions) : 0);
   }
   void routed(const LayerRouting& r) override {
     if (!on) return;
@@ -65,6 +68,9 @@ class StepBytes final : public ForwardListener {
     unique += distinct.size();
   }
   bool on = false;
+  // Positions every sequence of the counted steps reads from the same blocks (a shared
+  // prompt): read once per step, not once per token.
+  int64_t shared_positions = 0;
   uint64_t bytes = 0, macs = 0, selected = 0, unique = 0;  // macs: the matrices' multiply-adds
   uint64_t kv_bytes = 0;                                     // the KV cache's, beside the weights' `bytes`
 
@@ -134,6 +140,8 @@ int bench_parallel(const Args& a) {
   const int64_t n_prompt = a.integer("--n-prompt", 1, 1 << 16);
   const int64_t n_gen = a.integer("--n-gen", 1, 1 << 16);
   const int64_t reps = a.integer("--repetitions", 1, 100);
+  const int64_t shared_asked = a.integer("--shared-prompt", 0, n_prompt - 1);
+  int64_t shared_kept = 0;  // the shared prompt in whole KV blocks, where N > 1
   const std::vector<std::string> policies = bench_policies(a);
   const int64_t n_max = *std::max_element(ns.begin(), ns.end());
   std::vector<ParallelRun> runs;
@@ -164,23 +172,39 @@ int bench_parallel(const Args& a) {
       // VM's disk reads anywhere from ~0.5 to ~7.5 GB/s, from one minute to the next.
       const double disk_before = pol == "all" ? 0 : bench_disk_bandwidth(a, m);
       for (int64_t r = 0; r < reps; ++r) {
-        // Each sequence its own deterministic pseudo-random prompt, prefilled in one step.
+        // Each sequence its own deterministic pseudo-random prompt, prefilled in one step;
+        // with --shared-prompt the first sequence's first `shared` tokens are parked after
+        // its prefill, and the others continue them and prefill the rest in a second step.
         std::vector<SeqId> seqs;
         std::vector<BatchToken> batch;
+        std::vector<int32_t> next;
         uint64_t s = 12345 + static_cast<uint64_t>(r);
-        for (int64_t i = 0; i < n; ++i) {
-          const SeqId id = e->add_sequence();
-          seqs.push_back(id);
-          for (int64_t t = 0; t < n_prompt; ++t) {
+        const auto prefill = [&](SeqId id, int64_t from) {
+          for (int64_t t = from; t < n_prompt; ++t) {
             s = s * 6364136223846793005ull + 1442695040888963407ull;
             batch.push_back({id, static_cast<int32_t>((s >> 33) % static_cast<uint64_t>(e->n_vocab())), t,
                              t == n_prompt - 1});
           }
+        };
+        const auto run_prefill = [&] {
+          e->step(batch);
+          for (size_t k = 0; k < batch.size(); ++k)
+            if (batch[k].logits) next.push_back(argmax(e->logits(k), e->n_vocab()));
+          batch.clear();
+        };
+        const int64_t shared = n > 1 ? shared_asked / e->kv_block_len() * e->kv_block_len() : 0;
+        std::optional<SeqId> parked;
+        for (int64_t i = 0; i < n; ++i) {
+          if (i == 1 && shared > 0) {
+            run_prefill();
+            parked = e->park_prefix(seqs[0], shared);
+            shared_kept = shared;
+          }
+          seqs.push_back(i > 0 && shared > 0 ? e->add_sequence({}, *parked, shared) : e->add_sequence());
+          prefill(seqs.back(), i > 0 ? shared : 0);
         }
-        e->step(batch);
-        std::vector<int32_t> next;
-        for (size_t k = 0; k < batch.size(); ++k)
-          if (batch[k].logits) next.push_back(argmax(e->logits(k), e->n_vocab()));
+        run_prefill();
+        counter.shared_positions = shared;
         const double triad_before = pol == "all" ? e->backend().measure_memory_bandwidth_gbs(64ull << 20) : 0;
         const ExpertCacheStats before = e->cache_stats();
         counter.on = true;
@@ -217,6 +241,7 @@ int bench_parallel(const Args& a) {
           }
         }
         for (SeqId id : seqs) e->remove_sequence(id);
+        if (parked) e->remove_sequence(*parked);
       }
       if (pol != "all") run.disk_bw = std::max(disk_before, bench_disk_bandwidth(a, m));
       runs.push_back(run);
@@ -249,6 +274,7 @@ int bench_parallel(const Args& a) {
   auto gmacs = [&](const ParallelRun& r) { return static_cast<double>(r.macs) / r.seconds / 1e9; };
   if (a.has("--json")) {
     nlohmann::json j = {{"model", model_path}, {"threads", threads}, {"n_prompt", n_prompt}, {"n_gen", n_gen},
+                        {"shared_prompt", shared_kept},
                         {"expert_weight_layout", layout}, {"simd_target", target},
                         {"peak_gflops", peak}, {"activations", int8 ? "int8" : "int16"},
                         {"mac_peak_gmacs", mac_peak}, {"runs", nlohmann::json::array()}};
@@ -286,8 +312,9 @@ int bench_parallel(const Args& a) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("model %s, %d threads, experts in memory as %s, %s kernels; %lld-token prompts, %lld decode steps\n",
+  std::printf("model %s, %d threads, experts in memory as %s, %s kernels; %lld-token prompts%s, %lld decode steps\n",
               model_path.c_str(), threads, layout.c_str(), target.c_str(), static_cast<long long>(n_prompt),
+              shared_kept > 0 ? (", the first " + std::to_string(shared_kept) + " shared").c_str() : "",
               static_cast<long long>(n_gen));
   if (std::any_of(runs.begin(), runs.end(), [](const ParallelRun& r) { return r.disk_bw > 0; })) {
     std::printf("an offloaded row's bound is the smaller of its memory bound and its storage reads at the larger of two "

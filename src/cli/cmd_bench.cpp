@@ -105,10 +105,16 @@ int cmd_bench(int argc, char** argv) {
   a.flag("--json", "print one JSON object", false);
   a.flag("--parallel", "N sequences decoding together (a list runs each: 1,2,4,8,16), tokens/s summed over them "
                        "against the bytes a step reads (dense weights plus the experts its tokens select)");
+  a.flag("--shared-prompt", "with --parallel: the first V prompt tokens are the same for every sequence (a system "
+                            "prompt the requests share), rounded down to whole KV blocks; the sequences continue one "
+                            "parked copy of them, as the server's prompt reuse does, and each prefills the rest of "
+                            "its own prompt",
+         true, "0");
   add_offload_flags(a);
   a.parse(argc, argv, 2);
   check_policy_state_out(a, "bench", false);
   if (a.has("--parallel")) return bench_parallel(a);
+  if (a.has("--shared-prompt")) throw UsageError("moeflow bench: --shared-prompt needs --parallel");
   const int64_t n_prompt = a.integer("--n-prompt", 1, 1 << 16);
   const int64_t n_gen = a.integer("--n-gen", 1, 1 << 16);
   const int64_t reps = a.integer("--repetitions", 1, 100);

@@ -35,4 +35,16 @@ inline uint64_t kv_bytes_read(const ModelConfig& c, const std::string& kv_type, 
   return positions * kv_bytes_per_position(c, kv_type);
 }
 
+// Of those, the bytes of positions [0, shared) in the layers where the token attends
+// from position 0: every layer, a sliding window's only while pos is within it (the
+// attention kernel reads a prefix that several sequences share once for all of them
+// there).
+inline uint64_t kv_bytes_shared(const ModelConfig& c, const std::string& kv_type, int64_t pos, int64_t shared) {
+  uint64_t positions = 0;
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    if (!layer_slides(c, l) || pos < c.sliding_window)
+      positions += static_cast<uint64_t>(std::min(shared, pos + 1));
+  return positions * kv_bytes_per_position(c, kv_type);
+}
+
 }  // namespace moeflow::cli

@@ -30,12 +30,14 @@ using testing::rel_err;
 // grouped-query and plain heads, one decode token after a long cache and a prefill
 // block after a short one; groups of 3, 4, 8, 5 and 7 query heads per kv head; blocks
 // of 1, 3, 16, 32 positions and one block for everything. Prefill blocks of one-head
-// groups, whose consecutive tokens share a job (runs of up to eight, or four on
-// AVX2, fewer on more threads), also at a head size that is not whole vectors.
+// groups, whose consecutive tokens share a job (up to eight, fewer on more threads),
+// also at a head size that is not whole vectors, and one of more rows than a kernel
+// call takes, over more positions than a span (attention.cpp: kSpan).
 const Case kCases[] = {{12, 4, 64, 32, 1, 159},  {12, 4, 64, 32, 9, 0},   {4, 4, 80, 3, 3, 40},
                        {6, 2, 20, 16, 5, 11},    {2, 1, 7, 1, 1, 0},      {8, 2, 128, 32, 2, 300},
                        {16, 16, 256, 16, 1, 33}, {32, 4, 64, 400, 1, 77}, {10, 2, 32, 3, 4, 20},
-                       {7, 1, 16, 32, 2, 50},    {8, 8, 64, 16, 11, 70},  {4, 4, 20, 3, 11, 5}};
+                       {7, 1, 16, 32, 2, 50},    {8, 8, 64, 16, 11, 70},  {4, 4, 20, 3, 11, 5},
+                       {8, 2, 64, 16, 6, 600}};
 
 // SIMD attention against the double-precision reference on fixed random inputs
 // (kCases; a group of eight as one job of eight heads, or two of four), the blocks
@@ -343,6 +345,79 @@ TEST(Attention, TokensOfSeveralSequencesInOneCall) {
   bad = s;
   bad.block_stride = stride - 1;
   EXPECT_THROW(attention(bad, q.data(), 1, tok.data(), k.data(), v.data(), all.data(), nullptr), std::invalid_argument);
+}
+
+// Decode tokens of sequences that continue one parked prompt: their block tables start
+// with the same blocks (a whole-block prefix, as Engine::add_sequence shares it) and go
+// on in blocks of their own. Calls mixing them with a sequence that shares a shorter
+// prefix, one that shares nothing, and two tokens of one sequence's prefill: every
+// token's floats are those it gets alone in a call, on every SIMD target, whatever the
+// threads, and the reference's within the f32 bound; for f32, f16 and q8_0 caches and
+// groups of 1, 2, 4 and 8 query heads.
+TEST(Attention, SequencesContinuingOnePromptGetWhatTheyGetAlone) {
+  const int64_t hd = 64, L = 8, P = 40;  // a prompt of P blocks: more positions than a span
+  // Blocks [0, P): the prompt; P, P + 1: a second prefix sharing its first two blocks;
+  // each sequence's own blocks after them.
+  std::vector<int32_t> prompt(static_cast<size_t>(P));
+  std::iota(prompt.begin(), prompt.end(), 0);
+  int32_t next = static_cast<int32_t>(P) + 2;
+  const auto continuing = [&](std::vector<int32_t> head, int own) {
+    for (int i = 0; i < own; ++i) head.push_back(next++);
+    return head;
+  };
+  const std::vector<std::vector<int32_t>> tables = {
+      continuing(prompt, 2), continuing(prompt, 1), continuing(prompt, 2),
+      continuing({0, 1, static_cast<int32_t>(P), static_cast<int32_t>(P) + 1}, 1),
+      continuing({}, 3),     continuing(prompt, 1), continuing(prompt, 2)};
+  const int64_t n_blocks = next;
+  struct Tok { int t; int64_t pos; };
+  const Tok toks[] = {{0, P * L + 10}, {1, P * L + 4}, {4, 20}, {2, P * L + 15}, {3, 37}, {5, P * L},
+                      {6, P * L + 10}, {6, P * L + 11}, {1, P * L + 5}, {2, P * L + 9}};
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  ThreadPool pool(2), wide(16);
+  for (int64_t group : {1, 2, 4, 8}) {
+    const int64_t G = 2, H = G * group;
+    for (DType type : {DType::F32, DType::F16, DType::Q8_0}) {
+      AttentionShape sh{H, G, hd, L, 0, type};
+      sh.block_stride = G * sh.k_plane();
+      const size_t elem = kv_element_bytes(type);
+      std::vector<float> kbuf(static_cast<size_t>(n_blocks * sh.block_stride) * elem / 4 + 1), vbuf(kbuf.size());
+      for (int64_t b = 0; b < n_blocks; ++b)
+        for (int64_t row = 0; row < L; ++row) {
+          std::vector<float> kr(static_cast<size_t>(G * hd)), vr(kr.size());
+          for (auto& x : kr) x = nd(rng);
+          for (auto& x : vr) x = nd(rng);
+          char* kb = reinterpret_cast<char*>(kbuf.data()) + static_cast<size_t>(b * sh.block_stride) * elem;
+          char* vb = reinterpret_cast<char*>(vbuf.data()) + static_cast<size_t>(b * sh.block_stride) * elem;
+          kv_store_slot(type, kr.data(), G, hd, {kb, sh.k_plane(), L, row, true});
+          kv_store_slot(type, vr.data(), G, hd, {vb, sh.v_plane(), L, row, false});
+        }
+      std::vector<AttentionQuery> tok;
+      for (const Tok& t : toks) tok.push_back({t.pos, tables[static_cast<size_t>(t.t)].data()});
+      const int64_t n = static_cast<int64_t>(tok.size()), qs = H * hd;
+      std::vector<float> q(static_cast<size_t>(n * qs));
+      for (auto& x : q) x = 2.0f * nd(rng);
+      std::vector<float> ref(q.size()), one(q.size()), two(q.size()), many(q.size()), alone(q.size());
+      attention_reference(sh, q.data(), n, tok.data(), kbuf.data(), vbuf.data(), ref.data());
+      for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+        hwy::SetSupportedTargetsForTest(target);
+        attention(sh, q.data(), n, tok.data(), kbuf.data(), vbuf.data(), one.data(), nullptr);
+        attention(sh, q.data(), n, tok.data(), kbuf.data(), vbuf.data(), two.data(), &pool);
+        attention(sh, q.data(), n, tok.data(), kbuf.data(), vbuf.data(), many.data(), &wide);
+        for (int64_t t = 0; t < n; ++t)
+          attention(sh, q.data() + t * qs, 1, &tok[t], kbuf.data(), vbuf.data(), alone.data() + t * qs, nullptr);
+        const char* what = hwy::TargetName(target);
+        EXPECT_EQ(one, alone) << what << " group " << group << " " << dtype_name(type);
+        EXPECT_EQ(two, alone) << what << " group " << group << " " << dtype_name(type) << ", two threads";
+        EXPECT_EQ(many, alone) << what << " group " << group << " " << dtype_name(type) << ", 16 threads";
+        EXPECT_LT(rel_err(one, ref), 1e-5) << what << " group " << group << " " << dtype_name(type);
+      }
+      hwy::SetSupportedTargetsForTest(0);
+      std::printf("group %lld, %s cache, sequences sharing a prompt: relative error %.2e\n",
+                  static_cast<long long>(group), dtype_name(type), rel_err(one, ref));
+    }
+  }
 }
 
 // gpt-oss's sliding window and attention sinks: the SIMD kernel against the

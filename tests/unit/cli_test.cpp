@@ -173,6 +173,31 @@ TEST(Cli, BenchParallelJsonHasSummedSpeedsAndStepBounds) {
   EXPECT_NE(bad.out.find("--parallel"), std::string::npos) << bad.out;
 }
 
+// bench --parallel --shared-prompt: the sequences continue one parked prompt of whole
+// KV blocks, whose keys and values a step reads once for all of them (the bound counts
+// them once); the flag is refused without --parallel and past the prompt.
+TEST(Cli, BenchParallelWithASharedPromptCountsItsCacheOnce) {
+  const Result r = run("bench -m " + kModel + " -p 80 -n 3 -r 1 --threads 2 --json --parallel 1,4 --shared-prompt 70");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_EQ(j["shared_prompt"].get<int>(), 64) << "rounded down to whole blocks of 32";
+  ASSERT_EQ(j["runs"].size(), 2u);
+  const double kv1 = j["runs"][0]["kv_bytes_per_step"].get<double>(), kv4 = j["runs"][1]["kv_bytes_per_step"].get<double>();
+  // A decode token at position p reads p + 1 positions; of four tokens' reads, three
+  // leave out the 64 shared ones: kv4 = 4 kv1 - 3 * kv1 * 64 / (p + 1), over the three
+  // steps at p = 80, 81, 82.
+  double shared_part = 0;
+  for (int p = 80; p < 83; ++p) shared_part += 64.0 / (p + 1) / 3.0;
+  EXPECT_NEAR(kv4, kv1 * (4.0 - 3.0 * shared_part), 1e-3 * kv4) << "kv1 " << kv1;
+  EXPECT_GT(j["runs"][1]["tg_tokens_per_second"].get<double>(), 0.0);
+  const Result alone = run("bench -m " + kModel + " -p 8 -n 2 -r 1 --shared-prompt 4");
+  EXPECT_NE(alone.code, 0);
+  EXPECT_NE(alone.out.find("--shared-prompt needs --parallel"), std::string::npos) << alone.out;
+  const Result past = run("bench -m " + kModel + " -p 8 -n 2 -r 1 --parallel 2 --shared-prompt 8");
+  EXPECT_NE(past.code, 0);
+  EXPECT_NE(past.out.find("--shared-prompt"), std::string::npos) << past.out;
+}
+
 TEST(Cli, BenchJsonHasSpeedsBoundsAndSections) {
   const Result r = run("bench -m " + kModel + " -p 8 -n 4 -r 1 --threads 2 --json --policy lru --expert-budget 50%");
   ASSERT_EQ(r.code, 0) << r.out;

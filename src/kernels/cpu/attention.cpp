@@ -599,24 +599,57 @@ void attention_typed(const AttentionShape& s, const float* q, int64_t n_tok, con
   const auto scores_fn = kernels.first;
   const auto weighted_fn = kernels.second;
   auto softmax_fn = HWY_DYNAMIC_DISPATCH(Softmax);
-  // Prefill: consecutive tokens of one sequence read the same cached rows, so a run of
-  // them is one job, their query heads the rows one kernel call computes together (at
-  // most RowsTogether): each key and value vector loaded feeds that many more
-  // multiply-adds (a group of one head, OLMoE's and Qwen2-MoE's, did one per load), and
-  // the rows are read once per run, not once per token (a 4064-token prefill 1.46-1.52x
-  // as fast with groups of one, 1.13-1.21x with groups of two). Not fewer jobs than
-  // threads, and not across a sliding window's start, where the tokens' first
-  // positions differ.
+  // Tokens that read the same cached rows share a job, their query heads the rows one
+  // kernel call computes together (at most RowsTogether): each key and value vector
+  // loaded feeds that many more multiply-adds, and the rows they share are read once
+  // per job, not once per token. That is a prefill's consecutive tokens of one
+  // sequence (a 4064-token prefill 1.46-1.52x as fast with groups of one query head,
+  // OLMoE's and Qwen2-MoE's, 1.13-1.21x with groups of two), and the decode tokens of
+  // sequences that continue one parked prompt (a system prompt many requests share),
+  // whose block tables start with the same blocks (8 sequences after 4032 shared
+  // positions: attention 1.2-1.6x as fast with groups of two, 2.2-2.7x with groups of
+  // one). Not fewer jobs than threads, and only where every token attends from position
+  // 0 (not past a sliding window's start). A group of eight fills a call alone, and
+  // there the arithmetic binds, not the reads (8 such sequences at 4064 positions ran at
+  // ~73% of the FMA peak; more rows per job, through L2-sized spans, ran 4% slower).
   const int64_t hg_max = std::min(group, per_job);
   const int64_t max_run = std::clamp<int64_t>(n_tok * s.n_head_kv * chunks / threads, 1,
                                               HWY_DYNAMIC_DISPATCH(RowsTogether)() / hg_max);
-  std::vector<int64_t> run_at;  // each run's first token, then n_tok
-  for (int64_t t = 0; t < n_tok; ++t)
-    if (run_at.empty() || t - run_at.back() >= max_run || tok[t].blocks != tok[t - 1].blocks ||
-        tok[t].pos != tok[t - 1].pos + 1 || (s.window > 0 && tok[t].pos >= s.window))
-      run_at.push_back(t);
+  // Positions [0, shared) that tokens a and b read from the same blocks: whole blocks
+  // both tables hold, up to the shorter context.
+  const auto shared_by = [&](int64_t a, int64_t b) {
+    const int64_t n = std::min(tok[a].pos, tok[b].pos) + 1;
+    if (tok[a].blocks == tok[b].blocks) return n;
+    int64_t blocks = 0;
+    while (blocks * s.block_len < n && tok[a].blocks[blocks] == tok[b].blocks[blocks]) ++blocks;
+    return std::min(n, blocks * s.block_len);
+  };
+  // order[run_at[u], run_at[u + 1]): run u's tokens, the first taking the others that
+  // share at least a block with it, and no fewer positions than the run's first
+  // joiner: run_shared[u] positions from 0 are every token's.
+  std::vector<int64_t> order, run_at, run_shared;
+  order.reserve(static_cast<size_t>(n_tok));
+  std::vector<char> taken(static_cast<size_t>(n_tok), 0);
+  const auto from_zero = [&](int64_t t) { return s.window == 0 || tok[t].pos < s.window; };
+  for (int64_t t = 0; t < n_tok; ++t) {
+    if (taken[t]) continue;
+    run_at.push_back(static_cast<int64_t>(order.size()));
+    order.push_back(t);
+    int64_t shared = tok[t].pos + 1;
+    for (int64_t u = t + 1; from_zero(t) && u < n_tok && static_cast<int64_t>(order.size()) - run_at.back() < max_run;
+         ++u) {
+      if (taken[u] || !from_zero(u)) continue;
+      const int64_t c = shared_by(t, u);
+      const bool alone = static_cast<int64_t>(order.size()) - run_at.back() == 1;
+      if (c < std::min(shared, s.block_len) || (!alone && c < shared)) continue;
+      shared = alone ? c : shared;
+      taken[u] = 1;
+      order.push_back(u);
+    }
+    run_shared.push_back(shared);
+  }
   run_at.push_back(n_tok);
-  const int64_t runs = static_cast<int64_t>(run_at.size()) - 1;
+  const int64_t runs = static_cast<int64_t>(run_shared.size());
   // A job: one run's chunk of up to per_job query heads of one kv head.
   const int64_t jobs = runs * s.n_head_kv * chunks;
   auto work = [&](int64_t begin, int64_t end, int) {
@@ -634,39 +667,48 @@ void attention_typed(const AttentionShape& s, const float* q, int64_t n_tok, con
       // a short and a long row make every share about even.
       const int64_t job = i % 2 == 0 ? i / 2 : jobs - 1 - i / 2;
       const int64_t u = job / (s.n_head_kv * chunks), rest = job % (s.n_head_kv * chunks);
-      const int64_t t0 = run_at[u], nt = run_at[u + 1] - t0;
+      const int64_t* run = order.data() + run_at[u];
+      const int64_t nt = run_at[u + 1] - run_at[u];
       const int64_t g = rest / chunks, h0 = g * group + (rest % chunks) * per_job;
       const int hg = static_cast<int>(std::min<int64_t>(per_job, (g + 1) * group - h0));
-      const int64_t n_keys = tok[t0 + nt - 1].pos + 1;  // the run's last token's
-      const int64_t first = s.window > 0 ? std::max<int64_t>(0, n_keys - s.window) : 0;
-      const Paged<T> kp{k_cache + g * k_plane, tok[t0].blocks, s.block_stride, s.block_len, k_scales, q8_groups(hd)};
-      const Paged<T> vp{v_cache + g * v_plane, tok[t0].blocks, s.v_stride(), s.block_len, v_scales, q8_groups(vd)};
+      const auto keys = [&](int64_t t) {
+        return Paged<T>{k_cache + g * k_plane, tok[t].blocks, s.block_stride, s.block_len, k_scales, q8_groups(hd)};
+      };
+      const auto values = [&](int64_t t) {
+        return Paged<T>{v_cache + g * v_plane, tok[t].blocks, s.v_stride(), s.block_len, v_scales, q8_groups(vd)};
+      };
       const float* sinks = s.sinks ? s.sinks + h0 : nullptr;
       if (nt == 1) {
-        scores_fn(hg, q + t0 * q_stride + h0 * hd, kp, first, n_keys, hd, scale, scores.data(), n_ctx);
+        const int64_t t = run[0], n_keys = tok[t].pos + 1;
+        const int64_t first = s.window > 0 ? std::max<int64_t>(0, n_keys - s.window) : 0;
+        scores_fn(hg, q + t * q_stride + h0 * hd, keys(t), first, n_keys, hd, scale, scores.data(), n_ctx);
         for (int h = 0; h < hg; ++h)
           softmax_fn(scores.data() + h * n_ctx, n_keys - first, sinks ? sinks[h] : -INFINITY);
-        weighted_fn(hg, scores.data(), n_ctx, vp, first, n_keys, vd, true, out + t0 * o_stride + h0 * vd);
+        weighted_fn(hg, scores.data(), n_ctx, values(t), first, n_keys, vd, true, out + t * o_stride + h0 * vd);
         continue;
       }
-      // Row j * hg + h: token t0 + j's head h0 + h (first = 0 for all of them). Every
-      // row's scores are computed up to the last token's position and each softmax
-      // takes its own token's; the weighted sums run over the positions all tokens
-      // attend to together, then each token's later ones alone, continuing its sums
-      // in position order: the floats of each token alone in a call.
+      // Row j * hg + h: token run[j]'s head h0 + h (first = 0 for all of them). The
+      // scores and the weighted sums run over the shared positions for all rows
+      // together, then over each token's own (its blocks) alone, its sums going on in
+      // position order: the floats of each token alone in a call.
       const int rows = static_cast<int>(nt) * hg;
+      const int64_t shared = run_shared[u];
       for (int64_t j = 0; j < nt; ++j)
-        std::copy_n(q + (t0 + j) * q_stride + h0 * hd, hg * hd, q_rows.data() + j * hg * hd);
-      scores_fn(rows, q_rows.data(), kp, 0, n_keys, hd, scale, scores.data(), n_ctx);
+        std::copy_n(q + run[j] * q_stride + h0 * hd, hg * hd, q_rows.data() + j * hg * hd);
+      scores_fn(rows, q_rows.data(), keys(run[0]), 0, shared, hd, scale, scores.data(), n_ctx);
+      for (int64_t j = 0; j < nt; ++j)
+        if (tok[run[j]].pos + 1 > shared)
+          scores_fn(hg, q_rows.data() + j * hg * hd, keys(run[j]), shared, tok[run[j]].pos + 1, hd, scale,
+                    scores.data() + j * hg * n_ctx + shared, n_ctx);
       for (int r = 0; r < rows; ++r)
-        softmax_fn(scores.data() + r * n_ctx, tok[t0 + r / hg].pos + 1, sinks ? sinks[r % hg] : -INFINITY);
-      const int64_t shared = tok[t0].pos + 1;
-      weighted_fn(rows, scores.data(), n_ctx, vp, 0, shared, vd, true, o_rows.data());
-      for (int64_t j = 1; j < nt; ++j)
-        weighted_fn(hg, scores.data() + j * hg * n_ctx + shared, n_ctx, vp, shared, tok[t0 + j].pos + 1, vd, false,
-                    o_rows.data() + j * hg * vd);
-      for (int64_t j = 0; j < nt; ++j)
-        std::copy_n(o_rows.data() + j * hg * vd, hg * vd, out + (t0 + j) * o_stride + h0 * vd);
+        softmax_fn(scores.data() + r * n_ctx, tok[run[r / hg]].pos + 1, sinks ? sinks[r % hg] : -INFINITY);
+      weighted_fn(rows, scores.data(), n_ctx, values(run[0]), 0, shared, vd, true, o_rows.data());
+      for (int64_t j = 0; j < nt; ++j) {
+        if (tok[run[j]].pos + 1 > shared)
+          weighted_fn(hg, scores.data() + j * hg * n_ctx + shared, n_ctx, values(run[j]), shared, tok[run[j]].pos + 1,
+                      vd, false, o_rows.data() + j * hg * vd);
+        std::copy_n(o_rows.data() + j * hg * vd, hg * vd, out + run[j] * o_stride + h0 * vd);
+      }
     }
   };
   if (pool) pool->parallel_for(jobs, work);
