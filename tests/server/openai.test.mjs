@@ -826,15 +826,20 @@ test('--policy-state-out saves what the policy learned from the requests served,
   const fs = await import('node:fs');
   const os = await import('node:os');
   const path = await import('node:path');
-  const out = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'moeflow-state-')), 'mi.state');
-  const t = await startServer(['-np', '2', '-c', '256', '--policy', 'moe-infinity', '--expert-budget', '50%', '--policy-state-out', out]);
-  const c = new OpenAI({ baseURL: `${t.baseURL}/v1`, apiKey: 'unused', maxRetries: 0 });
-  await c.completions.create({ model: MODEL, prompt: 'The sea', max_tokens: 8, temperature: 0 });
-  t.proc.kill('SIGTERM');
-  assert.equal(await t.exited, 0);
-  assert.match(t.log(), /policy state saved/);
-  assert.ok(fs.statSync(out).size > 0);
-  // The next start reads it.
-  const u = await startServer(['-np', '1', '-c', '256', '--policy', 'moe-infinity', '--expert-budget', '50%', '--policy-state', out]);
-  await stopServer(u);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'moeflow-state-'));
+  try {
+    const out = path.join(dir, 'mi.state');
+    const t = await startServer(['-np', '2', '-c', '256', '--policy', 'moe-infinity', '--expert-budget', '50%', '--policy-state-out', out]);
+    const c = new OpenAI({ baseURL: `${t.baseURL}/v1`, apiKey: 'unused', maxRetries: 0 });
+    await c.completions.create({ model: MODEL, prompt: 'The sea', max_tokens: 8, temperature: 0 });
+    t.proc.kill('SIGTERM');
+    assert.equal(await t.exited, 0);
+    assert.match(t.log(), /policy state saved/);
+    assert.ok(fs.statSync(out).size > 0);
+    // The next start reads it.
+    const u = await startServer(['-np', '1', '-c', '256', '--policy', 'moe-infinity', '--expert-budget', '50%', '--policy-state', out]);
+    await stopServer(u);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 });
