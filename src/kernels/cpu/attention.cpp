@@ -255,20 +255,27 @@ HWY_INLINE void ScoresHeads(const float* HWY_RESTRICT q, const Paged<T>& k, int6
   }
 }
 
+// f(std::integral_constant<int, HG>{}) for a run-time count of rows hg (1 to kHeads):
+// the kernels take HG at compile time, so their sums stay in registers.
+template <class F>
+HWY_INLINE void ForRows(int hg, const F& f) {
+  static_assert(kHeads == 8, "one case per count of rows");
+  switch (hg) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    default: return f(std::integral_constant<int, 8>{});
+  }
+}
+
 template <class T>
 void ScoresT(int hg, const float* HWY_RESTRICT q, const Paged<T>& k, int64_t first, int64_t n_keys, int64_t hd,
              float scale, float* HWY_RESTRICT scores, int64_t ss) {
-  static_assert(kHeads == 8, "one case per chunk size");
-  switch (hg) {
-    case 1: return ScoresHeads<1>(q, k, first, n_keys, hd, scale, scores, ss);
-    case 2: return ScoresHeads<2>(q, k, first, n_keys, hd, scale, scores, ss);
-    case 3: return ScoresHeads<3>(q, k, first, n_keys, hd, scale, scores, ss);
-    case 4: return ScoresHeads<4>(q, k, first, n_keys, hd, scale, scores, ss);
-    case 5: return ScoresHeads<5>(q, k, first, n_keys, hd, scale, scores, ss);
-    case 6: return ScoresHeads<6>(q, k, first, n_keys, hd, scale, scores, ss);
-    case 7: return ScoresHeads<7>(q, k, first, n_keys, hd, scale, scores, ss);
-    default: return ScoresHeads<8>(q, k, first, n_keys, hd, scale, scores, ss);
-  }
+  ForRows(hg, [&](auto rows) { ScoresHeads<decltype(rows)::value>(q, k, first, n_keys, hd, scale, scores, ss); });
 }
 void Scores(int hg, const float* HWY_RESTRICT q, const Paged<float>& k, int64_t first, int64_t n_keys, int64_t hd,
             float scale, float* HWY_RESTRICT scores, int64_t ss) {
@@ -421,16 +428,7 @@ HWY_INLINE void WeightedHeads(const float* HWY_RESTRICT w, int64_t ws, const Pag
 template <class T>
 void WeightedT(int hg, const float* HWY_RESTRICT w, int64_t ws, const Paged<T>& v, int64_t first, int64_t n_keys,
                int64_t hd, bool init, float* HWY_RESTRICT o) {
-  switch (hg) {
-    case 1: return WeightedHeads<1>(w, ws, v, first, n_keys, hd, init, o);
-    case 2: return WeightedHeads<2>(w, ws, v, first, n_keys, hd, init, o);
-    case 3: return WeightedHeads<3>(w, ws, v, first, n_keys, hd, init, o);
-    case 4: return WeightedHeads<4>(w, ws, v, first, n_keys, hd, init, o);
-    case 5: return WeightedHeads<5>(w, ws, v, first, n_keys, hd, init, o);
-    case 6: return WeightedHeads<6>(w, ws, v, first, n_keys, hd, init, o);
-    case 7: return WeightedHeads<7>(w, ws, v, first, n_keys, hd, init, o);
-    default: return WeightedHeads<8>(w, ws, v, first, n_keys, hd, init, o);
-  }
+  ForRows(hg, [&](auto rows) { WeightedHeads<decltype(rows)::value>(w, ws, v, first, n_keys, hd, init, o); });
 }
 void Weighted(int hg, const float* HWY_RESTRICT w, int64_t ws, const Paged<float>& v, int64_t first, int64_t n_keys,
               int64_t hd, bool init, float* HWY_RESTRICT o) {
