@@ -676,35 +676,28 @@ void attention_typed(const AttentionShape& s, const float* q, int64_t n_tok, con
         return Paged<T>{v_cache + g * v_plane, tok[t].blocks, s.v_stride(), s.block_len, v_scales, q8_groups(vd)};
       };
       const float* sinks = s.sinks ? s.sinks + h0 : nullptr;
-      if (nt == 1) {
-        const int64_t t = run[0], n_keys = tok[t].pos + 1;
-        const int64_t first = s.window > 0 ? std::max<int64_t>(0, n_keys - s.window) : 0;
-        scores_fn(hg, q + t * q_stride + h0 * hd, keys(t), first, n_keys, hd, scale, scores.data(), n_ctx);
-        for (int h = 0; h < hg; ++h)
-          softmax_fn(scores.data() + h * n_ctx, n_keys - first, sinks ? sinks[h] : -INFINITY);
-        weighted_fn(hg, scores.data(), n_ctx, values(t), first, n_keys, vd, true, out + t * o_stride + h0 * vd);
-        continue;
-      }
-      // Row j * hg + h: token run[j]'s head h0 + h (first = 0 for all of them). The
-      // scores and the weighted sums run over the shared positions for all rows
+      // Row j * hg + h: token run[j]'s head h0 + h. The scores and the weighted sums run
+      // over [first, shared), the positions every token of the run reads, for all rows
       // together, then over each token's own (its blocks) alone, its sums going on in
-      // position order: the floats of each token alone in a call.
+      // position order: the floats of each token alone in a call. first is 0 for a run
+      // of several tokens (from_zero), a sliding window's start for one token alone.
       const int rows = static_cast<int>(nt) * hg;
       const int64_t shared = run_shared[u];
+      const int64_t first = nt == 1 && s.window > 0 ? std::max<int64_t>(0, shared - s.window) : 0;
       for (int64_t j = 0; j < nt; ++j)
         std::copy_n(q + run[j] * q_stride + h0 * hd, hg * hd, q_rows.data() + j * hg * hd);
-      scores_fn(rows, q_rows.data(), keys(run[0]), 0, shared, hd, scale, scores.data(), n_ctx);
+      scores_fn(rows, q_rows.data(), keys(run[0]), first, shared, hd, scale, scores.data(), n_ctx);
       for (int64_t j = 0; j < nt; ++j)
         if (tok[run[j]].pos + 1 > shared)
           scores_fn(hg, q_rows.data() + j * hg * hd, keys(run[j]), shared, tok[run[j]].pos + 1, hd, scale,
-                    scores.data() + j * hg * n_ctx + shared, n_ctx);
+                    scores.data() + j * hg * n_ctx + shared - first, n_ctx);
       for (int r = 0; r < rows; ++r)
-        softmax_fn(scores.data() + r * n_ctx, tok[run[r / hg]].pos + 1, sinks ? sinks[r % hg] : -INFINITY);
-      weighted_fn(rows, scores.data(), n_ctx, values(run[0]), 0, shared, vd, true, o_rows.data());
+        softmax_fn(scores.data() + r * n_ctx, tok[run[r / hg]].pos + 1 - first, sinks ? sinks[r % hg] : -INFINITY);
+      weighted_fn(rows, scores.data(), n_ctx, values(run[0]), first, shared, vd, true, o_rows.data());
       for (int64_t j = 0; j < nt; ++j) {
         if (tok[run[j]].pos + 1 > shared)
-          weighted_fn(hg, scores.data() + j * hg * n_ctx + shared, n_ctx, values(run[j]), shared, tok[run[j]].pos + 1,
-                      vd, false, o_rows.data() + j * hg * vd);
+          weighted_fn(hg, scores.data() + j * hg * n_ctx + shared - first, n_ctx, values(run[j]), shared,
+                      tok[run[j]].pos + 1, vd, false, o_rows.data() + j * hg * vd);
         std::copy_n(o_rows.data() + j * hg * vd, hg * vd, out + run[j] * o_stride + h0 * vd);
       }
     }
