@@ -18,8 +18,10 @@
 // offloaded under any budget and policy with on_miss "load".
 //
 // KV memory comes in blocks of kv_block_len() positions from one pool shared by all
-// sequences; a step that needs more blocks than are free is refused whole (nothing
-// changes), and remove_sequence returns a sequence's blocks at once.
+// sequences (a second one of the same count for sliding-window layers that keep only
+// their window: EngineOptions::swa_full); a step that needs more blocks than are free
+// is refused whole (nothing changes), and remove_sequence returns a sequence's blocks
+// at once.
 //
 // Errors: bad options, files and batches throw moeflow::InputError (base/error.h)
 // naming what is wrong. Thread safety: one thread at a time per Engine.
@@ -50,6 +52,14 @@ struct EngineOptions {
   // KV cache elements: auto (f16 for q8_0/q4_0 key/value weights, else f32), f32, f16,
   // or q8_0 (int8 with a scale per 32 elements: ~0.56x an f16 cache's bytes; CPU only).
   std::string kv_type = "auto";
+  // Sliding-window layers (gpt-oss's every other layer): false keeps only the positions
+  // their window still reaches, in a pool of their own (half a long context's KV memory
+  // on gpt-oss); true keeps every position, as the other layers do (llama.cpp's
+  // --swa-full), so that a parked prompt can be continued from any of its whole blocks
+  // (kv_can_keep), not only from near its end. No effect on other models. The window's
+  // saving is in memory touched (kv_bytes_touched); a GPU backend allocates both pools
+  // whole.
+  bool swa_full = false;
   bool mmap = false;               // compute from the file mapping (starts faster, reads slower)
   bool repack = true;              // rows interleaved in fours on VNNI CPUs (q4_0, q8_0; Q4_K-Q6_K on int8)
   // Precision of the activations those interleaved rows and k-quant rows multiply:
@@ -135,6 +145,12 @@ class Engine {
   // is offered to the sequences that start meanwhile. The two share those blocks, which
   // `seq` no longer writes; its request goes on (policies hear nothing).
   SeqId park_prefix(SeqId seq, int64_t keep);
+  // Whether park_sequence, park_prefix or add_sequence(params, seq, keep) may keep
+  // `keep` positions of `seq`: always, except where sliding-window layers keep only
+  // their window (EngineOptions::swa_full false) and `seq` has let go of rows a
+  // continuation from position keep would read (keep then more than a window before the
+  // end of what `seq` held). Those calls throw InputError where this is false.
+  bool kv_can_keep(SeqId seq, int64_t keep) const;
   int64_t n_parked() const;
   // KV blocks that only parked prefixes hold (what removing them all would free).
   int64_t kv_blocks_parked() const;
@@ -176,6 +192,10 @@ class Engine {
   int64_t kv_blocks_total() const;
   int64_t kv_blocks_free() const;
   uint64_t kv_bytes() const;
+  // Of kv_bytes(), what the cache has ever written: blocks are reused most recently
+  // freed first, so this is the most it held at once, the memory it takes (the rest of
+  // the mapping was never touched).
+  uint64_t kv_bytes_touched() const;
   // Seconds open() took to read the model, copy its weights into memory (on
   // EngineOptions::threads threads) and check its tokenizer.
   double load_seconds() const;

@@ -173,14 +173,16 @@ int bench_parallel(const Args& a) {
       const double disk_before = pol == "all" ? 0 : bench_disk_bandwidth(a, m);
       for (int64_t r = 0; r < reps; ++r) {
         // Each sequence its own deterministic pseudo-random prompt, prefilled in one step;
-        // with --shared-prompt the first sequence's first `shared` tokens are parked after
-        // its prefill, and the others continue them and prefill the rest in a second step.
+        // with --shared-prompt the first sequence's first `shared` tokens are prefilled
+        // and parked first (where sliding-window layers keep only their window, a prefix
+        // parked later than that could not be continued), and every sequence, the first
+        // too, prefills the rest of its prompt in a second step.
         std::vector<SeqId> seqs;
         std::vector<BatchToken> batch;
         std::vector<int32_t> next;
         uint64_t s = 12345 + static_cast<uint64_t>(r);
-        const auto prefill = [&](SeqId id, int64_t from) {
-          for (int64_t t = from; t < n_prompt; ++t) {
+        const auto prefill = [&](SeqId id, int64_t from, int64_t to) {
+          for (int64_t t = from; t < to; ++t) {
             s = s * 6364136223846793005ull + 1442695040888963407ull;
             batch.push_back({id, static_cast<int32_t>((s >> 33) % static_cast<uint64_t>(e->n_vocab())), t,
                              t == n_prompt - 1});
@@ -199,9 +201,10 @@ int bench_parallel(const Args& a) {
             run_prefill();
             parked = e->park_prefix(seqs[0], shared);
             shared_kept = shared;
+            prefill(seqs[0], shared, n_prompt);
           }
           seqs.push_back(i > 0 && shared > 0 ? e->add_sequence({}, *parked, shared) : e->add_sequence());
-          prefill(seqs.back(), i > 0 ? shared : 0);
+          prefill(seqs.back(), i > 0 ? shared : 0, i == 0 && shared > 0 ? shared : n_prompt);
         }
         run_prefill();
         counter.shared_positions = shared;

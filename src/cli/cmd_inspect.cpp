@@ -44,13 +44,18 @@ int cmd_inspect(int argc, char** argv) {
     model_error = e.what();
   }
   // What a sequence's KV cache takes per position, every layer, in each cache type:
-  // what --kv-type and --ctx-size cost (the pool keeps every position of every layer).
-  nlohmann::json kv_per_position = nlohmann::json::object();
-  int64_t ctx_train = 0;
+  // what --kv-type and --ctx-size cost. Sliding-window layers (gpt-oss) keep only their
+  // window unless --swa-full: past it a position costs only the other layers'.
+  nlohmann::json kv_per_position = nlohmann::json::object(), kv_per_position_past_window = nlohmann::json::object();
+  int64_t ctx_train = 0, sliding_layers = 0, window = 0;
   if (model_error.empty()) {
     const ModelConfig& c = model->config();
-    for (const char* t : {"f32", "f16", "q8_0"})
+    for (int64_t l = 0; l < c.n_layer; ++l) sliding_layers += layer_slides(c, l);
+    window = c.sliding_window;
+    for (const char* t : {"f32", "f16", "q8_0"}) {
       kv_per_position[t] = static_cast<uint64_t>(c.n_layer) * kv_bytes_per_position(c, t);
+      kv_per_position_past_window[t] = static_cast<uint64_t>(c.n_layer - sliding_layers) * kv_bytes_per_position(c, t);
+    }
     ctx_train = c.n_ctx_train;
   }
   if (a.has("--json")) {
@@ -64,6 +69,11 @@ int cmd_inspect(int argc, char** argv) {
     j["loadable"] = model_error.empty();
     if (model_error.empty()) {
       j["kv_bytes_per_position"] = kv_per_position;
+      if (sliding_layers > 0) {
+        j["sliding_window"] = window;
+        j["sliding_layers"] = sliding_layers;
+        j["kv_bytes_per_position_past_the_window"] = kv_per_position_past_window;
+      }
       j["context_length"] = ctx_train;
     }
     if (!model_error.empty()) j["load_error"] = model_error;
@@ -99,6 +109,13 @@ int cmd_inspect(int argc, char** argv) {
     if (ctx_train > 0)
       std::printf("; the model's %lld-token context: %s f16, %s q8_0 a sequence", static_cast<long long>(ctx_train),
                   kv("f16", ctx_train).c_str(), kv("q8_0", ctx_train).c_str());
+    if (sliding_layers > 0) {
+      const auto past = [&](const char* t) { return human(kv_per_position_past_window[t].get<uint64_t>()); };
+      std::printf("\n%lld of %lld layers slide over the last %lld positions and keep only those (unless --swa-full): "
+                  "past the window a position takes %s as f16, %s as q8_0",
+                  static_cast<long long>(sliding_layers), static_cast<long long>(model->config().n_layer),
+                  static_cast<long long>(window), past("f16").c_str(), past("q8_0").c_str());
+    }
     std::printf("\n\nmodel: loads as a supported MoE architecture\n");
   } else {
     std::printf("\nmodel: NOT loadable: %s\n", model_error.c_str());

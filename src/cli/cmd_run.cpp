@@ -160,6 +160,7 @@ int cmd_run(int argc, char** argv) {
                    {"dense_bytes", engine->model().weights().dense_bytes},
                    {"expert_bytes", engine->model().weights().expert_bytes},
                    {"kv_bytes", engine->kv_bytes()},
+                   {"kv_bytes_touched", engine->kv_bytes_touched()},
                    {"kv_type", engine->kv_type()}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {

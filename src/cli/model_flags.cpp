@@ -28,6 +28,9 @@ void add_model_flags(Args& a) {
   a.flag("--kv-type", "KV cache elements: f32, f16, q8_0 (int8 with a scale per 32 elements: 0.56x f16's memory "
                       "and reads at long context; CPU backend), or auto (f16 when the model's key and value projections are "
                       "q8_0 / q4_0, whose rounding exceeds f16's; f32 otherwise)", true, "auto");
+  a.flag("--swa-full", "keep every position of sliding-window layers (gpt-oss) in the KV cache, as the other layers "
+                      "do; by default they keep only their window (half gpt-oss's KV memory at long context), and the "
+                      "server then continues a kept prompt only from near its end", false);
   a.flag("--no-repack", "keep q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, iq4_xs, Q4_K, Q5_K and Q6_K weights in GGUF's row layout "
                         "in memory (by default, on CPUs with AVX-512 VNNI, their rows are interleaved in fours for the faster kernels; all "
                         "but q4_0 and q8_0 on int8 activations only)", false);
@@ -60,6 +63,7 @@ EngineOptions engine_options_from_flags(const Args& a, const std::string& policy
   if (o.kv_type != "auto" && o.kv_type != "f32" && o.kv_type != "f16" && o.kv_type != "q8_0")
     throw UsageError("--kv-type '" + o.kv_type + "': expected f32, f16, q8_0 or auto");
   o.mmap = a.has("--mmap");
+  o.swa_full = a.has("--swa-full");
   o.repack = !a.has("--no-repack");  // where the backend interleaves rows at all
   o.activations = a.str("--activations");
   try {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <stdexcept>
 #include <string>
 
 #include "backend/backend_factory.h"
@@ -24,6 +25,7 @@ struct Engine::Impl {
   std::atomic<bool> stepping{false};
   struct Sequence {
     std::vector<int32_t> blocks;
+    std::vector<int32_t> sliding;  // the block table of the sliding-window layers' pool (when it exists)
     int64_t length = 0;
     bool parked = false;  // a prefix kept for a later sequence (park_sequence): no step takes it
   };
@@ -32,6 +34,13 @@ struct Engine::Impl {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<KvBlockPool> kv;
+  // The sliding-window layers' rows, when kept apart (EngineOptions::swa_full false on
+  // a model with such layers): each sequence lets go of the blocks its window has left.
+  // As many blocks as kv: a sequence holds a block here only where it holds one there
+  // (shared alike), so it never runs out first, and it touches only what it holds at
+  // once.
+  std::unique_ptr<KvBlockPool> sliding;
+  bool swa_full = false;
   std::unique_ptr<ForwardPass> fwd;
   ExpertOffload offload;
   int64_t ctx = 0;
@@ -56,6 +65,53 @@ struct Engine::Impl {
                        " needs more blocks of " + std::to_string(len) + " positions than the pool can index (" +
                        std::to_string(INT32_MAX) + ")");
     return n_parallel * per;
+  }
+
+  void make_pools(DType type) {
+    sliding.reset();  // the old mappings go before the new ones are made
+    kv.reset();
+    const int64_t n = blocks_for_ctx();
+    const bool apart = !swa_full && kv_pool_layers(model->config(), KvLayers::Sliding) > 0;
+    kv = std::make_unique<KvBlockPool>(
+        make_kv_pool(*model, *backend, n, type, KvBlockPool::kDefaultBlockLen, apart ? KvLayers::Full : KvLayers::All));
+    if (apart)
+      sliding = std::make_unique<KvBlockPool>(
+          make_kv_pool(*model, *backend, n, type, KvBlockPool::kDefaultBlockLen, KvLayers::Sliding));
+  }
+  // Table operations on both pools.
+  void shrink(Sequence& s, int64_t n_pos) {
+    kv->shrink(s.blocks, n_pos);
+    if (sliding) sliding->shrink(s.sliding, n_pos);
+  }
+  void share(Sequence& to, const Sequence& from, int64_t keep) {
+    kv->share(to.blocks, from.blocks, kv->blocks_for(keep));
+    if (sliding) sliding->share(to.sliding, from.sliding, sliding->blocks_for(keep));
+  }
+  void release(Sequence& s) {
+    kv->release(s.blocks);
+    if (sliding) sliding->release(s.sliding);
+  }
+  // After a step: the sliding rows no later token reads go back. A sequence continued
+  // from any whole block of what it holds reads from there back a window less one, so
+  // the rows kept reach that far before its last whole block's start.
+  void release_behind_window(Sequence& s) {
+    if (!sliding) return;
+    const int64_t len = sliding->block_len();
+    sliding->release_before(s.sliding, s.length / len * len - model->config().sliding_window + 1);
+  }
+  bool can_keep(const Sequence& s, int64_t keep) const {
+    if (!sliding || keep == 0) return true;
+    const int64_t first = sliding->first_held(s.sliding);
+    return first == 0 || keep - model->config().sliding_window + 1 >= first;
+  }
+  void check_can_keep(const Sequence& s, SeqId id, int64_t keep, const char* what) const {
+    if (!can_keep(s, keep))
+      throw InputError(std::string(what) + ": keep " + std::to_string(keep) + " positions of sequence " +
+                       std::to_string(id) + ": its sliding-window layers kept only positions from " +
+                       std::to_string(sliding->first_held(s.sliding)) + " on, and a continuation from " +
+                       std::to_string(keep) + " reads back to " +
+                       std::to_string(keep - model->config().sliding_window + 1) +
+                       " (EngineOptions::swa_full / --swa-full keeps every position)");
   }
 
   Sequence& at(SeqId id, const char* what) {
@@ -157,8 +213,9 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
   im->ctx = o.ctx_size > 0 ? o.ctx_size : default_ctx_size(*im->model);
   const DType kv_type = kv_type_from_name(o.kv_type, *im->model);
   im->n_parallel = o.n_parallel;
-  im->kv = std::make_unique<KvBlockPool>(make_kv_pool(*im->model, *im->backend, im->blocks_for_ctx(), kv_type));
-  im->fwd = std::make_unique<ForwardPass>(*im->model, *im->backend, *im->kv);
+  im->swa_full = o.swa_full;
+  im->make_pools(kv_type);
+  im->fwd = std::make_unique<ForwardPass>(*im->model, *im->backend, *im->kv, im->sliding.get());
   OffloadOptions oo;
   oo.budget = o.expert_budget;
   oo.policy = o.policy;
@@ -195,7 +252,7 @@ SeqId Engine::add_sequence(const SequenceParams& p) {
 void Engine::remove_sequence(SeqId id) {
   Impl::Sequence& s = impl_->at(id, "remove_sequence");
   const bool was_parked = s.parked;  // its request ended when it was parked
-  impl_->kv->release(s.blocks);
+  impl_->release(s);
   impl_->seqs.erase(id);
   if (impl_->offload.active() && !was_parked) impl_->offload.source->end_request(id);
 }
@@ -204,12 +261,14 @@ SeqId Engine::park_sequence(SeqId id, int64_t keep) {
   Impl& im = *impl_;
   Impl::Sequence& s = im.live(id, "park_sequence");
   im.check_keep(s, id, keep, "park_sequence");
+  im.check_can_keep(s, id, keep, "park_sequence");
   const SeqId parked = im.next_id++;
   Impl::Sequence& p = im.seqs[parked];
   p.blocks = std::move(s.blocks);
+  p.sliding = std::move(s.sliding);
   p.length = keep;
   p.parked = true;
-  im.kv->shrink(p.blocks, keep);
+  im.shrink(p, keep);
   im.seqs.erase(id);
   if (im.offload.active()) im.offload.source->end_request(id);
   return parked;
@@ -220,9 +279,10 @@ SeqId Engine::add_sequence(const SequenceParams& params, SeqId parked, int64_t k
   const Impl::Sequence& p = im.parked(parked, "add_sequence");
   im.check_keep(p, parked, keep, "add_sequence");
   im.check_whole_blocks(parked, keep, "add_sequence", "the new sequence");
+  im.check_can_keep(p, parked, keep, "add_sequence");
   const SeqId id = add_sequence(params);
   Impl::Sequence& s = im.seqs.at(id);
-  im.kv->share(s.blocks, im.seqs.at(parked).blocks, im.kv->blocks_for(keep));
+  im.share(s, im.seqs.at(parked), keep);
   s.length = keep;
   return id;
 }
@@ -232,12 +292,18 @@ SeqId Engine::park_prefix(SeqId id, int64_t keep) {
   const Impl::Sequence& s = im.live(id, "park_prefix");
   im.check_keep(s, id, keep, "park_prefix");
   im.check_whole_blocks(id, keep, "park_prefix", "the running sequence");
+  im.check_can_keep(s, id, keep, "park_prefix");
   const SeqId parked = im.next_id++;
   Impl::Sequence& p = im.seqs[parked];
-  im.kv->share(p.blocks, im.seqs.at(id).blocks, im.kv->blocks_for(keep));
+  im.share(p, im.seqs.at(id), keep);
   p.length = keep;
   p.parked = true;
   return parked;
+}
+
+bool Engine::kv_can_keep(SeqId id, int64_t keep) const {
+  const Impl::Sequence& s = impl_->at(id, "kv_can_keep");
+  return keep >= 0 && keep <= s.length && impl_->can_keep(s, keep);
 }
 
 int64_t Engine::kv_blocks_freed_by_removing(SeqId id) const {
@@ -310,7 +376,10 @@ void Engine::step(const std::vector<BatchToken>& batch) {
                      " are free (finish or remove sequences, or raise --parallel / --ctx-size)");
   for (const auto& [id, idx] : by_seq) {
     Impl::Sequence& s = im.seqs.at(id);
-    im.kv->reserve(s.blocks, s.length + static_cast<int64_t>(idx.size()));
+    const int64_t end = s.length + static_cast<int64_t>(idx.size());
+    im.kv->reserve(s.blocks, end);
+    // Never short where kv was not (Impl::sliding).
+    if (im.sliding && !im.sliding->reserve(s.sliding, end)) throw std::logic_error("moeflow: sliding KV pool exhausted");
   }
   std::stable_partition(order.begin(), order.end(), [&](SeqId id) { return by_seq[id].size() == 1; });
   StepTokens& st = im.step;
@@ -324,6 +393,7 @@ void Engine::step(const std::vector<BatchToken>& batch) {
       st.pos.push_back(batch[i].pos);
       st.requests.push_back(id);
       st.blocks.push_back(s.blocks.data());
+      if (im.sliding) st.sliding_blocks.push_back(s.sliding.data());
       batch_of.push_back(i);
     }
     if (by_seq[id].size() == 1) ++st.n_single;
@@ -339,15 +409,16 @@ void Engine::step(const std::vector<BatchToken>& batch) {
     // A step that fails midway (an expert read, a listener, memory) leaves the
     // sequences as they were: their lengths never moved, the blocks reserved for it go
     // back, and no logits are offered (the previous step's rows were replaced above).
-    for (const auto& [id, idx] : by_seq) {
-      Impl::Sequence& s = im.seqs.at(id);
-      im.kv->shrink(s.blocks, s.length);
-    }
+    for (const auto& [id, idx] : by_seq) im.shrink(im.seqs.at(id), im.seqs.at(id).length);
     std::fill(im.logits_row.begin(), im.logits_row.end(), -1);
     im.logits.clear();
     throw;
   }
-  for (const auto& [id, idx] : by_seq) im.seqs.at(id).length += static_cast<int64_t>(idx.size());
+  for (const auto& [id, idx] : by_seq) {
+    Impl::Sequence& s = im.seqs.at(id);
+    s.length += static_cast<int64_t>(idx.size());
+    im.release_behind_window(s);
+  }
 }
 
 const float* Engine::logits(size_t i) const {
@@ -370,17 +441,16 @@ void Engine::resize_context(int64_t ctx) {
   const int64_t old_ctx = im.ctx;
   const DType type = im.kv->type();
   im.ctx = ctx;
-  im.kv.reset();  // the old mapping goes before the new one is made
   try {
-    im.kv = std::make_unique<KvBlockPool>(make_kv_pool(*im.model, *im.backend, im.blocks_for_ctx(), type));
+    im.make_pools(type);
   } catch (...) {
     // Refused (too large to map or to index): the engine keeps its old context.
     im.ctx = old_ctx;
-    im.kv = std::make_unique<KvBlockPool>(make_kv_pool(*im.model, *im.backend, im.blocks_for_ctx(), type));
-    im.fwd->set_kv(*im.kv);
+    im.make_pools(type);
+    im.fwd->set_kv(*im.kv, im.sliding.get());
     throw;
   }
-  im.fwd->set_kv(*im.kv);
+  im.fwd->set_kv(*im.kv, im.sliding.get());
 }
 
 std::string Engine::kv_type() const { return dtype_name(impl_->kv->type()); }
@@ -388,7 +458,11 @@ std::string Engine::kv_type() const { return dtype_name(impl_->kv->type()); }
 int64_t Engine::kv_block_len() const { return impl_->kv->block_len(); }
 int64_t Engine::kv_blocks_total() const { return impl_->kv->n_blocks(); }
 int64_t Engine::kv_blocks_free() const { return impl_->kv->free_blocks(); }
-uint64_t Engine::kv_bytes() const { return impl_->kv->bytes(); }
+uint64_t Engine::kv_bytes() const { return impl_->kv->bytes() + (impl_->sliding ? impl_->sliding->bytes() : 0); }
+uint64_t Engine::kv_bytes_touched() const {
+  const auto touched = [](const KvBlockPool& p) { return p.block_bytes() * static_cast<uint64_t>(p.peak_used_blocks()); };
+  return touched(*impl_->kv) + (impl_->sliding ? touched(*impl_->sliding) : 0);
+}
 
 std::vector<int32_t> Engine::tokenize(const std::string& text, bool add_bos) const {
   return impl_->tokenizer->encode(text, add_bos);

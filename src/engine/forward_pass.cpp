@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 
 #include "base/error.h"
@@ -25,30 +26,61 @@ KvShape kv_shape(const ModelConfig& c) {
   return {c.n_head_kv, c.head_dim, c.head_dim};
 }
 
-KvBlockPool make_kv_pool(const Model& model, Backend& backend, int64_t n_blocks, DType kv_type, int64_t block_len) {
-  const ModelConfig& c = model.config();
-  const KvShape s = kv_shape(c);
-  return KvBlockPool(backend, c.n_layer, s.heads, s.k_width, n_blocks, block_len, kv_type, s.v_width);
+namespace {
+bool pool_holds(const ModelConfig& c, KvLayers which, int64_t l) {
+  return which == KvLayers::All || layer_slides(c, l) == (which == KvLayers::Sliding);
+}
+}  // namespace
+
+int64_t kv_pool_layers(const ModelConfig& c, KvLayers which) { return kv_pool_index(c, which, c.n_layer); }
+
+int64_t kv_pool_index(const ModelConfig& c, KvLayers which, int64_t l) {
+  int64_t i = 0;
+  for (int64_t j = 0; j < l; ++j) i += pool_holds(c, which, j);
+  return i;
 }
 
-ForwardPass::ForwardPass(const Model& model, Backend& backend, KvBlockPool& kv)
-    : model_(model), backend_(backend), kv_(&kv) {
+KvBlockPool make_kv_pool(const Model& model, Backend& backend, int64_t n_blocks, DType kv_type, int64_t block_len,
+                         KvLayers which) {
+  const ModelConfig& c = model.config();
+  const KvShape s = kv_shape(c);
+  return KvBlockPool(backend, kv_pool_layers(c, which), s.heads, s.k_width, n_blocks, block_len, kv_type, s.v_width);
+}
+
+ForwardPass::ForwardPass(const Model& model, Backend& backend, KvBlockPool& kv, KvBlockPool* sliding)
+    : model_(model), backend_(backend) {
   const ModelConfig& c = model.config();
   if (c.yarn.factor > 0) yarn_inv_freq_ = yarn_inv_freq(c.yarn, c.rope_base, c.rot_dim);
+  set_kv(kv, sliding);
+}
+
+void ForwardPass::set_kv(KvBlockPool& kv, KvBlockPool* sliding) {
+  if (sliding && (sliding->block_len() != kv.block_len() || kv_pool_layers(model_.config(), KvLayers::Sliding) == 0))
+    throw std::invalid_argument("moeflow: ForwardPass: a sliding-layer pool for a model without sliding layers");
+  kv_ = &kv;
+  sliding_ = sliding;
+}
+
+ForwardPass::LayerKv ForwardPass::layer_kv(int64_t l) const {
+  const ModelConfig& c = model_.config();
+  if (!sliding_) return {kv_, l, false};
+  const bool slides = layer_slides(c, l);
+  return {slides ? sliding_ : kv_, kv_pool_index(c, slides ? KvLayers::Sliding : KvLayers::Full, l), slides};
 }
 
 void ForwardPass::check(const StepTokens& s) const {
   const int64_t n = s.size();
   if (n <= 0) throw InputError("step: no tokens to evaluate");
   if (static_cast<int64_t>(s.pos.size()) != n || static_cast<int64_t>(s.requests.size()) != n ||
-      static_cast<int64_t>(s.blocks.size()) != n || s.n_single < 0 || s.n_single > n)
+      static_cast<int64_t>(s.blocks.size()) != n || s.n_single < 0 || s.n_single > n ||
+      static_cast<int64_t>(s.sliding_blocks.size()) != (sliding_ ? n : 0))
     throw InputError("step: tokens, positions, requests and block tables differ in length");
   const int64_t V = model_.config().n_vocab;
   for (int64_t t = 0; t < n; ++t) {
     if (s.tokens[t] < 0 || s.tokens[t] >= V)
       throw InputError("token id " + std::to_string(s.tokens[t]) + " at step position " + std::to_string(t) +
                        " is outside the vocabulary [0, " + std::to_string(V) + ")");
-    if (s.pos[t] < 0 || !s.blocks[t]) throw InputError("step: token " + std::to_string(t) + " has no KV position");
+    if (s.pos[t] < 0 || !s.blocks[t] || (sliding_ && !s.sliding_blocks[t])) throw InputError("step: token " + std::to_string(t) + " has no KV position");
     const bool same = t > 0 && s.requests[t] == s.requests[t - 1];
     if (t < s.n_single ? same : (same ? s.pos[t] != s.pos[t - 1] + 1
                                       : t + 1 >= n || s.requests[t + 1] != s.requests[t]))
@@ -80,6 +112,9 @@ void ForwardPass::run(const StepTokens& step, std::vector<float>& logits) {
   }
   queries_.resize(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) queries_[t] = {step.pos[t], step.blocks[t]};
+  sliding_queries_.resize(sliding_ ? static_cast<size_t>(n) : 0);
+  for (int64_t t = 0; t < static_cast<int64_t>(sliding_queries_.size()); ++t)
+    sliding_queries_[t] = {step.pos[t], step.sliding_blocks[t]};
   for (ForwardListener* li : listeners_) li->begin_step(step);
   if (source_) source_->begin_step(step);
   lookahead_depth_ = source_ ? source_->lookahead_depth() : 0;
@@ -181,13 +216,17 @@ void ForwardPass::attention_block(int64_t l, const StepTokens& step, std::vector
     backend_.rope_heads(k_.data() + t * kv_dim, c.n_head_kv, hd, c.rot_dim, cs, c.rope_neox);
   }
   if (c.qk_norm_after_rope) qk_norms();
+  const LayerKv at = layer_kv(l);
+  KvBlockPool& kv = *at.pool;
+  const std::vector<const int32_t*>& tables = at.sliding ? step.sliding_blocks : step.blocks;
   for (int64_t t = 0; t < n; ++t)
-    kv_->store(l, step.blocks[t], step.pos[t], k_.data() + t * kv_dim, v_.data() + t * kv_dim);
-  AttentionShape shape{c.n_head, c.n_head_kv, hd, kv_->block_len(), kv_->block_stride(), kv_->type()};
+    kv.store(at.index, tables[t], step.pos[t], k_.data() + t * kv_dim, v_.data() + t * kv_dim);
+  AttentionShape shape{c.n_head, c.n_head_kv, hd, kv.block_len(), kv.block_stride(), kv.type()};
   shape.scale = c.attention_scale;
   if (layer_slides(c, l)) shape.window = c.sliding_window;
   if (!L.attn_sinks.empty()) shape.sinks = L.attn_sinks.data();
-  backend_.attention(shape, q_.data(), n, queries_.data(), kv_->k(l), kv_->v(l), attn_.data());
+  backend_.attention(shape, q_.data(), n, (at.sliding ? sliding_queries_ : queries_).data(), kv.k(at.index),
+                     kv.v(at.index), attn_.data());
   jobs_.clear();
   add_products(L.wo, attn_.data(), n, step.n_single, proj_.data(), jobs_);
   backend_.products(jobs_.data(), jobs_.size());

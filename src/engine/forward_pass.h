@@ -38,13 +38,24 @@ struct KvShape {
 };
 KvShape kv_shape(const ModelConfig& c);
 
-// A KV block pool shaped for `model` (kv_shape).
+// The layers one KV pool holds: every layer, or, where a model's sliding-window layers
+// (gpt-oss's even ones) keep their rows in a pool of their own, the layers that attend
+// to every position or the sliding ones.
+enum class KvLayers { All, Full, Sliding };
+// Layers `which` holds, and layer l's index among them (REQUIRES l is one of them).
+int64_t kv_pool_layers(const ModelConfig& c, KvLayers which);
+int64_t kv_pool_index(const ModelConfig& c, KvLayers which, int64_t l);
+
+// A KV block pool shaped for `model` (kv_shape), holding the layers `which` names.
 KvBlockPool make_kv_pool(const Model& model, Backend& backend, int64_t n_blocks, DType kv_type,
-                         int64_t block_len = KvBlockPool::kDefaultBlockLen);
+                         int64_t block_len = KvBlockPool::kDefaultBlockLen, KvLayers which = KvLayers::All);
 
 class ForwardPass {
  public:
-  ForwardPass(const Model& model, Backend& backend, KvBlockPool& kv);
+  // kv holds every layer, or, with a pool for the sliding-window layers (`sliding`,
+  // KvLayers::Sliding; kv then KvLayers::Full), the others; a step's tokens then carry
+  // a second block table (StepTokens::sliding_blocks).
+  ForwardPass(const Model& model, Backend& backend, KvBlockPool& kv, KvBlockPool* sliding = nullptr);
 
   // Evaluates `step` and writes the logits of step.logits_rows into `logits`
   // ([rows][n_vocab]). Throws InputError for a token id outside the vocabulary or a
@@ -57,8 +68,8 @@ class ForwardPass {
   void set_expert_source(ExpertSource* s) { source_ = s; }
   const Model& model() const { return model_; }
   KvBlockPool& kv() { return *kv_; }
-  // Runs on another pool from now on (not owned; no step may hold blocks of the old).
-  void set_kv(KvBlockPool& kv) { kv_ = &kv; }
+  // Runs on other pools from now on (not owned; no step may hold blocks of the old).
+  void set_kv(KvBlockPool& kv, KvBlockPool* sliding = nullptr);
 
  private:
   void check(const StepTokens& step) const;
@@ -76,10 +87,19 @@ class ForwardPass {
   // x += a block's output proj_ (n rows), times the model's residual scale (Granite's;
   // 1 elsewhere, which leaves the sum as it was).
   void join_residual(int64_t n, std::vector<float>& x) const;
+  // Where layer l's keys and values are: its pool, its index there, and which of a
+  // token's block tables (and queries_) address them.
+  struct LayerKv {
+    KvBlockPool* pool;
+    int64_t index;
+    bool sliding;
+  };
+  LayerKv layer_kv(int64_t l) const;
 
   const Model& model_;
   Backend& backend_;
   KvBlockPool* kv_;
+  KvBlockPool* sliding_ = nullptr;
   std::vector<ForwardListener*> listeners_;
   ExpertSource* source_ = nullptr;
   // Scratch reused across calls (sized for the largest step seen).
@@ -91,7 +111,7 @@ class ForwardPass {
   std::vector<float> rope_cs_;
   // YaRN's rotary frequencies (model/rope_yarn.h); empty: plain RoPE.
   std::vector<double> yarn_inv_freq_;
-  std::vector<AttentionQuery> queries_;
+  std::vector<AttentionQuery> queries_, sliding_queries_;
   std::vector<Product> jobs_;
   LayerRouting routing_;
   // The step's lookahead depth (the most any listener or the source wants; 0: none).

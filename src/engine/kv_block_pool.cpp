@@ -38,6 +38,7 @@ KvBlockPool::KvBlockPool(Backend& backend, int64_t n_layer, int64_t n_head_kv, i
 }
 
 void KvBlockPool::unref(int32_t block) {
+  if (block == kReleased) return;
   if (--refs_[static_cast<size_t>(block)] == 0) free_.push_back(block);
 }
 
@@ -50,18 +51,38 @@ bool KvBlockPool::reserve(std::vector<int32_t>& table, int64_t n_pos) {
     refs_[static_cast<size_t>(free_.back())] = 1;
     free_.pop_back();
   }
+  peak_used_ = std::max(peak_used_, used_blocks());
   return true;
 }
 
 int64_t KvBlockPool::held_alone(const std::vector<int32_t>& table) const {
-  return std::count_if(table.begin(), table.end(), [&](int32_t b) { return refs_[static_cast<size_t>(b)] == 1; });
+  return std::count_if(table.begin(), table.end(),
+                       [&](int32_t b) { return b != kReleased && refs_[static_cast<size_t>(b)] == 1; });
+}
+
+void KvBlockPool::release_before(std::vector<int32_t>& table, int64_t pos) {
+  // Entries are released from the front, so the walk back stops at the first one that
+  // already was.
+  for (int64_t b = std::min<int64_t>(pos / block_len_, static_cast<int64_t>(table.size())); b-- > 0;) {
+    int32_t& e = table[static_cast<size_t>(b)];
+    if (e == kReleased) break;
+    unref(e);
+    e = kReleased;
+  }
+}
+
+int64_t KvBlockPool::first_held(const std::vector<int32_t>& table) const {
+  int64_t b = 0;
+  while (b < static_cast<int64_t>(table.size()) && table[static_cast<size_t>(b)] == kReleased) ++b;
+  return b * block_len_;
 }
 
 void KvBlockPool::share(std::vector<int32_t>& table, const std::vector<int32_t>& from, int64_t n_blocks) {
   if (!table.empty() || n_blocks < 0 || n_blocks > static_cast<int64_t>(from.size()))
     throw std::invalid_argument("moeflow: KvBlockPool::share: a non-empty table or too many blocks");
   table.assign(from.begin(), from.begin() + n_blocks);
-  for (int32_t b : table) ++refs_[static_cast<size_t>(b)];
+  for (int32_t b : table)
+    if (b != kReleased) ++refs_[static_cast<size_t>(b)];
 }
 
 void KvBlockPool::release(std::vector<int32_t>& table) {

@@ -24,6 +24,13 @@
 // the CPU an anonymous mapping: pages are touched only when a position is first
 // written).
 //
+// Sliding-window layers (gpt-oss) may keep their rows in a pool of their own, where a
+// sequence lets go of the blocks its next token's window no longer reaches
+// (release_before): their table entries become kReleased, which nothing reads. Free
+// blocks go out most recently freed first, and a block never used is taken only when
+// every used one is held, so the memory such a pool touches is its peak of blocks held
+// at once (peak_used_blocks), not its mapping.
+//
 // Thread safety: none; the engine's step owns it.
 #pragma once
 #include <cstdint>
@@ -38,6 +45,8 @@ namespace moeflow {
 class KvBlockPool {
  public:
   static constexpr int64_t kDefaultBlockLen = 32;
+  // A table entry whose block was let go (release_before).
+  static constexpr int32_t kReleased = -1;
 
   // REQUIRES n_blocks >= 1. Throws InputError for a type the backend's kernels do not
   // take (names it) and when the memory cannot be mapped (names the size).
@@ -51,6 +60,9 @@ class KvBlockPool {
   int64_t n_blocks() const { return n_blocks_; }
   int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
   int64_t used_blocks() const { return n_blocks_ - free_blocks(); }
+  // The most blocks held at once since the pool was made: of its mapping, the part
+  // ever written (the pages of the rest were never touched).
+  int64_t peak_used_blocks() const { return peak_used_; }
   // Blocks that hold n positions.
   int64_t blocks_for(int64_t n_pos) const { return (n_pos + block_len_ - 1) / block_len_; }
   DType type() const { return type_; }
@@ -67,7 +79,8 @@ class KvBlockPool {
   // Grows `table` to cover n_pos positions. Returns false, taking nothing, when the
   // pool has too few free blocks.
   bool reserve(std::vector<int32_t>& table, int64_t n_pos);
-  // Puts the first n_blocks blocks of `from` into the empty `table`, shared.
+  // Puts the first n_blocks entries of `from` into the empty `table`, its blocks shared
+  // (released entries stay released).
   void share(std::vector<int32_t>& table, const std::vector<int32_t>& from, int64_t n_blocks);
   // Lets go of every block of `table` (each back in the pool when no other table holds
   // it) and clears it.
@@ -77,6 +90,11 @@ class KvBlockPool {
   void shrink(std::vector<int32_t>& table, int64_t n_pos);
   // Blocks of `table` that no other table holds: what release(table) would free.
   int64_t held_alone(const std::vector<int32_t>& table) const;
+  // Lets go of the blocks of `table` that hold only positions before `pos` (their
+  // entries become kReleased); the rest stay.
+  void release_before(std::vector<int32_t>& table, int64_t pos);
+  // The first position `table` still holds a block for (0 when none was released).
+  int64_t first_held(const std::vector<int32_t>& table) const;
 
   // Block 0's rows of `layer` (the attention kernel's k_cache / v_cache).
   const void* k(int64_t layer) const { return k_->data() + layer_offset(layer, k_plane_); }
@@ -102,6 +120,7 @@ class KvBlockPool {
   std::unique_ptr<DeviceBuffer> k_, v_;
   std::vector<int32_t> free_;  // a stack: the block freed last (still in cache) goes out first
   std::vector<int32_t> refs_;  // tables holding each block (0: free)
+  int64_t peak_used_ = 0;
 };
 
 }  // namespace moeflow

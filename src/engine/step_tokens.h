@@ -17,6 +17,9 @@ struct StepTokens {
   std::vector<int64_t> pos;             // position of each token in its sequence
   std::vector<int64_t> requests;        // request id of each token's sequence
   std::vector<const int32_t*> blocks;   // each token's sequence's block table (covers its position)
+  // With a pool of its own for the sliding-window layers (forward_pass.h), each token's
+  // block table there (entries before its window may be released); else empty.
+  std::vector<const int32_t*> sliding_blocks;
   std::vector<int64_t> logits_rows;     // tokens whose logits are wanted, ascending
   int64_t n_single = 0;
 
@@ -26,6 +29,7 @@ struct StepTokens {
     pos.clear();
     requests.clear();
     blocks.clear();
+    sliding_blocks.clear();
     logits_rows.clear();
     n_single = 0;
   }

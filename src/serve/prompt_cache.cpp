@@ -28,7 +28,7 @@ void PromptCache::put(SeqId seq, const std::vector<int32_t>& tokens, int64_t pro
   // Without exactness, the generated positions (computed a token a step) are not kept.
   const int64_t held = std::min(engine_.sequence_length(seq), static_cast<int64_t>(tokens.size()));
   const int64_t keep = usable(exact_ ? held : std::min(held, prompt_len));
-  if (keep == 0) {
+  if (keep == 0 || !engine_.kv_can_keep(seq, keep)) {
     engine_.remove_sequence(seq);
     return;
   }
@@ -37,7 +37,7 @@ void PromptCache::put(SeqId seq, const std::vector<int32_t>& tokens, int64_t pro
 
 int64_t PromptCache::offer(SeqId seq, const std::vector<int32_t>& prompt, int64_t computed) {
   const int64_t keep = usable(std::min({computed, engine_.sequence_length(seq), static_cast<int64_t>(prompt.size())}));
-  if (keep == 0) return 0;
+  if (keep == 0 || !engine_.kv_can_keep(seq, keep)) return 0;
   for (const Parked& p : parked_)
     if (common_prefix(p.tokens, prompt, keep) == keep) return keep;
   add(engine_.park_prefix(seq, keep), std::vector<int32_t>(prompt.begin(), prompt.begin() + keep));
@@ -47,7 +47,11 @@ int64_t PromptCache::offer(SeqId seq, const std::vector<int32_t>& prompt, int64_
 void PromptCache::add(SeqId seq, std::vector<int32_t> kept) {
   for (size_t i = parked_.size(); i-- > 0;) {
     const std::vector<int32_t>& old = parked_[i].tokens;
-    if (old.size() <= kept.size() && std::equal(old.begin(), old.end(), kept.begin())) drop(i);
+    // (Not where sliding-window layers kept only the new one's last window: the old one
+    // continues from a point the new one cannot.)
+    if (old.size() <= kept.size() && std::equal(old.begin(), old.end(), kept.begin()) &&
+        engine_.kv_can_keep(seq, static_cast<int64_t>(old.size())))
+      drop(i);
   }
   parked_.push_back({seq, std::move(kept), ++clock_});
 }
@@ -59,7 +63,8 @@ PromptCache::Taken PromptCache::take(const SequenceParams& params) {
   size_t best = parked_.size();
   int64_t best_len = 0;
   for (size_t i = 0; i < parked_.size(); ++i) {
-    const int64_t len = usable(common_prefix(parked_[i].tokens, prompt, limit));
+    int64_t len = usable(common_prefix(parked_[i].tokens, prompt, limit));
+    if (!engine_.kv_can_keep(parked_[i].seq, len)) len = 0;
     if (len > best_len || (len == best_len && len > 0 && parked_[i].used > parked_[best].used)) {
       best = i;
       best_len = len;

@@ -14,6 +14,10 @@
 // a KV block (and of a chunk), whose blocks it then shares with the parked prefix, so
 // any number of requests, running at once or not, continue from one copy.
 //
+// Where a model's sliding-window layers keep only their window (Engine::kv_can_keep),
+// a parked prefix continues only from near its end: a chat's next turn, not a
+// shared system prompt under a different question (serve --swa-full keeps those).
+//
 // A prompt is offered while it is still being read (offer()): requests that arrive
 // together and begin alike compute the shared part once.
 //

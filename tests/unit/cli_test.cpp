@@ -322,6 +322,37 @@ TEST(Cli, KvTypeDefaultsByWeightsAndCanBeForced) {
   EXPECT_NE(run("inspect " + q4).out.find("KV cache a position:"), std::string::npos);
 }
 
+// gpt-oss's sliding layers keep only their window by default, --swa-full every
+// position: the same tokens either way, the same mapping, and a 1100-token prompt (in
+// run's 512-token chunks) touches the sliding layers' blocks of a chunk and a window,
+// not of the whole prompt. inspect says what a position past the window takes.
+TEST(Cli, SlidingLayersKeepTheirWindowUnlessSwaFull) {
+  const std::string oss = moeflow::testing::fixture_path("gpt-oss-mxfp4.gguf");
+  std::string prompt;
+  for (int i = 0; i < 1100; ++i) prompt += (i ? "," : "") + std::to_string(1 + (i * 37) % 250);
+  auto run_json = [&](const std::string& flags) {
+    const Result r = run("run -m " + oss + " -c 1200 --prompt-tokens " + prompt + " -n 4 --temp 0 --ignore-eos --json" + flags);
+    EXPECT_EQ(r.code, 0) << r.out;
+    return nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  };
+  const auto ring = run_json(""), full = run_json(" --swa-full");
+  EXPECT_EQ(ring["tokens"], full["tokens"]);
+  EXPECT_EQ(ring["memory"]["kv_bytes"], full["memory"]["kv_bytes"]);
+  const auto touched = [](const nlohmann::json& j) { return j["memory"]["kv_bytes_touched"].get<uint64_t>(); };
+  // Every position: 35 blocks of 32 (1104 positions) of both layers. The window: 35 of
+  // the full layer's, and of the sliding one's at most a chunk and a window's (18).
+  EXPECT_EQ(touched(full), 35 * full["memory"]["kv_bytes"].get<uint64_t>() / 38);
+  EXPECT_LE(touched(ring), (35 + 18) * full["memory"]["kv_bytes"].get<uint64_t>() / 38 / 2);
+  const Result ins = run("inspect " + oss + " --json");
+  ASSERT_EQ(ins.code, 0) << ins.out;
+  const auto j = nlohmann::json::parse(ins.out);
+  EXPECT_EQ(j["sliding_window"], 8);
+  EXPECT_EQ(j["sliding_layers"], 1);
+  EXPECT_EQ(2 * j["kv_bytes_per_position_past_the_window"]["f16"].get<uint64_t>(),
+            j["kv_bytes_per_position"]["f16"].get<uint64_t>());
+  EXPECT_NE(run("inspect " + oss).out.find("1 of 2 layers slide over the last 8 positions"), std::string::npos);
+}
+
 TEST(Cli, RunJsonHasTokensTextTimingsAndCache) {
   const Result r = run("run -m " + kModel + " --prompt-tokens 1,2,3,4 -n 6 --temp 0 --ignore-eos --json --policy lru "
                        "--expert-budget 50%");

@@ -641,6 +641,86 @@ TEST(EnginePromptReuse, ParkedPrefixesAreAccountedAndMisuseIsNamed) {
   EXPECT_EQ(e->n_sequences(), 0);
 }
 
+// gpt-oss's sliding layers in a pool of their own that keeps only their window (the
+// default; EngineOptions::swa_full keeps every position): six sequences of 312 to 412
+// positions, prefill chunks of 1 to 16 and decode tokens mixed, get bit for bit the
+// logits of an engine that keeps every position, at a window of 40 (wider than a block
+// and starting inside one) and the fixture's 8. The sliding pool touches what windows
+// and chunks hold at once, not what the sequences are long. A parked prefix continues
+// from near its end (with the logits of the sequence it came from) and from further
+// back is refused by name; kv_can_keep says which.
+TEST(EngineKv, SlidingLayersKeepOnlyTheirWindow) {
+  SyntheticModelSpec spec;
+  spec.arch = Arch::GptOss;
+  spec.sliding_window = 40;
+  spec.n_layer = 4;
+  const std::string w40 = moeflow::testing::scratch_path("gpt-oss-window-40") + ".gguf";
+  write_synthetic_model(spec, w40);
+  for (const std::string& path : {w40, fixture_path("gpt-oss-mxfp4.gguf")}) {
+    EngineOptions o;
+    o.model_path = path;
+    o.threads = 2;
+    o.ctx_size = 448;
+    o.n_parallel = 6;
+    auto ring = Engine::open(o);
+    o.swa_full = true;
+    auto full = Engine::open(o);
+    EXPECT_EQ(ring->kv_bytes(), full->kv_bytes()) << "both map a block per position of each sequence";
+    std::mt19937 rng(5);
+    std::vector<Script> scripts(6);
+    for (int i = 0; i < 6; ++i) {
+      append_random(scripts[i].prompt, static_cast<size_t>(300 + 20 * i), rng, ring->n_vocab());
+      scripts[i].chunk = 1 + (i * 7) % 16;
+      scripts[i].n_gen = 12;
+      scripts[i].join = i;
+    }
+    const std::vector<Transcript> got = run_together(*ring, scripts, 3), want = run_together(*full, scripts, 3);
+    ASSERT_NO_FATAL_FAILURE(expect_same_logits(got, want, path + ": the window's rows alone against every position"));
+    EXPECT_EQ(ring->kv_blocks_free(), ring->kv_blocks_total());
+    // The layers split evenly, so a block of either pool is half one of all layers:
+    // the sliding pool's peak is what the ring touched beyond half the full engine's.
+    const int64_t W = ring->model().config().sliding_window;
+    const uint64_t half_block = full->kv_bytes() / static_cast<uint64_t>(full->kv_blocks_total()) / 2;
+    const uint64_t full_peak = full->kv_bytes_touched() / (2 * half_block);
+    const uint64_t sliding_peak = (ring->kv_bytes_touched() - full->kv_bytes_touched() / 2) / half_block;
+    // A sequence holds from its last whole block's start less a window, to its step's end.
+    const uint64_t per_sequence = static_cast<uint64_t>((32 + W - 1 + 16 + 31) / 32 + 1);
+    std::printf("%s: blocks held at most, every position %llu, the sliding layers' window %llu (bound %llu)\n",
+                path.c_str(), static_cast<unsigned long long>(full_peak),
+                static_cast<unsigned long long>(sliding_peak), static_cast<unsigned long long>(6 * per_sequence));
+    EXPECT_LE(sliding_peak, 6 * per_sequence) << path;
+    EXPECT_LT(2 * sliding_peak, full_peak) << path;
+
+    // Parking: 300 positions in chunks of 12; the sliding rows kept reach a window back
+    // from 288, the last whole block's start.
+    std::vector<int32_t> tokens;
+    append_random(tokens, 300, rng, ring->n_vocab());
+    const SeqId s = ring->add_sequence({tokens, ""});
+    const std::vector<std::vector<float>> whole = feed(*ring, s, tokens, 0, 12);
+    const int64_t first = (288 - W + 1) / 32 * 32;  // the first position its sliding table holds
+    const int64_t shortest = first + W - 1;          // the fewest a continuation can keep
+    EXPECT_TRUE(ring->kv_can_keep(s, 288));
+    EXPECT_TRUE(ring->kv_can_keep(s, shortest));
+    EXPECT_FALSE(ring->kv_can_keep(s, shortest - 1));
+    EXPECT_TRUE(ring->kv_can_keep(s, 0));
+    const std::string err = error_of([&] { ring->park_prefix(s, 256); });
+    EXPECT_NE(err.find("keep 256"), std::string::npos) << err;
+    EXPECT_NE(err.find("--swa-full"), std::string::npos) << err;
+    const SeqId parked = ring->park_prefix(s, 288);
+    EXPECT_NE(error_of([&] { ring->add_sequence({}, parked, 256); }).find("--swa-full"), std::string::npos);
+    const SeqId c = ring->add_sequence({tokens, ""}, parked, 288);
+    EXPECT_TRUE(feed(*ring, c, tokens, 288, 12).back() == whole.back()) << path << ": continued from 288";
+    for (SeqId id : {s, parked, c}) ring->remove_sequence(id);
+    EXPECT_EQ(ring->kv_blocks_free(), ring->kv_blocks_total());
+    // Keeping every position, any whole block continues.
+    const SeqId f = full->add_sequence({tokens, ""});
+    feed(*full, f, tokens, 0, 12);
+    EXPECT_TRUE(full->kv_can_keep(f, 32));
+    full->remove_sequence(full->park_prefix(f, 32));
+    full->remove_sequence(f);
+  }
+}
+
 }  // namespace
 }  // namespace moeflow
 

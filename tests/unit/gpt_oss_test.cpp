@@ -223,5 +223,108 @@ TEST(GptOssModel, WindowAcrossKvBlocksGivesTheSameFloats) {
   }
 }
 
+// The sliding layers in a pool of their own, which keeps only their window: blocks of
+// 3 positions, the window (8) across three of them; after each step the blocks wholly
+// before the next token's window go back, their entries released (nothing reads
+// them: a read would land before the mapping). The pool holds 5 blocks, fewer than
+// the 24 positions take, so it runs only by reusing them, and the floats are the
+// Transformer's (every layer in one pool), a token at a time and in chunks of 5.
+TEST(GptOssModel, SlidingLayersInAPoolOfTheirOwnKeepOnlyTheirWindow) {
+  for (const char* name : {"gpt-oss-f32", "gpt-oss-mxfp4"}) {
+    auto model = Model::load(testing::fixture_path(std::string(name) + ".gguf"));
+    const ModelConfig& c = model->config();
+    ASSERT_EQ(c.sliding_window, 8);
+    ASSERT_EQ(kv_pool_layers(c, KvLayers::Sliding), (c.n_layer + 1) / 2);
+    ASSERT_EQ(kv_pool_layers(c, KvLayers::Full) + kv_pool_layers(c, KvLayers::Sliding), c.n_layer);
+    const LogitsRecord ref = read_logits_file(testing::fixture_path(std::string(name) + ".logits"));
+    const int64_t n = static_cast<int64_t>(ref.tokens.size()), V = ref.n_vocab;
+    ThreadPool pool(2);
+    for (int64_t chunk : {1, 5}) {
+      Transformer tf(*model, &pool, 64, DType::F32);
+      std::vector<float> want, l;
+      for (int64_t t = 0; t < n; t += chunk) {
+        tf.eval(ref.tokens.data() + t, std::min(chunk, n - t), true, l);
+        want.insert(want.end(), l.begin(), l.end());
+      }
+      CpuBackend backend(&pool);
+      KvBlockPool kv = make_kv_pool(*model, backend, 20, DType::F32, 3, KvLayers::Full);
+      KvBlockPool sliding = make_kv_pool(*model, backend, 5, DType::F32, 3, KvLayers::Sliding);
+      ForwardPass fwd(*model, backend, kv, &sliding);
+      std::vector<int32_t> table, window_table;
+      std::vector<float> got;
+      StepTokens step;
+      for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+        const int64_t len = std::min(chunk, n - t0);
+        ASSERT_TRUE(kv.reserve(table, t0 + len));
+        ASSERT_TRUE(sliding.reserve(window_table, t0 + len)) << name << ": position " << t0;
+        step.clear();
+        for (int64_t t = t0; t < t0 + len; ++t) {
+          step.tokens.push_back(ref.tokens[static_cast<size_t>(t)]);
+          step.pos.push_back(t);
+          step.requests.push_back(0);
+          step.blocks.push_back(table.data());
+          step.sliding_blocks.push_back(window_table.data());
+          step.logits_rows.push_back(t - t0);
+        }
+        step.n_single = len == 1 ? 1 : 0;
+        fwd.run(step, l);
+        got.insert(got.end(), l.begin(), l.end());
+        // The next token, at t0 + len, reads from t0 + len - 7 on.
+        sliding.release_before(window_table, t0 + len - c.sliding_window + 1);
+      }
+      ASSERT_EQ(got.size(), static_cast<size_t>(n * V));
+      EXPECT_TRUE(got == want) << name << ", chunks of " << chunk;
+      EXPECT_EQ(sliding.first_held(window_table), (n - c.sliding_window + 1) / 3 * 3);
+      EXPECT_LE(sliding.peak_used_blocks(), chunk == 1 ? 4 : 5) << name << ", chunks of " << chunk;
+      // A step without the sliding tables is refused, not run on the wrong pool.
+      step.sliding_blocks.clear();
+      try {
+        fwd.run(step, l);
+        ADD_FAILURE() << "a step without its sliding-layer tables ran";
+      } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("block tables"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
+// The table operations a pool of sliding-window rows relies on: blocks released from
+// the front (a walk that stops at the first entry already released), shared and
+// released again with released entries among them, and the memory touched, the peak
+// held, since blocks go out most recently freed first.
+TEST(KvBlockPool, ReleasedEntriesAreSkippedAndFreedBlocksReusedFirst) {
+  ThreadPool pool(1);
+  CpuBackend backend(&pool);
+  KvBlockPool kv(backend, 1, 1, 4, 10, 4);
+  std::vector<int32_t> a, b;
+  ASSERT_TRUE(kv.reserve(a, 20));  // blocks 0-4
+  EXPECT_EQ(a, (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  kv.release_before(a, 7);  // block 0 holds 0-3 only; block 1 holds 4-7, 7 still needed
+  EXPECT_EQ(a[0], KvBlockPool::kReleased);
+  EXPECT_EQ(a[1], 1);
+  EXPECT_EQ(kv.first_held(a), 4);
+  EXPECT_EQ(kv.free_blocks(), 6);
+  kv.release_before(a, 12);  // blocks 1 and 2 (positions 4-11) too
+  EXPECT_EQ(kv.first_held(a), 12);
+  EXPECT_EQ(kv.free_blocks(), 8);
+  kv.release_before(a, 2);  // nothing before what is already released
+  EXPECT_EQ(kv.free_blocks(), 8);
+  kv.share(b, a, 4);  // three released entries, one shared block
+  EXPECT_EQ(b, (std::vector<int32_t>{KvBlockPool::kReleased, KvBlockPool::kReleased, KvBlockPool::kReleased, 3}));
+  EXPECT_EQ(kv.held_alone(a), 1) << "block 4 only";
+  EXPECT_EQ(kv.held_alone(b), 0);
+  ASSERT_TRUE(kv.reserve(b, 24));  // b's fifth and sixth: the blocks freed last (1, then 2)
+  EXPECT_EQ(b[4], 1);
+  EXPECT_EQ(b[5], 2);
+  EXPECT_EQ(kv.peak_used_blocks(), 5);
+  kv.release(a);
+  EXPECT_EQ(kv.free_blocks(), 7) << "3 is b's too";
+  kv.shrink(b, 16);
+  EXPECT_EQ(kv.free_blocks(), 9);
+  kv.release(b);
+  EXPECT_EQ(kv.free_blocks(), 10);
+  EXPECT_EQ(kv.peak_used_blocks(), 5) << "blocks 5-9 were never taken";
+}
+
 }  // namespace
 }  // namespace moeflow

@@ -516,7 +516,7 @@ TEST(ServingLoop, RequestsArrivingTogetherReadTheirSharedPromptOnce) {
 // log-probabilities it gets alone without the cache, and the loop gives every block
 // back. The interleavings differ from run to run; the tokens may not.
 TEST(ServingLoop, RandomBurstsOfSharedPromptsKeepEveryRequestsTokens) {
-  for (const char* fixture : {"mixtral-f32.gguf", "qwen3moe-q8_0.gguf"}) {
+  for (const char* fixture : {"mixtral-f32.gguf", "qwen3moe-q8_0.gguf", "gpt-oss-mxfp4.gguf"}) {
     auto engine = open_fixture(4, 128, fixture);  // 16 blocks: parked prompts must give way
     std::mt19937 rng(2026);
     const std::vector<std::vector<int32_t>> bases = {prompt_of(90, 1), prompt_of(90, 2), prompt_of(90, 3)};
@@ -699,6 +699,55 @@ TEST(PromptCache, OffersOfRunningRequestsGoLastAndFreeNothingWhileTheyRun) {
   engine->remove_sequence(c.seq);
   EXPECT_TRUE(cache.make_room(8));
   EXPECT_EQ(cache.size(), 0u);
+}
+
+// gpt-oss's sliding layers keeping only their window: a parked prompt continues from
+// near its end (a chat's next turn) but not from a block a window before the rows its
+// sliding layers kept (a shared start under a different question), which takes a
+// fresh sequence; with --swa-full it continues there too. A longer prompt that
+// extends a parked one does not replace it where it cannot continue from the old one's
+// end.
+TEST(PromptCache, SlidingLayersKeepingTheirWindowContinueOnlyNearTheEnd) {
+  for (bool swa_full : {false, true}) {
+    EngineOptions o;
+    o.model_path = fixture_path("gpt-oss-mxfp4.gguf");
+    o.threads = 2;
+    o.ctx_size = 256;
+    o.n_parallel = 2;
+    o.swa_full = swa_full;
+    auto engine = Engine::open(o);
+    PromptCache cache(*engine, 32);
+    const std::string what = swa_full ? "--swa-full" : "the window alone";
+    auto prefill = [&](SeqId s, const std::vector<int32_t>& p, int64_t from) {
+      std::vector<BatchToken> b;
+      for (size_t q = static_cast<size_t>(from); q < p.size(); ++q)
+        b.push_back({s, p[q], static_cast<int64_t>(q), q + 1 == p.size()});
+      engine->step(b);
+    };
+    const std::vector<int32_t> p1 = prompt_of(40, 1);
+    std::vector<int32_t> p2 = p1;
+    for (int32_t x : prompt_of(60, 2)) p2.push_back(x);
+    const PromptCache::Taken a = cache.take({p1, ""});
+    prefill(a.seq, p1, 0);
+    cache.put(a.seq, p1, 40);  // 32 kept
+    const PromptCache::Taken b = cache.take({p2, ""});
+    EXPECT_EQ(b.cached, 32) << what << ": p2 begins with p1's 40 tokens";
+    prefill(b.seq, p2, b.cached);
+    cache.put(b.seq, p2, 100);  // 96 kept; its sliding rows from 64 on, a window (8) back from 96
+    EXPECT_EQ(cache.size(), swa_full ? 1u : 2u) << what << ": p1's prompt stays only where p2's cannot continue from 32";
+    std::vector<int32_t> next_turn = p2;
+    next_turn.push_back(7);
+    const PromptCache::Taken c = cache.take({next_turn, ""});
+    EXPECT_EQ(c.cached, 96) << what;
+    engine->remove_sequence(c.seq);
+    std::vector<int32_t> other_question(p2.begin(), p2.begin() + 70);
+    other_question.push_back(9);
+    const PromptCache::Taken d = cache.take({other_question, ""});
+    EXPECT_EQ(d.cached, swa_full ? 64 : 32) << what << ": 70 tokens in common";
+    engine->remove_sequence(d.seq);
+    EXPECT_TRUE(cache.make_room(engine->kv_blocks_total()));
+    EXPECT_EQ(engine->kv_blocks_free(), engine->kv_blocks_total());
+  }
 }
 
 // Parked prompts give their blocks to running requests: a pool of one context (two
