@@ -15,8 +15,9 @@
 // any number of requests, running at once or not, continue from one copy.
 //
 // Where a model's sliding-window layers keep only their window (Engine::kv_can_keep),
-// a parked prefix continues only from near its end: a chat's next turn, not a
-// shared system prompt under a different question (serve --swa-full keeps those).
+// a parked prefix continues only from near its end (a chat's next turn) and a running
+// prompt from the points it was offered at (a shared system prompt from the last one
+// inside it); serve --swa-full continues from any whole block.
 //
 // A prompt is offered while it is still being read (offer()): requests that arrive
 // together and begin alike compute the shared part once.

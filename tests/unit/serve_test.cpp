@@ -702,12 +702,12 @@ TEST(PromptCache, OffersOfRunningRequestsGoLastAndFreeNothingWhileTheyRun) {
 }
 
 // gpt-oss's sliding layers keeping only their window: a parked prompt continues from
-// near its end (a chat's next turn) but not from a block a window before the rows its
-// sliding layers kept (a shared start under a different question), which takes a
-// fresh sequence; with --swa-full it continues there too. A longer prompt that
-// extends a parked one does not replace it where it cannot continue from the old one's
-// end.
-TEST(PromptCache, SlidingLayersKeepingTheirWindowContinueOnlyNearTheEnd) {
+// near its end (a chat's next turn) and from the points it was offered at while being
+// read, but not from a block a window before the rows its sliding layers kept (a
+// shared start under a different question), which takes a shorter prefix or a fresh
+// sequence; with --swa-full it continues there too. A longer prompt that extends a
+// parked one does not replace it where it cannot continue from the old one's end.
+TEST(PromptCache, SlidingLayersKeepingTheirWindowContinueNearTheEndAndWhereOffered) {
   for (bool swa_full : {false, true}) {
     EngineOptions o;
     o.model_path = fixture_path("gpt-oss-mxfp4.gguf");
@@ -745,6 +745,21 @@ TEST(PromptCache, SlidingLayersKeepingTheirWindowContinueOnlyNearTheEnd) {
     const PromptCache::Taken d = cache.take({other_question, ""});
     EXPECT_EQ(d.cached, swa_full ? 64 : 32) << what << ": 70 tokens in common";
     engine->remove_sequence(d.seq);
+    // A prompt offered as it is read (the serving loop does so after every chunk) stays
+    // continuable from each point it was offered at.
+    const std::vector<int32_t> p3 = prompt_of(100, 5);
+    const PromptCache::Taken e = cache.take({p3, ""});
+    for (int64_t from = 0; from < 96; from += 32) {
+      prefill(e.seq, std::vector<int32_t>(p3.begin(), p3.begin() + from + 32), from);
+      EXPECT_EQ(cache.offer(e.seq, p3, from + 32), from + 32) << what;
+    }
+    prefill(e.seq, p3, 96);
+    cache.put(e.seq, p3, 100);
+    std::vector<int32_t> shares_70(p3.begin(), p3.begin() + 70);
+    shares_70.push_back(9);
+    const PromptCache::Taken f = cache.take({shares_70, ""});
+    EXPECT_EQ(f.cached, 64) << what << ": continued from where p3 was offered";
+    engine->remove_sequence(f.seq);
     EXPECT_TRUE(cache.make_room(engine->kv_blocks_total()));
     EXPECT_EQ(engine->kv_blocks_free(), engine->kv_blocks_total());
   }
