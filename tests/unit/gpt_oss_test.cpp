@@ -174,6 +174,22 @@ TEST(GptOssConfig, BadKeysAreNamed) {
   EXPECT_NE(err.find("blk.0.ffn_gate_exps.bias"), std::string::npos) << err;
 }
 
+// One sequence's tokens [t0, t0 + len) of `tokens` as a step, every token's logits
+// wanted; `sliding`: the sliding layers' table where they have a pool of their own.
+void fill_step(StepTokens& step, const std::vector<int32_t>& tokens, int64_t t0, int64_t len, const int32_t* table,
+               const int32_t* sliding) {
+  step.clear();
+  for (int64_t t = t0; t < t0 + len; ++t) {
+    step.tokens.push_back(tokens[static_cast<size_t>(t)]);
+    step.pos.push_back(t);
+    step.requests.push_back(0);
+    step.blocks.push_back(table);
+    if (sliding) step.sliding_blocks.push_back(sliding);
+    step.logits_rows.push_back(t - t0);
+  }
+  step.n_single = len == 1 ? 1 : 0;
+}
+
 // The sliding window of the even layers starts inside KV blocks and spans several
 // when blocks hold 3 positions (taken after another sequence's, so not from block 0):
 // the 24 positions of the reference fixture, as one prefill step and token by token,
@@ -205,15 +221,7 @@ TEST(GptOssModel, WindowAcrossKvBlocksGivesTheSameFloats) {
       StepTokens step;
       for (int64_t t0 = 0; t0 < n; t0 += one_step ? n : 1) {
         const int64_t len = one_step ? n : 1;
-        step.clear();
-        for (int64_t t = t0; t < t0 + len; ++t) {
-          step.tokens.push_back(ref.tokens[static_cast<size_t>(t)]);
-          step.pos.push_back(t);
-          step.requests.push_back(0);
-          step.blocks.push_back(table.data());
-          step.logits_rows.push_back(t - t0);
-        }
-        step.n_single = len == 1 ? 1 : 0;
+        fill_step(step, ref.tokens, t0, len, table.data(), nullptr);
         fwd.run(step, l);
         got.insert(got.end(), l.begin(), l.end());
       }
@@ -257,16 +265,7 @@ TEST(GptOssModel, SlidingLayersInAPoolOfTheirOwnKeepOnlyTheirWindow) {
         const int64_t len = std::min(chunk, n - t0);
         ASSERT_TRUE(kv.reserve(table, t0 + len));
         ASSERT_TRUE(sliding.reserve(window_table, t0 + len)) << name << ": position " << t0;
-        step.clear();
-        for (int64_t t = t0; t < t0 + len; ++t) {
-          step.tokens.push_back(ref.tokens[static_cast<size_t>(t)]);
-          step.pos.push_back(t);
-          step.requests.push_back(0);
-          step.blocks.push_back(table.data());
-          step.sliding_blocks.push_back(window_table.data());
-          step.logits_rows.push_back(t - t0);
-        }
-        step.n_single = len == 1 ? 1 : 0;
+        fill_step(step, ref.tokens, t0, len, table.data(), window_table.data());
         fwd.run(step, l);
         got.insert(got.end(), l.begin(), l.end());
         // The next token, at t0 + len, reads from t0 + len - 7 on.
