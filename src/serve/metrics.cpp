@@ -120,6 +120,9 @@ std::string ServerMetrics::render() const {
          static_cast<double>(kv_blocks_parked.load()));
   scalar(o, "moeflow_kv_blocks_total", "gauge", "KV cache blocks in the pool.",
          static_cast<double>(kv_blocks_total.load()));
+  scalar(o, "moeflow_kv_bytes_touched", "gauge",
+         "Bytes of the KV cache ever written: the most it held at once, the memory it takes.",
+         static_cast<double>(kv_bytes_touched.load()));
   ExpertCacheCounters c;
   bool off;
   {

@@ -46,6 +46,7 @@ class ServerMetrics {
   std::atomic<uint64_t> slo_met{0}, slo_missed{0};
   std::atomic<int64_t> kv_blocks_used{0}, kv_blocks_total{0};
   std::atomic<int64_t> kv_blocks_parked{0};  // of the used: finished prompts kept for reuse
+  std::atomic<uint64_t> kv_bytes_touched{0};  // Engine::kv_bytes_touched: the KV cache's memory
   // The prompt cache: -1 off, 0 keeping whole prefill chunks, 1 any prefix (replies too).
   std::atomic<int64_t> prompt_cache_mode{-1};
   std::atomic<uint64_t> steps{0}, step_tokens{0};

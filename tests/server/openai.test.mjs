@@ -782,7 +782,7 @@ test('/metrics speaks Prometheus with the moeflow_* names', async () => {
   const text = await metricsText(s);
   for (const name of ['moeflow_requests_running', 'moeflow_requests_waiting', 'moeflow_prompt_tokens_total',
     'moeflow_generation_tokens_total', 'moeflow_time_to_first_token_seconds_bucket', 'moeflow_inter_token_latency_seconds_count',
-    'moeflow_e2e_request_latency_seconds_sum', 'moeflow_request_queue_time_seconds_count', 'moeflow_kv_blocks_used',
+    'moeflow_e2e_request_latency_seconds_sum', 'moeflow_request_queue_time_seconds_count', 'moeflow_kv_blocks_used', 'moeflow_kv_bytes_touched',
     'moeflow_kv_blocks_parked', 'moeflow_prompt_tokens_cached_total', 'moeflow_prompt_cache_mode',
     'moeflow_expert_cache_hits_total', 'moeflow_expert_cache_misses_total', 'moeflow_expert_bytes_read_total',
     'moeflow_expert_stall_seconds_total', 'moeflow_expert_prefetches_issued_total', 'moeflow_expert_prefetches_used_total'])
