@@ -110,6 +110,11 @@ int cmd_serve(int argc, char** argv) {
     throw UsageError("--expert-budget needs a --policy other than 'all' (e.g. --policy lru)");
   check_policy_state_out(a, "serve", true);
   eo.n_parallel = lo.n_parallel;
+  // The prompt cache keeps prompts in the pool until running requests need the blocks,
+  // so it fills the pool either way, and with every sliding-layer position kept any
+  // block of a prompt can be continued from (measured in docs/serving.md): only
+  // without the cache do sliding layers that keep their window save memory here.
+  eo.swa_full = eo.swa_full || lo.cache_prompt;
   serve::ServerOptions so;
   so.host = a.str("--host");
   so.port = static_cast<int>(a.integer("--port", 0, 65535));

@@ -29,9 +29,8 @@ void add_model_flags(Args& a) {
                       "and reads at long context; CPU backend), or auto (f16 when the model's key and value projections are "
                       "q8_0 / q4_0, whose rounding exceeds f16's; f32 otherwise)", true, "auto");
   a.flag("--swa-full", "keep every position of sliding-window layers (gpt-oss) in the KV cache, as the other layers "
-                      "do; by default they keep only their window (half gpt-oss's KV memory at long context), and the "
-                      "server then continues a kept prompt only from near its end or from where it was offered while "
-                      "being read", false);
+                      "do; by default they keep only their window (half gpt-oss's KV memory at long context; serve "
+                      "keeps every position while its prompt cache is on)", false);
   a.flag("--no-repack", "keep q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, iq4_xs, Q4_K, Q5_K and Q6_K weights in GGUF's row layout "
                         "in memory (by default, on CPUs with AVX-512 VNNI, their rows are interleaved in fours for the faster kernels; all "
                         "but q4_0 and q8_0 on int8 activations only)", false);
