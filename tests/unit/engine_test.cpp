@@ -648,7 +648,8 @@ TEST(EnginePromptReuse, ParkedPrefixesAreAccountedAndMisuseIsNamed) {
 // and starting inside one) and the fixture's 8. The sliding pool touches what windows
 // and chunks hold at once, not what the sequences are long. A parked prefix continues
 // from near its end (with the logits of the sequence it came from) and from further
-// back is refused by name; kv_can_keep says which.
+// back is refused by name; kv_can_keep says which. After resize_context, and with a
+// q8_0 cache, the same holds.
 TEST(EngineKv, SlidingLayersKeepOnlyTheirWindow) {
   SyntheticModelSpec spec;
   spec.arch = Arch::GptOss;
@@ -714,10 +715,23 @@ TEST(EngineKv, SlidingLayersKeepOnlyTheirWindow) {
     EXPECT_EQ(ring->kv_blocks_free(), ring->kv_blocks_total());
     // Keeping every position, any whole block continues.
     const SeqId f = full->add_sequence({tokens, ""});
-    feed(*full, f, tokens, 0, 12);
+    const std::vector<std::vector<float>> every = feed(*full, f, tokens, 0, 12);
     EXPECT_TRUE(full->kv_can_keep(f, 32));
     full->remove_sequence(full->park_prefix(f, 32));
     full->remove_sequence(f);
+    EXPECT_TRUE(every == whole) << path;
+    // A resized context and a q8_0 cache keep the two pools and the same floats.
+    ring->resize_context(320);
+    const SeqId r = ring->add_sequence({tokens, ""});
+    EXPECT_TRUE(feed(*ring, r, tokens, 0, 12) == whole) << path << ": after resize_context";
+    ring->remove_sequence(r);
+    o.kv_type = "q8_0";
+    o.swa_full = false;
+    auto q8_ring = Engine::open(o);
+    o.swa_full = true;
+    auto q8_full = Engine::open(o);
+    ASSERT_NO_FATAL_FAILURE(expect_same_logits(run_together(*q8_ring, scripts, 3), run_together(*q8_full, scripts, 3),
+                                               path + ": a q8_0 cache, the window's rows alone against every position"));
   }
 }
 
