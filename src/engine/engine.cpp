@@ -71,7 +71,9 @@ struct Engine::Impl {
     sliding.reset();  // the old mappings go before the new ones are made
     kv.reset();
     const int64_t n = blocks_for_ctx();
-    const bool apart = !swa_full && kv_pool_layers(model->config(), KvLayers::Sliding) > 0;
+    // Apart only where both kinds of layer exist (a one-layer gpt-oss slides alone).
+    const bool apart = !swa_full && kv_pool_layers(model->config(), KvLayers::Sliding) > 0 &&
+                       kv_pool_layers(model->config(), KvLayers::Full) > 0;
     kv = std::make_unique<KvBlockPool>(
         make_kv_pool(*model, *backend, n, type, KvBlockPool::kDefaultBlockLen, apart ? KvLayers::Full : KvLayers::All));
     if (apart)

@@ -649,7 +649,7 @@ TEST(EnginePromptReuse, ParkedPrefixesAreAccountedAndMisuseIsNamed) {
 // and chunks hold at once, not what the sequences are long. A parked prefix continues
 // from near its end (with the logits of the sequence it came from) and from further
 // back is refused by name; kv_can_keep says which. After resize_context, and with a
-// q8_0 cache, the same holds.
+// q8_0 cache, the same holds; a one-layer gpt-oss (its layer slides) keeps one pool.
 TEST(EngineKv, SlidingLayersKeepOnlyTheirWindow) {
   SyntheticModelSpec spec;
   spec.arch = Arch::GptOss;
@@ -733,6 +733,15 @@ TEST(EngineKv, SlidingLayersKeepOnlyTheirWindow) {
     ASSERT_NO_FATAL_FAILURE(expect_same_logits(run_together(*q8_ring, scripts, 3), run_together(*q8_full, scripts, 3),
                                                path + ": a q8_0 cache, the window's rows alone against every position"));
   }
+  // One layer, which slides: nothing to keep apart, one pool as before.
+  spec.n_layer = 1;
+  const std::string one = moeflow::testing::scratch_path("gpt-oss-one-layer") + ".gguf";
+  write_synthetic_model(spec, one);
+  EngineOptions o = options_for("");
+  o.model_path = one;
+  auto e = Engine::open(o);
+  const std::vector<Script> scripts = make_scripts(3, e->n_vocab(), 17);
+  expect_same(run_together(*e, scripts, 5), *e, scripts, "a one-layer gpt-oss");
 }
 
 }  // namespace
