@@ -80,7 +80,8 @@ void ForwardPass::check(const StepTokens& s) const {
     if (s.tokens[t] < 0 || s.tokens[t] >= V)
       throw InputError("token id " + std::to_string(s.tokens[t]) + " at step position " + std::to_string(t) +
                        " is outside the vocabulary [0, " + std::to_string(V) + ")");
-    if (s.pos[t] < 0 || !s.blocks[t] || (sliding_ && !s.sliding_blocks[t])) throw InputError("step: token " + std::to_string(t) + " has no KV position");
+    if (s.pos[t] < 0 || !s.blocks[t] || (sliding_ && !s.sliding_blocks[t]))
+      throw InputError("step: token " + std::to_string(t) + " has no KV position");
     const bool same = t > 0 && s.requests[t] == s.requests[t - 1];
     if (t < s.n_single ? same : (same ? s.pos[t] != s.pos[t - 1] + 1
                                       : t + 1 >= n || s.requests[t + 1] != s.requests[t]))

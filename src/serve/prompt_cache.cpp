@@ -39,7 +39,7 @@ int64_t PromptCache::offer(SeqId seq, const std::vector<int32_t>& prompt, int64_
   const int64_t keep = usable(std::min({computed, engine_.sequence_length(seq), static_cast<int64_t>(prompt.size())}));
   if (keep == 0 || !engine_.kv_can_keep(seq, keep)) return 0;
   for (const Parked& p : parked_)
-    if (common_prefix(p.tokens, prompt, keep) == keep) return keep;
+    if (common_prefix(p.tokens, prompt, keep) == keep && engine_.kv_can_keep(p.seq, keep)) return keep;
   add(engine_.park_prefix(seq, keep), std::vector<int32_t>(prompt.begin(), prompt.begin() + keep));
   return keep;
 }

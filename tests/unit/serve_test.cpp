@@ -744,7 +744,16 @@ TEST(PromptCache, SlidingLayersKeepingTheirWindowContinueNearTheEndAndWhereOffer
     other_question.push_back(9);
     const PromptCache::Taken d = cache.take({other_question, ""});
     EXPECT_EQ(d.cached, swa_full ? 64 : 32) << what << ": 70 tokens in common";
+    // Offered as it is read, d's first 64 positions are parked for others, though p2's
+    // prompt holds the same tokens (keeping the window, not continuable at 64).
+    prefill(d.seq, other_question, d.cached);
+    EXPECT_EQ(cache.offer(d.seq, other_question, 71), 64) << what;
     engine->remove_sequence(d.seq);
+    std::vector<int32_t> third(other_question.begin(), other_question.begin() + 66);
+    third.push_back(11);
+    const PromptCache::Taken g = cache.take({third, ""});
+    EXPECT_EQ(g.cached, 64) << what;
+    engine->remove_sequence(g.seq);
     // A prompt offered as it is read (the serving loop does so after every chunk) stays
     // continuable from each point it was offered at.
     const std::vector<int32_t> p3 = prompt_of(100, 5);
