@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/kv_read_bytes.h"
 #include "format/gguf.h"
+#include "engine/forward_pass.h"
 #include "engine/model_check.h"
 #include "model/model_weights.h"
 
@@ -50,7 +51,7 @@ int cmd_inspect(int argc, char** argv) {
   int64_t ctx_train = 0, sliding_layers = 0, window = 0;
   if (model_error.empty()) {
     const ModelConfig& c = model->config();
-    for (int64_t l = 0; l < c.n_layer; ++l) sliding_layers += layer_slides(c, l);
+    sliding_layers = kv_pool_layers(c, KvLayers::Sliding);
     window = c.sliding_window;
     for (const char* t : {"f32", "f16", "q8_0"}) {
       kv_per_position[t] = static_cast<uint64_t>(c.n_layer) * kv_bytes_per_position(c, t);

@@ -277,6 +277,10 @@ void ServingLoop::release(Slot& s, bool failed) {
     }
   }
   s.removed = true;
+  note_kv_metrics();
+}
+
+void ServingLoop::note_kv_metrics() {
   metrics_.kv_blocks_used = engine_.kv_blocks_total() - engine_.kv_blocks_free();
   metrics_.kv_blocks_parked = prompt_cache_ ? engine_.kv_blocks_parked() : 0;
   metrics_.kv_bytes_touched = engine_.kv_bytes_touched();
@@ -467,9 +471,7 @@ void ServingLoop::run() {
     for (auto& s : slots_)
       if (s->done) release(*s);
     slots_.erase(std::remove_if(slots_.begin(), slots_.end(), [](const auto& s) { return s->done; }), slots_.end());
-    metrics_.kv_blocks_used = engine_.kv_blocks_total() - engine_.kv_blocks_free();
-    metrics_.kv_blocks_parked = prompt_cache_ ? engine_.kv_blocks_parked() : 0;
-    metrics_.kv_bytes_touched = engine_.kv_bytes_touched();
+    note_kv_metrics();
     if (engine_.offloaded()) {
       const ExpertCacheStats c = engine_.cache_stats();
       metrics_.set_expert_cache({c.hits, c.misses, c.bytes_read, c.prefetches_issued, c.prefetch_hits, c.evictions,

@@ -102,6 +102,8 @@ class ServingLoop {
   void release(Slot& s, bool failed = false);
   // Frees parked prompts until the batch's new positions have KV blocks.
   void make_room(const std::vector<BatchToken>& batch);
+  // The KV gauges of /metrics, from the engine as it is now.
+  void note_kv_metrics();
   double now() const;
   // echo: a prompt position's logits score the prompt's next token; at the last one the
   // prompt's text (and scores) go out. True when the position yields no token to sample
