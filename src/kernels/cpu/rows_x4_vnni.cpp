@@ -22,9 +22,11 @@
 namespace moeflow::cpu {
 
 bool rows_x4_pair_pays(DType t, bool x_int8, int n_tok) {
-  // int16: q4_0's kernel tiles two quads at any count of tokens; q8_0's takes one quad
-  // by up to four tokens (its tiles of two need twice the weight registers).
-  if (!x_int8) return t == DType::Q4_0 && n_tok > 1;
+  // int16: q4_0's kernel tiles two quads at any count of tokens; q8_0's tiles two quads
+  // only by two tokens (by more they need more registers than there are) and takes one
+  // quad by three or four, where a pair of such one-quad tiles streamed no faster
+  // (docs/performance.md, 2026-12-07, eighth session).
+  if (!x_int8) return t == DType::Q4_0 ? n_tok > 1 : t == DType::Q8_0 && n_tok == 2;
   return n_tok > (t == DType::Q8_0 ? 4 : 2);
 }
 
