@@ -1001,7 +1001,8 @@ constexpr int64_t kBatchRowGroup = 8;
 // visited in pieces of ~16 KiB (whole row groups, so quads stay whole) that stay in
 // cache while every token reads them; the first pass over a piece prefetches ahead as
 // a lone mat-vec does (to the matrix's end: the next chunk is usually this thread's
-// too). The rows of a piece:
+// too). (A lone interleaved matrix goes to its kernel whole instead: the kernel takes
+// every token per tile of quads.) The rows of a piece:
 int64_t shared_piece_rows(const MatvecJob& a) {
   const int64_t rb = static_cast<int64_t>(row_bytes(a.dtype, a.cols));
   return std::max<int64_t>(kBatchRowGroup, (16384 / std::max<int64_t>(rb, 1)) / kBatchRowGroup * kBatchRowGroup);
@@ -1065,16 +1066,19 @@ void shared_matrix_rows(const MatvecJob* jobs, const MvInput* in, size_t n, int6
     }
     return;
   }
-  const size_t qb = x4 ? rows_x4_quad_bytes(a.dtype, a.cols) : 0;
+  if (x4) {
+    // The whole range at once: the kernel reads each tile's quads for every token
+    // before the next, so no piece need stay in cache, and a tile that takes its quads
+    // from the range's two halves (q8_0 by two tokens) streams from two places.
+    const size_t qb = rows_x4_quad_bytes(a.dtype, a.cols);
+    for (size_t k = 0; k < n; ++k) outs[k] = jobs[k].y + r0;
+    (int8 ? rows_x4_quads8_tokens : rows_x4_quads_tokens)(
+        a.dtype, W + qb * static_cast<size_t>(r0 / kRowsX4), (r1 - r0) / kRowsX4, a.cols, xs.data(),
+        static_cast<int>(n), outs.data(), W + qb * static_cast<size_t>(a.rows / kRowsX4));
+    return;
+  }
   for (int64_t s0 = r0; s0 < r1; s0 += piece) {
     const int64_t s1 = std::min(r1, s0 + piece);
-    if (x4) {
-      for (size_t k = 0; k < n; ++k) outs[k] = jobs[k].y + s0;
-      (int8 ? rows_x4_quads8_tokens : rows_x4_quads_tokens)(
-          a.dtype, W + qb * static_cast<size_t>(s0 / kRowsX4), (s1 - s0) / kRowsX4, a.cols, xs.data(),
-          static_cast<int>(n), outs.data(), W + qb * static_cast<size_t>(a.rows / kRowsX4));
-      continue;
-    }
     for (size_t k = 0; k < n; ++k) {
       const MatvecJob& m = jobs[k];
       fn(m.dtype, m.layout, W, s0, s1, k == 0 ? m.rows : s1, m.cols, in[k], m.y);

@@ -432,22 +432,30 @@ MOEFLOW_VNNI_ATTR void quads_tokens(const uint8_t* W, int64_t n_quads, int64_t c
                                     int n_tok, float* const* outs, const uint8_t* pf_end) {
   const int64_t groups = cols / kRowsX4GroupCols;
   const size_t qb = static_cast<size_t>(groups * kQuadStep<T>);
-  for (int64_t i = 0; i < n_quads; i += 2) {
-    const int nq = n_quads - i >= 2 ? 2 : 1;
-    const uint8_t* q[2] = {W + static_cast<size_t>(i) * qb, W + static_cast<size_t>(i + 1) * qb};
+  // q8_0 by two tokens: a tile takes quad k and quad k + half, so the core streams from
+  // two places at once as a pair of matrices does (rows_x4_pair_pays), which kept more
+  // reads in flight beside the arithmetic than two adjacent quads (docs/performance.md,
+  // 2026-12-07, eighth session). By more tokens q8_0's one-quad tiles streamed slower
+  // from two places, and q4_0's tiles gained nothing measurable in the engine.
+  const bool halves = T == DType::Q8_0 && n_tok == 2;
+  const int64_t half = halves ? (n_quads + 1) / 2 : 1, tiles = halves ? half : (n_quads + 1) / 2;
+  for (int64_t k = 0; k < tiles; ++k) {
+    const int64_t at[2] = {halves ? k : 2 * k, halves ? k + half : 2 * k + 1};
+    const int nq = at[1] < n_quads ? 2 : 1;
+    const uint8_t* q[2] = {W + static_cast<size_t>(at[0]) * qb, W + static_cast<size_t>(at[1]) * qb};
     for (int t0 = 0; t0 < n_tok;) {
       const int left = n_tok - t0;
       // The first pass over the quads prefetches at the pace it reads, as one_quad
       // does; the others read them from cache.
-      const uint8_t* pf[2] = {t0 == 0 ? prefetch_of(W, i, qb, pf_end) : nullptr,
-                              t0 == 0 && nq == 2 ? prefetch_of(W, i + 1, qb, pf_end) : nullptr};
+      const uint8_t* pf[2] = {t0 == 0 ? prefetch_of(W, at[0], qb, pf_end) : nullptr,
+                              t0 == 0 && nq == 2 ? prefetch_of(W, at[1], qb, pf_end) : nullptr};
       if (T == DType::Q8_0 && left >= 3) {
         const int nt = std::min(4, left);
         const PackedX4* x[4];
         for (int t = 0; t < nt; ++t) x[t] = reinterpret_cast<const PackedX4*>(xs[t0 + t]);
         for (int j = 0; j < nq; ++j) {
           float* o[4];
-          for (int t = 0; t < nt; ++t) o[t] = outs[t0 + t] + 4 * (i + j);
+          for (int t = 0; t < nt; ++t) o[t] = outs[t0 + t] + 4 * at[j];
           if (nt == 4) {
             quad_tokens<T, 4>(q[j], groups, x, o, pf[j]);
           } else {
@@ -462,7 +470,7 @@ MOEFLOW_VNNI_ATTR void quads_tokens(const uint8_t* W, int64_t n_quads, int64_t c
       float* o[6];
       for (int t = 0; t < nt; ++t) {
         x[t] = reinterpret_cast<const PackedX4*>(xs[t0 + t]);
-        for (int j = 0; j < nq; ++j) o[j * nt + t] = outs[t0 + t] + 4 * (i + j);
+        for (int j = 0; j < nq; ++j) o[j * nt + t] = outs[t0 + t] + 4 * at[j];
       }
       if (nq == 2) {
         tile16_n<T, 2>(nt, q, groups, x, o, pf);
