@@ -581,7 +581,7 @@ TEST(Matmul, Int8ActivationsOnInterleavedRows) {
   for (DType ft : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::IQ4_XS, DType::Q8_0,
                    DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     double worst_rounded = 0, worst_f32 = 0;
-    for (int64_t rows : {12, 264}) {
+    for (int64_t rows : {12, 264, 268}) {  // 268: an odd count of quads, the last tile of two holds one
       for (int64_t cols : {dtype_info(ft).block_size == 256 ? int64_t{256} : int64_t{128}, int64_t{768}, int64_t{2048}}) {
         const Weights w = make_weights(ft, rows, cols, rng);
         std::vector<uint8_t> w4(w.bytes.size());
@@ -616,7 +616,7 @@ TEST(Matmul, Int8ActivationsOnInterleavedRows) {
         plan.prepare({ft, RowLayout::rows_x4, W4, rows, cols, x.data(), yp.data(), true});
         for (int64_t r = rows; r > 0; r -= 4) plan.rows(r - 4, r);
         EXPECT_EQ(yp, y);
-        if (rows != 264) continue;
+        if (rows < 264) continue;
         for (int64_t n_tok : {2, 5, 8, 9, 12}) {
           const std::vector<float> X = random_vec(static_cast<size_t>(n_tok * cols), rng);
           std::vector<float> alone(static_cast<size_t>(n_tok) * n, NAN);

@@ -433,10 +433,11 @@ MOEFLOW_VNNI_ATTR void quads_tokens(const uint8_t* W, int64_t n_quads, int64_t c
   const int64_t groups = cols / kRowsX4GroupCols;
   const size_t qb = static_cast<size_t>(groups * kQuadStep<T>);
   // q8_0 by two tokens: a tile takes quad k and quad k + half, so the core streams from
-  // two places at once as a pair of matrices does (rows_x4_pair_pays), which kept more
+  // two places at once as a pair of matrices does (rows_x4_pair_pays), which keeps more
   // reads in flight beside the arithmetic than two adjacent quads (docs/performance.md,
-  // 2026-12-07, eighth session). By more tokens q8_0's one-quad tiles streamed slower
-  // from two places, and q4_0's tiles gained nothing measurable in the engine.
+  // 2026-12-07, eighth session; quads8_tokens does the same). By more tokens q8_0's
+  // one-quad tiles streamed slower from two places; q4_0 on int16 keeps adjacent quads
+  // (not measured).
   const bool halves = T == DType::Q8_0 && n_tok == 2;
   const int64_t half = halves ? (n_quads + 1) / 2 : 1, tiles = halves ? half : (n_quads + 1) / 2;
   for (int64_t k = 0; k < tiles; ++k) {
@@ -732,25 +733,30 @@ MOEFLOW_VNNI_ATTR void quads8_tokens(const uint8_t* W, int64_t n_quads, int64_t 
   constexpr int kTokens = kMaxTokensPass8;
   const int64_t groups = cols / kRowsX4GroupCols;
   const size_t qb = static_cast<size_t>(groups * kQuadStep<T>);
-  // Pairs of quads where the arithmetic binds; one quad at a time for a few tokens,
-  // where the memory stream does (one core streaming a 37 MB matrix: q8_0 four tokens
-  // 26 -> 44 GB/s as single quads, sixteen 12 -> 9; q4_0 two tokens 44 -> 48, four 36 -> 32).
-  const int pair = rows_x4_pair_pays(T, true, n_tok) ? 2 : 1;
+  // Pairs of quads where the arithmetic binds, quad i with quad i + half of the range
+  // (two memory streams, as quads_tokens takes q8_0's two-token tiles: q4_0 batches of 8
+  // and 16 sequences +6% / +3%, docs/performance.md 2026-12-07, eighth session); one quad
+  // at a time for a few tokens, where the memory stream does (one core streaming a 37 MB
+  // matrix: q8_0 four tokens 26 -> 44 GB/s as single quads, sixteen 12 -> 9; q4_0 two
+  // tokens 44 -> 48, four 36 -> 32).
+  const bool pair = rows_x4_pair_pays(T, true, n_tok);
   const int64_t distance = tokens_prefetch_quads(qb);
-  for (int64_t i = 0; i < n_quads; i += pair) {
-    const int nq = n_quads - i >= pair ? pair : 1;
-    const uint8_t* q[2] = {W + static_cast<size_t>(i) * qb, W + static_cast<size_t>(i + 1) * qb};
+  const int64_t half = pair ? (n_quads + 1) / 2 : n_quads;
+  for (int64_t i = 0; i < half; ++i) {
+    const int64_t at[2] = {i, i + half};
+    const int nq = at[1] < n_quads ? 2 : 1;
+    const uint8_t* q[2] = {W + static_cast<size_t>(at[0]) * qb, W + static_cast<size_t>(at[1]) * qb};
     for (int t0 = 0, nt = 0; t0 < n_tok; t0 += nt) {
       nt = tokens_in_pass8<T>(n_tok - t0);
       const PackedX8* x[kTokens];
       float* o[2 * kTokens];
       // The first pass over the quads prefetches as quads_tokens does; the others read
       // them from cache.
-      const uint8_t* pf[2] = {t0 == 0 ? prefetch_of(W, i, qb, pf_end, distance) : nullptr,
-                              t0 == 0 && nq == 2 ? prefetch_of(W, i + 1, qb, pf_end, distance) : nullptr};
+      const uint8_t* pf[2] = {t0 == 0 ? prefetch_of(W, at[0], qb, pf_end, distance) : nullptr,
+                              t0 == 0 && nq == 2 ? prefetch_of(W, at[1], qb, pf_end, distance) : nullptr};
       for (int t = 0; t < nt; ++t) {
         x[t] = reinterpret_cast<const PackedX8*>(xs[t0 + t]);
-        for (int j = 0; j < nq; ++j) o[j * nt + t] = outs[t0 + t] + 4 * (i + j);
+        for (int j = 0; j < nq; ++j) o[j * nt + t] = outs[t0 + t] + 4 * at[j];
       }
       if (nq == 2) {
         tile8_n<T, 2>(nt, q, groups, x, o, pf);
