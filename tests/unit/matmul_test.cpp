@@ -483,8 +483,10 @@ TEST(Matmul, PerTokenJobsMatchSeparateMatvecsBitForBit) {
   if (q4_vnni_enabled()) {
     cases.push_back({DType::Q4_0, 264, 768, RowLayout::rows_x4});
     cases.push_back({DType::Q8_0, 96, 2048, RowLayout::rows_x4});
-    cases.push_back({DType::Q8_0, 132, 768, RowLayout::rows_x4});  // an odd count of quads: two tokens' tiles
-                                                                   // take them from two halves, the last alone
+    // An odd count of quads: the tiles of two take them from the range's two halves, the
+    // last tile holds one.
+    cases.push_back({DType::Q8_0, 132, 768, RowLayout::rows_x4});
+    cases.push_back({DType::Q4_0, 132, 768, RowLayout::rows_x4});
     cases.push_back({DType::Q4_0, 8, 128, RowLayout::rows_x4});
   }
   for (const Case& c : cases) {

@@ -1068,8 +1068,8 @@ void shared_matrix_rows(const MatvecJob* jobs, const MvInput* in, size_t n, int6
   }
   if (x4) {
     // The whole range at once: the kernel reads each tile's quads for every token
-    // before the next, so no piece need stay in cache, and a tile that takes its quads
-    // from the range's two halves (q8_0 by two tokens) streams from two places.
+    // before the next, so no piece need stay in cache, and its tiles of two quads take
+    // them from the range's two halves, two memory streams (rows_x4_vnni.cpp).
     const size_t qb = rows_x4_quad_bytes(a.dtype, a.cols);
     for (size_t k = 0; k < n; ++k) outs[k] = jobs[k].y + r0;
     (int8 ? rows_x4_quads8_tokens : rows_x4_quads_tokens)(

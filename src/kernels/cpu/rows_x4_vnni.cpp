@@ -432,13 +432,13 @@ MOEFLOW_VNNI_ATTR void quads_tokens(const uint8_t* W, int64_t n_quads, int64_t c
                                     int n_tok, float* const* outs, const uint8_t* pf_end) {
   const int64_t groups = cols / kRowsX4GroupCols;
   const size_t qb = static_cast<size_t>(groups * kQuadStep<T>);
-  // q8_0 by two tokens: a tile takes quad k and quad k + half, so the core streams from
-  // two places at once as a pair of matrices does (rows_x4_pair_pays), which keeps more
-  // reads in flight beside the arithmetic than two adjacent quads (docs/performance.md,
-  // 2026-12-07, eighth session; quads8_tokens does the same). By more tokens q8_0's
-  // one-quad tiles streamed slower from two places; q4_0 on int16 keeps adjacent quads
-  // (not measured).
-  const bool halves = T == DType::Q8_0 && n_tok == 2;
+  // A tile takes quad k and quad k + half, so the core streams from two places at once
+  // as a pair of matrices does (rows_x4_pair_pays), which keeps more reads in flight
+  // beside the arithmetic than two adjacent quads (docs/performance.md, 2026-12-07,
+  // eighth session; quads8_tokens does the same): q4_0's tiles at any count of tokens,
+  // q8_0's by two tokens. By more tokens q8_0's one-quad tiles streamed slower from two
+  // places, so they keep adjacent quads.
+  const bool halves = T == DType::Q4_0 || n_tok == 2;
   const int64_t half = halves ? (n_quads + 1) / 2 : 1, tiles = halves ? half : (n_quads + 1) / 2;
   for (int64_t k = 0; k < tiles; ++k) {
     const int64_t at[2] = {halves ? k : 2 * k, halves ? k + half : 2 * k + 1};
