@@ -224,6 +224,31 @@ MOEFLOW_VNNI_ATTR inline void quad_set(const uint8_t* const* quad, int64_t group
   for (int j = 0; j < NQ; ++j) store_rows(acc[j], out[j]);
 }
 
+// The tiles a multi-token kernel walks one matrix's n_quads quads in: one quad a tile
+// (One), or two, taken from the range's two halves (Halves: quad k and quad k + half)
+// or side by side (Adjacent: quads 2k and 2k + 1); a tile of two whose second quad
+// would lie past the range holds one. Two halves are two memory streams, as a pair of
+// matrices is (rows_x4_pair_pays), which keeps more reads in flight beside the
+// arithmetic than adjacent quads (docs/performance.md, 2026-12-07, eighth session).
+enum class QuadTiling { One, Adjacent, Halves };
+class QuadTiles {
+ public:
+  QuadTiles(int64_t n_quads, QuadTiling how)
+      : n_(n_quads), how_(how), half_(how == QuadTiling::Halves ? (n_quads + 1) / 2 : 0) {}
+  int64_t count() const { return how_ == QuadTiling::One ? n_ : (n_ + 1) / 2; }
+  // Tile k's quads into at[0] and at[1]; how many it holds (1 or 2).
+  int at(int64_t k, int64_t* at) const {
+    at[0] = how_ == QuadTiling::Adjacent ? 2 * k : k;
+    at[1] = how_ == QuadTiling::One ? n_ : how_ == QuadTiling::Adjacent ? 2 * k + 1 : k + half_;
+    return at[1] < n_ ? 2 : 1;
+  }
+
+ private:
+  int64_t n_;
+  QuadTiling how_;
+  int64_t half_;
+};
+
 // Where quad i of a matrix (quads qb bytes apart) prefetches: the quad
 // kRowsX4PrefetchQuads on when that starts before pf_end, else nowhere.
 inline const uint8_t* prefetch_of(const uint8_t* W, int64_t i, size_t qb, const uint8_t* pf_end,
@@ -432,17 +457,12 @@ MOEFLOW_VNNI_ATTR void quads_tokens(const uint8_t* W, int64_t n_quads, int64_t c
                                     int n_tok, float* const* outs, const uint8_t* pf_end) {
   const int64_t groups = cols / kRowsX4GroupCols;
   const size_t qb = static_cast<size_t>(groups * kQuadStep<T>);
-  // A tile takes quad k and quad k + half, so the core streams from two places at once
-  // as a pair of matrices does (rows_x4_pair_pays), which keeps more reads in flight
-  // beside the arithmetic than two adjacent quads (docs/performance.md, 2026-12-07,
-  // eighth session; quads8_tokens does the same): q4_0's tiles at any count of tokens,
-  // q8_0's by two tokens. By more tokens q8_0's one-quad tiles streamed slower from two
-  // places, so they keep adjacent quads.
-  const bool halves = T == DType::Q4_0 || n_tok == 2;
-  const int64_t half = halves ? (n_quads + 1) / 2 : 1, tiles = halves ? half : (n_quads + 1) / 2;
-  for (int64_t k = 0; k < tiles; ++k) {
-    const int64_t at[2] = {halves ? k : 2 * k, halves ? k + half : 2 * k + 1};
-    const int nq = at[1] < n_quads ? 2 : 1;
+  // Halves for q4_0's tiles and q8_0's by two tokens; q8_0's one-quad tiles of three or
+  // four tokens (below) streamed slower from two places, so they keep adjacent quads.
+  const QuadTiles tiles(n_quads, T == DType::Q4_0 || n_tok == 2 ? QuadTiling::Halves : QuadTiling::Adjacent);
+  for (int64_t k = 0; k < tiles.count(); ++k) {
+    int64_t at[2];
+    const int nq = tiles.at(k, at);
     const uint8_t* q[2] = {W + static_cast<size_t>(at[0]) * qb, W + static_cast<size_t>(at[1]) * qb};
     for (int t0 = 0; t0 < n_tok;) {
       const int left = n_tok - t0;
@@ -733,18 +753,15 @@ MOEFLOW_VNNI_ATTR void quads8_tokens(const uint8_t* W, int64_t n_quads, int64_t 
   constexpr int kTokens = kMaxTokensPass8;
   const int64_t groups = cols / kRowsX4GroupCols;
   const size_t qb = static_cast<size_t>(groups * kQuadStep<T>);
-  // Pairs of quads where the arithmetic binds, quad i with quad i + half of the range
-  // (two memory streams, as quads_tokens takes q8_0's two-token tiles: q4_0 batches of 8
-  // and 16 sequences +6% / +3%, docs/performance.md 2026-12-07, eighth session); one quad
-  // at a time for a few tokens, where the memory stream does (one core streaming a 37 MB
+  // Pairs of quads (from the range's halves) where the arithmetic binds; one quad at a
+  // time for a few tokens, where the memory stream does (one core streaming a 37 MB
   // matrix: q8_0 four tokens 26 -> 44 GB/s as single quads, sixteen 12 -> 9; q4_0 two
   // tokens 44 -> 48, four 36 -> 32).
-  const bool pair = rows_x4_pair_pays(T, true, n_tok);
+  const QuadTiles tiles(n_quads, rows_x4_pair_pays(T, true, n_tok) ? QuadTiling::Halves : QuadTiling::One);
   const int64_t distance = tokens_prefetch_quads(qb);
-  const int64_t half = pair ? (n_quads + 1) / 2 : n_quads;
-  for (int64_t i = 0; i < half; ++i) {
-    const int64_t at[2] = {i, i + half};
-    const int nq = at[1] < n_quads ? 2 : 1;
+  for (int64_t k = 0; k < tiles.count(); ++k) {
+    int64_t at[2];
+    const int nq = tiles.at(k, at);
     const uint8_t* q[2] = {W + static_cast<size_t>(at[0]) * qb, W + static_cast<size_t>(at[1]) * qb};
     for (int t0 = 0, nt = 0; t0 < n_tok; t0 += nt) {
       nt = tokens_in_pass8<T>(n_tok - t0);
